@@ -1,0 +1,33 @@
+/* err.c — names of the project-wide error codes. */
+#include "marshal.h"
+
+static const char *const err_names[DG_ERR__COUNT] = {
+	[DG_OK] = "DG_OK: success",
+	[DG_ERR_NOMEM] = "DG_ERR_NOMEM: out of memory",
+	[DG_ERR_INVAL] = "DG_ERR_INVAL: invalid argument",
+	[DG_ERR_NOSPACE] = "DG_ERR_NOSPACE: buffer or arena too small",
+	[DG_ERR_STATE] = "DG_ERR_STATE: call out of sequence",
+	[DG_ERR_LIMIT] = "DG_ERR_LIMIT: limit exceeded",
+	[DG_ERR_CONFLICT] = "DG_ERR_CONFLICT: conflicts with a registered definition",
+	[DG_ERR_REFUSED] = "DG_ERR_REFUSED: registration refused",
+	[DG_ERR_TRUNCATED] = "DG_ERR_TRUNCATED: input ends inside a value",
+	[DG_ERR_BAD_TAG] = "DG_ERR_BAD_TAG: unknown or misplaced tag",
+	[DG_ERR_BAD_LENGTH] = "DG_ERR_BAD_LENGTH: inconsistent length or offset",
+	[DG_ERR_BAD_VARINT] = "DG_ERR_BAD_VARINT: malformed varint",
+	[DG_ERR_DEPTH] = "DG_ERR_DEPTH: nesting too deep",
+	[DG_ERR_COUNT] = "DG_ERR_COUNT: element count larger than the input",
+	[DG_ERR_UTF8] = "DG_ERR_UTF8: invalid UTF-8",
+	[DG_ERR_ORDER] = "DG_ERR_ORDER: sorted keys out of order or duplicated",
+	[DG_ERR_UNKNOWN_TYPE] = "DG_ERR_UNKNOWN_TYPE: type id not registered",
+	[DG_ERR_UNKNOWN_SCHEMA] = "DG_ERR_UNKNOWN_SCHEMA: schema not known",
+	[DG_ERR_UNKNOWN_FIELD] = "DG_ERR_UNKNOWN_FIELD: no such field",
+	[DG_ERR_TYPE_MISMATCH] = "DG_ERR_TYPE_MISMATCH: value of another kind or type",
+	[DG_ERR_RANGE] = "DG_ERR_RANGE: value out of range",
+};
+
+const char *dg_strerror(dg_err err)
+{
+	if ((unsigned)err < DG_ERR__COUNT && err_names[err] != NULL)
+		return err_names[err];
+	return "DG_ERR_?: unknown error code";
+}

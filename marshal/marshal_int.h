@@ -1,0 +1,382 @@
+/*
+ * marshal_int.h — internals shared by the files of marshal/ (not installed).
+ *
+ * Design notes
+ * ------------
+ * Descriptor.  A dg_desc is one schema of one type: its fields in *layout
+ * order* (fixed-width fields first, then variable-width fields, each group in
+ * declaration order), the fixed-area size, and an open-addressing table from
+ * field id to layout index.  It is built once (desc_build, the only place
+ * that increments the registry's build counter), published, and immutable
+ * afterwards, so readers use it without locks.
+ *
+ * Registry.  type id -> struct dgi_type, in an open-addressing table keyed
+ * by the 32-bit id (no boxing, no allocation per lookup).  The table and each
+ * type's schema array are copy-on-write: writers (registrations, under
+ * reg->mu) build a new version and publish it with a release store; readers
+ * load it with acquire and never lock.  Old versions are retired to a list
+ * and freed with the registry, so a reader can never see freed memory;
+ * registrations are rare, so the retired memory stays within 2x of the live.
+ *
+ * Built-ins.  Every container and special kind has a descriptor of its own
+ * (name "dg.<Kind>"), built and published REGISTERED when the registry is
+ * created; reg->builtin[kind] points at it directly so writers and readers
+ * get it without a lookup.  Sorted containers take their key comparator
+ * from it.
+ */
+#ifndef DG_MARSHAL_INT_H
+#define DG_MARSHAL_INT_H
+
+#include "marshal.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define DG_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DG_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define DG_NOINLINE __attribute__((noinline))
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "datagrid's codec is written for little-endian hosts"
+#endif
+
+/* Wire tags (FORMAT.md, "Tags"). */
+enum {
+	TAG_NULL = 0x00,
+	TAG_FALSE = 0x01,
+	TAG_TRUE = 0x02,
+	TAG_I8 = 0x03,
+	TAG_I16 = 0x04,
+	TAG_I32 = 0x05,
+	TAG_I64 = 0x06,
+	TAG_FLOAT = 0x07,
+	TAG_DOUBLE = 0x08,
+	TAG_STRING = 0x09,
+	TAG_BYTES = 0x0A,
+	TAG_UUID = 0x0B,
+	TAG_TIMESTAMP = 0x0C,
+	TAG_ENUM = 0x0D,
+	TAG_ARRAY = 0x0E,
+	TAG_LIST = 0x0F,
+	TAG_SET = 0x10,
+	TAG_SORTED_SET = 0x11,
+	TAG_MAP = 0x12,
+	TAG_SORTED_MAP = 0x13,
+	TAG_OBJ = 0x14,    /* u32 type id, body (primary schema) */
+	TAG_OBJ_S = 0x15,  /* u32 type id, u32 schema id, body */
+	TAG_DEF = 0x16,    /* as OBJ, and defines the next scope index */
+	TAG_DEF_S = 0x17,  /* as OBJ_S, and defines the next scope index */
+	TAG__LAST = 0x17,
+	TAG_REF = 0x80,    /* 0x80 | index (0..63): body of scope schema index */
+};
+#define NO_SCOPE UINT32_MAX
+
+/* Field kinds stored in the descriptor's layout table. */
+struct dgi_field {
+	uint32_t id;          /* dg_field_id(name) */
+	uint32_t c_off;       /* offset in the bound struct or DG_UNBOUND */
+	uint32_t body_off;    /* fixed fields: offset in the body */
+	uint32_t ref_type;    /* DG_OBJECT / DG_ENUM: referenced type id */
+	const dg_desc *ref;   /* DG_OBJECT: descriptor of the embedded type */
+	uint16_t decl;        /* declaration index */
+	uint16_t var;         /* var fields: index among var fields */
+	uint8_t kind;         /* dg_kind */
+	uint8_t elem;         /* DG_ARRAY element kind */
+	uint8_t width;        /* fixed fields: bytes; 0 for var fields */
+	const char *name;
+};
+
+#define DESC_REGISTERED 0x52454731u  /* "REG1": published and immutable */
+
+struct dg_desc {
+	uint32_t type_id;
+	uint32_t schema_id;
+	uint32_t state;          /* DESC_REGISTERED once published */
+	uint32_t nfields;
+	uint32_t nfixed;         /* fields [0, nfixed) are fixed-width */
+	uint32_t fixed_size;     /* bytes of the fixed area */
+	uint32_t idx_mask;       /* field-id table size - 1 */
+	uint8_t builtin;         /* dg_kind for built-in descriptors, else 0 */
+	uint8_t bound;           /* every field bound to the C struct */
+	uint8_t primary;         /* the type's primary schema (tags OBJ/DEF) */
+	size_t struct_size;
+	const char *name;
+	struct dgi_field *fields;  /* layout order */
+	uint16_t *decl_to_layout;
+	uint16_t *idx;           /* field id table: layout index + 1, 0 empty */
+	/* built-in sorted containers: canonical key order */
+	int (*cmp)(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
+	const dg_registry *reg;
+};
+
+/* Schemas of one type: [0] is the primary schema. Immutable once published. */
+struct dgi_schemas {
+	uint32_t n;
+	const dg_desc *d[];
+};
+
+struct dgi_type {
+	uint32_t type_id;
+	_Atomic(struct dgi_schemas *) schemas;
+};
+
+struct dgi_slot {
+	uint32_t key;            /* type id, 0 = empty */
+	struct dgi_type *type;
+};
+
+struct dgi_table {
+	uint32_t mask;
+	uint32_t count;
+	struct dgi_slot slots[];
+};
+
+struct dgi_retired {
+	struct dgi_retired *next;
+	void *p;
+};
+
+struct dg_registry {
+	_Atomic(struct dgi_table *) table;
+	pthread_mutex_t mu;           /* serializes registrations */
+	struct dgi_retired *retired;  /* freed with the registry */
+	_Atomic uint64_t builds;
+	_Atomic uint64_t types;
+	_Atomic uint64_t schemas;
+	dg_propose_fn hook;
+	void *hook_ctx;
+	const dg_desc *builtin[DG_KIND__COUNT];
+};
+
+/* ---- registry.c ---- */
+/* A field definition with the referenced type resolved to an id. */
+struct dgi_fdef {
+	const char *name;
+	size_t name_len;
+	dg_kind kind;
+	dg_kind elem;
+	uint32_t ref_type;
+	uint32_t c_off;
+};
+dg_err dgi_register_fdefs(dg_registry *reg, const char *name, size_t name_len,
+    const struct dgi_fdef *f, uint32_t n, size_t struct_size, bool propose,
+    const dg_desc **out);
+const dg_desc *dgi_find_schema(const dg_registry *reg, uint32_t type_id,
+    uint32_t schema_id);
+/* Register a definition; bound descriptors need def->struct_size. */
+dg_err dgi_register(dg_registry *reg, const dg_type_def *def, bool propose,
+    const dg_desc **out);
+uint32_t dgi_fnv1a(const void *p, size_t n);
+/* Does any registered schema of the type have this field? */
+bool dgi_type_has_field(const dg_registry *reg, uint32_t type_id,
+    uint32_t field_id);
+uint32_t dgi_schema_id(const uint32_t *ids, uint32_t n);
+static inline int dgi_field_index(const dg_desc *d, uint32_t id)
+{
+	uint32_t i = (id * 0x9E3779B1u) & d->idx_mask;
+	for (;;) {
+		uint16_t v = d->idx[i];
+		if (v == 0)
+			return -1;
+		if (d->fields[v - 1].id == id)
+			return v - 1;
+		i = (i + 1) & d->idx_mask;
+	}
+}
+
+/* ---- utf8.c ---- */
+bool dgi_utf8_valid(const uint8_t *s, size_t n);
+
+/* ---- reader.c ---- */
+/* Decode one tagged value at *pp that must be self-contained (no scope):
+ * used for object fields and dg_bobj_get. */
+dg_err dgi_decode_tagged(const dg_registry *reg, const uint8_t **pp,
+    const uint8_t *end, dg_value *out, unsigned depth, bool deep);
+/* Structural skip of one tagged value in a scope-less position. */
+dg_err dgi_skip_tagged(const dg_registry *reg, const uint8_t **pp,
+    const uint8_t *end, unsigned depth, bool deep);
+int dgi_cmp_encoded(const uint8_t *a, size_t alen, const uint8_t *b,
+    size_t blen);
+
+/* ---- object.c ---- */
+/* Encode the body of obj (bound struct) with descriptor d at the writer's
+ * end (length prefix included). */
+dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
+    unsigned depth);
+/* Check body framing: footer offsets monotonic and inside the var area. */
+dg_err dgi_body_check(const dg_desc *d, const uint8_t *body, uint32_t len);
+/* Decode body (schema s) into struct out bound by d (same type). */
+dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
+    const dg_desc *d, const uint8_t *body, uint32_t len, void *out,
+    dg_arena *arena, unsigned depth);
+/* Read an object header at *pp (OBJ/OBJ_S tags only): schema and body. */
+dg_err dgi_obj_header(const dg_registry *reg, uint8_t tag, const uint8_t **pp,
+    const uint8_t *end, const dg_desc **s, const uint8_t **body,
+    uint32_t *len);
+dg_err dgi_body_deep_check(const dg_registry *reg, const dg_desc *s,
+    const uint8_t *body, uint32_t len, unsigned depth);
+/* Copy the body of o as an object value into w (OBJ/OBJ_S/DEF/REF). */
+dg_err dgi_write_bobj(dg_writer *w, const dg_bobj *o);
+
+/* Object body framing shared by the struct and builder encoders: reserve
+ * the length slot, then (after the fields) write the footer and length. */
+dg_err dgi_body_begin(dg_buf *b, size_t *start);
+dg_err dgi_body_finish(dg_buf *b, size_t start, const uint32_t *offs,
+    uint32_t nvar);
+/* Field access on a checked body (layout index i). */
+dg_err dgi_body_field(const dg_desc *s, const uint8_t *body, uint32_t len,
+    uint32_t i, dg_value *out, unsigned depth, bool deep);
+
+/* ---- writer.c ---- */
+dg_err dgi_w_fail(dg_writer *w, dg_err e);
+/* Writer helpers for object encoding: begin an object value (tag +
+ * header) honouring the current scope. */
+dg_err dgi_w_object_header(dg_writer *w, const dg_desc *d);
+void dgi_w_elem_done(dg_writer *w);
+dg_err dgi_w_elem_begin(dg_writer *w);
+
+/* ---- primitive encoding ---- */
+static inline size_t dgi_uvarint_len(uint64_t v)
+{
+	size_t n = 1;
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+static inline uint8_t *dgi_put_uvarint(uint8_t *p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*p++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*p++ = (uint8_t)v;
+	return p;
+}
+
+static inline uint64_t dgi_zigzag(int64_t v)
+{
+	return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+static inline int64_t dgi_unzigzag(uint64_t v)
+{
+	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+}
+
+dg_err dgi_get_uvarint_slow(const uint8_t **pp, const uint8_t *end,
+    uint64_t *out);
+
+/* Decode a minimal LEB128 varint. */
+static inline dg_err dgi_get_uvarint(const uint8_t **pp, const uint8_t *end,
+    uint64_t *out)
+{
+	const uint8_t *p = *pp;
+	if (DG_LIKELY(p < end && p[0] < 0x80)) {
+		*out = p[0];
+		*pp = p + 1;
+		return DG_OK;
+	}
+	return dgi_get_uvarint_slow(pp, end, out);
+}
+
+static inline dg_err dgi_get_u32var(const uint8_t **pp, const uint8_t *end,
+    uint32_t *out)
+{
+	uint64_t v;
+	dg_err e = dgi_get_uvarint(pp, end, &v);
+	if (e != DG_OK)
+		return e;
+	if (v > UINT32_MAX)
+		return DG_ERR_BAD_LENGTH;
+	*out = (uint32_t)v;
+	return DG_OK;
+}
+
+static inline uint32_t dgi_ld32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+static inline void dgi_st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+/* Footer entry width for a body of `len` bytes (FORMAT.md, "Objects"). */
+static inline unsigned dgi_off_width(uint32_t len)
+{
+	return len <= 0xFF ? 1 : len <= 0xFFFF ? 2 : 4;
+}
+
+static inline uint32_t dgi_ld_off(const uint8_t *p, unsigned w)
+{
+	if (w == 1)
+		return p[0];
+	if (w == 2)
+		return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+	return dgi_ld32(p);
+}
+
+/* Width of a fixed field kind, 0 for variable width. */
+static inline unsigned dgi_fixed_width(dg_kind k)
+{
+	switch (k) {
+	case DG_BOOL:
+	case DG_I8:
+		return 1;
+	case DG_I16:
+		return 2;
+	case DG_FLOAT:
+		return 4;
+	case DG_DOUBLE:
+		return 8;
+	case DG_UUID:
+		return 16;
+	default:
+		return 0;
+	}
+}
+
+/* Width of an array element kind, 0 if not an array element kind. */
+static inline unsigned dgi_elem_width(dg_kind k)
+{
+	switch (k) {
+	case DG_BOOL:
+	case DG_I8:
+		return 1;
+	case DG_I16:
+		return 2;
+	case DG_I32:
+	case DG_FLOAT:
+		return 4;
+	case DG_I64:
+	case DG_DOUBLE:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
+/* Bytes of the C binding for a field kind (for offset checks). */
+size_t dgi_binding_size(dg_kind k, const dg_desc *ref);
+
+/* Arena copy; NULL when full. */
+static inline void *dgi_arena_copy(dg_arena *a, const void *p, size_t n,
+    size_t align, bool nul)
+{
+	size_t at = (a->used + (align - 1)) & ~(align - 1);
+	size_t need = n + (nul ? 1 : 0);
+	if (at > a->cap || a->cap - at < need)
+		return NULL;
+	uint8_t *dst = a->mem + at;
+	if (n)
+		memcpy(dst, p, n);
+	if (nul)
+		dst[n] = 0;
+	a->used = at + need;
+	return dst;
+}
+
+#endif /* DG_MARSHAL_INT_H */

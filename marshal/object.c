@@ -1,0 +1,708 @@
+/* object.c — objects: encoding a bound C struct, decoding into one, the
+ * O(1) field access of binary objects, and the framing checks.
+ *
+ * Body layout (FORMAT.md, "Objects"): the fixed-width fields at offsets the
+ * schema fixes, then the variable-width fields in layout order, then a
+ * footer with the offsets of var fields 1..n-1 (var field 0 starts right
+ * after the fixed area).  The struct encode and decode loops walk the
+ * descriptor's flat field table with one switch on the field kind: no
+ * indirect call per field. */
+#include "marshal_int.h"
+
+/* ---- encoding ---- */
+
+/* Make room for n more bytes at *p (which may move). */
+#define ROOM(n)                                                     \
+	do {                                                            \
+		size_t at_ = (size_t)(p - b->data);                         \
+		if (DG_UNLIKELY(b->cap - at_ < (size_t)(n))) {              \
+			b->len = at_;                                           \
+			if ((e = dg_buf_reserve(b, (n))) != DG_OK)              \
+				return e;                                           \
+			p = b->data + at_;                                      \
+		}                                                           \
+	} while (0)
+
+static dg_err raw_check(const dg_registry *reg, const dg_raw *raw, dg_kind kind,
+    unsigned depth)
+{
+	static const uint8_t tag_of[DG_KIND__COUNT] = {
+		[DG_LIST] = TAG_LIST, [DG_SET] = TAG_SET,
+		[DG_SORTED_SET] = TAG_SORTED_SET, [DG_MAP] = TAG_MAP,
+		[DG_SORTED_MAP] = TAG_SORTED_MAP,
+	};
+	if (raw->len == 0)
+		return DG_ERR_INVAL;
+	if (kind != DG_ANY && raw->ptr[0] != tag_of[kind] && raw->ptr[0] != TAG_NULL)
+		return DG_ERR_TYPE_MISMATCH;
+	const uint8_t *q = raw->ptr;
+	dg_err e = dgi_skip_tagged(reg, &q, raw->ptr + raw->len, depth, true);
+	if (e == DG_OK && q != raw->ptr + raw->len)
+		e = DG_ERR_BAD_LENGTH;
+	return e;
+}
+
+dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
+    unsigned depth)
+{
+	uint32_t offs[DG_MAX_FIELDS];
+	dg_buf *b = w->w_buf;
+	const uint8_t *src = obj;
+	uint32_t nvar = d->nfields - d->nfixed;
+	dg_err e;
+
+	if (depth > DG_MAX_DEPTH)
+		return DG_ERR_DEPTH;
+	size_t start;                 /* the 1-byte length slot */
+	if ((e = dgi_body_begin(b, &start)) != DG_OK)
+		return e;
+	size_t body = start + 1;
+	uint8_t *p = b->data + body;
+	ROOM(d->fixed_size);
+
+	for (uint32_t i = 0; i < d->nfixed; i++) {
+		const struct dgi_field *f = &d->fields[i];
+		const uint8_t *s = src + f->c_off;
+		if (f->kind == DG_BOOL)
+			*p = *(const bool *)s ? 1 : 0;
+		else
+			memcpy(p, s, f->width);
+		p += f->width;
+	}
+	for (uint32_t i = d->nfixed; i < d->nfields; i++) {
+		const struct dgi_field *f = &d->fields[i];
+		const uint8_t *s = src + f->c_off;
+		offs[f->var] = (uint32_t)((size_t)(p - b->data) - body);
+		switch (f->kind) {
+		case DG_I32:
+			ROOM(5);
+			p = dgi_put_uvarint(p, dgi_zigzag(*(const int32_t *)s));
+			break;
+		case DG_I64:
+			ROOM(10);
+			p = dgi_put_uvarint(p, dgi_zigzag(*(const int64_t *)s));
+			break;
+		case DG_ENUM: {
+			int32_t o = *(const int32_t *)s;
+			if (o < 0)
+				return DG_ERR_RANGE;
+			ROOM(5);
+			p = dgi_put_uvarint(p, (uint32_t)o);
+			break;
+		}
+		case DG_TIMESTAMP: {
+			const dg_timestamp *t = (const dg_timestamp *)s;
+			if (t->ns < 0 || t->ns > 999999)
+				return DG_ERR_RANGE;
+			ROOM(15);
+			p = dgi_put_uvarint(p, dgi_zigzag(t->ms));
+			p = dgi_put_uvarint(p, (uint32_t)t->ns);
+			break;
+		}
+		case DG_STRING:
+		case DG_BYTES: {
+			const dg_bytes *v = (const dg_bytes *)s; /* same layout as dg_str */
+			if (v->ptr == NULL) {
+				ROOM(1);
+				*p++ = 0;
+				break;
+			}
+			if (f->kind == DG_STRING && !dgi_utf8_valid(v->ptr, v->len))
+				return DG_ERR_UTF8;
+			ROOM(5 + (size_t)v->len);
+			p = dgi_put_uvarint(p, (uint64_t)v->len + 1);
+			memcpy(p, v->ptr, v->len);
+			p += v->len;
+			break;
+		}
+		case DG_ARRAY: {
+			const dg_array *a = (const dg_array *)s;
+			size_t n = (size_t)a->count * dgi_elem_width(f->elem);
+			if (a->ptr == NULL) {
+				ROOM(1);
+				*p++ = 0;
+				break;
+			}
+			ROOM(5 + n);
+			p = dgi_put_uvarint(p, (uint64_t)a->count + 1);
+			if (f->elem == DG_BOOL) {
+				for (uint32_t k = 0; k < a->count; k++)
+					p[k] = ((const bool *)a->ptr)[k] ? 1 : 0;
+			} else if (n) {
+				memcpy(p, a->ptr, n);
+			}
+			p += n;
+			break;
+		}
+		case DG_OBJECT: {
+			/* embedded struct: a self-contained tagged object */
+			b->len = (size_t)(p - b->data);
+			uint32_t save_depth = w->w_depth;
+			w->w_depth = 0; /* no scope inside a field */
+			e = dgi_w_object_header(w, f->ref);
+			if (e == DG_OK)
+				e = dgi_obj_encode(w, f->ref, s, depth + 1);
+			w->w_depth = save_depth;
+			if (e != DG_OK)
+				return e;
+			p = b->data + b->len;
+			break;
+		}
+		default: { /* containers and DG_ANY: one encoded value */
+			const dg_raw *r = (const dg_raw *)s;
+			if (r->ptr == NULL) {
+				ROOM(1);
+				*p++ = TAG_NULL;
+				break;
+			}
+			if ((e = raw_check(d->reg, r, (dg_kind)f->kind, depth)) != DG_OK)
+				return e;
+			ROOM(r->len);
+			memcpy(p, r->ptr, r->len);
+			p += r->len;
+			break;
+		}
+		}
+	}
+
+	b->len = (size_t)(p - b->data);
+	return dgi_body_finish(b, start, offs, nvar);
+}
+
+dg_err dgi_body_begin(dg_buf *b, size_t *start)
+{
+	dg_err e = dg_buf_reserve(b, 1);
+	if (e != DG_OK)
+		return e;
+	*start = b->len++;
+	return DG_OK;
+}
+
+dg_err dgi_body_finish(dg_buf *b, size_t start, const uint32_t *offs,
+    uint32_t nvar)
+{
+	size_t body = start + 1;
+	size_t data_len = b->len - body;
+	uint32_t k = nvar > 1 ? nvar - 1 : 0;
+	unsigned ow = data_len + k <= 0xFF ? 1 : data_len + 2 * (size_t)k <= 0xFFFF ? 2 : 4;
+	size_t body_len = data_len + (size_t)k * ow;
+	dg_err e;
+	if (body_len > UINT32_MAX)
+		return DG_ERR_LIMIT;
+	if ((e = dg_buf_reserve(b, (size_t)k * 4 + 5)) != DG_OK)
+		return e;
+	uint8_t *p = b->data + b->len;
+	for (uint32_t j = 1; j < nvar; j++) {
+		uint32_t o = offs[j];
+		if (ow == 1) {
+			*p++ = (uint8_t)o;
+		} else if (ow == 2) {
+			*p++ = (uint8_t)o;
+			*p++ = (uint8_t)(o >> 8);
+		} else {
+			dgi_st32(p, o);
+			p += 4;
+		}
+	}
+	/* length prefix: one byte reserved; widen in place when needed */
+	size_t lenlen = dgi_uvarint_len(body_len);
+	if (DG_UNLIKELY(lenlen > 1))
+		memmove(b->data + body + lenlen - 1, b->data + body, body_len);
+	dgi_put_uvarint(b->data + start, body_len);
+	b->len = body + lenlen - 1 + body_len;
+	return DG_OK;
+}
+
+/* ---- framing ---- */
+
+dg_err dgi_body_check(const dg_desc *d, const uint8_t *body, uint32_t len)
+{
+	uint32_t nvar = d->nfields - d->nfixed;
+	uint32_t k = nvar > 1 ? nvar - 1 : 0;
+	unsigned ow = dgi_off_width(len);
+	if ((uint64_t)d->fixed_size + (uint64_t)k * ow > len)
+		return DG_ERR_BAD_LENGTH;
+	uint32_t data_end = len - k * ow;
+	if (nvar == 0)
+		return data_end == d->fixed_size ? DG_OK : DG_ERR_BAD_LENGTH;
+	/* every var field takes at least one byte: offsets strictly increase */
+	uint32_t prev = d->fixed_size;
+	const uint8_t *foot = body + data_end;
+	for (uint32_t j = 0; j < k; j++) {
+		uint32_t o = dgi_ld_off(foot + j * ow, ow);
+		if (o <= prev || o >= data_end)
+			return DG_ERR_BAD_LENGTH;
+		prev = o;
+	}
+	return prev < data_end ? DG_OK : DG_ERR_BAD_LENGTH;
+}
+
+/* Span [*start, *end) of var field j of a checked body. */
+static inline void var_span(const dg_desc *d, const uint8_t *body, uint32_t len,
+    uint32_t j, uint32_t *start, uint32_t *end)
+{
+	uint32_t nvar = d->nfields - d->nfixed;
+	uint32_t k = nvar > 1 ? nvar - 1 : 0;
+	unsigned ow = dgi_off_width(len);
+	uint32_t data_end = len - k * ow;
+	const uint8_t *foot = body + data_end;
+	*start = j == 0 ? d->fixed_size : dgi_ld_off(foot + (j - 1) * ow, ow);
+	*end = j + 1 < nvar ? dgi_ld_off(foot + j * ow, ow) : data_end;
+}
+
+dg_err dgi_obj_header(const dg_registry *reg, uint8_t tag, const uint8_t **pp,
+    const uint8_t *end, const dg_desc **s, const uint8_t **body, uint32_t *len)
+{
+	const uint8_t *p = *pp;
+	const dg_desc *d;
+	dg_err e;
+	if (tag != TAG_OBJ && tag != TAG_OBJ_S)
+		return DG_ERR_BAD_TAG;
+	size_t idlen = tag == TAG_OBJ ? 4 : 8;
+	if ((size_t)(end - p) < idlen)
+		return DG_ERR_TRUNCATED;
+	uint32_t tid = dgi_ld32(p);
+	if (tag == TAG_OBJ) {
+		d = dg_registry_find(reg, tid);
+		if (d == NULL)
+			return DG_ERR_UNKNOWN_TYPE;
+	} else {
+		d = dgi_find_schema(reg, tid, dgi_ld32(p + 4));
+		if (d == NULL)
+			return dg_registry_find(reg, tid) ? DG_ERR_UNKNOWN_SCHEMA :
+			    DG_ERR_UNKNOWN_TYPE;
+	}
+	if (d->builtin)
+		return DG_ERR_TYPE_MISMATCH; /* built-ins are not object types */
+	p += idlen;
+	if ((e = dgi_get_u32var(&p, end, len)) != DG_OK)
+		return e;
+	if (*len > (size_t)(end - p))
+		return DG_ERR_TRUNCATED;
+	if ((e = dgi_body_check(d, p, *len)) != DG_OK)
+		return e;
+	*s = d;
+	*body = p;
+	*pp = p + *len;
+	return DG_OK;
+}
+
+/* ---- decoding a var field into a dg_value ---- */
+
+static dg_err get_blob(const uint8_t **pp, const uint8_t *end, uint32_t *n,
+    bool *is_null)
+{
+	uint64_t v;
+	dg_err e = dgi_get_uvarint(pp, end, &v);
+	if (e != DG_OK)
+		return e;
+	if (v == 0) {
+		*is_null = true;
+		*n = 0;
+		return DG_OK;
+	}
+	*is_null = false;
+	if (v - 1 > (uint64_t)(end - *pp))
+		return DG_ERR_TRUNCATED;
+	*n = (uint32_t)(v - 1);
+	return DG_OK;
+}
+
+static dg_err get_bools(const uint8_t *p, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (p[i] > 1)
+			return DG_ERR_RANGE;
+	return DG_OK;
+}
+
+/* Decodes field f (untagged form) at *pp into out. */
+static dg_err field_value(const dg_registry *reg, const struct dgi_field *f,
+    const uint8_t **pp, const uint8_t *end, dg_value *out, unsigned depth,
+    bool deep)
+{
+	const uint8_t *p = *pp;
+	uint64_t v;
+	uint32_t n;
+	bool null;
+	dg_err e = DG_OK;
+
+	out->kind = (dg_kind)f->kind;
+	switch (f->kind) {
+	case DG_BOOL:
+		if (p[0] > 1)
+			return DG_ERR_RANGE;
+		out->v.b = p[0];
+		p++;
+		break;
+	case DG_I8: out->v.i = (int8_t)p[0]; p++; break;
+	case DG_I16: { int16_t x; memcpy(&x, p, 2); out->v.i = x; p += 2; break; }
+	case DG_FLOAT: memcpy(&out->v.f, p, 4); p += 4; break;
+	case DG_DOUBLE: memcpy(&out->v.d, p, 8); p += 8; break;
+	case DG_UUID: memcpy(out->v.uuid.b, p, 16); p += 16; break;
+	case DG_I32:
+	case DG_I64:
+		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+			return e;
+		out->v.i = dgi_unzigzag(v);
+		if (f->kind == DG_I32 && (out->v.i < INT32_MIN || out->v.i > INT32_MAX))
+			return DG_ERR_RANGE;
+		break;
+	case DG_ENUM:
+		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+			return e;
+		if (v > INT32_MAX)
+			return DG_ERR_RANGE;
+		out->v.en.type_id = f->ref_type;
+		out->v.en.ordinal = (int32_t)v;
+		break;
+	case DG_TIMESTAMP:
+		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+			return e;
+		out->v.ts.ms = dgi_unzigzag(v);
+		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+			return e;
+		if (v > 999999)
+			return DG_ERR_RANGE;
+		out->v.ts.ns = (int32_t)v;
+		break;
+	case DG_STRING:
+	case DG_BYTES:
+		if ((e = get_blob(&p, end, &n, &null)) != DG_OK)
+			return e;
+		if (null) {
+			out->kind = DG_NULL;
+			break;
+		}
+		if (f->kind == DG_STRING && !dgi_utf8_valid(p, n))
+			return DG_ERR_UTF8;
+		out->v.bytes.ptr = p;
+		out->v.bytes.len = n;
+		p += n;
+		break;
+	case DG_ARRAY: {
+		unsigned w = dgi_elem_width(f->elem);
+		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+			return e;
+		if (v == 0) {
+			out->kind = DG_NULL;
+			break;
+		}
+		if (v - 1 > (uint64_t)(end - p) / w)
+			return DG_ERR_COUNT;
+		n = (uint32_t)(v - 1);
+		if (f->elem == DG_BOOL && (e = get_bools(p, n)) != DG_OK)
+			return e;
+		out->v.arr.a.ptr = p;
+		out->v.arr.a.count = n;
+		out->v.arr.elem = (dg_kind)f->elem;
+		p += (size_t)n * w;
+		break;
+	}
+	default: /* tagged: containers, objects, any */
+		if ((e = dgi_decode_tagged(reg, &p, end, out, depth + 1, deep)) != DG_OK)
+			return e;
+		if (f->kind == DG_OBJECT && out->kind != DG_OBJECT && out->kind != DG_NULL)
+			return DG_ERR_TYPE_MISMATCH;
+		if (f->kind != DG_OBJECT && f->kind != DG_ANY &&
+		    out->kind != f->kind && out->kind != DG_NULL)
+			return DG_ERR_TYPE_MISMATCH;
+		break;
+	}
+	*pp = p;
+	return DG_OK;
+}
+
+/* Field at layout index i of a checked body, as a value. */
+dg_err dgi_body_field(const dg_desc *s, const uint8_t *body, uint32_t len,
+    uint32_t i, dg_value *out, unsigned depth, bool deep)
+{
+	const struct dgi_field *f = &s->fields[i];
+	const uint8_t *p, *end;
+	if (i < s->nfixed) {
+		p = body + f->body_off;
+		end = p + f->width;
+	} else {
+		uint32_t a, z;
+		var_span(s, body, len, f->var, &a, &z);
+		p = body + a;
+		end = body + z;
+	}
+	dg_err e = field_value(s->reg, f, &p, end, out, depth, deep);
+	if (e == DG_OK && p != end)
+		e = DG_ERR_BAD_LENGTH;
+	return e;
+}
+
+dg_err dgi_body_deep_check(const dg_registry *reg, const dg_desc *s,
+    const uint8_t *body, uint32_t len, unsigned depth)
+{
+	dg_value v;
+	(void)reg;
+	if (depth > DG_MAX_DEPTH)
+		return DG_ERR_DEPTH;
+	for (uint32_t i = 0; i < s->nfields; i++) {
+		dg_err e = dgi_body_field(s, body, len, i, &v, depth, true);
+		if (e != DG_OK)
+			return e;
+	}
+	return DG_OK;
+}
+
+/* ---- binary objects ---- */
+
+uint32_t dg_bobj_type_id(const dg_bobj *o) { return o->desc->type_id; }
+
+dg_err dg_bobj_open(const dg_registry *reg, const void *data, size_t len,
+    dg_bobj *out)
+{
+	const uint8_t *p = data, *end = p + len;
+	if (len == 0)
+		return DG_ERR_TRUNCATED;
+	uint8_t tag = *p++;
+	if (tag != TAG_OBJ && tag != TAG_OBJ_S)
+		return tag < TAG_OBJ ? DG_ERR_TYPE_MISMATCH : DG_ERR_BAD_TAG;
+	dg_err e = dgi_obj_header(reg, tag, &p, end, &out->desc, &out->body, &out->len);
+	if (e == DG_OK && p != end)
+		e = DG_ERR_BAD_LENGTH;
+	return e;
+}
+
+DG_NOINLINE static dg_err field_missing(const dg_desc *s, uint32_t id,
+    dg_value *out)
+{
+	/* absent from this schema: null if another schema of the type has it */
+	if (!dgi_type_has_field(s->reg, s->type_id, id))
+		return DG_ERR_UNKNOWN_FIELD;
+	out->kind = DG_NULL;
+	return DG_OK;
+}
+
+dg_err dg_bobj_get(const dg_bobj *o, uint32_t field_id, dg_value *out)
+{
+	int i = dgi_field_index(o->desc, field_id);
+	if (i < 0)
+		return field_missing(o->desc, field_id, out);
+	return dgi_body_field(o->desc, o->body, o->len, (uint32_t)i, out, 1, false);
+}
+
+dg_err dg_bobj_get_name(const dg_bobj *o, const char *name, dg_value *out)
+{
+	return dg_bobj_get(o, dgi_fnv1a(name, strlen(name)), out);
+}
+
+dg_err dgi_write_bobj(dg_writer *w, const dg_bobj *o)
+{
+	dg_err e;
+	if (dgi_w_object_header(w, o->desc) != DG_OK)
+		return w->w_err;
+	if ((e = dg_buf_reserve(w->w_buf, 5 + (size_t)o->len)) != DG_OK)
+		return dgi_w_fail(w, e);
+	uint8_t *p = w->w_buf->data + w->w_buf->len;
+	p = dgi_put_uvarint(p, o->len);
+	memcpy(p, o->body, o->len);
+	w->w_buf->len = (size_t)(p + o->len - w->w_buf->data);
+	return DG_OK;
+}
+
+/* ---- decoding into a bound struct ---- */
+
+static inline dg_err copy_out(dg_arena *arena, const uint8_t **ptr, uint32_t n,
+    size_t align, bool nul)
+{
+	if (arena == NULL)
+		return DG_OK;
+	void *c = dgi_arena_copy(arena, *ptr, n, align, nul);
+	if (c == NULL)
+		return DG_ERR_NOSPACE;
+	*ptr = c;
+	return DG_OK;
+}
+
+/* Store a decoded value into the C binding of field f (kinds agree). */
+static dg_err store_value(const dg_registry *reg, const struct dgi_field *f,
+    const dg_value *v, const uint8_t *span, uint32_t span_len, uint8_t *dst,
+    dg_arena *arena, unsigned depth)
+{
+	size_t bs = dgi_binding_size((dg_kind)f->kind, f->ref);
+	if (v->kind == DG_NULL) {
+		memset(dst, 0, bs);
+		return DG_OK;
+	}
+	switch (f->kind) {
+	case DG_BOOL: *(bool *)dst = v->v.b; return DG_OK;
+	case DG_I8: *(int8_t *)dst = (int8_t)v->v.i; return DG_OK;
+	case DG_I16: *(int16_t *)dst = (int16_t)v->v.i; return DG_OK;
+	case DG_I32: *(int32_t *)dst = (int32_t)v->v.i; return DG_OK;
+	case DG_I64: *(int64_t *)dst = v->v.i; return DG_OK;
+	case DG_FLOAT: *(float *)dst = v->v.f; return DG_OK;
+	case DG_DOUBLE: *(double *)dst = v->v.d; return DG_OK;
+	case DG_UUID: memcpy(dst, v->v.uuid.b, 16); return DG_OK;
+	case DG_TIMESTAMP: *(dg_timestamp *)dst = v->v.ts; return DG_OK;
+	case DG_ENUM: *(int32_t *)dst = v->v.en.ordinal; return DG_OK;
+	case DG_STRING:
+	case DG_BYTES: {
+		dg_bytes *b = (dg_bytes *)dst;
+		b->ptr = v->v.bytes.ptr;
+		b->len = v->v.bytes.len;
+		return copy_out(arena, &b->ptr, b->len, 1, f->kind == DG_STRING);
+	}
+	case DG_ARRAY: {
+		dg_array *a = (dg_array *)dst;
+		const uint8_t *q = v->v.arr.a.ptr;
+		unsigned w = dgi_elem_width((dg_kind)f->elem);
+		a->count = v->v.arr.a.count;
+		dg_err e = copy_out(arena, &q, (uint32_t)((size_t)a->count * w), w, false);
+		a->ptr = q;
+		return e;
+	}
+	case DG_OBJECT: {
+		const dg_bobj *o = &v->v.obj;
+		if (o->desc->type_id != f->ref->type_id)
+			return DG_ERR_TYPE_MISMATCH;
+		return dgi_obj_decode(reg, o->desc, f->ref, o->body, o->len, dst,
+		    arena, depth + 1);
+	}
+	default: { /* containers and DG_ANY: the field's encoded value */
+		dg_raw *r = (dg_raw *)dst;
+		r->ptr = span;
+		r->len = span_len;
+		return copy_out(arena, &r->ptr, r->len, 1, false);
+	}
+	}
+}
+
+/* Slow path: the object was written with another schema of the type. */
+DG_NOINLINE static dg_err decode_other_schema(const dg_registry *reg,
+    const dg_desc *s, const dg_desc *d, const uint8_t *body, uint32_t len,
+    uint8_t *out, dg_arena *arena, unsigned depth)
+{
+	for (uint32_t i = 0; i < d->nfields; i++) {
+		const struct dgi_field *f = &d->fields[i];
+		int at = dgi_field_index(s, f->id);
+		const uint8_t *span = NULL;
+		uint32_t a = 0, z = 0;
+		dg_value v;
+		dg_err e;
+		if (at < 0) {
+			v.kind = DG_NULL;
+		} else {
+			if ((e = dgi_body_field(s, body, len, (uint32_t)at, &v, depth, false)) != DG_OK)
+				return e;
+			if ((uint32_t)at >= s->nfixed) {
+				var_span(s, body, len, s->fields[at].var, &a, &z);
+				span = body + a;
+			}
+		}
+		if (at >= 0 && s->fields[at].kind != f->kind)
+			return DG_ERR_TYPE_MISMATCH;
+		e = store_value(reg, f, &v, span, z - a, out + f->c_off, arena, depth);
+		if (e != DG_OK)
+			return e;
+	}
+	return DG_OK;
+}
+
+dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
+    const dg_desc *d, const uint8_t *body, uint32_t len, void *obj,
+    dg_arena *arena, unsigned depth)
+{
+	uint8_t *out = obj;
+	if (depth > DG_MAX_DEPTH)
+		return DG_ERR_DEPTH;
+	if (DG_UNLIKELY(s->schema_id != d->schema_id))
+		return decode_other_schema(reg, s, d, body, len, out, arena, depth);
+
+	/* Same schema: walk the layout once, checking each var field against
+	 * the footer so sequential and O(1) readers can never disagree. */
+	uint32_t nvar = d->nfields - d->nfixed;
+	uint32_t k = nvar > 1 ? nvar - 1 : 0;
+	unsigned ow = dgi_off_width(len);
+	uint32_t data_end = len - k * ow; /* body_check passed */
+	const uint8_t *foot = body + data_end;
+	const uint8_t *p = body, *end = body + data_end;
+	uint64_t v;
+	uint32_t n;
+	bool null;
+	dg_err e;
+
+	for (uint32_t i = 0; i < d->nfixed; i++) {
+		const struct dgi_field *f = &d->fields[i];
+		uint8_t *dst = out + f->c_off;
+		if (f->kind == DG_BOOL) {
+			if (*p > 1)
+				return DG_ERR_RANGE;
+			*(bool *)dst = *p;
+		} else {
+			memcpy(dst, p, f->width);
+		}
+		p += f->width;
+	}
+	for (uint32_t i = d->nfixed; i < d->nfields; i++) {
+		const struct dgi_field *f = &d->fields[i];
+		uint8_t *dst = out + f->c_off;
+		if (f->var > 0 && (uint32_t)(p - body) != dgi_ld_off(foot + (f->var - 1) * ow, ow))
+			return DG_ERR_BAD_LENGTH;
+		switch (f->kind) {
+		case DG_I64:
+			if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+				return e;
+			*(int64_t *)dst = dgi_unzigzag(v);
+			break;
+		case DG_I32: {
+			if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+				return e;
+			int64_t x = dgi_unzigzag(v);
+			if (x < INT32_MIN || x > INT32_MAX)
+				return DG_ERR_RANGE;
+			*(int32_t *)dst = (int32_t)x;
+			break;
+		}
+		case DG_STRING:
+		case DG_BYTES: {
+			dg_bytes *b = (dg_bytes *)dst;
+			if ((e = get_blob(&p, end, &n, &null)) != DG_OK)
+				return e;
+			if (null) {
+				b->ptr = NULL;
+				b->len = 0;
+				break;
+			}
+			if (f->kind == DG_STRING && !dgi_utf8_valid(p, n))
+				return DG_ERR_UTF8;
+			b->ptr = p;
+			b->len = n;
+			p += n;
+			if ((e = copy_out(arena, &b->ptr, n, 1, f->kind == DG_STRING)) != DG_OK)
+				return e;
+			break;
+		}
+		default: {
+			/* less common kinds share the value path */
+			const uint8_t *span = p;
+			dg_value val;
+			if ((e = field_value(reg, f, &p, end, &val, depth, false)) != DG_OK)
+				return e;
+			e = store_value(reg, f, &val, span, (uint32_t)(p - span), dst,
+			    arena, depth);
+			if (e != DG_OK)
+				return e;
+			break;
+		}
+		}
+	}
+	if (p != end)
+		return DG_ERR_BAD_LENGTH;
+	return DG_OK;
+}
+
+dg_err dg_decode_object(const dg_registry *reg, const dg_desc *d,
+    const void *data, size_t len, void *out, dg_arena *arena)
+{
+	dg_reader r;
+	dg_reader_init(&r, reg, data, len);
+	dg_err e = dg_read_object(&r, d, out, arena);
+	if (e == DG_OK && dg_reader_left(&r) != 0)
+		e = DG_ERR_BAD_LENGTH;
+	return e;
+}

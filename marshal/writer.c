@@ -1,0 +1,443 @@
+/* writer.c — the value writer: scalars, containers with element accounting,
+ * the scope table that writes each schema once per container, and the
+ * order check of sorted containers.  Errors are sticky (see marshal.h). */
+#include "marshal_int.h"
+
+void dg_writer_init(dg_writer *w, const dg_registry *reg, dg_buf *buf)
+{
+	w->w_buf = buf;
+	w->w_reg = reg;
+	w->w_err = DG_OK;
+	w->w_depth = 0;
+	w->w_nsch = 0;
+}
+
+void dg_writer_reset(dg_writer *w)
+{
+	w->w_err = DG_OK;
+	w->w_depth = 0;
+	w->w_nsch = 0;
+}
+
+dg_err dg_writer_finish(dg_writer *w)
+{
+	if (w->w_err == DG_OK && w->w_depth != 0)
+		w->w_err = DG_ERR_STATE;
+	return w->w_err;
+}
+
+DG_NOINLINE dg_err dgi_w_fail(dg_writer *w, dg_err e)
+{
+	if (w->w_err == DG_OK)
+		w->w_err = e;
+	return w->w_err;
+}
+
+/* Before a value: account for it in the enclosing container. */
+dg_err dgi_w_elem_begin(dg_writer *w)
+{
+	if (DG_UNLIKELY(w->w_err != DG_OK))
+		return w->w_err;
+	if (w->w_depth == 0)
+		return DG_OK;
+	struct dgi_wframe *f = &w->w_stack[w->w_depth - 1];
+	if (DG_UNLIKELY(f->f_left == 0))
+		return dgi_w_fail(w, DG_ERR_STATE); /* more values than declared */
+	f->f_key = (uint32_t)w->w_buf->len;
+	return DG_OK;
+}
+
+DG_NOINLINE static void sorted_done(dg_writer *w, struct dgi_wframe *f)
+{
+	bool is_key = f->f_kind == DG_SORTED_SET || f->f_pair == 0;
+	if (f->f_kind == DG_SORTED_MAP)
+		f->f_pair ^= 1;
+	if (!is_key)
+		return;
+	const uint8_t *base = w->w_buf->data;
+	uint32_t len = (uint32_t)w->w_buf->len - f->f_key;
+	if (f->f_prevlen != 0 &&
+	    f->f_desc->cmp(base + f->f_prev, f->f_prevlen, base + f->f_key, len) >= 0) {
+		dgi_w_fail(w, DG_ERR_ORDER);
+		return;
+	}
+	f->f_prev = f->f_key;
+	f->f_prevlen = len;
+}
+
+/* After a value: count it; sorted containers compare consecutive keys. */
+void dgi_w_elem_done(dg_writer *w)
+{
+	if (w->w_depth == 0)
+		return;
+	struct dgi_wframe *f = &w->w_stack[w->w_depth - 1];
+	f->f_left--;
+	if (DG_UNLIKELY(f->f_desc->cmp != NULL))
+		sorted_done(w, f);
+}
+
+static inline uint8_t *w_room(dg_writer *w, size_t n)
+{
+	dg_buf *b = w->w_buf;
+	if (DG_UNLIKELY(b->cap - b->len < n)) {
+		dg_err e = dg_buf_reserve(b, n);
+		if (e != DG_OK) {
+			dgi_w_fail(w, e);
+			return NULL;
+		}
+	}
+	return b->data + b->len;
+}
+
+static inline dg_err w_commit(dg_writer *w, uint8_t *end)
+{
+	w->w_buf->len = (size_t)(end - w->w_buf->data);
+	dgi_w_elem_done(w);
+	return w->w_err;
+}
+
+/* A tag followed by up to `n` more bytes built by the caller. */
+#define W_BEGIN(w, n, p)                      \
+	do {                                      \
+		if (dgi_w_elem_begin(w) != DG_OK)     \
+			return (w)->w_err;                \
+		if (((p) = w_room((w), (n))) == NULL) \
+			return (w)->w_err;                \
+	} while (0)
+
+dg_err dg_write_null(dg_writer *w)
+{
+	uint8_t *p;
+	W_BEGIN(w, 1, p);
+	*p++ = TAG_NULL;
+	return w_commit(w, p);
+}
+
+dg_err dg_write_bool(dg_writer *w, bool v)
+{
+	uint8_t *p;
+	W_BEGIN(w, 1, p);
+	*p++ = v ? TAG_TRUE : TAG_FALSE;
+	return w_commit(w, p);
+}
+
+dg_err dg_write_i8(dg_writer *w, int8_t v)
+{
+	uint8_t *p;
+	W_BEGIN(w, 2, p);
+	*p++ = TAG_I8;
+	*p++ = (uint8_t)v;
+	return w_commit(w, p);
+}
+
+dg_err dg_write_i16(dg_writer *w, int16_t v)
+{
+	uint8_t *p;
+	W_BEGIN(w, 3, p);
+	*p++ = TAG_I16;
+	memcpy(p, &v, 2);
+	return w_commit(w, p + 2);
+}
+
+dg_err dg_write_i32(dg_writer *w, int32_t v)
+{
+	uint8_t *p;
+	W_BEGIN(w, 6, p);
+	*p++ = TAG_I32;
+	return w_commit(w, dgi_put_uvarint(p, dgi_zigzag(v)));
+}
+
+dg_err dg_write_i64(dg_writer *w, int64_t v)
+{
+	uint8_t *p;
+	W_BEGIN(w, 11, p);
+	*p++ = TAG_I64;
+	return w_commit(w, dgi_put_uvarint(p, dgi_zigzag(v)));
+}
+
+dg_err dg_write_float(dg_writer *w, float v)
+{
+	uint8_t *p;
+	W_BEGIN(w, 5, p);
+	*p++ = TAG_FLOAT;
+	memcpy(p, &v, 4);
+	return w_commit(w, p + 4);
+}
+
+dg_err dg_write_double(dg_writer *w, double v)
+{
+	uint8_t *p;
+	W_BEGIN(w, 9, p);
+	*p++ = TAG_DOUBLE;
+	memcpy(p, &v, 8);
+	return w_commit(w, p + 8);
+}
+
+static dg_err write_blob(dg_writer *w, uint8_t tag, const void *s, size_t len)
+{
+	uint8_t *p;
+	if (len > UINT32_MAX)
+		return dgi_w_fail(w, DG_ERR_LIMIT);
+	W_BEGIN(w, 1 + 5 + len, p);
+	*p++ = tag;
+	p = dgi_put_uvarint(p, len);
+	if (len)
+		memcpy(p, s, len);
+	return w_commit(w, p + len);
+}
+
+dg_err dg_write_str(dg_writer *w, const char *s, size_t len)
+{
+	if (s == NULL)
+		return dg_write_null(w);
+	if (!dgi_utf8_valid((const uint8_t *)s, len))
+		return dgi_w_fail(w, DG_ERR_UTF8);
+	return write_blob(w, TAG_STRING, s, len);
+}
+
+dg_err dg_write_bytes(dg_writer *w, const void *b, size_t len)
+{
+	if (b == NULL)
+		return dg_write_null(w);
+	return write_blob(w, TAG_BYTES, b, len);
+}
+
+dg_err dg_write_uuid(dg_writer *w, const dg_uuid *u)
+{
+	uint8_t *p;
+	W_BEGIN(w, 17, p);
+	*p++ = TAG_UUID;
+	memcpy(p, u->b, 16);
+	return w_commit(w, p + 16);
+}
+
+dg_err dg_write_timestamp(dg_writer *w, dg_timestamp ts)
+{
+	uint8_t *p;
+	if (ts.ns < 0 || ts.ns > 999999)
+		return dgi_w_fail(w, DG_ERR_RANGE);
+	W_BEGIN(w, 1 + 10 + 5, p);
+	*p++ = TAG_TIMESTAMP;
+	p = dgi_put_uvarint(p, dgi_zigzag(ts.ms));
+	return w_commit(w, dgi_put_uvarint(p, (uint32_t)ts.ns));
+}
+
+dg_err dg_write_enum(dg_writer *w, uint32_t type_id, int32_t ordinal)
+{
+	uint8_t *p;
+	if (ordinal < 0)
+		return dgi_w_fail(w, DG_ERR_RANGE);
+	W_BEGIN(w, 1 + 4 + 5, p);
+	*p++ = TAG_ENUM;
+	dgi_st32(p, type_id);
+	return w_commit(w, dgi_put_uvarint(p + 4, (uint32_t)ordinal));
+}
+
+dg_err dg_write_array(dg_writer *w, dg_kind elem, const void *data,
+    uint32_t count)
+{
+	unsigned width = dgi_elem_width(elem);
+	uint8_t *p;
+	if (width == 0 || (data == NULL && count > 0))
+		return dgi_w_fail(w, DG_ERR_INVAL);
+	if (data == NULL)
+		return dg_write_null(w);
+	size_t n = (size_t)count * width;
+	W_BEGIN(w, 2 + 5 + n, p);
+	*p++ = TAG_ARRAY;
+	*p++ = (uint8_t)elem;
+	p = dgi_put_uvarint(p, count);
+	if (elem == DG_BOOL) {
+		const bool *b = data;
+		for (uint32_t i = 0; i < count; i++)
+			p[i] = b[i] ? 1 : 0;
+	} else if (n) {
+		memcpy(p, data, n);
+	}
+	return w_commit(w, p + n);
+}
+
+/* ---- containers ---- */
+
+static dg_err begin(dg_writer *w, dg_kind kind, uint8_t tag, uint64_t values,
+    uint32_t count)
+{
+	uint8_t *p;
+	if (w->w_depth >= DG_MAX_DEPTH)
+		return dgi_w_fail(w, DG_ERR_DEPTH);
+	const dg_desc *d = w->w_reg ? w->w_reg->builtin[kind] : NULL;
+	if (d == NULL)
+		return dgi_w_fail(w, DG_ERR_INVAL); /* no registry */
+	W_BEGIN(w, 6, p);
+	*p++ = tag;
+	p = dgi_put_uvarint(p, count);
+	w->w_buf->len = (size_t)(p - w->w_buf->data);
+	struct dgi_wframe *f = &w->w_stack[w->w_depth++];
+	f->f_desc = d;
+	f->f_left = (uint32_t)values;
+	f->f_kind = (uint8_t)kind;
+	f->f_pair = 0;
+	f->f_prevlen = 0;
+	f->f_base = (kind == DG_LIST || kind == DG_SET || kind == DG_MAP) ?
+	    w->w_nsch : NO_SCOPE;
+	return DG_OK;
+}
+
+dg_err dg_write_list_begin(dg_writer *w, uint32_t count)
+{
+	return begin(w, DG_LIST, TAG_LIST, count, count);
+}
+
+dg_err dg_write_set_begin(dg_writer *w, uint32_t count)
+{
+	return begin(w, DG_SET, TAG_SET, count, count);
+}
+
+dg_err dg_write_sorted_set_begin(dg_writer *w, uint32_t count)
+{
+	return begin(w, DG_SORTED_SET, TAG_SORTED_SET, count, count);
+}
+
+dg_err dg_write_map_begin(dg_writer *w, uint32_t entries)
+{
+	if (entries > UINT32_MAX / 2)
+		return dgi_w_fail(w, DG_ERR_LIMIT);
+	return begin(w, DG_MAP, TAG_MAP, (uint64_t)entries * 2, entries);
+}
+
+dg_err dg_write_sorted_map_begin(dg_writer *w, uint32_t entries)
+{
+	if (entries > UINT32_MAX / 2)
+		return dgi_w_fail(w, DG_ERR_LIMIT);
+	return begin(w, DG_SORTED_MAP, TAG_SORTED_MAP, (uint64_t)entries * 2,
+	    entries);
+}
+
+dg_err dg_write_end(dg_writer *w)
+{
+	if (w->w_err != DG_OK)
+		return w->w_err;
+	if (w->w_depth == 0 || w->w_stack[w->w_depth - 1].f_left != 0)
+		return dgi_w_fail(w, DG_ERR_STATE);
+	struct dgi_wframe *f = &w->w_stack[--w->w_depth];
+	if (f->f_base != NO_SCOPE)
+		w->w_nsch = f->f_base;
+	dgi_w_elem_done(w); /* the container itself, as an element of its parent */
+	return w->w_err;
+}
+
+/* ---- objects ---- */
+
+/* Tag and header of an object value.  Inside a LIST, SET or MAP the first
+ * object of a schema is a DEF, later ones a one-byte REF; elsewhere (top
+ * level, sorted containers, full scope table) a self-contained OBJ. */
+dg_err dgi_w_object_header(dg_writer *w, const dg_desc *d)
+{
+	uint8_t *p = w_room(w, 9);
+	if (p == NULL)
+		return w->w_err;
+	if (w->w_depth > 0) {
+		uint32_t base = w->w_stack[w->w_depth - 1].f_base;
+		if (base != NO_SCOPE) {
+			for (uint32_t i = w->w_nsch; i-- > base;) {
+				if (w->w_sch[i] == d) {
+					*p = (uint8_t)(TAG_REF | (i - base));
+					w->w_buf->len++;
+					return DG_OK;
+				}
+			}
+			if (w->w_nsch < DG_SCOPE_MAX) {
+				w->w_sch[w->w_nsch++] = d;
+				*p++ = d->primary ? TAG_DEF : TAG_DEF_S;
+				goto ids;
+			}
+		}
+	}
+	*p++ = d->primary ? TAG_OBJ : TAG_OBJ_S;
+ids:
+	dgi_st32(p, d->type_id);
+	p += 4;
+	if (!d->primary) {
+		dgi_st32(p, d->schema_id);
+		p += 4;
+	}
+	w->w_buf->len = (size_t)(p - w->w_buf->data);
+	return DG_OK;
+}
+
+dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj)
+{
+	if (dgi_w_elem_begin(w) != DG_OK)
+		return w->w_err;
+	if (d == NULL || obj == NULL || !d->bound || d->builtin)
+		return dgi_w_fail(w, DG_ERR_INVAL);
+	if (dgi_w_object_header(w, d) != DG_OK)
+		return w->w_err;
+	dg_err e = dgi_obj_encode(w, d, obj, 1);
+	if (e != DG_OK)
+		return dgi_w_fail(w, e);
+	dgi_w_elem_done(w);
+	return w->w_err;
+}
+
+/* Copies a complete encoded value after checking it deeply. */
+static dg_err write_raw(dg_writer *w, const dg_raw *raw)
+{
+	uint8_t *p;
+	if (raw->ptr == NULL)
+		return dg_write_null(w);
+	const uint8_t *q = raw->ptr;
+	dg_err e = dgi_skip_tagged(w->w_reg, &q, raw->ptr + raw->len, 0, true);
+	if (e == DG_OK && q != raw->ptr + raw->len)
+		e = DG_ERR_BAD_LENGTH;
+	if (e != DG_OK)
+		return dgi_w_fail(w, e);
+	W_BEGIN(w, raw->len, p);
+	memcpy(p, raw->ptr, raw->len);
+	return w_commit(w, p + raw->len);
+}
+
+dg_err dg_write_value(dg_writer *w, const dg_value *v)
+{
+	switch (v->kind) {
+	case DG_NULL: return dg_write_null(w);
+	case DG_BOOL: return dg_write_bool(w, v->v.b);
+	case DG_I8:
+		if (v->v.i < INT8_MIN || v->v.i > INT8_MAX)
+			return dgi_w_fail(w, DG_ERR_RANGE);
+		return dg_write_i8(w, (int8_t)v->v.i);
+	case DG_I16:
+		if (v->v.i < INT16_MIN || v->v.i > INT16_MAX)
+			return dgi_w_fail(w, DG_ERR_RANGE);
+		return dg_write_i16(w, (int16_t)v->v.i);
+	case DG_I32:
+		if (v->v.i < INT32_MIN || v->v.i > INT32_MAX)
+			return dgi_w_fail(w, DG_ERR_RANGE);
+		return dg_write_i32(w, (int32_t)v->v.i);
+	case DG_I64: return dg_write_i64(w, v->v.i);
+	case DG_FLOAT: return dg_write_float(w, v->v.f);
+	case DG_DOUBLE: return dg_write_double(w, v->v.d);
+	case DG_STRING: return dg_write_str(w, v->v.str.ptr, v->v.str.len);
+	case DG_BYTES: return dg_write_bytes(w, v->v.bytes.ptr, v->v.bytes.len);
+	case DG_UUID: return dg_write_uuid(w, &v->v.uuid);
+	case DG_TIMESTAMP: return dg_write_timestamp(w, v->v.ts);
+	case DG_ENUM: return dg_write_enum(w, v->v.en.type_id, v->v.en.ordinal);
+	case DG_ARRAY:
+		return dg_write_array(w, v->v.arr.elem, v->v.arr.a.ptr, v->v.arr.a.count);
+	case DG_LIST: case DG_SET: case DG_SORTED_SET: case DG_MAP:
+	case DG_SORTED_MAP:
+		if (v->v.coll.raw.ptr == NULL)
+			return dgi_w_fail(w, DG_ERR_INVAL);
+		return write_raw(w, &v->v.coll.raw);
+	case DG_ANY: return write_raw(w, &v->v.raw);
+	case DG_OBJECT:
+		if (dgi_w_elem_begin(w) != DG_OK)
+			return w->w_err;
+		if (dgi_write_bobj(w, &v->v.obj) != DG_OK)
+			return w->w_err;
+		dgi_w_elem_done(w);
+		return w->w_err;
+	default:
+		return dgi_w_fail(w, DG_ERR_INVAL);
+	}
+}
