@@ -13,8 +13,9 @@
 void dg_reader_init(dg_reader *r, const dg_registry *reg, const void *data,
     size_t len)
 {
-	r->r_p = data;
-	r->r_end = r->r_p + len;
+	static const uint8_t empty[1];
+	r->r_p = data != NULL ? (const uint8_t *)data : empty; /* NULL + 0 is UB */
+	r->r_end = r->r_p + (data != NULL ? len : 0);
 	r->r_reg = reg;
 	r->r_lookups = 0;
 	r->r_depth = 0;

@@ -1,0 +1,65 @@
+/* fuzz_types.h — the types the marshal fuzz target and its seed generator
+ * share, so seeds exercise registered objects (struct decode, O(1) field
+ * access, DEF/REF scopes) and not only scalars. */
+#ifndef DG_FUZZ_TYPES_H
+#define DG_FUZZ_TYPES_H
+
+#include "marshal/marshal.h"
+
+typedef struct fz_person {
+	int64_t id;
+	dg_str name;
+	double score;
+	int64_t ts;
+} fz_person;
+
+typedef struct fz_wide {
+	bool flag;
+	int8_t i8;
+	int16_t i16;
+	int32_t i32;
+	float f;
+	dg_uuid uuid;
+	dg_timestamp at;
+	int32_t color;
+	dg_bytes blob;
+	dg_array nums;
+	dg_raw tags;
+	dg_raw extra;
+	fz_person owner;
+} fz_wide;
+
+static const dg_field_def fz_person_fields[] = {
+	DG_FIELD(fz_person, id, DG_I64),
+	DG_FIELD(fz_person, name, DG_STRING),
+	DG_FIELD(fz_person, score, DG_DOUBLE),
+	DG_FIELD(fz_person, ts, DG_I64),
+};
+
+static const dg_field_def fz_wide_fields[] = {
+	DG_FIELD(fz_wide, flag, DG_BOOL),
+	DG_FIELD(fz_wide, i8, DG_I8),
+	DG_FIELD(fz_wide, i16, DG_I16),
+	DG_FIELD(fz_wide, i32, DG_I32),
+	DG_FIELD(fz_wide, f, DG_FLOAT),
+	DG_FIELD(fz_wide, uuid, DG_UUID),
+	DG_FIELD(fz_wide, at, DG_TIMESTAMP),
+	DG_FIELD_TYPED(fz_wide, color, DG_ENUM, "Color"),
+	DG_FIELD(fz_wide, blob, DG_BYTES),
+	DG_FIELD_ARRAY(fz_wide, nums, DG_I32),
+	DG_FIELD(fz_wide, tags, DG_LIST),
+	DG_FIELD(fz_wide, extra, DG_ANY),
+	DG_FIELD_TYPED(fz_wide, owner, DG_OBJECT, "Person"),
+};
+
+static inline dg_err fz_register(dg_registry *reg, const dg_desc **person,
+    const dg_desc **wide)
+{
+	dg_type_def p = { "Person", fz_person_fields, 4, sizeof(fz_person) };
+	dg_type_def w = { "Wide", fz_wide_fields,
+		sizeof(fz_wide_fields) / sizeof(fz_wide_fields[0]), sizeof(fz_wide) };
+	dg_err e = dg_registry_register(reg, &p, person);
+	return e != DG_OK ? e : dg_registry_register(reg, &w, wide);
+}
+
+#endif
