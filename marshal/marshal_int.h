@@ -96,6 +96,8 @@ struct dg_desc {
 	uint32_t state;          /* DESC_REGISTERED once published */
 	uint32_t nfields;
 	uint32_t nfixed;         /* fields [0, nfixed) are fixed-width */
+	uint32_t nvar;           /* nfields - nfixed */
+	uint32_t nfoot;          /* footer entries: max(nvar - 1, 0) */
 	uint32_t fixed_size;     /* bytes of the fixed area */
 	uint32_t idx_mask;       /* field-id table size - 1 */
 	uint8_t builtin;         /* dg_kind for built-in descriptors, else 0 */
@@ -211,10 +213,12 @@ dg_err dgi_body_check(const dg_desc *d, const uint8_t *body, uint32_t len);
 dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
     const dg_desc *d, const uint8_t *body, uint32_t len, void *out,
     dg_arena *arena, unsigned depth);
-/* Read an object header at *pp (OBJ/OBJ_S tags only): schema and body. */
+/* Read an object header at *pp (OBJ/OBJ_S tags only): schema and body.
+ * check: run dgi_body_check (callers that decode every field sequentially
+ * with dgi_obj_decode validate the footer as they go and skip it). */
 dg_err dgi_obj_header(const dg_registry *reg, uint8_t tag, const uint8_t **pp,
     const uint8_t *end, const dg_desc **s, const uint8_t **body,
-    uint32_t *len);
+    uint32_t *len, bool check);
 dg_err dgi_body_deep_check(const dg_registry *reg, const dg_desc *s,
     const uint8_t *body, uint32_t len, unsigned depth);
 /* Copy the body of o as an object value into w (OBJ/OBJ_S/DEF/REF). */
@@ -267,10 +271,9 @@ static inline int64_t dgi_unzigzag(uint64_t v)
 	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
 }
 
-dg_err dgi_get_uvarint_slow(const uint8_t **pp, const uint8_t *end,
-    uint64_t *out);
 
-/* Decode a minimal LEB128 varint. */
+/* Decode a minimal LEB128 varint: at most 10 bytes, the 10th only 0x01, no
+ * trailing 0x00 byte.  One bounded loop, inline: no call per varint. */
 static inline dg_err dgi_get_uvarint(const uint8_t **pp, const uint8_t *end,
     uint64_t *out)
 {
@@ -280,7 +283,42 @@ static inline dg_err dgi_get_uvarint(const uint8_t **pp, const uint8_t *end,
 		*pp = p + 1;
 		return DG_OK;
 	}
-	return dgi_get_uvarint_slow(pp, end, out);
+	const uint8_t *lim = end - p > 10 ? p + 10 : end;
+	uint64_t v = 0;
+	unsigned shift = 0;
+	for (;;) {
+		if (DG_UNLIKELY(p >= lim))
+			return lim == end ? DG_ERR_TRUNCATED : DG_ERR_BAD_VARINT;
+		uint64_t c = *p++;
+		v |= (c & 0x7F) << shift;
+		if (c < 0x80) {
+			if (DG_UNLIKELY(c == 0 || (shift == 63 && c > 1)))
+				return DG_ERR_BAD_VARINT; /* non-minimal, or > 64 bits */
+			break;
+		}
+		shift += 7;
+	}
+	*out = v;
+	*pp = p;
+	return DG_OK;
+}
+
+/* UTF-8 check with the short-ASCII case inline (names, keys). */
+static inline bool dgi_utf8_ok(const uint8_t *s, size_t n)
+{
+	if (n <= 16) {
+		uint64_t a = 0, b = 0;
+		if (n >= 8) {
+			memcpy(&a, s, 8);
+			memcpy(&b, s + n - 8, 8);
+		} else {
+			for (size_t i = 0; i < n; i++)
+				a |= s[i];
+		}
+		if (((a | b) & 0x8080808080808080ull) == 0)
+			return true;
+	}
+	return dgi_utf8_valid(s, n);
 }
 
 static inline dg_err dgi_get_u32var(const uint8_t **pp, const uint8_t *end,

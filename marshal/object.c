@@ -58,15 +58,21 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 		return e;
 	size_t body = start + 1;
 	uint8_t *p = b->data + body;
-	ROOM(d->fixed_size);
+	/* Room for the fixed area, every bounded var field (<= 15 bytes), the
+	 * footer and a longer length prefix; blobs reserve their own bytes. */
+	size_t tail = (size_t)nvar * 15 + (size_t)nvar * 4 + 8;
+	ROOM(d->fixed_size + tail);
 
 	for (uint32_t i = 0; i < d->nfixed; i++) {
 		const struct dgi_field *f = &d->fields[i];
 		const uint8_t *s = src + f->c_off;
-		if (f->kind == DG_BOOL)
-			*p = *(const bool *)s ? 1 : 0;
-		else
-			memcpy(p, s, f->width);
+		switch (f->width) {
+		case 1: *p = f->kind == DG_BOOL ? (*(const bool *)s ? 1 : 0) : *s; break;
+		case 2: memcpy(p, s, 2); break;
+		case 4: memcpy(p, s, 4); break;
+		case 8: memcpy(p, s, 8); break;
+		default: memcpy(p, s, 16); break;
+		}
 		p += f->width;
 	}
 	for (uint32_t i = d->nfixed; i < d->nfields; i++) {
@@ -75,18 +81,15 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 		offs[f->var] = (uint32_t)((size_t)(p - b->data) - body);
 		switch (f->kind) {
 		case DG_I32:
-			ROOM(5);
 			p = dgi_put_uvarint(p, dgi_zigzag(*(const int32_t *)s));
 			break;
 		case DG_I64:
-			ROOM(10);
 			p = dgi_put_uvarint(p, dgi_zigzag(*(const int64_t *)s));
 			break;
 		case DG_ENUM: {
 			int32_t o = *(const int32_t *)s;
 			if (o < 0)
 				return DG_ERR_RANGE;
-			ROOM(5);
 			p = dgi_put_uvarint(p, (uint32_t)o);
 			break;
 		}
@@ -94,7 +97,6 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 			const dg_timestamp *t = (const dg_timestamp *)s;
 			if (t->ns < 0 || t->ns > 999999)
 				return DG_ERR_RANGE;
-			ROOM(15);
 			p = dgi_put_uvarint(p, dgi_zigzag(t->ms));
 			p = dgi_put_uvarint(p, (uint32_t)t->ns);
 			break;
@@ -103,13 +105,12 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 		case DG_BYTES: {
 			const dg_bytes *v = (const dg_bytes *)s; /* same layout as dg_str */
 			if (v->ptr == NULL) {
-				ROOM(1);
 				*p++ = 0;
 				break;
 			}
-			if (f->kind == DG_STRING && !dgi_utf8_valid(v->ptr, v->len))
+			if (f->kind == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
 				return DG_ERR_UTF8;
-			ROOM(5 + (size_t)v->len);
+			ROOM((size_t)v->len + tail);
 			p = dgi_put_uvarint(p, (uint64_t)v->len + 1);
 			memcpy(p, v->ptr, v->len);
 			p += v->len;
@@ -119,11 +120,10 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 			const dg_array *a = (const dg_array *)s;
 			size_t n = (size_t)a->count * dgi_elem_width(f->elem);
 			if (a->ptr == NULL) {
-				ROOM(1);
 				*p++ = 0;
 				break;
 			}
-			ROOM(5 + n);
+			ROOM(n + tail);
 			p = dgi_put_uvarint(p, (uint64_t)a->count + 1);
 			if (f->elem == DG_BOOL) {
 				for (uint32_t k = 0; k < a->count; k++)
@@ -146,18 +146,18 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 			if (e != DG_OK)
 				return e;
 			p = b->data + b->len;
+			ROOM(tail);
 			break;
 		}
 		default: { /* containers and DG_ANY: one encoded value */
 			const dg_raw *r = (const dg_raw *)s;
 			if (r->ptr == NULL) {
-				ROOM(1);
 				*p++ = TAG_NULL;
 				break;
 			}
 			if ((e = raw_check(d->reg, r, (dg_kind)f->kind, depth)) != DG_OK)
 				return e;
-			ROOM(r->len);
+			ROOM(r->len + tail);
 			memcpy(p, r->ptr, r->len);
 			p += r->len;
 			break;
@@ -171,8 +171,8 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 
 dg_err dgi_body_begin(dg_buf *b, size_t *start)
 {
-	dg_err e = dg_buf_reserve(b, 1);
-	if (e != DG_OK)
+	dg_err e;
+	if (b->cap == b->len && (e = dg_buf_reserve(b, 1)) != DG_OK)
 		return e;
 	*start = b->len++;
 	return DG_OK;
@@ -186,28 +186,36 @@ dg_err dgi_body_finish(dg_buf *b, size_t start, const uint32_t *offs,
 	uint32_t k = nvar > 1 ? nvar - 1 : 0;
 	unsigned ow = data_len + k <= 0xFF ? 1 : data_len + 2 * (size_t)k <= 0xFFFF ? 2 : 4;
 	size_t body_len = data_len + (size_t)k * ow;
+	size_t need = (size_t)k * ow + 4;
 	dg_err e;
 	if (body_len > UINT32_MAX)
 		return DG_ERR_LIMIT;
-	if ((e = dg_buf_reserve(b, (size_t)k * 4 + 5)) != DG_OK)
+	if (b->cap - b->len < need && (e = dg_buf_reserve(b, need)) != DG_OK)
 		return e;
 	uint8_t *p = b->data + b->len;
-	for (uint32_t j = 1; j < nvar; j++) {
-		uint32_t o = offs[j];
-		if (ow == 1) {
-			*p++ = (uint8_t)o;
-		} else if (ow == 2) {
-			*p++ = (uint8_t)o;
-			*p++ = (uint8_t)(o >> 8);
-		} else {
-			dgi_st32(p, o);
-			p += 4;
+	if (ow == 1) {
+		for (uint32_t j = 1; j < nvar; j++)
+			*p++ = (uint8_t)offs[j];
+	} else {
+		for (uint32_t j = 1; j < nvar; j++) {
+			uint32_t o = offs[j];
+			p[0] = (uint8_t)o;
+			p[1] = (uint8_t)(o >> 8);
+			if (ow == 4) {
+				p[2] = (uint8_t)(o >> 16);
+				p[3] = (uint8_t)(o >> 24);
+			}
+			p += ow;
 		}
 	}
 	/* length prefix: one byte reserved; widen in place when needed */
+	if (DG_LIKELY(body_len < 0x80)) {
+		b->data[start] = (uint8_t)body_len;
+		b->len = body + body_len;
+		return DG_OK;
+	}
 	size_t lenlen = dgi_uvarint_len(body_len);
-	if (DG_UNLIKELY(lenlen > 1))
-		memmove(b->data + body + lenlen - 1, b->data + body, body_len);
+	memmove(b->data + body + lenlen - 1, b->data + body, body_len);
 	dgi_put_uvarint(b->data + start, body_len);
 	b->len = body + lenlen - 1 + body_len;
 	return DG_OK;
@@ -217,13 +225,12 @@ dg_err dgi_body_finish(dg_buf *b, size_t start, const uint32_t *offs,
 
 dg_err dgi_body_check(const dg_desc *d, const uint8_t *body, uint32_t len)
 {
-	uint32_t nvar = d->nfields - d->nfixed;
-	uint32_t k = nvar > 1 ? nvar - 1 : 0;
+	uint32_t k = d->nfoot;
 	unsigned ow = dgi_off_width(len);
 	if ((uint64_t)d->fixed_size + (uint64_t)k * ow > len)
 		return DG_ERR_BAD_LENGTH;
 	uint32_t data_end = len - k * ow;
-	if (nvar == 0)
+	if (d->nvar == 0)
 		return data_end == d->fixed_size ? DG_OK : DG_ERR_BAD_LENGTH;
 	/* every var field takes at least one byte: offsets strictly increase */
 	uint32_t prev = d->fixed_size;
@@ -251,7 +258,8 @@ static inline void var_span(const dg_desc *d, const uint8_t *body, uint32_t len,
 }
 
 dg_err dgi_obj_header(const dg_registry *reg, uint8_t tag, const uint8_t **pp,
-    const uint8_t *end, const dg_desc **s, const uint8_t **body, uint32_t *len)
+    const uint8_t *end, const dg_desc **s, const uint8_t **body, uint32_t *len,
+    bool check)
 {
 	const uint8_t *p = *pp;
 	const dg_desc *d;
@@ -279,7 +287,7 @@ dg_err dgi_obj_header(const dg_registry *reg, uint8_t tag, const uint8_t **pp,
 		return e;
 	if (*len > (size_t)(end - p))
 		return DG_ERR_TRUNCATED;
-	if ((e = dgi_body_check(d, p, *len)) != DG_OK)
+	if (check && (e = dgi_body_check(d, p, *len)) != DG_OK)
 		return e;
 	*s = d;
 	*body = p;
@@ -462,7 +470,8 @@ dg_err dg_bobj_open(const dg_registry *reg, const void *data, size_t len,
 	uint8_t tag = *p++;
 	if (tag != TAG_OBJ && tag != TAG_OBJ_S)
 		return tag < TAG_OBJ ? DG_ERR_TYPE_MISMATCH : DG_ERR_BAD_TAG;
-	dg_err e = dgi_obj_header(reg, tag, &p, end, &out->desc, &out->body, &out->len);
+	dg_err e = dgi_obj_header(reg, tag, &p, end, &out->desc, &out->body, &out->len,
+	    true);
 	if (e == DG_OK && p != end)
 		e = DG_ERR_BAD_LENGTH;
 	return e;
@@ -577,13 +586,15 @@ DG_NOINLINE static dg_err decode_other_schema(const dg_registry *reg,
     const dg_desc *s, const dg_desc *d, const uint8_t *body, uint32_t len,
     uint8_t *out, dg_arena *arena, unsigned depth)
 {
+	dg_err e = dgi_body_check(s, body, len);
+	if (e != DG_OK)
+		return e;
 	for (uint32_t i = 0; i < d->nfields; i++) {
 		const struct dgi_field *f = &d->fields[i];
 		int at = dgi_field_index(s, f->id);
 		const uint8_t *span = NULL;
 		uint32_t a = 0, z = 0;
 		dg_value v;
-		dg_err e;
 		if (at < 0) {
 			v.kind = DG_NULL;
 		} else {
@@ -614,11 +625,13 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 		return decode_other_schema(reg, s, d, body, len, out, arena, depth);
 
 	/* Same schema: walk the layout once, checking each var field against
-	 * the footer so sequential and O(1) readers can never disagree. */
-	uint32_t nvar = d->nfields - d->nfixed;
-	uint32_t k = nvar > 1 ? nvar - 1 : 0;
+	 * the footer so sequential and O(1) readers can never disagree (this
+	 * also validates the footer: dg_read_object skips dgi_body_check). */
+	uint32_t k = d->nfoot;
 	unsigned ow = dgi_off_width(len);
-	uint32_t data_end = len - k * ow; /* body_check passed */
+	if ((uint64_t)d->fixed_size + (uint64_t)k * ow > len)
+		return DG_ERR_BAD_LENGTH;
+	uint32_t data_end = len - k * ow;
 	const uint8_t *foot = body + data_end;
 	const uint8_t *p = body, *end = body + data_end;
 	uint64_t v;
@@ -629,20 +642,32 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 	for (uint32_t i = 0; i < d->nfixed; i++) {
 		const struct dgi_field *f = &d->fields[i];
 		uint8_t *dst = out + f->c_off;
-		if (f->kind == DG_BOOL) {
-			if (*p > 1)
-				return DG_ERR_RANGE;
-			*(bool *)dst = *p;
-		} else {
-			memcpy(dst, p, f->width);
+		switch (f->width) {
+		case 1:
+			if (f->kind == DG_BOOL) {
+				if (*p > 1)
+					return DG_ERR_RANGE;
+				*(bool *)dst = *p;
+			} else {
+				*dst = *p;
+			}
+			break;
+		case 2: memcpy(dst, p, 2); break;
+		case 4: memcpy(dst, p, 4); break;
+		case 8: memcpy(dst, p, 8); break;
+		default: memcpy(dst, p, 16); break;
 		}
 		p += f->width;
 	}
 	for (uint32_t i = d->nfixed; i < d->nfields; i++) {
 		const struct dgi_field *f = &d->fields[i];
 		uint8_t *dst = out + f->c_off;
-		if (f->var > 0 && (uint32_t)(p - body) != dgi_ld_off(foot + (f->var - 1) * ow, ow))
-			return DG_ERR_BAD_LENGTH;
+		if (f->var > 0) {
+			uint32_t at = ow == 1 ? foot[f->var - 1] :
+			    dgi_ld_off(foot + (f->var - 1) * ow, ow);
+			if ((uint32_t)(p - body) != at)
+				return DG_ERR_BAD_LENGTH;
+		}
 		switch (f->kind) {
 		case DG_I64:
 			if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
@@ -668,7 +693,7 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 				b->len = 0;
 				break;
 			}
-			if (f->kind == DG_STRING && !dgi_utf8_valid(p, n))
+			if (f->kind == DG_STRING && !dgi_utf8_ok(p, n))
 				return DG_ERR_UTF8;
 			b->ptr = p;
 			b->len = n;

@@ -25,29 +25,6 @@ void dg_reader_init(dg_reader *r, const dg_registry *reg, const void *data,
 size_t dg_reader_left(const dg_reader *r) { return (size_t)(r->r_end - r->r_p); }
 uint64_t dg_reader_lookups(const dg_reader *r) { return r->r_lookups; }
 
-DG_NOINLINE dg_err dgi_get_uvarint_slow(const uint8_t **pp, const uint8_t *end,
-    uint64_t *out)
-{
-	const uint8_t *p = *pp;
-	uint64_t v = 0;
-	for (unsigned shift = 0; shift < 64; shift += 7) {
-		if (p >= end)
-			return DG_ERR_TRUNCATED;
-		uint8_t c = *p++;
-		if (shift == 63 && c > 1)
-			return DG_ERR_BAD_VARINT; /* overflows 64 bits */
-		v |= (uint64_t)(c & 0x7F) << shift;
-		if (c < 0x80) {
-			if (c == 0 && shift > 0)
-				return DG_ERR_BAD_VARINT; /* non-minimal */
-			*out = v;
-			*pp = p;
-			return DG_OK;
-		}
-	}
-	return DG_ERR_BAD_VARINT;
-}
-
 /* ---- scalars ---- */
 
 static dg_err get_blob(const uint8_t **pp, const uint8_t *end, uint32_t *n)
@@ -115,7 +92,7 @@ static dg_err decode_scalar(uint8_t tag, const uint8_t **pp, const uint8_t *end,
 	case TAG_BYTES:
 		if ((e = get_blob(&p, end, &n)) != DG_OK)
 			return e;
-		if (tag == TAG_STRING && check && !dgi_utf8_valid(p, n))
+		if (tag == TAG_STRING && check && !dgi_utf8_ok(p, n))
 			return DG_ERR_UTF8;
 		out->kind = tag == TAG_STRING ? DG_STRING : DG_BYTES;
 		out->v.bytes.ptr = p;
@@ -190,7 +167,7 @@ static bool is_obj_tag(uint8_t tag)
 
 /* Object header in a position with scope `base` (NO_SCOPE: none). */
 static dg_err obj_in_scope(dg_reader *r, uint8_t tag, const uint8_t **pp,
-    const uint8_t *end, uint32_t base, dg_bobj *o)
+    const uint8_t *end, uint32_t base, dg_bobj *o, bool check)
 {
 	dg_err e;
 	if (tag >= TAG_REF) {
@@ -205,7 +182,7 @@ static dg_err obj_in_scope(dg_reader *r, uint8_t tag, const uint8_t **pp,
 			return e;
 		if (o->len > (size_t)(end - p))
 			return DG_ERR_TRUNCATED;
-		if ((e = dgi_body_check(s, p, o->len)) != DG_OK)
+		if (check && (e = dgi_body_check(s, p, o->len)) != DG_OK)
 			return e;
 		o->desc = s;
 		o->body = p;
@@ -221,7 +198,8 @@ static dg_err obj_in_scope(dg_reader *r, uint8_t tag, const uint8_t **pp,
 		tag -= TAG_DEF - TAG_OBJ;
 	}
 	r->r_lookups++;
-	if ((e = dgi_obj_header(r->r_reg, tag, pp, end, &o->desc, &o->body, &o->len)) != DG_OK)
+	e = dgi_obj_header(r->r_reg, tag, pp, end, &o->desc, &o->body, &o->len, check);
+	if (e != DG_OK)
 		return e;
 	if (def)
 		r->r_sch[r->r_nsch++] = o->desc;
@@ -307,7 +285,7 @@ static dg_err skip_value(dg_reader *r, const uint8_t **pp, const uint8_t *end,
 		dg_bobj o;
 		if (depth + 1 > DG_MAX_DEPTH)
 			return DG_ERR_DEPTH;
-		if ((e = obj_in_scope(r, tag, &p, end, base, &o)) != DG_OK)
+		if ((e = obj_in_scope(r, tag, &p, end, base, &o, true)) != DG_OK)
 			return e;
 		if (deep && (e = dgi_body_deep_check(r->r_reg, o.desc, o.body, o.len,
 		    depth + 1)) != DG_OK)
@@ -352,7 +330,7 @@ dg_err dgi_decode_tagged(const dg_registry *reg, const uint8_t **pp,
 	} else if (tag == TAG_OBJ || tag == TAG_OBJ_S) {
 		p++;
 		e = dgi_obj_header(reg, tag, &p, end, &out->v.obj.desc,
-		    &out->v.obj.body, &out->v.obj.len);
+		    &out->v.obj.body, &out->v.obj.len, true);
 		if (e != DG_OK)
 			return e;
 		if (deep && (e = dgi_body_deep_check(reg, out->v.obj.desc,
@@ -436,7 +414,7 @@ dg_err dg_read_next(dg_reader *r, dg_value *out)
 		out->v.coll.raw.ptr = NULL;
 		out->v.coll.raw.len = 0;
 	} else if (is_obj_tag(tag)) {
-		if ((e = obj_in_scope(r, tag, &p, end, base, &out->v.obj)) != DG_OK)
+		if ((e = obj_in_scope(r, tag, &p, end, base, &out->v.obj, true)) != DG_OK)
 			return e;
 		out->kind = DG_OBJECT;
 		count_value(r);
@@ -476,10 +454,36 @@ dg_err dg_read_object(dg_reader *r, const dg_desc *d, void *out,
 	if (tag == TAG_NULL) {
 		memset(out, 0, d->struct_size);
 	} else {
-		if (!is_obj_tag(tag))
-			return tag <= TAG_SORTED_MAP ? DG_ERR_TYPE_MISMATCH : DG_ERR_BAD_TAG;
-		if ((e = obj_in_scope(r, tag, &p, end, base, &o)) != DG_OK)
-			return e;
+		uint32_t idx = (uint32_t)tag - TAG_REF;
+		if (tag >= TAG_REF && base != NO_SCOPE && idx < DG_SCOPE_MAX &&
+		    base + idx < r->r_nsch && p < end && *p < 0x80 &&
+		    (uint32_t)*p <= (size_t)(end - p - 1)) {
+			/* the common case in a stream: REF with a 1-byte length */
+			o.desc = r->r_sch[base + idx];
+			o.len = *p++;
+			o.body = p;
+			p += o.len;
+		} else if ((tag == TAG_OBJ || tag == TAG_DEF) && d->primary &&
+		    (size_t)(end - p) >= 4 && dgi_ld32(p) == d->type_id &&
+		    (tag == TAG_OBJ || (base != NO_SCOPE && r->r_nsch < DG_SCOPE_MAX))) {
+			/* the caller named the type: its primary schema needs no
+			 * registry lookup */
+			p += 4;
+			if ((e = dgi_get_u32var(&p, end, &o.len)) != DG_OK)
+				return e;
+			if (o.len > (size_t)(end - p))
+				return DG_ERR_TRUNCATED;
+			o.desc = d;
+			o.body = p;
+			p += o.len;
+			if (tag == TAG_DEF)
+				r->r_sch[r->r_nsch++] = d;
+		} else {
+			if (!is_obj_tag(tag))
+				return tag <= TAG_SORTED_MAP ? DG_ERR_TYPE_MISMATCH : DG_ERR_BAD_TAG;
+			if ((e = obj_in_scope(r, tag, &p, end, base, &o, false)) != DG_OK)
+				return e;
+		}
 		if (o.desc->type_id != d->type_id)
 			return DG_ERR_TYPE_MISMATCH;
 		e = dgi_obj_decode(r->r_reg, o.desc, d, o.body, o.len, out, arena,

@@ -178,6 +178,8 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 			d->nfixed = pos;
 	}
 	d->fixed_size = off;
+	d->nvar = nvar;
+	d->nfoot = nvar > 1 ? nvar - 1 : 0;
 	for (uint32_t i = 0; i < n; i++)
 		ids[i] = d->fields[d->decl_to_layout[i]].id;
 	d->schema_id = dgi_schema_id(ids, n);

@@ -190,7 +190,7 @@ dg_err dg_write_str(dg_writer *w, const char *s, size_t len)
 {
 	if (s == NULL)
 		return dg_write_null(w);
-	if (!dgi_utf8_valid((const uint8_t *)s, len))
+	if (!dgi_utf8_ok((const uint8_t *)s, len))
 		return dgi_w_fail(w, DG_ERR_UTF8);
 	return write_blob(w, TAG_STRING, s, len);
 }
