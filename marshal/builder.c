@@ -231,14 +231,30 @@ dg_err dg_builder_load(dg_builder *b, const dg_bobj *o)
 	return DG_OK;
 }
 
+/* Does schema field f take builder field bf as it is (kind, array element,
+ * referenced type)?  Field ids alone do not say: the same names may have
+ * been set with other kinds, and put_field trusts the schema's kind. */
+static bool same_kind(const struct dgi_field *f, const struct bfield *bf)
+{
+	return f->kind == bf->kind && f->elem == bf->elem &&
+	    f->ref_type == bf->ref_type;
+}
+
 /* Resolve (or register) the schema of the current field list. */
 static dg_err resolve(dg_builder *b, const dg_desc **out)
 {
 	if (b->cached && b->cached_n == b->n &&
 	    memcmp(b->cached_ids, b->ids, b->n * sizeof(uint32_t)) == 0) {
-		*out = b->cached;
-		return DG_OK;
+		const dg_desc *c = b->cached;
+		uint32_t i = 0;
+		while (i < c->nfields && same_kind(&c->fields[i], &b->f[b->perm[i]]))
+			i++;
+		if (i == c->nfields) {
+			*out = c;
+			return DG_OK;
+		}
 	}
+	b->cached = NULL; /* perm is rewritten below: no stale cache on failure */
 	uint32_t sid = dgi_schema_id(b->ids, b->n);
 	const dg_desc *d = dgi_find_schema(b->reg, b->type_id, sid);
 	dg_err e;
@@ -269,7 +285,7 @@ static dg_err resolve(dg_builder *b, const dg_desc **out)
 	b->perm = perm;
 	for (uint32_t i = 0; i < b->n; i++) {
 		int at = dgi_field_index(d, b->ids[i]);
-		if (at < 0 || d->fields[at].kind != b->f[i].kind)
+		if (at < 0 || !same_kind(&d->fields[at], &b->f[i]))
 			return DG_ERR_CONFLICT;
 		perm[at] = (uint16_t)i;
 	}

@@ -88,6 +88,15 @@ struct dgi_field {
 	const char *name;
 };
 
+/* The compact per-field program the struct encode/decode loops run (layout
+ * order, 8 bytes per field): built once with the descriptor. */
+struct dgi_op {
+	uint32_t c_off;       /* offset in the bound struct */
+	uint8_t kind;         /* dg_kind */
+	uint8_t width;        /* fixed fields: bytes */
+	uint16_t field;       /* layout index into fields[] (rare kinds) */
+};
+
 #define DESC_REGISTERED 0x52454731u  /* "REG1": published and immutable */
 
 struct dg_desc {
@@ -106,6 +115,7 @@ struct dg_desc {
 	size_t struct_size;
 	const char *name;
 	struct dgi_field *fields;  /* layout order */
+	struct dgi_op *ops;        /* layout order, bound descriptors */
 	uint16_t *decl_to_layout;
 	uint16_t *idx;           /* field id table: layout index + 1, 0 empty */
 	/* built-in sorted containers: canonical key order */
@@ -226,9 +236,56 @@ dg_err dgi_write_bobj(dg_writer *w, const dg_bobj *o);
 
 /* Object body framing shared by the struct and builder encoders: reserve
  * the length slot, then (after the fields) write the footer and length. */
-dg_err dgi_body_begin(dg_buf *b, size_t *start);
-dg_err dgi_body_finish(dg_buf *b, size_t start, const uint32_t *offs,
-    uint32_t nvar);
+void dgi_body_widen(dg_buf *b, size_t start, size_t body_len);
+
+static inline dg_err dgi_body_begin(dg_buf *b, size_t *start)
+{
+	dg_err e;
+	if (b->cap == b->len && (e = dg_buf_reserve(b, 1)) != DG_OK)
+		return e;
+	*start = b->len++;
+	return DG_OK;
+}
+
+/* The body is [start + 1, b->len); offs[j] = offset of var field j. */
+static inline dg_err dgi_body_finish(dg_buf *b, size_t start,
+    const uint32_t *offs, uint32_t nvar)
+{
+	size_t body = start + 1;
+	size_t data_len = b->len - body;
+	uint32_t k = nvar > 1 ? nvar - 1 : 0;
+	unsigned ow = data_len + k <= 0xFF ? 1 : data_len + 2 * (size_t)k <= 0xFFFF ? 2 : 4;
+	size_t body_len = data_len + (size_t)k * ow;
+	size_t need = (size_t)k * ow + 4;
+	dg_err e;
+	if (DG_UNLIKELY(body_len > UINT32_MAX))
+		return DG_ERR_LIMIT;
+	if (DG_UNLIKELY(b->cap - b->len < need) && (e = dg_buf_reserve(b, need)) != DG_OK)
+		return e;
+	uint8_t *p = b->data + b->len;
+	if (DG_LIKELY(ow == 1)) {
+		for (uint32_t j = 1; j < nvar; j++)
+			*p++ = (uint8_t)offs[j];
+	} else {
+		for (uint32_t j = 1; j < nvar; j++) {
+			uint32_t o = offs[j];
+			p[0] = (uint8_t)o;
+			p[1] = (uint8_t)(o >> 8);
+			if (ow == 4) {
+				p[2] = (uint8_t)(o >> 16);
+				p[3] = (uint8_t)(o >> 24);
+			}
+			p += ow;
+		}
+	}
+	if (DG_LIKELY(body_len < 0x80)) {
+		b->data[start] = (uint8_t)body_len;
+		b->len = body + body_len;
+	} else {
+		dgi_body_widen(b, start, body_len);
+	}
+	return DG_OK;
+}
 /* Field access on a checked body (layout index i). */
 dg_err dgi_body_field(const dg_desc *s, const uint8_t *body, uint32_t len,
     uint32_t i, dg_value *out, unsigned depth, bool deep);
@@ -260,6 +317,27 @@ static inline uint8_t *dgi_put_uvarint(uint8_t *p, uint64_t v)
 	}
 	*p++ = (uint8_t)v;
 	return p;
+}
+
+/* As dgi_put_uvarint, without a loop for values below 2^56: spreads the
+ * 7-bit groups into bytes and writes them with one 8-byte store.  The
+ * caller guarantees 10 writable bytes at p (8 for the store, or the loop). */
+static inline uint8_t *dgi_put_uvarint_fast(uint8_t *p, uint64_t v)
+{
+	if (DG_LIKELY(v < 0x80)) {
+		*p = (uint8_t)v;
+		return p + 1;
+	}
+	if (DG_UNLIKELY(v >> 56))
+		return dgi_put_uvarint(p, v);
+	unsigned n = (unsigned)(70 - __builtin_clzll(v)) / 7; /* bytes, 2..8 */
+	uint64_t x = v;
+	x = ((x << 4) & 0x0FFFFFFF00000000ull) | (x & 0x000000000FFFFFFFull);
+	x = ((x << 2) & 0x3FFF00003FFF0000ull) | (x & 0x00003FFF00003FFFull);
+	x = ((x << 1) & 0x7F007F007F007F00ull) | (x & 0x007F007F007F007Full);
+	x |= 0x8080808080808080ull >> (8 * (9 - n));   /* continuation bits */
+	memcpy(p, &x, 8);
+	return p + n;
 }
 
 static inline uint64_t dgi_zigzag(int64_t v)
@@ -301,6 +379,36 @@ static inline dg_err dgi_get_uvarint(const uint8_t **pp, const uint8_t *end,
 	*out = v;
 	*pp = p;
 	return DG_OK;
+}
+
+/* dgi_get_uvarint for hot paths that know 8 bytes at p can be loaded
+ * (p + 8 <= lim, lim >= end being the end of the whole input): reads the
+ * varint a word at a time, still bounded by end. */
+static inline dg_err dgi_get_uvarint_lim(const uint8_t **pp, const uint8_t *end,
+    const uint8_t *lim, uint64_t *out)
+{
+	const uint8_t *p = *pp;
+	if (DG_LIKELY(lim - p >= 8 && p < end)) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		uint64_t stop = ~w & 0x8080808080808080ull;
+		if (DG_LIKELY(stop != 0)) {
+			unsigned n = (unsigned)__builtin_ctzll(stop) / 8 + 1;
+			if (DG_UNLIKELY(n > (size_t)(end - p)))
+				return DG_ERR_TRUNCATED;
+			if (DG_UNLIKELY(n > 1 && ((w >> (8 * (n - 1))) & 0xFF) == 0))
+				return DG_ERR_BAD_VARINT; /* non-minimal */
+			uint64_t x = n == 8 ? w : w & ((1ull << (8 * n)) - 1);
+			x &= 0x7F7F7F7F7F7F7F7Full;
+			x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
+			x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
+			x = ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
+			*out = x;
+			*pp = p + n;
+			return DG_OK;
+		}
+	}
+	return dgi_get_uvarint(pp, end, out);
 }
 
 /* UTF-8 check with the short-ASCII case inline (names, keys). */
@@ -400,11 +508,39 @@ static inline unsigned dgi_elem_width(dg_kind k)
 /* Bytes of the C binding for a field kind (for offset checks). */
 size_t dgi_binding_size(dg_kind k, const dg_desc *ref);
 
+/* memcpy for the short strings of keys and names, without a libc call;
+ * never reads or writes outside [src, src+n) and [dst, dst+n). */
+static inline void dgi_copy(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	if (n > 16) {
+		memcpy(dst, src, n);
+	} else if (n >= 8) {
+		uint64_t a, b;
+		memcpy(&a, src, 8);
+		memcpy(&b, src + n - 8, 8);
+		memcpy(dst, &a, 8);
+		memcpy(dst + n - 8, &b, 8);
+	} else if (n >= 4) {
+		uint32_t a, b;
+		memcpy(&a, src, 4);
+		memcpy(&b, src + n - 4, 4);
+		memcpy(dst, &a, 4);
+		memcpy(dst + n - 4, &b, 4);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			dst[i] = src[i];
+	}
+}
+
 /* Arena copy; NULL when full. */
 static inline void *dgi_arena_copy(dg_arena *a, const void *p, size_t n,
     size_t align, bool nul)
 {
-	size_t at = (a->used + (align - 1)) & ~(align - 1);
+	/* align the address, not the offset: the caller's memory may itself
+	 * be unaligned, and copies are read as typed arrays */
+	uintptr_t base = (uintptr_t)a->mem;
+	size_t at = (size_t)(((base + a->used + (align - 1)) &
+	    ~(uintptr_t)(align - 1)) - base);
 	size_t need = n + (nul ? 1 : 0);
 	if (at > a->cap || a->cap - at < need)
 		return NULL;

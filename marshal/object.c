@@ -42,13 +42,88 @@ static dg_err raw_check(const dg_registry *reg, const dg_raw *raw, dg_kind kind,
 	return e;
 }
 
+/* Var fields of the rarer kinds, out of the hot loop: one field at *pp. */
+DG_NOINLINE static dg_err encode_rare(dg_writer *w, const dg_desc *d,
+    const struct dgi_field *f, const uint8_t *s, uint8_t **pp, size_t tail,
+    unsigned depth)
+{
+	dg_buf *b = w->w_buf;
+	uint8_t *p = *pp;
+	dg_err e;
+
+	switch (f->kind) {
+	case DG_ENUM: {
+		int32_t o = *(const int32_t *)s;
+		if (o < 0)
+			return DG_ERR_RANGE;
+		p = dgi_put_uvarint_fast(p, (uint32_t)o);
+		break;
+	}
+	case DG_TIMESTAMP: {
+		const dg_timestamp *t = (const dg_timestamp *)s;
+		if (t->ns < 0 || t->ns > 999999)
+			return DG_ERR_RANGE;
+		p = dgi_put_uvarint_fast(p, dgi_zigzag(t->ms));
+		p = dgi_put_uvarint_fast(p, (uint32_t)t->ns);
+		break;
+	}
+	case DG_ARRAY: {
+		const dg_array *a = (const dg_array *)s;
+		size_t n = (size_t)a->count * dgi_elem_width(f->elem);
+		if (a->ptr == NULL) {
+			*p++ = 0;
+			break;
+		}
+		ROOM(n + tail);
+		p = dgi_put_uvarint_fast(p, (uint64_t)a->count + 1);
+		if (f->elem == DG_BOOL) {
+			for (uint32_t k = 0; k < a->count; k++)
+				p[k] = ((const bool *)a->ptr)[k] ? 1 : 0;
+		} else if (n) {
+			memcpy(p, a->ptr, n);
+		}
+		p += n;
+		break;
+	}
+	case DG_OBJECT: {
+		/* embedded struct: a self-contained tagged object */
+		b->len = (size_t)(p - b->data);
+		uint32_t save_depth = w->w_depth;
+		w->w_depth = 0; /* no scope inside a field */
+		e = dgi_w_object_header(w, f->ref);
+		if (e == DG_OK)
+			e = dgi_obj_encode(w, f->ref, s, depth + 1);
+		w->w_depth = save_depth;
+		if (e != DG_OK)
+			return e;
+		p = b->data + b->len;
+		ROOM(tail);
+		break;
+	}
+	default: { /* containers and DG_ANY: one encoded value */
+		const dg_raw *r = (const dg_raw *)s;
+		if (r->ptr == NULL) {
+			*p++ = TAG_NULL;
+			break;
+		}
+		if ((e = raw_check(d->reg, r, (dg_kind)f->kind, depth)) != DG_OK)
+			return e;
+		ROOM(r->len + tail);
+		memcpy(p, r->ptr, r->len);
+		p += r->len;
+		break;
+	}
+	}
+	*pp = p;
+	return DG_OK;
+}
+
 dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
     unsigned depth)
 {
 	uint32_t offs[DG_MAX_FIELDS];
 	dg_buf *b = w->w_buf;
 	const uint8_t *src = obj;
-	uint32_t nvar = d->nfields - d->nfixed;
 	dg_err e;
 
 	if (depth > DG_MAX_DEPTH)
@@ -56,51 +131,37 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 	size_t start;                 /* the 1-byte length slot */
 	if ((e = dgi_body_begin(b, &start)) != DG_OK)
 		return e;
-	size_t body = start + 1;
-	uint8_t *p = b->data + body;
-	/* Room for the fixed area, every bounded var field (<= 15 bytes), the
-	 * footer and a longer length prefix; blobs reserve their own bytes. */
-	size_t tail = (size_t)nvar * 15 + (size_t)nvar * 4 + 8;
+	uint8_t *p = b->data + start + 1;
+	/* Room for the fixed area, every bounded var field (<= 15 bytes, plus
+	 * the slack of 8-byte varint stores), the footer and a longer length
+	 * prefix; blobs reserve their own bytes. */
+	size_t tail = (size_t)d->nvar * 20 + 8;
 	ROOM(d->fixed_size + tail);
 
-	for (uint32_t i = 0; i < d->nfixed; i++) {
-		const struct dgi_field *f = &d->fields[i];
-		const uint8_t *s = src + f->c_off;
-		switch (f->width) {
-		case 1: *p = f->kind == DG_BOOL ? (*(const bool *)s ? 1 : 0) : *s; break;
+	const struct dgi_op *op = d->ops, *fixed_end = op + d->nfixed;
+	for (; op < fixed_end; op++) {
+		const uint8_t *s = src + op->c_off;
+		switch (op->width) {
+		case 1: *p = op->kind == DG_BOOL ? (*(const bool *)s ? 1 : 0) : *s; break;
 		case 2: memcpy(p, s, 2); break;
 		case 4: memcpy(p, s, 4); break;
 		case 8: memcpy(p, s, 8); break;
 		default: memcpy(p, s, 16); break;
 		}
-		p += f->width;
+		p += op->width;
 	}
-	for (uint32_t i = d->nfixed; i < d->nfields; i++) {
-		const struct dgi_field *f = &d->fields[i];
-		const uint8_t *s = src + f->c_off;
-		offs[f->var] = (uint32_t)((size_t)(p - b->data) - body);
-		switch (f->kind) {
-		case DG_I32:
-			p = dgi_put_uvarint(p, dgi_zigzag(*(const int32_t *)s));
-			break;
+	const uint8_t *body = b->data + start + 1;
+	uint32_t *off = offs;
+	for (const struct dgi_op *end = d->ops + d->nfields; op < end; op++) {
+		const uint8_t *s = src + op->c_off;
+		*off++ = (uint32_t)(p - body);
+		switch (op->kind) {
 		case DG_I64:
-			p = dgi_put_uvarint(p, dgi_zigzag(*(const int64_t *)s));
+			p = dgi_put_uvarint_fast(p, dgi_zigzag(*(const int64_t *)s));
 			break;
-		case DG_ENUM: {
-			int32_t o = *(const int32_t *)s;
-			if (o < 0)
-				return DG_ERR_RANGE;
-			p = dgi_put_uvarint(p, (uint32_t)o);
+		case DG_I32:
+			p = dgi_put_uvarint_fast(p, dgi_zigzag(*(const int32_t *)s));
 			break;
-		}
-		case DG_TIMESTAMP: {
-			const dg_timestamp *t = (const dg_timestamp *)s;
-			if (t->ns < 0 || t->ns > 999999)
-				return DG_ERR_RANGE;
-			p = dgi_put_uvarint(p, dgi_zigzag(t->ms));
-			p = dgi_put_uvarint(p, (uint32_t)t->ns);
-			break;
-		}
 		case DG_STRING:
 		case DG_BYTES: {
 			const dg_bytes *v = (const dg_bytes *)s; /* same layout as dg_str */
@@ -108,117 +169,37 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 				*p++ = 0;
 				break;
 			}
-			if (f->kind == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
+			if (op->kind == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
 				return DG_ERR_UTF8;
-			ROOM((size_t)v->len + tail);
-			p = dgi_put_uvarint(p, (uint64_t)v->len + 1);
-			memcpy(p, v->ptr, v->len);
+			if (DG_UNLIKELY((size_t)(b->data + b->cap - p) < (size_t)v->len + tail)) {
+				ROOM((size_t)v->len + tail);
+				body = b->data + start + 1;
+			}
+			p = dgi_put_uvarint_fast(p, (uint64_t)v->len + 1);
+			dgi_copy(p, v->ptr, v->len);
 			p += v->len;
 			break;
 		}
-		case DG_ARRAY: {
-			const dg_array *a = (const dg_array *)s;
-			size_t n = (size_t)a->count * dgi_elem_width(f->elem);
-			if (a->ptr == NULL) {
-				*p++ = 0;
-				break;
-			}
-			ROOM(n + tail);
-			p = dgi_put_uvarint(p, (uint64_t)a->count + 1);
-			if (f->elem == DG_BOOL) {
-				for (uint32_t k = 0; k < a->count; k++)
-					p[k] = ((const bool *)a->ptr)[k] ? 1 : 0;
-			} else if (n) {
-				memcpy(p, a->ptr, n);
-			}
-			p += n;
-			break;
-		}
-		case DG_OBJECT: {
-			/* embedded struct: a self-contained tagged object */
-			b->len = (size_t)(p - b->data);
-			uint32_t save_depth = w->w_depth;
-			w->w_depth = 0; /* no scope inside a field */
-			e = dgi_w_object_header(w, f->ref);
-			if (e == DG_OK)
-				e = dgi_obj_encode(w, f->ref, s, depth + 1);
-			w->w_depth = save_depth;
+		default:
+			e = encode_rare(w, d, &d->fields[op->field], s, &p, tail, depth);
 			if (e != DG_OK)
 				return e;
-			p = b->data + b->len;
-			ROOM(tail);
+			body = b->data + start + 1;
 			break;
-		}
-		default: { /* containers and DG_ANY: one encoded value */
-			const dg_raw *r = (const dg_raw *)s;
-			if (r->ptr == NULL) {
-				*p++ = TAG_NULL;
-				break;
-			}
-			if ((e = raw_check(d->reg, r, (dg_kind)f->kind, depth)) != DG_OK)
-				return e;
-			ROOM(r->len + tail);
-			memcpy(p, r->ptr, r->len);
-			p += r->len;
-			break;
-		}
 		}
 	}
-
 	b->len = (size_t)(p - b->data);
-	return dgi_body_finish(b, start, offs, nvar);
+	return dgi_body_finish(b, start, offs, d->nvar);
 }
 
-dg_err dgi_body_begin(dg_buf *b, size_t *start)
-{
-	dg_err e;
-	if (b->cap == b->len && (e = dg_buf_reserve(b, 1)) != DG_OK)
-		return e;
-	*start = b->len++;
-	return DG_OK;
-}
-
-dg_err dgi_body_finish(dg_buf *b, size_t start, const uint32_t *offs,
-    uint32_t nvar)
+/* Widen the 1-byte length slot of a body of 128 bytes or more. */
+DG_NOINLINE void dgi_body_widen(dg_buf *b, size_t start, size_t body_len)
 {
 	size_t body = start + 1;
-	size_t data_len = b->len - body;
-	uint32_t k = nvar > 1 ? nvar - 1 : 0;
-	unsigned ow = data_len + k <= 0xFF ? 1 : data_len + 2 * (size_t)k <= 0xFFFF ? 2 : 4;
-	size_t body_len = data_len + (size_t)k * ow;
-	size_t need = (size_t)k * ow + 4;
-	dg_err e;
-	if (body_len > UINT32_MAX)
-		return DG_ERR_LIMIT;
-	if (b->cap - b->len < need && (e = dg_buf_reserve(b, need)) != DG_OK)
-		return e;
-	uint8_t *p = b->data + b->len;
-	if (ow == 1) {
-		for (uint32_t j = 1; j < nvar; j++)
-			*p++ = (uint8_t)offs[j];
-	} else {
-		for (uint32_t j = 1; j < nvar; j++) {
-			uint32_t o = offs[j];
-			p[0] = (uint8_t)o;
-			p[1] = (uint8_t)(o >> 8);
-			if (ow == 4) {
-				p[2] = (uint8_t)(o >> 16);
-				p[3] = (uint8_t)(o >> 24);
-			}
-			p += ow;
-		}
-	}
-	/* length prefix: one byte reserved; widen in place when needed */
-	if (DG_LIKELY(body_len < 0x80)) {
-		b->data[start] = (uint8_t)body_len;
-		b->len = body + body_len;
-		return DG_OK;
-	}
 	size_t lenlen = dgi_uvarint_len(body_len);
 	memmove(b->data + body + lenlen - 1, b->data + body, body_len);
 	dgi_put_uvarint(b->data + start, body_len);
 	b->len = body + lenlen - 1 + body_len;
-	return DG_OK;
 }
 
 /* ---- framing ---- */
@@ -614,6 +595,20 @@ DG_NOINLINE static dg_err decode_other_schema(const dg_registry *reg,
 	return DG_OK;
 }
 
+/* Var fields of the rarer kinds, out of the hot loop. */
+DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
+    const struct dgi_field *f, const uint8_t **pp, const uint8_t *end,
+    uint8_t *dst, dg_arena *arena, unsigned depth)
+{
+	const uint8_t *span = *pp;
+	dg_value val;
+	dg_err e = field_value(reg, f, pp, end, &val, depth, false);
+	if (e != DG_OK)
+		return e;
+	return store_value(reg, f, &val, span, (uint32_t)(*pp - span), dst, arena,
+	    depth);
+}
+
 dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
     const dg_desc *d, const uint8_t *body, uint32_t len, void *obj,
     dg_arena *arena, unsigned depth)
@@ -631,20 +626,20 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 	unsigned ow = dgi_off_width(len);
 	if ((uint64_t)d->fixed_size + (uint64_t)k * ow > len)
 		return DG_ERR_BAD_LENGTH;
-	uint32_t data_end = len - k * ow;
-	const uint8_t *foot = body + data_end;
-	const uint8_t *p = body, *end = body + data_end;
+	const uint8_t *end = body + len - k * ow;   /* the footer starts here */
+	const uint8_t *lim = body + len;            /* loads may reach into it */
+	const uint8_t *p = body;
 	uint64_t v;
 	uint32_t n;
 	bool null;
 	dg_err e;
 
-	for (uint32_t i = 0; i < d->nfixed; i++) {
-		const struct dgi_field *f = &d->fields[i];
-		uint8_t *dst = out + f->c_off;
-		switch (f->width) {
+	const struct dgi_op *op = d->ops, *fixed_end = op + d->nfixed;
+	for (; op < fixed_end; op++) {
+		uint8_t *dst = out + op->c_off;
+		switch (op->width) {
 		case 1:
-			if (f->kind == DG_BOOL) {
+			if (op->kind == DG_BOOL) {
 				if (*p > 1)
 					return DG_ERR_RANGE;
 				*(bool *)dst = *p;
@@ -657,25 +652,25 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 		case 8: memcpy(dst, p, 8); break;
 		default: memcpy(dst, p, 16); break;
 		}
-		p += f->width;
+		p += op->width;
 	}
-	for (uint32_t i = d->nfixed; i < d->nfields; i++) {
-		const struct dgi_field *f = &d->fields[i];
-		uint8_t *dst = out + f->c_off;
-		if (f->var > 0) {
-			uint32_t at = ow == 1 ? foot[f->var - 1] :
-			    dgi_ld_off(foot + (f->var - 1) * ow, ow);
+	const uint8_t *foot = end;
+	for (const struct dgi_op *oend = d->ops + d->nfields; op < oend; op++) {
+		uint8_t *dst = out + op->c_off;
+		if (op > fixed_end) {
+			uint32_t at = ow == 1 ? *foot : dgi_ld_off(foot, ow);
+			foot += ow;
 			if ((uint32_t)(p - body) != at)
 				return DG_ERR_BAD_LENGTH;
 		}
-		switch (f->kind) {
+		switch (op->kind) {
 		case DG_I64:
-			if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+			if ((e = dgi_get_uvarint_lim(&p, end, lim, &v)) != DG_OK)
 				return e;
 			*(int64_t *)dst = dgi_unzigzag(v);
 			break;
 		case DG_I32: {
-			if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+			if ((e = dgi_get_uvarint_lim(&p, end, lim, &v)) != DG_OK)
 				return e;
 			int64_t x = dgi_unzigzag(v);
 			if (x < INT32_MIN || x > INT32_MAX)
@@ -693,27 +688,21 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 				b->len = 0;
 				break;
 			}
-			if (f->kind == DG_STRING && !dgi_utf8_ok(p, n))
+			if (op->kind == DG_STRING && !dgi_utf8_ok(p, n))
 				return DG_ERR_UTF8;
 			b->ptr = p;
 			b->len = n;
 			p += n;
-			if ((e = copy_out(arena, &b->ptr, n, 1, f->kind == DG_STRING)) != DG_OK)
+			if (arena != NULL &&
+			    (e = copy_out(arena, &b->ptr, n, 1, op->kind == DG_STRING)) != DG_OK)
 				return e;
 			break;
 		}
-		default: {
-			/* less common kinds share the value path */
-			const uint8_t *span = p;
-			dg_value val;
-			if ((e = field_value(reg, f, &p, end, &val, depth, false)) != DG_OK)
-				return e;
-			e = store_value(reg, f, &val, span, (uint32_t)(p - span), dst,
-			    arena, depth);
+		default:
+			e = decode_rare(reg, &d->fields[op->field], &p, end, dst, arena, depth);
 			if (e != DG_OK)
 				return e;
 			break;
-		}
 		}
 	}
 	if (p != end)
@@ -724,6 +713,21 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 dg_err dg_decode_object(const dg_registry *reg, const dg_desc *d,
     const void *data, size_t len, void *out, dg_arena *arena)
 {
+	const uint8_t *p = data, *end = p + len;
+	if (d == NULL || out == NULL || !d->bound || (data == NULL && len > 0))
+		return DG_ERR_INVAL;
+	/* the common case needs no reader and no registry lookup: an OBJ of
+	 * d's type in its primary schema */
+	if (len >= 6 && p[0] == TAG_OBJ && d->primary && dgi_ld32(p + 1) == d->type_id) {
+		uint32_t n;
+		p += 5;
+		dg_err e = dgi_get_u32var(&p, end, &n);
+		if (e != DG_OK)
+			return e;
+		if (n != (size_t)(end - p))
+			return n > (size_t)(end - p) ? DG_ERR_TRUNCATED : DG_ERR_BAD_LENGTH;
+		return dgi_obj_decode(reg, d, d, p, n, out, arena, 1);
+	}
 	dg_reader r;
 	dg_reader_init(&r, reg, data, len);
 	dg_err e = dg_read_object(&r, d, out, arena);

@@ -352,6 +352,8 @@ dg_err dg_validate(const dg_registry *reg, const void *data, size_t len)
 	const uint8_t *p = data, *end = p + len;
 	if (data == NULL && len > 0)
 		return DG_ERR_INVAL;
+	if (len == 0)
+		return DG_ERR_TRUNCATED; /* "one or more values": none is not valid */
 	dg_reader_init(&r, reg, data, len);
 	while (p < end) {
 		dg_err e = skip_value(&r, &p, end, NO_SCOPE, 0, true);
@@ -438,11 +440,42 @@ dg_err dg_read_skip(dg_reader *r)
 	return e;
 }
 
+static dg_err read_object_slow(dg_reader *r, const dg_desc *d, void *out,
+    dg_arena *arena);
+
 dg_err dg_read_object(dg_reader *r, const dg_desc *d, void *out,
+    dg_arena *arena)
+{
+	/* The stream case first: a REF with a 1-byte length inside an open
+	 * container, whose schema is d's — no lookup, no header parsing. */
+	if (DG_LIKELY(r->r_depth > 0) && d != NULL && out != NULL) {
+		struct dgi_rframe *f = &r->r_stack[r->r_depth - 1];
+		const uint8_t *p = r->r_p;
+		if (f->f_left != 0 && f->f_base != NO_SCOPE && r->r_end - p >= 2 &&
+		    p[0] >= TAG_REF && p[1] < 0x80) {
+			uint32_t at = f->f_base + (p[0] - TAG_REF);
+			uint32_t len = p[1];
+			if (at < r->r_nsch && p[0] - TAG_REF < DG_SCOPE_MAX &&
+			    r->r_sch[at] == d && len <= (size_t)(r->r_end - p - 2)) {
+				dg_err e = dgi_obj_decode(r->r_reg, d, d, p + 2, len, out,
+				    arena, r->r_depth + 1);
+				if (e == DG_OK) { /* a failed read consumes nothing */
+					f->f_left--;
+					r->r_p = p + 2 + len;
+				}
+				return e;
+			}
+		}
+	}
+	return read_object_slow(r, d, out, arena);
+}
+
+static dg_err read_object_slow(dg_reader *r, const dg_desc *d, void *out,
     dg_arena *arena)
 {
 	uint32_t base = next_base(r);
 	const uint8_t *p = r->r_p, *end = r->r_end;
+	uint32_t nsch = r->r_nsch; /* a failed read leaves the scope as it was */
 	dg_bobj o;
 	dg_err e;
 
@@ -478,18 +511,27 @@ dg_err dg_read_object(dg_reader *r, const dg_desc *d, void *out,
 			p += o.len;
 			if (tag == TAG_DEF)
 				r->r_sch[r->r_nsch++] = d;
+			/* counted as the lookup it replaces: dg_reader_lookups()
+			 * is one per DEF/OBJ tag, whichever path resolved it */
+			r->r_lookups++;
 		} else {
 			if (!is_obj_tag(tag))
 				return tag <= TAG_SORTED_MAP ? DG_ERR_TYPE_MISMATCH : DG_ERR_BAD_TAG;
 			if ((e = obj_in_scope(r, tag, &p, end, base, &o, false)) != DG_OK)
 				return e;
 		}
-		if (o.desc->type_id != d->type_id)
+		/* on failure the value is not consumed, so a DEF it read must not
+		 * stay in the scope table (a retry would define it twice) */
+		if (o.desc->type_id != d->type_id) {
+			r->r_nsch = nsch;
 			return DG_ERR_TYPE_MISMATCH;
+		}
 		e = dgi_obj_decode(r->r_reg, o.desc, d, o.body, o.len, out, arena,
 		    r->r_depth + 1);
-		if (e != DG_OK)
+		if (e != DG_OK) {
+			r->r_nsch = nsch;
 			return e;
+		}
 	}
 	count_value(r);
 	r->r_p = p;

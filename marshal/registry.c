@@ -96,9 +96,24 @@ static size_t binding_align(dg_kind k)
 	case DG_I32: case DG_ENUM: case DG_FLOAT: return 4;
 	case DG_I64: case DG_DOUBLE: return 8;
 	case DG_UUID: return 1;
-	case DG_OBJECT: return 1; /* the embedded struct's own fields are checked */
+	case DG_OBJECT: return 1; /* see desc_align */
 	default: return alignof(void *);
 	}
+}
+
+/* Alignment an embedded struct needs: that of its most aligned field, so
+ * that its fields stay aligned wherever the outer struct places it. */
+static size_t desc_align(const dg_desc *d)
+{
+	size_t a = 1;
+	for (uint32_t i = 0; i < d->nfields; i++) {
+		const struct dgi_field *f = &d->fields[i];
+		size_t fa = f->kind == DG_OBJECT ? desc_align(f->ref) :
+		    binding_align((dg_kind)f->kind);
+		if (fa > a)
+			a = fa;
+	}
+	return a;
 }
 
 /* ---- building ---- */
@@ -121,14 +136,15 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 	for (uint32_t i = 0; i < n; i++)
 		names += f[i].name_len + 1;
 	size_t size = sizeof(dg_desc) + n * sizeof(struct dgi_field) +
-	    (n + idxcap) * sizeof(uint16_t) + names;
+	    n * sizeof(struct dgi_op) + (n + idxcap) * sizeof(uint16_t) + names;
 	uint8_t *mem = dgi_calloc(1, size);
 	if (mem == NULL)
 		return DG_ERR_NOMEM;
 
 	dg_desc *d = (dg_desc *)mem;
 	d->fields = (struct dgi_field *)(mem + sizeof(dg_desc));
-	d->decl_to_layout = (uint16_t *)(d->fields + n);
+	d->ops = (struct dgi_op *)(d->fields + n);
+	d->decl_to_layout = (uint16_t *)(d->ops + n);
 	d->idx = d->decl_to_layout + n;
 	char *str = (char *)(d->idx + idxcap);
 	d->idx_mask = idxcap - 1;
@@ -167,6 +183,10 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 			} else {
 				lf->var = (uint16_t)nvar++;
 			}
+			d->ops[pos].c_off = lf->c_off;
+			d->ops[pos].kind = lf->kind;
+			d->ops[pos].width = lf->width;
+			d->ops[pos].field = (uint16_t)pos;
 			d->decl_to_layout[i] = (uint16_t)pos;
 			uint32_t h = (lf->id * 0x9E3779B1u) & d->idx_mask;
 			while (d->idx[h] != 0)
@@ -246,11 +266,15 @@ static dg_err publish_type(dg_registry *reg, const dg_desc *d)
 	struct dgi_retired *r1 = dgi_alloc(sizeof(*r1));
 	struct dgi_retired *r2 = dgi_alloc(sizeof(*r2));
 	struct dgi_table *nt = NULL;
+	struct dgi_retired *r3 = NULL; /* retires the old table when it grows */
 	if (ty == NULL || s == NULL || r1 == NULL || r2 == NULL)
 		goto nomem;
 	if ((t->count + 1) * 2 > t->mask + 1) {
 		uint32_t cap = (t->mask + 1) * 2;
-		if ((nt = table_new(cap)) == NULL)
+		/* both before publishing: a failure after it would leave the old
+		 * table neither freeable (readers) nor on the retired list */
+		if ((nt = table_new(cap)) == NULL ||
+		    (r3 = dgi_alloc(sizeof(*r3))) == NULL)
 			goto nomem;
 		for (uint32_t i = 0; i <= t->mask; i++)
 			if (t->slots[i].key != 0)
@@ -269,10 +293,9 @@ static dg_err publish_type(dg_registry *reg, const dg_desc *d)
 	if (nt != NULL) {
 		table_put(nt, ty);
 		atomic_store_explicit(&reg->table, nt, memory_order_release);
-		if (retire(reg, t) != DG_OK) {
-			/* the old table leaks until exit rather than being freed
-			 * under a reader; registration itself succeeded */
-		}
+		r3->p = t; /* freed with the registry: readers may still use it */
+		r3->next = reg->retired;
+		reg->retired = r3;
 	} else {
 		table_put(t, ty);
 	}
@@ -284,6 +307,8 @@ nomem:
 	dgi_free(s);
 	dgi_free(r1);
 	dgi_free(r2);
+	dgi_free(nt);
+	dgi_free(r3);
 	return DG_ERR_NOMEM;
 }
 
@@ -460,7 +485,8 @@ static dg_err validate_fields(const dg_registry *reg, const struct fdef *f,
 			size_t bs = dgi_binding_size(f[i].kind, refs[i]);
 			if (f[i].c_off == DG_UNBOUND || f[i].c_off > struct_size ||
 			    struct_size - f[i].c_off < bs ||
-			    f[i].c_off % binding_align(f[i].kind) != 0)
+			    f[i].c_off % binding_align(f[i].kind) != 0 ||
+			    (refs[i] != NULL && f[i].c_off % desc_align(refs[i]) != 0))
 				return DG_ERR_INVAL;
 		}
 		ids[i] = dgi_fnv1a(f[i].name, f[i].name_len);

@@ -34,7 +34,7 @@ DG_NOINLINE dg_err dgi_w_fail(dg_writer *w, dg_err e)
 }
 
 /* Before a value: account for it in the enclosing container. */
-dg_err dgi_w_elem_begin(dg_writer *w)
+static inline dg_err elem_begin(dg_writer *w)
 {
 	if (DG_UNLIKELY(w->w_err != DG_OK))
 		return w->w_err;
@@ -47,6 +47,40 @@ dg_err dgi_w_elem_begin(dg_writer *w)
 	return DG_OK;
 }
 
+dg_err dgi_w_elem_begin(dg_writer *w)
+{
+	return elem_begin(w);
+}
+
+/* memcmp order of two short byte strings, then length. */
+static inline int cmp_short(const uint8_t *a, size_t la, const uint8_t *b,
+    size_t lb)
+{
+	size_t n = la < lb ? la : lb, i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t x, y;
+		memcpy(&x, a + i, 8);
+		memcpy(&y, b + i, 8);
+		if (x != y)
+			return __builtin_bswap64(x) < __builtin_bswap64(y) ? -1 : 1;
+	}
+	for (; i < n; i++)
+		if (a[i] != b[i])
+			return a[i] < b[i] ? -1 : 1;
+	return la < lb ? -1 : la > lb;
+}
+
+/* Order of two keys: same-tag short strings and bytes (the usual keys)
+ * inline, everything else through the descriptor's comparator. */
+static inline int key_cmp(const dg_desc *d, const uint8_t *a, uint32_t alen,
+    const uint8_t *b, uint32_t blen)
+{
+	if (a[0] == b[0] && (a[0] == TAG_STRING || a[0] == TAG_BYTES) &&
+	    a[1] < 0x80 && b[1] < 0x80)
+		return cmp_short(a + 2, a[1], b + 2, b[1]);
+	return d->cmp(a, alen, b, blen);
+}
+
 DG_NOINLINE static void sorted_done(dg_writer *w, struct dgi_wframe *f)
 {
 	bool is_key = f->f_kind == DG_SORTED_SET || f->f_pair == 0;
@@ -57,7 +91,7 @@ DG_NOINLINE static void sorted_done(dg_writer *w, struct dgi_wframe *f)
 	const uint8_t *base = w->w_buf->data;
 	uint32_t len = (uint32_t)w->w_buf->len - f->f_key;
 	if (f->f_prevlen != 0 &&
-	    f->f_desc->cmp(base + f->f_prev, f->f_prevlen, base + f->f_key, len) >= 0) {
+	    key_cmp(f->f_desc, base + f->f_prev, f->f_prevlen, base + f->f_key, len) >= 0) {
 		dgi_w_fail(w, DG_ERR_ORDER);
 		return;
 	}
@@ -66,7 +100,7 @@ DG_NOINLINE static void sorted_done(dg_writer *w, struct dgi_wframe *f)
 }
 
 /* After a value: count it; sorted containers compare consecutive keys. */
-void dgi_w_elem_done(dg_writer *w)
+static inline void elem_done(dg_writer *w)
 {
 	if (w->w_depth == 0)
 		return;
@@ -74,6 +108,11 @@ void dgi_w_elem_done(dg_writer *w)
 	f->f_left--;
 	if (DG_UNLIKELY(f->f_desc->cmp != NULL))
 		sorted_done(w, f);
+}
+
+void dgi_w_elem_done(dg_writer *w)
+{
+	elem_done(w);
 }
 
 static inline uint8_t *w_room(dg_writer *w, size_t n)
@@ -92,14 +131,14 @@ static inline uint8_t *w_room(dg_writer *w, size_t n)
 static inline dg_err w_commit(dg_writer *w, uint8_t *end)
 {
 	w->w_buf->len = (size_t)(end - w->w_buf->data);
-	dgi_w_elem_done(w);
+	elem_done(w);
 	return w->w_err;
 }
 
 /* A tag followed by up to `n` more bytes built by the caller. */
 #define W_BEGIN(w, n, p)                      \
 	do {                                      \
-		if (dgi_w_elem_begin(w) != DG_OK)     \
+		if (elem_begin(w) != DG_OK)           \
 			return (w)->w_err;                \
 		if (((p) = w_room((w), (n))) == NULL) \
 			return (w)->w_err;                \
@@ -322,7 +361,7 @@ dg_err dg_write_end(dg_writer *w)
 	struct dgi_wframe *f = &w->w_stack[--w->w_depth];
 	if (f->f_base != NO_SCOPE)
 		w->w_nsch = f->f_base;
-	dgi_w_elem_done(w); /* the container itself, as an element of its parent */
+	elem_done(w); /* the container itself, as an element of its parent */
 	return w->w_err;
 }
 
@@ -331,7 +370,7 @@ dg_err dg_write_end(dg_writer *w)
 /* Tag and header of an object value.  Inside a LIST, SET or MAP the first
  * object of a schema is a DEF, later ones a one-byte REF; elsewhere (top
  * level, sorted containers, full scope table) a self-contained OBJ. */
-dg_err dgi_w_object_header(dg_writer *w, const dg_desc *d)
+static inline dg_err object_header(dg_writer *w, const dg_desc *d)
 {
 	uint8_t *p = w_room(w, 9);
 	if (p == NULL)
@@ -365,18 +404,56 @@ ids:
 	return DG_OK;
 }
 
+dg_err dgi_w_object_header(dg_writer *w, const dg_desc *d)
+{
+	return object_header(w, d);
+}
+
+/* dgi_obj_encode reserves room for the worst case of every field at once;
+ * a fixed buffer (the only kind that says DG_ERR_NOSPACE) may lack that
+ * headroom although the object fits.  Encode into scratch memory then, and
+ * copy the exact bytes: DG_ERR_NOSPACE only when the object does not fit. */
+DG_NOINLINE static dg_err encode_tight(dg_writer *w, const dg_desc *d,
+    const void *obj, size_t at)
+{
+	uint8_t stack[1024];   /* small objects: no allocation */
+	dg_buf *fixed = w->w_buf, tmp;
+	dg_buf_init_fixed(&tmp, stack, sizeof(stack));
+	fixed->len = at;
+	w->w_err = DG_OK; /* a nested header may have failed on the fixed buffer */
+	w->w_buf = &tmp;
+	dg_err e = dgi_obj_encode(w, d, obj, 1);
+	if (e == DG_ERR_NOSPACE) {
+		dg_buf_init(&tmp);
+		w->w_err = DG_OK;
+		e = dgi_obj_encode(w, d, obj, 1);
+	}
+	w->w_buf = fixed;
+	if (e == DG_OK && fixed->cap - at < tmp.len)
+		e = DG_ERR_NOSPACE;
+	if (e == DG_OK) {
+		memcpy(fixed->data + at, tmp.data, tmp.len);
+		fixed->len = at + tmp.len;
+	}
+	dg_buf_free(&tmp);
+	return e;
+}
+
 dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj)
 {
-	if (dgi_w_elem_begin(w) != DG_OK)
+	if (elem_begin(w) != DG_OK)
 		return w->w_err;
 	if (d == NULL || obj == NULL || !d->bound || d->builtin)
 		return dgi_w_fail(w, DG_ERR_INVAL);
-	if (dgi_w_object_header(w, d) != DG_OK)
+	if (object_header(w, d) != DG_OK)
 		return w->w_err;
+	size_t at = w->w_buf->len;
 	dg_err e = dgi_obj_encode(w, d, obj, 1);
+	if (DG_UNLIKELY(e == DG_ERR_NOSPACE))
+		e = encode_tight(w, d, obj, at);
 	if (e != DG_OK)
 		return dgi_w_fail(w, e);
-	dgi_w_elem_done(w);
+	elem_done(w);
 	return w->w_err;
 }
 
@@ -431,11 +508,11 @@ dg_err dg_write_value(dg_writer *w, const dg_value *v)
 		return write_raw(w, &v->v.coll.raw);
 	case DG_ANY: return write_raw(w, &v->v.raw);
 	case DG_OBJECT:
-		if (dgi_w_elem_begin(w) != DG_OK)
+		if (elem_begin(w) != DG_OK)
 			return w->w_err;
 		if (dgi_write_bobj(w, &v->v.obj) != DG_OK)
 			return w->w_err;
-		dgi_w_elem_done(w);
+		elem_done(w);
 		return w->w_err;
 	default:
 		return dgi_w_fail(w, DG_ERR_INVAL);

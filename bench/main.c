@@ -1,0 +1,102 @@
+/*
+ * dgbench — datagrid's benchmark program (DESIGN.md, "Benchmarks").
+ *
+ *   dgbench SUITE [--json] [--quick] [--case=NAME] [--impl=NAME]
+ *
+ * Runs one suite; each suite measures datagrid and, in the same invocation
+ * on the same data, the peers that were found at configure time.  Human
+ * output is an aligned table on stdout; --json prints one JSON object per
+ * line and per (case, implementation) on stdout, and nothing else there.
+ * Notes, ratios and the result checksum go to stderr.
+ *
+ * A suite is one file, bench/<suite>_bench.c, with one entry point listed
+ * in the table below.  Benchmarks are not tests: nothing here asserts on
+ * timings (the ctest smoke run only checks that the JSON lines parse).
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct suite {
+	const char *name;
+	int (*run)(const dgb_opts *o);
+	const char *what;
+} suites[] = {
+	{ "marshal", dgb_marshal_suite,
+	  "codec round trips vs msgpack-c and protobuf-c" },
+};
+#define NSUITES (sizeof suites / sizeof suites[0])
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: dgbench SUITE [--json] [--quick] [--case=NAME] [--impl=NAME]"
+	    " [--help]\n"
+	    "\n"
+	    "  --json   one JSON object per line per case and implementation:\n"
+	    "           {\"suite\":..,\"case\":..,\"impl\":..,\"ns_per_op\":..,"
+	    "\"bytes\":..,\"allocs_per_op\":..}\n"
+	    "  --quick  ~20 ms x 3 repetitions per case instead of ~100 ms x 5\n"
+	    "  --case=NAME, --impl=NAME\n"
+	    "           only that case / implementation (for profiling)\n"
+	    "  --help   this text\n"
+	    "\n"
+	    "ns_per_op is the best repetition (CLOCK_MONOTONIC); allocs_per_op\n"
+	    "counts heap allocations over all timed repetitions (datagrid: its\n"
+	    "counting allocator; peers: malloc/calloc/realloc calls).\n"
+	    "\n"
+	    "suites:\n");
+	for (size_t i = 0; i < NSUITES; i++)
+		fprintf(f, "  %-10s %s\n", suites[i].name, suites[i].what);
+}
+
+int main(int argc, char **argv)
+{
+	dgb_opts o = { false, false, NULL, NULL };
+	const struct suite *s = NULL;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--json") == 0) {
+			o.json = true;
+		} else if (strcmp(a, "--quick") == 0) {
+			o.quick = true;
+		} else if (strncmp(a, "--case=", 7) == 0) {
+			o.only_case = a + 7;
+		} else if (strncmp(a, "--impl=", 7) == 0) {
+			o.only_impl = a + 7;
+		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			usage(stdout);
+			return 0;
+		} else if (a[0] == '-') {
+			fprintf(stderr, "dgbench: unknown option '%s'\n", a);
+			usage(stderr);
+			return 2;
+		} else if (s != NULL) {
+			fprintf(stderr, "dgbench: one suite at a time ('%s')\n", a);
+			return 2;
+		} else {
+			for (size_t k = 0; k < NSUITES; k++)
+				if (strcmp(a, suites[k].name) == 0)
+					s = &suites[k];
+			if (s == NULL) {
+				fprintf(stderr, "dgbench: unknown suite '%s'\n", a);
+				usage(stderr);
+				return 2;
+			}
+		}
+	}
+	if (s == NULL) {
+		usage(stderr);
+		return 2;
+	}
+	int rc = s->run(&o);
+	if (rc == 0 && dgb_measured() == 0) {
+		fprintf(stderr, "dgbench: no case of suite '%s' matches --case/--impl\n",
+		    s->name);
+		return 2;
+	}
+	dgb_note("checksum %016llx", (unsigned long long)dgb_checksum());
+	return rc;
+}
