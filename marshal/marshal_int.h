@@ -264,8 +264,19 @@ static inline dg_err dgi_body_finish(dg_buf *b, size_t start,
 		return e;
 	uint8_t *p = b->data + b->len;
 	if (DG_LIKELY(ow == 1)) {
-		for (uint32_t j = 1; j < nvar; j++)
-			*p++ = (uint8_t)offs[j];
+		/* unrolled for the usual few var fields (a loop here gets
+		 * vectorized, whose setup costs more than the stores) */
+		switch (k) {
+		case 4: p[3] = (uint8_t)offs[4]; /* fallthrough */
+		case 3: p[2] = (uint8_t)offs[3]; /* fallthrough */
+		case 2: p[1] = (uint8_t)offs[2]; /* fallthrough */
+		case 1: p[0] = (uint8_t)offs[1]; /* fallthrough */
+		case 0: break;
+		default:
+			for (uint32_t j = 1; j < nvar; j++)
+				p[j - 1] = (uint8_t)offs[j];
+		}
+		p += k;
 	} else {
 		for (uint32_t j = 1; j < nvar; j++) {
 			uint32_t o = offs[j];
@@ -388,6 +399,11 @@ static inline dg_err dgi_get_uvarint_lim(const uint8_t **pp, const uint8_t *end,
     const uint8_t *lim, uint64_t *out)
 {
 	const uint8_t *p = *pp;
+	if (DG_LIKELY(p < end && p[0] < 0x80)) {
+		*out = p[0];
+		*pp = p + 1;
+		return DG_OK;
+	}
 	if (DG_LIKELY(lim - p >= 8 && p < end)) {
 		uint64_t w;
 		memcpy(&w, p, 8);

@@ -81,13 +81,9 @@ static inline int key_cmp(const dg_desc *d, const uint8_t *a, uint32_t alen,
 	return d->cmp(a, alen, b, blen);
 }
 
-DG_NOINLINE static void sorted_done(dg_writer *w, struct dgi_wframe *f)
+/* A key of a sorted container is complete: it must follow the last one. */
+static inline void sorted_key_done(dg_writer *w, struct dgi_wframe *f)
 {
-	bool is_key = f->f_kind == DG_SORTED_SET || f->f_pair == 0;
-	if (f->f_kind == DG_SORTED_MAP)
-		f->f_pair ^= 1;
-	if (!is_key)
-		return;
 	const uint8_t *base = w->w_buf->data;
 	uint32_t len = (uint32_t)w->w_buf->len - f->f_key;
 	if (f->f_prevlen != 0 &&
@@ -106,8 +102,11 @@ static inline void elem_done(dg_writer *w)
 		return;
 	struct dgi_wframe *f = &w->w_stack[w->w_depth - 1];
 	f->f_left--;
-	if (DG_UNLIKELY(f->f_desc->cmp != NULL))
-		sorted_done(w, f);
+	if (DG_UNLIKELY(f->f_desc->cmp != NULL)) {
+		if (f->f_kind == DG_SORTED_MAP && (f->f_pair ^= 1) == 0)
+			return; /* that was a value */
+		sorted_key_done(w, f);
+	}
 }
 
 void dgi_w_elem_done(dg_writer *w)
