@@ -364,6 +364,11 @@ DG_API dg_err dg_write_end(dg_writer *w);
 
 /* Writes the C struct at obj with descriptor d (which must be bound). */
 DG_API dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj);
+/* Writes count structs of an array (stride bytes apart, stride >=
+ * sizeof the struct) as count consecutive values — the elements of a list
+ * or a page — in one call.  Same bytes as count dg_write_object calls. */
+DG_API dg_err dg_write_objects(dg_writer *w, const dg_desc *d,
+    const void *objs, size_t stride, uint32_t count);
 
 /* ------------------------------------------------------------------------
  * Values, readers and binary objects.
@@ -449,6 +454,12 @@ DG_API dg_err dg_read_begin(dg_reader *r, dg_kind kind, uint32_t *count);
  * DG_ERR_TYPE_MISMATCH, DG_ERR_NOSPACE (arena). */
 DG_API dg_err dg_read_object(dg_reader *r, const dg_desc *d, void *out,
     dg_arena *arena);
+
+/* Reads count consecutive objects of d's type into an array of structs
+ * (stride bytes apart), as count dg_read_object calls would; stops at the
+ * first error, with the objects before it read. */
+DG_API dg_err dg_read_objects(dg_reader *r, const dg_desc *d, void *out,
+    size_t stride, uint32_t count, dg_arena *arena);
 
 /* Decodes one object of d's type from a standalone encoding (a whole buffer
  * written by a fresh writer with one dg_write_object). */

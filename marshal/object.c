@@ -654,15 +654,25 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 		}
 		p += op->width;
 	}
+	/* Each var field is decoded from the span the footer gives it, not
+	 * from where the previous one ended: the fields are independent of
+	 * each other (no serial chain of lengths), and every field must end
+	 * exactly where the next begins. */
 	const uint8_t *foot = end;
+	const uint8_t *data_end = end;
+	uint32_t at = d->fixed_size;
 	for (const struct dgi_op *oend = d->ops + d->nfields; op < oend; op++) {
 		uint8_t *dst = out + op->c_off;
-		if (op > fixed_end) {
-			uint32_t at = ow == 1 ? *foot : dgi_ld_off(foot, ow);
+		uint32_t next = (uint32_t)(data_end - body);
+		if (op + 1 < oend) {
+			next = ow == 1 ? *foot : dgi_ld_off(foot, ow);
 			foot += ow;
-			if ((uint32_t)(p - body) != at)
+			if (next <= at || next >= (uint32_t)(data_end - body))
 				return DG_ERR_BAD_LENGTH;
 		}
+		p = body + at;
+		end = body + next;
+		at = next;
 		switch (op->kind) {
 		case DG_I64:
 			if ((e = dgi_get_uvarint_lim(&p, end, lim, &v)) != DG_OK)
@@ -704,8 +714,10 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 				return e;
 			break;
 		}
+		if (p != end)
+			return DG_ERR_BAD_LENGTH;
 	}
-	if (p != end)
+	if (d->nvar == 0 && p != data_end)
 		return DG_ERR_BAD_LENGTH;
 	return DG_OK;
 }

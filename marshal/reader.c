@@ -443,12 +443,12 @@ dg_err dg_read_skip(dg_reader *r)
 static dg_err read_object_slow(dg_reader *r, const dg_desc *d, void *out,
     dg_arena *arena);
 
-dg_err dg_read_object(dg_reader *r, const dg_desc *d, void *out,
+static inline dg_err read_object(dg_reader *r, const dg_desc *d, void *out,
     dg_arena *arena)
 {
 	/* The stream case first: a REF with a 1-byte length inside an open
 	 * container, whose schema is d's — no lookup, no header parsing. */
-	if (DG_LIKELY(r->r_depth > 0) && d != NULL && out != NULL) {
+	if (DG_LIKELY(r->r_depth > 0)) {
 		struct dgi_rframe *f = &r->r_stack[r->r_depth - 1];
 		const uint8_t *p = r->r_p;
 		if (f->f_left != 0 && f->f_base != NO_SCOPE && r->r_end - p >= 2 &&
@@ -468,6 +468,59 @@ dg_err dg_read_object(dg_reader *r, const dg_desc *d, void *out,
 		}
 	}
 	return read_object_slow(r, d, out, arena);
+}
+
+dg_err dg_read_object(dg_reader *r, const dg_desc *d, void *out,
+    dg_arena *arena)
+{
+	if (d == NULL || out == NULL || !d->bound)
+		return DG_ERR_INVAL;
+	return read_object(r, d, out, arena);
+}
+
+dg_err dg_read_objects(dg_reader *r, const dg_desc *d, void *out,
+    size_t stride, uint32_t count, dg_arena *arena)
+{
+	uint8_t *p = out;
+	if (d == NULL || (out == NULL && count > 0) || !d->bound ||
+	    stride < d->struct_size)
+		return DG_ERR_INVAL;
+	for (uint32_t i = 0; i < count; i++, p += stride) {
+		dg_err e = read_object(r, d, p, arena);
+		if (e != DG_OK)
+			return e;
+		if (i + 1 < count && r->r_depth > 0) {
+			/* the rest of a run of REFs to one schema: no frame or scope
+			 * checks per object, only the tag, the length and the body */
+			struct dgi_rframe *f = &r->r_stack[r->r_depth - 1];
+			const uint8_t *q = r->r_p;
+			if (f->f_base == NO_SCOPE || f->f_left < count - i - 1 ||
+			    r->r_end - q < 1 || q[0] < TAG_REF)
+				continue;
+			uint8_t tag = q[0];
+			uint32_t at = f->f_base + (tag - TAG_REF);
+			if (tag - TAG_REF >= DG_SCOPE_MAX || at >= r->r_nsch || r->r_sch[at] != d)
+				continue;
+			for (i++; i < count; i++) {
+				p += stride;
+				if (r->r_end - q < 2 || q[0] != tag || q[1] >= 0x80 ||
+				    q[1] > (size_t)(r->r_end - q - 2)) {
+					i--; /* not the simple case: the general path */
+					p -= stride;
+					break;
+				}
+				uint32_t len = q[1];
+				e = dgi_obj_decode(r->r_reg, d, d, q + 2, len, p, arena,
+				    r->r_depth + 1);
+				if (e != DG_OK)
+					return e;
+				q += 2 + len;
+				r->r_p = q;
+				f->f_left--;
+			}
+		}
+	}
+	return DG_OK;
 }
 
 static dg_err read_object_slow(dg_reader *r, const dg_desc *d, void *out,

@@ -438,12 +438,11 @@ DG_NOINLINE static dg_err encode_tight(dg_writer *w, const dg_desc *d,
 	return e;
 }
 
-dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj)
+static inline dg_err write_object(dg_writer *w, const dg_desc *d,
+    const void *obj)
 {
 	if (elem_begin(w) != DG_OK)
 		return w->w_err;
-	if (d == NULL || obj == NULL || !d->bound || d->builtin)
-		return dgi_w_fail(w, DG_ERR_INVAL);
 	if (object_header(w, d) != DG_OK)
 		return w->w_err;
 	size_t at = w->w_buf->len;
@@ -453,6 +452,62 @@ dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj)
 	if (e != DG_OK)
 		return dgi_w_fail(w, e);
 	elem_done(w);
+	return w->w_err;
+}
+
+dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj)
+{
+	if (d == NULL || obj == NULL || !d->bound || d->builtin)
+		return dgi_w_fail(w, DG_ERR_INVAL);
+	return write_object(w, d, obj);
+}
+
+dg_err dg_write_objects(dg_writer *w, const dg_desc *d, const void *objs,
+    size_t stride, uint32_t count)
+{
+	const uint8_t *p = objs;
+	if (d == NULL || (objs == NULL && count > 0) || !d->bound || d->builtin ||
+	    stride < d->struct_size)
+		return dgi_w_fail(w, DG_ERR_INVAL);
+	if (count == 0 || write_object(w, d, p) != DG_OK)
+		return w->w_err;
+	/* After the first, in a scope that now holds d: every object is a REF
+	 * to the same index, and the frame can take them all — account once,
+	 * then only encode bodies. */
+	struct dgi_wframe *f = w->w_depth ? &w->w_stack[w->w_depth - 1] : NULL;
+	uint32_t idx = 0;
+	bool fast = f != NULL && f->f_base != NO_SCOPE && f->f_desc->cmp == NULL &&
+	    f->f_left >= count - 1;
+	if (fast) {
+		fast = false;
+		for (uint32_t i = w->w_nsch; i-- > f->f_base;) {
+			if (w->w_sch[i] == d) {
+				idx = i - f->f_base;
+				fast = true;
+				break;
+			}
+		}
+	}
+	for (uint32_t i = 1; i < count; i++) {
+		p += stride;
+		if (!fast) {
+			if (write_object(w, d, p) != DG_OK)
+				break;
+			continue;
+		}
+		dg_buf *b = w->w_buf;
+		dg_err e;
+		if (b->cap == b->len && (e = dg_buf_reserve(b, 1)) != DG_OK)
+			return dgi_w_fail(w, e);
+		size_t at = b->len;
+		b->data[b->len++] = (uint8_t)(TAG_REF | idx);
+		e = dgi_obj_encode(w, d, p, 1);
+		if (DG_UNLIKELY(e == DG_ERR_NOSPACE))
+			e = encode_tight(w, d, p, at + 1);
+		if (e != DG_OK)
+			return dgi_w_fail(w, e);
+		f->f_left--;
+	}
 	return w->w_err;
 }
 
