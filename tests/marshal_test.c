@@ -2975,6 +2975,115 @@ static void test_builder_kind_conflict(void **state)
  * 8. Streams: schemas once per scope (PR 13462, JDK-8247532)
  * ======================================================================== */
 
+/* dg_write_objects / dg_read_objects: the same bytes as one call per object,
+ * and the REF-run fast paths fall back correctly when the run breaks. */
+static void test_object_arrays(void **state)
+{
+	enum { N = 50 };
+	person_t p[N], q[N];
+	point_t pt = { 0 };
+	char names[N][16];
+	dg_buf a, b;
+	dg_writer w;
+	dg_reader r;
+	uint32_t n;
+	(void)state;
+
+	dg_buf_init(&a);
+	dg_buf_init(&b);
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "n%d", i * 31);
+		p[i] = person_make(i * 1000003LL - 7, names[i], i * 0.25, 1767225600000 + i);
+	}
+	/* one call per object vs the array call, in a list */
+	dg_writer_init(&w, g.reg, &a);
+	OK(dg_write_list_begin(&w, N));
+	for (int i = 0; i < N; i++)
+		OK(dg_write_object(&w, g.person, &p[i]));
+	OK(dg_write_end(&w));
+	OK(dg_writer_finish(&w));
+	dg_writer_init(&w, g.reg, &b);
+	OK(dg_write_list_begin(&w, N));
+	OK(dg_write_objects(&w, g.person, p, sizeof(p[0]), N));
+	OK(dg_write_end(&w));
+	OK(dg_writer_finish(&w));
+	assert_int_equal(a.len, b.len);
+	assert_memory_equal(a.data, b.data, a.len);
+
+	/* read back in chunks of uneven size */
+	memset(q, 0, sizeof(q));
+	dg_reader_init(&r, g.reg, b.data, b.len);
+	OK(dg_read_begin(&r, DG_LIST, &n));
+	assert_int_equal(n, N);
+	OK(dg_read_objects(&r, g.person, q, sizeof(q[0]), 7, NULL));
+	OK(dg_read_objects(&r, g.person, q + 7, sizeof(q[0]), N - 7, NULL));
+	for (int i = 0; i < N; i++)
+		person_eq(&p[i], &q[i]);
+	assert_int_equal(dg_reader_left(&r), 0);
+
+	/* past the end of the list: STATE */
+	EXPECT(dg_read_objects(&r, g.person, q, sizeof(q[0]), 1, NULL), DG_ERR_STATE);
+
+	/* a run broken by another type: the array read stops there with
+	 * TYPE_MISMATCH and the rest of the stream is still readable */
+	dg_buf_reset(&a);
+	dg_writer_init(&w, g.reg, &a);
+	OK(dg_write_list_begin(&w, 5));
+	OK(dg_write_objects(&w, g.person, p, sizeof(p[0]), 3));
+	OK(dg_write_object(&w, g.point, &pt));
+	OK(dg_write_object(&w, g.person, &p[3]));
+	OK(dg_write_end(&w));
+	OK(dg_writer_finish(&w));
+	dg_reader_init(&r, g.reg, a.data, a.len);
+	OK(dg_read_begin(&r, DG_LIST, &n));
+	memset(q, 0, sizeof(q));
+	EXPECT(dg_read_objects(&r, g.person, q, sizeof(q[0]), 5, NULL), DG_ERR_TYPE_MISMATCH);
+	for (int i = 0; i < 3; i++)
+		person_eq(&p[i], &q[i]);
+	OK(dg_read_object(&r, g.point, &pt, NULL));
+	OK(dg_read_objects(&r, g.person, q, sizeof(q[0]), 1, NULL));
+	person_eq(&p[3], &q[0]);
+
+	/* a REF whose body is 128 bytes or more (2-byte length) mid-run */
+	char longname[200];
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	p[1].name.ptr = longname;
+	p[1].name.len = (uint32_t)strlen(longname);
+	dg_buf_reset(&a);
+	dg_writer_init(&w, g.reg, &a);
+	OK(dg_write_list_begin(&w, 4));
+	OK(dg_write_objects(&w, g.person, p, sizeof(p[0]), 4));
+	OK(dg_write_end(&w));
+	OK(dg_writer_finish(&w));
+	dg_reader_init(&r, g.reg, a.data, a.len);
+	OK(dg_read_begin(&r, DG_LIST, &n));
+	OK(dg_read_objects(&r, g.person, q, sizeof(q[0]), 4, NULL));
+	for (int i = 0; i < 4; i++)
+		person_eq(&p[i], &q[i]);
+
+	/* top level (no scope) and bad arguments */
+	dg_buf_reset(&a);
+	dg_writer_init(&w, g.reg, &a);
+	OK(dg_write_objects(&w, g.person, p, sizeof(p[0]), 3));
+	OK(dg_writer_finish(&w));
+	dg_reader_init(&r, g.reg, a.data, a.len);
+	OK(dg_read_objects(&r, g.person, q, sizeof(q[0]), 3, NULL));
+	for (int i = 0; i < 3; i++)
+		person_eq(&p[i], &q[i]);
+	dg_writer_init(&w, g.reg, &a);
+	EXPECT(dg_write_objects(&w, g.person, p, sizeof(p[0]) - 1, 3), DG_ERR_INVAL);
+	EXPECT(dg_read_objects(&r, g.person, q, sizeof(q[0]) - 1, 1, NULL), DG_ERR_INVAL);
+
+	/* more objects than the list declared: STATE, like dg_write_object */
+	dg_buf_reset(&a);
+	dg_writer_init(&w, g.reg, &a);
+	OK(dg_write_list_begin(&w, 2));
+	EXPECT(dg_write_objects(&w, g.person, p, sizeof(p[0]), 3), DG_ERR_STATE);
+	dg_buf_free(&a);
+	dg_buf_free(&b);
+}
+
 static void test_stream_list_of_objects(void **state)
 {
 	enum { N = 100 };
@@ -4418,6 +4527,7 @@ int main(void)
 		T(test_builder_load_rewrite),
 		T(test_schema_evolution),
 		T(test_builder_kind_conflict),
+		T(test_object_arrays),
 		T(test_stream_list_of_objects),
 		T(test_stream_two_types),
 		T(test_stream_nested_scopes),
