@@ -310,8 +310,10 @@ struct dgi_wframe {
 	uint32_t f_key;          /* sorted: offset of the key being written */
 	uint32_t f_prev;         /* sorted: offset of the previous key */
 	uint32_t f_prevlen;      /* sorted: its length (0: none yet) */
+	uint64_t f_pfx;          /* sorted: previous key's 8-byte prefix, if a
+	                            short string/bytes (f_pfxtag != 0) */
+	uint8_t f_pfxtag;
 	uint8_t f_kind;
-	uint8_t f_pair;          /* map: 0 = next value is a key */
 };
 
 typedef struct dg_writer {   /* fields are private */

@@ -435,6 +435,11 @@ static inline bool dgi_utf8_ok(const uint8_t *s, size_t n)
 		if (n >= 8) {
 			memcpy(&a, s, 8);
 			memcpy(&b, s + n - 8, 8);
+		} else if (n >= 4) {
+			uint32_t x, y;
+			memcpy(&x, s, 4);
+			memcpy(&y, s + n - 4, 4);
+			a = x | y;
 		} else {
 			for (size_t i = 0; i < n; i++)
 				a |= s[i];

@@ -57,12 +57,14 @@ static inline int cmp_short(const uint8_t *a, size_t la, const uint8_t *b,
     size_t lb)
 {
 	size_t n = la < lb ? la : lb, i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t x, y;
-		memcpy(&x, a + i, 8);
-		memcpy(&y, b + i, 8);
-		if (x != y)
-			return __builtin_bswap64(x) < __builtin_bswap64(y) ? -1 : 1;
+	if (n >= 8) {
+		for (; i + 8 <= n; i += 8) {
+			uint64_t x, y;
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (x != y)
+				return __builtin_bswap64(x) < __builtin_bswap64(y) ? -1 : 1;
+		}
 	}
 	for (; i < n; i++)
 		if (a[i] != b[i])
@@ -81,18 +83,48 @@ static inline int key_cmp(const dg_desc *d, const uint8_t *a, uint32_t alen,
 	return d->cmp(a, alen, b, blen);
 }
 
-/* A key of a sorted container is complete: it must follow the last one. */
+/* The first min(n, 8) bytes of p as a big-endian number, zero-padded,
+ * without reading outside [p, p+n): for n <= 3 bytes 0, n/2 and n-1 cover
+ * every position; for 4..7 two overlapping 4-byte loads do. */
+static inline uint64_t be_prefix(const uint8_t *p, size_t n)
+{
+	uint64_t x;
+	uint32_t a, b;
+	if (n >= 8) {
+		memcpy(&x, p, 8);
+		return __builtin_bswap64(x);
+	}
+	if (n >= 4) {
+		memcpy(&a, p, 4);
+		memcpy(&b, p + n - 4, 4);
+		return (uint64_t)__builtin_bswap32(a) << 32 |
+		    (uint64_t)__builtin_bswap32(b) << (8 * (8 - n));
+	}
+	if (n == 0)
+		return 0;
+	return (uint64_t)p[0] << 56 | (uint64_t)p[n / 2] << (56 - 8 * (n / 2)) |
+	    (uint64_t)p[n - 1] << (56 - 8 * (n - 1));
+}
+
+/* A key of a sorted container is complete: it must follow the last one.
+ * It remembers its zero-padded 8-byte prefix when it is a short string or
+ * bytes, for write_blob's fast check of the next key. */
 static inline void sorted_key_done(dg_writer *w, struct dgi_wframe *f)
 {
-	const uint8_t *base = w->w_buf->data;
+	const uint8_t *base = w->w_buf->data, *k = base + f->f_key;
 	uint32_t len = (uint32_t)w->w_buf->len - f->f_key;
 	if (f->f_prevlen != 0 &&
-	    key_cmp(f->f_desc, base + f->f_prev, f->f_prevlen, base + f->f_key, len) >= 0) {
+	    key_cmp(f->f_desc, base + f->f_prev, f->f_prevlen, k, len) >= 0) {
 		dgi_w_fail(w, DG_ERR_ORDER);
 		return;
 	}
 	f->f_prev = f->f_key;
 	f->f_prevlen = len;
+	f->f_pfxtag = 0;
+	if ((k[0] == TAG_STRING || k[0] == TAG_BYTES) && len >= 2 && k[1] < 0x80) {
+		f->f_pfxtag = k[0];
+		f->f_pfx = be_prefix(k + 2, k[1]);
+	}
 }
 
 /* After a value: count it; sorted containers compare consecutive keys. */
@@ -101,9 +133,11 @@ static inline void elem_done(dg_writer *w)
 	if (w->w_depth == 0)
 		return;
 	struct dgi_wframe *f = &w->w_stack[w->w_depth - 1];
-	f->f_left--;
+	/* a map's values alternate key, value; f_left counts both and
+	 * starts even, so an even count before this value means a key */
+	uint32_t left = f->f_left--;
 	if (DG_UNLIKELY(f->f_desc->cmp != NULL)) {
-		if (f->f_kind == DG_SORTED_MAP && (f->f_pair ^= 1) == 0)
+		if (f->f_kind == DG_SORTED_MAP && (left & 1) != 0)
 			return; /* that was a value */
 		sorted_key_done(w, f);
 	}
@@ -218,10 +252,30 @@ static dg_err write_blob(dg_writer *w, uint8_t tag, const void *s, size_t len)
 		return dgi_w_fail(w, DG_ERR_LIMIT);
 	W_BEGIN(w, 1 + 5 + len, p);
 	*p++ = tag;
-	p = dgi_put_uvarint(p, len);
-	if (len)
-		memcpy(p, s, len);
-	return w_commit(w, p + len);
+	if (DG_LIKELY(len < 0x80))
+		*p++ = (uint8_t)len;
+	else
+		p = dgi_put_uvarint(p, len);
+	dgi_copy(p, s, len);
+	w->w_buf->len = (size_t)(p + len - w->w_buf->data);
+	if (w->w_depth > 0) {
+		/* a short string or bytes key of a sorted container: ordered
+		 * right here by its prefix when that decides */
+		struct dgi_wframe *f = &w->w_stack[w->w_depth - 1];
+		if (DG_UNLIKELY(f->f_desc->cmp != NULL) && len < 0x80 &&
+		    (f->f_kind == DG_SORTED_SET || (f->f_left & 1) == 0)) {
+			uint64_t pfx = be_prefix(s, len);
+			if (f->f_prevlen != 0 && f->f_pfxtag == tag && pfx > f->f_pfx) {
+				f->f_prev = f->f_key;
+				f->f_prevlen = (uint32_t)(len + 2);
+				f->f_pfx = pfx;
+				f->f_left--;
+				return w->w_err;
+			}
+		}
+	}
+	elem_done(w);
+	return w->w_err;
 }
 
 dg_err dg_write_str(dg_writer *w, const char *s, size_t len)
@@ -314,8 +368,8 @@ static dg_err begin(dg_writer *w, dg_kind kind, uint8_t tag, uint64_t values,
 	f->f_desc = d;
 	f->f_left = (uint32_t)values;
 	f->f_kind = (uint8_t)kind;
-	f->f_pair = 0;
 	f->f_prevlen = 0;
+	f->f_pfxtag = 0;
 	f->f_base = (kind == DG_LIST || kind == DG_SET || kind == DG_MAP) ?
 	    w->w_nsch : NO_SCOPE;
 	return DG_OK;
