@@ -425,7 +425,9 @@ DG_API void dg_reader_init(dg_reader *r, const dg_registry *reg,
     const void *data, size_t len);
 /* Bytes not consumed yet. */
 DG_API size_t dg_reader_left(const dg_reader *r);
-/* Registry lookups this reader made (each DEF/OBJ tag costs one; a REF none). */
+/* Schemas this reader resolved: one per DEF/OBJ/OBJ_S tag (from the registry,
+ * or from the descriptor the caller named in dg_read_object); a REF costs
+ * none.  A stream of N objects of one type costs 1, not N. */
 DG_API uint64_t dg_reader_lookups(const dg_reader *r);
 
 /* Reads the next value in document order.  Scalars are decoded (strings and

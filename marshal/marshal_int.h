@@ -427,6 +427,23 @@ static inline dg_err dgi_get_uvarint_lim(const uint8_t **pp, const uint8_t *end,
 	return dgi_get_uvarint(pp, end, out);
 }
 
+/* A timestamp's payload: svarint ms, uvarint ns (0..999999). */
+static inline dg_err dgi_get_timestamp(const uint8_t **pp, const uint8_t *end,
+    dg_timestamp *out)
+{
+	uint64_t v;
+	dg_err e = dgi_get_uvarint(pp, end, &v);
+	if (e != DG_OK)
+		return e;
+	out->ms = dgi_unzigzag(v);
+	if ((e = dgi_get_uvarint(pp, end, &v)) != DG_OK)
+		return e;
+	if (v > 999999)
+		return DG_ERR_RANGE;
+	out->ns = (int32_t)v;
+	return DG_OK;
+}
+
 /* UTF-8 check with the short-ASCII case inline (names, keys). */
 static inline bool dgi_utf8_ok(const uint8_t *s, size_t n)
 {

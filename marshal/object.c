@@ -346,14 +346,8 @@ static dg_err field_value(const dg_registry *reg, const struct dgi_field *f,
 		out->v.en.ordinal = (int32_t)v;
 		break;
 	case DG_TIMESTAMP:
-		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+		if ((e = dgi_get_timestamp(&p, end, &out->v.ts)) != DG_OK)
 			return e;
-		out->v.ts.ms = dgi_unzigzag(v);
-		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
-			return e;
-		if (v > 999999)
-			return DG_ERR_RANGE;
-		out->v.ts.ns = (int32_t)v;
 		break;
 	case DG_STRING:
 	case DG_BYTES:

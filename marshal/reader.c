@@ -107,15 +107,9 @@ static dg_err decode_scalar(uint8_t tag, const uint8_t **pp, const uint8_t *end,
 		p += 16;
 		break;
 	case TAG_TIMESTAMP:
-		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+		if ((e = dgi_get_timestamp(&p, end, &out->v.ts)) != DG_OK)
 			return e;
-		out->v.ts.ms = dgi_unzigzag(v);
-		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
-			return e;
-		if (v > 999999)
-			return DG_ERR_RANGE;
 		out->kind = DG_TIMESTAMP;
-		out->v.ts.ns = (int32_t)v;
 		break;
 	case TAG_ENUM:
 		if (left < 4)
