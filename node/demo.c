@@ -165,7 +165,7 @@ int main(int argc, char **argv)
 	}
 	printf("\n6. a list of 100 persons: %zu bytes (%.1f per object; one alone is %zu):\n"
 	    "   the schema is written once, later objects refer to it in 1 byte;\n"
-	    "   reading it back made %" PRIu64 " registry lookup(s) for 100 objects (id sum %" PRId64 ")\n",
+	    "   reading it back resolved a schema %" PRIu64 " time(s) for 100 objects (id sum %" PRId64 ")\n",
 	    list.len, list.len / 100.0, buf.len, dg_reader_lookups(&r), sum);
 
 	dg_registry_get_stats(reg, &st);

@@ -3,7 +3,7 @@
  * Input byte 0 picks the entry point; the rest is hostile data:
  *   even: dg_validate, the pull reader over every value (with dg_bobj_get
  *         of every field of every object), dg_read_object into both
- *         registered structs, dg_bobj_open;
+ *         registered structs, dg_bobj_open, dg_read_objects over a list;
  *   odd:  dg_registry_accept of a type definition into a fresh registry.
  * Any crash, sanitizer report, leak or over-read is a bug; every decode
  * error is fine.  Invariant checked: dg_validate accepting the input means
@@ -41,6 +41,23 @@ static void run_reader(const uint8_t *p, size_t n, bool must_pass)
 	}
 	if (must_pass && e != DG_OK)
 		abort(); /* validate and the reader disagree */
+}
+
+/* A list of persons read with the array API (its REF-run fast path). */
+static void run_array(const uint8_t *p, size_t n)
+{
+	fz_person out[8];
+	dg_reader r;
+	uint32_t count;
+	dg_reader_init(&r, reg, p, n);
+	if (dg_read_begin(&r, DG_LIST, &count) != DG_OK)
+		return;
+	while (count > 0) {
+		uint32_t k = count < 8 ? count : 8;
+		if (dg_read_objects(&r, person, out, sizeof(out[0]), k, NULL) != DG_OK)
+			return;
+		count -= k;
+	}
 }
 
 static void run_structs(const uint8_t *p, size_t n)
@@ -86,6 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bool valid = dg_validate(reg, copy, n) == DG_OK;
 	run_reader(copy, n, valid);
 	run_structs(copy, n);
+	run_array(copy, n);
 	free(copy);
 	return 0;
 }
