@@ -132,8 +132,18 @@ static bool accepts(const struct bfield *f, const dg_value *v)
 {
 	if (v->kind == DG_NULL || f->kind == DG_ANY)
 		return true;
-	if (v->kind == DG_ANY) /* pre-encoded: checked against the kind on write */
-		return f->kind >= DG_LIST;
+	if (v->kind == DG_ANY) { /* pre-encoded: its tag must fit the field */
+		if (v->v.raw.len == 0)
+			return false;
+		uint8_t tag = v->v.raw.ptr[0];
+		if (tag == TAG_NULL)
+			return true;
+		if (f->kind == DG_OBJECT)
+			return (tag == TAG_OBJ || tag == TAG_OBJ_S) && v->v.raw.len >= 5 &&
+			    (f->ref_type == 0 || dgi_ld32(v->v.raw.ptr + 1) == f->ref_type);
+		return f->kind >= DG_LIST && f->kind <= DG_SORTED_MAP &&
+		    tag == TAG_LIST + (f->kind - DG_LIST);
+	}
 	if (v->kind != f->kind)
 		return false;
 	if (f->kind == DG_ARRAY)

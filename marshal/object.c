@@ -480,7 +480,7 @@ dg_err dgi_write_bobj(dg_writer *w, const dg_bobj *o)
 	dg_err e;
 	if (dgi_w_object_header(w, o->desc) != DG_OK)
 		return w->w_err;
-	if ((e = dg_buf_reserve(w->w_buf, 5 + (size_t)o->len)) != DG_OK)
+	if ((e = dg_buf_reserve(w->w_buf, dgi_uvarint_len(o->len) + (size_t)o->len)) != DG_OK)
 		return dgi_w_fail(w, e);
 	uint8_t *p = w->w_buf->data + w->w_buf->len;
 	p = dgi_put_uvarint(p, o->len);

@@ -219,7 +219,10 @@ static dg_err container_count(uint8_t tag, const uint8_t **pp,
 	dg_err e = dgi_get_u32var(pp, end, count);
 	if (e != DG_OK)
 		return e;
-	*values = (tag == TAG_MAP || tag == TAG_SORTED_MAP) ? (uint64_t)*count * 2 : *count;
+	bool map = tag == TAG_MAP || tag == TAG_SORTED_MAP;
+	if (map && *count > UINT32_MAX / 2)
+		return DG_ERR_COUNT; /* values are counted in 32 bits */
+	*values = map ? (uint64_t)*count * 2 : *count;
 	return *values <= (uint64_t)(end - *pp) ? DG_OK : DG_ERR_COUNT;
 }
 
@@ -512,6 +515,8 @@ dg_err dg_read_objects(dg_reader *r, const dg_desc *d, void *out,
 				r->r_p = q;
 				f->f_left--;
 			}
+			if (i == count)
+				return DG_OK; /* the run took the rest */
 		}
 	}
 	return DG_OK;

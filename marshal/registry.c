@@ -430,8 +430,17 @@ static dg_err check_against(const struct dgi_schemas *s, const char *name,
 					return DG_ERR_CONFLICT;
 			}
 		}
-		if (d->schema_id == schema_id && d->nfields == n)
+		if (d->schema_id == schema_id) {
+			/* one schema id must mean one field list: two lists that
+			 * hash alike are refused, never confused */
+			bool same = d->nfields == n;
+			for (uint32_t i = 0; same && i < n; i++)
+				same = d->fields[d->decl_to_layout[i]].id ==
+				    dgi_fnv1a(f[i].name, f[i].name_len);
+			if (!same)
+				return DG_ERR_CONFLICT;
 			*match = k;
+		}
 	}
 	return DG_OK;
 }

@@ -214,17 +214,19 @@ dg_err dg_write_i16(dg_writer *w, int16_t v)
 dg_err dg_write_i32(dg_writer *w, int32_t v)
 {
 	uint8_t *p;
-	W_BEGIN(w, 6, p);
+	uint64_t z = dgi_zigzag(v);
+	W_BEGIN(w, 1 + dgi_uvarint_len(z), p);
 	*p++ = TAG_I32;
-	return w_commit(w, dgi_put_uvarint(p, dgi_zigzag(v)));
+	return w_commit(w, dgi_put_uvarint(p, z));
 }
 
 dg_err dg_write_i64(dg_writer *w, int64_t v)
 {
 	uint8_t *p;
-	W_BEGIN(w, 11, p);
+	uint64_t z = dgi_zigzag(v);
+	W_BEGIN(w, 1 + dgi_uvarint_len(z), p);
 	*p++ = TAG_I64;
-	return w_commit(w, dgi_put_uvarint(p, dgi_zigzag(v)));
+	return w_commit(w, dgi_put_uvarint(p, z));
 }
 
 dg_err dg_write_float(dg_writer *w, float v)
@@ -250,7 +252,7 @@ static dg_err write_blob(dg_writer *w, uint8_t tag, const void *s, size_t len)
 	uint8_t *p;
 	if (len > UINT32_MAX)
 		return dgi_w_fail(w, DG_ERR_LIMIT);
-	W_BEGIN(w, 1 + 5 + len, p);
+	W_BEGIN(w, 1 + dgi_uvarint_len(len) + len, p);
 	*p++ = tag;
 	if (DG_LIKELY(len < 0x80))
 		*p++ = (uint8_t)len;
@@ -308,9 +310,10 @@ dg_err dg_write_timestamp(dg_writer *w, dg_timestamp ts)
 	uint8_t *p;
 	if (ts.ns < 0 || ts.ns > 999999)
 		return dgi_w_fail(w, DG_ERR_RANGE);
-	W_BEGIN(w, 1 + 10 + 5, p);
+	uint64_t z = dgi_zigzag(ts.ms);
+	W_BEGIN(w, 1 + dgi_uvarint_len(z) + dgi_uvarint_len((uint32_t)ts.ns), p);
 	*p++ = TAG_TIMESTAMP;
-	p = dgi_put_uvarint(p, dgi_zigzag(ts.ms));
+	p = dgi_put_uvarint(p, z);
 	return w_commit(w, dgi_put_uvarint(p, (uint32_t)ts.ns));
 }
 
@@ -319,7 +322,7 @@ dg_err dg_write_enum(dg_writer *w, uint32_t type_id, int32_t ordinal)
 	uint8_t *p;
 	if (ordinal < 0)
 		return dgi_w_fail(w, DG_ERR_RANGE);
-	W_BEGIN(w, 1 + 4 + 5, p);
+	W_BEGIN(w, 1 + 4 + dgi_uvarint_len((uint32_t)ordinal), p);
 	*p++ = TAG_ENUM;
 	dgi_st32(p, type_id);
 	return w_commit(w, dgi_put_uvarint(p + 4, (uint32_t)ordinal));
@@ -335,7 +338,7 @@ dg_err dg_write_array(dg_writer *w, dg_kind elem, const void *data,
 	if (data == NULL)
 		return dg_write_null(w);
 	size_t n = (size_t)count * width;
-	W_BEGIN(w, 2 + 5 + n, p);
+	W_BEGIN(w, 2 + dgi_uvarint_len(count) + n, p);
 	*p++ = TAG_ARRAY;
 	*p++ = (uint8_t)elem;
 	p = dgi_put_uvarint(p, count);
@@ -360,7 +363,7 @@ static dg_err begin(dg_writer *w, dg_kind kind, uint8_t tag, uint64_t values,
 	const dg_desc *d = w->w_reg ? w->w_reg->builtin[kind] : NULL;
 	if (d == NULL)
 		return dgi_w_fail(w, DG_ERR_INVAL); /* no registry */
-	W_BEGIN(w, 6, p);
+	W_BEGIN(w, 1 + dgi_uvarint_len(count), p);
 	*p++ = tag;
 	p = dgi_put_uvarint(p, count);
 	w->w_buf->len = (size_t)(p - w->w_buf->data);
@@ -425,28 +428,30 @@ dg_err dg_write_end(dg_writer *w)
  * level, sorted containers, full scope table) a self-contained OBJ. */
 static inline dg_err object_header(dg_writer *w, const dg_desc *d)
 {
-	uint8_t *p = w_room(w, 9);
-	if (p == NULL)
-		return w->w_err;
+	uint8_t *p, tag = d->primary ? TAG_OBJ : TAG_OBJ_S;
 	if (w->w_depth > 0) {
 		uint32_t base = w->w_stack[w->w_depth - 1].f_base;
 		if (base != NO_SCOPE) {
 			for (uint32_t i = w->w_nsch; i-- > base;) {
 				if (w->w_sch[i] == d) {
+					if ((p = w_room(w, 1)) == NULL)
+						return w->w_err;
 					*p = (uint8_t)(TAG_REF | (i - base));
 					w->w_buf->len++;
 					return DG_OK;
 				}
 			}
-			if (w->w_nsch < DG_SCOPE_MAX) {
-				w->w_sch[w->w_nsch++] = d;
-				*p++ = d->primary ? TAG_DEF : TAG_DEF_S;
-				goto ids;
-			}
+			if (w->w_nsch < DG_SCOPE_MAX)
+				tag = d->primary ? TAG_DEF : TAG_DEF_S;
 		}
 	}
-	*p++ = d->primary ? TAG_OBJ : TAG_OBJ_S;
-ids:
+	/* exactly the header's bytes: a fixed buffer that holds the object
+	 * must not fail for want of slack */
+	if ((p = w_room(w, d->primary ? 5 : 9)) == NULL)
+		return w->w_err;
+	if (tag == TAG_DEF || tag == TAG_DEF_S)
+		w->w_sch[w->w_nsch++] = d;
+	*p++ = tag;
 	dgi_st32(p, d->type_id);
 	p += 4;
 	if (!d->primary) {

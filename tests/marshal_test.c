@@ -4281,6 +4281,123 @@ static void test_writer_misuse(void **state)
 
 /* A fixed buffer takes any object that fits, however little room is left
  * over; a smaller one is DG_ERR_NOSPACE with nothing written past its end. */
+/* Review findings: exact reservations, schema-id collisions, builder raw
+ * values in object fields, map counts past 32 bits. */
+typedef struct flag1 {
+	bool b;
+} flag1_t;
+
+static void test_review_regressions(void **state)
+{
+	static const dg_field_def ff[] = { DG_FIELD(flag1_t, b, DG_BOOL) };
+	dg_type_def fd = { "Flag1", ff, 1, sizeof(flag1_t) };
+	const dg_desc *d, *pd;
+	flag1_t one = { true };
+	uint8_t mem[64];
+	dg_buf b, fb;
+	dg_writer w;
+	(void)state;
+
+	/* 1. a fixed buffer exactly the size of the value takes it, whichever
+	 * call writes it: object, objects, bytes, i64 */
+	dg_buf_init(&b);
+	OK(dg_registry_register(g.reg, &fd, &d));
+	enc_object(&b, d, &one);
+	for (size_t cap = 0; cap <= b.len; cap++) {
+		dg_buf_init_fixed(&fb, mem, cap);
+		dg_writer_init(&w, g.reg, &fb);
+		EXPECT(dg_write_object(&w, d, &one), cap < b.len ? DG_ERR_NOSPACE : DG_OK);
+	}
+	dg_buf_reset(&b);
+	dg_writer_init(&w, g.reg, &b);
+	OK(dg_write_list_begin(&w, 3));
+	flag1_t three[3] = { { true }, { false }, { true } };
+	OK(dg_write_objects(&w, d, three, sizeof(three[0]), 3));
+	OK(dg_write_end(&w));
+	for (size_t cap = b.len - 2; cap <= b.len; cap++) {
+		dg_err e1, e2;
+		dg_buf_init_fixed(&fb, mem, cap);
+		dg_writer_init(&w, g.reg, &fb);
+		dg_write_list_begin(&w, 3);
+		for (int i = 0; i < 3; i++)
+			dg_write_object(&w, d, &three[i]);
+		dg_write_end(&w);
+		e1 = dg_writer_finish(&w);
+		dg_buf_init_fixed(&fb, mem, cap);
+		dg_writer_init(&w, g.reg, &fb);
+		dg_write_list_begin(&w, 3);
+		dg_write_objects(&w, d, three, sizeof(three[0]), 3);
+		dg_write_end(&w);
+		e2 = dg_writer_finish(&w);
+		assert_int_equal(e1, e2);
+		assert_int_equal(e1, cap < b.len ? DG_ERR_NOSPACE : DG_OK);
+	}
+	dg_buf_init_fixed(&fb, mem, 2 + 5);
+	dg_writer_init(&w, g.reg, &fb);
+	OK(dg_write_bytes(&w, "abcde", 5));
+	dg_buf_init_fixed(&fb, mem, 2);
+	dg_writer_init(&w, g.reg, &fb);
+	OK(dg_write_i64(&w, 5));
+	assert_int_equal(fb.len, 2);
+
+	/* 2. two field lists with one schema id: "f135,f42" and "f158,f552"
+	 * hash alike; the second is refused, not confused with the first */
+	{
+		uint32_t a[2] = { dg_field_id("f135"), dg_field_id("f42") };
+		uint32_t c[2] = { dg_field_id("f158"), dg_field_id("f552") };
+		assert_int_equal(dgi_schema_id(a, 2), dgi_schema_id(c, 2));
+		dg_field_def x[2] = { { "f158", DG_I64, DG_NULL, NULL, DG_UNBOUND },
+			{ "f552", DG_STRING, DG_NULL, NULL, DG_UNBOUND } };
+		dg_field_def y[2] = { { "f135", DG_I64, DG_NULL, NULL, DG_UNBOUND },
+			{ "f42", DG_I64, DG_NULL, NULL, DG_UNBOUND } };
+		dg_type_def tx = { "Collide", x, 2, 0 }, ty = { "Collide", y, 2, 0 };
+		OK(dg_registry_register(g.reg, &tx, &pd));
+		EXPECT(dg_registry_register(g.reg, &ty, NULL), DG_ERR_CONFLICT);
+		assert_ptr_equal(dg_registry_find(g.reg, dg_type_id("Collide")), pd);
+	}
+
+	/* 3. a builder's object field takes only a null or an object of its
+	 * type as pre-encoded bytes */
+	{
+		dg_builder *bl;
+		dg_bobj o;
+		dg_value v;
+		dg_buf ob;
+		dg_buf_init(&ob);
+		enc_object(&ob, d, &one);
+		OK(dg_bobj_open(g.reg, ob.data, ob.len, &o));
+		OK(dg_builder_create(g.reg, "Holder", &bl));
+		v.kind = DG_OBJECT;
+		v.v.obj = o;
+		OK(dg_builder_set(bl, "o", &v));
+		static const uint8_t str[] = { 0x09, 0x01, 'x' };
+		v.kind = DG_ANY;
+		v.v.raw.ptr = str;
+		v.v.raw.len = sizeof(str);
+		EXPECT(dg_builder_set(bl, "o", &v), DG_ERR_TYPE_MISMATCH);
+		v.v.raw.ptr = ob.data;
+		v.v.raw.len = (uint32_t)ob.len;
+		OK(dg_builder_set(bl, "o", &v));
+		dg_buf_reset(&b);
+		dg_writer_init(&w, g.reg, &b);
+		OK(dg_builder_write(bl, &w));
+		OK(dg_validate(g.reg, b.data, b.len));
+		dg_builder_destroy(bl);
+		dg_buf_free(&ob);
+	}
+
+	/* 4. a map claiming more than 2^31 entries */
+	{
+		static const uint8_t big[] = { 0x12, 0x80, 0x80, 0x80, 0x80, 0x08, 0x00 };
+		dg_reader r;
+		dg_value v;
+		dg_reader_init(&r, g.reg, big, sizeof(big));
+		EXPECT(dg_read_next(&r, &v), DG_ERR_COUNT);
+		EXPECT(dg_validate(g.reg, big, sizeof(big)), DG_ERR_COUNT);
+	}
+	dg_buf_free(&b);
+}
+
 static void test_fixed_buffer_objects(void **state)
 {
 	person_t p = person_make(12345678, "alice-smith", 98.5, 1767225600000);
@@ -4542,6 +4659,7 @@ int main(void)
 		T(test_hostile_prefixes),
 		T(test_hostile_bitflips),
 		T(test_writer_misuse),
+		T(test_review_regressions),
 		T(test_fixed_buffer_objects),
 		T(test_strerror),
 		T(test_threads),
