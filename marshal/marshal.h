@@ -302,6 +302,8 @@ DG_API bool dg_desc_is_registered(const dg_desc *d);
 /* ------------------------------------------------------------------------
  * Writer.  Appends to a dg_buf.  Errors are sticky: after the first error
  * every call returns it and writes nothing; dg_writer_finish() reports it.
+ * The value that failed may have left part of itself in the buffer: a
+ * caller that reuses the buffer rolls buf->len back to where it started.
  * ------------------------------------------------------------------------ */
 struct dgi_wframe {
 	const dg_desc *f_desc;   /* built-in descriptor of the container */
