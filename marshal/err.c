@@ -23,6 +23,16 @@ static const char *const err_names[DG_ERR__COUNT] = {
 	[DG_ERR_UNKNOWN_FIELD] = "DG_ERR_UNKNOWN_FIELD: no such field",
 	[DG_ERR_TYPE_MISMATCH] = "DG_ERR_TYPE_MISMATCH: value of another kind or type",
 	[DG_ERR_RANGE] = "DG_ERR_RANGE: value out of range",
+	[DG_ERR_TIMEOUT] = "DG_ERR_TIMEOUT: timed out",
+	[DG_ERR_CLOSED] = "DG_ERR_CLOSED: closed",
+	[DG_ERR_CONN_BROKEN] = "DG_ERR_CONN_BROKEN: connection to the peer broke",
+	[DG_ERR_BUSY] = "DG_ERR_BUSY: queue full",
+	[DG_ERR_UNREACHABLE] = "DG_ERR_UNREACHABLE: peer unreachable",
+	[DG_ERR_AUTH] = "DG_ERR_AUTH: authentication failed",
+	[DG_ERR_TLS] = "DG_ERR_TLS: TLS failure",
+	[DG_ERR_NET] = "DG_ERR_NET: network error",
+	[DG_ERR_ADDRINUSE] = "DG_ERR_ADDRINUSE: address in use",
+	[DG_ERR_UNSUPPORTED] = "DG_ERR_UNSUPPORTED: no handler for the message type",
 };
 
 const char *dg_strerror(dg_err err)

@@ -75,6 +75,17 @@ typedef enum dg_err {
 	DG_ERR_UNKNOWN_FIELD,  /* no field with that name or id */
 	DG_ERR_TYPE_MISMATCH,  /* value has another kind/type than asked for */
 	DG_ERR_RANGE,          /* value out of range for its target */
+	/* transport */
+	DG_ERR_TIMEOUT,        /* a bounded wait expired */
+	DG_ERR_CLOSED,         /* the object was stopped or closed */
+	DG_ERR_CONN_BROKEN,    /* the connection to a peer broke; outcome unknown */
+	DG_ERR_BUSY,           /* a bounded queue is full */
+	DG_ERR_UNREACHABLE,    /* no connection and no address for the peer */
+	DG_ERR_AUTH,           /* authentication failed */
+	DG_ERR_TLS,            /* TLS setup or verification failed */
+	DG_ERR_NET,            /* network error (dial, listen, I/O) */
+	DG_ERR_ADDRINUSE,      /* listen address already in use */
+	DG_ERR_UNSUPPORTED,    /* no handler for the request's type */
 	DG_ERR__COUNT
 } dg_err;
 

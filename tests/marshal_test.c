@@ -4478,6 +4478,9 @@ static void test_strerror(void **state)
 		"DG_ERR_BAD_VARINT", "DG_ERR_DEPTH", "DG_ERR_COUNT", "DG_ERR_UTF8",
 		"DG_ERR_ORDER", "DG_ERR_UNKNOWN_TYPE", "DG_ERR_UNKNOWN_SCHEMA",
 		"DG_ERR_UNKNOWN_FIELD", "DG_ERR_TYPE_MISMATCH", "DG_ERR_RANGE",
+		"DG_ERR_TIMEOUT", "DG_ERR_CLOSED", "DG_ERR_CONN_BROKEN", "DG_ERR_BUSY",
+		"DG_ERR_UNREACHABLE", "DG_ERR_AUTH", "DG_ERR_TLS", "DG_ERR_NET",
+		"DG_ERR_ADDRINUSE", "DG_ERR_UNSUPPORTED",
 	};
 	for (int e = 0; e < DG_ERR__COUNT; e++) {
 		const char *s = dg_strerror((dg_err)e);

@@ -1,0 +1,725 @@
+/* conn.c — connections: dialing and accepting nng streams, the handshake
+ * (PROTOCOL.md), reading frames (many per read) and writing a peer's queue
+ * (everything queued in one write).
+ *
+ * Everything here runs in nng's callbacks except dial starts and closes
+ * requested by callers.  A connection is closed by dgi_conn_close from any
+ * thread, moved to tp->dead and freed by the service thread, which can wait
+ * for its callbacks (nng_aio_stop) — a callback never frees its own aio. */
+#include "transport_int.h"
+
+#include <nng/supplemental/tls/tls.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RX_CHUNK (64 * 1024)
+
+struct dial {
+	dg_tp *tp;
+	struct dial *next;
+	nng_stream_dialer *dialer;
+	nng_aio *aio;
+	char *url;
+	struct peer *peer;
+	struct connect_wait *waiter;
+	bool done;
+};
+
+static void rx_cb(void *arg);
+static void tx_cb(void *arg);
+
+static char *xstrdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = dgi_alloc(n);
+	if (d != NULL)
+		memcpy(d, s, n);
+	return d;
+}
+
+static void wait_done(struct connect_wait *w, dg_err err, dg_node_id peer)
+{
+	if (w == NULL)
+		return;
+	pthread_mutex_lock(&w->mu);
+	if (!w->done) {
+		w->done = true;
+		w->err = err;
+		w->peer = peer;
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+static struct conn *conn_new(dg_tp *tp, nng_stream *s, bool dialer)
+{
+	struct conn *c = dgi_calloc(1, sizeof(*c));
+	if (c == NULL)
+		return NULL;
+	c->tp = tp;
+	c->stream = s;
+	c->dialer = dialer;
+	c->state = dialer ? C_DIALED : C_ACCEPTED;
+	c->deadline_ms = dgi_now_ms() + tp->cfg.connect_timeout_ms;
+	dg_buf_init(&c->rx);
+	dg_buf_init(&c->wire);
+	if (pthread_mutex_init(&c->mu, NULL) != 0 ||
+	    dg_buf_reserve(&c->rx, RX_CHUNK) != DG_OK ||
+	    nng_aio_alloc(&c->rx_aio, rx_cb, c) != 0 ||
+	    nng_aio_alloc(&c->tx_aio, tx_cb, c) != 0) {
+		nng_aio_free(c->rx_aio);
+		dg_buf_free(&c->rx);
+		dgi_free(c);
+		return NULL;
+	}
+	pthread_mutex_lock(&tp->mu);
+	c->next = tp->conns;
+	tp->conns = c;
+	pthread_mutex_unlock(&tp->mu);
+	return c;
+}
+
+/* ---- writing ---- */
+
+static void tx_start(struct conn *c)
+{
+	nng_iov iov = { c->wire.data + c->tx_done, c->wire.len - c->tx_done };
+	nng_aio_set_iov(c->tx_aio, 1, &iov);
+	nng_stream_send(c->stream, c->tx_aio);
+}
+
+/* A handshake frame, sent alone (the handshake is lockstep). */
+static dg_err send_frame(struct conn *c, dg_msg_type type, const void *body)
+{
+	pthread_mutex_lock(&c->mu);
+	if (c->tx_busy || c->state == C_CLOSED) {
+		pthread_mutex_unlock(&c->mu);
+		return DG_ERR_STATE;
+	}
+	dg_buf_reset(&c->wire);
+	dg_err e = dgi_frame_encode(&c->wire, c->tp, type, 0, 0, body);
+	if (e == DG_OK) {
+		dgi_count(c->tp, NULL, type, true, c->wire.len);
+		c->tx_done = 0;
+		c->tx_busy = true;
+		tx_start(c);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return e;
+}
+
+void dgi_conn_kick(struct peer *p)
+{
+	struct conn *c = p->conn;
+	if (c == NULL || p->queue.len == 0)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (!c->tx_busy && c->state == C_OPEN) {
+		dg_buf t = c->wire; /* swap: the queue goes on the wire, the */
+		c->wire = p->queue; /* empty wire buffer becomes the queue */
+		p->queue = t;
+		dg_buf_reset(&p->queue);
+		p->queued_frames = 0;
+		c->tx_done = 0;
+		c->tx_busy = true;
+		tx_start(c);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void tx_cb(void *arg)
+{
+	struct conn *c = arg;
+	int rv = nng_aio_result(c->tx_aio);
+	if (rv != 0) {
+		dgi_conn_close(c, DG_ERR_CONN_BROKEN);
+		return;
+	}
+	pthread_mutex_lock(&c->mu);
+	c->tx_done += nng_aio_count(c->tx_aio);
+	if (c->tx_done < c->wire.len) {
+		tx_start(c); /* a partial write: the rest */
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	dg_buf_reset(&c->wire);
+	c->tx_busy = false;
+	struct peer *p = c->state == C_OPEN ? c->peer : NULL;
+	bool abandoned = c->abandoned;
+	pthread_mutex_unlock(&c->mu);
+	if (abandoned) {
+		dgi_conn_close(c, DG_ERR_REFUSED);
+		return;
+	}
+	if (p != NULL) {
+		pthread_mutex_lock(&p->mu);
+		if (p->conn == c)
+			dgi_conn_kick(p);
+		pthread_mutex_unlock(&p->mu);
+	}
+}
+
+/* ---- closing ---- */
+
+void dgi_conn_close(struct conn *c, dg_err why)
+{
+	dg_tp *tp = c->tp;
+	pthread_mutex_lock(&c->mu);
+	if (c->state == C_CLOSED) {
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	c->state = C_CLOSED;
+	c->fail = why;
+	pthread_mutex_unlock(&c->mu);
+	nng_stream_close(c->stream); /* pending I/O completes with an error */
+
+	struct peer *p = c->peer;
+	bool lost = false;
+	uint64_t dropped = 0;
+	if (p != NULL) {
+		pthread_mutex_lock(&p->mu);
+		if (p->conn == c) {
+			p->conn = NULL;
+			lost = true;
+		}
+		if (c->dialer && !lost && p->conn == NULL)
+			p->dialing = false;
+		if (p->conn == NULL && !p->dialing && p->queue.len > 0) {
+			dropped = p->queued_frames; /* nowhere to go: counted, not silent */
+			dg_buf_reset(&p->queue);
+			p->queued_frames = 0;
+		}
+		pthread_mutex_unlock(&p->mu);
+		if (dropped) {
+			atomic_fetch_add(&tp->t.dropped, dropped);
+			atomic_fetch_add(&p->t.dropped, dropped);
+		}
+	}
+	if (lost) {
+		atomic_fetch_add(&tp->t.disconnects, 1);
+		atomic_fetch_add(&p->t.disconnects, 1);
+		dgi_log("info", "PEER-DOWN", "peer=%016llx why=%s dropped=%llu",
+		    (unsigned long long)p->id, dg_strerror(why),
+		    (unsigned long long)dropped);
+	}
+	if (p != NULL && (lost || dropped))
+		dgi_fail_peer(tp, p->id, DG_ERR_CONN_BROKEN);
+	if (!c->dialer && c->peer_id != 0 && p == NULL && why != DG_ERR_CLOSED)
+		atomic_fetch_add(&tp->t.handshake_failures, 1); /* gave up midway */
+	wait_done(c->waiter, why == DG_OK ? DG_ERR_CONN_BROKEN : why, c->peer_id);
+	if (lost && tp->cfg.on_peer != NULL && !atomic_load(&tp->stopping))
+		tp->cfg.on_peer(tp->cfg.on_peer_ctx, p->id, false, why);
+
+	pthread_mutex_lock(&tp->mu);
+	for (struct conn **pp = &tp->conns; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	c->next = tp->dead;
+	tp->dead = c;
+	pthread_mutex_unlock(&tp->mu);
+}
+
+void dgi_conn_reap(dg_tp *tp)
+{
+	pthread_mutex_lock(&tp->mu);
+	struct conn *c = tp->dead;
+	tp->dead = NULL;
+	struct dial **dp = &tp->dials, *d;
+	struct dial *done = NULL;
+	while ((d = *dp) != NULL) {
+		if (d->done) {
+			*dp = d->next;
+			d->next = done;
+			done = d;
+		} else {
+			dp = &d->next;
+		}
+	}
+	pthread_mutex_unlock(&tp->mu);
+	while (c != NULL) {
+		struct conn *next = c->next;
+		nng_aio_stop(c->rx_aio);
+		nng_aio_stop(c->tx_aio);
+		nng_aio_free(c->rx_aio);
+		nng_aio_free(c->tx_aio);
+		nng_stream_free(c->stream);
+		dg_buf_free(&c->rx);
+		dg_buf_free(&c->wire);
+		pthread_mutex_destroy(&c->mu);
+		dgi_free(c->dial_url);
+		dgi_free(c);
+		c = next;
+	}
+	while (done != NULL) {
+		struct dial *next = done->next;
+		nng_aio_stop(done->aio);
+		nng_aio_free(done->aio);
+		nng_stream_dialer_free(done->dialer);
+		dgi_free(done->url);
+		dgi_free(done);
+		done = next;
+	}
+}
+
+/* ---- the handshake ---- */
+
+static void reject(struct conn *c, dg_reject_reason reason, const char *text)
+{
+	dg_msg_reject m = { (int32_t)reason, { text, (uint32_t)strlen(text) } };
+	dg_tp *tp = c->tp;
+	atomic_fetch_add(reason == DG_REJECT_AUTH ? &tp->t.auth_failures :
+	    &tp->t.handshake_failures, 1);
+	dgi_log("warn", reason == DG_REJECT_AUTH ? "AUTH-FAIL" : "HANDSHAKE-REFUSED",
+	    "peer=%016llx reason=%d text=\"%s\"", (unsigned long long)c->peer_id,
+	    (int)reason, text);
+	/* best effort: the peer learns why; the close follows the write */
+	c->abandoned = true;
+	if (send_frame(c, DG_MSG_REJECT, &m) != DG_OK)
+		dgi_conn_close(c, DG_ERR_REFUSED);
+}
+
+/* Attach an authenticated connection to its peer; false if refused.  The
+ * listener's WELCOME is written first, under the peer's lock, so no queued
+ * frame can overtake it. */
+static bool attach(struct conn *c, bool listener)
+{
+	dg_tp *tp = c->tp;
+	struct peer *p = dgi_peer_get(tp, c->peer_id, true);
+	if (p == NULL)
+		return false;
+	pthread_mutex_lock(&p->mu);
+	bool dup = p->conn != NULL;
+	if (listener && !dup && p->dialing && tp->self < c->peer_id)
+		dup = true; /* both dialing: the smaller id's dial wins */
+	if (dup || (listener && send_frame(c, DG_MSG_WELCOME, NULL) != DG_OK)) {
+		pthread_mutex_unlock(&p->mu);
+		return false;
+	}
+	p->conn = c;
+	if (c->dialer || p->dialing)
+		p->dialing = false; /* a dial of ours that loses the race is moot */
+	pthread_mutex_lock(&c->mu);
+	c->peer = p;
+	c->state = C_OPEN;
+	pthread_mutex_unlock(&c->mu);
+	dgi_conn_kick(p);
+	pthread_mutex_unlock(&p->mu);
+	atomic_fetch_add(&tp->t.connects, 1);
+	atomic_fetch_add(&p->t.connects, 1);
+	dgi_log("info", "PEER-UP", "peer=%016llx dialer=%s", (unsigned long long)p->id,
+	    c->dialer ? "self" : "peer");
+	if (tp->cfg.on_peer != NULL)
+		tp->cfg.on_peer(tp->cfg.on_peer_ctx, p->id, true, DG_OK);
+	return true;
+}
+
+static dg_err handshake(struct conn *c, const dg_frame_header *h,
+    const uint8_t *body)
+{
+	dg_tp *tp = c->tp;
+	uint8_t mac[DG_MAC_LEN];
+	union {
+		dg_msg_hello hello;
+		dg_msg_challenge ch;
+		dg_msg_proof proof;
+		dg_msg_reject rej;
+	} m;
+	dg_err e = dg_msg_decode((dg_msg_type)h->type, tp->reg, body, h->body_len, &m);
+	if (e != DG_OK)
+		return e;
+	bool auth = tp->secret_len > 0;
+
+	switch ((int)c->state) {
+	case C_ACCEPTED: {
+		if (h->type != DG_MSG_HELLO)
+			return DG_ERR_BAD_TAG;
+		c->peer_id = (dg_node_id)m.hello.node_id;
+		if (m.hello.version != DG_FRAME_VERSION) {
+			reject(c, DG_REJECT_VERSION, "protocol version");
+			return DG_OK;
+		}
+		if (m.hello.cluster.len != strlen(tp->cluster) ||
+		    memcmp(m.hello.cluster.ptr, tp->cluster, m.hello.cluster.len) != 0) {
+			reject(c, DG_REJECT_CLUSTER, "cluster name");
+			return DG_OK;
+		}
+		if (m.hello.auth != auth) {
+			reject(c, DG_REJECT_AUTH, auth ? "peer has no secret" : "peer has a secret");
+			return DG_OK;
+		}
+		if (c->peer_id == tp->self || c->peer_id == 0) {
+			reject(c, DG_REJECT_SELF, "own node id");
+			return DG_OK;
+		}
+		memcpy(c->nonce_theirs, m.hello.nonce.ptr, DG_NONCE_LEN);
+		if ((e = dgi_random(c->nonce_mine, DG_NONCE_LEN)) != DG_OK ||
+		    (e = dgi_auth_mac('l', tp->secret, tp->secret_len, c->nonce_theirs,
+		    c->nonce_mine, c->peer_id, tp->self, tp->cluster,
+		    strlen(tp->cluster), mac)) != DG_OK)
+			return e;
+		if (m.hello.address.len > 0 && m.hello.address.len < 512) {
+			char url[512];
+			memcpy(url, m.hello.address.ptr, m.hello.address.len);
+			url[m.hello.address.len] = 0;
+			dg_tp_set_address(tp, c->peer_id, url);
+		}
+		dg_msg_challenge ch = { (int64_t)tp->self, { c->nonce_mine, DG_NONCE_LEN },
+			auth, { mac, DG_MAC_LEN } };
+		c->state = C_CHALLENGED;
+		return send_frame(c, DG_MSG_CHALLENGE, &ch);
+	}
+	case C_CHALLENGED: {
+		if (h->type != DG_MSG_PROOF)
+			return DG_ERR_BAD_TAG;
+		if ((e = dgi_auth_mac('d', tp->secret, tp->secret_len, c->nonce_mine,
+		    c->nonce_theirs, c->peer_id, tp->self, tp->cluster,
+		    strlen(tp->cluster), mac)) != DG_OK)
+			return e;
+		if (auth && !dgi_auth_equal(mac, m.proof.mac.ptr)) {
+			reject(c, DG_REJECT_AUTH, "bad proof");
+			return DG_OK;
+		}
+		if (!attach(c, true))
+			reject(c, DG_REJECT_DUPLICATE, "already connected");
+		return DG_OK;
+	}
+	case C_DIALED: {
+		if (h->type == DG_MSG_REJECT)
+			goto rejected;
+		if (h->type != DG_MSG_CHALLENGE)
+			return DG_ERR_BAD_TAG;
+		c->peer_id = (dg_node_id)m.ch.node_id;
+		if (m.ch.auth != auth || c->peer_id == tp->self || c->peer_id == 0) {
+			atomic_fetch_add(&tp->t.auth_failures, 1);
+			return DG_ERR_AUTH;
+		}
+		memcpy(c->nonce_theirs, m.ch.nonce.ptr, DG_NONCE_LEN);
+		if ((e = dgi_auth_mac('l', tp->secret, tp->secret_len, c->nonce_mine,
+		    c->nonce_theirs, tp->self, c->peer_id, tp->cluster,
+		    strlen(tp->cluster), mac)) != DG_OK)
+			return e;
+		if (auth && !dgi_auth_equal(mac, m.ch.mac.ptr)) {
+			atomic_fetch_add(&tp->t.auth_failures, 1);
+			dgi_log("warn", "AUTH-FAIL", "url=%s why=\"peer failed the challenge\"",
+			    c->dial_url ? c->dial_url : "?");
+			return DG_ERR_AUTH;
+		}
+		if ((e = dgi_auth_mac('d', tp->secret, tp->secret_len, c->nonce_theirs,
+		    c->nonce_mine, tp->self, c->peer_id, tp->cluster,
+		    strlen(tp->cluster), mac)) != DG_OK)
+			return e;
+		dg_msg_proof pr = { { mac, DG_MAC_LEN } };
+		c->state = C_PROVED;
+		return send_frame(c, DG_MSG_PROOF, &pr);
+	}
+	case C_PROVED:
+		if (h->type == DG_MSG_REJECT)
+			goto rejected;
+		if (h->type != DG_MSG_WELCOME)
+			return DG_ERR_BAD_TAG;
+		if (!attach(c, false)) {
+			/* connected meanwhile by the peer's own dial: that one serves */
+			wait_done(c->waiter, DG_OK, c->peer_id);
+			c->waiter = NULL;
+			dgi_conn_close(c, DG_OK);
+			return DG_OK;
+		}
+		wait_done(c->waiter, DG_OK, c->peer_id);
+		c->waiter = NULL;
+		return DG_OK;
+	default:
+		return DG_ERR_STATE;
+	}
+rejected:
+	dgi_log("warn", "HANDSHAKE-REJECTED", "url=%s reason=%d text=\"%.*s\"",
+	    c->dial_url ? c->dial_url : "?", (int)m.rej.reason, (int)m.rej.text.len,
+	    m.rej.text.ptr ? m.rej.text.ptr : "");
+	if (m.rej.reason == DG_REJECT_DUPLICATE) {
+		/* the peer already has a connection with us: it serves */
+		wait_done(c->waiter, DG_OK, c->peer_id);
+		c->waiter = NULL;
+		dgi_conn_close(c, DG_OK);
+		return DG_OK;
+	}
+	dgi_conn_close(c, m.rej.reason == DG_REJECT_AUTH ? DG_ERR_AUTH : DG_ERR_REFUSED);
+	return DG_OK;
+}
+
+/* ---- reading ---- */
+
+static void rx_start(struct conn *c)
+{
+	if (c->rx.cap - c->rx.len < RX_CHUNK / 4) {
+		size_t want = c->rx.len + RX_CHUNK;
+		if (dg_buf_reserve(&c->rx, want - c->rx.len) != DG_OK) {
+			dgi_conn_close(c, DG_ERR_NOMEM);
+			return;
+		}
+	}
+	nng_iov iov = { c->rx.data + c->rx.len, c->rx.cap - c->rx.len };
+	nng_aio_set_iov(c->rx_aio, 1, &iov);
+	nng_stream_recv(c->stream, c->rx_aio);
+}
+
+static bool allowed(const struct conn *c, uint16_t type)
+{
+	bool hs = type >= DG_MSG_HELLO && type <= DG_MSG_HANDSHAKE_LAST;
+	return c->state == C_OPEN ? !hs : hs;
+}
+
+/* Parse and handle every complete frame in c->rx; false if c closed. */
+static bool process(struct conn *c)
+{
+	dg_tp *tp = c->tp;
+	size_t off = 0;
+	while (c->state != C_CLOSED && c->rx.len - off >= DG_FRAME_HEADER) {
+		dg_frame_header h;
+		const uint8_t *p = c->rx.data + off;
+		dg_err e = dgi_frame_get(p, tp->cfg.recv_max, &h);
+		if (e == DG_OK && !allowed(c, h.type))
+			e = DG_ERR_BAD_TAG;
+		if (e == DG_OK && c->state == C_OPEN && h.sender != c->peer_id)
+			e = DG_ERR_AUTH;
+		if (e != DG_OK) {
+			dgi_count_failure(tp, h.type < DG_MSG__COUNT && dg_msg_row_of(h.type) ?
+			    (dg_msg_type)h.type : DG_MSG_UNKNOWN);
+			atomic_fetch_add(&tp->t.malformed_frames, 1);
+			dgi_log("warn", "FRAME-BAD", "peer=%016llx type=%u len=%u err=%s",
+			    (unsigned long long)c->peer_id, h.type, h.body_len, dg_strerror(e));
+			dgi_conn_close(c, e);
+			return false;
+		}
+		size_t need = DG_FRAME_HEADER + (size_t)h.body_len;
+		if (c->rx.len - off < need) {
+			if (need > c->rx.cap && off == 0 &&
+			    dg_buf_reserve(&c->rx, need - c->rx.len) != DG_OK) {
+				dgi_conn_close(c, DG_ERR_NOMEM);
+				return false;
+			}
+			break; /* the rest of this frame is still on its way */
+		}
+		const uint8_t *body = p + DG_FRAME_HEADER;
+		if (c->state != C_OPEN) {
+			dgi_count(tp, NULL, (dg_msg_type)h.type, false, need);
+			if ((e = handshake(c, &h, body)) != DG_OK) {
+				dgi_count_failure(tp, (dg_msg_type)h.type);
+				atomic_fetch_add(&tp->t.handshake_failures, 1);
+				dgi_conn_close(c, e);
+				return false;
+			}
+		} else {
+			dgi_dispatch(tp, c, &h, body);
+		}
+		off += need;
+	}
+	/* keep the partial frame at the front */
+	if (off > 0) {
+		memmove(c->rx.data, c->rx.data + off, c->rx.len - off);
+		c->rx.len -= off;
+	}
+	return c->state != C_CLOSED;
+}
+
+static void rx_cb(void *arg)
+{
+	struct conn *c = arg;
+	int rv = nng_aio_result(c->rx_aio);
+	if (rv != 0) {
+		dgi_conn_close(c, rv == NNG_ECLOSED || rv == NNG_ECANCELED ?
+		    DG_ERR_CLOSED : DG_ERR_CONN_BROKEN);
+		return;
+	}
+	c->rx.len += nng_aio_count(c->rx_aio);
+	if (process(c) && c->state != C_CLOSED) {
+		/* a frame bigger than the buffer made it grow in process() */
+		rx_start(c);
+	}
+}
+
+/* ---- dialing and accepting ---- */
+
+static dg_err tls_setup_dialer(dg_tp *tp, nng_stream_dialer *d)
+{
+	if (tp->tls_client == NULL)
+		return DG_OK;
+	return nng_stream_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tp->tls_client) == 0 ?
+	    DG_OK : DG_ERR_TLS;
+}
+
+static void dial_cb(void *arg)
+{
+	struct dial *d = arg;
+	dg_tp *tp = d->tp;
+	int rv = nng_aio_result(d->aio);
+	if (rv == 0 && !atomic_load(&tp->stopping)) {
+		nng_stream *s = nng_aio_get_output(d->aio, 0);
+		struct conn *c = conn_new(tp, s, true);
+		if (c == NULL) {
+			nng_stream_free(s);
+			rv = NNG_ENOMEM;
+		} else {
+			c->peer = d->peer;
+			c->waiter = d->waiter;
+			c->dial_url = d->url;
+			d->url = NULL;
+			dg_msg_hello hello = { DG_FRAME_VERSION,
+				{ tp->cluster, (uint32_t)strlen(tp->cluster) }, (int64_t)tp->self,
+				{ tp->address, (uint32_t)strlen(tp->address) },
+				{ c->nonce_mine, DG_NONCE_LEN }, tp->secret_len > 0 };
+			dg_err e = dgi_random(c->nonce_mine, DG_NONCE_LEN);
+			if (e == DG_OK)
+				e = send_frame(c, DG_MSG_HELLO, &hello);
+			if (e != DG_OK)
+				dgi_conn_close(c, e);
+			else
+				rx_start(c);
+		}
+	} else if (rv == 0) {
+		nng_stream_free(nng_aio_get_output(d->aio, 0));
+		rv = NNG_ECLOSED;
+	}
+	if (rv != 0) {
+		dg_err e = rv == NNG_ETIMEDOUT ? DG_ERR_TIMEOUT :
+		    rv == NNG_ECLOSED ? DG_ERR_CLOSED : DG_ERR_NET;
+		dgi_log("warn", "DIAL-FAIL", "url=%s err=%s", d->url ? d->url : "?",
+		    nng_strerror(rv));
+		if (d->peer != NULL) {
+			struct peer *p = d->peer;
+			uint64_t dropped = 0;
+			pthread_mutex_lock(&p->mu);
+			p->dialing = false;
+			if (p->conn == NULL) {
+				dropped = p->queued_frames;
+				dg_buf_reset(&p->queue);
+				p->queued_frames = 0;
+			}
+			pthread_mutex_unlock(&p->mu);
+			atomic_fetch_add(&tp->t.dropped, dropped);
+			dgi_fail_peer(tp, p->id, DG_ERR_UNREACHABLE);
+		}
+		wait_done(d->waiter, e, 0);
+	}
+	pthread_mutex_lock(&tp->mu);
+	d->done = true; /* the service thread frees it */
+	pthread_mutex_unlock(&tp->mu);
+}
+
+dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
+    struct connect_wait *waiter)
+{
+	struct dial *d = dgi_calloc(1, sizeof(*d));
+	if (d == NULL)
+		return DG_ERR_NOMEM;
+	d->tp = tp;
+	d->peer = p;
+	d->waiter = waiter;
+	if ((d->url = xstrdup(url)) == NULL) {
+		dgi_free(d);
+		return DG_ERR_NOMEM;
+	}
+	int rv = nng_stream_dialer_alloc(&d->dialer, url);
+	dg_err e = rv == 0 ? tls_setup_dialer(tp, d->dialer) : DG_ERR_INVAL;
+	if (e == DG_OK && nng_aio_alloc(&d->aio, dial_cb, d) != 0)
+		e = DG_ERR_NOMEM;
+	if (e != DG_OK) {
+		nng_stream_dialer_free(d->dialer);
+		dgi_free(d->url);
+		dgi_free(d);
+		return e;
+	}
+	nng_aio_set_timeout(d->aio, (nng_duration)tp->cfg.connect_timeout_ms);
+	pthread_mutex_lock(&tp->mu);
+	d->next = tp->dials;
+	tp->dials = d;
+	pthread_mutex_unlock(&tp->mu);
+	nng_stream_dialer_dial(d->dialer, d->aio);
+	return DG_OK;
+}
+
+static void accept_cb(void *arg)
+{
+	dg_tp *tp = arg;
+	int rv = nng_aio_result(tp->accept_aio);
+	if (rv != 0) {
+		if (rv != NNG_ECLOSED && !atomic_load(&tp->stopping)) {
+			dgi_log("warn", "ACCEPT-FAIL", "err=%s", nng_strerror(rv));
+			nng_stream_listener_accept(tp->listener, tp->accept_aio);
+		}
+		return;
+	}
+	nng_stream *s = nng_aio_get_output(tp->accept_aio, 0);
+	if (atomic_load(&tp->stopping)) {
+		nng_stream_free(s);
+		return;
+	}
+	struct conn *c = conn_new(tp, s, false);
+	if (c == NULL)
+		nng_stream_free(s);
+	else
+		rx_start(c);
+	nng_stream_listener_accept(tp->listener, tp->accept_aio);
+}
+
+dg_err dgi_conn_accept_start(dg_tp *tp)
+{
+	if (nng_aio_alloc(&tp->accept_aio, accept_cb, tp) != 0)
+		return DG_ERR_NOMEM;
+	nng_stream_listener_accept(tp->listener, tp->accept_aio);
+	return DG_OK;
+}
+
+void dgi_conn_expire(dg_tp *tp, uint64_t now)
+{
+	struct conn *late[32];
+	size_t n = 0;
+	pthread_mutex_lock(&tp->mu);
+	for (struct conn *c = tp->conns; c != NULL && n < 32; c = c->next) {
+		int st = c->state;
+		if (st != C_OPEN && st != C_CLOSED && now > c->deadline_ms)
+			late[n++] = c;
+	}
+	pthread_mutex_unlock(&tp->mu);
+	/* only this thread frees connections, so these stay valid */
+	for (size_t i = 0; i < n; i++) {
+		atomic_fetch_add(&tp->t.handshake_failures, 1);
+		dgi_log("warn", "HANDSHAKE-TIMEOUT", "peer=%016llx url=%s",
+		    (unsigned long long)late[i]->peer_id,
+		    late[i]->dial_url ? late[i]->dial_url : "(inbound)");
+		dgi_conn_close(late[i], DG_ERR_TIMEOUT);
+	}
+}
+
+void dgi_conn_stop_all(dg_tp *tp)
+{
+	/* dials: close their dialers and wait for their callbacks */
+	for (;;) {
+		struct dial *d = NULL;
+		pthread_mutex_lock(&tp->mu);
+		for (struct dial *x = tp->dials; x != NULL; x = x->next)
+			if (!x->done) {
+				d = x;
+				break;
+			}
+		pthread_mutex_unlock(&tp->mu);
+		if (d == NULL)
+			break;
+		nng_stream_dialer_close(d->dialer);
+		nng_aio_stop(d->aio); /* runs dial_cb, which marks it done */
+		pthread_mutex_lock(&tp->mu);
+		d->done = true;
+		pthread_mutex_unlock(&tp->mu);
+	}
+	for (;;) {
+		pthread_mutex_lock(&tp->mu);
+		struct conn *c = tp->conns;
+		pthread_mutex_unlock(&tp->mu);
+		if (c == NULL)
+			break;
+		dgi_conn_close(c, DG_ERR_CLOSED);
+	}
+	dgi_conn_reap(tp);
+}

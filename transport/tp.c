@@ -1,0 +1,833 @@
+/* tp.c — the transport object: configuration and start/stop, the peer
+ * table, sending, request/response with timeouts, dispatch to handlers,
+ * per-type counters, and the service thread. */
+#define _POSIX_C_SOURCE 200809L
+#include "transport_int.h"
+
+#include <nng/supplemental/tls/tls.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- small things ---- */
+
+uint64_t dgi_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void dgi_log(const char *level, const char *id, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	fprintf(stderr, "level=%s id=%s %s\n", level, id, line);
+}
+
+static char *xstrdup(const char *s)
+{
+	if (s == NULL)
+		return NULL;
+	size_t n = strlen(s) + 1;
+	char *d = dgi_alloc(n);
+	if (d != NULL)
+		memcpy(d, s, n);
+	return d;
+}
+
+void dg_tp_config_init(dg_tp_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->listen_url = "tcp://127.0.0.1:0";
+	cfg->cluster_name = "datagrid";
+	cfg->recv_max = 16u << 20;
+	cfg->send_queue_max = 64u << 20;
+	cfg->connect_timeout_ms = 5000;
+}
+
+/* ---- counters ---- */
+
+void dgi_count(dg_tp *tp, struct peer *p, dg_msg_type type, bool sent,
+    size_t bytes)
+{
+	struct tp_counters *c = &tp->ctr[type];
+	if (sent) {
+		atomic_fetch_add_explicit(&c->sent, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&c->bytes_sent, bytes, memory_order_relaxed);
+		atomic_fetch_add_explicit(&tp->t.frames_sent, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&tp->t.bytes_sent, bytes, memory_order_relaxed);
+		if (p != NULL) {
+			atomic_fetch_add_explicit(&p->t.frames_sent, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&p->t.bytes_sent, bytes, memory_order_relaxed);
+		}
+	} else {
+		atomic_fetch_add_explicit(&c->recv, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&c->bytes_recv, bytes, memory_order_relaxed);
+		atomic_fetch_add_explicit(&tp->t.frames_recv, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&tp->t.bytes_recv, bytes, memory_order_relaxed);
+		if (p != NULL) {
+			atomic_fetch_add_explicit(&p->t.frames_recv, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&p->t.bytes_recv, bytes, memory_order_relaxed);
+		}
+	}
+}
+
+void dgi_count_failure(dg_tp *tp, dg_msg_type type)
+{
+	atomic_fetch_add_explicit(&tp->ctr[type].failures, 1, memory_order_relaxed);
+}
+
+size_t dg_tp_metrics(const dg_tp *tp, dg_msg_metric *out, size_t cap)
+{
+	size_t n = 0;
+	for (unsigned t = 0; t < DG_MSG__COUNT; t++) {
+		const dg_msg_row *row = dg_msg_row_of((dg_msg_type)t);
+		if (row == NULL && t != DG_MSG_UNKNOWN)
+			continue;
+		if (n < cap) {
+			struct tp_counters *c = (struct tp_counters *)&tp->ctr[t];
+			out[n].name = dg_msg_name((dg_msg_type)t);
+			out[n].type = (dg_msg_type)t;
+			out[n].c.sent = atomic_load_explicit(&c->sent, memory_order_relaxed);
+			out[n].c.recv = atomic_load_explicit(&c->recv, memory_order_relaxed);
+			out[n].c.bytes_sent = atomic_load_explicit(&c->bytes_sent, memory_order_relaxed);
+			out[n].c.bytes_recv = atomic_load_explicit(&c->bytes_recv, memory_order_relaxed);
+			out[n].c.failures = atomic_load_explicit(&c->failures, memory_order_relaxed);
+		}
+		n++;
+	}
+	return n;
+}
+
+static void totals(const struct tp_totals *t, dg_tp_stats *out)
+{
+	struct tp_totals *m = (struct tp_totals *)t;
+	out->frames_sent = atomic_load(&m->frames_sent);
+	out->frames_recv = atomic_load(&m->frames_recv);
+	out->bytes_sent = atomic_load(&m->bytes_sent);
+	out->bytes_recv = atomic_load(&m->bytes_recv);
+	out->connects = atomic_load(&m->connects);
+	out->disconnects = atomic_load(&m->disconnects);
+	out->auth_failures = atomic_load(&m->auth_failures);
+	out->handshake_failures = atomic_load(&m->handshake_failures);
+	out->malformed_frames = atomic_load(&m->malformed_frames);
+	out->dropped = atomic_load(&m->dropped);
+	out->busy = atomic_load(&m->busy);
+}
+
+void dg_tp_get_stats(const dg_tp *tp, dg_tp_stats *out)
+{
+	totals(&tp->t, out);
+}
+
+/* ---- the peer table: int-keyed, copy-on-write, lock-free lookup ---- */
+
+static struct peer *table_find(struct peer_table *t, dg_node_id id)
+{
+	uint32_t i = (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & t->mask;
+	for (;;) {
+		dg_node_id k = atomic_load_explicit(&t->slot[i].key, memory_order_acquire);
+		if (k == id)
+			return t->slot[i].p;
+		if (k == 0)
+			return NULL;
+		i = (i + 1) & t->mask;
+	}
+}
+
+static void table_put(struct peer_table *t, struct peer *p)
+{
+	uint32_t i = (uint32_t)((p->id * 0x9E3779B97F4A7C15ull) >> 32) & t->mask;
+	while (atomic_load_explicit(&t->slot[i].key, memory_order_relaxed) != 0)
+		i = (i + 1) & t->mask;
+	t->slot[i].p = p;
+	atomic_store_explicit(&t->slot[i].key, p->id, memory_order_release);
+	t->count++;
+}
+
+static struct peer_table *table_new(uint32_t cap)
+{
+	struct peer_table *t = dgi_calloc(1, sizeof(*t) + cap * sizeof(t->slot[0]));
+	if (t != NULL)
+		t->mask = cap - 1;
+	return t;
+}
+
+struct peer *dgi_peer_get(dg_tp *tp, dg_node_id id, bool create)
+{
+	if (id == 0)
+		return NULL;
+	struct peer_table *t = atomic_load_explicit(&tp->peers, memory_order_acquire);
+	struct peer *p = table_find(t, id);
+	if (p != NULL || !create)
+		return p;
+	pthread_mutex_lock(&tp->mu);
+	t = atomic_load_explicit(&tp->peers, memory_order_relaxed);
+	if ((p = table_find(t, id)) != NULL)
+		goto out;
+	if ((t->count + 1) * 2 > t->mask + 1) {
+		struct peer_table *nt = table_new((t->mask + 1) * 2);
+		void **r = dgi_realloc(tp->retired, (tp->nretired + 1) * sizeof(void *));
+		if (nt == NULL || r == NULL) {
+			dgi_free(nt);
+			if (r != NULL)
+				tp->retired = r;
+			goto out;
+		}
+		tp->retired = r;
+		for (uint32_t i = 0; i <= t->mask; i++)
+			if (t->slot[i].key != 0)
+				table_put(nt, t->slot[i].p);
+		tp->retired[tp->nretired++] = t; /* readers may still hold it */
+		atomic_store_explicit(&tp->peers, nt, memory_order_release);
+		t = nt;
+	}
+	if ((p = dgi_calloc(1, sizeof(*p))) == NULL)
+		goto out;
+	p->id = id;
+	pthread_mutex_init(&p->mu, NULL);
+	dg_buf_init(&p->queue);
+	table_put(t, p);
+out:
+	pthread_mutex_unlock(&tp->mu);
+	return p;
+}
+
+dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out)
+{
+	struct peer *p = dgi_peer_get((dg_tp *)tp, peer, false);
+	if (p == NULL)
+		return DG_ERR_UNREACHABLE;
+	totals(&p->t, out);
+	return DG_OK;
+}
+
+dg_err dg_tp_set_address(dg_tp *tp, dg_node_id peer, const char *url)
+{
+	struct peer *p = dgi_peer_get(tp, peer, true);
+	if (p == NULL)
+		return DG_ERR_NOMEM;
+	char *u = xstrdup(url);
+	if (u == NULL)
+		return DG_ERR_NOMEM;
+	pthread_mutex_lock(&p->mu);
+	char *old = p->url;
+	p->url = u;
+	pthread_mutex_unlock(&p->mu);
+	dgi_free(old);
+	return DG_OK;
+}
+
+/* ---- frames out ---- */
+
+dg_err dgi_frame_encode(dg_buf *b, const dg_tp *tp, dg_msg_type type,
+    uint8_t flags, uint64_t corr, const void *body)
+{
+	size_t at = b->len;
+	dg_err e = dg_buf_reserve(b, DG_FRAME_HEADER);
+	if (e != DG_OK)
+		return e;
+	b->len += DG_FRAME_HEADER;
+	if (flags & DG_FRAME_ERROR) {
+		dg_writer w;
+		dg_writer_init(&w, tp->reg, b);
+		e = dg_write_i32(&w, *(const int32_t *)body);
+	} else if (dg_msg_row_of(type) != NULL && dg_msg_row_of(type)->body_size > 0) {
+		dg_writer w;
+		dg_writer_init(&w, tp->reg, b);
+		e = dg_msg_encode(type, body, &w);
+	} else if (dg_msg_row_of(type) == NULL) {
+		e = DG_ERR_INVAL;
+	}
+	size_t body_len = b->len - at - DG_FRAME_HEADER;
+	if (e == DG_OK && body_len > tp->cfg.recv_max)
+		e = DG_ERR_LIMIT; /* the peer would refuse it */
+	if (e != DG_OK) {
+		b->len = at;
+		return e;
+	}
+	dg_frame_header h = { DG_FRAME_VERSION, flags, (uint16_t)type,
+		(uint32_t)body_len, corr, tp->self };
+	dgi_frame_put(b->data + at, &h);
+	return DG_OK;
+}
+
+/* Queue a frame for a peer (dialing it when needed). */
+static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
+    uint64_t corr, const void *body)
+{
+	if (atomic_load(&tp->stopping))
+		return DG_ERR_CLOSED;
+	if (to == tp->self)
+		return DG_ERR_INVAL;
+	struct peer *p = dgi_peer_get(tp, to, false);
+	if (p == NULL)
+		return DG_ERR_UNREACHABLE;
+	pthread_mutex_lock(&p->mu);
+	if (p->queue.len > tp->cfg.send_queue_max) {
+		pthread_mutex_unlock(&p->mu);
+		atomic_fetch_add(&tp->t.busy, 1);
+		atomic_fetch_add(&p->t.busy, 1);
+		return DG_ERR_BUSY;
+	}
+	dg_err e = DG_OK;
+	if (p->conn == NULL && !p->dialing) {
+		if (p->url == NULL) {
+			pthread_mutex_unlock(&p->mu);
+			return DG_ERR_UNREACHABLE;
+		}
+		if ((e = dgi_conn_dial(tp, p->url, p, NULL)) != DG_OK) {
+			pthread_mutex_unlock(&p->mu);
+			return e;
+		}
+		p->dialing = true;
+	}
+	size_t before = p->queue.len;
+	e = dgi_frame_encode(&p->queue, tp, type, flags, corr, body);
+	if (e == DG_OK) {
+		p->queued_frames++;
+		dgi_count(tp, p, type, true, p->queue.len - before);
+		dgi_conn_kick(p);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return e;
+}
+
+dg_err dg_tp_send(dg_tp *tp, dg_node_id to, dg_msg_type type, const void *body)
+{
+	return enqueue(tp, to, type, DG_FRAME_ONEWAY, 0, body);
+}
+
+/* ---- pending requests: striped int-keyed tables ---- */
+
+static struct stripe *stripe_of(dg_tp *tp, uint64_t corr)
+{
+	return &tp->stripes[corr % PEND_STRIPES];
+}
+
+static dg_err pend_put(struct stripe *s, const struct pending *in)
+{
+	if ((s->count + s->tombs + 1) * 2 > s->mask + 1) {
+		uint32_t cap = s->mask + 1;
+		if ((s->count + 1) * 2 > cap / 2)
+			cap *= 2;
+		struct pending *n = dgi_calloc(cap, sizeof(*n));
+		if (n == NULL)
+			return DG_ERR_NOMEM;
+		for (uint32_t i = 0; i <= s->mask; i++) {
+			if (s->slots[i].corr > 1) { /* live: not empty, not a tombstone */
+				uint32_t j = (uint32_t)(s->slots[i].corr / PEND_STRIPES) & (cap - 1);
+				while (n[j].corr != 0)
+					j = (j + 1) & (cap - 1);
+				n[j] = s->slots[i];
+			}
+		}
+		dgi_free(s->slots);
+		s->slots = n;
+		s->mask = cap - 1;
+		s->tombs = 0;
+	}
+	uint32_t j = (uint32_t)(in->corr / PEND_STRIPES) & s->mask;
+	while (s->slots[j].corr > 1)
+		j = (j + 1) & s->mask;
+	if (s->slots[j].corr == 1)
+		s->tombs--;
+	s->slots[j] = *in;
+	s->count++;
+	return DG_OK;
+}
+
+/* Remove corr; true (and *out) if it was pending. */
+static bool pend_take(struct stripe *s, uint64_t corr, struct pending *out)
+{
+	uint32_t j = (uint32_t)(corr / PEND_STRIPES) & s->mask;
+	for (uint32_t n = 0; n <= s->mask; n++) {
+		struct pending *e = &s->slots[j];
+		if (e->corr == 0)
+			return false;
+		if (e->corr == corr) {
+			*out = *e;
+			e->corr = 1; /* tombstone */
+			s->count--;
+			s->tombs++;
+			return true;
+		}
+		j = (j + 1) & s->mask;
+	}
+	return false;
+}
+
+void dgi_complete(dg_tp *tp, const dg_msg_in *in)
+{
+	struct stripe *s = stripe_of(tp, in->corr);
+	struct pending p;
+	pthread_mutex_lock(&s->mu);
+	bool found = in->corr > 1 && pend_take(s, in->corr, &p);
+	pthread_mutex_unlock(&s->mu);
+	if (!found || p.peer != in->from)
+		return; /* late (timed out) or not ours: dropped, counted as received */
+	p.cb(p.ctx, in->err, in);
+}
+
+/* Collect and fail entries matching (peer or deadline) outside the lock. */
+static void fail_where(dg_tp *tp, dg_node_id peer, uint64_t now, dg_err err)
+{
+	struct pending batch[64];
+	for (int k = 0; k < PEND_STRIPES; k++) {
+		struct stripe *s = &tp->stripes[k];
+		for (;;) {
+			size_t n = 0;
+			pthread_mutex_lock(&s->mu);
+			for (uint32_t i = 0; i <= s->mask && n < 64; i++) {
+				struct pending *e = &s->slots[i];
+				if (e->corr <= 1)
+					continue;
+				bool hit = peer != 0 ? e->peer == peer :
+				    now == UINT64_MAX || e->deadline_ms <= now;
+				if (hit) {
+					batch[n++] = *e;
+					e->corr = 1;
+					s->count--;
+					s->tombs++;
+				}
+			}
+			pthread_mutex_unlock(&s->mu);
+			for (size_t i = 0; i < n; i++)
+				batch[i].cb(batch[i].ctx, err, NULL);
+			if (n < 64)
+				break;
+		}
+	}
+}
+
+void dgi_fail_peer(dg_tp *tp, dg_node_id peer, dg_err err)
+{
+	fail_where(tp, peer, 0, err);
+}
+
+dg_err dg_tp_request(dg_tp *tp, dg_node_id to, dg_msg_type type,
+    const void *body, uint32_t timeout_ms, dg_reply_fn cb, void *ctx)
+{
+	if (cb == NULL)
+		return DG_ERR_INVAL;
+	uint64_t corr;
+	do
+		corr = atomic_fetch_add(&tp->next_corr, 1);
+	while (corr <= 1); /* 0 and 1 mark empty and removed slots */
+	struct pending p = { corr, to, dgi_now_ms() + timeout_ms, cb, ctx };
+	struct stripe *s = stripe_of(tp, corr);
+	pthread_mutex_lock(&s->mu);
+	dg_err e = pend_put(s, &p);
+	pthread_mutex_unlock(&s->mu);
+	if (e != DG_OK)
+		return e;
+	if ((e = enqueue(tp, to, type, 0, corr, body)) != DG_OK) {
+		pthread_mutex_lock(&s->mu);
+		bool mine = pend_take(s, corr, &p);
+		pthread_mutex_unlock(&s->mu);
+		if (!mine)
+			return DG_OK; /* already failed through cb (connection broke) */
+	}
+	return e;
+}
+
+struct call {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	dg_err err;
+	dg_msg_type type;
+	void *reply;
+	dg_arena *arena;
+	const dg_registry *reg;
+};
+
+static void call_done(void *ctx, dg_err err, const dg_msg_in *in)
+{
+	struct call *c = ctx;
+	if (err == DG_OK && c->reply != NULL) {
+		const uint8_t *raw = in->raw;
+		if (c->arena != NULL && in->raw_len > 0) {
+			raw = dgi_arena_copy(c->arena, in->raw, in->raw_len, 8, false);
+			if (raw == NULL)
+				err = DG_ERR_NOSPACE;
+		}
+		if (err == DG_OK)
+			err = dg_msg_decode(in->type, c->reg, raw, in->raw_len, c->reply);
+	}
+	pthread_mutex_lock(&c->mu);
+	c->err = err;
+	c->done = true;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+dg_err dg_tp_call(dg_tp *tp, dg_node_id to, dg_msg_type type,
+    const void *body, uint32_t timeout_ms, void *reply, dg_arena *arena)
+{
+	struct call c = { .reply = reply, .arena = arena, .reg = tp->reg, .type = type };
+	pthread_mutex_init(&c.mu, NULL);
+	pthread_cond_init(&c.cv, NULL);
+	dg_err e = dg_tp_request(tp, to, type, body, timeout_ms, call_done, &c);
+	if (e == DG_OK) {
+		pthread_mutex_lock(&c.mu);
+		while (!c.done)
+			pthread_cond_wait(&c.cv, &c.mu);
+		pthread_mutex_unlock(&c.mu);
+		e = c.err;
+	}
+	pthread_cond_destroy(&c.cv);
+	pthread_mutex_destroy(&c.mu);
+	return e;
+}
+
+dg_err dg_tp_reply(dg_tp *tp, const dg_msg_in *req, dg_msg_type type,
+    const void *body)
+{
+	if (req->flags & (DG_FRAME_ONEWAY | DG_FRAME_RESPONSE))
+		return DG_OK;
+	return enqueue(tp, req->from, type, DG_FRAME_RESPONSE, req->corr, body);
+}
+
+dg_err dg_tp_reply_error(dg_tp *tp, const dg_msg_in *req, dg_err err)
+{
+	int32_t v = (int32_t)err;
+	if (req->flags & (DG_FRAME_ONEWAY | DG_FRAME_RESPONSE))
+		return DG_OK;
+	return enqueue(tp, req->from, req->type, DG_FRAME_RESPONSE | DG_FRAME_ERROR,
+	    req->corr, &v);
+}
+
+/* ---- incoming application frames ---- */
+
+void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
+    const uint8_t *body)
+{
+	dg_msg_type type = (dg_msg_type)h->type;
+	const dg_msg_row *row = dg_msg_row_of(type);
+	_Alignas(16) uint8_t decoded[DG_MSG_BODY_MAX];
+	dg_msg_in in = { type, h->flags, h->corr, h->sender, NULL, body, h->body_len,
+		DG_OK };
+	dg_err e = DG_OK;
+
+	dgi_count(tp, c->peer, type, false, DG_FRAME_HEADER + (size_t)h->body_len);
+	if (row == NULL)
+		e = DG_ERR_BAD_TAG;
+	else if (h->flags & DG_FRAME_ERROR) {
+		dg_reader r;
+		int32_t v = 0;
+		dg_reader_init(&r, tp->reg, body, h->body_len);
+		e = dg_read_i32(&r, &v);
+		if (e == DG_OK && (v <= 0 || v >= DG_ERR__COUNT || dg_reader_left(&r)))
+			e = DG_ERR_BAD_LENGTH;
+		in.err = (dg_err)v;
+	} else {
+		e = dg_msg_decode(type, tp->reg, body, h->body_len, decoded);
+		in.body = decoded;
+	}
+	if (e != DG_OK) {
+		dgi_count_failure(tp, row ? type : DG_MSG_UNKNOWN);
+		atomic_fetch_add(&tp->t.malformed_frames, 1);
+		dgi_log("warn", "FRAME-BAD", "peer=%016llx type=%s len=%u err=%s",
+		    (unsigned long long)h->sender, dg_msg_name(type), h->body_len,
+		    dg_strerror(e));
+		dgi_conn_close(c, e);
+		return;
+	}
+	if (h->flags & DG_FRAME_RESPONSE) {
+		if (in.flags & DG_FRAME_ERROR)
+			in.body = NULL;
+		dgi_complete(tp, &in);
+		return;
+	}
+	struct handler *hd = &tp->handlers[type];
+	if (hd->fn != NULL)
+		hd->fn(tp, &in, hd->ctx);
+	else if (!(h->flags & DG_FRAME_ONEWAY))
+		dg_tp_reply_error(tp, &in, DG_ERR_UNSUPPORTED);
+}
+
+dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx)
+{
+	if ((unsigned)type >= DG_MSG__COUNT || type <= DG_MSG_HANDSHAKE_LAST)
+		return DG_ERR_INVAL;
+	tp->handlers[type].ctx = ctx;
+	tp->handlers[type].fn = fn;
+	return DG_OK;
+}
+
+/* PING answers with its payload: liveness and round-trip checks. */
+static void on_ping(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)ctx;
+	dg_tp_reply(tp, in, in->type, in->body);
+}
+
+/* ---- connect / disconnect ---- */
+
+dg_err dg_tp_connect(dg_tp *tp, const char *url, dg_node_id *peer)
+{
+	struct connect_wait w = { .done = false };
+	pthread_mutex_init(&w.mu, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	/* bounded: the dial times out, and the service thread closes any
+	 * connection whose handshake outlives connect_timeout_ms */
+	dg_err e = atomic_load(&tp->stopping) ? DG_ERR_CLOSED :
+	    dgi_conn_dial(tp, url, NULL, &w);
+	if (e == DG_OK) {
+		pthread_mutex_lock(&w.mu);
+		while (!w.done)
+			pthread_cond_wait(&w.cv, &w.mu);
+		e = w.err;
+		if (peer != NULL)
+			*peer = w.peer;
+		pthread_mutex_unlock(&w.mu);
+		if (e == DG_OK && w.peer != 0) {
+			struct peer *p = dgi_peer_get(tp, w.peer, true);
+			if (p != NULL && p->url == NULL)
+				dg_tp_set_address(tp, w.peer, url);
+		}
+	}
+	pthread_cond_destroy(&w.cv);
+	pthread_mutex_destroy(&w.mu);
+	return e;
+}
+
+void dg_tp_disconnect(dg_tp *tp, dg_node_id peer)
+{
+	struct peer *p = dgi_peer_get(tp, peer, false);
+	if (p == NULL)
+		return;
+	pthread_mutex_lock(&p->mu);
+	struct conn *c = p->conn;
+	pthread_mutex_unlock(&p->mu);
+	if (c != NULL)
+		dgi_conn_close(c, DG_ERR_CONN_BROKEN);
+}
+
+/* ---- the service thread ---- */
+
+static void *service(void *arg)
+{
+	dg_tp *tp = arg;
+	pthread_mutex_lock(&tp->mu);
+	while (!atomic_load(&tp->stopping)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&tp->service_cv, &tp->mu, &ts);
+		pthread_mutex_unlock(&tp->mu);
+		uint64_t now = dgi_now_ms();
+		fail_where(tp, 0, now, DG_ERR_TIMEOUT);
+		dgi_conn_expire(tp, now);
+		dgi_conn_reap(tp);
+		pthread_mutex_lock(&tp->mu);
+	}
+	pthread_mutex_unlock(&tp->mu);
+	return NULL;
+}
+
+/* ---- start / stop ---- */
+
+static dg_err tls_setup(dg_tp *tp)
+{
+	const dg_tp_config *cfg = &tp->cfg;
+	bool tls = strncmp(tp->listen_url, "tls+", 4) == 0;
+	if (!tls && cfg->tls_cert_key_file == NULL && cfg->tls_ca_file == NULL)
+		return DG_OK;
+	if (!tls || cfg->tls_cert_key_file == NULL || cfg->tls_ca_file == NULL) {
+		dgi_log("error", "TLS-CONFIG", "why=\"tls+tcp:// needs both a cert+key file and a CA file\"");
+		return DG_ERR_INVAL;
+	}
+	if (nng_tls_config_alloc(&tp->tls_server, NNG_TLS_MODE_SERVER) != 0 ||
+	    nng_tls_config_alloc(&tp->tls_client, NNG_TLS_MODE_CLIENT) != 0)
+		return DG_ERR_NOMEM;
+	nng_tls_config *both[2] = { tp->tls_server, tp->tls_client };
+	for (int i = 0; i < 2; i++) {
+		if (nng_tls_config_cert_key_file(both[i], cfg->tls_cert_key_file, NULL) != 0 ||
+		    nng_tls_config_ca_file(both[i], cfg->tls_ca_file) != 0 ||
+		    nng_tls_config_auth_mode(both[i], NNG_TLS_AUTH_MODE_REQUIRED) != 0) {
+			dgi_log("error", "TLS-CONFIG", "cert=%s ca=%s why=\"cannot load\"",
+			    cfg->tls_cert_key_file, cfg->tls_ca_file);
+			return DG_ERR_TLS;
+		}
+	}
+	/* nodes are named by their certificates, not by host names */
+	nng_tls_config_server_name(tp->tls_client, "datagrid");
+	return DG_OK;
+}
+
+/* The URL others dial: the listen URL with the bound port filled in. */
+static char *bound_url(dg_tp *tp)
+{
+	const char *u = tp->listen_url;
+	const char *colon = strrchr(u, ':');
+	int port = 0;
+	if (colon == NULL || strcmp(colon, ":0") != 0 || strncmp(u, "ipc://", 6) == 0)
+		return xstrdup(u);
+	if (nng_stream_listener_get_int(tp->listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0)
+		return xstrdup(u);
+	size_t n = (size_t)(colon - u) + 16;
+	char *s = dgi_alloc(n);
+	if (s != NULL)
+		snprintf(s, n, "%.*s:%d", (int)(colon - u), u, port);
+	return s;
+}
+
+dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out)
+{
+	dg_tp *tp;
+	dg_err e = DG_ERR_NOMEM;
+	int rv;
+
+	if (cfg == NULL || out == NULL || cfg->reg == NULL || cfg->listen_url == NULL ||
+	    cfg->cluster_name == NULL || strlen(cfg->cluster_name) == 0 ||
+	    strlen(cfg->cluster_name) > DG_CLUSTER_NAME_MAX || cfg->recv_max == 0 ||
+	    cfg->recv_max > UINT32_MAX)
+		return DG_ERR_INVAL;
+	if ((tp = dgi_calloc(1, sizeof(*tp))) == NULL)
+		return DG_ERR_NOMEM;
+	tp->cfg = *cfg;
+	tp->reg = cfg->reg;
+	pthread_mutex_init(&tp->mu, NULL);
+	pthread_cond_init(&tp->service_cv, NULL);
+	for (int i = 0; i < PEND_STRIPES; i++)
+		pthread_mutex_init(&tp->stripes[i].mu, NULL);
+	atomic_init(&tp->next_corr, 2);
+	tp->listen_url = xstrdup(cfg->listen_url);
+	tp->cluster = xstrdup(cfg->cluster_name);
+	if (tp->listen_url == NULL || tp->cluster == NULL)
+		goto fail;
+	if (cfg->secret_len > 0) {
+		if (cfg->secret == NULL || (tp->secret = dgi_alloc(cfg->secret_len)) == NULL)
+			goto fail;
+		memcpy(tp->secret, cfg->secret, cfg->secret_len);
+		tp->secret_len = cfg->secret_len;
+	}
+	tp->cfg.listen_url = tp->listen_url;
+	tp->cfg.cluster_name = tp->cluster;
+	tp->cfg.secret = tp->secret;
+	tp->cfg.advertise_url = NULL;
+	tp->self = cfg->node_id;
+	while (tp->self == 0)
+		if ((e = dgi_random(&tp->self, sizeof(tp->self))) != DG_OK)
+			goto fail;
+	struct peer_table *t = table_new(64);
+	if (t == NULL)
+		goto fail;
+	atomic_init(&tp->peers, t);
+	for (int i = 0; i < PEND_STRIPES; i++) {
+		tp->stripes[i].slots = dgi_calloc(16, sizeof(struct pending));
+		if (tp->stripes[i].slots == NULL)
+			goto fail;
+		tp->stripes[i].mask = 15;
+	}
+	tp->handlers[DG_MSG_PING].fn = on_ping;
+	tp->handlers[DG_MSG_ECHO].fn = on_ping;
+	if ((e = tls_setup(tp)) != DG_OK)
+		goto fail;
+	e = DG_ERR_INVAL;
+	if ((rv = nng_stream_listener_alloc(&tp->listener, tp->listen_url)) != 0)
+		goto fail;
+	if (tp->tls_server != NULL &&
+	    nng_stream_listener_set_ptr(tp->listener, NNG_OPT_TLS_CONFIG, tp->tls_server) != 0) {
+		e = DG_ERR_TLS;
+		goto fail;
+	}
+	if ((rv = nng_stream_listener_listen(tp->listener)) != 0) {
+		e = rv == NNG_EADDRINUSE ? DG_ERR_ADDRINUSE : DG_ERR_NET;
+		dgi_log("error", "LISTEN-FAIL", "url=%s err=%s", tp->listen_url, nng_strerror(rv));
+		goto fail;
+	}
+	e = DG_ERR_NOMEM;
+	tp->address = cfg->advertise_url ? xstrdup(cfg->advertise_url) : bound_url(tp);
+	if (tp->address == NULL)
+		goto fail;
+	tp->cfg.advertise_url = tp->address;
+	if ((e = dgi_conn_accept_start(tp)) != DG_OK)
+		goto fail;
+	if (pthread_create(&tp->service, NULL, service, tp) != 0)
+		goto fail;
+	tp->service_started = true;
+	if (tp->secret_len == 0)
+		dgi_log("warn", "AUTH-OFF", "cluster=%s why=\"no cluster secret: peers are not authenticated\"",
+		    tp->cluster);
+	dgi_log("info", "TRANSPORT-UP", "node=%016llx url=%s address=%s tls=%s",
+	    (unsigned long long)tp->self, tp->listen_url, tp->address,
+	    tp->tls_server ? "on" : "off");
+	*out = tp;
+	return DG_OK;
+fail:
+	dg_tp_stop(tp);
+	return e;
+}
+
+dg_node_id dg_tp_self(const dg_tp *tp) { return tp->self; }
+const char *dg_tp_address(const dg_tp *tp) { return tp->address; }
+
+void dg_tp_stop(dg_tp *tp)
+{
+	if (tp == NULL)
+		return;
+	atomic_store(&tp->stopping, true);
+	if (tp->listener != NULL)
+		nng_stream_listener_close(tp->listener);
+	if (tp->accept_aio != NULL)
+		nng_aio_stop(tp->accept_aio);
+	if (tp->service_started) {
+		pthread_mutex_lock(&tp->mu);
+		pthread_cond_signal(&tp->service_cv);
+		pthread_mutex_unlock(&tp->mu);
+		pthread_join(tp->service, NULL);
+	}
+	/* close every connection, then wait for every dial and callback */
+	dgi_conn_stop_all(tp);
+	fail_where(tp, 0, UINT64_MAX, DG_ERR_CLOSED);
+	nng_aio_free(tp->accept_aio);
+	nng_stream_listener_free(tp->listener);
+	if (tp->tls_server)
+		nng_tls_config_free(tp->tls_server);
+	if (tp->tls_client)
+		nng_tls_config_free(tp->tls_client);
+	struct peer_table *t = atomic_load(&tp->peers);
+	if (t != NULL) {
+		for (uint32_t i = 0; i <= t->mask; i++) {
+			struct peer *p = t->slot[i].p;
+			if (p == NULL)
+				continue;
+			dg_buf_free(&p->queue);
+			dgi_free(p->url);
+			pthread_mutex_destroy(&p->mu);
+			dgi_free(p);
+		}
+		dgi_free(t);
+	}
+	for (size_t i = 0; i < tp->nretired; i++)
+		dgi_free(tp->retired[i]);
+	dgi_free(tp->retired);
+	for (int i = 0; i < PEND_STRIPES; i++) {
+		dgi_free(tp->stripes[i].slots);
+		pthread_mutex_destroy(&tp->stripes[i].mu);
+	}
+	dgi_free(tp->listen_url);
+	dgi_free(tp->address);
+	dgi_free(tp->cluster);
+	if (tp->secret != NULL) {
+		memset(tp->secret, 0, tp->secret_len);
+		dgi_free(tp->secret);
+	}
+	pthread_cond_destroy(&tp->service_cv);
+	pthread_mutex_destroy(&tp->mu);
+	dgi_free(tp);
+}

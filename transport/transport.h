@@ -1,0 +1,311 @@
+/*
+ * transport.h — typed messages between datagrid nodes (PROTOCOL.md).
+ *
+ * A dg_tp is one node's end of the cluster network: a listener, one
+ * connection per peer (nng stream API, own framing, handshake with HMAC
+ * authentication, optional TLS), a table of message types, request/response
+ * with timeouts, and per-message-type counters.
+ *
+ * Message table.  dg_msg_type is one dense enum; a flat array indexed by it
+ * holds each type's row (name, body codec, handler) and its counters.  The
+ * codecs write bodies directly with marshal's primitives in a fixed field
+ * order: no descriptor lookup, no allocation.  Counters are relaxed atomics
+ * in arrays indexed by the type — no map, no boxing (IGNITE-29099).
+ *
+ * Threads.  nng's threads do the I/O.  Handlers and reply callbacks run on
+ * them, in the receive completion of the connection (no hand-off): a handler
+ * must not block for long; it may send and reply.  Every dg_tp_* call is
+ * thread-safe.
+ *
+ * Memory.  Per connection, one receive buffer (grown to the largest frame,
+ * bounded by recv_max) and two send buffers (the one being written and the
+ * one filling, bounded by send_queue_max) are reused: sending and receiving
+ * allocate nothing in steady state.  Pending requests live in an int-keyed
+ * open-addressing table.
+ */
+#ifndef DG_TRANSPORT_H
+#define DG_TRANSPORT_H
+
+#include "marshal/marshal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t dg_node_id;
+
+/* Transport errors extend dg_err (marshal.h): appended there. */
+
+/* ---- message types (PROTOCOL.md, "Message types") ---- */
+typedef enum dg_msg_type {
+	DG_MSG_UNKNOWN = 0,
+	DG_MSG_HELLO = 1,
+	DG_MSG_CHALLENGE = 2,
+	DG_MSG_PROOF = 3,
+	DG_MSG_WELCOME = 4,
+	DG_MSG_REJECT = 5,
+	DG_MSG_PING = 6,
+	DG_MSG_HEARTBEAT = 7,
+	DG_MSG_JOIN = 8,
+	DG_MSG_JOIN_ACK = 9,
+	DG_MSG_TOPOLOGY = 10,
+	DG_MSG_NODE_FAILED = 11,
+	DG_MSG_TYPE_PROPOSE = 12,
+	DG_MSG_TYPE_ANNOUNCE = 13,
+	DG_MSG_TYPES_SNAPSHOT = 14,
+	DG_MSG_LEAVE = 15,
+	DG_MSG_ECHO = 16,
+	DG_MSG_TRANSPORT_LAST = 63,   /* 64..127 cache, 128..191 txn, 192..255 node */
+	DG_MSG__COUNT = 256
+} dg_msg_type;
+
+#define DG_MSG_HANDSHAKE_LAST DG_MSG_REJECT
+
+/* ---- frames (PROTOCOL.md, "Frame") ---- */
+#define DG_FRAME_VERSION 1
+#define DG_FRAME_HEADER 24
+#define DG_FRAME_RESPONSE 0x01
+#define DG_FRAME_ERROR 0x02
+#define DG_FRAME_ONEWAY 0x04
+#define DG_FRAME_FLAGS_KNOWN 0x07
+
+typedef struct dg_frame_header {
+	uint8_t version;
+	uint8_t flags;
+	uint16_t type;
+	uint32_t body_len;
+	uint64_t corr;
+	dg_node_id sender;
+} dg_frame_header;
+
+/* Writes the 24-byte header at p. */
+void dgi_frame_put(uint8_t *p, const dg_frame_header *h);
+/* Reads and checks a header: version, known flags, type < DG_MSG__COUNT,
+ * body_len <= recv_max.  DG_ERR_BAD_TAG (version/flags/type),
+ * DG_ERR_LIMIT (body too large). */
+dg_err dgi_frame_get(const uint8_t *p, size_t recv_max, dg_frame_header *h);
+
+/* ---- the message table ---- */
+typedef struct dg_tp dg_tp;
+
+/* A received message, valid during the handler or reply callback only. */
+typedef struct dg_msg_in {
+	dg_msg_type type;
+	uint8_t flags;
+	uint64_t corr;
+	dg_node_id from;
+	const void *body;      /* decoded body (the row's C struct), or NULL */
+	const uint8_t *raw;    /* encoded body bytes */
+	uint32_t raw_len;
+	dg_err err;            /* DG_FRAME_ERROR responses: the remote error */
+} dg_msg_in;
+
+typedef void (*dg_msg_handler)(dg_tp *tp, const dg_msg_in *in, void *ctx);
+
+typedef struct dg_msg_row {
+	const char *name;                 /* "JOIN"; NULL: type not in use */
+	size_t body_size;                 /* sizeof the body struct (<= DG_MSG_BODY_MAX) */
+	/* Body codec: fixed field order, marshal primitives, no allocation.
+	 * decode may keep views into the frame (valid for the callback). */
+	dg_err (*encode)(dg_writer *w, const void *body);
+	dg_err (*decode)(dg_reader *r, void *body);
+} dg_msg_row;
+
+#define DG_MSG_BODY_MAX 256
+
+/* Installs the codec row of an upper layer's type (cache, txn, node).
+ * DG_ERR_INVAL out of range or body too large, DG_ERR_CONFLICT if taken.
+ * Call before dg_tp_start; process-wide, identical on every node. */
+dg_err dg_msg_define(dg_msg_type type, const dg_msg_row *row);
+const dg_msg_row *dg_msg_row_of(dg_msg_type type);
+const char *dg_msg_name(dg_msg_type type);   /* "?" when unused */
+
+/* Encodes body for type into w (a fresh writer per body); decodes raw into
+ * a body struct.  DG_ERR_INVAL for unused types, codec errors as they come. */
+dg_err dg_msg_encode(dg_msg_type type, const void *body, dg_writer *w);
+dg_err dg_msg_decode(dg_msg_type type, const dg_registry *reg,
+    const uint8_t *raw, size_t len, void *body);
+
+/* ---- bodies of transport's own messages ---- */
+#define DG_NONCE_LEN 32
+#define DG_MAC_LEN 32
+
+typedef struct dg_msg_hello {
+	int32_t version;
+	dg_str cluster;
+	int64_t node_id;
+	dg_str address;
+	dg_bytes nonce;
+	bool auth;
+} dg_msg_hello;
+
+typedef struct dg_msg_challenge {
+	int64_t node_id;
+	dg_bytes nonce;
+	bool auth;
+	dg_bytes mac;
+} dg_msg_challenge;
+
+typedef struct dg_msg_proof {
+	dg_bytes mac;
+} dg_msg_proof;
+
+typedef enum dg_reject_reason {
+	DG_REJECT_VERSION = 1,
+	DG_REJECT_CLUSTER,
+	DG_REJECT_AUTH,
+	DG_REJECT_SELF,
+	DG_REJECT_DUPLICATE,
+	DG_REJECT_SHUTDOWN,
+} dg_reject_reason;
+
+typedef struct dg_msg_reject {
+	int32_t reason;
+	dg_str text;
+} dg_msg_reject;
+
+typedef struct dg_msg_bytes {   /* PING, ECHO, TYPE_PROPOSE, TYPE_ANNOUNCE */
+	dg_bytes data;
+} dg_msg_bytes;
+
+typedef struct dg_msg_heartbeat {
+	int64_t topology_version;
+	int64_t time_ms;
+} dg_msg_heartbeat;
+
+typedef struct dg_msg_join {
+	dg_str address;
+	int64_t node_id;
+} dg_msg_join;
+
+typedef struct dg_msg_join_ack {
+	int64_t topology_version;
+	int64_t order;
+} dg_msg_join_ack;
+
+typedef struct dg_msg_node_failed {
+	int64_t node_id;
+	int64_t topology_version;
+} dg_msg_node_failed;
+
+typedef struct dg_msg_raw {     /* TOPOLOGY, TYPES_SNAPSHOT: a list, read by the handler */
+	dg_raw list;
+} dg_msg_raw;
+
+/* ---- handshake crypto (auth.c) ---- */
+
+/* HMAC-SHA256 of the handshake transcript (PROTOCOL.md); role 'l' or 'd'.
+ * secret_len 0 gives 32 zero bytes.  DG_ERR_NOMEM/DG_ERR_INVAL. */
+dg_err dgi_auth_mac(char role, const uint8_t *secret, size_t secret_len,
+    const uint8_t *nonce_first, const uint8_t *nonce_second, dg_node_id id_d,
+    dg_node_id id_l, const char *cluster, size_t cluster_len,
+    uint8_t mac[DG_MAC_LEN]);
+/* Constant-time comparison of two MACs. */
+bool dgi_auth_equal(const uint8_t a[DG_MAC_LEN], const uint8_t b[DG_MAC_LEN]);
+/* Cryptographically random bytes (nonces, node ids). */
+dg_err dgi_random(void *out, size_t n);
+
+/* ---- per-message-type counters ---- */
+typedef struct dg_msg_counters {
+	uint64_t sent, recv;              /* frames */
+	uint64_t bytes_sent, bytes_recv;  /* header + body */
+	uint64_t failures;                /* malformed or undecodable */
+} dg_msg_counters;
+
+typedef struct dg_msg_metric {
+	const char *name;
+	dg_msg_type type;
+	dg_msg_counters c;
+} dg_msg_metric;
+
+/* The counters of every type in use (and UNKNOWN), in type order.  Writes
+ * at most cap entries; returns how many types are in use.  Thread-safe;
+ * allocates nothing. */
+size_t dg_tp_metrics(const dg_tp *tp, dg_msg_metric *out, size_t cap);
+
+/* ---- the transport ---- */
+typedef struct dg_tp_config {
+	const char *listen_url;      /* "tcp://127.0.0.1:47500"; tls+tcp:// for TLS */
+	const char *advertise_url;   /* what peers dial; default listen_url */
+	const char *cluster_name;    /* default "datagrid" */
+	const uint8_t *secret;       /* cluster secret; NULL/0: no authentication */
+	size_t secret_len;
+	const char *tls_cert_key_file; /* PEM cert + key (TLS: both files required) */
+	const char *tls_ca_file;     /* PEM CA that signs every node's certificate */
+	size_t recv_max;             /* largest frame body accepted, default 16 MiB */
+	size_t send_queue_max;       /* bytes queued per peer, default 64 MiB */
+	uint32_t connect_timeout_ms; /* dial + handshake, default 5000 */
+	dg_node_id node_id;          /* 0: random */
+	const dg_registry *reg;      /* for message bodies; required */
+	/* called when a connection to a peer is established or lost */
+	void (*on_peer)(void *ctx, dg_node_id peer, bool up, dg_err why);
+	void *on_peer_ctx;
+} dg_tp_config;
+
+void dg_tp_config_init(dg_tp_config *cfg);
+
+/* Starts listening.  *out owned by the caller (dg_tp_stop).  Errors:
+ * DG_ERR_INVAL (config), DG_ERR_ADDRINUSE, DG_ERR_TLS (files), DG_ERR_NET,
+ * DG_ERR_NOMEM. */
+dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out);
+/* Closes every connection (requests in flight fail with DG_ERR_CLOSED),
+ * waits for callbacks to finish, frees everything.  Not from a handler. */
+void dg_tp_stop(dg_tp *tp);
+
+dg_node_id dg_tp_self(const dg_tp *tp);
+/* The URL peers should dial (advertise_url, with the bound port when the
+ * listen URL asked for port 0).  Static for the life of tp. */
+const char *dg_tp_address(const dg_tp *tp);
+
+/* Handler for incoming requests and one-way messages of a type.  Replace
+ * before traffic starts (handlers are read without a lock).  Requests of a
+ * type without a handler are answered with DG_ERR_UNSUPPORTED. */
+dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx);
+
+/* Connects to url (if not connected), runs the handshake and returns the
+ * peer's node id.  Blocks up to connect_timeout_ms.  Errors: DG_ERR_NET,
+ * DG_ERR_TIMEOUT, DG_ERR_AUTH, DG_ERR_REFUSED (REJECT), DG_ERR_TLS. */
+dg_err dg_tp_connect(dg_tp *tp, const char *url, dg_node_id *peer);
+/* Remembers the address of a peer (from the topology) so sends to it dial on
+ * demand. */
+dg_err dg_tp_set_address(dg_tp *tp, dg_node_id peer, const char *url);
+/* Drops the connection to a peer (failure detection) and fails what is
+ * pending on it with DG_ERR_CONN_BROKEN. */
+void dg_tp_disconnect(dg_tp *tp, dg_node_id peer);
+
+/* One-way message.  Queued in order behind earlier messages to the peer.
+ * DG_ERR_BUSY when the peer's send queue is full, DG_ERR_UNREACHABLE when no
+ * connection and no known address, DG_ERR_CLOSED after stop. */
+dg_err dg_tp_send(dg_tp *tp, dg_node_id to, dg_msg_type type, const void *body);
+
+/* Request: cb runs once, with the reply (err DG_OK) or the failure
+ * (DG_ERR_TIMEOUT after timeout_ms, DG_ERR_CONN_BROKEN, DG_ERR_CLOSED, or the
+ * remote handler's error).  When this returns an error, cb never runs. */
+typedef void (*dg_reply_fn)(void *ctx, dg_err err, const dg_msg_in *reply);
+dg_err dg_tp_request(dg_tp *tp, dg_node_id to, dg_msg_type type,
+    const void *body, uint32_t timeout_ms, dg_reply_fn cb, void *ctx);
+/* Blocking request: decodes the reply body into reply (its row's struct;
+ * views copied into arena, which may be NULL when the body has none). */
+dg_err dg_tp_call(dg_tp *tp, dg_node_id to, dg_msg_type type,
+    const void *body, uint32_t timeout_ms, void *reply, dg_arena *arena);
+
+/* From a handler: answer a request (no-op for one-way messages). */
+dg_err dg_tp_reply(dg_tp *tp, const dg_msg_in *req, dg_msg_type type,
+    const void *body);
+dg_err dg_tp_reply_error(dg_tp *tp, const dg_msg_in *req, dg_err err);
+
+/* Totals per peer and for the node. */
+typedef struct dg_tp_stats {
+	uint64_t frames_sent, frames_recv, bytes_sent, bytes_recv;
+	uint64_t connects, disconnects;
+	uint64_t auth_failures, handshake_failures, malformed_frames;
+	uint64_t dropped;            /* queued frames lost to a broken connection */
+	uint64_t busy;               /* sends refused for a full queue */
+} dg_tp_stats;
+void dg_tp_get_stats(const dg_tp *tp, dg_tp_stats *out);
+dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DG_TRANSPORT_H */
