@@ -205,7 +205,8 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	}
 	if (p != NULL && (lost || dropped))
 		dgi_fail_peer(tp, p->id, DG_ERR_CONN_BROKEN);
-	if (!c->dialer && c->peer_id != 0 && p == NULL && why != DG_ERR_CLOSED)
+	if (!c->dialer && !c->abandoned && c->peer_id != 0 && p == NULL &&
+	    why != DG_ERR_CLOSED)
 		atomic_fetch_add(&tp->t.handshake_failures, 1); /* gave up midway */
 	wait_done(c->waiter, why == DG_OK ? DG_ERR_CONN_BROKEN : why, c->peer_id);
 	if (lost && tp->cfg.on_peer != NULL && !atomic_load(&tp->stopping))
