@@ -270,6 +270,12 @@ DG_API const dg_desc *dg_registry_find(const dg_registry *reg, uint32_t type_id)
 DG_API const dg_desc *dg_registry_find_schema(const dg_registry *reg,
     uint32_t type_id, uint32_t schema_id);
 
+/* Every registered schema of every user type (built-ins excluded), in no
+ * particular order: up to cap descriptors into out; returns how many there
+ * are.  Lock-free; a registration racing with it may or may not be seen. */
+DG_API size_t dg_registry_list(const dg_registry *reg, const dg_desc **out,
+    size_t cap);
+
 typedef struct dg_registry_stats {
 	uint64_t builds;  /* descriptors ever built (built-ins included) */
 	uint64_t types;   /* registered type ids */

@@ -384,6 +384,29 @@ const dg_desc *dg_registry_find_schema(const dg_registry *reg, uint32_t type_id,
 	return dgi_find_schema(reg, type_id, schema_id);
 }
 
+size_t dg_registry_list(const dg_registry *reg, const dg_desc **out, size_t cap)
+{
+	const struct dgi_table *t = atomic_load_explicit(
+	    (_Atomic(struct dgi_table *) *)&reg->table, memory_order_acquire);
+	size_t n = 0;
+	for (uint32_t i = 0; i <= t->mask; i++) {
+		uint32_t k = atomic_load_explicit((_Atomic uint32_t *)&t->slots[i].key,
+		    memory_order_acquire);
+		if (k == 0)
+			continue;
+		struct dgi_schemas *s = atomic_load_explicit(&t->slots[i].type->schemas,
+		    memory_order_acquire);
+		for (uint32_t j = 0; j < s->n; j++) {
+			if (s->d[j]->builtin)
+				continue;
+			if (n < cap)
+				out[n] = s->d[j];
+			n++;
+		}
+	}
+	return n;
+}
+
 void dg_registry_get_stats(const dg_registry *reg, dg_registry_stats *out)
 {
 	out->builds = atomic_load_explicit(&reg->builds, memory_order_relaxed);

@@ -301,6 +301,7 @@ static bool attach(struct conn *c, bool listener)
 		return false;
 	}
 	p->conn = c;
+	atomic_store_explicit(&p->heard_ms, dgi_now_ms(), memory_order_relaxed);
 	if (c->dialer || p->dialing)
 		p->dialing = false; /* a dial of ours that loses the race is moot */
 	pthread_mutex_lock(&c->mu);

@@ -518,6 +518,7 @@ void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 	dg_err e = DG_OK;
 
 	dgi_count(tp, c->peer, type, false, DG_FRAME_HEADER + (size_t)h->body_len);
+	atomic_store_explicit(&c->peer->heard_ms, dgi_now_ms(), memory_order_relaxed);
 	if (row == NULL)
 		e = DG_ERR_BAD_TAG;
 	else if (h->flags & DG_FRAME_ERROR) {
@@ -548,19 +549,32 @@ void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 		return;
 	}
 	struct handler *hd = &tp->handlers[type];
-	if (hd->fn != NULL)
-		hd->fn(tp, &in, hd->ctx);
+	atomic_fetch_add(&tp->in_handler, 1);
+	dg_msg_handler fn = atomic_load(&hd->fn);
+	void *hctx = atomic_load(&hd->ctx);
+	if (fn != NULL)
+		fn(tp, &in, hctx);
 	else if (!(h->flags & DG_FRAME_ONEWAY))
 		dg_tp_reply_error(tp, &in, DG_ERR_UNSUPPORTED);
+	atomic_fetch_sub(&tp->in_handler, 1);
 }
 
 dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx)
 {
 	if ((unsigned)type >= DG_MSG__COUNT || type <= DG_MSG_HANDSHAKE_LAST)
 		return DG_ERR_INVAL;
-	tp->handlers[type].ctx = ctx;
-	tp->handlers[type].fn = fn;
+	atomic_store(&tp->handlers[type].fn, NULL);
+	atomic_store(&tp->handlers[type].ctx, ctx);
+	atomic_store(&tp->handlers[type].fn, fn);
 	return DG_OK;
+}
+
+void dg_tp_quiesce(dg_tp *tp)
+{
+	while (atomic_load(&tp->in_handler) > 0) {
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
 }
 
 /* PING answers with its payload: liveness and round-trip checks. */
@@ -733,8 +747,8 @@ dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out)
 			goto fail;
 		tp->stripes[i].mask = 15;
 	}
-	tp->handlers[DG_MSG_PING].fn = on_ping;
-	tp->handlers[DG_MSG_ECHO].fn = on_ping;
+	atomic_store(&tp->handlers[DG_MSG_PING].fn, on_ping);
+	atomic_store(&tp->handlers[DG_MSG_ECHO].fn, on_ping);
 	if ((e = tls_setup(tp)) != DG_OK)
 		goto fail;
 	e = DG_ERR_INVAL;
@@ -774,6 +788,12 @@ fail:
 }
 
 dg_node_id dg_tp_self(const dg_tp *tp) { return tp->self; }
+
+uint64_t dg_tp_last_heard(const dg_tp *tp, dg_node_id peer)
+{
+	struct peer *p = dgi_peer_get((dg_tp *)tp, peer, false);
+	return p ? atomic_load_explicit(&p->heard_ms, memory_order_relaxed) : 0;
+}
 const char *dg_tp_address(const dg_tp *tp) { return tp->address; }
 
 void dg_tp_stop(dg_tp *tp)

@@ -262,6 +262,11 @@ const char *dg_tp_address(const dg_tp *tp);
  * type without a handler are answered with DG_ERR_UNSUPPORTED. */
 dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx);
 
+/* Waits until no handler is running (after unsetting handlers with
+ * dg_tp_handle(..., NULL, NULL), so their context can be freed).  Not from a
+ * handler. */
+void dg_tp_quiesce(dg_tp *tp);
+
 /* Connects to url (if not connected), runs the handshake and returns the
  * peer's node id.  Blocks up to connect_timeout_ms.  Errors: DG_ERR_NET,
  * DG_ERR_TIMEOUT, DG_ERR_AUTH, DG_ERR_REFUSED (REJECT), DG_ERR_TLS. */
@@ -294,6 +299,11 @@ dg_err dg_tp_reply(dg_tp *tp, const dg_msg_in *req, dg_msg_type type,
     const void *body);
 dg_err dg_tp_reply_error(dg_tp *tp, const dg_msg_in *req, dg_err err);
 
+/* Monotonic ms (dgi_now_ms clock) when a frame last arrived from peer, or
+ * when its connection opened; 0 if never. */
+uint64_t dg_tp_last_heard(const dg_tp *tp, dg_node_id peer);
+uint64_t dgi_now_ms(void);
+
 /* Totals per peer and for the node. */
 typedef struct dg_tp_stats {
 	uint64_t frames_sent, frames_recv, bytes_sent, bytes_recv;
@@ -304,6 +314,65 @@ typedef struct dg_tp_stats {
 } dg_tp_stats;
 void dg_tp_get_stats(const dg_tp *tp, dg_tp_stats *out);
 dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
+
+/* ------------------------------------------------------------------------
+ * Membership (PROTOCOL.md, "Membership"): joining through static seeds,
+ * one ordered topology per version agreed by every node, heartbeats and
+ * failure detection, and cluster-wide type metadata.
+ * ------------------------------------------------------------------------ */
+
+typedef struct dg_topology_node {
+	dg_node_id id;
+	int64_t order;          /* join order: the smallest is the coordinator */
+	const char *url;        /* where it listens */
+} dg_topology_node;
+
+/* An immutable snapshot.  Hold it with dg_topology_release when done. */
+typedef struct dg_topology {
+	int64_t version;
+	uint32_t count;
+	_Atomic int refs;       /* private */
+	dg_topology_node nodes[]; /* ordered by order */
+} dg_topology;
+
+void dg_topology_release(dg_topology *t);
+/* The node with this id, or NULL. */
+const dg_topology_node *dg_topology_find(const dg_topology *t, dg_node_id id);
+
+typedef struct dg_member dg_member;
+
+typedef struct dg_member_config {
+	const char *const *seeds;        /* URLs; the node's own address is skipped */
+	size_t nseeds;
+	uint32_t failure_timeout_ms;     /* default 10000 */
+	uint32_t heartbeat_ms;           /* default failure_timeout_ms / 5 */
+	uint32_t join_timeout_ms;        /* default 10000 */
+	dg_registry *reg;                /* cluster-wide types go through its hook */
+} dg_member_config;
+
+void dg_member_config_init(dg_member_config *cfg);
+
+/* Topology listener: runs on a transport or membership thread after each new
+ * version is installed (old may be NULL at the first).  Must not block. */
+typedef void (*dg_topology_fn)(void *ctx, const dg_topology *old,
+    const dg_topology *now);
+
+/* Joins the cluster through the seeds (or forms one when no seed is in a
+ * cluster and this node's id is the smallest among those reachable), then
+ * keeps heartbeats and failure detection running.  Blocks up to
+ * join_timeout_ms.  Installs the type-registration hook on cfg->reg and
+ * receives every type accepted so far.  *out owned by the caller
+ * (dg_member_stop, before dg_tp_stop).  Errors: DG_ERR_TIMEOUT (no cluster
+ * could be joined or formed), DG_ERR_INVAL, DG_ERR_NOMEM. */
+dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out);
+/* Leaves (tells the others) and stops. */
+void dg_member_stop(dg_member *m);
+
+/* The current topology, held (release it); NULL before the join. */
+dg_topology *dg_member_topology(dg_member *m);
+/* Adds a listener; up to 16.  DG_ERR_LIMIT. */
+dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx);
+bool dg_member_is_coordinator(dg_member *m);
 
 #ifdef __cplusplus
 }

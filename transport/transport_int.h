@@ -100,6 +100,7 @@ struct peer {
 	char *url;                  /* where to dial it (owned), or NULL */
 	dg_buf queue;               /* frames not yet on the wire */
 	uint64_t queued_frames;
+	_Atomic uint64_t heard_ms;  /* when a frame last arrived from it */
 	struct tp_totals t;         /* per-peer totals */
 };
 
@@ -127,8 +128,8 @@ struct stripe {
 };
 
 struct handler {
-	dg_msg_handler fn;
-	void *ctx;
+	_Atomic(dg_msg_handler) fn;
+	void *_Atomic ctx;
 };
 
 struct dg_tp {
@@ -150,6 +151,7 @@ struct dg_tp {
 	size_t nretired;
 	_Atomic bool stopping;
 	_Atomic uint64_t next_corr;
+	_Atomic int in_handler;     /* handlers running now (dg_tp_quiesce) */
 	struct stripe stripes[PEND_STRIPES];
 	struct handler handlers[DG_MSG__COUNT];
 	struct tp_counters ctr[DG_MSG__COUNT];
@@ -160,6 +162,9 @@ struct dg_tp {
 };
 
 uint64_t dgi_now_ms(void);
+
+/* Tests: stop membership without telling anyone (a crash, in-process). */
+void dgi_member_kill(dg_member *m);
 
 /* ---- tp.c: peers, pending requests, counters (used by conn.c) ---- */
 struct peer *dgi_peer_get(dg_tp *tp, dg_node_id id, bool create);

@@ -1,0 +1,963 @@
+/* membership.c — discovery, the agreed topology, failure detection and
+ * cluster-wide type metadata (PROTOCOL.md, "Membership").
+ *
+ * The coordinator is the node with the smallest join order that this node
+ * does not consider failed.  Only the coordinator changes the topology: it
+ * adds joiners, removes failed or leaving nodes, bumps the version and sends
+ * the new TOPOLOGY to everyone; every node installs a TOPOLOGY only when its
+ * version is newer.  One thread per node sends heartbeats every heartbeat_ms
+ * and checks, every heartbeat_ms, when each member was last heard from (any
+ * frame counts): detection takes at most failure_timeout_ms + heartbeat_ms.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "transport_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_LISTENERS 16
+
+struct since {
+	dg_node_id id;
+	uint64_t ms;     /* joined our view at; a floor for "last heard" */
+	bool left;       /* sent LEAVE: failed at once */
+	bool reported;   /* NODE_FAILED sent for the current version */
+};
+
+struct dg_member {
+	_Atomic int refs;              /* the owner + each request in flight */
+	dg_tp *tp;
+	dg_registry *reg;
+	dg_member_config cfg;
+	char **seeds;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	dg_topology *topo;             /* current, one reference held here */
+	struct since *since;           /* one per node of topo */
+	struct { dg_topology_fn fn; void *ctx; } listeners[MAX_LISTENERS];
+	int nlisteners;
+	bool stopping;
+	bool joined;
+	pthread_t thread;
+	bool thread_started;
+};
+
+static void member_free(dg_member *m);
+
+static dg_member *member_get(dg_member *m)
+{
+	atomic_fetch_add(&m->refs, 1);
+	return m;
+}
+
+static void member_put(dg_member *m)
+{
+	if (atomic_fetch_sub(&m->refs, 1) == 1)
+		member_free(m);
+}
+
+/* ---- topologies ---- */
+
+void dg_topology_release(dg_topology *t)
+{
+	if (t != NULL && atomic_fetch_sub(&t->refs, 1) == 1)
+		dgi_free(t);
+}
+
+const dg_topology_node *dg_topology_find(const dg_topology *t, dg_node_id id)
+{
+	for (uint32_t i = 0; t != NULL && i < t->count; i++)
+		if (t->nodes[i].id == id)
+			return &t->nodes[i];
+	return NULL;
+}
+
+/* One allocation: header, nodes (sorted by order), URL strings. */
+static dg_topology *topo_new(int64_t version, const dg_topology_node *nodes,
+    uint32_t n)
+{
+	size_t strs = 0;
+	for (uint32_t i = 0; i < n; i++)
+		strs += strlen(nodes[i].url) + 1;
+	dg_topology *t = dgi_alloc(sizeof(*t) + n * sizeof(t->nodes[0]) + strs);
+	if (t == NULL)
+		return NULL;
+	t->version = version;
+	t->count = n;
+	atomic_init(&t->refs, 1);
+	char *s = (char *)&t->nodes[n];
+	for (uint32_t i = 0; i < n; i++) {
+		/* insertion by order keeps the list sorted */
+		uint32_t j = i;
+		while (j > 0 && t->nodes[j - 1].order > nodes[i].order) {
+			t->nodes[j] = t->nodes[j - 1];
+			j--;
+		}
+		size_t l = strlen(nodes[i].url) + 1;
+		memcpy(s, nodes[i].url, l);
+		t->nodes[j].id = nodes[i].id;
+		t->nodes[j].order = nodes[i].order;
+		t->nodes[j].url = s;
+		s += l;
+	}
+	return t;
+}
+
+static dg_topology *hold(dg_topology *t)
+{
+	if (t != NULL)
+		atomic_fetch_add(&t->refs, 1);
+	return t;
+}
+
+dg_topology *dg_member_topology(dg_member *m)
+{
+	pthread_mutex_lock(&m->mu);
+	dg_topology *t = hold(m->topo);
+	pthread_mutex_unlock(&m->mu);
+	return t;
+}
+
+static struct since *since_of(dg_member *m, dg_node_id id)
+{
+	for (uint32_t i = 0; m->topo != NULL && i < m->topo->count; i++)
+		if (m->since[i].id == id)
+			return &m->since[i];
+	return NULL;
+}
+
+static bool failed_locked(dg_member *m, const dg_topology_node *n, uint64_t now)
+{
+	if (n->id == dg_tp_self(m->tp))
+		return false;
+	struct since *s = since_of(m, n->id);
+	if (s == NULL)
+		return false;
+	if (s->left)
+		return true;
+	uint64_t heard = dg_tp_last_heard(m->tp, n->id);
+	if (heard < s->ms)
+		heard = s->ms;
+	return now > heard + m->cfg.failure_timeout_ms;
+}
+
+/* The oldest member this node does not consider failed. */
+static dg_node_id coordinator_locked(dg_member *m, uint64_t now)
+{
+	for (uint32_t i = 0; m->topo != NULL && i < m->topo->count; i++)
+		if (!failed_locked(m, &m->topo->nodes[i], now))
+			return m->topo->nodes[i].id;
+	return dg_tp_self(m->tp);
+}
+
+bool dg_member_is_coordinator(dg_member *m)
+{
+	pthread_mutex_lock(&m->mu);
+	bool c = m->topo != NULL && coordinator_locked(m, dgi_now_ms()) == dg_tp_self(m->tp);
+	pthread_mutex_unlock(&m->mu);
+	return c;
+}
+
+/* Install t (takes the reference) if newer; listeners run after. */
+static void install(dg_member *m, dg_topology *t)
+{
+	struct { dg_topology_fn fn; void *ctx; } ls[MAX_LISTENERS];
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&m->mu);
+	if (m->topo != NULL && t->version <= m->topo->version) {
+		pthread_mutex_unlock(&m->mu);
+		dg_topology_release(t);
+		return;
+	}
+	struct since *s = dgi_calloc(t->count ? t->count : 1, sizeof(*s));
+	if (s == NULL) {
+		pthread_mutex_unlock(&m->mu);
+		dg_topology_release(t);
+		return;
+	}
+	for (uint32_t i = 0; i < t->count; i++) {
+		struct since *old = since_of(m, t->nodes[i].id);
+		s[i].id = t->nodes[i].id;
+		s[i].ms = old ? old->ms : now;
+		s[i].left = old ? old->left : false;
+	}
+	dg_topology *old = m->topo;
+	dgi_free(m->since);
+	m->since = s;
+	m->topo = t;
+	bool member = dg_topology_find(t, dg_tp_self(m->tp)) != NULL;
+	if (m->joined && !member)
+		dgi_log("error", "SEGMENTED", "node=%016llx version=%lld why=\"removed from the topology\"",
+		    (unsigned long long)dg_tp_self(m->tp), (long long)t->version);
+	m->joined = member;
+	int n = m->nlisteners;
+	memcpy(ls, m->listeners, sizeof(ls[0]) * (size_t)n);
+	hold(t);
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+
+	for (uint32_t i = 0; i < t->count; i++)
+		if (t->nodes[i].id != dg_tp_self(m->tp))
+			dg_tp_set_address(m->tp, t->nodes[i].id, t->nodes[i].url);
+	if (old != NULL)
+		for (uint32_t i = 0; i < old->count; i++)
+			if (dg_topology_find(t, old->nodes[i].id) == NULL)
+				dg_tp_disconnect(m->tp, old->nodes[i].id);
+	dgi_log("info", "TOPOLOGY", "version=%lld nodes=%u self=%016llx", (long long)t->version,
+	    t->count, (unsigned long long)dg_tp_self(m->tp));
+	for (int i = 0; i < n; i++)
+		ls[i].fn(ls[i].ctx, old, t);
+	dg_topology_release(old);
+	dg_topology_release(t);
+}
+
+/* TOPOLOGY body: one LIST — version, then id, order, url per node. */
+static dg_err topo_encode_reg(dg_member *m, const dg_topology *t, dg_buf *b)
+{
+	dg_writer w;
+	dg_writer_init(&w, m->reg, b);
+	dg_write_list_begin(&w, 1 + 3 * t->count);
+	dg_write_i64(&w, t->version);
+	for (uint32_t i = 0; i < t->count; i++) {
+		dg_write_i64(&w, (int64_t)t->nodes[i].id);
+		dg_write_i64(&w, t->nodes[i].order);
+		dg_write_str(&w, t->nodes[i].url, strlen(t->nodes[i].url));
+	}
+	dg_write_end(&w);
+	return dg_writer_finish(&w);
+}
+
+static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
+{
+	dg_topology_node nodes[1024];
+	char urls[1024][256];
+	dg_reader r;
+	uint32_t count;
+	int64_t version;
+	dg_err e;
+	dg_reader_init(&r, m->reg, raw->ptr, raw->len);
+	if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK)
+		return e;
+	if (count < 1 || (count - 1) % 3 != 0 || (count - 1) / 3 > 1024)
+		return DG_ERR_BAD_LENGTH;
+	if ((e = dg_read_i64(&r, &version)) != DG_OK)
+		return e;
+	uint32_t n = (count - 1) / 3;
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t id, order;
+		dg_str url;
+		if ((e = dg_read_i64(&r, &id)) != DG_OK || (e = dg_read_i64(&r, &order)) != DG_OK ||
+		    (e = dg_read_str(&r, &url, NULL)) != DG_OK)
+			return e;
+		if (url.ptr == NULL || url.len >= sizeof(urls[0]) || id == 0)
+			return DG_ERR_BAD_LENGTH;
+		memcpy(urls[i], url.ptr, url.len);
+		urls[i][url.len] = 0;
+		nodes[i].id = (dg_node_id)id;
+		nodes[i].order = order;
+		nodes[i].url = urls[i];
+	}
+	*out = topo_new(version, nodes, n);
+	return *out ? DG_OK : DG_ERR_NOMEM;
+}
+
+/* Send t to every member but this node. */
+static void broadcast(dg_member *m, const dg_topology *t)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	if (topo_encode_reg(m, t, &b) == DG_OK) {
+		dg_msg_raw body = { { b.data, (uint32_t)b.len } };
+		for (uint32_t i = 0; i < t->count; i++)
+			if (t->nodes[i].id != dg_tp_self(m->tp))
+				dg_tp_send(m->tp, t->nodes[i].id, DG_MSG_TOPOLOGY, &body);
+	}
+	dg_buf_free(&b);
+}
+
+/* Coordinator: a new version from the current one without `drop` (n ids)
+ * and with `add` (or NULL).  Installs and broadcasts it. */
+static dg_err change(dg_member *m, const dg_node_id *drop, size_t ndrop,
+    const dg_msg_join *add, int64_t *version, int64_t *order)
+{
+	dg_topology_node nodes[1025];
+	char url[256];
+	pthread_mutex_lock(&m->mu);
+	dg_topology *cur = m->topo;
+	uint32_t n = 0;
+	int64_t max_order = 0;
+	for (uint32_t i = 0; i < cur->count && n < 1024; i++) {
+		bool gone = false;
+		for (size_t k = 0; k < ndrop; k++)
+			gone |= cur->nodes[i].id == drop[k];
+		if (cur->nodes[i].order > max_order)
+			max_order = cur->nodes[i].order;
+		if (!gone)
+			nodes[n++] = cur->nodes[i];
+	}
+	if (add != NULL) {
+		if (add->address.len >= sizeof(url)) {
+			pthread_mutex_unlock(&m->mu);
+			return DG_ERR_INVAL;
+		}
+		memcpy(url, add->address.ptr, add->address.len);
+		url[add->address.len] = 0;
+		nodes[n].id = (dg_node_id)add->node_id;
+		nodes[n].order = max_order + 1;
+		nodes[n].url = url;
+		if (order)
+			*order = nodes[n].order;
+		n++;
+	}
+	dg_topology *t = topo_new(cur->version + 1, nodes, n);
+	pthread_mutex_unlock(&m->mu);
+	if (t == NULL)
+		return DG_ERR_NOMEM;
+	if (version)
+		*version = t->version;
+	hold(t);
+	install(m, t);
+	broadcast(m, t);
+	dg_topology_release(t);
+	return DG_OK;
+}
+
+/* ---- handlers ---- */
+
+struct fwd {
+	dg_member *m;
+	dg_msg_in req;   /* only type, flags, corr and from are used to reply */
+};
+
+static void fwd_done(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct fwd *f = ctx;
+	if (err == DG_OK)
+		dg_tp_reply(f->m->tp, &f->req, DG_MSG_JOIN_ACK, reply->body);
+	else
+		dg_tp_reply_error(f->m->tp, &f->req, err);
+	member_put(f->m);
+	dgi_free(f);
+}
+
+static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_join *j = in->body;
+	pthread_mutex_lock(&m->mu);
+	if (m->topo == NULL || !m->joined || m->stopping) {
+		pthread_mutex_unlock(&m->mu);
+		dg_tp_reply_error(tp, in, DG_ERR_STATE);
+		return;
+	}
+	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
+	const dg_topology_node *have = dg_topology_find(m->topo, (dg_node_id)j->node_id);
+	dg_msg_join_ack ack = { m->topo->version, have ? have->order : 0 };
+	pthread_mutex_unlock(&m->mu);
+	if (coord != dg_tp_self(tp)) {
+		struct fwd *f = dgi_alloc(sizeof(*f));
+		if (f == NULL) {
+			dg_tp_reply_error(tp, in, DG_ERR_NOMEM);
+			return;
+		}
+		f->m = member_get(m);
+		f->req = *in;
+		dg_err e = dg_tp_request(tp, coord, DG_MSG_JOIN, j, m->cfg.join_timeout_ms,
+		    fwd_done, f);
+		if (e != DG_OK) {
+			member_put(m);
+			dgi_free(f);
+			dg_tp_reply_error(tp, in, e);
+		}
+		return;
+	}
+	if (have == NULL) {
+		dg_err e = change(m, NULL, 0, j, &ack.topology_version, &ack.order);
+		if (e != DG_OK) {
+			dg_tp_reply_error(tp, in, e);
+			return;
+		}
+		dgi_log("info", "NODE-JOINED", "node=%016llx order=%lld version=%lld",
+		    (unsigned long long)j->node_id, (long long)ack.order,
+		    (long long)ack.topology_version);
+	}
+	dg_tp_reply(tp, in, DG_MSG_JOIN_ACK, &ack);
+}
+
+static void on_topology(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_raw *body = in->body;
+	dg_topology *t;
+	(void)tp;
+	if (topo_decode(m, &body->list, &t) == DG_OK)
+		install(m, t);
+	else
+		dgi_log("warn", "TOPOLOGY-BAD", "from=%016llx", (unsigned long long)in->from);
+}
+
+static void on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	/* arriving is the point: the transport noted when */
+	(void)tp;
+	(void)in;
+	(void)ctx;
+}
+
+static void on_node_failed(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_node_failed *f = in->body;
+	dg_node_id id = (dg_node_id)f->node_id;
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&m->mu);
+	bool act = m->topo != NULL && coordinator_locked(m, now) == dg_tp_self(tp) &&
+	    dg_topology_find(m->topo, id) != NULL &&
+	    /* trust the report only if this node has not heard it lately either */
+	    now > dg_tp_last_heard(tp, id) + 2 * (uint64_t)m->cfg.heartbeat_ms;
+	pthread_mutex_unlock(&m->mu);
+	if (act) {
+		dgi_log("warn", "NODE-FAILED", "node=%016llx reported_by=%016llx",
+		    (unsigned long long)id, (unsigned long long)in->from);
+		change(m, &id, 1, NULL, NULL, NULL);
+	}
+}
+
+static void on_leave(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	(void)tp;
+	pthread_mutex_lock(&m->mu);
+	struct since *s = since_of(m, in->from);
+	if (s != NULL)
+		s->left = true;
+	pthread_cond_broadcast(&m->cv); /* the thread acts on it now */
+	pthread_mutex_unlock(&m->mu);
+	dgi_log("info", "NODE-LEFT", "node=%016llx", (unsigned long long)in->from);
+}
+
+/* ---- cluster-wide types ---- */
+
+struct announce {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int left;
+	dg_err err;
+	dg_member *m;
+	dg_msg_in req;      /* a TYPE_PROPOSE to answer when all replied */
+	bool reply;
+};
+
+static void announce_free(struct announce *a)
+{
+	member_put(a->m);
+	pthread_cond_destroy(&a->cv);
+	pthread_mutex_destroy(&a->mu);
+	dgi_free(a);
+}
+
+static void announce_done(void *ctx, dg_err err, const dg_msg_in *in)
+{
+	struct announce *a = ctx;
+	(void)in;
+	pthread_mutex_lock(&a->mu);
+	if (err == DG_ERR_CONFLICT)
+		a->err = err; /* a node refused it: the proposer hears why */
+	bool last = --a->left == 0;
+	if (last && !a->reply)
+		pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	if (last && a->reply) {
+		if (a->err == DG_OK)
+			dg_tp_reply(a->m->tp, &a->req, DG_MSG_TYPE_PROPOSE, &(dg_msg_bytes){ { (const uint8_t *)"", 0 } });
+		else
+			dg_tp_reply_error(a->m->tp, &a->req, a->err);
+		announce_free(a);
+	}
+}
+
+/* Announce a definition to every member but this node and `skip`; the
+ * replies arrive in announce_done.  Returns how many were sent. */
+static int announce_all(dg_member *m, struct announce *a, const uint8_t *def,
+    size_t len, dg_node_id skip)
+{
+	dg_topology *t = dg_member_topology(m);
+	dg_msg_bytes body = { { def, (uint32_t)len } };
+	int sent = 0;
+	pthread_mutex_lock(&a->mu);
+	a->left = 1; /* held until all are sent */
+	pthread_mutex_unlock(&a->mu);
+	for (uint32_t i = 0; t != NULL && i < t->count; i++) {
+		dg_node_id id = t->nodes[i].id;
+		if (id == dg_tp_self(m->tp) || id == skip)
+			continue;
+		pthread_mutex_lock(&a->mu);
+		a->left++;
+		pthread_mutex_unlock(&a->mu);
+		if (dg_tp_request(m->tp, id, DG_MSG_TYPE_ANNOUNCE, &body,
+		    m->cfg.failure_timeout_ms, announce_done, a) != DG_OK) {
+			pthread_mutex_lock(&a->mu);
+			a->left--;
+			pthread_mutex_unlock(&a->mu);
+		} else {
+			sent++;
+		}
+	}
+	dg_topology_release(t);
+	announce_done(a, DG_OK, NULL); /* drop the hold */
+	return sent;
+}
+
+static void on_type_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_bytes *b = in->body;
+	dg_err e = dg_registry_accept(m->reg, b->data.ptr, b->data.len, NULL);
+	if (e != DG_OK) {
+		dgi_log("warn", "TYPE-REFUSED", "from=%016llx err=%s", (unsigned long long)in->from,
+		    dg_strerror(e));
+		dg_tp_reply_error(tp, in, e);
+		return;
+	}
+	struct announce *a = dgi_calloc(1, sizeof(*a));
+	if (a == NULL) {
+		dg_tp_reply_error(tp, in, DG_ERR_NOMEM);
+		return;
+	}
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	a->m = member_get(m);
+	a->req = *in;
+	a->reply = true;
+	announce_all(m, a, b->data.ptr, b->data.len, in->from);
+}
+
+static void on_type_announce(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_bytes *b = in->body;
+	dg_err e = dg_registry_accept(m->reg, b->data.ptr, b->data.len, NULL);
+	if (e != DG_OK)
+		dg_tp_reply_error(tp, in, e);
+	else
+		dg_tp_reply(tp, in, DG_MSG_TYPE_ANNOUNCE, b);
+}
+
+static void on_types_snapshot(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	size_t n = dg_registry_list(m->reg, NULL, 0);
+	const dg_desc **ds = dgi_alloc((n ? n : 1) * sizeof(*ds));
+	dg_buf defs, list;
+	dg_buf_init(&defs);
+	dg_buf_init(&list);
+	if (ds == NULL) {
+		dg_tp_reply_error(tp, in, DG_ERR_NOMEM);
+		return;
+	}
+	n = dg_registry_list(m->reg, ds, n);
+	dg_writer w;
+	dg_writer_init(&w, m->reg, &list);
+	dg_write_list_begin(&w, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		dg_buf_reset(&defs);
+		if (dg_desc_export(ds[i], &defs) == DG_OK)
+			dg_write_bytes(&w, defs.data, defs.len);
+		else
+			dg_write_bytes(&w, "", 0);
+	}
+	dg_write_end(&w);
+	dg_err e = dg_writer_finish(&w);
+	if (e == DG_OK) {
+		dg_msg_raw body = { { list.data, (uint32_t)list.len } };
+		dg_tp_reply(tp, in, DG_MSG_TYPES_SNAPSHOT, &body);
+	} else {
+		dg_tp_reply_error(tp, in, e);
+	}
+	dgi_free(ds);
+	dg_buf_free(&defs);
+	dg_buf_free(&list);
+}
+
+/* The registration hook: a new local type is agreed cluster-wide first. */
+static dg_err propose(void *ctx, const dg_desc *d, const uint8_t *def, size_t len)
+{
+	dg_member *m = ctx;
+	(void)d;
+	pthread_mutex_lock(&m->mu);
+	bool joined = m->joined;
+	dg_node_id coord = joined ? coordinator_locked(m, dgi_now_ms()) : 0;
+	pthread_mutex_unlock(&m->mu);
+	if (!joined)
+		return DG_OK; /* before the join: local; proposed after joining */
+	if (coord != dg_tp_self(m->tp)) {
+		dg_msg_bytes body = { { def, (uint32_t)len } }, reply;
+		uint8_t mem[64];
+		dg_arena a;
+		dg_arena_init(&a, mem, sizeof(mem));
+		return dg_tp_call(m->tp, coord, DG_MSG_TYPE_PROPOSE, &body,
+		    m->cfg.failure_timeout_ms + m->cfg.join_timeout_ms, &reply, &a);
+	}
+	/* this node coordinates: announce to everyone and wait for them */
+	struct announce *a = dgi_calloc(1, sizeof(*a));
+	if (a == NULL)
+		return DG_ERR_NOMEM;
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	a->m = member_get(m);
+	pthread_mutex_lock(&a->mu);
+	a->left = 1;
+	pthread_mutex_unlock(&a->mu);
+	announce_all(m, a, def, len, 0);
+	pthread_mutex_lock(&a->mu);
+	while (a->left > 0)
+		pthread_cond_wait(&a->cv, &a->mu);
+	dg_err e = a->err;
+	pthread_mutex_unlock(&a->mu);
+	announce_free(a);
+	return e;
+}
+
+/* After joining: take every type the cluster has, offer every type this
+ * node registered before it joined. */
+static void sync_types(dg_member *m, dg_node_id coord)
+{
+	dg_msg_raw snap;
+	uint8_t *mem = dgi_alloc(m->tp->cfg.recv_max);
+	dg_arena a;
+	if (mem == NULL)
+		return;
+	dg_arena_init(&a, mem, m->tp->cfg.recv_max);
+	static const uint8_t empty_list[] = { 0x0F, 0x00 }; /* the request's body */
+	dg_msg_raw none = { { empty_list, sizeof(empty_list) } };
+	dg_err e = dg_tp_call(m->tp, coord, DG_MSG_TYPES_SNAPSHOT, &none,
+	    m->cfg.join_timeout_ms, &snap, &a);
+	if (e == DG_OK) {
+		dg_reader r;
+		uint32_t n;
+		dg_reader_init(&r, m->reg, snap.list.ptr, snap.list.len);
+		if (dg_read_begin(&r, DG_LIST, &n) == DG_OK) {
+			for (uint32_t i = 0; i < n; i++) {
+				dg_bytes def;
+				if (dg_read_bytes(&r, &def, NULL) != DG_OK)
+					break;
+				dg_err ae = dg_registry_accept(m->reg, def.ptr, def.len, NULL);
+				if (ae != DG_OK)
+					dgi_log("error", "TYPE-CONFLICT", "err=%s why=\"a local type differs from the cluster's\"",
+					    dg_strerror(ae));
+			}
+		}
+	} else {
+		dgi_log("warn", "TYPES-SYNC", "err=%s", dg_strerror(e));
+	}
+	dgi_free(mem);
+	/* offer local types (the coordinator refuses conflicting ones) */
+	size_t n = dg_registry_list(m->reg, NULL, 0);
+	const dg_desc **ds = dgi_alloc((n ? n : 1) * sizeof(*ds));
+	dg_buf def;
+	dg_buf_init(&def);
+	if (ds != NULL && coord != dg_tp_self(m->tp)) {
+		n = dg_registry_list(m->reg, ds, n);
+		for (size_t i = 0; i < n; i++) {
+			dg_buf_reset(&def);
+			if (dg_desc_export(ds[i], &def) != DG_OK)
+				continue;
+			dg_msg_bytes body = { { def.data, (uint32_t)def.len } }, reply;
+			uint8_t small[64];
+			dg_arena sa;
+			dg_arena_init(&sa, small, sizeof(small));
+			dg_err pe = dg_tp_call(m->tp, coord, DG_MSG_TYPE_PROPOSE, &body,
+			    m->cfg.failure_timeout_ms, &reply, &sa);
+			if (pe != DG_OK)
+				dgi_log("error", "TYPE-CONFLICT", "type=%s err=%s", dg_desc_name(ds[i]),
+				    dg_strerror(pe));
+		}
+	}
+	dgi_free(ds);
+	dg_buf_free(&def);
+}
+
+/* ---- joining ---- */
+
+static bool wait_version(dg_member *m, int64_t version, uint64_t deadline)
+{
+	pthread_mutex_lock(&m->mu);
+	while (!(m->topo != NULL && m->topo->version >= version && m->joined) &&
+	    dgi_now_ms() < deadline && !m->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+	}
+	bool ok = m->topo != NULL && m->topo->version >= version && m->joined;
+	pthread_mutex_unlock(&m->mu);
+	return ok;
+}
+
+/* One round over the seeds.  DG_OK when joined; DG_ERR_STATE when some
+ * seed with a smaller id is up but not in a cluster yet (wait for it);
+ * DG_ERR_UNREACHABLE when no seed is in a cluster. */
+static dg_err join_round(dg_member *m, uint64_t deadline)
+{
+	dg_tp *tp = m->tp;
+	bool smaller_waiting = false;
+	dg_msg_join j = { { dg_tp_address(tp), (uint32_t)strlen(dg_tp_address(tp)) },
+		(int64_t)dg_tp_self(tp) };
+	for (size_t i = 0; i < m->cfg.nseeds; i++) {
+		dg_node_id peer;
+		if (strcmp(m->seeds[i], dg_tp_address(tp)) == 0)
+			continue;
+		if (dg_tp_connect(tp, m->seeds[i], &peer) != DG_OK)
+			continue;
+		dg_msg_join_ack ack;
+		dg_err e = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, m->cfg.join_timeout_ms, &ack, NULL);
+		if (e == DG_OK) {
+			if (wait_version(m, ack.topology_version, deadline))
+				return DG_OK;
+		} else if (e == DG_ERR_STATE && peer < dg_tp_self(tp)) {
+			smaller_waiting = true;
+		}
+	}
+	return smaller_waiting ? DG_ERR_STATE : DG_ERR_UNREACHABLE;
+}
+
+static dg_err join(dg_member *m)
+{
+	uint64_t deadline = dgi_now_ms() + m->cfg.join_timeout_ms;
+	for (;;) {
+		dg_err e = join_round(m, deadline);
+		if (e == DG_OK)
+			break;
+		pthread_mutex_lock(&m->mu);
+		bool joined = m->joined;
+		pthread_mutex_unlock(&m->mu);
+		if (joined)
+			break; /* a TOPOLOGY with this node arrived meanwhile */
+		if (e == DG_ERR_UNREACHABLE) {
+			/* no seed is in a cluster, none smaller is waiting: form one */
+			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp) };
+			dg_topology *t = topo_new(1, &self, 1);
+			if (t == NULL)
+				return DG_ERR_NOMEM;
+			install(m, t);
+			dgi_log("info", "CLUSTER-FORMED", "node=%016llx", (unsigned long long)self.id);
+			return DG_OK;
+		}
+		if (dgi_now_ms() > deadline)
+			return DG_ERR_TIMEOUT;
+		struct timespec ts = { 0, 100 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	pthread_mutex_lock(&m->mu);
+	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
+	pthread_mutex_unlock(&m->mu);
+	sync_types(m, coord);
+	return DG_OK;
+}
+
+/* ---- heartbeats and failure detection ---- */
+
+static void tick(dg_member *m)
+{
+	dg_tp *tp = m->tp;
+	uint64_t now = dgi_now_ms();
+	dg_node_id failed[64];
+	size_t nfailed = 0;
+	dg_node_id coord;
+	int64_t version;
+
+	pthread_mutex_lock(&m->mu);
+	dg_topology *t = hold(m->topo);
+	if (t == NULL || !m->joined) {
+		pthread_mutex_unlock(&m->mu);
+		dg_topology_release(t);
+		return;
+	}
+	for (uint32_t i = 0; i < t->count && nfailed < 64; i++)
+		if (failed_locked(m, &t->nodes[i], now))
+			failed[nfailed++] = t->nodes[i].id;
+	coord = coordinator_locked(m, now);
+	version = t->version;
+	pthread_mutex_unlock(&m->mu);
+
+	dg_msg_heartbeat hb = { version, (int64_t)now };
+	for (uint32_t i = 0; i < t->count; i++) {
+		dg_node_id id = t->nodes[i].id;
+		bool dead = false;
+		for (size_t k = 0; k < nfailed; k++)
+			dead |= failed[k] == id;
+		if (id != dg_tp_self(tp) && !dead)
+			dg_tp_send(tp, id, DG_MSG_HEARTBEAT, &hb);
+	}
+	if (nfailed > 0) {
+		if (coord == dg_tp_self(tp)) {
+			for (size_t k = 0; k < nfailed; k++)
+				dgi_log("warn", "NODE-FAILED", "node=%016llx silent_ms>%u",
+				    (unsigned long long)failed[k], m->cfg.failure_timeout_ms);
+			change(m, failed, nfailed, NULL, NULL, NULL);
+		} else {
+			for (size_t k = 0; k < nfailed; k++) {
+				pthread_mutex_lock(&m->mu);
+				struct since *s = since_of(m, failed[k]);
+				bool tell = s != NULL && !s->reported;
+				if (tell)
+					s->reported = true;
+				pthread_mutex_unlock(&m->mu);
+				if (tell) {
+					dg_msg_node_failed f = { (int64_t)failed[k], version };
+					dg_tp_send(tp, coord, DG_MSG_NODE_FAILED, &f);
+				}
+			}
+		}
+	}
+	dg_topology_release(t);
+}
+
+static void *member_thread(void *arg)
+{
+	dg_member *m = arg;
+	pthread_mutex_lock(&m->mu);
+	while (!m->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)m->cfg.heartbeat_ms * 1000000;
+		ts.tv_sec += (time_t)(ns / 1000000000);
+		ts.tv_nsec = (long)(ns % 1000000000);
+		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		if (m->stopping)
+			break;
+		pthread_mutex_unlock(&m->mu);
+		tick(m);
+		pthread_mutex_lock(&m->mu);
+	}
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+/* ---- start / stop ---- */
+
+void dg_member_config_init(dg_member_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->failure_timeout_ms = 10000;
+	cfg->join_timeout_ms = 10000;
+}
+
+dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx)
+{
+	pthread_mutex_lock(&m->mu);
+	dg_err e = DG_ERR_LIMIT;
+	if (m->nlisteners < MAX_LISTENERS) {
+		m->listeners[m->nlisteners].fn = fn;
+		m->listeners[m->nlisteners].ctx = ctx;
+		m->nlisteners++;
+		e = DG_OK;
+	}
+	pthread_mutex_unlock(&m->mu);
+	return e;
+}
+
+dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
+{
+	if (tp == NULL || cfg == NULL || out == NULL || cfg->reg == NULL ||
+	    cfg->failure_timeout_ms == 0 || (cfg->nseeds > 0 && cfg->seeds == NULL))
+		return DG_ERR_INVAL;
+	dg_member *m = dgi_calloc(1, sizeof(*m));
+	if (m == NULL)
+		return DG_ERR_NOMEM;
+	atomic_init(&m->refs, 1);
+	m->tp = tp;
+	m->reg = cfg->reg;
+	m->cfg = *cfg;
+	if (m->cfg.heartbeat_ms == 0)
+		m->cfg.heartbeat_ms = m->cfg.failure_timeout_ms / 5 ? m->cfg.failure_timeout_ms / 5 : 1;
+	if (m->cfg.join_timeout_ms == 0)
+		m->cfg.join_timeout_ms = 10000;
+	pthread_mutex_init(&m->mu, NULL);
+	pthread_cond_init(&m->cv, NULL);
+	m->seeds = dgi_calloc(cfg->nseeds ? cfg->nseeds : 1, sizeof(char *));
+	if (m->seeds == NULL) {
+		dg_member_stop(m);
+		return DG_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < cfg->nseeds; i++) {
+		size_t l = strlen(cfg->seeds[i]) + 1;
+		if ((m->seeds[i] = dgi_alloc(l)) == NULL) {
+			dg_member_stop(m);
+			return DG_ERR_NOMEM;
+		}
+		memcpy(m->seeds[i], cfg->seeds[i], l);
+	}
+	dg_tp_handle(tp, DG_MSG_JOIN, on_join, m);
+	dg_tp_handle(tp, DG_MSG_TOPOLOGY, on_topology, m);
+	dg_tp_handle(tp, DG_MSG_HEARTBEAT, on_heartbeat, m);
+	dg_tp_handle(tp, DG_MSG_NODE_FAILED, on_node_failed, m);
+	dg_tp_handle(tp, DG_MSG_LEAVE, on_leave, m);
+	dg_tp_handle(tp, DG_MSG_TYPE_PROPOSE, on_type_propose, m);
+	dg_tp_handle(tp, DG_MSG_TYPE_ANNOUNCE, on_type_announce, m);
+	dg_tp_handle(tp, DG_MSG_TYPES_SNAPSHOT, on_types_snapshot, m);
+	dg_registry_set_hook(m->reg, propose, m);
+	dg_err e = join(m);
+	if (e == DG_OK && pthread_create(&m->thread, NULL, member_thread, m) != 0)
+		e = DG_ERR_NOMEM;
+	if (e != DG_OK) {
+		dg_member_stop(m);
+		return e;
+	}
+	m->thread_started = true;
+	*out = m;
+	return DG_OK;
+}
+
+static void member_stop(dg_member *m, bool leave);
+
+void dg_member_stop(dg_member *m)
+{
+	member_stop(m, true);
+}
+
+void dgi_member_kill(dg_member *m)
+{
+	member_stop(m, false);
+}
+
+static void member_stop(dg_member *m, bool leave)
+{
+	if (m == NULL)
+		return;
+	dg_topology *t = leave ? dg_member_topology(m) : NULL;
+	for (uint32_t i = 0; t != NULL && i < t->count; i++)
+		if (t->nodes[i].id != dg_tp_self(m->tp))
+			dg_tp_send(m->tp, t->nodes[i].id, DG_MSG_LEAVE, NULL);
+	dg_topology_release(t);
+	dg_registry_set_hook(m->reg, NULL, NULL);
+	pthread_mutex_lock(&m->mu);
+	m->stopping = true;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	if (m->thread_started)
+		pthread_join(m->thread, NULL);
+	/* no handler may run on m after this: unset them and wait out any
+	 * running; requests in flight hold their own reference */
+	for (int type = DG_MSG_HEARTBEAT; type <= DG_MSG_TYPES_SNAPSHOT; type++)
+		dg_tp_handle(m->tp, (dg_msg_type)type, NULL, NULL);
+	dg_tp_quiesce(m->tp);
+	member_put(m);
+}
+
+static void member_free(dg_member *m)
+{
+	for (size_t i = 0; m->seeds != NULL && i < m->cfg.nseeds; i++)
+		dgi_free(m->seeds[i]);
+	dgi_free(m->seeds);
+	dg_topology_release(m->topo);
+	dgi_free(m->since);
+	pthread_cond_destroy(&m->cv);
+	pthread_mutex_destroy(&m->mu);
+	dgi_free(m);
+}
