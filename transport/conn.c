@@ -99,7 +99,7 @@ static dg_err send_frame(struct conn *c, dg_msg_type type, const void *body)
 	dg_buf_reset(&c->wire);
 	dg_err e = dgi_frame_encode(&c->wire, c->tp, type, 0, 0, body);
 	if (e == DG_OK) {
-		dgi_count(c->tp, NULL, type, true, c->wire.len);
+		dgi_count_hs(c->tp, type, true, c->wire.len);
 		c->tx_done = 0;
 		c->tx_busy = true;
 		tx_start(c);
@@ -179,6 +179,17 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	uint64_t dropped = 0;
 	if (p != NULL) {
 		pthread_mutex_lock(&p->mu);
+		/* what this connection received now counts with its peer */
+		for (int t = 0; t < DG_MSG__COUNT; t++) {
+			uint64_t n = atomic_load_explicit(&c->rxc[t].n, memory_order_relaxed);
+			if (n == 0)
+				continue;
+			atomic_fetch_add(&p->rx_old[t].n, n);
+			atomic_fetch_add(&p->rx_old[t].bytes,
+			    atomic_load_explicit(&c->rxc[t].bytes, memory_order_relaxed));
+			atomic_store(&c->rxc[t].n, 0);
+			atomic_store(&c->rxc[t].bytes, 0);
+		}
 		if (p->conn == c) {
 			p->conn = NULL;
 			lost = true;
@@ -506,7 +517,7 @@ static bool process(struct conn *c)
 		}
 		const uint8_t *body = p + DG_FRAME_HEADER;
 		if (c->state != C_OPEN) {
-			dgi_count(tp, NULL, (dg_msg_type)h.type, false, need);
+			dgi_count_hs(tp, (dg_msg_type)h.type, false, need);
 			if ((e = handshake(c, &h, body)) != DG_OK) {
 				dgi_count_failure(tp, (dg_msg_type)h.type);
 				atomic_fetch_add(&tp->t.handshake_failures, 1);

@@ -54,65 +54,97 @@ void dg_tp_config_init(dg_tp_config *cfg)
 
 /* ---- counters ---- */
 
-void dgi_count(dg_tp *tp, struct peer *p, dg_msg_type type, bool sent,
-    size_t bytes)
+void dgi_count_hs(dg_tp *tp, dg_msg_type type, bool sent, size_t bytes)
 {
-	struct tp_counters *c = &tp->ctr[type];
-	if (sent) {
-		atomic_fetch_add_explicit(&c->sent, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&c->bytes_sent, bytes, memory_order_relaxed);
-		atomic_fetch_add_explicit(&tp->t.frames_sent, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&tp->t.bytes_sent, bytes, memory_order_relaxed);
-		if (p != NULL) {
-			atomic_fetch_add_explicit(&p->t.frames_sent, 1, memory_order_relaxed);
-			atomic_fetch_add_explicit(&p->t.bytes_sent, bytes, memory_order_relaxed);
-		}
-	} else {
-		atomic_fetch_add_explicit(&c->recv, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&c->bytes_recv, bytes, memory_order_relaxed);
-		atomic_fetch_add_explicit(&tp->t.frames_recv, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&tp->t.bytes_recv, bytes, memory_order_relaxed);
-		if (p != NULL) {
-			atomic_fetch_add_explicit(&p->t.frames_recv, 1, memory_order_relaxed);
-			atomic_fetch_add_explicit(&p->t.bytes_recv, bytes, memory_order_relaxed);
-		}
-	}
+	struct ctr *c = sent ? &tp->hs_tx[type] : &tp->hs_rx[type];
+	atomic_fetch_add_explicit(&c->n, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->bytes, bytes, memory_order_relaxed);
 }
 
 void dgi_count_failure(dg_tp *tp, dg_msg_type type)
 {
-	atomic_fetch_add_explicit(&tp->ctr[type].failures, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&tp->failures[type], 1, memory_order_relaxed);
+}
+
+static uint64_t ld(const _Atomic uint64_t *v)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)v, memory_order_relaxed);
+}
+
+static void add_ctr(dg_msg_counters *out, const struct ctr *tx, const struct ctr *rx)
+{
+	if (tx != NULL) {
+		out->sent += ld(&tx->n);
+		out->bytes_sent += ld(&tx->bytes);
+	}
+	if (rx != NULL) {
+		out->recv += ld(&rx->n);
+		out->bytes_recv += ld(&rx->bytes);
+	}
+}
+
+/* Sum the counters of every type: per peer (p != NULL: that peer only) or
+ * for the whole node, into out[DG_MSG__COUNT]. */
+static void sum_counters(const dg_tp *tp, const struct peer *only,
+    dg_msg_counters *out)
+{
+	memset(out, 0, sizeof(out[0]) * DG_MSG__COUNT);
+	struct peer_table *t = atomic_load_explicit(&((dg_tp *)tp)->peers,
+	    memory_order_acquire);
+	for (uint32_t i = 0; t != NULL && i <= t->mask; i++) {
+		if (atomic_load_explicit(&t->slot[i].key, memory_order_acquire) == 0)
+			continue;
+		const struct peer *p = t->slot[i].p;
+		if (only != NULL && p != only)
+			continue;
+		for (int k = 0; k < DG_MSG__COUNT; k++)
+			add_ctr(&out[k], &p->tx[k], &p->rx_old[k]);
+	}
+	pthread_mutex_lock((pthread_mutex_t *)&tp->mu);
+	for (const struct conn *c = tp->conns; c != NULL; c = c->next) {
+		if (only != NULL && c->peer != only)
+			continue;
+		for (int k = 0; k < DG_MSG__COUNT; k++)
+			add_ctr(&out[k], NULL, &c->rxc[k]);
+	}
+	pthread_mutex_unlock((pthread_mutex_t *)&tp->mu);
+	if (only == NULL)
+		for (int k = 0; k < DG_MSG__COUNT; k++) {
+			add_ctr(&out[k], &tp->hs_tx[k], &tp->hs_rx[k]);
+			out[k].failures = ld(&tp->failures[k]);
+		}
 }
 
 size_t dg_tp_metrics(const dg_tp *tp, dg_msg_metric *out, size_t cap)
 {
+	dg_msg_counters sums[DG_MSG__COUNT];
 	size_t n = 0;
+	sum_counters(tp, NULL, sums);
 	for (unsigned t = 0; t < DG_MSG__COUNT; t++) {
 		const dg_msg_row *row = dg_msg_row_of((dg_msg_type)t);
 		if (row == NULL && t != DG_MSG_UNKNOWN)
 			continue;
 		if (n < cap) {
-			struct tp_counters *c = (struct tp_counters *)&tp->ctr[t];
 			out[n].name = dg_msg_name((dg_msg_type)t);
 			out[n].type = (dg_msg_type)t;
-			out[n].c.sent = atomic_load_explicit(&c->sent, memory_order_relaxed);
-			out[n].c.recv = atomic_load_explicit(&c->recv, memory_order_relaxed);
-			out[n].c.bytes_sent = atomic_load_explicit(&c->bytes_sent, memory_order_relaxed);
-			out[n].c.bytes_recv = atomic_load_explicit(&c->bytes_recv, memory_order_relaxed);
-			out[n].c.failures = atomic_load_explicit(&c->failures, memory_order_relaxed);
+			out[n].c = sums[t];
 		}
 		n++;
 	}
 	return n;
 }
 
-static void totals(const struct tp_totals *t, dg_tp_stats *out)
+static void totals(const struct tp_totals *t, const dg_msg_counters *sums,
+    dg_tp_stats *out)
 {
 	struct tp_totals *m = (struct tp_totals *)t;
-	out->frames_sent = atomic_load(&m->frames_sent);
-	out->frames_recv = atomic_load(&m->frames_recv);
-	out->bytes_sent = atomic_load(&m->bytes_sent);
-	out->bytes_recv = atomic_load(&m->bytes_recv);
+	memset(out, 0, sizeof(*out));
+	for (int k = 0; k < DG_MSG__COUNT; k++) {
+		out->frames_sent += sums[k].sent;
+		out->frames_recv += sums[k].recv;
+		out->bytes_sent += sums[k].bytes_sent;
+		out->bytes_recv += sums[k].bytes_recv;
+	}
 	out->connects = atomic_load(&m->connects);
 	out->disconnects = atomic_load(&m->disconnects);
 	out->auth_failures = atomic_load(&m->auth_failures);
@@ -124,7 +156,9 @@ static void totals(const struct tp_totals *t, dg_tp_stats *out)
 
 void dg_tp_get_stats(const dg_tp *tp, dg_tp_stats *out)
 {
-	totals(&tp->t, out);
+	dg_msg_counters sums[DG_MSG__COUNT];
+	sum_counters(tp, NULL, sums);
+	totals(&tp->t, sums, out);
 }
 
 /* ---- the peer table: int-keyed, copy-on-write, lock-free lookup ---- */
@@ -205,7 +239,9 @@ dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out)
 	struct peer *p = dgi_peer_get((dg_tp *)tp, peer, false);
 	if (p == NULL)
 		return DG_ERR_UNREACHABLE;
-	totals(&p->t, out);
+	dg_msg_counters sums[DG_MSG__COUNT];
+	sum_counters(tp, p, sums);
+	totals(&p->t, sums, out);
 	return DG_OK;
 }
 
@@ -293,7 +329,7 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 	e = dgi_frame_encode(&p->queue, tp, type, flags, corr, body);
 	if (e == DG_OK) {
 		p->queued_frames++;
-		dgi_count(tp, p, type, true, p->queue.len - before);
+		dgi_count_tx(p, type, p->queue.len - before);
 		dgi_conn_kick(p);
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -517,7 +553,7 @@ void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 		DG_OK };
 	dg_err e = DG_OK;
 
-	dgi_count(tp, c->peer, type, false, DG_FRAME_HEADER + (size_t)h->body_len);
+	dgi_count_rx(c, type, DG_FRAME_HEADER + (size_t)h->body_len);
 	atomic_store_explicit(&c->peer->heard_ms, dgi_now_ms(), memory_order_relaxed);
 	if (row == NULL)
 		e = DG_ERR_BAD_TAG;

@@ -38,12 +38,28 @@
 void dgi_log(const char *level, const char *id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-struct tp_counters {
-	_Atomic uint64_t sent, recv, bytes_sent, bytes_recv, failures;
+/* Per-type message counters.  Each array has a single writer, so an update
+ * is a relaxed load and store — no locked instruction, no contention:
+ *   peer->tx  written under peer->mu (every send of the peer queues there);
+ *   conn->rxc written by the connection's receive callback (one at a time);
+ *             folded into peer->rx_old when the connection closes;
+ *   tp->hs    handshake frames (rare): atomic adds.
+ * A snapshot sums them (dg_tp_metrics).  Failures are rare: atomic adds. */
+struct ctr {
+	_Atomic uint64_t n, bytes;
 };
 
+static inline void ctr_bump(struct ctr *c, size_t bytes)
+{
+	atomic_store_explicit(&c->n, atomic_load_explicit(&c->n, memory_order_relaxed) + 1,
+	    memory_order_relaxed);
+	atomic_store_explicit(&c->bytes,
+	    atomic_load_explicit(&c->bytes, memory_order_relaxed) + bytes,
+	    memory_order_relaxed);
+}
+
+/* Events (rare): atomic adds. */
 struct tp_totals {
-	_Atomic uint64_t frames_sent, frames_recv, bytes_sent, bytes_recv;
 	_Atomic uint64_t connects, disconnects;
 	_Atomic uint64_t auth_failures, handshake_failures, malformed_frames;
 	_Atomic uint64_t dropped, busy;
@@ -90,6 +106,7 @@ struct conn {
 	bool tx_busy;
 	/* dialer waiting in dg_tp_connect */
 	struct connect_wait *waiter;
+	struct ctr rxc[DG_MSG__COUNT]; /* frames received on this connection */
 };
 
 struct peer {
@@ -101,7 +118,9 @@ struct peer {
 	dg_buf queue;               /* frames not yet on the wire */
 	uint64_t queued_frames;
 	_Atomic uint64_t heard_ms;  /* when a frame last arrived from it */
-	struct tp_totals t;         /* per-peer totals */
+	struct tp_totals t;         /* per-peer events */
+	struct ctr tx[DG_MSG__COUNT];     /* under mu */
+	struct ctr rx_old[DG_MSG__COUNT]; /* from closed connections, under mu */
 };
 
 struct peer_table {
@@ -154,7 +173,8 @@ struct dg_tp {
 	_Atomic int in_handler;     /* handlers running now (dg_tp_quiesce) */
 	struct stripe stripes[PEND_STRIPES];
 	struct handler handlers[DG_MSG__COUNT];
-	struct tp_counters ctr[DG_MSG__COUNT];
+	struct ctr hs_tx[DG_MSG__COUNT], hs_rx[DG_MSG__COUNT];
+	_Atomic uint64_t failures[DG_MSG__COUNT];
 	struct tp_totals t;
 	pthread_t service;
 	pthread_cond_t service_cv;
@@ -168,8 +188,17 @@ void dgi_member_kill(dg_member *m);
 
 /* ---- tp.c: peers, pending requests, counters (used by conn.c) ---- */
 struct peer *dgi_peer_get(dg_tp *tp, dg_node_id id, bool create);
-void dgi_count(dg_tp *tp, struct peer *p, dg_msg_type type, bool sent,
-    size_t bytes);
+/* Count a frame: sent to p (p->mu held), received on c (its rx callback),
+ * or a handshake frame of tp (any thread). */
+static inline void dgi_count_tx(struct peer *p, dg_msg_type type, size_t bytes)
+{
+	ctr_bump(&p->tx[type], bytes);
+}
+static inline void dgi_count_rx(struct conn *c, dg_msg_type type, size_t bytes)
+{
+	ctr_bump(&c->rxc[type], bytes);
+}
+void dgi_count_hs(dg_tp *tp, dg_msg_type type, bool sent, size_t bytes);
 void dgi_count_failure(dg_tp *tp, dg_msg_type type);
 /* A response frame arrived: complete its pending request. */
 void dgi_complete(dg_tp *tp, const dg_msg_in *in);
