@@ -230,7 +230,10 @@ typedef struct dg_tp_config {
 	const char *cluster_name;    /* default "datagrid" */
 	const uint8_t *secret;       /* cluster secret; NULL/0: no authentication */
 	size_t secret_len;
-	const char *tls_cert_key_file; /* PEM cert + key (TLS: both files required) */
+	const char *tls_cert_key_file; /* PEM cert + key (TLS: both files required);
+	                                  the certificate must name "datagrid"
+	                                  (CN or DNS subjectAltName): nodes verify
+	                                  each other by CA and that name */
 	const char *tls_ca_file;     /* PEM CA that signs every node's certificate */
 	size_t recv_max;             /* largest frame body accepted, default 16 MiB */
 	size_t send_queue_max;       /* bytes queued per peer, default 64 MiB */
