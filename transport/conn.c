@@ -13,6 +13,7 @@
 #include <string.h>
 
 #define RX_CHUNK (64 * 1024)
+#define HS_ROOM 2048 /* the handshake frames of one side, back to back */
 
 struct dial {
 	dg_tp *tp;
@@ -65,10 +66,12 @@ static struct conn *conn_new(dg_tp *tp, nng_stream *s, bool dialer)
 	dg_buf_init(&c->wire);
 	if (pthread_mutex_init(&c->mu, NULL) != 0 ||
 	    dg_buf_reserve(&c->rx, RX_CHUNK) != DG_OK ||
+	    dg_buf_reserve(&c->wire, HS_ROOM) != DG_OK ||
 	    nng_aio_alloc(&c->rx_aio, rx_cb, c) != 0 ||
 	    nng_aio_alloc(&c->tx_aio, tx_cb, c) != 0) {
 		nng_aio_free(c->rx_aio);
 		dg_buf_free(&c->rx);
+		dg_buf_free(&c->wire);
 		dgi_free(c);
 		return NULL;
 	}
@@ -88,21 +91,41 @@ static void tx_start(struct conn *c)
 	nng_stream_send(c->stream, c->tx_aio);
 }
 
-/* A handshake frame, sent alone (the handshake is lockstep). */
+/* A handshake frame.  The handshake is lockstep, yet the completion of our
+ * previous frame's write (tx_cb) may run after the peer's answer to that
+ * frame was read: then this frame goes behind it, into the spare room of the
+ * wire buffer (HS_ROOM reserved; never reallocated while a write is in
+ * flight), and tx_cb sends it.  Refusing instead made a fast peer's correct
+ * PROOF look like a DUPLICATE. */
 static dg_err send_frame(struct conn *c, dg_msg_type type, const void *body)
 {
+	dg_err e;
+	size_t n;
 	pthread_mutex_lock(&c->mu);
-	if (c->tx_busy || c->state == C_CLOSED) {
+	if (c->state == C_CLOSED) {
 		pthread_mutex_unlock(&c->mu);
 		return DG_ERR_STATE;
 	}
-	dg_buf_reset(&c->wire);
-	dg_err e = dgi_frame_encode(&c->wire, c->tp, type, 0, 0, body);
-	if (e == DG_OK) {
-		dgi_count_hs(c->tp, type, true, c->wire.len);
-		c->tx_done = 0;
-		c->tx_busy = true;
-		tx_start(c);
+	if (c->tx_busy) {
+		dg_buf tail;
+		dg_buf_init_fixed(&tail, c->wire.data + c->wire.len,
+		    c->wire.cap - c->wire.len);
+		e = dgi_frame_encode(&tail, c->tp, type, 0, 0, body);
+		n = tail.len;
+		if (e == DG_OK) {
+			dgi_count_hs(c->tp, type, true, n);
+			c->wire.len += n;
+		}
+	} else {
+		dg_buf_reset(&c->wire);
+		e = dgi_frame_encode(&c->wire, c->tp, type, 0, 0, body);
+		n = c->wire.len;
+		if (e == DG_OK) {
+			dgi_count_hs(c->tp, type, true, n); /* before the peer can see it */
+			c->tx_done = 0;
+			c->tx_busy = true;
+			tx_start(c);
+		}
 	}
 	pthread_mutex_unlock(&c->mu);
 	return e;
@@ -216,9 +239,11 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	}
 	if (p != NULL && (lost || dropped))
 		dgi_fail_peer(tp, p->id, DG_ERR_CONN_BROKEN);
+	/* the dialer gave up midway (its connection broke after HELLO); every
+	 * other failure was counted where it was found (process, expire, reject) */
 	if (!c->dialer && !c->abandoned && c->peer_id != 0 && p == NULL &&
-	    why != DG_ERR_CLOSED)
-		atomic_fetch_add(&tp->t.handshake_failures, 1); /* gave up midway */
+	    why == DG_ERR_CONN_BROKEN)
+		atomic_fetch_add(&tp->t.handshake_failures, 1);
 	wait_done(c->waiter, why == DG_OK ? DG_ERR_CONN_BROKEN : why, c->peer_id);
 	if (lost && tp->cfg.on_peer != NULL && !atomic_load(&tp->stopping))
 		tp->cfg.on_peer(tp->cfg.on_peer_ctx, p->id, false, why);
@@ -520,7 +545,8 @@ static bool process(struct conn *c)
 			dgi_count_hs(tp, (dg_msg_type)h.type, false, need);
 			if ((e = handshake(c, &h, body)) != DG_OK) {
 				dgi_count_failure(tp, (dg_msg_type)h.type);
-				atomic_fetch_add(&tp->t.handshake_failures, 1);
+				if (e != DG_ERR_AUTH) /* counted once, as auth_failures */
+					atomic_fetch_add(&tp->t.handshake_failures, 1);
 				dgi_conn_close(c, e);
 				return false;
 			}

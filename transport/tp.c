@@ -380,6 +380,26 @@ static dg_err pend_put(struct stripe *s, const struct pending *in)
 	return DG_OK;
 }
 
+/* Empty slot j.  A tombstone is needed only while a probe sequence goes on
+ * past j: when the next slot is empty, j and the tombstones right before it
+ * become empty.  Otherwise every request left a tombstone and pend_put
+ * rebuilt (allocated) the stripe every few requests. */
+static void pend_remove(struct stripe *s, uint32_t j)
+{
+	s->count--;
+	if (s->slots[(j + 1) & s->mask].corr != 0) {
+		s->slots[j].corr = 1; /* tombstone */
+		s->tombs++;
+		return;
+	}
+	s->slots[j].corr = 0;
+	for (uint32_t k = (j - 1) & s->mask; k != j && s->slots[k].corr == 1;
+	    k = (k - 1) & s->mask) {
+		s->slots[k].corr = 0;
+		s->tombs--;
+	}
+}
+
 /* Remove corr; true (and *out) if it was pending. */
 static bool pend_take(struct stripe *s, uint64_t corr, struct pending *out)
 {
@@ -390,9 +410,7 @@ static bool pend_take(struct stripe *s, uint64_t corr, struct pending *out)
 			return false;
 		if (e->corr == corr) {
 			*out = *e;
-			e->corr = 1; /* tombstone */
-			s->count--;
-			s->tombs++;
+			pend_remove(s, j);
 			return true;
 		}
 		j = (j + 1) & s->mask;
@@ -429,9 +447,7 @@ static void fail_where(dg_tp *tp, dg_node_id peer, uint64_t now, dg_err err)
 				    now == UINT64_MAX || e->deadline_ms <= now;
 				if (hit) {
 					batch[n++] = *e;
-					e->corr = 1;
-					s->count--;
-					s->tombs++;
+					pend_remove(s, i); /* only slots up to i change */
 				}
 			}
 			pthread_mutex_unlock(&s->mu);
@@ -557,6 +573,9 @@ void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 	atomic_store_explicit(&c->peer->heard_ms, dgi_now_ms(), memory_order_relaxed);
 	if (row == NULL)
 		e = DG_ERR_BAD_TAG;
+	else if ((h->flags & DG_FRAME_ERROR) && !(h->flags & DG_FRAME_RESPONSE))
+		e = DG_ERR_BAD_TAG; /* only a response carries an error: a request or
+		                       one-way would reach its handler with no body */
 	else if (h->flags & DG_FRAME_ERROR) {
 		dg_reader r;
 		int32_t v = 0;
