@@ -1780,8 +1780,9 @@ static void test_injected_after_handshake(void **state)
 	memcpy(p->queue.data + p->queue.len, f.data, f.len);
 	p->queue.len += f.len;
 	p->queued_frames++;
-	dgi_conn_kick(p);
+	struct conn *go = dgi_conn_kick(p);
 	pthread_mutex_unlock(&p->mu);
+	dgi_conn_start(go);
 	dg_buf_free(&f);
 
 	WAIT_FOR(stats(b).disconnects == 1);

@@ -6,11 +6,13 @@
  * requested by callers.  A connection is closed by dgi_conn_close from any
  * thread, moved to tp->dead and freed by the service thread, which can wait
  * for its callbacks (nng_aio_stop) — a callback never frees its own aio. */
+#define _POSIX_C_SOURCE 200809L
 #include "transport_int.h"
 
 #include <nng/supplemental/tls/tls.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define RX_CHUNK (64 * 1024)
 #define HS_ROOM 2048 /* the handshake frames of one side, back to back */
@@ -131,23 +133,33 @@ static dg_err send_frame(struct conn *c, dg_msg_type type, const void *body)
 	return e;
 }
 
-void dgi_conn_kick(struct peer *p)
+struct conn *dgi_conn_kick(struct peer *p)
 {
 	struct conn *c = p->conn;
 	if (c == NULL || p->queue.len == 0)
-		return;
+		return NULL;
 	pthread_mutex_lock(&c->mu);
-	if (!c->tx_busy && c->state == C_OPEN) {
+	bool go = !c->tx_busy && c->state == C_OPEN;
+	if (go) {
 		dg_buf t = c->wire; /* swap: the queue goes on the wire, the */
 		c->wire = p->queue; /* empty wire buffer becomes the queue */
 		p->queue = t;
 		dg_buf_reset(&p->queue);
 		p->queued_frames = 0;
 		c->tx_done = 0;
-		c->tx_busy = true;
-		tx_start(c);
+		c->tx_busy = true; /* the wire buffer is the caller's until tx_cb */
+		atomic_fetch_add(&c->users, 1);
 	}
 	pthread_mutex_unlock(&c->mu);
+	return go ? c : NULL;
+}
+
+void dgi_conn_start(struct conn *c)
+{
+	if (c == NULL)
+		return;
+	tx_start(c);
+	atomic_fetch_sub(&c->users, 1);
 }
 
 static void tx_cb(void *arg)
@@ -175,10 +187,12 @@ static void tx_cb(void *arg)
 		return;
 	}
 	if (p != NULL) {
+		struct conn *go = NULL;
 		pthread_mutex_lock(&p->mu);
 		if (p->conn == c)
-			dgi_conn_kick(p);
+			go = dgi_conn_kick(p);
 		pthread_mutex_unlock(&p->mu);
+		dgi_conn_start(go);
 	}
 }
 
@@ -279,6 +293,11 @@ void dgi_conn_reap(dg_tp *tp)
 	pthread_mutex_unlock(&tp->mu);
 	while (c != NULL) {
 		struct conn *next = c->next;
+		while (atomic_load(&c->users) > 0) {
+			/* a sender between its kick and its start: microseconds */
+			struct timespec ts = { 0, 100000 };
+			nanosleep(&ts, NULL);
+		}
 		nng_aio_stop(c->rx_aio);
 		nng_aio_stop(c->tx_aio);
 		nng_aio_free(c->rx_aio);
@@ -344,8 +363,9 @@ static bool attach(struct conn *c, bool listener)
 	c->peer = p;
 	c->state = C_OPEN;
 	pthread_mutex_unlock(&c->mu);
-	dgi_conn_kick(p);
+	struct conn *go = dgi_conn_kick(p);
 	pthread_mutex_unlock(&p->mu);
+	dgi_conn_start(go);
 	atomic_fetch_add(&tp->t.connects, 1);
 	atomic_fetch_add(&p->t.connects, 1);
 	dgi_log("info", "PEER-UP", "peer=%016llx dialer=%s", (unsigned long long)p->id,
@@ -573,6 +593,9 @@ static void rx_cb(void *arg)
 		return;
 	}
 	c->rx.len += nng_aio_count(c->rx_aio);
+	if (c->peer != NULL) /* heard from: once per read, on the cheap clock */
+		atomic_store_explicit(&c->peer->heard_ms, dgi_coarse_ms(),
+		    memory_order_relaxed);
 	if (process(c) && c->state != C_CLOSED) {
 		/* a frame bigger than the buffer made it grow in process() */
 		rx_start(c);

@@ -1,7 +1,7 @@
 /* tp.c — the transport object: configuration and start/stop, the peer
  * table, sending, request/response with timeouts, dispatch to handlers,
  * per-type counters, and the service thread. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* CLOCK_MONOTONIC_COARSE */
 #include "transport_int.h"
 
 #include <nng/supplemental/tls/tls.h>
@@ -11,6 +11,13 @@
 #include <time.h>
 
 /* ---- small things ---- */
+
+uint64_t dgi_coarse_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 uint64_t dgi_now_ms(void)
 {
@@ -326,13 +333,15 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 		p->dialing = true;
 	}
 	size_t before = p->queue.len;
+	struct conn *go = NULL;
 	e = dgi_frame_encode(&p->queue, tp, type, flags, corr, body);
 	if (e == DG_OK) {
 		p->queued_frames++;
 		dgi_count_tx(p, type, p->queue.len - before);
-		dgi_conn_kick(p);
+		go = dgi_conn_kick(p);
 	}
 	pthread_mutex_unlock(&p->mu);
+	dgi_conn_start(go); /* the write starts outside the locks */
 	return e;
 }
 
@@ -570,7 +579,6 @@ void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 	dg_err e = DG_OK;
 
 	dgi_count_rx(c, type, DG_FRAME_HEADER + (size_t)h->body_len);
-	atomic_store_explicit(&c->peer->heard_ms, dgi_now_ms(), memory_order_relaxed);
 	if (row == NULL)
 		e = DG_ERR_BAD_TAG;
 	else if ((h->flags & DG_FRAME_ERROR) && !(h->flags & DG_FRAME_RESPONSE))

@@ -107,6 +107,7 @@ struct conn {
 	/* dialer waiting in dg_tp_connect */
 	struct connect_wait *waiter;
 	struct ctr rxc[DG_MSG__COUNT]; /* frames received on this connection */
+	_Atomic int users;          /* kicks between preparing and starting a write */
 };
 
 struct peer {
@@ -182,6 +183,7 @@ struct dg_tp {
 };
 
 uint64_t dgi_now_ms(void);
+uint64_t dgi_coarse_ms(void);   /* same clock, a few ms coarse, cheap */
 
 /* Tests: stop membership without telling anyone (a crash, in-process). */
 void dgi_member_kill(dg_member *m);
@@ -216,8 +218,12 @@ dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
     struct connect_wait *waiter);
 /* Close a connection (from any thread, callbacks included). */
 void dgi_conn_close(struct conn *c, dg_err why);
-/* Hand the peer's queued frames to its open connection (peer->mu held). */
-void dgi_conn_kick(struct peer *p);
+/* Hand the peer's queued frames to its open connection (peer->mu held):
+ * returns the connection whose write must be started, or NULL. */
+struct conn *dgi_conn_kick(struct peer *p);
+/* Start the write dgi_conn_kick prepared (NULL: none), after the caller
+ * dropped its locks. */
+void dgi_conn_start(struct conn *c);
 /* Free closed connections (service thread / stop: never from a callback). */
 void dgi_conn_reap(dg_tp *tp);
 /* Close connections whose handshake is past its deadline. */
