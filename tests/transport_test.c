@@ -1435,14 +1435,23 @@ static void test_raw_before_handshake(void **state)
 	frame_raw(&b, DG_FRAME_VERSION, 0, DG_MSG_HELLO, FX_RECV_MAX + 1, 0, 0x99, NULL, 0);
 	fx_bad_before(f, "body larger than recv_max", b.data, b.len, DG_MSG_HELLO, 1, 0);
 
-	/* exactly recv_max passes the header check and fails as a HELLO */
+	/* before authentication the limit is DG_HANDSHAKE_MAX, not recv_max:
+	 * one byte over is refused by the header check ... */
 	dg_buf_reset(&b);
-	uint8_t *zeros = calloc(1, FX_RECV_MAX);
+	frame_raw(&b, DG_FRAME_VERSION, 0, DG_MSG_HELLO, DG_HANDSHAKE_MAX + 1, 0, 0x99,
+	    NULL, 0);
+	fx_bad_before(f, "handshake body over DG_HANDSHAKE_MAX", b.data, b.len,
+	    DG_MSG_HELLO, 1, 0);
+
+	/* ... and exactly the limit passes it and fails as a HELLO */
+	dg_buf_reset(&b);
+	uint8_t *zeros = calloc(1, DG_HANDSHAKE_MAX);
 	assert_non_null(zeros);
-	frame_raw(&b, DG_FRAME_VERSION, 0, DG_MSG_HELLO, FX_RECV_MAX, 0, 0x99, zeros,
-	    FX_RECV_MAX);
+	frame_raw(&b, DG_FRAME_VERSION, 0, DG_MSG_HELLO, DG_HANDSHAKE_MAX, 0, 0x99, zeros,
+	    DG_HANDSHAKE_MAX);
 	free(zeros);
-	fx_bad_before(f, "body of exactly recv_max", b.data, b.len, DG_MSG_HELLO, 0, 1);
+	fx_bad_before(f, "body of exactly DG_HANDSHAKE_MAX", b.data, b.len, DG_MSG_HELLO,
+	    0, 1);
 
 	/* a HELLO whose body stops inside its fields (the length says so) */
 	uint8_t nd[DG_NONCE_LEN] = { 1, 2, 3 };

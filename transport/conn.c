@@ -31,6 +31,24 @@ struct dial {
 static void rx_cb(void *arg);
 static void tx_cb(void *arg);
 
+/* An I/O failure as a dg_err; TLS failures (a certificate the CA did not
+ * sign, a failed TLS handshake) are logged and counted here, once. */
+static dg_err io_err(struct conn *c, int rv)
+{
+	if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+		return DG_ERR_CLOSED;
+	if (rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO) {
+		if (c->state != C_CLOSED) {
+			atomic_fetch_add(&c->tp->t.handshake_failures, 1);
+			dgi_log("warn", "TLS-FAIL", "peer=%016llx url=%s err=\"%s\"",
+			    (unsigned long long)c->peer_id,
+			    c->dial_url ? c->dial_url : "(inbound)", nng_strerror(rv));
+		}
+		return DG_ERR_TLS;
+	}
+	return DG_ERR_CONN_BROKEN;
+}
+
 static char *xstrdup(const char *s)
 {
 	size_t n = strlen(s) + 1;
@@ -167,7 +185,7 @@ static void tx_cb(void *arg)
 	struct conn *c = arg;
 	int rv = nng_aio_result(c->tx_aio);
 	if (rv != 0) {
-		dgi_conn_close(c, DG_ERR_CONN_BROKEN);
+		dgi_conn_close(c, io_err(c, rv));
 		return;
 	}
 	pthread_mutex_lock(&c->mu);
@@ -537,7 +555,10 @@ static bool process(struct conn *c)
 	while (c->state != C_CLOSED && c->rx.len - off >= DG_FRAME_HEADER) {
 		dg_frame_header h;
 		const uint8_t *p = c->rx.data + off;
-		dg_err e = dgi_frame_get(p, tp->cfg.recv_max, &h);
+		/* before authentication a peer gets no more than a handshake
+		 * needs: it cannot make this node reserve recv_max per socket */
+		dg_err e = dgi_frame_get(p, c->state == C_OPEN ? tp->cfg.recv_max :
+		    DG_HANDSHAKE_MAX, &h);
 		if (e == DG_OK && !allowed(c, h.type))
 			e = DG_ERR_BAD_TAG;
 		if (e == DG_OK && c->state == C_OPEN && h.sender != c->peer_id)
@@ -588,8 +609,7 @@ static void rx_cb(void *arg)
 	struct conn *c = arg;
 	int rv = nng_aio_result(c->rx_aio);
 	if (rv != 0) {
-		dgi_conn_close(c, rv == NNG_ECLOSED || rv == NNG_ECANCELED ?
-		    DG_ERR_CLOSED : DG_ERR_CONN_BROKEN);
+		dgi_conn_close(c, io_err(c, rv));
 		return;
 	}
 	c->rx.len += nng_aio_count(c->rx_aio);
@@ -646,7 +666,8 @@ static void dial_cb(void *arg)
 	}
 	if (rv != 0) {
 		dg_err e = rv == NNG_ETIMEDOUT ? DG_ERR_TIMEOUT :
-		    rv == NNG_ECLOSED ? DG_ERR_CLOSED : DG_ERR_NET;
+		    rv == NNG_ECLOSED ? DG_ERR_CLOSED :
+		    rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO ? DG_ERR_TLS : DG_ERR_NET;
 		dgi_log("warn", "DIAL-FAIL", "url=%s err=%s", d->url ? d->url : "?",
 		    nng_strerror(rv));
 		if (d->peer != NULL) {

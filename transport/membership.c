@@ -296,6 +296,11 @@ static dg_err change(dg_member *m, const dg_node_id *drop, size_t ndrop,
 		if (!gone)
 			nodes[n++] = cur->nodes[i];
 	}
+	if (add == NULL && n == cur->count) {
+		/* already gone (a report raced the coordinator's own check) */
+		pthread_mutex_unlock(&m->mu);
+		return DG_OK;
+	}
 	if (add != NULL) {
 		if (add->address.len >= sizeof(url)) {
 			pthread_mutex_unlock(&m->mu);
@@ -706,14 +711,22 @@ static dg_err join_round(dg_member *m, uint64_t deadline)
 {
 	dg_tp *tp = m->tp;
 	bool smaller_waiting = false;
+	dg_err refused = DG_OK;
 	dg_msg_join j = { { dg_tp_address(tp), (uint32_t)strlen(dg_tp_address(tp)) },
 		(int64_t)dg_tp_self(tp) };
 	for (size_t i = 0; i < m->cfg.nseeds; i++) {
 		dg_node_id peer;
 		if (strcmp(m->seeds[i], dg_tp_address(tp)) == 0)
 			continue;
-		if (dg_tp_connect(tp, m->seeds[i], &peer) != DG_OK)
+		dg_err ce = dg_tp_connect(tp, m->seeds[i], &peer);
+		if (ce == DG_ERR_NET || ce == DG_ERR_TIMEOUT)
+			continue; /* nobody there (yet) */
+		if (ce != DG_OK) {
+			/* someone is there and would not have us (secret, TLS,
+			 * cluster name): never form a cluster of our own then */
+			refused = ce;
 			continue;
+		}
 		dg_msg_join_ack ack;
 		dg_err e = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, m->cfg.join_timeout_ms, &ack, NULL);
 		if (e == DG_OK) {
@@ -721,8 +734,12 @@ static dg_err join_round(dg_member *m, uint64_t deadline)
 				return DG_OK;
 		} else if (e == DG_ERR_STATE && peer < dg_tp_self(tp)) {
 			smaller_waiting = true;
+		} else if (e != DG_ERR_STATE) {
+			refused = e; /* in a cluster but the join failed: retry */
 		}
 	}
+	if (refused != DG_OK)
+		return refused;
 	return smaller_waiting ? DG_ERR_STATE : DG_ERR_UNREACHABLE;
 }
 
@@ -748,8 +765,12 @@ static dg_err join(dg_member *m)
 			dgi_log("info", "CLUSTER-FORMED", "node=%016llx", (unsigned long long)self.id);
 			return DG_OK;
 		}
-		if (dgi_now_ms() > deadline)
-			return DG_ERR_TIMEOUT;
+		if (dgi_now_ms() > deadline) {
+			dgi_log("error", "JOIN-FAIL", "node=%016llx err=%s",
+			    (unsigned long long)dg_tp_self(m->tp),
+			    dg_strerror(e == DG_ERR_STATE ? DG_ERR_TIMEOUT : e));
+			return e == DG_ERR_STATE ? DG_ERR_TIMEOUT : e;
+		}
 		struct timespec ts = { 0, 100 * 1000000 };
 		nanosleep(&ts, NULL);
 	}
@@ -796,9 +817,18 @@ static void tick(dg_member *m)
 	}
 	if (nfailed > 0) {
 		if (coord == dg_tp_self(tp)) {
-			for (size_t k = 0; k < nfailed; k++)
-				dgi_log("warn", "NODE-FAILED", "node=%016llx silent_ms>%u",
-				    (unsigned long long)failed[k], m->cfg.failure_timeout_ms);
+			for (size_t k = 0; k < nfailed; k++) {
+				pthread_mutex_lock(&m->mu);
+				struct since *s = since_of(m, failed[k]);
+				bool left = s != NULL && s->left;
+				pthread_mutex_unlock(&m->mu);
+				if (left)
+					dgi_log("info", "NODE-REMOVED", "node=%016llx why=left",
+					    (unsigned long long)failed[k]);
+				else
+					dgi_log("warn", "NODE-FAILED", "node=%016llx silent_ms>%u",
+					    (unsigned long long)failed[k], m->cfg.failure_timeout_ms);
+			}
 			change(m, failed, nfailed, NULL, NULL, NULL);
 		} else {
 			for (size_t k = 0; k < nfailed; k++) {
@@ -944,7 +974,7 @@ static void member_stop(dg_member *m, bool leave)
 		pthread_join(m->thread, NULL);
 	/* no handler may run on m after this: unset them and wait out any
 	 * running; requests in flight hold their own reference */
-	for (int type = DG_MSG_HEARTBEAT; type <= DG_MSG_TYPES_SNAPSHOT; type++)
+	for (int type = DG_MSG_HEARTBEAT; type <= DG_MSG_LEAVE; type++)
 		dg_tp_handle(m->tp, (dg_msg_type)type, NULL, NULL);
 	dg_tp_quiesce(m->tp);
 	member_put(m);

@@ -365,8 +365,10 @@ typedef void (*dg_topology_fn)(void *ctx, const dg_topology *old,
  * keeps heartbeats and failure detection running.  Blocks up to
  * join_timeout_ms.  Installs the type-registration hook on cfg->reg and
  * receives every type accepted so far.  *out owned by the caller
- * (dg_member_stop, before dg_tp_stop).  Errors: DG_ERR_TIMEOUT (no cluster
- * could be joined or formed), DG_ERR_INVAL, DG_ERR_NOMEM. */
+ * (dg_member_stop, before dg_tp_stop).  A node never forms its own cluster
+ * when a seed answered but refused it.  Errors: DG_ERR_TIMEOUT (no cluster
+ * could be joined or formed), DG_ERR_AUTH / DG_ERR_REFUSED / DG_ERR_TLS (a
+ * seed refused this node), DG_ERR_INVAL, DG_ERR_NOMEM. */
 dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out);
 /* Leaves (tells the others) and stops. */
 void dg_member_stop(dg_member *m);

@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 
 #define DG_CLUSTER_NAME_MAX 200
+#define DG_HANDSHAKE_MAX 1024   /* largest handshake frame body accepted */
 #define PEND_STRIPES 16
 
 /* Logging: one line per event, level, stable id, key=value fields. */
