@@ -2493,6 +2493,211 @@ static void test_stop_with_requests_in_flight(void **state)
 	dg_tp_stop(b);
 }
 
+/* ---- membership, in one process ---- */
+
+struct mnode {
+	dg_registry *reg;
+	dg_tp *tp;
+	dg_member *m;
+};
+
+static void mnode_start(struct mnode *n, const char *url, const char *seed,
+    uint32_t timeout_ms)
+{
+	dg_tp_config c;
+	dg_member_config mc;
+	const char *seeds[1] = { seed };
+	OK(dg_registry_create(&n->reg));
+	dg_tp_config_init(&c);
+	c.reg = n->reg;
+	c.listen_url = url;
+	c.secret = (const uint8_t *)"membership";
+	c.secret_len = 10;
+	OK(dg_tp_start(&c, &n->tp));
+	dg_member_config_init(&mc);
+	mc.seeds = seeds;
+	mc.nseeds = seed ? 1 : 0;
+	mc.failure_timeout_ms = timeout_ms;
+	mc.reg = n->reg;
+	OK(dg_member_start(n->tp, &mc, &n->m));
+}
+
+static void mnode_stop(struct mnode *n, bool crash)
+{
+	if (crash)
+		dgi_member_kill(n->m);
+	else
+		dg_member_stop(n->m);
+	dg_tp_stop(n->tp);
+	dg_registry_destroy(n->reg);
+	memset(n, 0, sizeof(*n));
+}
+
+static int64_t mversion(struct mnode *n)
+{
+	dg_topology *t = dg_member_topology(n->m);
+	int64_t v = t ? t->version : -1;
+	dg_topology_release(t);
+	return v;
+}
+
+/* Same version, same ordered ids, on every running node, with `count`
+ * nodes. */
+static bool magree(struct mnode *ns, int n, uint32_t count)
+{
+	dg_topology *first = NULL;
+	bool ok = true;
+	for (int i = 0; i < n && ok; i++) {
+		if (ns[i].m == NULL)
+			continue;
+		dg_topology *t = dg_member_topology(ns[i].m);
+		if (t == NULL || t->count != count)
+			ok = false;
+		else if (first == NULL)
+			first = t, t = NULL;
+		else if (t->version != first->version)
+			ok = false;
+		else
+			for (uint32_t k = 0; k < count; k++)
+				ok &= t->nodes[k].id == first->nodes[k].id;
+		dg_topology_release(t);
+	}
+	dg_topology_release(first);
+	return ok;
+}
+
+struct topo_log {
+	_Atomic int calls;
+	_Atomic int64_t last;
+};
+
+static void on_topo(void *ctx, const dg_topology *old, const dg_topology *now)
+{
+	struct topo_log *l = ctx;
+	(void)old;
+	atomic_store(&l->last, now->version);
+	atomic_fetch_add(&l->calls, 1);
+}
+
+/* Three nodes (over ipc:// and tcp://) join through a seed, agree on every
+ * version; a crashed member and then a crashed coordinator are removed
+ * within the timeout plus a heartbeat; listeners see each version. */
+static void test_membership(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	char ipc[128];
+	snprintf(ipc, sizeof(ipc), "ipc:///tmp/dg-member-%d", (int)getpid());
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], ipc, NULL, 1000);
+	assert_int_equal(mversion(&n[0]), 1);
+	assert_true(dg_member_is_coordinator(n[0].m));
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	assert_int_equal(mversion(&n[0]), 3);
+	assert_false(dg_member_is_coordinator(n[1].m));
+	struct topo_log l = { 0 };
+	OK(dg_member_listen(n[1].m, on_topo, &l));
+
+	/* requests flow between members found through the topology */
+	dg_msg_bytes ping = { { (const uint8_t *)"ring", 4 } }, pong;
+	uint8_t mem[64];
+	dg_arena a;
+	dg_arena_init(&a, mem, sizeof(mem));
+	OK(dg_tp_call(n[2].tp, dg_tp_self(n[1].tp), DG_MSG_PING, &ping, 2000, &pong, &a));
+
+	/* a member crashes (no LEAVE): removed within timeout + heartbeat */
+	uint64_t t0 = dgi_now_ms();
+	mnode_stop(&n[2], true);
+	WAIT_FOR(magree(n, 3, 2));
+	assert_true(dgi_now_ms() - t0 <= 1000 + 200 + 300); /* + polling slack */
+	assert_int_equal(mversion(&n[0]), 4);
+	WAIT_FOR(atomic_load(&l.last) == 4);
+
+	/* the coordinator crashes: the next by order takes over */
+	t0 = dgi_now_ms();
+	mnode_stop(&n[0], true);
+	WAIT_FOR(magree(n, 3, 1));
+	assert_true(dgi_now_ms() - t0 <= 1000 + 200 + 300);
+	assert_true(dg_member_is_coordinator(n[1].m));
+	assert_int_equal(mversion(&n[1]), 5);
+	mnode_stop(&n[1], false);
+}
+
+typedef struct mpt {
+	int32_t x;
+	dg_str s;
+} mpt;
+
+/* A type registered on one member is known to every member before the
+ * registration returns; a conflicting definition is refused everywhere;
+ * a node joining later receives it; a graceful stop is seen at once. */
+static void test_membership_types(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 2000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 2000);
+	WAIT_FOR(magree(n, 2, 2));
+	static const dg_field_def f[] = { DG_FIELD(mpt, x, DG_I32), DG_FIELD(mpt, s, DG_STRING) };
+	dg_type_def td = { "MPoint", f, 2, sizeof(mpt) };
+	OK(dg_registry_register(n[1].reg, &td, NULL));
+	assert_non_null(dg_registry_find(n[0].reg, dg_type_id("MPoint")));
+	static const dg_field_def g[] = { DG_FIELD(mpt, x, DG_STRING) };
+	dg_type_def bad = { "MPoint", g, 1, sizeof(mpt) };
+	EXPECT(dg_registry_register(n[0].reg, &bad, NULL), DG_ERR_CONFLICT);
+	/* registered on the coordinator itself */
+	dg_type_def td2 = { "MPoint2", f, 2, sizeof(mpt) };
+	OK(dg_registry_register(n[0].reg, &td2, NULL));
+	assert_non_null(dg_registry_find(n[1].reg, dg_type_id("MPoint2")));
+	/* a latecomer gets both */
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[1].tp), 2000);
+	WAIT_FOR(magree(n, 3, 3));
+	assert_non_null(dg_registry_find(n[2].reg, dg_type_id("MPoint")));
+	assert_non_null(dg_registry_find(n[2].reg, dg_type_id("MPoint2")));
+	/* a graceful stop is not waited out for the failure timeout */
+	uint64_t t0 = dgi_now_ms();
+	mnode_stop(&n[2], false);
+	WAIT_FOR(magree(n, 3, 2));
+	assert_true(dgi_now_ms() - t0 < 2000);
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+}
+
+/* A node whose only seed refuses it (wrong secret) fails to start instead
+ * of forming a cluster of its own. */
+static void test_membership_refused(void **state)
+{
+	(void)state;
+	struct mnode good = { 0 };
+	mnode_start(&good, "tcp://127.0.0.1:0", NULL, 1000);
+	dg_registry *r;
+	dg_tp *tp;
+	dg_member *m = NULL;
+	dg_tp_config c;
+	dg_member_config mc;
+	const char *seeds[1] = { dg_tp_address(good.tp) };
+	OK(dg_registry_create(&r));
+	dg_tp_config_init(&c);
+	c.reg = r;
+	c.secret = (const uint8_t *)"other";
+	c.secret_len = 5;
+	OK(dg_tp_start(&c, &tp));
+	dg_member_config_init(&mc);
+	mc.seeds = seeds;
+	mc.nseeds = 1;
+	mc.join_timeout_ms = 500;
+	mc.reg = r;
+	EXPECT(dg_member_start(tp, &mc, &m), DG_ERR_AUTH);
+	assert_null(m);
+	assert_int_equal(mversion(&good), 1);
+	dg_tp_stop(tp);
+	dg_registry_destroy(r);
+	mnode_stop(&good, false);
+}
+
 /* ======================================================================== */
 
 #define FX(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
@@ -2529,6 +2734,9 @@ int main(void)
 		cmocka_unit_test(test_no_alloc_per_message),
 		cmocka_unit_test(test_concurrent_requests),
 		cmocka_unit_test(test_stop_with_requests_in_flight),
+		cmocka_unit_test(test_membership),
+		cmocka_unit_test(test_membership_types),
+		cmocka_unit_test(test_membership_refused),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -470,10 +470,11 @@ static void announce_done(void *ctx, dg_err err, const dg_msg_in *in)
 	if (err == DG_ERR_CONFLICT)
 		a->err = err; /* a node refused it: the proposer hears why */
 	bool last = --a->left == 0;
-	if (last && !a->reply)
+	bool reply = a->reply; /* without reply, the waiter frees a once woken */
+	if (last && !reply)
 		pthread_cond_signal(&a->cv);
 	pthread_mutex_unlock(&a->mu);
-	if (last && a->reply) {
+	if (last && reply) {
 		if (a->err == DG_OK)
 			dg_tp_reply(a->m->tp, &a->req, DG_MSG_TYPE_PROPOSE, &(dg_msg_bytes){ { (const uint8_t *)"", 0 } });
 		else
