@@ -2698,6 +2698,358 @@ static void test_membership_refused(void **state)
 	mnode_stop(&good, false);
 }
 
+/* ------------------------------------------------------------------------
+ * 13. Native TCP (reactor.c): partial writes, broken peers, dials, stop
+ * ------------------------------------------------------------------------ */
+
+/* The write on tp's connection to peer waits for the reactor (EPOLLOUT). */
+static bool write_waiting(dg_tp *tp, dg_node_id peer)
+{
+	struct peer *p = dgi_peer_get(tp, peer, false);
+	bool w = false;
+	assert_non_null(p);
+	pthread_mutex_lock(&p->mu);
+	if (p->conn != NULL)
+		w = atomic_load(&p->conn->tx_wait);
+	pthread_mutex_unlock(&p->mu);
+	return w;
+}
+
+/* The write stays parked for ms: the peer does not read, the socket buffer
+ * is full. */
+static bool write_stalled(dg_tp *tp, dg_node_id peer, unsigned ms)
+{
+	uint64_t end = now_ms() + ms;
+	while (now_ms() < end) {
+		if (!write_waiting(tp, peer))
+			return false;
+		sleep_ms(5);
+	}
+	return true;
+}
+
+/* Big ECHO bodies: 8-byte sequence number, then bytes derived from it. */
+enum { BIG_FRAME = 1 << 20 };
+static uint8_t big_body[BIG_FRAME];
+
+static void big_fill(uint64_t seq, size_t n)
+{
+	memcpy(big_body, &seq, 8);
+	for (size_t i = 8; i < n; i++)
+		big_body[i] = (uint8_t)(seq * 31 + i * 7);
+}
+
+struct checker {
+	struct gate g;          /* blocks the handler (the reactor) until open */
+	_Atomic uint64_t n, misordered, corrupt;
+};
+
+static void on_check(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	struct checker *k = ctx;
+	const dg_msg_bytes *m = in->body;
+	uint64_t seq = 0;
+	on_gated(tp, in, &k->g);
+	if (m->data.len >= 8)
+		memcpy(&seq, m->data.ptr, 8);
+	if (seq != atomic_load(&k->n))
+		atomic_fetch_add(&k->misordered, 1);
+	for (size_t i = 8; i < m->data.len; i++)
+		if (m->data.ptr[i] != (uint8_t)(seq * 31 + i * 7)) {
+			atomic_fetch_add(&k->corrupt, 1);
+			break;
+		}
+	atomic_fetch_add(&k->n, 1);
+}
+
+static void checker_init(struct checker *k)
+{
+	memset(k, 0, sizeof(*k));
+	pthread_mutex_init(&k->g.mu, NULL);
+	pthread_cond_init(&k->g.cv, NULL);
+}
+
+static void checker_open(struct checker *k)
+{
+	pthread_mutex_lock(&k->g.mu);
+	k->g.open = true;
+	pthread_cond_broadcast(&k->g.cv);
+	pthread_mutex_unlock(&k->g.mu);
+}
+
+static void checker_destroy(struct checker *k)
+{
+	pthread_cond_destroy(&k->g.cv);
+	pthread_mutex_destroy(&k->g.mu);
+}
+
+/* Sends 1 MiB ECHOs from a to b (whose reactor is held in the first
+ * handler) until a's write has been parked on EPOLLOUT for 200 ms; returns
+ * how many were sent. */
+static uint64_t fill_until_stalled(dg_tp *a, dg_node_id bid)
+{
+	uint64_t sent = 0;
+	for (; sent < 48; sent++) {
+		big_fill(sent, BIG_FRAME);
+		dg_msg_bytes m = { { big_body, BIG_FRAME } };
+		OK(dg_tp_send(a, bid, DG_MSG_ECHO, &m));
+		if (sent >= 2 && write_stalled(a, bid, 200))
+			return sent + 1;
+	}
+	fail_msg("a's write never stalled after %llu MiB", (unsigned long long)sent);
+	return sent;
+}
+
+/* A peer that stops reading: a's writes end part-way (the socket buffer
+ * is full), the reactor finishes them once b reads again, and every byte
+ * arrives intact and in order, followed by what was queued meanwhile. */
+static void test_tcp_partial_writes(void **state)
+{
+	(void)state;
+	struct checker k;
+	checker_init(&k);
+	dg_tp *a = NODE(0), *b = NODE(0);
+	OK(dg_tp_handle(b, DG_MSG_ECHO, on_check, &k));
+	dg_node_id bid = connect_ok(a, b);
+
+	uint64_t big = fill_until_stalled(a, bid);
+	assert_true(atomic_load(&k.g.entered) >= 1);
+	/* small frames queue behind the parked write */
+	for (uint64_t i = 0; i < 100; i++) {
+		uint64_t seq = big + i;
+		big_fill(seq, 64);
+		dg_msg_bytes m = { { big_body, 64 } };
+		OK(dg_tp_send(a, bid, DG_MSG_ECHO, &m));
+	}
+	assert_true(write_waiting(a, bid));
+	checker_open(&k);
+	WAIT_FOR_MS(atomic_load(&k.n) == big + 100, 20000);
+	assert_int_equal(atomic_load(&k.misordered), 0);
+	assert_int_equal(atomic_load(&k.corrupt), 0);
+	WAIT_FOR(!write_waiting(a, bid));
+	OK(ping(a, bid, "after the stall"));
+	assert_int_equal(ctr(b, DG_MSG_ECHO).recv, big + 100);
+	assert_int_equal(stats(a).disconnects + stats(b).disconnects, 0);
+	assert_int_equal(stats(a).dropped, 0);
+	dg_tp_stop(a);
+	dg_tp_stop(b);
+	checker_destroy(&k);
+}
+
+/* A peer that closes in the middle of a frame, either way round: the
+ * connection closes as broken — nothing malformed, no handler run, no
+ * handshake failure — pending requests on it fail, the node serves on. */
+static void test_tcp_peer_closes_mid_frame(void **state)
+{
+	struct fx *f = *state;
+	struct fsnap before;
+	dg_node_id id;
+	dg_buf b;
+	dg_buf_init(&b);
+
+	/* 1. the raw peer sends half a PING and closes */
+	int fd = raw_open(f, &id);
+	WAIT_FOR(conn_count(f->b) == 2);
+	fsnap_take(f->b, &before);
+	uint64_t disc = stats(f->b).disconnects, echo = atomic_load(&f->echo.n);
+	uint64_t pings = ctr(f->b, DG_MSG_PING).recv;
+	static uint8_t pl[1000];
+	dg_msg_bytes m = { { pl, sizeof(pl) } };
+	frame_msg(&b, 0, DG_MSG_PING, 9, id, &m);
+	raw_send(fd, b.data, DG_FRAME_HEADER + 300);
+	sleep_ms(20); /* let the node read the part (either way it must hold) */
+	close(fd);
+	WAIT_FOR(stats(f->b).disconnects == disc + 1);
+	assert_int_equal(ctr(f->b, DG_MSG_PING).recv, pings); /* only whole frames count */
+	assert_int_equal(atomic_load(&f->echo.n), echo);
+	fx_still_serves(f);
+	expect_moved(&before, f->b, -1, 0, 0, 0);
+
+	/* 2. the node writes more than the socket buffers hold to a raw peer
+	 * that reads a little and resets the connection: the parked write
+	 * fails part-way, the connection closes, a request behind it fails */
+	fd = raw_open(f, &id);
+	WAIT_FOR(conn_count(f->b) == 2);
+	fsnap_take(f->b, &before);
+	disc = stats(f->b).disconnects;
+	static uint8_t chunk[4000];
+	dg_msg_bytes cm = { { chunk, sizeof(chunk) } };
+	int sent = 0;
+	for (; sent < 15000; sent++) {
+		OK(dg_tp_send(f->b, id, DG_MSG_ECHO, &cm));
+		if (sent % 100 == 99 && write_stalled(f->b, id, 100))
+			break;
+	}
+	assert_true(write_waiting(f->b, id));
+	struct result r;
+	memset(&r, 0, sizeof(r));
+	t_i64 v = { 1 };
+	OK(dg_tp_request(f->b, id, (dg_msg_type)T_SINK, &v, 20000, on_result, &r));
+	uint8_t part[1000];
+	OK(raw_read(fd, part, sizeof(part), 5000));
+	struct linger lg = { 1, 0 };
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	close(fd); /* RST */
+	WAIT_FOR(atomic_load(&r.calls) == 1);
+	assert_int_equal(atomic_load(&r.err), DG_ERR_CONN_BROKEN);
+	WAIT_FOR(stats(f->b).disconnects == disc + 1);
+	fx_still_serves(f);
+	expect_moved(&before, f->b, -1, 0, 0, 0);
+	dg_buf_free(&b);
+}
+
+/* A bound, never listening port: connections are refused. */
+static int closed_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
+	close(s);
+	return ntohs(sa.sin_port);
+}
+
+/* Dials: a refused connection fails at once with DG_ERR_NET; one whose SYN
+ * is never answered (a listener with a full accept queue) with
+ * DG_ERR_TIMEOUT after connect_timeout_ms; bad URLs are refused before any
+ * dial; host names resolve (on the dial's own thread); listening on the
+ * wildcard and on a name works. */
+static void test_tcp_dials(void **state)
+{
+	(void)state;
+	char url[96];
+	dg_tp *a = NODE(.connect_timeout_ms = 300);
+
+	/* refused: quickly, DG_ERR_NET, counted nowhere as a handshake */
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", closed_port());
+	uint64_t t0 = now_ms();
+	EXPECT(dg_tp_connect(a, url, NULL), DG_ERR_NET);
+	uint64_t took = now_ms() - t0;
+	if (took > 250)
+		fail_msg("a refused dial took %llu ms", (unsigned long long)took);
+	assert_int_equal(stats(a).handshake_failures, 0);
+
+	/* no answer: DG_ERR_TIMEOUT at the connect timeout */
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(l, 0), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+	int fill[2];
+	for (int i = 0; i < 2; i++) { /* the accept queue holds one: full */
+		fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		int rc = connect(fill[i], (struct sockaddr *)&sa, sizeof(sa));
+		assert_true(rc == 0 || errno == EINPROGRESS);
+	}
+	sleep_ms(50);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", ntohs(sa.sin_port));
+	t0 = now_ms();
+	EXPECT(dg_tp_connect(a, url, NULL), DG_ERR_TIMEOUT);
+	took = now_ms() - t0;
+	if (took < 290 || took > 2000)
+		fail_msg("an unanswered dial ended after %llu ms (timeout 300)",
+		    (unsigned long long)took);
+	close(fill[0]);
+	close(fill[1]);
+	close(l);
+
+	/* URLs that are not host:port */
+	const char *bad[] = { "tcp://127.0.0.1", "tcp://127.0.0.1:", "tcp://127.0.0.1:99999",
+		"tcp://127.0.0.1:12x", "tcp://::1:5", "tcp://[::1:5", "tcp://a/b:5",
+		"tcp://127.0.0.1:123456" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		EXPECT(dg_tp_connect(a, bad[i], NULL), DG_ERR_INVAL);
+	assert_int_equal(conn_count(a), 0);
+
+	/* names and wildcards */
+	dg_tp_config cfg;
+	dg_tp *w = NULL, *n = NULL;
+	dg_tp_config_init(&cfg);
+	cfg.reg = reg;
+	cfg.listen_url = "tcp://0.0.0.0:0";
+	OK(dg_tp_start(&cfg, &w));
+	assert_true(strncmp(dg_tp_address(w), "tcp://0.0.0.0:", 14) == 0);
+	int wport = atoi(dg_tp_address(w) + 14);
+	assert_true(wport > 0);
+	cfg.listen_url = "tcp://localhost:0";
+	OK(dg_tp_start(&cfg, &n));
+	assert_true(strncmp(dg_tp_address(n), "tcp://localhost:", 16) == 0);
+	dg_node_id peer = 0;
+	OK(dg_tp_connect(a, dg_tp_address(n), &peer)); /* a name: resolved */
+	assert_int_equal(peer, dg_tp_self(n));
+	OK(ping(a, peer, "by name"));
+	snprintf(url, sizeof(url), "tcp://localhost:%d", wport);
+	OK(dg_tp_connect(a, url, &peer));
+	assert_int_equal(peer, dg_tp_self(w));
+	OK(ping(a, peer, "to the wildcard"));
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", wport);
+	OK(dg_tp_connect(n, url, &peer));
+	OK(ping(n, dg_tp_self(w), "numeric"));
+	dg_tp_stop(n);
+	dg_tp_stop(w);
+	dg_tp_stop(a);
+}
+
+struct stop_arg2 {
+	dg_tp *tp;
+	_Atomic bool done;
+};
+
+static void *stopper2(void *arg)
+{
+	struct stop_arg2 *sa = arg;
+	dg_tp_stop(sa->tp);
+	atomic_store(&sa->done, true);
+	return NULL;
+}
+
+/* Stop with a write parked on EPOLLOUT, megabytes queued behind it and a
+ * request in flight: no hang, the request fails, nothing leaks (ASan). */
+static void test_tcp_stop_with_pending_writes(void **state)
+{
+	(void)state;
+	struct checker k;
+	checker_init(&k);
+	dg_tp *a = NODE(0), *b = NODE(0);
+	OK(dg_tp_handle(b, DG_MSG_ECHO, on_check, &k));
+	dg_node_id bid = connect_ok(a, b);
+	fill_until_stalled(a, bid);
+	for (int i = 0; i < 4; i++) { /* more behind it, in the queue */
+		dg_msg_bytes m = { { big_body, BIG_FRAME } };
+		OK(dg_tp_send(a, bid, DG_MSG_ECHO, &m));
+	}
+	struct result r;
+	memset(&r, 0, sizeof(r));
+	OK(dg_tp_request(a, bid, DG_MSG_PING, &(dg_msg_bytes){ { NULL, 0 } }, 30000,
+	    on_result, &r));
+	assert_true(write_waiting(a, bid));
+
+	struct stop_arg2 sa = { a, false };
+	pthread_t st;
+	assert_int_equal(pthread_create(&st, NULL, stopper2, &sa), 0);
+	WAIT_FOR(atomic_load(&sa.done));
+	assert_int_equal(pthread_join(st, NULL), 0);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	int e = atomic_load(&r.err);
+	assert_true(e == DG_ERR_CLOSED || e == DG_ERR_CONN_BROKEN);
+
+	/* b reads what arrived, sees the end, and stops cleanly */
+	checker_open(&k);
+	WAIT_FOR(stats(b).disconnects == 1);
+	assert_int_equal(atomic_load(&k.corrupt), 0);
+	assert_int_equal(atomic_load(&k.misordered), 0);
+	dg_tp_stop(b);
+	checker_destroy(&k);
+}
+
 /* ======================================================================== */
 
 #define FX(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
@@ -2737,6 +3089,10 @@ int main(void)
 		cmocka_unit_test(test_membership),
 		cmocka_unit_test(test_membership_types),
 		cmocka_unit_test(test_membership_refused),
+		cmocka_unit_test(test_tcp_partial_writes),
+		FX(test_tcp_peer_closes_mid_frame),
+		cmocka_unit_test(test_tcp_dials),
+		cmocka_unit_test(test_tcp_stop_with_pending_writes),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,11 +1,22 @@
-/* conn.c — connections: dialing and accepting nng streams, the handshake
- * (PROTOCOL.md), reading frames (many per read) and writing a peer's queue
- * (everything queued in one write).
+/* conn.c — connections, whatever carries their bytes: the handshake
+ * (PROTOCOL.md), reading frames (many per read), writing a peer's queue
+ * (everything queued in one write), closing and reaping; and the nng-stream
+ * backend (tls+tcp://, ipc://).  Native TCP (tcp://) is reactor.c.
  *
- * Everything here runs in nng's callbacks except dial starts and closes
- * requested by callers.  A connection is closed by dgi_conn_close from any
- * thread, moved to tp->dead and freed by the service thread, which can wait
- * for its callbacks (nng_aio_stop) — a callback never frees its own aio. */
+ * A backend (struct conn_ops, transport_int.h) moves bytes: it reports a
+ * read with dgi_conn_rx_done and the end of a write it took over with
+ * dgi_conn_tx_done, on its own threads (nng's callbacks, or the reactor).
+ * Application writes start on the thread that queued the frames
+ * (dgi_conn_start), outside every lock: nng completes them on its threads;
+ * native TCP writes at once and leaves only the rest of a partial write to
+ * the reactor.
+ *
+ * A connection is closed by dgi_conn_close from any thread, moved to
+ * tp->dead and freed by the service thread once no sender is between its
+ * kick and its start (users) and its backend has let go (conn_ops.idle: the
+ * reactor must have finished the round of events in which the connection
+ * left epoll; nng's free waits for its callbacks with nng_aio_stop) — a
+ * callback never frees its own connection. */
 #define _POSIX_C_SOURCE 200809L
 #include "transport_int.h"
 
@@ -17,19 +28,9 @@
 #define RX_CHUNK (64 * 1024)
 #define HS_ROOM 2048 /* the handshake frames of one side, back to back */
 
-struct dial {
-	dg_tp *tp;
-	struct dial *next;
-	nng_stream_dialer *dialer;
-	nng_aio *aio;
-	char *url;
-	struct peer *peer;
-	struct connect_wait *waiter;
-	bool done;
-};
-
 static void rx_cb(void *arg);
 static void tx_cb(void *arg);
+static const struct conn_ops nng_ops;
 
 /* An I/O failure as a dg_err; TLS failures (a certificate the CA did not
  * sign, a failed TLS handshake) are logged and counted here, once. */
@@ -72,55 +73,61 @@ static void wait_done(struct connect_wait *w, dg_err err, dg_node_id peer)
 	pthread_mutex_unlock(&w->mu);
 }
 
-static struct conn *conn_new(dg_tp *tp, nng_stream *s, bool dialer)
+struct conn *dgi_conn_new(dg_tp *tp, const struct conn_ops *ops, bool dialer)
 {
 	struct conn *c = dgi_calloc(1, sizeof(*c));
 	if (c == NULL)
 		return NULL;
 	c->tp = tp;
-	c->stream = s;
+	c->ops = ops;
+	c->fd = -1;
 	c->dialer = dialer;
 	c->state = dialer ? C_DIALED : C_ACCEPTED;
 	c->deadline_ms = dgi_now_ms() + tp->cfg.connect_timeout_ms;
 	dg_buf_init(&c->rx);
 	dg_buf_init(&c->wire);
-	if (pthread_mutex_init(&c->mu, NULL) != 0 ||
-	    dg_buf_reserve(&c->rx, RX_CHUNK) != DG_OK ||
-	    dg_buf_reserve(&c->wire, HS_ROOM) != DG_OK ||
-	    nng_aio_alloc(&c->rx_aio, rx_cb, c) != 0 ||
-	    nng_aio_alloc(&c->tx_aio, tx_cb, c) != 0) {
-		nng_aio_free(c->rx_aio);
-		dg_buf_free(&c->rx);
-		dg_buf_free(&c->wire);
+	if (pthread_mutex_init(&c->mu, NULL) != 0) {
 		dgi_free(c);
 		return NULL;
 	}
+	if (dg_buf_reserve(&c->rx, RX_CHUNK) != DG_OK ||
+	    dg_buf_reserve(&c->wire, HS_ROOM) != DG_OK) {
+		dgi_conn_discard(c);
+		return NULL;
+	}
+	return c;
+}
+
+void dgi_conn_discard(struct conn *c)
+{
+	dg_buf_free(&c->rx);
+	dg_buf_free(&c->wire);
+	pthread_mutex_destroy(&c->mu);
+	dgi_free(c);
+}
+
+void dgi_conn_link(struct conn *c)
+{
+	dg_tp *tp = c->tp;
 	pthread_mutex_lock(&tp->mu);
 	c->next = tp->conns;
 	tp->conns = c;
 	pthread_mutex_unlock(&tp->mu);
-	return c;
 }
 
 /* ---- writing ---- */
 
-static void tx_start(struct conn *c)
-{
-	nng_iov iov = { c->wire.data + c->tx_done, c->wire.len - c->tx_done };
-	nng_aio_set_iov(c->tx_aio, 1, &iov);
-	nng_stream_send(c->stream, c->tx_aio);
-}
-
-/* A handshake frame.  The handshake is lockstep, yet the completion of our
- * previous frame's write (tx_cb) may run after the peer's answer to that
- * frame was read: then this frame goes behind it, into the spare room of the
- * wire buffer (HS_ROOM reserved; never reallocated while a write is in
- * flight), and tx_cb sends it.  Refusing instead made a fast peer's correct
- * PROOF look like a DUPLICATE. */
+/* A handshake frame.  The handshake is lockstep, yet the end of our
+ * previous frame's write (dgi_conn_tx_done) may come after the peer's
+ * answer to that frame was read: then this frame goes behind it, into the
+ * spare room of the wire buffer (HS_ROOM reserved; never reallocated while
+ * a write is in flight), and that write sends it before it ends.  Refusing
+ * instead made a fast peer's correct PROOF look like a DUPLICATE. */
 static dg_err send_frame(struct conn *c, dg_msg_type type, const void *body)
 {
 	dg_err e;
 	size_t n;
+	bool close_now = false;
 	pthread_mutex_lock(&c->mu);
 	if (c->state == C_CLOSED) {
 		pthread_mutex_unlock(&c->mu);
@@ -144,10 +151,18 @@ static dg_err send_frame(struct conn *c, dg_msg_type type, const void *body)
 			dgi_count_hs(c->tp, type, true, n); /* before the peer can see it */
 			c->tx_done = 0;
 			c->tx_busy = true;
-			tx_start(c);
+			if (c->ops->tx_start(c)) {
+				/* written at once: the end of the write, but no kick (not
+				 * open yet; attach kicks after WELCOME) */
+				dg_buf_reset(&c->wire);
+				c->tx_busy = false;
+				close_now = c->abandoned; /* the REJECT is out */
+			}
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
+	if (close_now) /* only reject() abandons, and it holds no lock */
+		dgi_conn_close(c, DG_ERR_REFUSED);
 	return e;
 }
 
@@ -165,35 +180,36 @@ struct conn *dgi_conn_kick(struct peer *p)
 		dg_buf_reset(&p->queue);
 		p->queued_frames = 0;
 		c->tx_done = 0;
-		c->tx_busy = true; /* the wire buffer is the caller's until tx_cb */
+		c->tx_busy = true; /* the wire buffer is the caller's until the write ends */
 		atomic_fetch_add(&c->users, 1);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return go ? c : NULL;
 }
 
+/* When the backend wrote everything at once (native TCP), what was queued
+ * meanwhile goes next from this thread: a loop, not a recursion. */
 void dgi_conn_start(struct conn *c)
 {
-	if (c == NULL)
-		return;
-	tx_start(c);
-	atomic_fetch_sub(&c->users, 1);
+	while (c != NULL) {
+		struct conn *go = NULL;
+		if (c->ops->tx_start(c))
+			go = dgi_conn_tx_done(c);
+		atomic_fetch_sub(&c->users, 1);
+		c = go;
+	}
 }
 
-static void tx_cb(void *arg)
+struct conn *dgi_conn_tx_done(struct conn *c)
 {
-	struct conn *c = arg;
-	int rv = nng_aio_result(c->tx_aio);
-	if (rv != 0) {
-		dgi_conn_close(c, io_err(c, rv));
-		return;
-	}
 	pthread_mutex_lock(&c->mu);
-	c->tx_done += nng_aio_count(c->tx_aio);
-	if (c->tx_done < c->wire.len) {
-		tx_start(c); /* a partial write: the rest */
-		pthread_mutex_unlock(&c->mu);
-		return;
+	while (c->tx_done < c->wire.len) {
+		/* handshake frames queued behind the write, or an nng partial
+		 * write: the rest first */
+		if (!c->ops->tx_start(c)) {
+			pthread_mutex_unlock(&c->mu);
+			return NULL; /* the backend ends it */
+		}
 	}
 	dg_buf_reset(&c->wire);
 	c->tx_busy = false;
@@ -202,16 +218,16 @@ static void tx_cb(void *arg)
 	pthread_mutex_unlock(&c->mu);
 	if (abandoned) {
 		dgi_conn_close(c, DG_ERR_REFUSED);
-		return;
+		return NULL;
 	}
+	struct conn *go = NULL;
 	if (p != NULL) {
-		struct conn *go = NULL;
 		pthread_mutex_lock(&p->mu);
 		if (p->conn == c)
 			go = dgi_conn_kick(p);
 		pthread_mutex_unlock(&p->mu);
-		dgi_conn_start(go);
 	}
+	return go;
 }
 
 /* ---- closing ---- */
@@ -227,7 +243,7 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	c->state = C_CLOSED;
 	c->fail = why;
 	pthread_mutex_unlock(&c->mu);
-	nng_stream_close(c->stream); /* pending I/O completes with an error */
+	c->ops->close(c); /* pending I/O fails or never completes */
 
 	struct peer *p = c->peer;
 	bool lost = false;
@@ -292,7 +308,7 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	pthread_mutex_unlock(&tp->mu);
 }
 
-void dgi_conn_reap(dg_tp *tp)
+bool dgi_conn_reap(dg_tp *tp)
 {
 	pthread_mutex_lock(&tp->mu);
 	struct conn *c = tp->dead;
@@ -309,6 +325,7 @@ void dgi_conn_reap(dg_tp *tp)
 		}
 	}
 	pthread_mutex_unlock(&tp->mu);
+	struct conn *later = NULL, **tail = &later;
 	while (c != NULL) {
 		struct conn *next = c->next;
 		while (atomic_load(&c->users) > 0) {
@@ -316,27 +333,39 @@ void dgi_conn_reap(dg_tp *tp)
 			struct timespec ts = { 0, 100000 };
 			nanosleep(&ts, NULL);
 		}
-		nng_aio_stop(c->rx_aio);
-		nng_aio_stop(c->tx_aio);
-		nng_aio_free(c->rx_aio);
-		nng_aio_free(c->tx_aio);
-		nng_stream_free(c->stream);
-		dg_buf_free(&c->rx);
-		dg_buf_free(&c->wire);
-		pthread_mutex_destroy(&c->mu);
-		dgi_free(c->dial_url);
-		dgi_free(c);
+		if (c->ops->idle(c)) {
+			c->ops->free(c);
+			dgi_free(c->dial_url);
+			dgi_conn_discard(c);
+		} else { /* its backend may still touch it: next time */
+			c->next = NULL;
+			*tail = c;
+			tail = &c->next;
+		}
 		c = next;
+	}
+	if (later != NULL) {
+		pthread_mutex_lock(&tp->mu);
+		*tail = tp->dead;
+		tp->dead = later;
+		pthread_mutex_unlock(&tp->mu);
 	}
 	while (done != NULL) {
 		struct dial *next = done->next;
-		nng_aio_stop(done->aio);
-		nng_aio_free(done->aio);
-		nng_stream_dialer_free(done->dialer);
+		if (done->native) {
+			if (done->has_resolver)
+				pthread_join(done->resolver, NULL);
+			dgi_free(done->host);
+		} else {
+			nng_aio_stop(done->aio);
+			nng_aio_free(done->aio);
+			nng_stream_dialer_free(done->dialer);
+		}
 		dgi_free(done->url);
 		dgi_free(done);
 		done = next;
 	}
+	return later != NULL;
 }
 
 /* ---- the handshake ---- */
@@ -536,9 +565,12 @@ static void rx_start(struct conn *c)
 			return;
 		}
 	}
-	nng_iov iov = { c->rx.data + c->rx.len, c->rx.cap - c->rx.len };
-	nng_aio_set_iov(c->rx_aio, 1, &iov);
-	nng_stream_recv(c->stream, c->rx_aio);
+	c->ops->rx_start(c);
+}
+
+void dgi_conn_begin(struct conn *c)
+{
+	rx_start(c);
 }
 
 static bool allowed(const struct conn *c, uint16_t type)
@@ -604,6 +636,27 @@ static bool process(struct conn *c)
 	return c->state != C_CLOSED;
 }
 
+void dgi_conn_rx_done(struct conn *c, size_t n)
+{
+	c->rx.len += n;
+	if (c->peer != NULL) /* heard from: once per read, on the cheap clock */
+		atomic_store_explicit(&c->peer->heard_ms, dgi_coarse_ms(),
+		    memory_order_relaxed);
+	if (process(c) && c->state != C_CLOSED) {
+		/* a frame bigger than the buffer made it grow in process() */
+		rx_start(c);
+	}
+}
+
+/* ---- the nng-stream backend (tls+tcp://, ipc://) ---- */
+
+static void ns_rx_start(struct conn *c)
+{
+	nng_iov iov = { c->rx.data + c->rx.len, c->rx.cap - c->rx.len };
+	nng_aio_set_iov(c->rx_aio, 1, &iov);
+	nng_stream_recv(c->stream, c->rx_aio);
+}
+
 static void rx_cb(void *arg)
 {
 	struct conn *c = arg;
@@ -612,14 +665,75 @@ static void rx_cb(void *arg)
 		dgi_conn_close(c, io_err(c, rv));
 		return;
 	}
-	c->rx.len += nng_aio_count(c->rx_aio);
-	if (c->peer != NULL) /* heard from: once per read, on the cheap clock */
-		atomic_store_explicit(&c->peer->heard_ms, dgi_coarse_ms(),
-		    memory_order_relaxed);
-	if (process(c) && c->state != C_CLOSED) {
-		/* a frame bigger than the buffer made it grow in process() */
-		rx_start(c);
+	dgi_conn_rx_done(c, nng_aio_count(c->rx_aio));
+}
+
+static bool ns_tx_start(struct conn *c)
+{
+	nng_iov iov = { c->wire.data + c->tx_done, c->wire.len - c->tx_done };
+	nng_aio_set_iov(c->tx_aio, 1, &iov);
+	nng_stream_send(c->stream, c->tx_aio);
+	return false; /* tx_cb ends it */
+}
+
+static void tx_cb(void *arg)
+{
+	struct conn *c = arg;
+	int rv = nng_aio_result(c->tx_aio);
+	if (rv != 0) {
+		dgi_conn_close(c, io_err(c, rv));
+		return;
 	}
+	pthread_mutex_lock(&c->mu);
+	c->tx_done += nng_aio_count(c->tx_aio);
+	pthread_mutex_unlock(&c->mu);
+	/* the rest of a partial write, or the end of it and the next write */
+	dgi_conn_start(dgi_conn_tx_done(c));
+}
+
+static void ns_close(struct conn *c)
+{
+	nng_stream_close(c->stream); /* pending I/O completes with an error */
+}
+
+static bool ns_idle(struct conn *c)
+{
+	(void)c;
+	return true; /* nng_free waits for the callbacks */
+}
+
+static void ns_free(struct conn *c)
+{
+	nng_aio_stop(c->rx_aio);
+	nng_aio_stop(c->tx_aio);
+	nng_aio_free(c->rx_aio);
+	nng_aio_free(c->tx_aio);
+	nng_stream_free(c->stream);
+}
+
+static const struct conn_ops nng_ops = {
+	.rx_start = ns_rx_start,
+	.tx_start = ns_tx_start,
+	.close = ns_close,
+	.idle = ns_idle,
+	.free = ns_free,
+};
+
+/* A connection on an nng stream (s belongs to it from here on). */
+static struct conn *conn_new_nng(dg_tp *tp, nng_stream *s, bool dialer)
+{
+	struct conn *c = dgi_conn_new(tp, &nng_ops, dialer);
+	if (c == NULL)
+		return NULL;
+	c->stream = s;
+	if (nng_aio_alloc(&c->rx_aio, rx_cb, c) != 0 ||
+	    nng_aio_alloc(&c->tx_aio, tx_cb, c) != 0) {
+		nng_aio_free(c->rx_aio);
+		dgi_conn_discard(c);
+		return NULL;
+	}
+	dgi_conn_link(c);
+	return c;
 }
 
 /* ---- dialing and accepting ---- */
@@ -632,44 +746,27 @@ static dg_err tls_setup_dialer(dg_tp *tp, nng_stream_dialer *d)
 	    DG_OK : DG_ERR_TLS;
 }
 
-static void dial_cb(void *arg)
+void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why)
 {
-	struct dial *d = arg;
 	dg_tp *tp = d->tp;
-	int rv = nng_aio_result(d->aio);
-	if (rv == 0 && !atomic_load(&tp->stopping)) {
-		nng_stream *s = nng_aio_get_output(d->aio, 0);
-		struct conn *c = conn_new(tp, s, true);
-		if (c == NULL) {
-			nng_stream_free(s);
-			rv = NNG_ENOMEM;
-		} else {
-			c->peer = d->peer;
-			c->waiter = d->waiter;
-			c->dial_url = d->url;
-			d->url = NULL;
-			dg_msg_hello hello = { DG_FRAME_VERSION,
-				{ tp->cluster, (uint32_t)strlen(tp->cluster) }, (int64_t)tp->self,
-				{ tp->address, (uint32_t)strlen(tp->address) },
-				{ c->nonce_mine, DG_NONCE_LEN }, tp->secret_len > 0 };
-			dg_err e = dgi_random(c->nonce_mine, DG_NONCE_LEN);
-			if (e == DG_OK)
-				e = send_frame(c, DG_MSG_HELLO, &hello);
-			if (e != DG_OK)
-				dgi_conn_close(c, e);
-			else
-				rx_start(c);
-		}
-	} else if (rv == 0) {
-		nng_stream_free(nng_aio_get_output(d->aio, 0));
-		rv = NNG_ECLOSED;
-	}
-	if (rv != 0) {
-		dg_err e = rv == NNG_ETIMEDOUT ? DG_ERR_TIMEOUT :
-		    rv == NNG_ECLOSED ? DG_ERR_CLOSED :
-		    rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO ? DG_ERR_TLS : DG_ERR_NET;
-		dgi_log("warn", "DIAL-FAIL", "url=%s err=%s", d->url ? d->url : "?",
-		    nng_strerror(rv));
+	if (c != NULL) {
+		c->peer = d->peer;
+		c->waiter = d->waiter;
+		c->dial_url = d->url;
+		d->url = NULL;
+		dg_msg_hello hello = { DG_FRAME_VERSION,
+			{ tp->cluster, (uint32_t)strlen(tp->cluster) }, (int64_t)tp->self,
+			{ tp->address, (uint32_t)strlen(tp->address) },
+			{ c->nonce_mine, DG_NONCE_LEN }, tp->secret_len > 0 };
+		dg_err he = dgi_random(c->nonce_mine, DG_NONCE_LEN);
+		if (he == DG_OK)
+			he = send_frame(c, DG_MSG_HELLO, &hello);
+		if (he != DG_OK)
+			dgi_conn_close(c, he);
+		else
+			rx_start(c);
+	} else {
+		dgi_log("warn", "DIAL-FAIL", "url=%s err=%s", d->url ? d->url : "?", why);
 		if (d->peer != NULL) {
 			struct peer *p = d->peer;
 			uint64_t dropped = 0;
@@ -691,6 +788,28 @@ static void dial_cb(void *arg)
 	pthread_mutex_unlock(&tp->mu);
 }
 
+static void dial_cb(void *arg)
+{
+	struct dial *d = arg;
+	dg_tp *tp = d->tp;
+	struct conn *c = NULL;
+	int rv = nng_aio_result(d->aio);
+	if (rv == 0 && !atomic_load(&tp->stopping)) {
+		nng_stream *s = nng_aio_get_output(d->aio, 0);
+		if ((c = conn_new_nng(tp, s, true)) == NULL) {
+			nng_stream_free(s);
+			rv = NNG_ENOMEM;
+		}
+	} else if (rv == 0) {
+		nng_stream_free(nng_aio_get_output(d->aio, 0));
+		rv = NNG_ECLOSED;
+	}
+	dg_err e = rv == 0 ? DG_OK : rv == NNG_ETIMEDOUT ? DG_ERR_TIMEOUT :
+	    rv == NNG_ECLOSED ? DG_ERR_CLOSED :
+	    rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO ? DG_ERR_TLS : DG_ERR_NET;
+	dgi_dial_end(d, c, e, nng_strerror(rv));
+}
+
 dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
     struct connect_wait *waiter)
 {
@@ -700,26 +819,46 @@ dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
 	d->tp = tp;
 	d->peer = p;
 	d->waiter = waiter;
+	d->fd = -1;
 	if ((d->url = xstrdup(url)) == NULL) {
 		dgi_free(d);
 		return DG_ERR_NOMEM;
 	}
-	int rv = nng_stream_dialer_alloc(&d->dialer, url);
-	dg_err e = rv == 0 ? tls_setup_dialer(tp, d->dialer) : DG_ERR_INVAL;
-	if (e == DG_OK && nng_aio_alloc(&d->aio, dial_cb, d) != 0)
-		e = DG_ERR_NOMEM;
+	dg_err e = DG_OK;
+	d->native = dgi_tcp_url(url);
+	if (d->native) {
+		e = dgi_tcp_dial_prepare(d);
+	} else {
+		int rv = nng_stream_dialer_alloc(&d->dialer, url);
+		e = rv == 0 ? tls_setup_dialer(tp, d->dialer) : DG_ERR_INVAL;
+		if (e == DG_OK && nng_aio_alloc(&d->aio, dial_cb, d) != 0)
+			e = DG_ERR_NOMEM;
+		if (e == DG_OK)
+			nng_aio_set_timeout(d->aio, (nng_duration)tp->cfg.connect_timeout_ms);
+	}
+	if (e == DG_OK) {
+		pthread_mutex_lock(&tp->mu);
+		if (atomic_load(&tp->stopping)) {
+			e = DG_ERR_CLOSED; /* dgi_conn_stop_all may have looked already */
+		} else {
+			d->next = tp->dials;
+			tp->dials = d;
+		}
+		pthread_mutex_unlock(&tp->mu);
+	}
 	if (e != DG_OK) {
+		nng_aio_free(d->aio);
 		nng_stream_dialer_free(d->dialer);
+		dgi_free(d->host);
 		dgi_free(d->url);
 		dgi_free(d);
 		return e;
 	}
-	nng_aio_set_timeout(d->aio, (nng_duration)tp->cfg.connect_timeout_ms);
-	pthread_mutex_lock(&tp->mu);
-	d->next = tp->dials;
-	tp->dials = d;
-	pthread_mutex_unlock(&tp->mu);
-	nng_stream_dialer_dial(d->dialer, d->aio);
+	if (!d->native) {
+		nng_stream_dialer_dial(d->dialer, d->aio);
+		return DG_OK;
+	}
+	dgi_tcp_dial_start(d); /* its failures end it through dgi_dial_end */
 	return DG_OK;
 }
 
@@ -739,7 +878,7 @@ static void accept_cb(void *arg)
 		nng_stream_free(s);
 		return;
 	}
-	struct conn *c = conn_new(tp, s, false);
+	struct conn *c = conn_new_nng(tp, s, false);
 	if (c == NULL)
 		nng_stream_free(s);
 	else
@@ -778,7 +917,9 @@ void dgi_conn_expire(dg_tp *tp, uint64_t now)
 
 void dgi_conn_stop_all(dg_tp *tp)
 {
-	/* dials: close their dialers and wait for their callbacks */
+	/* dials: nng's are closed here and waited for; the reactor ends native
+	 * ones itself once it sees tp->stopping (a name being resolved ends when
+	 * the lookup returns) */
 	for (;;) {
 		struct dial *d = NULL;
 		pthread_mutex_lock(&tp->mu);
@@ -790,6 +931,12 @@ void dgi_conn_stop_all(dg_tp *tp)
 		pthread_mutex_unlock(&tp->mu);
 		if (d == NULL)
 			break;
+		if (d->native) {
+			dgi_reactor_wake(tp);
+			struct timespec ts = { 0, 1000000 };
+			nanosleep(&ts, NULL);
+			continue;
+		}
 		nng_stream_dialer_close(d->dialer);
 		nng_aio_stop(d->aio); /* runs dial_cb, which marks it done */
 		pthread_mutex_lock(&tp->mu);
@@ -804,5 +951,9 @@ void dgi_conn_stop_all(dg_tp *tp)
 			break;
 		dgi_conn_close(c, DG_ERR_CLOSED);
 	}
-	dgi_conn_reap(tp);
+	while (dgi_conn_reap(tp)) { /* the reactor has yet to let go of some */
+		dgi_reactor_wake(tp);
+		struct timespec ts = { 0, 100000 };
+		nanosleep(&ts, NULL);
+	}
 }

@@ -753,7 +753,9 @@ static char *bound_url(dg_tp *tp)
 	int port = 0;
 	if (colon == NULL || strcmp(colon, ":0") != 0 || strncmp(u, "ipc://", 6) == 0)
 		return xstrdup(u);
-	if (nng_stream_listener_get_int(tp->listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0)
+	if (tp->listener == NULL)
+		port = tp->listen_port; /* native tcp:// */
+	else if (nng_stream_listener_get_int(tp->listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0)
 		return xstrdup(u);
 	size_t n = (size_t)(colon - u) + 16;
 	char *s = dgi_alloc(n);
@@ -814,7 +816,14 @@ dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out)
 	atomic_store(&tp->handlers[DG_MSG_ECHO].fn, on_ping);
 	if ((e = tls_setup(tp)) != DG_OK)
 		goto fail;
+	/* tcp:// is native (reactor.c); the reactor also dials tcp:// peers
+	 * from nodes that listen on something else */
+	bool native = dgi_tcp_url(tp->listen_url);
+	if ((e = dgi_reactor_start(tp, native ? tp->listen_url : NULL)) != DG_OK)
+		goto fail;
 	e = DG_ERR_INVAL;
+	if (native)
+		goto listening;
 	if ((rv = nng_stream_listener_alloc(&tp->listener, tp->listen_url)) != 0)
 		goto fail;
 	if (tp->tls_server != NULL &&
@@ -827,12 +836,13 @@ dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out)
 		dgi_log("error", "LISTEN-FAIL", "url=%s err=%s", tp->listen_url, nng_strerror(rv));
 		goto fail;
 	}
+listening:
 	e = DG_ERR_NOMEM;
 	tp->address = cfg->advertise_url ? xstrdup(cfg->advertise_url) : bound_url(tp);
 	if (tp->address == NULL)
 		goto fail;
 	tp->cfg.advertise_url = tp->address;
-	if ((e = dgi_conn_accept_start(tp)) != DG_OK)
+	if (tp->listener != NULL && (e = dgi_conn_accept_start(tp)) != DG_OK)
 		goto fail;
 	if (pthread_create(&tp->service, NULL, service, tp) != 0)
 		goto fail;
@@ -868,6 +878,7 @@ void dg_tp_stop(dg_tp *tp)
 		nng_stream_listener_close(tp->listener);
 	if (tp->accept_aio != NULL)
 		nng_aio_stop(tp->accept_aio);
+	dgi_reactor_sync(tp); /* an accept under way ends; later ones see stopping */
 	if (tp->service_started) {
 		pthread_mutex_lock(&tp->mu);
 		pthread_cond_signal(&tp->service_cv);
@@ -877,6 +888,7 @@ void dg_tp_stop(dg_tp *tp)
 	/* close every connection, then wait for every dial and callback */
 	dgi_conn_stop_all(tp);
 	fail_where(tp, 0, UINT64_MAX, DG_ERR_CLOSED);
+	dgi_reactor_stop(tp);
 	nng_aio_free(tp->accept_aio);
 	nng_stream_listener_free(tp->listener);
 	if (tp->tls_server)

@@ -2,9 +2,10 @@
  * transport.h — typed messages between datagrid nodes (PROTOCOL.md).
  *
  * A dg_tp is one node's end of the cluster network: a listener, one
- * connection per peer (nng stream API, own framing, handshake with HMAC
- * authentication, optional TLS), a table of message types, request/response
- * with timeouts, and per-message-type counters.
+ * connection per peer (plain TCP sockets for tcp://, nng's stream API for
+ * tls+tcp:// and ipc://; own framing, handshake with HMAC authentication,
+ * optional TLS), a table of message types, request/response with timeouts,
+ * and per-message-type counters.
  *
  * Message table.  dg_msg_type is one dense enum; a flat array indexed by it
  * holds each type's row (name, body codec, handler) and its counters.  The
@@ -12,10 +13,17 @@
  * order: no descriptor lookup, no allocation.  Counters are relaxed atomics
  * in arrays indexed by the type — no map, no boxing (IGNITE-29099).
  *
- * Threads.  nng's threads do the I/O.  Handlers and reply callbacks run on
- * them, in the receive completion of the connection (no hand-off): a handler
- * must not block for long; it may send and reply.  Every dg_tp_* call is
- * thread-safe.
+ * Threads.  tcp:// connections are served by one reactor thread per dg_tp
+ * (epoll; reactor.c): it reads, and handlers and reply callbacks run on it,
+ * in the read (no hand-off) — so every tcp:// peer of a node waits while a
+ * handler runs.  Writes are made by the thread that sends (dg_tp_send,
+ * dg_tp_request, dg_tp_reply), at once, without blocking; the reactor
+ * finishes what a full socket buffer did not take, and writes streams of
+ * messages in batches.  tls+tcp:// and ipc:// connections are served by
+ * nng's threads, handlers and reply callbacks running on those.  Either
+ * way a handler must not block for long and must not wait for another
+ * message (dg_tp_call, dg_tp_connect): it may send and reply.  Every
+ * dg_tp_* call is thread-safe.
  *
  * Memory.  Per connection, one receive buffer (grown to the largest frame,
  * bounded by recv_max) and two send buffers (the one being written and the

@@ -12,13 +12,19 @@
  *           connection's writer, which sends everything queued in one write
  *           (double buffering: `queue` fills while `wire` is on the wire).
  *           Peers live until the transport stops.
- * conn      one nng stream: handshake state, the receive buffer, the frame
+ * conn      one byte stream: handshake state, the receive buffer, the frame
  *           being read.  A connection is attached to its peer when the
  *           handshake completes; only then does application traffic flow.
+ *           Its bytes are moved by one of two backends (struct conn_ops):
+ *           native TCP for tcp:// (reactor.c: one epoll thread per dg_tp,
+ *           writes by the sending thread) or nng streams for tls+tcp:// and
+ *           ipc:// (conn.c).  Framing, the handshake, attachment, closing
+ *           and reaping are shared (conn.c).
  *
  * Locks: tp->mu (peer table writes, connection list, addresses), peer->mu
- * (queue, attachment), stripe->mu (pending requests).  Order: tp->mu, then
- * peer->mu, then a stripe.  No lock is held while a callback runs.
+ * (queue, attachment), conn->mu (write state), stripe->mu (pending
+ * requests).  Order: tp->mu, then peer->mu, then conn->mu, then a stripe.
+ * No lock is held while a callback runs.
  */
 #ifndef DG_TRANSPORT_INT_H
 #define DG_TRANSPORT_INT_H
@@ -30,6 +36,7 @@
 #include <nng/supplemental/tls/tls.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 
 #define DG_CLUSTER_NAME_MAX 200
 #define DG_HANDSHAKE_MAX 1024   /* largest handshake frame body accepted */
@@ -77,10 +84,55 @@ enum conn_state {
 
 struct peer;
 struct dial;
+struct conn;
+struct dgi_reactor;
+
+/* What an epoll event points at (reactor.c): the first thing it reads. */
+enum { DGI_EV_WAKE = 1, DGI_EV_LISTEN, DGI_EV_DIAL, DGI_EV_CONN };
+struct dgi_ev {
+	int kind;
+};
+
+/* A connection's I/O backend.  Shared code (conn.c) owns the framing, the
+ * handshake, attachment, the counters and the connection's lifetime; a
+ * backend only moves bytes and reports back through dgi_conn_rx_done,
+ * dgi_conn_tx_done and dgi_conn_close.  Two exist: native TCP (reactor.c,
+ * dgi_tcp_ops) and nng streams (conn.c). */
+struct conn_ops {
+	/* Arrange for the next bytes to land in c->rx's spare room
+	 * (c->rx.data + c->rx.len up to c->rx.cap, at least RX_CHUNK/4 bytes)
+	 * and be reported with dgi_conn_rx_done(c, n), or the connection closed
+	 * (dgi_conn_close) on end of stream or error.  Reports for one
+	 * connection never overlap.  Called when the connection starts and
+	 * after every dgi_conn_rx_done that left it open, from that report.
+	 * Native: a standing EPOLLIN registration, nothing to do. */
+	void (*rx_start)(struct conn *c);
+	/* Write c->wire from c->tx_done to c->wire.len (c->wire.len may grow
+	 * until the write ends: handshake frames queued behind it).  The caller
+	 * owns the write (it set c->tx_busy) and may hold c->mu and peer->mu: a
+	 * backend takes no transport lock here and calls nothing back.  Returns
+	 * true if everything was written now (c->tx_done == c->wire.len: the
+	 * caller finishes the write, dgi_conn_tx_done); false if the write goes
+	 * on in the background — the backend then calls dgi_conn_tx_done (no
+	 * lock held) when it ends, or never, when the connection fails (it is
+	 * closed with an error). */
+	bool (*tx_start)(struct conn *c);
+	/* The connection was marked C_CLOSED (dgi_conn_close, any thread, no
+	 * lock held, once): stop its I/O — pending and later operations fail
+	 * or never complete; a completion already running may finish, and
+	 * sees C_CLOSED.  Does not free anything. */
+	void (*close)(struct conn *c);
+	/* True once no backend thread can touch c any more (after close).
+	 * Polled by the service thread before free; false puts the free off. */
+	bool (*idle)(struct conn *c);
+	/* Release the backend's resources (service thread or stop; c->users is
+	 * 0 and idle(c) held).  May wait for completions to return. */
+	void (*free)(struct conn *c);
+};
 
 struct conn {
 	dg_tp *tp;
-	nng_stream *stream;
+	const struct conn_ops *ops;
 	struct conn *next;          /* tp->conns */
 	pthread_mutex_t mu;         /* tx state; state transitions */
 	_Atomic int state;          /* enum conn_state */
@@ -94,21 +146,52 @@ struct conn {
 	uint8_t nonce_theirs[DG_NONCE_LEN];
 	dg_err fail;                /* why it closed (for waiters) */
 	/* receive */
-	nng_aio *rx_aio;
-	uint8_t hdr[DG_FRAME_HEADER];
-	dg_frame_header fh;
-	size_t rx_got;              /* bytes of the header or body read so far */
-	bool rx_body;               /* reading the body */
-	dg_buf rx;                  /* body buffer, reused */
+	dg_buf rx;                  /* frames read, not yet handled (a partial one at the front) */
 	/* send */
-	nng_aio *tx_aio;
 	dg_buf wire;                /* bytes on the wire (or the handshake frame) */
 	size_t tx_done;             /* of wire */
 	bool tx_busy;
+	/* backend: nng streams (conn.c) */
+	nng_stream *stream;
+	nng_aio *rx_aio, *tx_aio;
+	/* backend: native TCP (reactor.c) */
+	int fd;                     /* -1 for nng; closed by free only */
+	struct dgi_ev ev;           /* its epoll registration points here */
+	_Atomic bool tx_wait;       /* a write waits for EPOLLOUT: the reactor owns it */
+	_Atomic uint64_t tx_end_ns; /* when the last write ended (coalescing) */
+	uint64_t del_epoch;         /* reactor epoch read after it left epoll */
 	/* dialer waiting in dg_tp_connect */
 	struct connect_wait *waiter;
 	struct ctr rxc[DG_MSG__COUNT]; /* frames received on this connection */
 	_Atomic int users;          /* kicks between preparing and starting a write */
+};
+
+/* A dial in progress (either backend); freed by the service thread once
+ * done (and, native, once its resolver thread was joined). */
+struct dial {
+	dg_tp *tp;
+	struct dial *next;          /* tp->dials */
+	char *url;
+	struct peer *peer;
+	struct connect_wait *waiter;
+	bool done;                  /* ended (dgi_dial_end); under tp->mu */
+	/* nng */
+	nng_stream_dialer *dialer;
+	nng_aio *aio;
+	/* native (reactor.c): everything below belongs to the reactor thread
+	 * once posted to it */
+	bool native;
+	struct dgi_ev ev;
+	struct dial *rnext;         /* the reactor's posted or connecting list */
+	int fd;
+	uint64_t deadline_ms;       /* connect (and name resolution) by then */
+	dg_err err;                 /* set before posting: resolution failed */
+	const char *why;            /* and why (static text) */
+	struct sockaddr_storage sa; /* the address to connect to */
+	socklen_t salen;
+	char *host, port[8];        /* a host name for the resolver thread */
+	pthread_t resolver;
+	bool has_resolver;
 };
 
 struct peer {
@@ -160,8 +243,10 @@ struct dg_tp {
 	size_t secret_len;
 	dg_node_id self;
 	const dg_registry *reg;
-	nng_stream_listener *listener;
+	nng_stream_listener *listener; /* tls+tcp://, ipc:// */
 	nng_aio *accept_aio;
+	struct dgi_reactor *reactor; /* native tcp:// (always started) */
+	int listen_port;            /* native listener: the bound port */
 	nng_tls_config *tls_server, *tls_client;
 	pthread_mutex_t mu;
 	_Atomic(struct peer_table *) peers;
@@ -213,6 +298,22 @@ void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 
 /* ---- conn.c: connections and the handshake ---- */
 dg_err dgi_conn_accept_start(dg_tp *tp);
+/* For backends: a new connection (not yet in tp->conns), its shared parts
+ * allocated; the backend sets its own fields, then links it. */
+struct conn *dgi_conn_new(dg_tp *tp, const struct conn_ops *ops, bool dialer);
+void dgi_conn_link(struct conn *c);
+void dgi_conn_discard(struct conn *c);       /* a conn never linked */
+void dgi_conn_begin(struct conn *c);         /* an accepted conn: start reading */
+/* n bytes arrived in c->rx's spare room: handle every complete frame. */
+void dgi_conn_rx_done(struct conn *c, size_t n);
+/* A write the backend took over ended (tx_done == wire.len).  Frees the
+ * wire buffer and returns the next write to start (dgi_conn_start), or
+ * NULL.  No lock held. */
+struct conn *dgi_conn_tx_done(struct conn *c);
+/* A dial ended: c is the new connection (linked), or NULL and e says why
+ * it failed (why: text for the log).  Runs the handshake's first step or
+ * the failure path, then marks d done.  No lock held. */
+void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why);
 /* Starts a dial to url for peer p (p may be NULL when the id is unknown).
  * waiter (optional) is signalled when the handshake ends. */
 dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
@@ -225,8 +326,9 @@ struct conn *dgi_conn_kick(struct peer *p);
 /* Start the write dgi_conn_kick prepared (NULL: none), after the caller
  * dropped its locks. */
 void dgi_conn_start(struct conn *c);
-/* Free closed connections (service thread / stop: never from a callback). */
-void dgi_conn_reap(dg_tp *tp);
+/* Free closed connections (service thread / stop: never from a callback);
+ * true if some could not be freed yet (the reactor has not let go). */
+bool dgi_conn_reap(dg_tp *tp);
 /* Close connections whose handshake is past its deadline. */
 void dgi_conn_expire(dg_tp *tp, uint64_t now);
 /* At stop: abort dials, close every connection, wait, free. */
@@ -239,6 +341,29 @@ struct connect_wait {
 	dg_err err;
 	dg_node_id peer;
 };
+
+/* ---- reactor.c: native TCP for tcp:// URLs ---- */
+extern const struct conn_ops dgi_tcp_ops;
+bool dgi_tcp_url(const char *url);           /* "tcp://..." */
+/* Starts tp->reactor: its epoll and wake descriptors, the listening socket
+ * when listen_url is a tcp:// URL (the bound port in tp->listen_port), its
+ * thread.  DG_ERR_INVAL (URL), DG_ERR_ADDRINUSE, DG_ERR_NET, DG_ERR_NOMEM. */
+dg_err dgi_reactor_start(dg_tp *tp, const char *listen_url);
+/* Checks a tcp:// URL and takes a numeric address (any thread, locks may
+ * be held; nothing started).  DG_ERR_INVAL for a bad URL. */
+dg_err dgi_tcp_dial_prepare(struct dial *d);
+/* Starts a prepared dial that is in tp->dials: a host name is resolved on a
+ * thread of its own, then the reactor connects.  Every outcome comes
+ * through dgi_dial_end. */
+void dgi_tcp_dial_start(struct dial *d);
+/* Wakes the reactor (it runs its housekeeping: dial timeouts, aborts). */
+void dgi_reactor_wake(dg_tp *tp);
+/* Waits until the reactor finished the round of events it is in (not from
+ * the reactor thread).  At stop: no accept is half-done after it. */
+void dgi_reactor_sync(dg_tp *tp);
+/* Stops the thread and closes everything (after every conn and dial is
+ * gone). */
+void dgi_reactor_stop(dg_tp *tp);
 
 /* Frame a message into b: header + encoded body.  On error b is unchanged. */
 dg_err dgi_frame_encode(dg_buf *b, const dg_tp *tp, dg_msg_type type,
