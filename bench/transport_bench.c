@@ -15,11 +15,11 @@
  *                   nng-reqrep: nng_req0 / nng_rep0 sockets over tcp://,
  *                   the server echoes the message (the client reuses the
  *                   reply message for its next request: nng's best case);
- *                   nng-stream: nng's stream API, the layer datagrid is
- *                   built on, with nothing above it: the server echoes from
- *                   its aio callbacks (as datagrid's handlers run), the
- *                   client sends and receives with nng_aio_wait (as a
- *                   dg_tp_call caller waits) — the floor of that design;
+ *                   nng-stream: nng's stream API, the layer datagrid's
+ *                   tls+tcp:// is built on (and its tcp:// was, before the
+ *                   native reactor), with nothing above it: the server
+ *                   echoes from its aio callbacks, the client sends and
+ *                   receives with nng_aio_wait — the floor of that design;
  *                   tcp: two blocking sockets, TCP_NODELAY, one thread per
  *                   side, 64 bytes each way (the floor of this machine).
  *   rtt64_tls       datagrid's round trip over tls+tcp:// (certificates made
