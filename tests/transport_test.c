@@ -7,7 +7,10 @@
  * hostile bytes on raw TCP sockets (before the handshake, and after one done
  * by hand with the documented transcript), request/response and its
  * failures, ordering, back-pressure, exact counters, no allocation per
- * message, and concurrency including stop with requests in flight.
+ * message, concurrency including stop with requests in flight, and the
+ * native tcp:// backend's own paths (reactor.c: writes that end part-way
+ * under back-pressure, a peer leaving mid-frame either way, refused,
+ * unanswered and by-name dials, stop with a write parked on EPOLLOUT).
  *
  * Nothing sleeps blindly: every wait polls a condition with a deadline
  * (WAIT_FOR) and fails the test when it never holds.  The ASan/UBSan and
