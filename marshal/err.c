@@ -33,6 +33,13 @@ static const char *const err_names[DG_ERR__COUNT] = {
 	[DG_ERR_NET] = "DG_ERR_NET: network error",
 	[DG_ERR_ADDRINUSE] = "DG_ERR_ADDRINUSE: address in use",
 	[DG_ERR_UNSUPPORTED] = "DG_ERR_UNSUPPORTED: no handler for the message type",
+	[DG_ERR_NOT_FOUND] = "DG_ERR_NOT_FOUND: not found",
+	[DG_ERR_EXISTS] = "DG_ERR_EXISTS: exists with another configuration",
+	[DG_ERR_PARTITION_LOST] = "DG_ERR_PARTITION_LOST: every copy of the partition is lost",
+	[DG_ERR_REMAP] = "DG_ERR_REMAP: topology changed, map again",
+	[DG_ERR_STORAGE] = "DG_ERR_STORAGE: persistent storage failed",
+	[DG_ERR_STORAGE_FULL] = "DG_ERR_STORAGE_FULL: persistent storage is full",
+	[DG_ERR_NOT_READY] = "DG_ERR_NOT_READY: not ready",
 };
 
 const char *dg_strerror(dg_err err)

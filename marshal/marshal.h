@@ -86,6 +86,14 @@ typedef enum dg_err {
 	DG_ERR_NET,            /* network error (dial, listen, I/O) */
 	DG_ERR_ADDRINUSE,      /* listen address already in use */
 	DG_ERR_UNSUPPORTED,    /* no handler for the request's type */
+	/* cache and node */
+	DG_ERR_NOT_FOUND,      /* no such key, cache or node */
+	DG_ERR_EXISTS,         /* a cache of that name exists with another config */
+	DG_ERR_PARTITION_LOST, /* every copy of the key's partition is gone (reset it) */
+	DG_ERR_REMAP,          /* sender mapped on another topology version: map again */
+	DG_ERR_STORAGE,        /* persistent storage (LMDB) failed; the write was not applied */
+	DG_ERR_STORAGE_FULL,   /* persistent storage is full (map size); the write was not applied */
+	DG_ERR_NOT_READY,      /* the node is starting, leaving or rebalancing that partition */
 	DG_ERR__COUNT
 } dg_err;
 

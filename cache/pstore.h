@@ -1,0 +1,111 @@
+/*
+ * pstore.h — persistence of cache entries in LMDB (cache/, private).
+ *
+ * One LMDB environment per node (a directory), holding two databases:
+ *   "entries": key   = be32 cache_id | be16 partition | key bytes (marshalled)
+ *              value = dgi_pver (24 bytes, little-endian: topver i64,
+ *                      counter u64, order u32, flags u32) | expire_ms i64 LE |
+ *                      value bytes (marshalled)
+ *              Big-endian prefixes keep one partition's entries contiguous,
+ *              so loading, rebalancing and dropping a partition are range
+ *              operations.
+ *   "meta":    small named blobs (cache configurations), key = a string.
+ *
+ * Group commit.  LMDB allows one write transaction at a time.  Writers from
+ * many threads call dgi_pstore_write; one of them becomes the committer, takes
+ * every batch queued so far and applies them all in ONE write transaction,
+ * then wakes every writer whose records it committed.  A write returns only
+ * after its records are durable (or, with nosync, written to the map without
+ * fsync — a crash of the machine, not the process, may lose the last writes).
+ *
+ * Versions.  A record replaces a stored one only if its version is newer
+ * (dgi_pver_cmp > 0); a removal deletes the stored record only if the
+ * removal's version is newer than (or equal to) the stored one.  So batches that commit out of order
+ * never leave an older value on disk.
+ *
+ * Errors.  Every LMDB error becomes a dg_err: MDB_MAP_FULL →
+ * DG_ERR_STORAGE_FULL, anything else → DG_ERR_STORAGE (logged once with the
+ * LMDB message, id PSTORE-ERROR).  A failed transaction is aborted: none of
+ * the records of that transaction are applied, and every writer whose records
+ * were in it gets the error.  (The committer may retry the other writers'
+ * batches alone so one bad batch does not fail its neighbours.)
+ *
+ * Threads: every function is thread-safe.  The environment must not be used
+ * across fork().
+ */
+#ifndef DG_CACHE_PSTORE_H
+#define DG_CACHE_PSTORE_H
+
+#include "marshal/marshal.h"
+
+typedef struct dgi_pver {    /* entry version (DESIGN.md): compared in this order */
+	int64_t topver;
+	uint64_t counter;
+	uint32_t order;
+	uint32_t flags;          /* not compared */
+} dgi_pver;
+
+/* <0, 0, >0 as a is older, equal, newer than b (topver, counter, order). */
+int dgi_pver_cmp(const dgi_pver *a, const dgi_pver *b);
+
+typedef struct dgi_prec {
+	uint32_t cache_id;
+	uint32_t part;             /* < 65536 */
+	const uint8_t *key;
+	uint32_t klen;
+	const uint8_t *val;        /* NULL: removal */
+	uint32_t vlen;
+	dgi_pver ver;
+	int64_t expire_ms;         /* wall clock ms; 0 = never */
+} dgi_prec;
+
+typedef struct dgi_pstore_config {
+	const char *dir;           /* created if missing (mode 0700) */
+	size_t map_size;           /* bytes; default 1 GiB */
+	bool nosync;               /* MDB_NOSYNC: fast, a machine crash may lose the last commits */
+	uint32_t max_batch;        /* most records per write transaction; default 4096 */
+} dgi_pstore_config;
+
+void dgi_pstore_config_init(dgi_pstore_config *cfg);
+
+typedef struct dgi_pstore dgi_pstore;
+
+/* Opens (creating) the environment.  DG_ERR_INVAL (no dir), DG_ERR_STORAGE
+ * (cannot create or open; logged with the reason), DG_ERR_NOMEM. */
+dg_err dgi_pstore_open(const dgi_pstore_config *cfg, dgi_pstore **out);
+/* Waits for writes in progress, closes.  NULL is fine. */
+void dgi_pstore_close(dgi_pstore *ps);
+
+/* Durably applies n records (see Versions) — group-committed with other
+ * threads' writes.  Blocks until committed.  All or nothing for this call's
+ * records.  DG_ERR_STORAGE_FULL, DG_ERR_STORAGE, DG_ERR_NOMEM, DG_ERR_INVAL
+ * (part >= 65536, key empty). */
+dg_err dgi_pstore_write(dgi_pstore *ps, const dgi_prec *recs, size_t n);
+
+/* Calls fn for every stored record of cache_id (all partitions, in key
+ * order) inside one read transaction; fn returning non-DG_OK stops and is
+ * returned.  Record pointers are valid during the call only. */
+dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
+    dg_err (*fn)(void *ctx, const dgi_prec *rec), void *ctx);
+
+/* Deletes every record of one partition of a cache, or (part == UINT32_MAX)
+ * of the whole cache.  Group-committed like writes. */
+dg_err dgi_pstore_drop(dgi_pstore *ps, uint32_t cache_id, uint32_t part);
+
+/* Named metadata blobs (cache configurations). val NULL deletes. */
+dg_err dgi_pstore_meta_put(dgi_pstore *ps, const char *name,
+    const void *val, size_t len);
+dg_err dgi_pstore_meta_each(dgi_pstore *ps,
+    dg_err (*fn)(void *ctx, const char *name, const uint8_t *val, size_t len),
+    void *ctx);
+
+typedef struct dgi_pstore_stats {
+	uint64_t commits;          /* write transactions committed */
+	uint64_t records;          /* records written (applied or skipped as older) */
+	uint64_t skipped_older;    /* records not applied: the stored version was newer */
+	uint64_t failures;         /* write transactions that failed */
+	uint64_t map_size, map_used; /* bytes */
+} dgi_pstore_stats;
+void dgi_pstore_get_stats(dgi_pstore *ps, dgi_pstore_stats *out);
+
+#endif
