@@ -99,6 +99,7 @@ static dg_topology *topo_new(int64_t version, const dg_topology_node *nodes,
 		t->nodes[j].id = nodes[i].id;
 		t->nodes[j].order = nodes[i].order;
 		t->nodes[j].url = s;
+		t->nodes[j].attrs = nodes[i].attrs;
 		s += l;
 	}
 	return t;
@@ -212,17 +213,18 @@ static void install(dg_member *m, dg_topology *t)
 	dg_topology_release(t);
 }
 
-/* TOPOLOGY body: one LIST — version, then id, order, url per node. */
+/* TOPOLOGY body: one LIST — version, then id, order, url, attrs per node. */
 static dg_err topo_encode_reg(dg_member *m, const dg_topology *t, dg_buf *b)
 {
 	dg_writer w;
 	dg_writer_init(&w, m->reg, b);
-	dg_write_list_begin(&w, 1 + 3 * t->count);
+	dg_write_list_begin(&w, 1 + 4 * t->count);
 	dg_write_i64(&w, t->version);
 	for (uint32_t i = 0; i < t->count; i++) {
 		dg_write_i64(&w, (int64_t)t->nodes[i].id);
 		dg_write_i64(&w, t->nodes[i].order);
 		dg_write_str(&w, t->nodes[i].url, strlen(t->nodes[i].url));
+		dg_write_i64(&w, t->nodes[i].attrs);
 	}
 	dg_write_end(&w);
 	return dg_writer_finish(&w);
@@ -239,24 +241,27 @@ static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
 	dg_reader_init(&r, m->reg, raw->ptr, raw->len);
 	if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK)
 		return e;
-	if (count < 1 || (count - 1) % 3 != 0 || (count - 1) / 3 > 1024)
+	if (count < 1 || (count - 1) % 4 != 0 || (count - 1) / 4 > 1024)
 		return DG_ERR_BAD_LENGTH;
 	if ((e = dg_read_i64(&r, &version)) != DG_OK)
 		return e;
-	uint32_t n = (count - 1) / 3;
+	uint32_t n = (count - 1) / 4;
 	for (uint32_t i = 0; i < n; i++) {
-		int64_t id, order;
+		int64_t id, order, attrs;
 		dg_str url;
 		if ((e = dg_read_i64(&r, &id)) != DG_OK || (e = dg_read_i64(&r, &order)) != DG_OK ||
-		    (e = dg_read_str(&r, &url, NULL)) != DG_OK)
+		    (e = dg_read_str(&r, &url, NULL)) != DG_OK ||
+		    (e = dg_read_i64(&r, &attrs)) != DG_OK)
 			return e;
-		if (url.ptr == NULL || url.len >= sizeof(urls[0]) || id == 0)
+		if (url.ptr == NULL || url.len >= sizeof(urls[0]) || id == 0 ||
+		    attrs < 0 || attrs > UINT32_MAX)
 			return DG_ERR_BAD_LENGTH;
 		memcpy(urls[i], url.ptr, url.len);
 		urls[i][url.len] = 0;
 		nodes[i].id = (dg_node_id)id;
 		nodes[i].order = order;
 		nodes[i].url = urls[i];
+		nodes[i].attrs = (uint32_t)attrs;
 	}
 	*out = topo_new(version, nodes, n);
 	return *out ? DG_OK : DG_ERR_NOMEM;
@@ -310,6 +315,7 @@ static dg_err change(dg_member *m, const dg_node_id *drop, size_t ndrop,
 		url[add->address.len] = 0;
 		nodes[n].id = (dg_node_id)add->node_id;
 		nodes[n].order = max_order + 1;
+		nodes[n].attrs = add->attrs < 0 || add->attrs > UINT32_MAX ? 0 : (uint32_t)add->attrs;
 		nodes[n].url = url;
 		if (order)
 			*order = nodes[n].order;
@@ -714,7 +720,7 @@ static dg_err join_round(dg_member *m, uint64_t deadline)
 	bool smaller_waiting = false;
 	dg_err refused = DG_OK;
 	dg_msg_join j = { { dg_tp_address(tp), (uint32_t)strlen(dg_tp_address(tp)) },
-		(int64_t)dg_tp_self(tp) };
+		(int64_t)dg_tp_self(tp), m->cfg.attrs };
 	for (size_t i = 0; i < m->cfg.nseeds; i++) {
 		dg_node_id peer;
 		if (strcmp(m->seeds[i], dg_tp_address(tp)) == 0)
@@ -758,7 +764,7 @@ static dg_err join(dg_member *m)
 			break; /* a TOPOLOGY with this node arrived meanwhile */
 		if (e == DG_ERR_UNREACHABLE) {
 			/* no seed is in a cluster, none smaller is waiting: form one */
-			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp) };
+			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp), m->cfg.attrs };
 			dg_topology *t = topo_new(1, &self, 1);
 			if (t == NULL)
 				return DG_ERR_NOMEM;

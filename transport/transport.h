@@ -184,6 +184,7 @@ typedef struct dg_msg_heartbeat {
 typedef struct dg_msg_join {
 	dg_str address;
 	int64_t node_id;
+	int64_t attrs;          /* DG_NODE_* bits of the joiner */
 } dg_msg_join;
 
 typedef struct dg_msg_join_ack {
@@ -332,10 +333,13 @@ dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
  * failure detection, and cluster-wide type metadata.
  * ------------------------------------------------------------------------ */
 
+#define DG_NODE_CLIENT 0x1u   /* attrs: a client node (owns no partitions) */
+
 typedef struct dg_topology_node {
 	dg_node_id id;
 	int64_t order;          /* join order: the smallest is the coordinator */
 	const char *url;        /* where it listens */
+	uint32_t attrs;         /* DG_NODE_* bits, as the node joined with */
 } dg_topology_node;
 
 /* An immutable snapshot.  Hold it with dg_topology_release when done. */
@@ -359,6 +363,7 @@ typedef struct dg_member_config {
 	uint32_t heartbeat_ms;           /* default failure_timeout_ms / 5 */
 	uint32_t join_timeout_ms;        /* default 10000 */
 	dg_registry *reg;                /* cluster-wide types go through its hook */
+	uint32_t attrs;                  /* DG_NODE_* bits announced for this node */
 } dg_member_config;
 
 void dg_member_config_init(dg_member_config *cfg);
