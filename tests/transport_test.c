@@ -661,15 +661,17 @@ static void test_msg_rows_roundtrip(void **state)
 		assert_int_equal(fo.topology_version, 8);
 	}
 	{ /* JOIN: STRING address, I64 id, I64 attributes */
-		dg_msg_join m = { { "tcp://h:1", 9 }, 1234567, DG_NODE_CLIENT }, o;
+		dg_msg_join m = { { "tcp://h:1", 9 }, 1234567, DG_NODE_CLIENT, 77 }, o;
 		ref_start(&ref, &w);
 		OK(dg_write_str(&w, "tcp://h:1", 9));
 		OK(dg_write_i64(&w, 1234567));
 		OK(dg_write_i64(&w, DG_NODE_CLIENT));
+		OK(dg_write_i64(&w, 77));
 		row_roundtrip(DG_MSG_JOIN, &m, &ref, &o);
 		assert_str(o.address, "tcp://h:1");
 		assert_int_equal(o.node_id, 1234567);
 		assert_int_equal(o.attrs, DG_NODE_CLIENT);
+		assert_int_equal(o.floor, 77);
 	}
 	{ /* TOPOLOGY, TYPES_SNAPSHOT: one LIST, kept whole */
 		dg_buf list;
@@ -756,7 +758,7 @@ static void test_msg_decode_errors(void **state)
 	EXPECT(dg_msg_encode((dg_msg_type)T_UNUSED, scratch, &w), DG_ERR_INVAL);
 	assert_int_equal(b.len, 0);
 	/* an encoder error comes back (invalid UTF-8 in a STRING field) */
-	dg_msg_join j = { { "\xff\xfe", 2 }, 1, 0 };
+	dg_msg_join j = { { "\xff\xfe", 2 }, 1, 0, 0 };
 	ref_start(&b, &w);
 	EXPECT(dg_msg_encode(DG_MSG_JOIN, &j, &w), DG_ERR_UTF8);
 	dg_buf_free(&b);

@@ -321,7 +321,10 @@ static dg_err change(dg_member *m, const dg_node_id *drop, size_t ndrop,
 			*order = nodes[n].order;
 		n++;
 	}
-	dg_topology *t = topo_new(cur->version + 1, nodes, n);
+	int64_t next = cur->version + 1;
+	if (add != NULL && add->floor >= next && add->floor < INT64_MAX / 2)
+		next = add->floor + 1;
+	dg_topology *t = topo_new(next, nodes, n);
 	pthread_mutex_unlock(&m->mu);
 	if (t == NULL)
 		return DG_ERR_NOMEM;
@@ -720,7 +723,7 @@ static dg_err join_round(dg_member *m, uint64_t deadline)
 	bool smaller_waiting = false;
 	dg_err refused = DG_OK;
 	dg_msg_join j = { { dg_tp_address(tp), (uint32_t)strlen(dg_tp_address(tp)) },
-		(int64_t)dg_tp_self(tp), m->cfg.attrs };
+		(int64_t)dg_tp_self(tp), m->cfg.attrs, m->cfg.version_floor };
 	for (size_t i = 0; i < m->cfg.nseeds; i++) {
 		dg_node_id peer;
 		if (strcmp(m->seeds[i], dg_tp_address(tp)) == 0)
@@ -765,7 +768,8 @@ static dg_err join(dg_member *m)
 		if (e == DG_ERR_UNREACHABLE) {
 			/* no seed is in a cluster, none smaller is waiting: form one */
 			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp), m->cfg.attrs };
-			dg_topology *t = topo_new(1, &self, 1);
+			dg_topology *t = topo_new(m->cfg.version_floor > 0 ?
+			    m->cfg.version_floor + 1 : 1, &self, 1);
 			if (t == NULL)
 				return DG_ERR_NOMEM;
 			install(m, t);

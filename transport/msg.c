@@ -168,7 +168,8 @@ static dg_err enc_join(dg_writer *w, const void *body)
 	const dg_msg_join *m = body;
 	W(dg_write_str(w, m->address.ptr, m->address.len));
 	W(dg_write_i64(w, m->node_id));
-	return dg_write_i64(w, m->attrs);
+	W(dg_write_i64(w, m->attrs));
+	return dg_write_i64(w, m->floor);
 }
 
 static dg_err dec_join(dg_reader *r, void *body)
@@ -176,7 +177,8 @@ static dg_err dec_join(dg_reader *r, void *body)
 	dg_msg_join *m = body;
 	W(dg_read_str(r, &m->address, NULL));
 	W(read_i64(r, &m->node_id));
-	return read_i64(r, &m->attrs);
+	W(read_i64(r, &m->attrs));
+	return read_i64(r, &m->floor);
 }
 
 static dg_err enc_raw(dg_writer *w, const void *body)

@@ -185,6 +185,7 @@ typedef struct dg_msg_join {
 	dg_str address;
 	int64_t node_id;
 	int64_t attrs;          /* DG_NODE_* bits of the joiner */
+	int64_t floor;          /* the next topology version must exceed this */
 } dg_msg_join;
 
 typedef struct dg_msg_join_ack {
@@ -364,6 +365,12 @@ typedef struct dg_member_config {
 	uint32_t join_timeout_ms;        /* default 10000 */
 	dg_registry *reg;                /* cluster-wide types go through its hook */
 	uint32_t attrs;                  /* DG_NODE_* bits announced for this node */
+	int64_t version_floor;           /* topology versions this node installs
+	                                    exceed it: a cluster formed or joined
+	                                    by a restarted node continues from the
+	                                    versions it persisted (cache entry
+	                                    versions start with the topology
+	                                    version and must keep growing) */
 } dg_member_config;
 
 void dg_member_config_init(dg_member_config *cfg);
