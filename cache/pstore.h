@@ -21,7 +21,12 @@
  * Versions.  A record replaces a stored one only if its version is newer
  * (dgi_pver_cmp > 0); a removal deletes the stored record only if the
  * removal's version is newer than (or equal to) the stored one.  So batches that commit out of order
- * never leave an older value on disk.
+ * never leave an older value on disk — with one exception: a removal leaves
+ * no tombstone, so a put older than a removal that committed before it is
+ * applied (nothing is stored to compare with).  Callers must not have a put
+ * and a newer removal of one key in flight at once (or must keep tombstones
+ * themselves).  A stored value too short to hold a version (corrupt) counts
+ * as older than any record, so a write repairs it.
  *
  * Errors.  Every LMDB error becomes a dg_err: MDB_MAP_FULL →
  * DG_ERR_STORAGE_FULL, anything else → DG_ERR_STORAGE (logged once with the
@@ -61,9 +66,10 @@ typedef struct dgi_prec {
 
 typedef struct dgi_pstore_config {
 	const char *dir;           /* created if missing (mode 0700) */
-	size_t map_size;           /* bytes; default 1 GiB */
+	size_t map_size;           /* bytes; default (and 0) 1 GiB */
 	bool nosync;               /* MDB_NOSYNC: fast, a machine crash may lose the last commits */
-	uint32_t max_batch;        /* most records per write transaction; default 4096 */
+	uint32_t max_batch;        /* most records per group transaction; default 4096
+	                            * (one larger write still commits alone, whole) */
 } dgi_pstore_config;
 
 void dgi_pstore_config_init(dgi_pstore_config *cfg);
@@ -73,26 +79,41 @@ typedef struct dgi_pstore dgi_pstore;
 /* Opens (creating) the environment.  DG_ERR_INVAL (no dir), DG_ERR_STORAGE
  * (cannot create or open; logged with the reason), DG_ERR_NOMEM. */
 dg_err dgi_pstore_open(const dgi_pstore_config *cfg, dgi_pstore **out);
-/* Waits for writes in progress, closes.  NULL is fine. */
+/* Waits for every call in progress (writes, drops, loads, meta), closes.
+ * Calls that start while it waits get DG_ERR_CLOSED; calls after it returns
+ * are the caller's bug (ps is freed).  NULL is fine. */
 void dgi_pstore_close(dgi_pstore *ps);
 
 /* Durably applies n records (see Versions) — group-committed with other
- * threads' writes.  Blocks until committed.  All or nothing for this call's
- * records.  DG_ERR_STORAGE_FULL, DG_ERR_STORAGE, DG_ERR_NOMEM, DG_ERR_INVAL
- * (part >= 65536, key empty). */
+ * threads' writes.  Blocks until committed; the records are read in place
+ * (not copied) while the call blocks.  All or nothing for this call's
+ * records; n == 0 is DG_OK.  Allocates nothing.  DG_ERR_STORAGE_FULL,
+ * DG_ERR_STORAGE, DG_ERR_INVAL (part >= 65536, key NULL or empty, key longer
+ * than LMDB's key limit less the 6-byte prefix: 505 bytes), DG_ERR_CLOSED
+ * (called while dgi_pstore_close runs). */
 dg_err dgi_pstore_write(dgi_pstore *ps, const dgi_prec *recs, size_t n);
 
 /* Calls fn for every stored record of cache_id (all partitions, in key
  * order) inside one read transaction; fn returning non-DG_OK stops and is
- * returned.  Record pointers are valid during the call only. */
+ * returned.  Record pointers are valid during the call only (they point
+ * into the map).  DG_ERR_INVAL (fn NULL), DG_ERR_STORAGE (LMDB error, or a
+ * corrupt record: key without bytes after the prefix, value shorter than
+ * 32 bytes — the records before it were handed to fn). */
 dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
     dg_err (*fn)(void *ctx, const dgi_prec *rec), void *ctx);
 
 /* Deletes every record of one partition of a cache, or (part == UINT32_MAX)
- * of the whole cache.  Group-committed like writes. */
+ * of the whole cache.  Group-committed like writes.  DG_ERR_INVAL (part
+ * >= 65536 and not UINT32_MAX), DG_ERR_STORAGE_FULL (LMDB copies pages even
+ * to delete), DG_ERR_STORAGE. */
 dg_err dgi_pstore_drop(dgi_pstore *ps, uint32_t cache_id, uint32_t part);
 
-/* Named metadata blobs (cache configurations). val NULL deletes. */
+/* Named metadata blobs (cache configurations). val NULL deletes (deleting
+ * a missing name is DG_OK).  Puts are group-committed like writes.  Names
+ * are stored with their NUL; meta_each hands them out in name order inside
+ * one read transaction, pointers valid during the call only.  DG_ERR_INVAL
+ * (name NULL, empty or longer than 510 bytes; fn NULL), DG_ERR_STORAGE_FULL,
+ * DG_ERR_STORAGE. */
 dg_err dgi_pstore_meta_put(dgi_pstore *ps, const char *name,
     const void *val, size_t len);
 dg_err dgi_pstore_meta_each(dgi_pstore *ps,
@@ -107,5 +128,11 @@ typedef struct dgi_pstore_stats {
 	uint64_t map_size, map_used; /* bytes */
 } dgi_pstore_stats;
 void dgi_pstore_get_stats(dgi_pstore *ps, dgi_pstore_stats *out);
+
+/* Test hook: the next write transaction of ps fails with the LMDB error
+ * mdb_err (MDB_MAP_FULL, EIO, ...) instead of committing — aborted, logged
+ * and counted like a real failure (a group then retries each write alone,
+ * and those retries commit).  0 cancels. */
+void dgi_pstore_fail_next(dgi_pstore *ps, int mdb_err);
 
 #endif

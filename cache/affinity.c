@@ -1,0 +1,125 @@
+/*
+ * affinity.c — key hashing and rendezvous affinity.
+ *
+ * A partition's owners are the nodes with the highest score
+ * mix(partition, node id): every node computes the same owners from the
+ * same server list, and a node joining or leaving changes the owners of
+ * only the partitions whose top `copies` scores it enters or leaves —
+ * about copies/n of them (tests/cache_test.c checks the bound).
+ */
+#include "cache_int.h"
+
+#include <string.h>
+#include <time.h>
+
+static inline uint64_t rd64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	v = __builtin_bswap64(v);
+#endif
+	return v;
+}
+
+static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+/* 8 bytes a step, multiply-rotate, finalized with mix64.  Not for
+ * adversarial keys (a partition table is not a hash-flooding target: a hot
+ * partition is the worst case). */
+uint64_t dgi_key_hash(const uint8_t *p, size_t n)
+{
+	const uint64_t k = 0x9e3779b97f4a7c15ULL;
+	uint64_t h = 0x2545f4914f6cdd1dULL ^ (n * k);
+	while (n >= 8) {
+		h = (h ^ (rd64(p) * k)) * 0x100000001b3ULL;
+		h = (h << 29) | (h >> 35);
+		p += 8;
+		n -= 8;
+	}
+	uint64_t t = 0;
+	for (size_t i = 0; i < n; i++)
+		t |= (uint64_t)p[i] << (8 * i);
+	h ^= t * k;
+	return mix64(h);
+}
+
+int64_t dgi_wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
+    const dg_node_id *nodes, const int64_t *orders, uint32_t nnodes)
+{
+	if (copies > nnodes)
+		copies = nnodes;
+	if (copies > DGI_MAX_COPIES)
+		copies = DGI_MAX_COPIES;
+	uint32_t c = copies ? copies : 1;
+	size_t sz = sizeof(dgi_aff) + nnodes * (sizeof(dg_node_id) + sizeof(int64_t)) +
+	    (size_t)parts * c * sizeof(uint16_t);
+	dgi_aff *a = dgi_calloc(1, sz);
+	if (a == NULL)
+		return NULL;
+	a->topver = topver;
+	a->parts = parts;
+	a->copies = c;
+	a->nnodes = nnodes;
+	a->nodes = (dg_node_id *)(a + 1);
+	a->orders = (int64_t *)(a->nodes + nnodes);
+	a->owners = (uint16_t *)(a->orders + nnodes);
+	memcpy(a->nodes, nodes, nnodes * sizeof(*nodes));
+	memcpy(a->orders, orders, nnodes * sizeof(*orders));
+	for (uint32_t p = 0; p < parts; p++) {
+		uint64_t best[DGI_MAX_COPIES];
+		uint16_t *own = &a->owners[(size_t)p * c];
+		for (uint32_t i = 0; i < c; i++)
+			own[i] = UINT16_MAX;
+		uint32_t have = 0;
+		uint64_t ps = mix64((uint64_t)p * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
+		for (uint32_t k = 0; k < nnodes && copies > 0; k++) {
+			uint64_t s = mix64(ps ^ mix64(nodes[k]));
+			/* insertion into the top-c list, highest first; ties by id */
+			uint32_t j = have < c ? have++ : c;
+			while (j > 0 && (best[j - 1] < s ||
+			    (best[j - 1] == s && nodes[own[j - 1]] > nodes[k]))) {
+				if (j < c) {
+					best[j] = best[j - 1];
+					own[j] = own[j - 1];
+				}
+				j--;
+			}
+			if (j < c) {
+				best[j] = s;
+				own[j] = (uint16_t)k;
+			}
+		}
+	}
+	return a;
+}
+
+void dgi_aff_free(dgi_aff *a)
+{
+	dgi_free(a);
+}
+
+int dgi_aff_role(const dgi_aff *a, uint32_t p, dg_node_id node)
+{
+	for (uint32_t i = 0; i < a->copies; i++) {
+		uint16_t k = a->owners[(size_t)p * a->copies + i];
+		if (k != UINT16_MAX && a->nodes[k] == node)
+			return (int)i;
+	}
+	return -1;
+}

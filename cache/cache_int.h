@@ -1,0 +1,363 @@
+/*
+ * cache_int.h — internals of cache/ (not installed).
+ *
+ * Objects
+ * -------
+ * dgi_grid   one per node: the caches (an int map by cache id, published
+ *            copy-on-write: lock-free lookup by id), the current topology
+ *            and server-node list, pending update futures, the LMDB store,
+ *            a worker pool for persistent writes, the rebalancer and the
+ *            expiry sweeper.
+ * dg_cache   one cache on this node: its config, id, partitions and the
+ *            current affinity (published atomically per topology version).
+ * part       one partition's copy on this node: a lock, an open-addressing
+ *            table of entries (store.c), the version counter it assigns as
+ *            primary, and its state (NONE, OWNING, MOVING, LOST).
+ * entry      key and value bytes (marshalled) inline after the header, the
+ *            version, the expiry time and the id of the last update applied
+ *            (a retried update is applied once).
+ *
+ * Versions (DESIGN.md): (topology version, counter, node order), assigned
+ * by the primary; a copy is replaced only by a newer version — backups,
+ * rebalancing and persistence all apply that one rule (dgi_pver_cmp).
+ *
+ * Threads.  Local operations run in the caller's thread under the
+ * partition's lock; remote ones are sent and the caller waits on its future
+ * (a semaphore).  Handlers run on the transport's threads and never block,
+ * except that writes to persistent caches are handed to the worker pool
+ * (they wait for LMDB's group commit).  Lock order: grid->mu, then a
+ * partition's mu, then a future stripe.
+ */
+#ifndef DG_CACHE_INT_H
+#define DG_CACHE_INT_H
+
+#include "cache.h"
+#include "intmap.h"
+#include "pstore.h"
+#include "transport/transport.h"
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* ---- hashing and affinity (affinity.c) ---- */
+
+/* 64-bit hash of a key's canonical bytes; identical on every node. */
+uint64_t dgi_key_hash(const uint8_t *p, size_t n);
+static inline uint32_t dgi_part_of(uint64_t hash, uint32_t parts)
+{
+	return (uint32_t)(((hash >> 32) * (uint64_t)parts) >> 32);
+}
+
+#define DGI_MAX_COPIES 8        /* primary + up to 7 backups per partition */
+
+/* An affinity: owners of every partition for one topology version.
+ * owners[p * copies + 0] is the primary, then backups, as indexes into
+ * nodes[] (server nodes, by order); UINT16_MAX where fewer nodes exist. */
+typedef struct dgi_aff {
+	int64_t topver;
+	uint32_t parts;
+	uint32_t copies;            /* 1 + backups (capped by node count) */
+	uint32_t nnodes;
+	struct dgi_aff *retired_next;
+	uint64_t retired_ms;
+	dg_node_id *nodes;          /* nnodes ids */
+	int64_t *orders;            /* their join orders */
+	uint16_t *owners;           /* parts * copies */
+} dgi_aff;
+
+/* Builds the affinity of a cache over server nodes (ids with their orders,
+ * sorted by order): rendezvous hashing, partition p's owners are the
+ * `copies` nodes with the highest hash(p, node id).  copies is clamped to
+ * nnodes; REPLICATED passes copies = nnodes.  NULL on NOMEM. */
+dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
+    const dg_node_id *nodes, const int64_t *orders, uint32_t nnodes);
+void dgi_aff_free(dgi_aff *a);
+static inline dg_node_id dgi_aff_owner(const dgi_aff *a, uint32_t p, uint32_t i)
+{
+	uint16_t k = a->owners[p * a->copies + i];
+	return k == UINT16_MAX ? 0 : a->nodes[k];
+}
+/* Position of node among the owners of p (0 primary), or -1. */
+int dgi_aff_role(const dgi_aff *a, uint32_t p, dg_node_id node);
+
+/* ---- entries and the partition store (store.c) ---- */
+
+#define DGI_ENTRY_TOMB 0x1u     /* a removal remembered while the partition moves */
+
+typedef struct dgi_entry {
+	uint64_t hash;
+	dgi_pver ver;
+	int64_t expire_ms;          /* wall clock; 0 never */
+	uint64_t op_node, op_seq;   /* the last update applied */
+	uint32_t klen, vlen, cap;   /* cap: bytes of data[] */
+	uint32_t flags;
+	uint8_t data[];             /* key, then value */
+} dgi_entry;
+
+enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
+
+typedef struct dgi_part {
+	pthread_mutex_t mu;
+	dgi_entry **slots;          /* linear probing on hash; NULL empty */
+	uint32_t cap;               /* power of two or 0 */
+	uint32_t count;             /* entries, tombstones included */
+	uint32_t live;              /* entries without the tombstone flag */
+	uint64_t bytes;             /* key + value bytes */
+	uint64_t counter;           /* versions assigned as primary */
+	_Atomic int state;          /* enum part_state */
+	int64_t state_topver;       /* topology version the state was set for */
+	dg_node_id supplier;        /* MOVING: the node it fetches from */
+	uint64_t rented_ms;         /* NONE with data: when it stopped owning */
+} dgi_part;
+
+void dgi_part_init(dgi_part *p);
+void dgi_part_free(dgi_part *p);        /* entries and table */
+/* Lookups and updates; the caller holds p->mu. */
+dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
+/* Makes the entry for key hold val (NULL + tomb: a tombstone), reusing its
+ * memory when it fits.  *slot_entry is the entry after the call.
+ * DG_ERR_NOMEM (unchanged). */
+dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen,
+    const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms,
+    uint64_t op_node, uint64_t op_seq, uint32_t flags, dgi_entry **out);
+/* Removes the entry for key (if any). */
+void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
+/* Removes every entry (and tombstone). */
+void dgi_part_clear(dgi_part *p);
+/* Removes tombstones only. */
+void dgi_part_purge_tombs(dgi_part *p);
+/* Visits entries with hash > after in hash order, up to max entries (all
+ * entries of the last hash included); returns the last hash visited and
+ * sets *more.  fn returning false stops. */
+uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
+    bool (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more);
+/* Removes expired entries (expire_ms <= now); returns how many. */
+uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max);
+
+static inline const uint8_t *dgi_entry_key(const dgi_entry *e) { return e->data; }
+static inline const uint8_t *dgi_entry_val(const dgi_entry *e) { return e->data + e->klen; }
+
+int64_t dgi_wall_ms(void);
+
+/* ---- messages (msgs.c; PROTOCOL.md, "Cache messages") ---- */
+#define DGI_MSG_UPDATE ((dg_msg_type)(64))  /* originator -> primary, request */
+#define DGI_MSG_UPDATE_RES ((dg_msg_type)(65))  /* response */
+#define DGI_MSG_BACKUP ((dg_msg_type)(66))  /* primary -> backups, one-way */
+#define DGI_MSG_BACKUP_ACK ((dg_msg_type)(67))  /* backup -> originator, one-way */
+#define DGI_MSG_GET ((dg_msg_type)(68))  /* request */
+#define DGI_MSG_GET_RES ((dg_msg_type)(69))  /* response */
+#define DGI_MSG_CACHE_CREATE ((dg_msg_type)(70))  /* request, to every node */
+#define DGI_MSG_CACHE_DESTROY ((dg_msg_type)(71))  /* request, to every node */
+#define DGI_MSG_CACHE_CONFIGS ((dg_msg_type)(72))  /* one-way: every cache config, to a new node */
+#define DGI_MSG_ACK ((dg_msg_type)(73))  /* response: result and a count */
+#define DGI_MSG_DEMAND ((dg_msg_type)(74))  /* rebalancing: request a batch of a partition */
+#define DGI_MSG_SUPPLY ((dg_msg_type)(75))  /* response: entries */
+#define DGI_MSG_SCAN ((dg_msg_type)(76))  /* request a page of a partition */
+#define DGI_MSG_SCAN_RES ((dg_msg_type)(77))  /* response: entries */
+#define DGI_MSG_SIZE ((dg_msg_type)(78))  /* request: primary entries of a cache on a node */
+#define DGI_MSG_CLEAR ((dg_msg_type)(79))  /* request: clear a cache on a node */
+#define DGI_MSG_LOST_RESET ((dg_msg_type)(80))  /* request: clear the lost marks on a node */
+#define DGI_MSG_CACHE_LAST ((dg_msg_type)(81))
+
+enum { OP_PUT = 1, OP_REMOVE, OP_PUT_IF_ABSENT, OP_REPLACE, OP_GET_AND_PUT };
+
+typedef struct dgi_msg_update {
+	int64_t cache_id, part, topver;
+	int64_t op;                 /* OP_* */
+	int64_t sync;               /* dg_write_sync */
+	int64_t op_node, op_seq;    /* originator and its update counter */
+	int64_t fut;                /* originator's future awaiting backup acks; 0 none */
+	dg_bytes key, val;          /* val.ptr NULL: no value (remove) */
+} dgi_msg_update;
+
+typedef struct dgi_msg_update_res {
+	int64_t res;                /* dg_err */
+	int64_t flag;               /* removed / put / replaced / had */
+	int64_t nbackups;           /* backups the primary forwarded to (acks expected) */
+	int64_t backups[DGI_MAX_COPIES - 1];
+	dg_bytes old;               /* OP_GET_AND_PUT: the previous value, or null */
+} dgi_msg_update_res;
+
+typedef struct dgi_msg_backup {
+	int64_t cache_id, part, topver;
+	int64_t ver_topver, ver_counter, ver_order;
+	int64_t expire_ms;
+	int64_t op_node, op_seq;
+	int64_t fut;                /* ack to op_node with this id; 0: no ack */
+	dg_bytes key, val;          /* val.ptr NULL: removal */
+} dgi_msg_backup;
+
+typedef struct dgi_msg_backup_ack {
+	int64_t fut, res;
+} dgi_msg_backup_ack;
+
+#define DGI_GET_SUPPLIER 0x1    /* serve from the store whatever its state */
+
+typedef struct dgi_msg_get {
+	int64_t cache_id, part, topver, flags;
+	dg_bytes key;
+} dgi_msg_get;
+
+typedef struct dgi_msg_get_res {
+	int64_t found;
+	dg_bytes val;
+} dgi_msg_get_res;
+
+typedef struct dgi_msg_ack {    /* ACK; also CACHE_DESTROY/SIZE/CLEAR/LOST_RESET requests */
+	int64_t res;                /* dg_err (requests: the cache id) */
+	int64_t value;              /* a count */
+} dgi_msg_ack;
+
+typedef struct dgi_msg_cfg {    /* CACHE_CREATE */
+	dg_str name;
+	int64_t mode, backups, sync, atomicity, partitions, read_from_backup,
+	    persistence, ttl_ms;
+} dgi_msg_cfg;
+
+typedef struct dgi_msg_page_req {   /* DEMAND, SCAN */
+	int64_t cache_id, part, topver;
+	int64_t after;              /* hash (as int64) after which to continue */
+	int64_t first;              /* 1: from the start (after is ignored) */
+	int64_t max;                /* DEMAND: bytes, SCAN: entries */
+} dgi_msg_page_req;
+
+/* SUPPLY, SCAN_RES, CACHE_CONFIGS: one LIST read by the handler
+ * (dg_msg_raw).  SUPPLY and SCAN_RES: I64 more, I64 last hash, then per
+ * entry BYTES key, BYTES value (null: tombstone), I64 ver topver, I64
+ * counter, I64 order, I64 expire.  CACHE_CONFIGS: per cache the fields of
+ * CACHE_CREATE in order. */
+
+void dgi_cache_msgs_define(void);
+
+static inline void dgi_cfg_to_msg(const dg_cache_config *c, dgi_msg_cfg *m)
+{
+	m->name.ptr = c->name;
+	m->name.len = (uint32_t)strlen(c->name);
+	m->mode = c->mode;
+	m->backups = c->backups;
+	m->sync = c->write_sync;
+	m->atomicity = c->atomicity;
+	m->partitions = c->partitions;
+	m->read_from_backup = c->read_from_backup;
+	m->persistence = c->persistence;
+	m->ttl_ms = (int64_t)c->ttl_ms;
+}
+
+/* ---- caches and the grid (grid.c, ops.c, rebalance.c) ---- */
+
+struct dg_cache {
+	dgi_grid *g;
+	dg_cache_config cfg;
+	uint32_t id;
+	_Atomic bool dead;              /* destroyed (or node stopping) */
+	struct dg_cache *grave_next;    /* destroyed caches, freed at stop */
+	dgi_part *parts;                /* cfg.partitions */
+	_Atomic(dgi_aff *) aff;         /* current; NULL before the first topology */
+	dgi_aff *retired;               /* older affinities (grid->mu) */
+	uint8_t *lost;                  /* a byte per partition: lost (grid->mu writes) */
+	bool fresh;                     /* created here, cluster-wide: no data to fetch */
+	_Atomic uint64_t puts, gets, removes, hits, misses, remaps, expired;
+	_Atomic uint64_t rebal_parts_done, rebal_bytes;
+};
+
+/* A caller waiting for an update: the primary's reply and, with FULL_SYNC,
+ * every backup's ack (straight to this node).  Lives on the caller's stack,
+ * found by id in a striped table; completion posts the semaphore. */
+struct fut {
+	uint64_t id;
+	struct fut *next;
+	sem_t sem;
+	bool done;                     /* posted */
+	bool primary_done;
+	bool want_acks;                /* FULL_SYNC: wait for the backups too */
+	dg_err err;
+	int64_t flag;
+	uint32_t nexpect;              /* backups named by the primary */
+	dg_node_id expect[DGI_MAX_COPIES];
+	bool acked[DGI_MAX_COPIES];
+	uint32_t nearly;               /* acks that came before the primary's reply */
+	dg_node_id early[DGI_MAX_COPIES];
+	dg_buf *old;                   /* OP_GET_AND_PUT: where the old value goes */
+	bool had;
+};
+
+#define FUT_STRIPES 64
+
+struct fut_stripe {
+	pthread_mutex_t mu;
+	struct fut *head;
+} __attribute__((aligned(64)));
+
+/* A unit of work for the worker pool (writes to persistent caches). */
+struct job {
+	struct job *next;
+	dg_msg_type type;
+	dg_msg_in in;                  /* corr, from, flags for the reply */
+	uint8_t *raw;                  /* owned copy of the body */
+	uint32_t raw_len;
+};
+
+#define GRID_WORKERS 4
+
+struct dgi_grid {
+	dg_tp *tp;
+	dg_member *m;
+	dg_registry *reg;
+	dgi_grid_config cfg;
+	dg_node_id self;
+	pthread_mutex_t mu;            /* caches set, topology install, graveyard */
+	pthread_cond_t cv;             /* rebalancer and sweeper wake-ups */
+	dgi_intmap caches;             /* id -> dg_cache (lock-free lookups) */
+	dg_cache *grave;
+	dg_topology *topo;             /* current (held); grid->mu */
+	_Atomic int64_t topver;
+	int64_t self_order;
+	bool stopping;
+	uint64_t rebal_gen;            /* bumped on every topology: rebalancer restarts */
+	dgi_pstore *ps;
+	int64_t persisted_topver;      /* highest topology version written to meta */
+	struct fut_stripe futs[FUT_STRIPES];
+	_Atomic uint64_t next_fut, next_seq;
+	int slot;                      /* in ops.c's grid table: fut ids' top byte */
+	/* worker pool */
+	pthread_mutex_t jmu;
+	pthread_cond_t jcv;
+	struct job *jhead, *jtail;
+	bool jstop;
+	pthread_t workers[GRID_WORKERS];
+	pthread_t rebalancer, sweeper;
+	bool threads_up;
+};
+
+/* grid.c */
+dg_cache *dgi_grid_cache(dgi_grid *g, uint32_t id);   /* live cache or NULL */
+void dgi_grid_event(dgi_grid *g, dg_event_kind kind, const char *cache, uint32_t part);
+dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
+    int64_t expire_ms);
+void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ops.c: message handlers and the update protocol */
+void dgi_ops_register(dgi_grid *g);
+void dgi_ops_unregister(dgi_grid *g);
+void dgi_ops_run_job(dgi_grid *g, struct job *j);
+/* A topology dropped nodes: futures stop waiting for their acks. */
+void dgi_futs_forget(dgi_grid *g, const dg_topology *now);
+/* Applies a copy (backup, rebalancing): only when newer; tombstone when
+ * val is NULL and the partition is MOVING, else a removal.  Persists.
+ * Caller holds no lock. */
+dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq);
+
+/* rebalance.c */
+void *dgi_rebalancer(void *arg);
+void dgi_rebalance_register(dgi_grid *g);
+/* Encodes entries of a partition page (SUPPLY, SCAN_RES) into b. */
+dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
+    bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b);
+
+#endif /* DG_CACHE_INT_H */

@@ -1,0 +1,938 @@
+/*
+ * grid.c — the caches of a node: the cluster-wide cache registry, topology
+ * changes (affinity, partition states, lost partitions), the persistent
+ * store, the worker pool and the expiry sweeper.
+ *
+ * Partition states on this node (DESIGN.md):
+ *   OWNING  an owner with the full partition: serves reads and writes;
+ *   MOVING  a new owner fetching the partition from `supplier`: receives
+ *           writes (as primary or backup) but reads fall through to the
+ *           supplier for keys it does not hold yet; removals are kept as
+ *           tombstones until it is OWNING, so a late copy cannot resurrect
+ *           a removed key;
+ *   LOST    an owner of a partition whose every previous copy is gone:
+ *           reads and writes fail with DG_ERR_PARTITION_LOST until reset;
+ *   NONE    not an owner.  Data left from owning it ("rented") is served
+ *           to the new owners' demands and dropped after a grace period.
+ */
+#include "cache_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RENT_GRACE_MS 30000
+
+void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
+{
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "level=%s id=%s ", level, id);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof(line))
+		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s\n", line);
+}
+
+uint32_t dgi_cache_id(const char *name)
+{
+	uint32_t h = 2166136261u;
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return h ? h : 1;
+}
+
+void dg_cache_config_init(dg_cache_config *cfg, const char *name)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	if (name != NULL) {
+		size_t n = strlen(name);
+		if (n >= sizeof(cfg->name))
+			n = sizeof(cfg->name) - 1;
+		memcpy(cfg->name, name, n);
+	}
+	cfg->mode = DG_PARTITIONED;
+	cfg->write_sync = DG_FULL_SYNC;
+	cfg->atomicity = DG_ATOMIC;
+	cfg->partitions = DG_PARTITIONS_DEFAULT;
+	cfg->read_from_backup = true;
+}
+
+const dg_cache_config *dg_cache_config_of(const dg_cache *c)
+{
+	return &c->cfg;
+}
+
+void dgi_grid_event(dgi_grid *g, dg_event_kind kind, const char *cache, uint32_t part)
+{
+	if (g->cfg.on_event == NULL)
+		return;
+	dg_event ev = { kind, atomic_load(&g->topver), cache, part };
+	g->cfg.on_event(g->cfg.event_ctx, &ev);
+}
+
+dg_cache *dgi_grid_cache(dgi_grid *g, uint32_t id)
+{
+	dg_cache *c = dgi_intmap_get(&g->caches, id);
+	return c != NULL && !atomic_load_explicit(&c->dead, memory_order_acquire) ? c : NULL;
+}
+
+/* ---- configuration checks ---- */
+
+static dg_err check_config(const dgi_grid *g, const dg_cache_config *cfg)
+{
+	size_t n = strnlen(cfg->name, sizeof(cfg->name));
+	const char *why = NULL;
+	if (n == 0 || n >= sizeof(cfg->name))
+		why = "name must be 1..127 bytes";
+	else if ((unsigned)cfg->mode > DG_REPLICATED)
+		why = "mode must be PARTITIONED or REPLICATED";
+	else if (cfg->backups > DGI_MAX_COPIES - 1)
+		why = "backups must be 0..7";
+	else if ((unsigned)cfg->write_sync > DG_FULL_ASYNC)
+		why = "write_sync must be FULL_SYNC, PRIMARY_SYNC or FULL_ASYNC";
+	else if ((unsigned)cfg->atomicity > DG_TRANSACTIONAL)
+		why = "atomicity must be ATOMIC or TRANSACTIONAL";
+	else if (cfg->partitions == 0 || cfg->partitions > DG_PARTITIONS_MAX)
+		why = "partitions must be 1..65536";
+	else if (cfg->persistence && g->ps == NULL)
+		why = "persistence needs the node's data_dir";
+	if (why != NULL) {
+		dgi_grid_log("error", "CACHE-CONFIG", "cache=\"%.*s\" why=\"%s\"", (int)n,
+		    cfg->name, why);
+		return DG_ERR_INVAL;
+	}
+	return DG_OK;
+}
+
+static bool same_config(const dg_cache_config *a, const dg_cache_config *b)
+{
+	return strcmp(a->name, b->name) == 0 && a->mode == b->mode &&
+	    (a->mode == DG_REPLICATED || a->backups == b->backups) &&
+	    a->write_sync == b->write_sync && a->atomicity == b->atomicity &&
+	    a->partitions == b->partitions && a->read_from_backup == b->read_from_backup &&
+	    a->persistence == b->persistence && a->ttl_ms == b->ttl_ms;
+}
+
+static void cfg_from_msg(const dgi_msg_cfg *m, dg_cache_config *c)
+{
+	char name[DG_CACHE_NAME_MAX];
+	memcpy(name, m->name.ptr, m->name.len);
+	name[m->name.len] = 0;
+	dg_cache_config_init(c, name);
+	c->mode = (dg_cache_mode)m->mode;
+	c->backups = m->backups < 0 || m->backups > 1000 ? 1000 : (uint32_t)m->backups;
+	c->write_sync = (dg_write_sync)m->sync;
+	c->atomicity = (dg_atomicity)m->atomicity;
+	c->partitions = m->partitions < 0 || m->partitions > DG_PARTITIONS_MAX + 1 ?
+	    0 : (uint32_t)m->partitions;
+	c->read_from_backup = m->read_from_backup != 0;
+	c->persistence = m->persistence != 0;
+	c->ttl_ms = (uint64_t)m->ttl_ms;
+}
+
+/* ---- affinity and partition states ---- */
+
+/* Server nodes (no client bit) of t, in order. */
+static uint32_t servers_of(const dg_topology *t, dg_node_id *ids, int64_t *orders,
+    dg_node_id without)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; t != NULL && i < t->count; i++) {
+		if (t->nodes[i].attrs & DG_NODE_CLIENT || t->nodes[i].id == without)
+			continue;
+		ids[n] = t->nodes[i].id;
+		orders[n] = t->nodes[i].order;
+		n++;
+	}
+	return n;
+}
+
+static dgi_aff *aff_for(const dg_cache *c, const dg_topology *t, dg_node_id without)
+{
+	dg_node_id ids[1024];
+	int64_t orders[1024];
+	uint32_t n = servers_of(t, ids, orders, without);
+	uint32_t copies = c->cfg.mode == DG_REPLICATED ? n : 1 + c->cfg.backups;
+	return dgi_aff_build(t ? t->version : 0, c->cfg.partitions, copies, ids, orders, n);
+}
+
+static bool is_server(const dg_topology *t, dg_node_id id)
+{
+	const dg_topology_node *n = dg_topology_find(t, id);
+	return n != NULL && !(n->attrs & DG_NODE_CLIENT);
+}
+
+/* Moves c to the affinity of topology t (grid->mu held).  old: the
+ * affinity the partitions' copies were placed by (NULL: none known). */
+static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
+{
+	dgi_aff *old = atomic_load(&c->aff);
+	dgi_aff *guess = NULL;
+	dgi_aff *now = aff_for(c, t, 0);
+	if (now == NULL) {
+		dgi_grid_log("error", "AFFINITY-NOMEM", "cache=\"%s\"", c->cfg.name);
+		return;
+	}
+	if (old == NULL && !c->fresh) {
+		/* a cache this node learned or loaded: its data lives on the
+		 * other servers, placed as if this node were not there */
+		guess = aff_for(c, t, g->self);
+		old = guess;
+	}
+	uint64_t now_ms = dgi_now_ms();
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		dgi_part *pt = &c->parts[p];
+		int rn = dgi_aff_role(now, p, g->self);
+		bool any_old = false, gone = false;
+		dg_node_id supplier = 0;
+		if (old != NULL && old->nnodes > 0) {
+			for (uint32_t i = 0; i < old->copies; i++) {
+				dg_node_id o = dgi_aff_owner(old, p, i);
+				if (o == 0)
+					continue;
+				if (is_server(t, o)) {
+					any_old = true;
+					if (supplier == 0 && o != g->self)
+						supplier = o;
+				}
+			}
+			gone = !any_old;
+		}
+		if (gone && guess == NULL && !c->lost[p]) {
+			c->lost[p] = 1;
+			dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld",
+			    c->cfg.name, p, (long long)t->version);
+			dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, p);
+		}
+		pthread_mutex_lock(&pt->mu);
+		int st = atomic_load(&pt->state);
+		int ns = st;
+		if (rn < 0) {
+			ns = P_NONE;
+			if (st != P_NONE)
+				pt->rented_ms = now_ms;
+		} else if (c->lost[p]) {
+			ns = P_LOST;
+		} else if (st == P_OWNING) {
+			ns = P_OWNING;
+		} else if (st == P_MOVING && is_server(t, pt->supplier)) {
+			ns = P_MOVING;
+		} else if (old == NULL || old->nnodes == 0 || (dgi_aff_role(old, p, g->self) >= 0 &&
+		    st == P_OWNING)) {
+			ns = P_OWNING; /* nothing to fetch from anyone */
+		} else if (supplier != 0) {
+			ns = P_MOVING;
+			pt->supplier = supplier;
+		} else {
+			/* this node held the only surviving copy (or, as a guess,
+			 * nobody else has it): it owns what it has */
+			ns = P_OWNING;
+		}
+		if (ns != st || ns == P_MOVING) {
+			atomic_store(&pt->state, ns);
+			pt->state_topver = t->version;
+			if (ns == P_OWNING)
+				dgi_part_purge_tombs(pt);
+		}
+		pthread_mutex_unlock(&pt->mu);
+	}
+	dgi_aff_free(guess);
+	dgi_aff *prev = atomic_exchange(&c->aff, now);
+	if (prev != NULL) {
+		/* readers may still hold prev for one operation: free it later */
+		prev->retired_ms = now_ms;
+		prev->retired_next = c->retired;
+		c->retired = prev;
+	}
+	/* free retired affinities no operation can still use */
+	dgi_aff **pp = &c->retired;
+	while (*pp != NULL) {
+		dgi_aff *a = *pp;
+		if (now_ms - a->retired_ms > 4ull * g->cfg.request_timeout_ms + 60000) {
+			*pp = a->retired_next;
+			dgi_aff_free(a);
+		} else {
+			pp = &a->retired_next;
+		}
+	}
+	c->fresh = false;
+}
+
+static dg_err send_configs(dgi_grid *g, dg_node_id to);
+
+static void persist_topver(dgi_grid *g, int64_t v)
+{
+	if (g->ps == NULL || v <= g->persisted_topver)
+		return;
+	char s[32];
+	int n = snprintf(s, sizeof(s), "%lld", (long long)v);
+	if (dgi_pstore_meta_put(g->ps, "topology_version", s, (size_t)n) == DG_OK)
+		g->persisted_topver = v;
+}
+
+struct retopo_ctx {
+	dgi_grid *g;
+	const dg_topology *t;
+};
+
+static void retopo_one(void *ctx, uint32_t key, void *value)
+{
+	struct retopo_ctx *r = ctx;
+	dg_cache *c = value;
+	(void)key;
+	if (!atomic_load(&c->dead))
+		retopo_cache(r->g, c, r->t);
+}
+
+static void on_topology(void *ctx, const dg_topology *old, const dg_topology *now)
+{
+	dgi_grid *g = ctx;
+	pthread_mutex_lock(&g->mu);
+	if (g->topo != NULL && now->version <= g->topo->version) {
+		pthread_mutex_unlock(&g->mu);
+		return;
+	}
+	persist_topver(g, now->version);
+	struct retopo_ctx r = { g, now };
+	dgi_intmap_each(&g->caches, retopo_one, &r);
+	atomic_fetch_add(&((dg_topology *)now)->refs, 1);
+	dg_topology *prev = g->topo;
+	g->topo = (dg_topology *)now;
+	atomic_store(&g->topver, now->version);
+	const dg_topology_node *me = dg_topology_find(now, g->self);
+	if (me != NULL)
+		g->self_order = me->order;
+	g->rebal_gen++;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+
+	dgi_futs_forget(g, now);
+	/* every node tells new nodes every cache it has: a cache created
+	 * while a node joined reaches it one way or the other */
+	const dg_topology *before = prev != NULL ? prev : old;
+	for (uint32_t i = 0; i < now->count; i++) {
+		dg_node_id id = now->nodes[i].id;
+		if (id != g->self && (before == NULL || dg_topology_find(before, id) == NULL))
+			send_configs(g, id);
+	}
+	if (prev != NULL)
+		dg_topology_release(prev);
+	dgi_grid_event(g, DG_EVENT_TOPOLOGY, NULL, 0);
+}
+
+/* ---- creating, learning and destroying caches ---- */
+
+static void cache_free(dg_cache *c)
+{
+	if (c == NULL)
+		return;
+	for (uint32_t p = 0; c->parts != NULL && p < c->cfg.partitions; p++)
+		dgi_part_free(&c->parts[p]);
+	dgi_free(c->parts);
+	dgi_free(c->lost);
+	dgi_aff_free(atomic_load(&c->aff));
+	while (c->retired != NULL) {
+		dgi_aff *a = c->retired;
+		c->retired = a->retired_next;
+		dgi_aff_free(a);
+	}
+	dgi_free(c);
+}
+
+static dg_cache *cache_new(dgi_grid *g, const dg_cache_config *cfg, bool fresh)
+{
+	dg_cache *c = dgi_calloc(1, sizeof(*c));
+	if (c == NULL)
+		return NULL;
+	c->g = g;
+	c->cfg = *cfg;
+	c->id = dgi_cache_id(cfg->name);
+	c->fresh = fresh;
+	c->parts = dgi_calloc(cfg->partitions, sizeof(*c->parts));
+	c->lost = dgi_calloc(cfg->partitions, 1);
+	if (c->parts == NULL || c->lost == NULL) {
+		dgi_free(c->parts);
+		dgi_free(c->lost);
+		dgi_free(c);
+		return NULL;
+	}
+	for (uint32_t p = 0; p < cfg->partitions; p++)
+		dgi_part_init(&c->parts[p]);
+	return c;
+}
+
+static dg_err meta_save(dgi_grid *g, const dg_cache_config *cfg)
+{
+	if (g->ps == NULL || !cfg->persistence)
+		return DG_OK;
+	char key[DG_CACHE_NAME_MAX + 8];
+	snprintf(key, sizeof(key), "cache:%s", cfg->name);
+	dg_buf b;
+	dg_writer w;
+	dg_buf_init(&b);
+	dg_writer_init(&w, g->reg, &b);
+	dgi_msg_cfg m;
+	dgi_cfg_to_msg(cfg, &m);
+	dg_msg_encode(DGI_MSG_CACHE_CREATE, &m, &w);
+	dg_err e = dg_writer_finish(&w);
+	if (e == DG_OK)
+		e = dgi_pstore_meta_put(g->ps, key, b.data, b.len);
+	dg_buf_free(&b);
+	return e;
+}
+
+/* Adds a cache on this node (grid->mu held).  DG_OK with *out the existing
+ * one when the config matches; DG_ERR_EXISTS otherwise. */
+static dg_err local_create(dgi_grid *g, const dg_cache_config *cfg, bool fresh,
+    dg_cache **out)
+{
+	uint32_t id = dgi_cache_id(cfg->name);
+	dg_cache *have = dgi_grid_cache(g, id);
+	if (have != NULL) {
+		if (out)
+			*out = have;
+		if (same_config(&have->cfg, cfg))
+			return DG_OK;
+		if (strcmp(have->cfg.name, cfg->name) != 0)
+			dgi_grid_log("error", "CACHE-ID-CLASH", "cache=\"%s\" other=\"%s\"", cfg->name,
+			    have->cfg.name);
+		return DG_ERR_EXISTS;
+	}
+	dg_err e = check_config(g, cfg);
+	if (e != DG_OK)
+		return e;
+	dg_cache *c = cache_new(g, cfg, fresh);
+	if (c == NULL)
+		return DG_ERR_NOMEM;
+	if ((e = meta_save(g, cfg)) != DG_OK || (e = dgi_intmap_put(&g->caches, c->id, c)) != DG_OK) {
+		cache_free(c);
+		return e;
+	}
+	if (g->topo != NULL)
+		retopo_cache(g, c, g->topo);
+	g->rebal_gen++;
+	pthread_cond_broadcast(&g->cv);
+	dgi_grid_log("info", "CACHE-CREATED", "cache=\"%s\" id=%08x mode=%s backups=%u partitions=%u persistence=%s",
+	    cfg->name, c->id, cfg->mode == DG_REPLICATED ? "replicated" : "partitioned",
+	    cfg->backups, cfg->partitions, cfg->persistence ? "on" : "off");
+	if (out)
+		*out = c;
+	return DG_OK;
+}
+
+static void local_destroy(dgi_grid *g, dg_cache *c)
+{
+	atomic_store(&c->dead, true);
+	dgi_intmap_del(&g->caches, c->id);
+	c->grave_next = g->grave;
+	g->grave = c;
+	if (g->ps != NULL && c->cfg.persistence) {
+		char key[DG_CACHE_NAME_MAX + 8];
+		snprintf(key, sizeof(key), "cache:%s", c->cfg.name);
+		dgi_pstore_meta_put(g->ps, key, NULL, 0);
+		dgi_pstore_drop(g->ps, c->id, UINT32_MAX);
+	}
+	/* the memory goes now; the handle stays valid (dead) until stop */
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		pthread_mutex_lock(&c->parts[p].mu);
+		dgi_part_clear(&c->parts[p]);
+		atomic_store(&c->parts[p].state, P_NONE);
+		pthread_mutex_unlock(&c->parts[p].mu);
+	}
+	dgi_grid_log("info", "CACHE-DESTROYED", "cache=\"%s\"", c->cfg.name);
+}
+
+/* The other nodes of the current topology (servers and clients). */
+static uint32_t others(dgi_grid *g, dg_node_id *ids, uint32_t cap)
+{
+	uint32_t n = 0;
+	pthread_mutex_lock(&g->mu);
+	for (uint32_t i = 0; g->topo != NULL && i < g->topo->count && n < cap; i++)
+		if (g->topo->nodes[i].id != g->self)
+			ids[n++] = g->topo->nodes[i].id;
+	pthread_mutex_unlock(&g->mu);
+	return n;
+}
+
+/* Sends a request to every other node and waits for every answer; the
+ * first error other than a node leaving is returned. */
+static dg_err to_all(dgi_grid *g, dg_msg_type type, const void *body, int64_t *sum)
+{
+	dg_node_id ids[1024];
+	uint32_t n = others(g, ids, 1024);
+	dg_err first = DG_OK;
+	for (uint32_t i = 0; i < n; i++) {
+		dgi_msg_ack ack = { 0, 0 };
+		dg_err e = dg_tp_call(g->tp, ids[i], type, body, g->cfg.request_timeout_ms, &ack, NULL);
+		if (e == DG_OK)
+			e = (dg_err)ack.res;
+		if (e != DG_OK)
+			dgi_grid_log("warn", "CACHE-REQUEST", "type=%s to=%016llx err=\"%s\"",
+			    dg_msg_name(type), (unsigned long long)ids[i], dg_strerror(e));
+		if (e == DG_ERR_CONN_BROKEN || e == DG_ERR_UNREACHABLE)
+			continue; /* left meanwhile: it learns on rejoin */
+		if (e == DG_OK && sum != NULL)
+			*sum += ack.value;
+		if (e != DG_OK && first == DG_OK)
+			first = e;
+	}
+	return first;
+}
+
+dg_err dgi_grid_cache_create(dgi_grid *g, const dg_cache_config *cfg, dg_cache **out)
+{
+	if (g == NULL || cfg == NULL || out == NULL)
+		return DG_ERR_INVAL;
+	pthread_mutex_lock(&g->mu);
+	dg_cache *c = NULL;
+	dg_err e = local_create(g, cfg, true, &c);
+	pthread_mutex_unlock(&g->mu);
+	if (e != DG_OK)
+		return e;
+	dgi_msg_cfg m;
+	dgi_cfg_to_msg(cfg, &m);
+	if ((e = to_all(g, DGI_MSG_CACHE_CREATE, &m, NULL)) != DG_OK) {
+		dgi_grid_log("error", "CACHE-CREATE", "cache=\"%s\" err=\"%s\"", cfg->name,
+		    dg_strerror(e));
+		return e;
+	}
+	*out = c;
+	return DG_OK;
+}
+
+dg_err dgi_grid_cache_find(dgi_grid *g, const char *name, dg_cache **out)
+{
+	if (g == NULL || name == NULL || out == NULL)
+		return DG_ERR_INVAL;
+	dg_cache *c = dgi_grid_cache(g, dgi_cache_id(name));
+	if (c == NULL || strcmp(c->cfg.name, name) != 0)
+		return DG_ERR_NOT_FOUND;
+	*out = c;
+	return DG_OK;
+}
+
+dg_err dgi_grid_cache_destroy(dgi_grid *g, const char *name)
+{
+	dg_cache *c;
+	dg_err e = dgi_grid_cache_find(g, name, &c);
+	if (e != DG_OK)
+		return e;
+	dgi_msg_ack m = { c->id, 0 };
+	e = to_all(g, DGI_MSG_CACHE_DESTROY, &m, NULL);
+	pthread_mutex_lock(&g->mu);
+	if (!atomic_load(&c->dead))
+		local_destroy(g, c);
+	pthread_mutex_unlock(&g->mu);
+	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
+}
+
+struct list_ctx {
+	dg_cache_config *out;
+	size_t cap, n;
+};
+
+static void list_one(void *ctx, uint32_t key, void *value)
+{
+	struct list_ctx *l = ctx;
+	dg_cache *c = value;
+	(void)key;
+	if (atomic_load(&c->dead))
+		return;
+	if (l->n < l->cap)
+		l->out[l->n] = c->cfg;
+	l->n++;
+}
+
+size_t dgi_grid_cache_list(dgi_grid *g, dg_cache_config *out, size_t cap)
+{
+	struct list_ctx l = { out, cap, 0 };
+	dgi_intmap_each(&g->caches, list_one, &l);
+	return l.n;
+}
+
+/* ---- handlers: create, destroy, configs ---- */
+
+static void on_create(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	dg_cache_config cfg;
+	cfg_from_msg(in->body, &cfg);
+	pthread_mutex_lock(&g->mu);
+	dg_err e = local_create(g, &cfg, true, NULL);
+	pthread_mutex_unlock(&g->mu);
+	dgi_msg_ack ack = { e, 0 };
+	dg_tp_reply(tp, in, DGI_MSG_ACK, &ack);
+}
+
+static void on_destroy(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_ack *m = in->body;
+	pthread_mutex_lock(&g->mu);
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->res);
+	if (c != NULL)
+		local_destroy(g, c);
+	pthread_mutex_unlock(&g->mu);
+	dgi_msg_ack ack = { DG_OK, 0 };
+	dg_tp_reply(tp, in, DGI_MSG_ACK, &ack);
+}
+
+struct cfg_enc {
+	dg_writer *w;
+	uint32_t n;
+};
+
+static void enc_one(void *ctx, uint32_t key, void *value)
+{
+	struct cfg_enc *x = ctx;
+	dg_cache *c = value;
+	(void)key;
+	if (atomic_load(&c->dead))
+		return;
+	dgi_msg_cfg m;
+	dgi_cfg_to_msg(&c->cfg, &m);
+	dg_msg_row_of(DGI_MSG_CACHE_CREATE)->encode(x->w, &m);
+	x->n++;
+}
+
+static void count_one(void *ctx, uint32_t key, void *value)
+{
+	(void)key;
+	if (!atomic_load(&((dg_cache *)value)->dead))
+		(*(uint32_t *)ctx)++;
+}
+
+static dg_err send_configs(dgi_grid *g, dg_node_id to)
+{
+	uint32_t n = 0;
+	dgi_intmap_each(&g->caches, count_one, &n);
+	if (n == 0)
+		return DG_OK;
+	dg_buf b;
+	dg_writer w;
+	dg_buf_init(&b);
+	dg_writer_init(&w, g->reg, &b);
+	/* count and encode under grid->mu: no cache comes or goes between */
+	pthread_mutex_lock(&g->mu);
+	n = 0;
+	dgi_intmap_each(&g->caches, count_one, &n);
+	dg_write_list_begin(&w, n * 9);
+	struct cfg_enc x = { &w, 0 };
+	dgi_intmap_each(&g->caches, enc_one, &x);
+	pthread_mutex_unlock(&g->mu);
+	dg_write_end(&w);
+	dg_err e = dg_writer_finish(&w);
+	if (e == DG_OK) {
+		dg_msg_raw body = { { b.data, (uint32_t)b.len } };
+		e = dg_tp_send(g->tp, to, DGI_MSG_CACHE_CONFIGS, &body);
+	}
+	dg_buf_free(&b);
+	return e;
+}
+
+static void on_configs(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dg_msg_raw *raw = in->body;
+	dg_reader r;
+	uint32_t count;
+	(void)tp;
+	dg_reader_init(&r, g->reg, raw->list.ptr, raw->list.len);
+	if (dg_read_begin(&r, DG_LIST, &count) != DG_OK || count % 9 != 0)
+		return;
+	for (uint32_t i = 0; i < count / 9; i++) {
+		dgi_msg_cfg m;
+		if (dg_msg_row_of(DGI_MSG_CACHE_CREATE)->decode(&r, &m) != DG_OK)
+			return;
+		dg_cache_config cfg;
+		cfg_from_msg(&m, &cfg);
+		pthread_mutex_lock(&g->mu);
+		dg_err e = local_create(g, &cfg, false, NULL);
+		pthread_mutex_unlock(&g->mu);
+		if (e != DG_OK)
+			dgi_grid_log("error", "CACHE-CONFLICT", "cache=\"%s\" from=%016llx err=\"%s\"",
+			    cfg.name, (unsigned long long)in->from, dg_strerror(e));
+	}
+}
+
+/* ---- persistence ---- */
+
+dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
+    int64_t expire_ms)
+{
+	if (!c->cfg.persistence || g->ps == NULL)
+		return DG_OK;
+	dgi_prec rec = { c->id, part, key, klen, val, vlen, *ver, expire_ms };
+	return dgi_pstore_write(g->ps, &rec, 1);
+}
+
+struct load_ctx {
+	dgi_grid *g;
+	dg_cache *c;
+	uint64_t n;
+};
+
+static dg_err load_rec(void *ctx, const dgi_prec *rec)
+{
+	struct load_ctx *l = ctx;
+	if (rec->part >= l->c->cfg.partitions || rec->val == NULL)
+		return DG_OK;
+	dgi_part *pt = &l->c->parts[rec->part];
+	uint64_t h = dgi_key_hash(rec->key, rec->klen);
+	pthread_mutex_lock(&pt->mu);
+	dg_err e = dgi_part_set(pt, h, rec->key, rec->klen, rec->val, rec->vlen, &rec->ver,
+	    rec->expire_ms, 0, 0, 0, NULL);
+	pthread_mutex_unlock(&pt->mu);
+	l->n++;
+	return e;
+}
+
+static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t len)
+{
+	dgi_grid *g = ctx;
+	if (strcmp(name, "topology_version") == 0) {
+		char s[32];
+		size_t n = len < sizeof(s) - 1 ? len : sizeof(s) - 1;
+		memcpy(s, val, n);
+		s[n] = 0;
+		g->persisted_topver = strtoll(s, NULL, 10);
+		return DG_OK;
+	}
+	if (strncmp(name, "cache:", 6) != 0)
+		return DG_OK;
+	dgi_msg_cfg m;
+	dg_cache_config cfg;
+	if (dg_msg_decode(DGI_MSG_CACHE_CREATE, g->reg, val, len, &m) != DG_OK) {
+		dgi_grid_log("error", "CACHE-META-BAD", "key=\"%s\"", name);
+		return DG_OK;
+	}
+	cfg_from_msg(&m, &cfg);
+	dg_cache *c = NULL;
+	pthread_mutex_lock(&g->mu);
+	dg_err e = local_create(g, &cfg, false, &c);
+	pthread_mutex_unlock(&g->mu);
+	if (e != DG_OK)
+		return e;
+	struct load_ctx l = { g, c, 0 };
+	uint64_t t0 = dgi_now_ms();
+	e = dgi_pstore_load(g->ps, c->id, load_rec, &l);
+	dgi_grid_log("info", "CACHE-LOADED", "cache=\"%s\" entries=%llu ms=%llu err=\"%s\"",
+	    cfg.name, (unsigned long long)l.n, (unsigned long long)(dgi_now_ms() - t0),
+	    dg_strerror(e));
+	return e;
+}
+
+int64_t dgi_grid_version_floor(dgi_grid *g)
+{
+	return g->persisted_topver;
+}
+
+/* ---- worker pool (writes to persistent caches) and sweeper ---- */
+
+static void *worker(void *arg)
+{
+	dgi_grid *g = arg;
+	pthread_mutex_lock(&g->jmu);
+	for (;;) {
+		while (g->jhead == NULL && !g->jstop)
+			pthread_cond_wait(&g->jcv, &g->jmu);
+		struct job *j = g->jhead;
+		if (j == NULL)
+			break;
+		g->jhead = j->next;
+		if (g->jhead == NULL)
+			g->jtail = NULL;
+		pthread_mutex_unlock(&g->jmu);
+		dgi_ops_run_job(g, j);
+		dgi_free(j);
+		pthread_mutex_lock(&g->jmu);
+	}
+	pthread_mutex_unlock(&g->jmu);
+	return NULL;
+}
+
+struct sweep_ctx {
+	dgi_grid *g;
+	int64_t wall;
+	uint64_t mono;
+};
+
+static void sweep_cache(void *ctx, uint32_t key, void *value)
+{
+	struct sweep_ctx *s = ctx;
+	dg_cache *c = value;
+	(void)key;
+	for (uint32_t p = 0; p < c->cfg.partitions && !atomic_load(&c->dead); p++) {
+		dgi_part *pt = &c->parts[p];
+		bool drop = false;
+		pthread_mutex_lock(&pt->mu);
+		if (c->cfg.ttl_ms != 0 && pt->count > 0) {
+			uint32_t n = dgi_part_expire(pt, s->wall, 4096);
+			atomic_fetch_add_explicit(&c->expired, n, memory_order_relaxed);
+		}
+		if (atomic_load(&pt->state) == P_NONE && pt->count > 0 &&
+		    s->mono - pt->rented_ms > RENT_GRACE_MS) {
+			dgi_part_clear(pt);
+			drop = true;
+		}
+		pthread_mutex_unlock(&pt->mu);
+		if (drop && c->cfg.persistence && s->g->ps != NULL)
+			dgi_pstore_drop(s->g->ps, c->id, p);
+	}
+}
+
+static void *sweeper(void *arg)
+{
+	dgi_grid *g = arg;
+	pthread_mutex_lock(&g->mu);
+	while (!g->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+		if (g->stopping)
+			break;
+		pthread_mutex_unlock(&g->mu);
+		struct sweep_ctx s = { g, dgi_wall_ms(), dgi_now_ms() };
+		dgi_intmap_each(&g->caches, sweep_cache, &s);
+		pthread_mutex_lock(&g->mu);
+	}
+	pthread_mutex_unlock(&g->mu);
+	return NULL;
+}
+
+/* ---- start and stop ---- */
+
+static void free_cache_cb(void *ctx, uint32_t key, void *value)
+{
+	(void)ctx;
+	(void)key;
+	cache_free(value);
+}
+
+dg_err dgi_grid_start(dg_tp *tp, dg_registry *reg, const dgi_grid_config *cfg,
+    dgi_grid **out)
+{
+	dgi_cache_msgs_define();
+	dgi_grid *g = dgi_calloc(1, sizeof(*g));
+	if (g == NULL)
+		return DG_ERR_NOMEM;
+	g->tp = tp;
+	g->reg = reg;
+	g->cfg = *cfg;
+	if (g->cfg.request_timeout_ms == 0)
+		g->cfg.request_timeout_ms = 10000;
+	if (g->cfg.rebalance_batch_bytes == 0)
+		g->cfg.rebalance_batch_bytes = 512 * 1024;
+	g->self = dg_tp_self(tp);
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	pthread_mutex_init(&g->jmu, NULL);
+	pthread_cond_init(&g->jcv, NULL);
+	for (int i = 0; i < FUT_STRIPES; i++)
+		pthread_mutex_init(&g->futs[i].mu, NULL);
+	atomic_init(&g->next_fut, 1);
+	atomic_init(&g->next_seq, 1);
+	dg_err e = dgi_intmap_init(&g->caches);
+	if (e != DG_OK) {
+		dgi_free(g);
+		return e;
+	}
+	if (cfg->data_dir != NULL && cfg->data_dir[0] != 0) {
+		dgi_pstore_config pc;
+		dgi_pstore_config_init(&pc);
+		pc.dir = cfg->data_dir;
+		if (cfg->storage_map_size)
+			pc.map_size = cfg->storage_map_size;
+		pc.nosync = cfg->storage_nosync;
+		if ((e = dgi_pstore_open(&pc, &g->ps)) != DG_OK)
+			goto fail;
+		if ((e = dgi_pstore_meta_each(g->ps, load_meta, g)) != DG_OK)
+			goto fail;
+	}
+	dgi_ops_register(g);
+	dg_tp_handle(tp, DGI_MSG_CACHE_CREATE, on_create, g);
+	dg_tp_handle(tp, DGI_MSG_CACHE_DESTROY, on_destroy, g);
+	dg_tp_handle(tp, DGI_MSG_CACHE_CONFIGS, on_configs, g);
+	dgi_rebalance_register(g);
+	int i;
+	for (i = 0; i < GRID_WORKERS; i++)
+		if (pthread_create(&g->workers[i], NULL, worker, g) != 0)
+			break;
+	if (i < GRID_WORKERS || pthread_create(&g->rebalancer, NULL, dgi_rebalancer, g) != 0 ||
+	    pthread_create(&g->sweeper, NULL, sweeper, g) != 0) {
+		/* stop what started (simplest: abort; threads are a resource
+		 * the system refuses only when it is exhausted) */
+		dgi_grid_log("error", "GRID-THREADS", "why=\"pthread_create failed\"");
+		abort();
+	}
+	g->threads_up = true;
+	*out = g;
+	return DG_OK;
+fail:
+	dgi_pstore_close(g->ps);
+	dgi_intmap_each(&g->caches, free_cache_cb, NULL);
+	dgi_intmap_destroy(&g->caches);
+	dgi_free(g);
+	return e;
+}
+
+dg_err dgi_grid_joined(dgi_grid *g, dg_member *m)
+{
+	g->m = m;
+	dg_err e = dg_member_listen(m, on_topology, g);
+	if (e != DG_OK)
+		return e;
+	dg_topology *t = dg_member_topology(m);
+	if (t != NULL) {
+		on_topology(g, NULL, t);
+		dg_topology_release(t);
+	}
+	return DG_OK;
+}
+
+void dgi_grid_stop(dgi_grid *g)
+{
+	if (g == NULL)
+		return;
+	for (unsigned t = DGI_MSG_UPDATE; t < DGI_MSG_CACHE_LAST; t++)
+		dg_tp_handle(g->tp, (dg_msg_type)t, NULL, NULL);
+	dg_tp_quiesce(g->tp);
+	dgi_ops_unregister(g);
+	pthread_mutex_lock(&g->mu);
+	g->stopping = true;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+	pthread_mutex_lock(&g->jmu);
+	g->jstop = true;
+	pthread_cond_broadcast(&g->jcv);
+	pthread_mutex_unlock(&g->jmu);
+	if (g->threads_up) {
+		for (int i = 0; i < GRID_WORKERS; i++)
+			pthread_join(g->workers[i], NULL);
+		pthread_join(g->rebalancer, NULL);
+		pthread_join(g->sweeper, NULL);
+	}
+	dgi_intmap_each(&g->caches, free_cache_cb, NULL);
+	dgi_intmap_destroy(&g->caches);
+	while (g->grave != NULL) {
+		dg_cache *c = g->grave;
+		g->grave = c->grave_next;
+		cache_free(c);
+	}
+	dgi_pstore_close(g->ps);
+	if (g->topo != NULL)
+		dg_topology_release(g->topo);
+	dgi_free(g);
+}
+
+void dgi_grid_leave(dgi_grid *g)
+{
+	(void)g; /* handoff of sole copies: see rebalance.c (not yet) */
+}

@@ -1,0 +1,129 @@
+/*
+ * msgs.c — codecs of the cache messages (PROTOCOL.md, "Cache messages").
+ *
+ * Most bodies are a run of I64 fields followed by a run of BYTES fields, in
+ * struct order; one generic pair of functions, instantiated per type with
+ * the two counts, encodes and decodes them — no descriptor lookup, no
+ * allocation (byte fields are views into the frame).
+ */
+#include "cache_int.h"
+
+#include <stddef.h>
+
+static dg_err enc_run(dg_writer *w, const void *body, int ni, size_t boff, int nb)
+{
+	const int64_t *v = body;
+	dg_err e = DG_OK;
+	for (int i = 0; i < ni && e == DG_OK; i++)
+		e = dg_write_i64(w, v[i]);
+	const dg_bytes *b = (const dg_bytes *)((const uint8_t *)body + boff);
+	for (int i = 0; i < nb && e == DG_OK; i++)
+		e = dg_write_bytes(w, b[i].ptr, b[i].len);
+	return e;
+}
+
+static dg_err dec_run(dg_reader *r, void *body, int ni, size_t boff, int nb)
+{
+	int64_t *v = body;
+	dg_err e = DG_OK;
+	for (int i = 0; i < ni && e == DG_OK; i++)
+		e = dg_read_i64(r, &v[i]);
+	dg_bytes *b = (dg_bytes *)((uint8_t *)body + boff);
+	for (int i = 0; i < nb && e == DG_OK; i++)
+		e = dg_read_bytes(r, &b[i], NULL);
+	return e;
+}
+
+#define RUN_CODEC(name, type, ni, bfield, nb)                                    \
+	_Static_assert(offsetof(type, bfield) == (ni) * sizeof(int64_t) || (nb) == 0, \
+	    #type ": I64 fields first, then BYTES");                                \
+	static dg_err enc_##name(dg_writer *w, const void *body)                    \
+	{                                                                           \
+		return enc_run(w, body, ni, offsetof(type, bfield), nb);              \
+	}                                                                           \
+	static dg_err dec_##name(dg_reader *r, void *body)                          \
+	{                                                                           \
+		return dec_run(r, body, ni, offsetof(type, bfield), nb);              \
+	}
+
+RUN_CODEC(update, dgi_msg_update, 8, key, 2)
+RUN_CODEC(update_res, dgi_msg_update_res, 3 + DGI_MAX_COPIES - 1, old, 1)
+RUN_CODEC(backup, dgi_msg_backup, 10, key, 2)
+RUN_CODEC(backup_ack, dgi_msg_backup_ack, 2, res, 0)
+RUN_CODEC(get, dgi_msg_get, 4, key, 1)
+RUN_CODEC(get_res, dgi_msg_get_res, 1, val, 1)
+RUN_CODEC(ack, dgi_msg_ack, 2, res, 0)
+RUN_CODEC(page_req, dgi_msg_page_req, 6, cache_id, 0)
+
+static dg_err enc_cfg(dg_writer *w, const void *body)
+{
+	const dgi_msg_cfg *m = body;
+	dg_err e = dg_write_str(w, m->name.ptr, m->name.len);
+	return e != DG_OK ? e : enc_run(w, &m->mode, 8, 0, 0);
+}
+
+static dg_err dec_cfg(dg_reader *r, void *body)
+{
+	dgi_msg_cfg *m = body;
+	dg_err e = dg_read_str(r, &m->name, NULL);
+	if (e == DG_OK && (m->name.ptr == NULL || m->name.len == 0 ||
+	    m->name.len >= DG_CACHE_NAME_MAX))
+		e = DG_ERR_BAD_LENGTH;
+	return e != DG_OK ? e : dec_run(r, &m->mode, 8, 0, 0);
+}
+
+_Static_assert(offsetof(dgi_msg_cfg, ttl_ms) - offsetof(dgi_msg_cfg, mode) ==
+    7 * sizeof(int64_t), "dgi_msg_cfg: eight I64 after the name");
+
+static dg_err enc_list(dg_writer *w, const void *body)
+{
+	const dg_msg_raw *m = body;
+	dg_value v = { .kind = DG_ANY };
+	v.v.raw = m->list;
+	return dg_write_value(w, &v);
+}
+
+static dg_err dec_list(dg_reader *r, void *body)
+{
+	dg_msg_raw *m = body;
+	size_t before = dg_reader_left(r);
+	const uint8_t *start = r->r_p;
+	dg_err e = dg_read_skip(r);
+	if (e != DG_OK)
+		return e;
+	if (start[0] != 0x0F) /* a LIST (FORMAT.md) */
+		return DG_ERR_TYPE_MISMATCH;
+	m->list.ptr = start;
+	m->list.len = (uint32_t)(before - dg_reader_left(r));
+	return DG_OK;
+}
+
+#define ROW(t, name, type, codec) \
+	dg_msg_define(t, &(dg_msg_row){ name, sizeof(type), enc_##codec, dec_##codec })
+
+static void define_rows(void)
+{
+	ROW(DGI_MSG_UPDATE, "CACHE_UPDATE", dgi_msg_update, update);
+	ROW(DGI_MSG_UPDATE_RES, "CACHE_UPDATE_RES", dgi_msg_update_res, update_res);
+	ROW(DGI_MSG_BACKUP, "CACHE_BACKUP", dgi_msg_backup, backup);
+	ROW(DGI_MSG_BACKUP_ACK, "CACHE_BACKUP_ACK", dgi_msg_backup_ack, backup_ack);
+	ROW(DGI_MSG_GET, "CACHE_GET", dgi_msg_get, get);
+	ROW(DGI_MSG_GET_RES, "CACHE_GET_RES", dgi_msg_get_res, get_res);
+	ROW(DGI_MSG_CACHE_CREATE, "CACHE_CREATE", dgi_msg_cfg, cfg);
+	ROW(DGI_MSG_CACHE_DESTROY, "CACHE_DESTROY", dgi_msg_ack, ack);
+	ROW(DGI_MSG_CACHE_CONFIGS, "CACHE_CONFIGS", dg_msg_raw, list);
+	ROW(DGI_MSG_ACK, "CACHE_ACK", dgi_msg_ack, ack);
+	ROW(DGI_MSG_DEMAND, "REBALANCE_DEMAND", dgi_msg_page_req, page_req);
+	ROW(DGI_MSG_SUPPLY, "REBALANCE_SUPPLY", dg_msg_raw, list);
+	ROW(DGI_MSG_SCAN, "CACHE_SCAN", dgi_msg_page_req, page_req);
+	ROW(DGI_MSG_SCAN_RES, "CACHE_SCAN_RES", dg_msg_raw, list);
+	ROW(DGI_MSG_SIZE, "CACHE_SIZE", dgi_msg_ack, ack);
+	ROW(DGI_MSG_CLEAR, "CACHE_CLEAR", dgi_msg_ack, ack);
+	ROW(DGI_MSG_LOST_RESET, "CACHE_LOST_RESET", dgi_msg_ack, ack);
+}
+
+void dgi_cache_msgs_define(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, define_rows);
+}

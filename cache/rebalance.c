@@ -1,0 +1,691 @@
+/*
+ * rebalance.c — moving partitions to new owners, and the cache-wide
+ * operations that walk partitions: scan, size, clear, lost-partition reset,
+ * metrics.
+ *
+ * A new owner (MOVING) asks its supplier for the partition a batch at a
+ * time (DEMAND: after this hash, up to so many bytes; SUPPLY: entries in
+ * hash order, the last hash, whether more remain).  Each entry is applied
+ * with the one rule — only a newer version replaces a copy — so writes the
+ * new owner received meanwhile (it is already a backup or the primary) win
+ * over older copies.  When the last batch is in and the topology did not
+ * change meanwhile, the partition becomes OWNING.  One rebalancer thread
+ * per node fetches partitions one after another; writes and reads of every
+ * partition go on meanwhile.
+ */
+#include "cache_int.h"
+#include "marshal/marshal_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- pages of entries (SUPPLY, SCAN_RES) ---- */
+
+struct page_ctx {
+	dg_writer *w;
+	uint64_t bytes, max;
+	bool bytes_limit, live_only;
+	uint32_t n;
+	int64_t wall;
+};
+
+static bool page_one(void *ctx, const dgi_entry *e)
+{
+	struct page_ctx *p = ctx;
+	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
+	if (p->live_only && (tomb || (e->expire_ms != 0 && e->expire_ms <= p->wall)))
+		return true;
+	dg_write_bytes(p->w, dgi_entry_key(e), e->klen);
+	dg_write_bytes(p->w, tomb ? NULL : dgi_entry_val(e), e->vlen);
+	dg_write_i64(p->w, e->ver.topver);
+	dg_write_i64(p->w, (int64_t)e->ver.counter);
+	dg_write_i64(p->w, e->ver.order);
+	dg_write_i64(p->w, e->expire_ms);
+	p->n++;
+	p->bytes += e->klen + e->vlen + 24;
+	return true;
+}
+
+dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
+    bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b)
+{
+	dgi_part *pt = &c->parts[part];
+	dg_writer w;
+	dg_buf body;
+	dg_buf_init(&body);
+	dg_writer_init(&w, g->reg, &body);
+	struct page_ctx pc = { &w, 0, max, bytes_limit, live_only, 0, dgi_wall_ms() };
+	bool more = false;
+	pthread_mutex_lock(&pt->mu);
+	/* entries are small next to a batch: an entry-count cap from the byte
+	 * budget keeps one page near max bytes */
+	uint32_t cap = bytes_limit ? 0 : (uint32_t)max;
+	if (bytes_limit) {
+		uint64_t avg = pt->count ? pt->bytes / pt->count + 40 : 64;
+		uint64_t k = max / (avg ? avg : 64);
+		cap = k < 16 ? 16 : k > 65536 ? 65536 : (uint32_t)k;
+	}
+	uint64_t last = dgi_part_scan(pt, after, first, cap, page_one, &pc, &more);
+	pthread_mutex_unlock(&pt->mu);
+	dg_err e = dg_writer_finish(&w);
+	if (e == DG_OK && (e = dg_buf_reserve(b, 11)) == DG_OK) {
+		/* LIST header (FORMAT.md: tag, count), the two I64, then the
+		 * entries, already encoded as values, appended as they are */
+		b->data[b->len++] = TAG_LIST;
+		b->len = (size_t)(dgi_put_uvarint(b->data + b->len, 2 + 6 * (uint64_t)pc.n) - b->data);
+		dg_writer lw;
+		dg_writer_init(&lw, g->reg, b);
+		dg_write_i64(&lw, more);
+		dg_write_i64(&lw, (int64_t)last);
+		e = dg_writer_finish(&lw);
+		if (e == DG_OK && (e = dg_buf_reserve(b, body.len)) == DG_OK) {
+			memcpy(b->data + b->len, body.data, body.len);
+			b->len += body.len;
+		}
+	}
+	dg_buf_free(&body);
+	return e;
+}
+
+typedef dg_err (*page_fn)(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire);
+
+/* Reads a page list; calls fn per entry. */
+static dg_err page_decode(dgi_grid *g, const dg_raw *list, bool *more, uint64_t *last,
+    page_fn fn, void *ctx)
+{
+	dg_reader r;
+	uint32_t count;
+	int64_t m, l;
+	dg_err e;
+	dg_reader_init(&r, g->reg, list->ptr, list->len);
+	if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK)
+		return e;
+	if (count < 2 || (count - 2) % 6 != 0)
+		return DG_ERR_BAD_LENGTH;
+	if ((e = dg_read_i64(&r, &m)) != DG_OK || (e = dg_read_i64(&r, &l)) != DG_OK)
+		return e;
+	*more = m != 0;
+	*last = (uint64_t)l;
+	for (uint32_t i = 0; i < (count - 2) / 6; i++) {
+		dg_bytes k, v;
+		int64_t t, cn, o, x;
+		if ((e = dg_read_bytes(&r, &k, NULL)) != DG_OK ||
+		    (e = dg_read_bytes(&r, &v, NULL)) != DG_OK || (e = dg_read_i64(&r, &t)) != DG_OK ||
+		    (e = dg_read_i64(&r, &cn)) != DG_OK || (e = dg_read_i64(&r, &o)) != DG_OK ||
+		    (e = dg_read_i64(&r, &x)) != DG_OK)
+			return e;
+		if (k.ptr == NULL || k.len == 0)
+			return DG_ERR_BAD_LENGTH;
+		dgi_pver ver = { t, (uint64_t)cn, (uint32_t)o, 0 };
+		if ((e = fn(ctx, k.ptr, k.len, v.ptr, v.len, v.ptr == NULL, &ver, x)) != DG_OK)
+			return e;
+	}
+	return DG_OK;
+}
+
+/* ---- supplier side ---- */
+
+static void on_page_req(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_page_req *m = in->body;
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
+	bool demand = in->type == DGI_MSG_DEMAND;
+	if (c == NULL) {
+		dg_tp_reply_error(tp, in, DG_ERR_NOT_FOUND);
+		return;
+	}
+	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || m->max <= 0) {
+		dg_tp_reply_error(tp, in, DG_ERR_INVAL);
+		return;
+	}
+	if (demand && atomic_load(&g->topver) < m->topver) {
+		/* not on the demander's topology yet: writes under the old one
+		 * might still land here after the batch was cut */
+		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY);
+		return;
+	}
+	uint32_t part = (uint32_t)m->part;
+	if (!demand) {
+		int st = atomic_load(&c->parts[part].state);
+		if (st == P_LOST) {
+			dg_tp_reply_error(tp, in, DG_ERR_PARTITION_LOST);
+			return;
+		}
+		if (st != P_OWNING) {
+			dg_tp_reply_error(tp, in, st == P_MOVING ? DG_ERR_NOT_READY : DG_ERR_REMAP);
+			return;
+		}
+	}
+	uint64_t max = (uint64_t)m->max;
+	if (!demand && max > 65536)
+		max = 65536;
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_err e = dgi_page_encode(g, c, part, (uint64_t)m->after, m->first != 0, max, demand,
+	    !demand, &b);
+	if (e == DG_OK) {
+		dg_msg_raw body = { { b.data, (uint32_t)b.len } };
+		e = dg_tp_reply(tp, in, demand ? DGI_MSG_SUPPLY : DGI_MSG_SCAN_RES, &body);
+	}
+	if (e != DG_OK)
+		dg_tp_reply_error(tp, in, e);
+	dg_buf_free(&b);
+}
+
+/* ---- demander side ---- */
+
+struct apply_ctx {
+	dgi_grid *g;
+	dg_cache *c;
+	uint32_t part;
+	uint64_t bytes;
+};
+
+static dg_err apply_one(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire)
+{
+	struct apply_ctx *a = ctx;
+	uint64_t h = dgi_key_hash(key, klen);
+	if (dgi_part_of(h, a->c->cfg.partitions) != a->part)
+		return DG_ERR_INVAL;
+	a->bytes += klen + vlen;
+	return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, tomb ? NULL : val, vlen, ver,
+	    expire, 0, 0);
+}
+
+struct page_wait {
+	dg_buf *copy;
+};
+
+static void copy_reply(void *ctx, dg_err err, const dg_msg_in *reply);
+
+/* A blocking request whose reply list is copied into out. */
+struct list_call {
+	sem_t sem;
+	dg_err err;
+	dg_buf *out;
+};
+
+static void copy_reply(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct list_call *lc = ctx;
+	if (err == DG_OK) {
+		const dg_msg_raw *r = reply->body;
+		lc->out->len = 0;
+		err = dg_buf_reserve(lc->out, r->list.len);
+		if (err == DG_OK) {
+			memcpy(lc->out->data, r->list.ptr, r->list.len);
+			lc->out->len = r->list.len;
+		}
+	}
+	lc->err = err;
+	sem_post(&lc->sem);
+}
+
+static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void *body,
+    dg_buf *out)
+{
+	struct list_call lc = { .err = DG_OK, .out = out };
+	sem_init(&lc.sem, 0, 0);
+	dg_err e = dg_tp_request(g->tp, to, type, body, g->cfg.request_timeout_ms, copy_reply, &lc);
+	if (e == DG_OK) {
+		while (sem_wait(&lc.sem) != 0)
+			;
+		e = lc.err;
+	}
+	sem_destroy(&lc.sem);
+	return e;
+}
+
+/* Fetches one MOVING partition.  DG_OK when it became OWNING. */
+static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
+{
+	dgi_part *pt = &c->parts[part];
+	pthread_mutex_lock(&pt->mu);
+	dg_node_id sup = pt->supplier;
+	int64_t topver = pt->state_topver;
+	bool moving = atomic_load(&pt->state) == P_MOVING;
+	pthread_mutex_unlock(&pt->mu);
+	if (!moving)
+		return DG_OK;
+	dg_buf reply;
+	dg_buf_init(&reply);
+	uint64_t after = 0;
+	bool first = true, more = true;
+	dg_err e = DG_OK;
+	struct apply_ctx a = { g, c, part, 0 };
+	while (more) {
+		pthread_mutex_lock(&g->mu);
+		bool stale = g->stopping || g->rebal_gen != gen;
+		pthread_mutex_unlock(&g->mu);
+		if (stale || atomic_load(&c->dead)) {
+			e = DG_ERR_STATE;
+			break;
+		}
+		dgi_msg_page_req m = { c->id, part, topver, (int64_t)after, first,
+			g->cfg.rebalance_batch_bytes };
+		e = call_list(g, sup, DGI_MSG_DEMAND, &m, &reply);
+		if (e != DG_OK)
+			break;
+		dg_raw list = { reply.data, (uint32_t)reply.len };
+		if ((e = page_decode(g, &list, &more, &after, apply_one, &a)) != DG_OK)
+			break;
+		first = false;
+	}
+	atomic_fetch_add_explicit(&c->rebal_bytes, a.bytes, memory_order_relaxed);
+	dg_buf_free(&reply);
+	if (e != DG_OK)
+		return e;
+	pthread_mutex_lock(&pt->mu);
+	if (atomic_load(&pt->state) == P_MOVING && pt->state_topver == topver &&
+	    pt->supplier == sup) {
+		dgi_part_purge_tombs(pt);
+		atomic_store(&pt->state, P_OWNING);
+		atomic_fetch_add_explicit(&c->rebal_parts_done, 1, memory_order_relaxed);
+	} else {
+		e = DG_ERR_STATE;
+	}
+	pthread_mutex_unlock(&pt->mu);
+	return e;
+}
+
+struct todo {
+	uint32_t cache_id;
+	uint32_t part;
+};
+
+struct collect_ctx {
+	struct todo *t;
+	size_t n, cap;
+};
+
+static void collect(void *ctx, uint32_t key, void *value)
+{
+	struct collect_ctx *cc = ctx;
+	dg_cache *c = value;
+	(void)key;
+	if (atomic_load(&c->dead))
+		return;
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		if (atomic_load(&c->parts[p].state) != P_MOVING)
+			continue;
+		if (cc->n == cc->cap) {
+			size_t nc = cc->cap ? cc->cap * 2 : 256;
+			struct todo *t = dgi_realloc(cc->t, nc * sizeof(*t));
+			if (t == NULL)
+				return;
+			cc->t = t;
+			cc->cap = nc;
+		}
+		cc->t[cc->n++] = (struct todo){ c->id, p };
+	}
+}
+
+void *dgi_rebalancer(void *arg)
+{
+	dgi_grid *g = arg;
+	struct collect_ctx cc = { NULL, 0, 0 };
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		if (g->stopping) {
+			pthread_mutex_unlock(&g->mu);
+			break;
+		}
+		uint64_t gen = g->rebal_gen;
+		pthread_mutex_unlock(&g->mu);
+		cc.n = 0;
+		dgi_intmap_each(&g->caches, collect, &cc);
+		size_t failed = 0;
+		uint64_t t0 = dgi_now_ms();
+		for (size_t i = 0; i < cc.n; i++) {
+			dg_cache *c = dgi_grid_cache(g, cc.t[i].cache_id);
+			if (c == NULL)
+				continue;
+			dg_err e = fetch_part(g, c, cc.t[i].part, gen);
+			if (e == DG_ERR_STATE)
+				break; /* the topology moved on: collect again */
+			if (e != DG_OK)
+				failed++;
+		}
+		if (cc.n > 0 && failed == 0)
+			dgi_grid_log("info", "REBALANCE-PASS", "partitions=%zu ms=%llu", cc.n,
+			    (unsigned long long)(dgi_now_ms() - t0));
+		pthread_mutex_lock(&g->mu);
+		if (!g->stopping && (cc.n == 0 || g->rebal_gen == gen)) {
+			/* nothing moving, or retry failures after a pause */
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			long ms = cc.n == 0 ? 1000 : 50;
+			ts.tv_nsec += ms * 1000000L;
+			while (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			if (g->rebal_gen == gen)
+				pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+		}
+		pthread_mutex_unlock(&g->mu);
+	}
+	dgi_free(cc.t);
+	return NULL;
+}
+
+/* ---- size, clear, lost reset ---- */
+
+static uint64_t local_primary_count(dgi_grid *g, dg_cache *c)
+{
+	dgi_aff *aff = atomic_load(&c->aff);
+	uint64_t n = 0;
+	for (uint32_t p = 0; aff != NULL && p < c->cfg.partitions; p++) {
+		if (dgi_aff_owner(aff, p, 0) != g->self)
+			continue;
+		pthread_mutex_lock(&c->parts[p].mu);
+		n += c->parts[p].live;
+		pthread_mutex_unlock(&c->parts[p].mu);
+	}
+	return n;
+}
+
+static void local_clear(dgi_grid *g, dg_cache *c)
+{
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		pthread_mutex_lock(&c->parts[p].mu);
+		dgi_part_clear(&c->parts[p]);
+		pthread_mutex_unlock(&c->parts[p].mu);
+	}
+	if (c->cfg.persistence && g->ps != NULL)
+		dgi_pstore_drop(g->ps, c->id, UINT32_MAX);
+}
+
+static void local_reset_lost(dgi_grid *g, dg_cache *c)
+{
+	pthread_mutex_lock(&g->mu);
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		if (!c->lost[p])
+			continue;
+		c->lost[p] = 0;
+		pthread_mutex_lock(&c->parts[p].mu);
+		if (atomic_load(&c->parts[p].state) == P_LOST)
+			atomic_store(&c->parts[p].state, P_OWNING);
+		pthread_mutex_unlock(&c->parts[p].mu);
+	}
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void on_cache_op(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_ack *m = in->body;
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->res);
+	dgi_msg_ack r = { DG_OK, 0 };
+	if (c == NULL)
+		r.res = DG_ERR_NOT_FOUND;
+	else if (in->type == DGI_MSG_SIZE)
+		r.value = (int64_t)local_primary_count(g, c);
+	else if (in->type == DGI_MSG_CLEAR)
+		local_clear(g, c);
+	else
+		local_reset_lost(g, c);
+	dg_tp_reply(tp, in, DGI_MSG_ACK, &r);
+}
+
+/* The request to every node of the topology (this one locally). */
+static dg_err all_nodes(dg_cache *c, dg_msg_type type, int64_t *sum)
+{
+	dgi_grid *g = c->g;
+	dg_node_id ids[1024];
+	uint32_t n = 0;
+	pthread_mutex_lock(&g->mu);
+	for (uint32_t i = 0; g->topo != NULL && i < g->topo->count && n < 1024; i++)
+		if (g->topo->nodes[i].id != g->self)
+			ids[n++] = g->topo->nodes[i].id;
+	pthread_mutex_unlock(&g->mu);
+	if (type == DGI_MSG_SIZE)
+		*sum += (int64_t)local_primary_count(g, c);
+	else if (type == DGI_MSG_CLEAR)
+		local_clear(g, c);
+	else
+		local_reset_lost(g, c);
+	for (uint32_t i = 0; i < n; i++) {
+		dgi_msg_ack m = { c->id, 0 }, r = { 0, 0 };
+		dg_err e = dg_tp_call(g->tp, ids[i], type, &m, g->cfg.request_timeout_ms, &r, NULL);
+		if (e == DG_OK)
+			e = (dg_err)r.res;
+		if (e == DG_ERR_CONN_BROKEN || e == DG_ERR_UNREACHABLE)
+			continue;
+		if (e != DG_OK)
+			return e;
+		if (sum != NULL)
+			*sum += r.value;
+	}
+	return DG_OK;
+}
+
+dg_err dg_cache_size(dg_cache *c, uint64_t *size)
+{
+	if (c == NULL || size == NULL)
+		return DG_ERR_INVAL;
+	if (atomic_load(&c->dead))
+		return DG_ERR_CLOSED;
+	int64_t sum = 0;
+	dg_err e = all_nodes(c, DGI_MSG_SIZE, &sum);
+	*size = (uint64_t)sum;
+	return e;
+}
+
+dg_err dg_cache_clear(dg_cache *c)
+{
+	if (c == NULL)
+		return DG_ERR_INVAL;
+	if (atomic_load(&c->dead))
+		return DG_ERR_CLOSED;
+	return all_nodes(c, DGI_MSG_CLEAR, NULL);
+}
+
+dg_err dg_cache_reset_lost(dg_cache *c)
+{
+	if (c == NULL)
+		return DG_ERR_INVAL;
+	if (atomic_load(&c->dead))
+		return DG_ERR_CLOSED;
+	return all_nodes(c, DGI_MSG_LOST_RESET, NULL);
+}
+
+size_t dg_cache_lost_partitions(dg_cache *c, uint32_t *out, size_t cap)
+{
+	size_t n = 0;
+	for (uint32_t p = 0; c != NULL && p < c->cfg.partitions; p++)
+		if (c->lost[p]) {
+			if (n < cap)
+				out[n] = p;
+			n++;
+		}
+	return n;
+}
+
+dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
+{
+	if (c == NULL || out == NULL)
+		return DG_ERR_INVAL;
+	memset(out, 0, sizeof(*out));
+	out->puts = atomic_load(&c->puts);
+	out->gets = atomic_load(&c->gets);
+	out->removes = atomic_load(&c->removes);
+	out->hits = atomic_load(&c->hits);
+	out->misses = atomic_load(&c->misses);
+	out->remaps = atomic_load(&c->remaps);
+	out->expired = atomic_load(&c->expired);
+	out->rebalance_partitions_done = atomic_load(&c->rebal_parts_done);
+	out->rebalance_bytes = atomic_load(&c->rebal_bytes);
+	dgi_aff *aff = atomic_load(&c->aff);
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		dgi_part *pt = &c->parts[p];
+		pthread_mutex_lock(&pt->mu);
+		int st = atomic_load(&pt->state);
+		out->entries += pt->live;
+		out->bytes += pt->bytes;
+		if (aff != NULL && dgi_aff_owner(aff, p, 0) == c->g->self)
+			out->primary_entries += pt->live;
+		pthread_mutex_unlock(&pt->mu);
+		out->partitions_owning += st == P_OWNING;
+		out->partitions_moving += st == P_MOVING;
+		out->partitions_lost += st == P_LOST;
+	}
+	out->rebalance_partitions_left = out->partitions_moving;
+	return DG_OK;
+}
+
+dg_err dg_cache_wait_rebalanced(dg_cache *c, uint32_t timeout_ms)
+{
+	if (c == NULL)
+		return DG_ERR_INVAL;
+	uint64_t deadline = dgi_now_ms() + timeout_ms;
+	for (;;) {
+		if (atomic_load(&c->dead))
+			return DG_ERR_CLOSED;
+		bool moving = atomic_load(&c->aff) == NULL;
+		for (uint32_t p = 0; p < c->cfg.partitions && !moving; p++)
+			moving = atomic_load(&c->parts[p].state) == P_MOVING;
+		if (!moving)
+			return DG_OK;
+		if (dgi_now_ms() >= deadline)
+			return DG_ERR_TIMEOUT;
+		struct timespec ts = { 0, 10 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* ---- scan ---- */
+
+struct dg_scan {
+	dg_cache *c;
+	uint32_t page;
+	uint32_t part;
+	uint64_t after;
+	bool first;         /* the next page of `part` is its first */
+	bool more;          /* the current partition has more pages */
+	dg_buf buf;         /* the current page (a SCAN_RES list) */
+	dg_reader r;
+	uint32_t left;      /* entries left in the page */
+	bool started;
+};
+
+dg_err dg_scan_open(dg_cache *c, uint32_t page_size, dg_scan **out)
+{
+	if (c == NULL || out == NULL)
+		return DG_ERR_INVAL;
+	dg_scan *s = dgi_calloc(1, sizeof(*s));
+	if (s == NULL)
+		return DG_ERR_NOMEM;
+	s->c = c;
+	s->page = page_size ? page_size : 256;
+	s->first = true;
+	dg_buf_init(&s->buf);
+	*out = s;
+	return DG_OK;
+}
+
+void dg_scan_close(dg_scan *s)
+{
+	if (s == NULL)
+		return;
+	dg_buf_free(&s->buf);
+	dgi_free(s);
+}
+
+/* Fetches the next page of s->part from its primary (or locally). */
+static dg_err scan_fetch(dg_scan *s)
+{
+	dg_cache *c = s->c;
+	dgi_grid *g = c->g;
+	uint64_t deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
+	for (;;) {
+		if (atomic_load(&c->dead))
+			return DG_ERR_CLOSED;
+		if (c->lost[s->part])
+			return DG_ERR_PARTITION_LOST;
+		dgi_aff *aff = atomic_load(&c->aff);
+		dg_node_id primary = aff ? dgi_aff_owner(aff, s->part, 0) : 0;
+		dg_err e = DG_ERR_NOT_READY;
+		s->buf.len = 0;
+		if (primary == g->self &&
+		    atomic_load(&c->parts[s->part].state) == P_OWNING) {
+			e = dgi_page_encode(g, c, s->part, s->after, s->first, s->page, false, true,
+			    &s->buf);
+		} else if (primary != 0) {
+			dgi_msg_page_req m = { c->id, s->part, aff->topver, (int64_t)s->after, s->first,
+				s->page };
+			e = call_list(g, primary, DGI_MSG_SCAN, &m, &s->buf);
+		}
+		if (e == DG_OK) {
+			uint32_t count;
+			int64_t more, last;
+			dg_reader_init(&s->r, g->reg, s->buf.data, s->buf.len);
+			if ((e = dg_read_begin(&s->r, DG_LIST, &count)) != DG_OK ||
+			    (e = dg_read_i64(&s->r, &more)) != DG_OK ||
+			    (e = dg_read_i64(&s->r, &last)) != DG_OK)
+				return e;
+			if (count < 2 || (count - 2) % 6 != 0)
+				return DG_ERR_BAD_LENGTH;
+			s->left = (count - 2) / 6;
+			s->more = more != 0;
+			s->after = (uint64_t)last;
+			s->first = false;
+			return DG_OK;
+		}
+		if (e != DG_ERR_REMAP && e != DG_ERR_NOT_READY && e != DG_ERR_CONN_BROKEN &&
+		    e != DG_ERR_UNREACHABLE)
+			return e;
+		if (dgi_now_ms() >= deadline)
+			return DG_ERR_TIMEOUT;
+		struct timespec ts = { 0, 10 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+dg_err dg_scan_next(dg_scan *s, const uint8_t **key, size_t *klen, const uint8_t **val,
+    size_t *vlen)
+{
+	if (s == NULL || key == NULL || klen == NULL || val == NULL || vlen == NULL)
+		return DG_ERR_INVAL;
+	while (s->left == 0) {
+		if (s->started && !s->more) {
+			s->part++;
+			s->first = true;
+			s->after = 0;
+		}
+		if (s->part >= s->c->cfg.partitions)
+			return DG_ERR_NOT_FOUND;
+		s->started = true;
+		dg_err e = scan_fetch(s);
+		if (e != DG_OK)
+			return e;
+	}
+	dg_bytes k, v;
+	int64_t x;
+	dg_err e;
+	if ((e = dg_read_bytes(&s->r, &k, NULL)) != DG_OK ||
+	    (e = dg_read_bytes(&s->r, &v, NULL)) != DG_OK)
+		return e;
+	for (int i = 0; i < 4; i++)
+		if ((e = dg_read_i64(&s->r, &x)) != DG_OK)
+			return e;
+	s->left--;
+	*key = k.ptr;
+	*klen = k.len;
+	*val = v.ptr;
+	*vlen = v.len;
+	return DG_OK;
+}
+
+void dgi_rebalance_register(dgi_grid *g)
+{
+	dg_tp_handle(g->tp, DGI_MSG_DEMAND, on_page_req, g);
+	dg_tp_handle(g->tp, DGI_MSG_SCAN, on_page_req, g);
+	dg_tp_handle(g->tp, DGI_MSG_SIZE, on_cache_op, g);
+	dg_tp_handle(g->tp, DGI_MSG_CLEAR, on_cache_op, g);
+	dg_tp_handle(g->tp, DGI_MSG_LOST_RESET, on_cache_op, g);
+}

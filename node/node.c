@@ -1,0 +1,248 @@
+/*
+ * node.c — the embedded node: a transport, its membership and the grid of
+ * caches, started and stopped together (datagrid.h).
+ *
+ * Start order: registry, transport (listening), grid (handlers, persisted
+ * caches), membership (join), grid attached to membership.  Stop is the
+ * reverse, with the graceful part first: the node leaves the cluster (its
+ * partitions are taken over by the nodes that own them next), then the
+ * grid stops, then the transport.
+ */
+#include "datagrid.h"
+#include "cache/cache.h"
+#include "transport/transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dg_node {
+	dg_node_config cfg;
+	char *strs;                 /* copies of the config's strings */
+	const char **seeds;
+	dg_registry *reg;
+	bool own_reg;
+	dg_tp *tp;
+	dg_member *m;
+	dgi_grid *g;
+};
+
+void dg_node_config_init(dg_node_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->cluster_name = "datagrid";
+	cfg->listen_url = "tcp://127.0.0.1:47500";
+	cfg->failure_timeout_ms = 10000;
+	cfg->join_timeout_ms = 10000;
+	cfg->request_timeout_ms = 10000;
+	cfg->storage_map_size = (size_t)1 << 30;
+	cfg->recv_max = 16u << 20;
+	cfg->rebalance_batch_bytes = 512u << 10;
+}
+
+/* Copies every string of the config into one block owned by the node. */
+static dg_err copy_strings(dg_node *n, const dg_node_config *cfg)
+{
+	const char *one[] = { cfg->cluster_name, cfg->listen_url, cfg->advertise_url,
+		cfg->tls_cert_key_file, cfg->tls_ca_file, cfg->data_dir };
+	size_t total = 0;
+	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
+		total += one[i] ? strlen(one[i]) + 1 : 0;
+	for (size_t i = 0; i < cfg->nseeds; i++) {
+		if (cfg->seeds[i] == NULL)
+			return DG_ERR_INVAL;
+		total += strlen(cfg->seeds[i]) + 1;
+	}
+	total += cfg->secret_len;
+	n->strs = dgi_alloc(total ? total : 1);
+	n->seeds = dgi_calloc(cfg->nseeds ? cfg->nseeds : 1, sizeof(char *));
+	if (n->strs == NULL || n->seeds == NULL)
+		return DG_ERR_NOMEM;
+	char *p = n->strs;
+	const char **dst[] = { &n->cfg.cluster_name, &n->cfg.listen_url, &n->cfg.advertise_url,
+		&n->cfg.tls_cert_key_file, &n->cfg.tls_ca_file, &n->cfg.data_dir };
+	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
+		if (one[i] == NULL)
+			continue;
+		size_t l = strlen(one[i]) + 1;
+		memcpy(p, one[i], l);
+		*dst[i] = p;
+		p += l;
+	}
+	for (size_t i = 0; i < cfg->nseeds; i++) {
+		size_t l = strlen(cfg->seeds[i]) + 1;
+		memcpy(p, cfg->seeds[i], l);
+		n->seeds[i] = p;
+		p += l;
+	}
+	n->cfg.seeds = n->seeds;
+	if (cfg->secret_len) {
+		memcpy(p, cfg->secret, cfg->secret_len);
+		n->cfg.secret = (const uint8_t *)p;
+	}
+	return DG_OK;
+}
+
+static dg_err check(const dg_node_config *c)
+{
+	const char *why = NULL;
+	if (c->listen_url == NULL || c->listen_url[0] == 0)
+		why = "listen_url is required";
+	else if (c->nseeds > 0 && c->seeds == NULL)
+		why = "seeds is NULL with nseeds > 0";
+	else if (c->secret_len > 0 && c->secret == NULL)
+		why = "secret is NULL with secret_len > 0";
+	else if (c->failure_timeout_ms < 100)
+		why = "failure_timeout_ms must be at least 100";
+	else if (c->request_timeout_ms == 0)
+		why = "request_timeout_ms must be positive";
+	if (why != NULL) {
+		fprintf(stderr, "level=error id=NODE-CONFIG why=\"%s\"\n", why);
+		return DG_ERR_INVAL;
+	}
+	return DG_OK;
+}
+
+void dg_node_stop(dg_node *n)
+{
+	if (n == NULL)
+		return;
+	if (n->g != NULL && n->m != NULL)
+		dgi_grid_leave(n->g);
+	if (n->m != NULL)
+		dg_member_stop(n->m);
+	if (n->g != NULL)
+		dgi_grid_stop(n->g);
+	if (n->tp != NULL)
+		dg_tp_stop(n->tp);
+	if (n->own_reg)
+		dg_registry_destroy(n->reg);
+	dgi_free(n->strs);
+	dgi_free(n->seeds);
+	dgi_free(n);
+}
+
+dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
+{
+	if (cfg == NULL || out == NULL)
+		return DG_ERR_INVAL;
+	dg_err e = check(cfg);
+	if (e != DG_OK)
+		return e;
+	dg_node *n = dgi_calloc(1, sizeof(*n));
+	if (n == NULL)
+		return DG_ERR_NOMEM;
+	n->cfg = *cfg;
+	if ((e = copy_strings(n, cfg)) != DG_OK)
+		goto fail;
+	if (cfg->registry != NULL) {
+		n->reg = cfg->registry;
+	} else {
+		if ((e = dg_registry_create(&n->reg)) != DG_OK)
+			goto fail;
+		n->own_reg = true;
+	}
+
+	dg_tp_config tc;
+	dg_tp_config_init(&tc);
+	tc.listen_url = n->cfg.listen_url;
+	tc.advertise_url = n->cfg.advertise_url;
+	tc.cluster_name = n->cfg.cluster_name;
+	tc.secret = n->cfg.secret;
+	tc.secret_len = n->cfg.secret_len;
+	tc.tls_cert_key_file = n->cfg.tls_cert_key_file;
+	tc.tls_ca_file = n->cfg.tls_ca_file;
+	if (n->cfg.recv_max)
+		tc.recv_max = n->cfg.recv_max;
+	tc.reg = n->reg;
+	if ((e = dg_tp_start(&tc, &n->tp)) != DG_OK)
+		goto fail;
+
+	dgi_grid_config gc = {
+		n->cfg.request_timeout_ms, n->cfg.rebalance_batch_bytes, n->cfg.data_dir,
+		n->cfg.storage_map_size, n->cfg.storage_nosync, n->cfg.client,
+		n->cfg.on_event, n->cfg.event_ctx
+	};
+	if ((e = dgi_grid_start(n->tp, n->reg, &gc, &n->g)) != DG_OK)
+		goto fail;
+
+	dg_member_config mc;
+	dg_member_config_init(&mc);
+	mc.seeds = n->cfg.seeds;
+	mc.nseeds = n->cfg.nseeds;
+	mc.failure_timeout_ms = n->cfg.failure_timeout_ms;
+	mc.heartbeat_ms = n->cfg.heartbeat_ms;
+	mc.join_timeout_ms = n->cfg.join_timeout_ms;
+	mc.reg = n->reg;
+	mc.attrs = n->cfg.client ? DG_NODE_CLIENT : 0;
+	mc.version_floor = dgi_grid_version_floor(n->g);
+	if ((e = dg_member_start(n->tp, &mc, &n->m)) != DG_OK)
+		goto fail;
+	if ((e = dgi_grid_joined(n->g, n->m)) != DG_OK)
+		goto fail;
+	*out = n;
+	return DG_OK;
+fail:
+	fprintf(stderr, "level=error id=NODE-START err=\"%s\"\n", dg_strerror(e));
+	if (n->m != NULL) {
+		dg_member_stop(n->m);
+		n->m = NULL;
+	}
+	dg_node_stop(n);
+	return e;
+}
+
+dg_registry *dg_node_registry(dg_node *n)
+{
+	return n ? n->reg : NULL;
+}
+
+uint64_t dg_node_get_id(const dg_node *n)
+{
+	return n ? dg_tp_self(n->tp) : 0;
+}
+
+const char *dg_node_address(const dg_node *n)
+{
+	return n ? dg_tp_address(n->tp) : NULL;
+}
+
+size_t dg_node_topology(dg_node *n, int64_t *version, dg_node_info *out, size_t cap)
+{
+	if (n == NULL || n->m == NULL)
+		return 0;
+	dg_topology *t = dg_member_topology(n->m);
+	if (t == NULL)
+		return 0;
+	if (version != NULL)
+		*version = t->version;
+	for (uint32_t i = 0; i < t->count && i < cap; i++) {
+		out[i].id = t->nodes[i].id;
+		out[i].order = t->nodes[i].order;
+		out[i].client = (t->nodes[i].attrs & DG_NODE_CLIENT) != 0;
+		snprintf(out[i].address, sizeof(out[i].address), "%s", t->nodes[i].url);
+	}
+	size_t count = t->count;
+	dg_topology_release(t);
+	return count;
+}
+
+dg_err dg_cache_create(dg_node *n, const dg_cache_config *cfg, dg_cache **out)
+{
+	return n ? dgi_grid_cache_create(n->g, cfg, out) : DG_ERR_INVAL;
+}
+
+dg_err dg_cache_get_by_name(dg_node *n, const char *name, dg_cache **out)
+{
+	return n ? dgi_grid_cache_find(n->g, name, out) : DG_ERR_INVAL;
+}
+
+dg_err dg_cache_destroy(dg_node *n, const char *name)
+{
+	return n ? dgi_grid_cache_destroy(n->g, name) : DG_ERR_INVAL;
+}
+
+size_t dg_cache_list(dg_node *n, dg_cache_config *out, size_t cap)
+{
+	return n ? dgi_grid_cache_list(n->g, out, cap) : 0;
+}

@@ -1,0 +1,974 @@
+/*
+ * cache_test.c — the cache module: the partition store, affinity, the
+ * embedded node API on one node, and several nodes in one process (sync
+ * modes, read_from_backup, rebalancing under writes, lost partitions,
+ * persistence).  The intmap and pstore groups live in their own files and
+ * run from main() here.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "cache/cache_int.h"
+#include "node/datagrid.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int dgt_intmap_tests(void);
+int dgt_pstore_tests(void);
+
+#define OK(x) assert_int_equal((x), DG_OK)
+#define EXPECT(x, e) assert_int_equal((x), (e))
+
+/* ---- the partition store ---- */
+
+static void put_s(dgi_part *p, const char *k, const char *v, int64_t counter)
+{
+	dgi_pver ver = { 1, (uint64_t)counter, 1, 0 };
+	uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+	OK(dgi_part_set(p, h, (const uint8_t *)k, (uint32_t)strlen(k), (const uint8_t *)v,
+	    (uint32_t)strlen(v), &ver, 0, 0, 0, 0, NULL));
+}
+
+static dgi_entry *find_s(dgi_part *p, const char *k)
+{
+	uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+	return dgi_part_find(p, h, (const uint8_t *)k, (uint32_t)strlen(k));
+}
+
+static void test_store_basics(void **state)
+{
+	(void)state;
+	dgi_part p;
+	dgi_part_init(&p);
+	char k[32], v[64];
+	for (int i = 0; i < 5000; i++) {
+		snprintf(k, sizeof(k), "key-%d", i);
+		snprintf(v, sizeof(v), "value-%d", i);
+		put_s(&p, k, v, i + 1);
+	}
+	assert_int_equal(p.count, 5000);
+	assert_int_equal(p.live, 5000);
+	for (int i = 0; i < 5000; i += 2) {
+		snprintf(k, sizeof(k), "key-%d", i);
+		uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+		dgi_part_del(&p, h, (const uint8_t *)k, (uint32_t)strlen(k));
+	}
+	assert_int_equal(p.count, 2500);
+	for (int i = 0; i < 5000; i++) {
+		snprintf(k, sizeof(k), "key-%d", i);
+		snprintf(v, sizeof(v), "value-%d", i);
+		dgi_entry *e = find_s(&p, k);
+		if (i % 2 == 0) {
+			assert_null(e);
+		} else {
+			assert_non_null(e); /* backward-shift deletion kept every chain */
+			assert_int_equal(e->vlen, strlen(v));
+			assert_memory_equal(dgi_entry_val(e), v, e->vlen);
+		}
+	}
+	dgi_part_free(&p);
+}
+
+static void test_store_overwrite_no_alloc(void **state)
+{
+	(void)state;
+	dgi_part p;
+	dgi_part_init(&p);
+	put_s(&p, "k", "0123456789", 1);
+	dgi_alloc_stats a, b;
+	dgi_alloc_get_stats(&a);
+	for (int i = 0; i < 1000; i++)
+		put_s(&p, "k", i % 2 ? "abcdefghij" : "0123456789", i + 2);
+	dgi_alloc_get_stats(&b);
+	assert_int_equal(b.allocs - a.allocs, 0);
+	assert_int_equal(p.bytes, 1 + 10);
+	dgi_part_free(&p);
+}
+
+static bool collect_hash(void *ctx, const dgi_entry *e)
+{
+	uint64_t **pp = ctx;
+	*(*pp)++ = e->hash;
+	return true;
+}
+
+static void test_store_scan_pages(void **state)
+{
+	(void)state;
+	dgi_part p;
+	dgi_part_init(&p);
+	char k[32];
+	for (int i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "s%d", i);
+		put_s(&p, k, "v", 1);
+	}
+	uint64_t seen[1100], *w = seen;
+	uint64_t after = 0;
+	bool first = true, more = true;
+	int pages = 0;
+	while (more) {
+		after = dgi_part_scan(&p, after, first, 64, collect_hash, &w, &more);
+		first = false;
+		pages++;
+	}
+	assert_int_equal(w - seen, 1000);
+	assert_int_equal(pages, (1000 + 63) / 64);
+	for (int i = 1; i < 1000; i++)
+		assert_true(seen[i] > seen[i - 1]); /* hash order, no repeats */
+	dgi_part_free(&p);
+}
+
+static void test_store_expiry_and_tombs(void **state)
+{
+	(void)state;
+	dgi_part p;
+	dgi_part_init(&p);
+	dgi_pver ver = { 1, 1, 1, 0 };
+	for (int i = 0; i < 100; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "e%d", i);
+		uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+		OK(dgi_part_set(&p, h, (const uint8_t *)k, (uint32_t)strlen(k), (const uint8_t *)"v",
+		    1, &ver, i < 50 ? 1000 : 0, 0, 0, i >= 90 ? DGI_ENTRY_TOMB : 0, NULL));
+	}
+	assert_int_equal(p.live, 90);
+	assert_int_equal(dgi_part_expire(&p, 999, 1000), 0);
+	assert_int_equal(dgi_part_expire(&p, 1000, 1000), 50);
+	assert_int_equal(p.count, 50);
+	dgi_part_purge_tombs(&p);
+	assert_int_equal(p.count, 40);
+	assert_int_equal(p.live, 40);
+	dgi_part_free(&p);
+}
+
+/* ---- affinity ---- */
+
+static dgi_aff *aff_n(uint32_t n, uint32_t copies, dg_node_id base)
+{
+	dg_node_id ids[64];
+	int64_t ord[64];
+	for (uint32_t i = 0; i < n; i++) {
+		ids[i] = base + i * 7919;
+		ord[i] = i + 1;
+	}
+	return dgi_aff_build(1, 1024, copies, ids, ord, n);
+}
+
+static void test_affinity_distinct_and_balanced(void **state)
+{
+	(void)state;
+	dgi_aff *a = aff_n(5, 3, 1000);
+	assert_non_null(a);
+	uint32_t prim[5] = { 0 };
+	for (uint32_t p = 0; p < 1024; p++) {
+		for (uint32_t i = 0; i < 3; i++)
+			for (uint32_t j = i + 1; j < 3; j++)
+				assert_true(dgi_aff_owner(a, p, i) != dgi_aff_owner(a, p, j));
+		prim[a->owners[p * 3]]++;
+	}
+	for (int i = 0; i < 5; i++) /* 1024/5 ~ 205 each; rendezvous keeps it near */
+		assert_true(prim[i] > 140 && prim[i] < 270);
+	/* identical on every node: a second build gives the same owners */
+	dgi_aff *b = aff_n(5, 3, 1000);
+	assert_memory_equal(a->owners, b->owners, 1024 * 3 * sizeof(uint16_t));
+	dgi_aff_free(a);
+	dgi_aff_free(b);
+	/* fewer nodes than copies: copies clamp to the nodes */
+	a = aff_n(2, 4, 1);
+	assert_int_equal(a->copies, 2);
+	dgi_aff_free(a);
+}
+
+static void test_affinity_minimal_movement(void **state)
+{
+	(void)state;
+	/* join: 4 -> 5 nodes, 1 backup.  Only partitions whose owner set gets
+	 * the new node change, and no partition moves between old nodes. */
+	dgi_aff *a = aff_n(4, 2, 500), *b = aff_n(5, 2, 500);
+	dg_node_id newcomer = b->nodes[4];
+	uint32_t changed = 0;
+	for (uint32_t p = 0; p < 1024; p++) {
+		bool differs = false;
+		for (uint32_t i = 0; i < 2; i++) {
+			dg_node_id o = dgi_aff_owner(b, p, i);
+			if (o != newcomer && dgi_aff_role(a, p, o) < 0)
+				fail_msg("partition %u moved to an old node", p);
+			differs |= dgi_aff_role(a, p, o) < 0;
+		}
+		changed += differs;
+	}
+	/* expected 2/5 of 1024 = 410 partitions gain the newcomer */
+	assert_true(changed > 300 && changed < 520);
+	/* leave: 5 -> 4 (the newcomer gone) restores a exactly */
+	assert_memory_equal(a->owners, aff_n(4, 2, 500)->owners, 1024 * 2 * sizeof(uint16_t));
+	dgi_aff_free(a);
+	dgi_aff_free(b);
+}
+
+static void test_key_hash_partition_stable(void **state)
+{
+	(void)state;
+	/* the partition of a key is part of the cluster protocol: pinned */
+	const uint8_t k[] = { 0x0A, 3, 'a', 'b', 'c' };
+	uint64_t h = dgi_key_hash(k, sizeof(k));
+	assert_int_equal(dgi_key_hash(k, sizeof(k)), h);
+	uint32_t p = dgi_part_of(h, 1024);
+	assert_true(p < 1024);
+	uint32_t counts[16] = { 0 };
+	for (int i = 0; i < 16000; i++) {
+		uint8_t kk[8];
+		memcpy(kk, &i, 4);
+		memset(kk + 4, 0, 4);
+		counts[dgi_part_of(dgi_key_hash(kk, 8), 16)]++;
+	}
+	for (int i = 0; i < 16; i++)
+		assert_true(counts[i] > 800 && counts[i] < 1200);
+}
+
+/* ---- one embedded node ---- */
+
+static dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
+    const char *dir)
+{
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = "tcp://127.0.0.1:0";
+	cfg.cluster_name = "cache-test";
+	cfg.seeds = seeds;
+	cfg.nseeds = nseeds;
+	cfg.failure_timeout_ms = 1000;
+	cfg.heartbeat_ms = 100;
+	cfg.join_timeout_ms = 5000;
+	cfg.request_timeout_ms = 5000;
+	cfg.client = client;
+	cfg.data_dir = dir;
+	cfg.storage_nosync = true;
+	dg_node *n = NULL;
+	OK(dg_node_start(&cfg, &n));
+	return n;
+}
+
+static void test_node_single_ops(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "single");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	dg_cache *again;
+	OK(dg_cache_create(n, &cc, &again));
+	assert_ptr_equal(again, c);
+	cc.backups = 2;
+	EXPECT(dg_cache_create(n, &cc, &again), DG_ERR_EXISTS);
+
+	dg_buf v;
+	dg_buf_init(&v);
+	EXPECT(dg_cache_get(c, "a", 1, &v), DG_ERR_NOT_FOUND);
+	OK(dg_cache_put(c, "a", 1, "hello", 5));
+	OK(dg_cache_get(c, "a", 1, &v));
+	assert_int_equal(v.len, 5);
+	assert_memory_equal(v.data, "hello", 5);
+	bool f;
+	OK(dg_cache_put_if_absent(c, "a", 1, "x", 1, &f));
+	assert_false(f);
+	OK(dg_cache_put_if_absent(c, "b", 1, "bee", 3, &f));
+	assert_true(f);
+	OK(dg_cache_replace(c, "zz", 2, "x", 1, &f));
+	assert_false(f);
+	OK(dg_cache_replace(c, "b", 1, "B", 1, &f));
+	assert_true(f);
+	v.len = 0;
+	OK(dg_cache_get_and_put(c, "b", 1, "b2", 2, &v, &f));
+	assert_true(f);
+	assert_int_equal(v.len, 1);
+	assert_memory_equal(v.data, "B", 1);
+	OK(dg_cache_contains(c, "b", 1, &f));
+	assert_true(f);
+	OK(dg_cache_remove(c, "b", 1, &f));
+	assert_true(f);
+	OK(dg_cache_remove(c, "b", 1, &f));
+	assert_false(f);
+	OK(dg_cache_contains(c, "b", 1, &f));
+	assert_false(f);
+	/* empty value and batches */
+	OK(dg_cache_put(c, "empty", 5, NULL, 0));
+	v.len = 0;
+	OK(dg_cache_get(c, "empty", 5, &v));
+	assert_int_equal(v.len, 0);
+	dg_kv kv[3] = { { "k1", 2, "v1", 2 }, { "k2", 2, "v22", 3 }, { "nope", 4, NULL, 0 } };
+	OK(dg_cache_put_all(c, kv, 2));
+	v.len = 0;
+	size_t found;
+	OK(dg_cache_get_all(c, kv, 3, &v, &found));
+	assert_int_equal(found, 2);
+	assert_int_equal(kv[1].vlen, 3);
+	assert_memory_equal(kv[1].val, "v22", 3);
+	assert_null(kv[2].val);
+	uint64_t size;
+	OK(dg_cache_size(c, &size));
+	assert_int_equal(size, 4); /* a, empty, k1, k2 */
+	size_t removed;
+	OK(dg_cache_remove_all(c, kv, 3, &removed));
+	assert_int_equal(removed, 2);
+	/* bad input */
+	EXPECT(dg_cache_put(c, NULL, 1, "x", 1), DG_ERR_INVAL);
+	EXPECT(dg_cache_put(c, "k", 0, "x", 1), DG_ERR_INVAL);
+	EXPECT(dg_cache_get(c, "k", 1, NULL), DG_ERR_INVAL);
+	OK(dg_cache_clear(c));
+	OK(dg_cache_size(c, &size));
+	assert_int_equal(size, 0);
+	/* list, destroy */
+	dg_cache_config list[4];
+	assert_int_equal(dg_cache_list(n, list, 4), 1);
+	assert_string_equal(list[0].name, "single");
+	OK(dg_cache_destroy(n, "single"));
+	EXPECT(dg_cache_put(c, "a", 1, "x", 1), DG_ERR_CLOSED);
+	EXPECT(dg_cache_get_by_name(n, "single", &c), DG_ERR_NOT_FOUND);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
+static void test_node_get_allocates_nothing(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "noalloc");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	char k[16], val[100];
+	memset(val, 'v', sizeof(val));
+	for (int i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "key%012d", i);
+		OK(dg_cache_put(c, k, 16, val, sizeof(val)));
+	}
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_buf_reserve(&v, 256));
+	dgi_alloc_stats a, b;
+	dgi_alloc_get_stats(&a);
+	for (int i = 0; i < 10000; i++) {
+		snprintf(k, sizeof(k), "key%012d", i % 1000);
+		v.len = 0;
+		OK(dg_cache_get(c, k, 16, &v));
+		OK(dg_cache_put(c, k, 16, val, sizeof(val))); /* overwrite: no alloc either */
+	}
+	dgi_alloc_get_stats(&b);
+	assert_int_equal(b.allocs - a.allocs, 0);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
+typedef struct point {
+	int64_t x;
+	int64_t y;
+	dg_str label;
+} point;
+
+static void test_node_typed(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	static const dg_field_def f[] = {
+		DG_FIELD(point, x, DG_I64),
+		DG_FIELD(point, y, DG_I64),
+		DG_FIELD(point, label, DG_STRING),
+	};
+	dg_type_def def = { "test.Point", f, 3, sizeof(point) };
+	const dg_desc *d;
+	OK(dg_registry_register(dg_node_registry(n), &def, &d));
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "typed");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	point k = { 1, 2, { "key", 3 } }, v = { 10, 20, { "value", 5 } }, out;
+	OK(dg_cache_put_obj(c, d, &k, d, &v));
+	uint8_t mem[256];
+	dg_arena ar;
+	dg_arena_init(&ar, mem, sizeof(mem));
+	memset(&out, 0, sizeof(out));
+	OK(dg_cache_get_obj(c, d, &k, d, &out, &ar));
+	assert_int_equal(out.x, 10);
+	assert_int_equal(out.y, 20);
+	assert_int_equal(out.label.len, 5);
+	assert_memory_equal(out.label.ptr, "value", 5);
+	point other = { 1, 3, { "key", 3 } };
+	EXPECT(dg_cache_get_obj(c, d, &other, d, &out, &ar), DG_ERR_NOT_FOUND);
+	/* a scan sees the encoded key and value: a binary object */
+	dg_scan *s;
+	OK(dg_scan_open(c, 0, &s));
+	const uint8_t *kp, *vp;
+	size_t kl, vl;
+	OK(dg_scan_next(s, &kp, &kl, &vp, &vl));
+	dg_bobj o;
+	OK(dg_bobj_open(dg_node_registry(n), vp, vl, &o));
+	dg_value fv;
+	OK(dg_bobj_get_name(&o, "y", &fv));
+	assert_int_equal(fv.v.i, 20);
+	EXPECT(dg_scan_next(s, &kp, &kl, &vp, &vl), DG_ERR_NOT_FOUND);
+	dg_scan_close(s);
+	dg_node_stop(n);
+}
+
+static void test_node_ttl(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "ttl");
+	cc.ttl_ms = 200;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	for (int i = 0; i < 100; i++) {
+		char k[8];
+		snprintf(k, sizeof(k), "t%d", i);
+		OK(dg_cache_put(c, k, strlen(k), "v", 1));
+	}
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_cache_get(c, "t1", 2, &v));
+	usleep(250 * 1000);
+	/* expired: never returned, even before the sweeper ran */
+	EXPECT(dg_cache_get(c, "t1", 2, &v), DG_ERR_NOT_FOUND);
+	/* the sweeper frees them (it runs every second) */
+	dg_cache_metrics m;
+	uint64_t deadline = dgi_now_ms() + 5000;
+	do {
+		usleep(50 * 1000);
+		OK(dg_cache_get_metrics(c, &m));
+	} while (m.entries > 0 && dgi_now_ms() < deadline);
+	assert_int_equal(m.entries, 0);
+	assert_int_equal(m.expired, 100);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
+static void test_node_scan_pages(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "scan");
+	cc.partitions = 64;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	for (int i = 0; i < 3000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "s%05d", i);
+		OK(dg_cache_put(c, k, strlen(k), k, strlen(k)));
+	}
+	uint8_t *seen = calloc(3000, 1);
+	dg_scan *s;
+	OK(dg_scan_open(c, 7, &s));
+	const uint8_t *kp, *vp;
+	size_t kl, vl;
+	int count = 0;
+	dg_err e;
+	while ((e = dg_scan_next(s, &kp, &kl, &vp, &vl)) == DG_OK) {
+		const uint8_t *kb;
+		size_t kn;
+		OK(dg_bytes_of(kp, kl, &kb, &kn));
+		int i = atoi((const char *)kb + 1);
+		assert_true(i >= 0 && i < 3000);
+		assert_int_equal(seen[i], 0);
+		seen[i] = 1;
+		count++;
+	}
+	EXPECT(e, DG_ERR_NOT_FOUND);
+	assert_int_equal(count, 3000);
+	dg_scan_close(s);
+	free(seen);
+	dg_node_stop(n);
+}
+
+static void test_node_config_errors(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache *c;
+	dg_cache_config_init(&cc, "");
+	EXPECT(dg_cache_create(n, &cc, &c), DG_ERR_INVAL);
+	dg_cache_config_init(&cc, "x");
+	cc.partitions = 0;
+	EXPECT(dg_cache_create(n, &cc, &c), DG_ERR_INVAL);
+	dg_cache_config_init(&cc, "x");
+	cc.backups = 8;
+	EXPECT(dg_cache_create(n, &cc, &c), DG_ERR_INVAL);
+	dg_cache_config_init(&cc, "x");
+	cc.persistence = true; /* no data_dir */
+	EXPECT(dg_cache_create(n, &cc, &c), DG_ERR_INVAL);
+	dg_node_stop(n);
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = NULL;
+	EXPECT(dg_node_start(&cfg, &n), DG_ERR_INVAL);
+}
+
+/* ---- several nodes in one process ---- */
+
+struct cluster {
+	dg_node *n[5];
+	int count;
+	const char *seed;
+};
+
+static void cluster_start(struct cluster *cl, int servers, int clients)
+{
+	memset(cl, 0, sizeof(*cl));
+	cl->n[0] = start_node(NULL, 0, false, NULL);
+	cl->seed = dg_node_address(cl->n[0]);
+	for (int i = 1; i < servers + clients; i++)
+		cl->n[i] = start_node(&cl->seed, 1, i >= servers, NULL);
+	cl->count = servers + clients;
+	/* every node on the same topology version */
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		int64_t v0 = 0, v;
+		bool same = true;
+		for (int i = 0; i < cl->count; i++) {
+			dg_node_info info[8];
+			size_t k = dg_node_topology(cl->n[i], &v, info, 8);
+			if (i == 0)
+				v0 = v;
+			same &= k == (size_t)cl->count && v == v0;
+		}
+		if (same)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+}
+
+static void cluster_stop(struct cluster *cl)
+{
+	for (int i = cl->count - 1; i >= 0; i--)
+		dg_node_stop(cl->n[i]);
+}
+
+static dg_cache *cache_on(dg_node *n, const char *name)
+{
+	dg_cache *c = NULL;
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (dg_cache_get_by_name(n, name, &c) != DG_OK) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	return c;
+}
+
+/* The copies of key held by node n (any role), read from its store. */
+static int copies_on(dg_cache *c, const char *key, const char *val)
+{
+	uint8_t enc[64];
+	size_t kl = strlen(key);
+	enc[0] = 0x0A;
+	enc[1] = (uint8_t)kl;
+	memcpy(enc + 2, key, kl);
+	uint64_t h = dgi_key_hash(enc, kl + 2);
+	dgi_part *p = &c->parts[dgi_part_of(h, c->cfg.partitions)];
+	pthread_mutex_lock(&p->mu);
+	dgi_entry *e = dgi_part_find(p, h, enc, (uint32_t)kl + 2);
+	int r = e != NULL && !(e->flags & DGI_ENTRY_TOMB) &&
+	    (val == NULL || (e->vlen == strlen(val) + 2 && memcmp(dgi_entry_val(e) + 2, val,
+	    strlen(val)) == 0));
+	pthread_mutex_unlock(&p->mu);
+	return r;
+}
+
+static void sync_mode_case(dg_write_sync mode)
+{
+	struct cluster cl;
+	cluster_start(&cl, 3, 1);
+	dg_cache_config cc;
+	char name[32];
+	snprintf(name, sizeof(name), "sync%d", (int)mode);
+	dg_cache_config_init(&cc, name);
+	cc.backups = 2;
+	cc.write_sync = mode;
+	cc.partitions = 128;
+	dg_cache *cs[4];
+	OK(dg_cache_create(cl.n[3], &cc, &cs[3])); /* from the client node */
+	for (int i = 0; i < 3; i++)
+		cs[i] = cache_on(cl.n[i], name);
+	char k[16], v[16];
+	int all3 = 0;
+	for (int i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		OK(dg_cache_put(cs[3], k, strlen(k), v, strlen(v)));
+		int copies = 0;
+		for (int j = 0; j < 3; j++)
+			copies += copies_on(cs[j], k, v);
+		if (mode == DG_FULL_SYNC)
+			assert_int_equal(copies, 3); /* every owner applied before return */
+		if (mode == DG_PRIMARY_SYNC)
+			assert_true(copies >= 1); /* at least the primary */
+		all3 += copies == 3;
+	}
+	/* the client node owns nothing */
+	dg_cache_metrics m;
+	OK(dg_cache_get_metrics(cs[3], &m));
+	assert_int_equal(m.entries, 0);
+	/* eventually every copy everywhere, whatever the mode */
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (int i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		while (copies_on(cs[0], k, v) + copies_on(cs[1], k, v) + copies_on(cs[2], k, v) < 3) {
+			assert_true(dgi_now_ms() < deadline);
+			usleep(1000);
+		}
+	}
+	print_message("sync mode %d: %d of 300 puts had all 3 copies on return\n", mode, all3);
+	/* reads from any node see the value */
+	dg_buf b;
+	dg_buf_init(&b);
+	for (int j = 0; j < 4; j++) {
+		b.len = 0;
+		OK(dg_cache_get(cs[j], "k7", 2, &b));
+		assert_int_equal(b.len, 2);
+		assert_memory_equal(b.data, "v7", 2);
+	}
+	dg_buf_free(&b);
+	cluster_stop(&cl);
+}
+
+static void test_multi_full_sync(void **state)
+{
+	(void)state;
+	sync_mode_case(DG_FULL_SYNC);
+}
+
+static void test_multi_primary_sync(void **state)
+{
+	(void)state;
+	sync_mode_case(DG_PRIMARY_SYNC);
+}
+
+static void test_multi_full_async(void **state)
+{
+	(void)state;
+	sync_mode_case(DG_FULL_ASYNC);
+}
+
+static void test_multi_read_from_backup(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "rfb");
+	cc.backups = 1;
+	cc.partitions = 16;
+	dg_cache *a, *b;
+	OK(dg_cache_create(cl.n[0], &cc, &a));
+	b = cache_on(cl.n[1], "rfb");
+	OK(dg_cache_put(a, "key", 3, "one", 3));
+	/* change the copy on node 1 behind the protocol's back: a local read
+	 * sees it, a read from the primary does not */
+	uint8_t enc[5] = { 0x0A, 3, 'k', 'e', 'y' };
+	uint64_t h = dgi_key_hash(enc, 5);
+	uint32_t p = dgi_part_of(h, 16);
+	dgi_aff *aff = atomic_load(&b->aff);
+	bool b_is_backup = dgi_aff_role(aff, p, dg_node_get_id(cl.n[1])) == 1;
+	dg_cache *backup = b_is_backup ? b : a, *primary = b_is_backup ? a : b;
+	dgi_part *pt = &backup->parts[p];
+	pthread_mutex_lock(&pt->mu);
+	dgi_entry *e = dgi_part_find(pt, h, enc, 5);
+	assert_non_null(e);
+	memcpy((uint8_t *)dgi_entry_val(e) + 2, "two", 3);
+	pthread_mutex_unlock(&pt->mu);
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_cache_get(backup, "key", 3, &v));
+	assert_memory_equal(v.data, "two", 3); /* read_from_backup: local */
+	v.len = 0;
+	OK(dg_cache_get(primary, "key", 3, &v));
+	assert_memory_equal(v.data, "one", 3);
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+
+	/* and with read_from_backup off, the backup node asks the primary */
+	cluster_start(&cl, 2, 0);
+	dg_cache_config_init(&cc, "norfb");
+	cc.backups = 1;
+	cc.partitions = 16;
+	cc.read_from_backup = false;
+	OK(dg_cache_create(cl.n[0], &cc, &a));
+	b = cache_on(cl.n[1], "norfb");
+	OK(dg_cache_put(a, "key", 3, "one", 3));
+	aff = atomic_load(&b->aff);
+	b_is_backup = dgi_aff_role(aff, p, dg_node_get_id(cl.n[1])) == 1;
+	backup = b_is_backup ? b : a;
+	pt = &backup->parts[p];
+	pthread_mutex_lock(&pt->mu);
+	e = dgi_part_find(pt, h, enc, 5);
+	memcpy((uint8_t *)dgi_entry_val(e) + 2, "two", 3);
+	pthread_mutex_unlock(&pt->mu);
+	dg_buf_init(&v);
+	OK(dg_cache_get(backup, "key", 3, &v));
+	assert_memory_equal(v.data, "one", 3);
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
+struct writer_arg {
+	dg_cache *c;
+	int from, to;
+	_Atomic int *stop;
+	int done;
+	dg_err err;
+};
+
+static void *writer(void *arg)
+{
+	struct writer_arg *w = arg;
+	int round = 0;
+	while (!atomic_load(w->stop)) {
+		for (int i = w->from; i < w->to; i++) {
+			char k[16], v[32];
+			snprintf(k, sizeof(k), "w%d", i);
+			snprintf(v, sizeof(v), "r%d-%d", round, i);
+			dg_err e = dg_cache_put(w->c, k, strlen(k), v, strlen(v));
+			if (e != DG_OK) {
+				w->err = e;
+				return NULL;
+			}
+		}
+		w->done = ++round;
+	}
+	return NULL;
+}
+
+static void test_multi_rebalance_under_writes(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "rebal");
+	cc.backups = 1;
+	cc.partitions = 256;
+	dg_cache *c0;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	for (int i = 0; i < 5000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "pre%d", i);
+		OK(dg_cache_put(c0, k, strlen(k), k, strlen(k)));
+	}
+	_Atomic int stop = 0;
+	struct writer_arg w = { c0, 0, 500, &stop, 0, DG_OK };
+	pthread_t t;
+	pthread_create(&t, NULL, writer, &w);
+	/* a third node joins while writes go on */
+	cl.n[2] = start_node(&cl.seed, 1, false, NULL);
+	cl.count = 3;
+	dg_cache *c2 = cache_on(cl.n[2], "rebal");
+	OK(dg_cache_wait_rebalanced(c2, 10000));
+	int rounds = w.done;
+	while (w.done < rounds + 2 && w.err == DG_OK)
+		usleep(1000);
+	atomic_store(&stop, 1);
+	pthread_join(t, NULL);
+	OK(w.err);
+	dg_cache_metrics m;
+	OK(dg_cache_get_metrics(c2, &m));
+	print_message("joined node: %u partitions owning, %llu rebalanced, %llu bytes\n",
+	    m.partitions_owning, (unsigned long long)m.rebalance_partitions_done,
+	    (unsigned long long)m.rebalance_bytes);
+	assert_true(m.partitions_owning > 0);
+	assert_true(m.rebalance_partitions_done > 0);
+	/* every key reads back from every node, the last write of the writer
+	 * included, and each partition's owners hold the same copies */
+	dg_buf v;
+	dg_buf_init(&v);
+	char want[32];
+	for (int i = 0; i < 5000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "pre%d", i);
+		for (int j = 0; j < 3; j++) {
+			dg_cache *c = cache_on(cl.n[j], "rebal");
+			v.len = 0;
+			OK(dg_cache_get(c, k, strlen(k), &v));
+			assert_int_equal(v.len, strlen(k));
+		}
+	}
+	for (int i = 0; i < 500; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "w%d", i);
+		snprintf(want, sizeof(want), "r%d-%d", w.done - 1, i);
+		for (int j = 0; j < 3; j++) {
+			dg_cache *c = cache_on(cl.n[j], "rebal");
+			v.len = 0;
+			OK(dg_cache_get(c, k, strlen(k), &v));
+			assert_int_equal(v.len, strlen(want));
+			assert_memory_equal(v.data, want, v.len);
+		}
+	}
+	/* owners agree copy by copy */
+	dgi_aff *aff = atomic_load(&c2->aff);
+	for (int i = 0; i < 500; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "w%d", i);
+		snprintf(want, sizeof(want), "r%d-%d", w.done - 1, i);
+		uint8_t enc[32];
+		enc[0] = 0x0A;
+		enc[1] = (uint8_t)strlen(k);
+		memcpy(enc + 2, k, strlen(k));
+		uint32_t p = dgi_part_of(dgi_key_hash(enc, strlen(k) + 2), 256);
+		for (uint32_t r = 0; r < aff->copies; r++) {
+			dg_node_id o = dgi_aff_owner(aff, p, r);
+			for (int j = 0; j < 3; j++)
+				if (dg_node_get_id(cl.n[j]) == o)
+					assert_int_equal(copies_on(cache_on(cl.n[j], "rebal"), k, want), 1);
+		}
+	}
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
+static void test_multi_lost_partitions(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "lost");
+	cc.backups = 0;
+	cc.partitions = 64;
+	dg_cache *c0;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	for (int i = 0; i < 1000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		OK(dg_cache_put(c0, k, strlen(k), "v", 1));
+	}
+	/* node 2 dies (no graceful leave): its partitions had no backup */
+	dg_node_id dead = dg_node_get_id(cl.n[2]);
+	dgi_aff *aff = atomic_load(&c0->aff);
+	uint32_t theirs = 0;
+	for (uint32_t p = 0; p < 64; p++)
+		theirs += dgi_aff_owner(aff, p, 0) == dead;
+	assert_true(theirs > 0);
+	dg_node_stop(cl.n[2]);
+	cl.count = 2;
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (dg_cache_lost_partitions(c0, NULL, 0) == 0) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	uint32_t lost[64];
+	size_t nl = dg_cache_lost_partitions(c0, lost, 64);
+	assert_int_equal(nl, theirs);
+	dg_cache *c1 = cache_on(cl.n[1], "lost");
+	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), theirs);
+	/* keys of lost partitions fail with the distinct error; others work */
+	int failed = 0, worked = 0;
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < 1000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		v.len = 0;
+		dg_err e = dg_cache_get(c1, k, strlen(k), &v);
+		if (e == DG_ERR_PARTITION_LOST) {
+			failed++;
+			EXPECT(dg_cache_put(c1, k, strlen(k), "w", 1), DG_ERR_PARTITION_LOST);
+		} else {
+			OK(e);
+			worked++;
+			OK(dg_cache_put(c1, k, strlen(k), "w", 1));
+		}
+	}
+	assert_true(failed > 0 && worked > 0);
+	OK(dg_cache_reset_lost(c0));
+	assert_int_equal(dg_cache_lost_partitions(c0, NULL, 0), 0);
+	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), 0);
+	for (int i = 0; i < 1000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		OK(dg_cache_put(c1, k, strlen(k), "x", 1));
+	}
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
+static void test_multi_node_failure_keeps_writes(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "fail");
+	cc.backups = 1;
+	cc.partitions = 128;
+	dg_cache *c0;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	for (int i = 0; i < 3000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "f%d", i);
+		OK(dg_cache_put(c0, k, strlen(k), k, strlen(k)));
+	}
+	dg_node_stop(cl.n[1]);
+	cl.n[1] = cl.n[2];
+	cl.count = 2;
+	dg_buf v;
+	dg_buf_init(&v);
+	dg_cache *c1 = cache_on(cl.n[1], "fail");
+	for (int i = 0; i < 3000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "f%d", i);
+		v.len = 0;
+		OK(dg_cache_get(c1, k, strlen(k), &v));
+		assert_int_equal(v.len, strlen(k));
+	}
+	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), 0);
+	uint64_t size;
+	OK(dg_cache_size(c0, &size));
+	assert_int_equal(size, 3000);
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_store_basics),
+		cmocka_unit_test(test_store_overwrite_no_alloc),
+		cmocka_unit_test(test_store_scan_pages),
+		cmocka_unit_test(test_store_expiry_and_tombs),
+		cmocka_unit_test(test_affinity_distinct_and_balanced),
+		cmocka_unit_test(test_affinity_minimal_movement),
+		cmocka_unit_test(test_key_hash_partition_stable),
+		cmocka_unit_test(test_node_single_ops),
+		cmocka_unit_test(test_node_get_allocates_nothing),
+		cmocka_unit_test(test_node_typed),
+		cmocka_unit_test(test_node_ttl),
+		cmocka_unit_test(test_node_scan_pages),
+		cmocka_unit_test(test_node_config_errors),
+		cmocka_unit_test(test_multi_full_sync),
+		cmocka_unit_test(test_multi_primary_sync),
+		cmocka_unit_test(test_multi_full_async),
+		cmocka_unit_test(test_multi_read_from_backup),
+		cmocka_unit_test(test_multi_rebalance_under_writes),
+		cmocka_unit_test(test_multi_lost_partitions),
+		cmocka_unit_test(test_multi_node_failure_keeps_writes),
+	};
+	int failed = cmocka_run_group_tests_name("cache", tests, NULL, NULL);
+#ifdef DGT_HAVE_INTMAP
+	failed += dgt_intmap_tests();
+#endif
+#ifdef DGT_HAVE_PSTORE
+	failed += dgt_pstore_tests();
+#endif
+	return failed ? 1 : 0;
+}
