@@ -1,0 +1,186 @@
+/* dgnode.c — the datagrid node process.
+ *
+ * Reads its settings (settings.h: defaults, --config files, flags), starts
+ * a node (dg_node_start: joins the cluster through the seeds or forms one),
+ * creates the --cache caches, and serves until SIGTERM or SIGINT; then it
+ * leaves the cluster gracefully (dg_node_stop hands this node's partitions
+ * over, bounded by request-timeout) and exits 0.
+ *
+ * Exit status: 0 after a graceful stop (or --help, --version), 1 when the
+ * node cannot start or a cache cannot be created, 2 on a usage error.
+ *
+ * Logs: stderr, one line per event (DESIGN.md): level, a stable id, then
+ * key=value fields; values with spaces or quotes are quoted.
+ *   level=info id=NODE-STARTING version="datagrid 0.1.0" cluster=... listen=...
+ *   level=error id=NODE-START err="..."
+ *   level=error id=CACHE-CREATE cache=... err="..."
+ *   level=info id=NODE-READY node=<16 hex digits> address=<url> caches=<n>
+ *   level=info id=NODE-LEAVING signal=SIGTERM
+ *   level=info id=NODE-STOPPED node=<16 hex digits>
+ *   level=debug id=SETTING name=... value=...        (log-level=debug)
+ * log-level filters these lines only: the library logs on its own.
+ *
+ * Signals: SIGTERM and SIGINT are blocked before any thread starts, so
+ * every node thread inherits the mask and only sigwait() here takes them;
+ * a second signal while leaving is ignored (the leave is bounded).
+ * SIGPIPE is ignored: a peer closing a socket is an error, not a death.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "datagrid.h"
+#include "settings.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static int log_level = DGNODE_LOG_INFO;
+
+/* v as a log value: bare when it has no space, quote, '=' or control
+ * character, else quoted with \" and \\ escaped (control bytes as '?'). */
+static const char *logval(const char *v, char *buf, size_t n)
+{
+	bool bare = v[0] != 0;
+	for (const char *p = v; *p != 0 && bare; p++)
+		if ((unsigned char)*p <= ' ' || *p == '"' || *p == '=' || *p == 0x7f)
+			bare = false;
+	if (bare)
+		return v;
+	size_t o = 0;
+	buf[o++] = '"';
+	for (const char *p = v; *p != 0 && o + 4 < n; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c == '"' || c == '\\')
+			buf[o++] = '\\';
+		buf[o++] = c < ' ' || c == 0x7f ? '?' : (char)c;
+	}
+	buf[o++] = '"';
+	buf[o] = 0;
+	return buf;
+}
+
+static void logline(int level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void logline(int level, const char *id, const char *fmt, ...)
+{
+	char line[2048];
+	va_list ap;
+
+	if (level < log_level)
+		return;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	/* One call per line: stdio locks stderr, lines do not interleave. */
+	fprintf(stderr, "level=%s id=%s%s%s\n", dgnode_log_level_name(level), id,
+	    line[0] != 0 ? " " : "", line);
+}
+
+static void log_settings(const dgnode_settings *s)
+{
+	char value[1024], q[1100];
+	if (log_level > DGNODE_LOG_DEBUG)
+		return;
+	for (size_t i = 0; i < dgnode_settings_count; i++) {
+		const dgnode_setting *st = &dgnode_settings_table[i];
+		dgnode_setting_format(s, st, value, sizeof(value));
+		logline(DGNODE_LOG_DEBUG, "SETTING", "name=%s value=%s", st->name,
+		    logval(value, q, sizeof(q)));
+	}
+}
+
+/* Creates every --cache cache; returns how many, or -1 after logging. */
+static long create_caches(dg_node *node, const dgnode_settings *s)
+{
+	char q[300], eq[300];
+	for (size_t i = 0; i < s->caches.l_n; i++) {
+		dg_cache_config cc;
+		dg_cache *c;
+		dg_err e;
+		/* Validated by dgnode_settings_to_config: this cannot fail. */
+		if (dgnode_parse_cache_spec(s->caches.l_items[i], &cc, stderr) != DGNODE_OK)
+			return -1;
+		if ((e = dg_cache_create(node, &cc, &c)) != DG_OK) {
+			logline(DGNODE_LOG_ERROR, "CACHE-CREATE", "cache=%s err=%s",
+			    logval(cc.name, q, sizeof(q)),
+			    logval(dg_strerror(e), eq, sizeof(eq)));
+			return -1;
+		}
+		logline(DGNODE_LOG_DEBUG, "CACHE-READY", "cache=%s",
+		    logval(cc.name, q, sizeof(q)));
+	}
+	return (long)s->caches.l_n;
+}
+
+int main(int argc, char **argv)
+{
+	dgnode_settings s;
+	dg_node_config cfg;
+	dg_node *node = NULL;
+	sigset_t stop;
+	struct sigaction ign;
+	char q1[300], q2[300], q3[300];
+	int rc, sig = 0;
+	dg_err e;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	if ((rc = pthread_sigmask(SIG_BLOCK, &stop, NULL)) != 0) {
+		fprintf(stderr, "dgnode: pthread_sigmask: %s\n", strerror(rc));
+		return 1;
+	}
+	memset(&ign, 0, sizeof(ign));
+	ign.sa_handler = SIG_IGN;
+	sigemptyset(&ign.sa_mask);
+	sigaction(SIGPIPE, &ign, NULL);
+
+	dgnode_settings_init(&s);
+	rc = dgnode_settings_parse_args(&s, argc, argv, stderr);
+	if (rc != DGNODE_OK) {
+		dgnode_settings_free(&s);
+		return rc == DGNODE_EXIT ? 0 : 2;
+	}
+	log_level = s.log_level;
+	if (dgnode_settings_to_config(&s, &cfg, stderr) != DGNODE_OK) {
+		dgnode_settings_free(&s);
+		return 2;
+	}
+	log_settings(&s);
+	logline(DGNODE_LOG_INFO, "NODE-STARTING", "version=%s cluster=%s listen=%s "
+	    "seeds=%zu caches=%zu", logval(dg_version(), q1, sizeof(q1)),
+	    logval(s.cluster_name, q2, sizeof(q2)), logval(s.listen, q3, sizeof(q3)),
+	    s.seeds.l_n, s.caches.l_n);
+
+	if ((e = dg_node_start(&cfg, &node)) != DG_OK) {
+		logline(DGNODE_LOG_ERROR, "NODE-START", "err=\"%s\"", dg_strerror(e));
+		dgnode_settings_free(&s);
+		return 1;
+	}
+	long ncaches = create_caches(node, &s);
+	if (ncaches < 0) {
+		dg_node_stop(node);
+		dgnode_settings_free(&s);
+		return 1;
+	}
+	uint64_t id = dg_node_get_id(node);
+	logline(DGNODE_LOG_INFO, "NODE-READY", "node=%016" PRIx64 " address=%s "
+	    "caches=%ld", id, logval(dg_node_address(node), q1, sizeof(q1)),
+	    ncaches);
+
+	do {
+		if (sigwait(&stop, &sig) != 0)
+			sig = 0;
+	} while (sig != SIGTERM && sig != SIGINT);
+	logline(DGNODE_LOG_INFO, "NODE-LEAVING", "signal=%s",
+	    sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	dg_node_stop(node);
+	logline(DGNODE_LOG_INFO, "NODE-STOPPED", "node=%016" PRIx64, id);
+	dgnode_settings_free(&s);
+	return 0;
+}
