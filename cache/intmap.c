@@ -113,18 +113,25 @@ static size_t cap_for(size_t n)
 	return cap;
 }
 
+/* Writers only (under the mutex), so no read-modify-write is needed;
+ * atomic because count() reads it without the lock. */
+static void count_add(struct dgi_intmap_table *t, size_t delta)
+{
+	atomic_store_explicit(&t->t_count,
+	    atomic_load_explicit(&t->t_count, memory_order_relaxed) + delta,
+	    memory_order_relaxed);
+}
+
 /* Stores a key known to be absent into an unpublished or current table. */
 static void tbl_insert(struct dgi_intmap_table *t, size_t i, uint32_t key,
     void *value)
 {
-	/* Value first: a reader that sees the key must not find a stale value;
-	 * one that sees the key before the value finds NULL, i.e. "not yet". */
+	/* A reader matching the key before the value lands finds NULL: "not
+	 * there yet", a right answer while the put is in progress. */
 	atomic_store_explicit(&t->t_vals[i], value, memory_order_release);
 	atomic_store_explicit(&tbl_keys(t)[i], key, memory_order_relaxed);
 	t->t_used++;
-	atomic_store_explicit(&t->t_count,
-	    atomic_load_explicit(&t->t_count, memory_order_relaxed) + 1,
-	    memory_order_relaxed);
+	count_add(t, 1);
 }
 
 /* A new table with old's live slots and room for extra more.  NULL on
@@ -244,9 +251,7 @@ dg_err dgi_intmap_put(dgi_intmap *m, uint32_t key, void *value)
 		void *old = atomic_load_explicit(&t->t_vals[i], memory_order_relaxed);
 		atomic_store_explicit(&t->t_vals[i], value, memory_order_release);
 		if (old == NULL)
-			atomic_store_explicit(&t->t_count, atomic_load_explicit(
-			    &t->t_count, memory_order_relaxed) + 1,
-			    memory_order_relaxed);
+			count_add(t, 1);
 	} else if (t->t_used + 1 <= t->t_cap / 2) {
 		tbl_insert(t, i, key, value);
 	} else {
@@ -274,8 +279,7 @@ void *dgi_intmap_del(dgi_intmap *m, uint32_t key)
 		old = atomic_exchange_explicit(&t->t_vals[i], NULL,
 		    memory_order_relaxed);
 	if (old != NULL)
-		atomic_store_explicit(&t->t_count, atomic_load_explicit(
-		    &t->t_count, memory_order_relaxed) - 1, memory_order_relaxed);
+		count_add(t, (size_t)-1);   /* wraps: minus one */
 	pthread_mutex_unlock(&m->im_mu);
 	return old;
 }

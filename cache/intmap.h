@@ -7,11 +7,19 @@
  * table with one acquire load and probes it linearly (IGNITE-29099: Ignite
  * looked cache contexts up by a boxed Integer on every message).
  *
- * Writers (rare: cache create/destroy) serialize on the map's mutex, build a
- * new table and publish it with a release store.  Old tables are retired,
- * not freed at once, because a reader may still be probing one: they are
- * freed by dgi_intmap_destroy (creates and destroys are rare, so the retired
- * list stays short).  Values are the caller's; the map never frees them.
+ * Writers (rare: cache create/destroy) serialize on the map's mutex.  While
+ * the table stays at most half full they change it in place with atomic
+ * stores readers tolerate (a slot's key is set once; a deleted key stays as
+ * a tombstone so probe chains hold).  An insert that would pass half full
+ * builds a new table (grown, or rebuilt without tombstones) and publishes it
+ * with a release store.  Old tables are retired, not freed at once, because
+ * a reader may still be probing one: they are freed by dgi_intmap_destroy.
+ * A table is rebuilt at most 3/8 full, so writes are O(1) amortized and the
+ * retired tables add up to a few slots per inserted key.
+ *
+ * Values are the caller's; the map never frees them.  A reader may still
+ * return a value a writer has just replaced or deleted, so the caller must
+ * not free it while a reader could hold it.
  *
  * Key 0 is reserved (empty slot marker): dgi_intmap_put refuses it.
  */
@@ -31,7 +39,8 @@ typedef struct dgi_intmap {
 	struct dgi_intmap_table *im_retired;   /* older tables, freed at destroy */
 } dgi_intmap;
 
-/* An empty map.  DG_ERR_NOMEM. */
+/* An empty map.  DG_ERR_NOMEM; on failure there is nothing to destroy
+ * (dgi_intmap_destroy is then a no-op). */
 dg_err dgi_intmap_init(dgi_intmap *m);
 /* Frees every table (the values are the caller's).  No reader may run. */
 void dgi_intmap_destroy(dgi_intmap *m);
@@ -40,13 +49,16 @@ void dgi_intmap_destroy(dgi_intmap *m);
 void *dgi_intmap_get(const dgi_intmap *m, uint32_t key);
 
 /* Inserts or replaces.  DG_ERR_INVAL (key 0 or value NULL), DG_ERR_NOMEM
- * (map unchanged).  Thread-safe against readers and other writers. */
+ * (map unchanged; only an insert that needs a new table allocates).
+ * Thread-safe against readers and other writers. */
 dg_err dgi_intmap_put(dgi_intmap *m, uint32_t key, void *value);
-/* Removes key; returns its value or NULL. */
+/* Removes key; returns its value or NULL.  Never allocates, cannot fail. */
 void *dgi_intmap_del(dgi_intmap *m, uint32_t key);
 /* Number of keys. */
 size_t dgi_intmap_count(const dgi_intmap *m);
-/* Calls fn for each (key, value) of the current table (a snapshot). */
+/* Calls fn for each (key, value) of the current table.  Keys present for the
+ * whole walk are seen exactly once; keys put or deleted meanwhile may or may
+ * not be.  fn may call into the map. */
 void dgi_intmap_each(const dgi_intmap *m,
     void (*fn)(void *ctx, uint32_t key, void *value), void *ctx);
 
