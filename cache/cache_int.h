@@ -159,7 +159,9 @@ int64_t dgi_wall_ms(void);
 #define DGI_MSG_SIZE ((dg_msg_type)(78))  /* request: primary entries of a cache on a node */
 #define DGI_MSG_CLEAR ((dg_msg_type)(79))  /* request: clear a cache on a node */
 #define DGI_MSG_LOST_RESET ((dg_msg_type)(80))  /* request: clear the lost marks on a node */
-#define DGI_MSG_CACHE_LAST ((dg_msg_type)(81))
+#define DGI_MSG_PUSH ((dg_msg_type)(81))  /* request: a leaving node hands a partition over */
+#define DGI_MSG_HANDOFF ((dg_msg_type)(82))  /* request to all: partitions handed over (a LIST of I64) */
+#define DGI_MSG_CACHE_LAST ((dg_msg_type)(83))
 
 enum { OP_PUT = 1, OP_REMOVE, OP_PUT_IF_ABSENT, OP_REPLACE, OP_GET_AND_PUT };
 
@@ -223,6 +225,11 @@ typedef struct dgi_msg_page_req {   /* DEMAND, SCAN */
 	int64_t max;                /* DEMAND: bytes, SCAN: entries */
 } dgi_msg_page_req;
 
+typedef struct dgi_msg_push {  /* PUSH; HANDOFF (part: unused, list: I64 partitions) */
+	int64_t cache_id, part;
+	dg_raw list;                /* entries as in SUPPLY */
+} dgi_msg_push;
+
 /* SUPPLY, SCAN_RES, CACHE_CONFIGS: one LIST read by the handler
  * (dg_msg_raw).  SUPPLY and SCAN_RES: I64 more, I64 last hash, then per
  * entry BYTES key, BYTES value (null: tombstone), I64 ver topver, I64
@@ -257,6 +264,8 @@ struct dg_cache {
 	_Atomic(dgi_aff *) aff;         /* current; NULL before the first topology */
 	dgi_aff *retired;               /* older affinities (grid->mu) */
 	uint8_t *lost;                  /* a byte per partition: lost (grid->mu writes) */
+	uint8_t *handed;                /* a byte per partition: its sole owner left
+	                                   gracefully and handed it over (not lost) */
 	bool fresh;                     /* created here, cluster-wide: no data to fetch */
 	_Atomic uint64_t puts, gets, removes, hits, misses, remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
@@ -315,6 +324,7 @@ struct dgi_grid {
 	_Atomic int64_t topver;
 	int64_t self_order;
 	bool stopping;
+	_Atomic bool leaving;          /* graceful leave: no more updates as primary */
 	uint64_t rebal_gen;            /* bumped on every topology: rebalancer restarts */
 	dgi_pstore *ps;
 	int64_t persisted_topver;      /* highest topology version written to meta */
@@ -333,6 +343,9 @@ struct dgi_grid {
 
 /* grid.c */
 dg_cache *dgi_grid_cache(dgi_grid *g, uint32_t id);   /* live cache or NULL */
+/* The affinity of c over the current topology without this node (what a
+ * leave will make); NULL on NOMEM or before the first topology. */
+dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c);
 void dgi_grid_event(dgi_grid *g, dg_event_kind kind, const char *cache, uint32_t part);
 dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,

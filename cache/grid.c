@@ -203,6 +203,10 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			}
 			gone = !any_old;
 		}
+		if (gone && c->handed[p]) {
+			gone = false; /* its owner left gracefully and handed it over */
+			c->handed[p] = 0;
+		}
 		if (gone && guess == NULL && !c->lost[p]) {
 			c->lost[p] = 1;
 			dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld",
@@ -335,6 +339,7 @@ static void cache_free(dg_cache *c)
 		dgi_part_free(&c->parts[p]);
 	dgi_free(c->parts);
 	dgi_free(c->lost);
+	dgi_free(c->handed);
 	dgi_aff_free(atomic_load(&c->aff));
 	while (c->retired != NULL) {
 		dgi_aff *a = c->retired;
@@ -355,9 +360,11 @@ static dg_cache *cache_new(dgi_grid *g, const dg_cache_config *cfg, bool fresh)
 	c->fresh = fresh;
 	c->parts = dgi_calloc(cfg->partitions, sizeof(*c->parts));
 	c->lost = dgi_calloc(cfg->partitions, 1);
-	if (c->parts == NULL || c->lost == NULL) {
+	c->handed = dgi_calloc(cfg->partitions, 1);
+	if (c->parts == NULL || c->lost == NULL || c->handed == NULL) {
 		dgi_free(c->parts);
 		dgi_free(c->lost);
+		dgi_free(c->handed);
 		dgi_free(c);
 		return NULL;
 	}
@@ -932,7 +939,10 @@ void dgi_grid_stop(dgi_grid *g)
 	dgi_free(g);
 }
 
-void dgi_grid_leave(dgi_grid *g)
+dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c)
 {
-	(void)g; /* handoff of sole copies: see rebalance.c (not yet) */
+	pthread_mutex_lock(&g->mu);
+	dgi_aff *a = g->topo != NULL ? aff_for(c, g->topo, g->self) : NULL;
+	pthread_mutex_unlock(&g->mu);
+	return a;
 }

@@ -98,6 +98,24 @@ static dg_err dec_list(dg_reader *r, void *body)
 	return DG_OK;
 }
 
+static dg_err enc_push(dg_writer *w, const void *body)
+{
+	const dgi_msg_push *m = body;
+	dg_err e = enc_run(w, body, 2, 0, 0);
+	dg_msg_raw r = { m->list };
+	return e != DG_OK ? e : enc_list(w, &r);
+}
+
+static dg_err dec_push(dg_reader *r, void *body)
+{
+	dgi_msg_push *m = body;
+	dg_msg_raw raw;
+	dg_err e = dec_run(r, body, 2, 0, 0);
+	if (e == DG_OK && (e = dec_list(r, &raw)) == DG_OK)
+		m->list = raw.list;
+	return e;
+}
+
 #define ROW(t, name, type, codec) \
 	dg_msg_define(t, &(dg_msg_row){ name, sizeof(type), enc_##codec, dec_##codec })
 
@@ -120,6 +138,8 @@ static void define_rows(void)
 	ROW(DGI_MSG_SIZE, "CACHE_SIZE", dgi_msg_ack, ack);
 	ROW(DGI_MSG_CLEAR, "CACHE_CLEAR", dgi_msg_ack, ack);
 	ROW(DGI_MSG_LOST_RESET, "CACHE_LOST_RESET", dgi_msg_ack, ack);
+	ROW(DGI_MSG_PUSH, "REBALANCE_PUSH", dgi_msg_push, push);
+	ROW(DGI_MSG_HANDOFF, "REBALANCE_HANDOFF", dgi_msg_push, push);
 }
 
 void dgi_cache_msgs_define(void)

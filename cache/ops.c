@@ -306,6 +306,8 @@ static dg_err primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	if (aff == NULL || aff->topver != u->topver || dgi_aff_owner(aff, u->part, 0) != g->self)
 		return DG_ERR_REMAP;
+	if (atomic_load_explicit(&g->leaving, memory_order_relaxed))
+		return DG_ERR_NOT_READY; /* handing over: the next primary takes it */
 	dgi_part *pt = &c->parts[u->part];
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);

@@ -681,11 +681,188 @@ dg_err dg_scan_next(dg_scan *s, const uint8_t **key, size_t *klen, const uint8_t
 	return DG_OK;
 }
 
+static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx);
+static void on_handoff(dg_tp *tp, const dg_msg_in *in, void *ctx);
+
 void dgi_rebalance_register(dgi_grid *g)
 {
+	dg_tp_handle(g->tp, DGI_MSG_PUSH, on_push, g);
+	dg_tp_handle(g->tp, DGI_MSG_HANDOFF, on_handoff, g);
 	dg_tp_handle(g->tp, DGI_MSG_DEMAND, on_page_req, g);
 	dg_tp_handle(g->tp, DGI_MSG_SCAN, on_page_req, g);
 	dg_tp_handle(g->tp, DGI_MSG_SIZE, on_cache_op, g);
 	dg_tp_handle(g->tp, DGI_MSG_CLEAR, on_cache_op, g);
 	dg_tp_handle(g->tp, DGI_MSG_LOST_RESET, on_cache_op, g);
+}
+
+/* ---- graceful leave: handing over partitions held by this node alone ---- */
+
+static dg_err push_one(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire)
+{
+	struct apply_ctx *a = ctx;
+	uint64_t h = dgi_key_hash(key, klen);
+	if (dgi_part_of(h, a->c->cfg.partitions) != a->part)
+		return DG_ERR_INVAL;
+	a->bytes += klen + vlen;
+	return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, tomb ? NULL : val, vlen, ver,
+	    expire, 0, 0);
+}
+
+static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_push *m = in->body;
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
+	dg_err e = DG_ERR_NOT_FOUND;
+	if (c != NULL && m->part >= 0 && (uint64_t)m->part < c->cfg.partitions) {
+		struct apply_ctx a = { g, c, (uint32_t)m->part, 0 };
+		bool more;
+		uint64_t last;
+		e = page_decode(g, &m->list, &more, &last, push_one, &a);
+		dgi_part *pt = &c->parts[a.part];
+		pthread_mutex_lock(&pt->mu);
+		pt->rented_ms = dgi_now_ms(); /* held for the coming topology */
+		pthread_mutex_unlock(&pt->mu);
+		atomic_fetch_add_explicit(&c->rebal_bytes, a.bytes, memory_order_relaxed);
+	}
+	dgi_msg_ack r = { e, 0 };
+	dg_tp_reply(tp, in, DGI_MSG_ACK, &r);
+}
+
+static void on_handoff(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_push *m = in->body;
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
+	dg_err e = c != NULL ? DG_OK : DG_ERR_NOT_FOUND;
+	dg_reader r;
+	uint32_t count = 0;
+	if (c != NULL) {
+		dg_reader_init(&r, g->reg, m->list.ptr, m->list.len);
+		e = dg_read_begin(&r, DG_LIST, &count);
+	}
+	pthread_mutex_lock(&g->mu);
+	for (uint32_t i = 0; e == DG_OK && i < count; i++) {
+		int64_t p;
+		if ((e = dg_read_i64(&r, &p)) == DG_OK && p >= 0 && (uint64_t)p < c->cfg.partitions)
+			c->handed[p] = 1;
+	}
+	pthread_mutex_unlock(&g->mu);
+	dgi_msg_ack ack = { e, 0 };
+	dg_tp_reply(tp, in, DGI_MSG_ACK, &ack);
+}
+
+struct cache_list {
+	dg_cache *c[256];
+	int n;
+};
+
+static void list_caches(void *ctx, uint32_t key, void *value)
+{
+	struct cache_list *l = ctx;
+	(void)key;
+	if (l->n < 256 && !atomic_load(&((dg_cache *)value)->dead))
+		l->c[l->n++] = value;
+}
+
+/* Hands one partition to `to`, page by page. */
+static dg_err push_part(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id to, dg_buf *b)
+{
+	uint64_t after = 0;
+	bool first = true, more = true;
+	while (more) {
+		b->len = 0;
+		dg_err e = dgi_page_encode(g, c, part, after, first, g->cfg.rebalance_batch_bytes,
+		    true, false, b);
+		if (e != DG_OK)
+			return e;
+		dg_reader r;
+		uint32_t count;
+		int64_t m, l;
+		dg_reader_init(&r, g->reg, b->data, b->len);
+		if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK ||
+		    (e = dg_read_i64(&r, &m)) != DG_OK || (e = dg_read_i64(&r, &l)) != DG_OK)
+			return e;
+		more = m != 0;
+		after = (uint64_t)l;
+		first = false;
+		dgi_msg_push body = { c->id, part, { b->data, (uint32_t)b->len } };
+		dgi_msg_ack ack = { 0, 0 };
+		e = dg_tp_call(g->tp, to, DGI_MSG_PUSH, &body, g->cfg.request_timeout_ms, &ack, NULL);
+		if (e == DG_OK)
+			e = (dg_err)ack.res;
+		if (e != DG_OK)
+			return e;
+	}
+	return DG_OK;
+}
+
+void dgi_grid_leave(dgi_grid *g)
+{
+	if (g->cfg.client)
+		return;
+	atomic_store(&g->leaving, true);
+	struct cache_list l = { .n = 0 };
+	dgi_intmap_each(&g->caches, list_caches, &l);
+	dg_buf b, parts;
+	dg_buf_init(&b);
+	dg_buf_init(&parts);
+	uint64_t t0 = dgi_now_ms();
+	size_t handed_total = 0;
+	for (int i = 0; i < l.n; i++) {
+		dg_cache *c = l.c[i];
+		dgi_aff *aff = atomic_load(&c->aff);
+		dgi_aff *next = dgi_grid_aff_without_self(g, c);
+		if (aff == NULL || next == NULL || next->nnodes == 0) {
+			dgi_aff_free(next);
+			continue; /* the last server: nothing to hand to */
+		}
+		uint32_t handed[DG_PARTITIONS_MAX / 64 + 1];
+		uint32_t nh = 0;
+		dg_writer w;
+		parts.len = 0;
+		for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+			if (dgi_aff_role(aff, p, g->self) < 0 || aff->copies > 1)
+				continue; /* not ours, or other copies remain */
+			dg_err e = push_part(g, c, p, dgi_aff_owner(next, p, 0), &b);
+			if (e != DG_OK) {
+				dgi_grid_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u err=\"%s\"",
+				    c->cfg.name, p, dg_strerror(e));
+				continue;
+			}
+			if (nh < sizeof(handed) / sizeof(handed[0]))
+				handed[nh++] = p;
+		}
+		dgi_aff_free(next);
+		if (nh == 0)
+			continue;
+		/* every node learns these partitions were handed over, before
+		 * the topology without this node reaches it */
+		dg_writer_init(&w, g->reg, &parts);
+		dg_write_list_begin(&w, nh);
+		for (uint32_t k = 0; k < nh; k++)
+			dg_write_i64(&w, handed[k]);
+		dg_write_end(&w);
+		if (dg_writer_finish(&w) != DG_OK)
+			continue;
+		dgi_msg_push body = { c->id, 0, { parts.data, (uint32_t)parts.len } };
+		dg_node_id ids[1024];
+		uint32_t n = 0;
+		pthread_mutex_lock(&g->mu);
+		for (uint32_t k = 0; g->topo != NULL && k < g->topo->count && n < 1024; k++)
+			if (g->topo->nodes[k].id != g->self)
+				ids[n++] = g->topo->nodes[k].id;
+		pthread_mutex_unlock(&g->mu);
+		for (uint32_t k = 0; k < n; k++) {
+			dgi_msg_ack ack = { 0, 0 };
+			dg_tp_call(g->tp, ids[k], DGI_MSG_HANDOFF, &body, g->cfg.request_timeout_ms, &ack,
+			    NULL);
+		}
+		handed_total += nh;
+	}
+	dgi_grid_log("info", "HANDOFF-DONE", "partitions=%zu ms=%llu", handed_total,
+	    (unsigned long long)(dgi_now_ms() - t0));
+	dg_buf_free(&b);
+	dg_buf_free(&parts);
 }

@@ -10,7 +10,7 @@
  */
 #include "datagrid.h"
 #include "cache/cache.h"
-#include "transport/transport.h"
+#include "transport/transport_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,14 +103,16 @@ static dg_err check(const dg_node_config *c)
 	return DG_OK;
 }
 
-void dg_node_stop(dg_node *n)
+static void node_stop(dg_node *n, bool graceful)
 {
 	if (n == NULL)
 		return;
-	if (n->g != NULL && n->m != NULL)
+	if (graceful && n->g != NULL && n->m != NULL)
 		dgi_grid_leave(n->g);
-	if (n->m != NULL)
+	if (n->m != NULL && graceful)
 		dg_member_stop(n->m);
+	else if (n->m != NULL)
+		dgi_member_kill(n->m);
 	if (n->g != NULL)
 		dgi_grid_stop(n->g);
 	if (n->tp != NULL)
@@ -120,6 +122,19 @@ void dg_node_stop(dg_node *n)
 	dgi_free(n->strs);
 	dgi_free(n->seeds);
 	dgi_free(n);
+}
+
+void dg_node_stop(dg_node *n)
+{
+	node_stop(n, true);
+}
+
+/* For tests (declared by them): stops like a crash — no handoff, no LEAVE;
+ * the others find out by failure detection. */
+void dgi_node_kill(dg_node *n);
+void dgi_node_kill(dg_node *n)
+{
+	node_stop(n, false);
 }
 
 dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)

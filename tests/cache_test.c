@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 int dgt_intmap_tests(void);
+void dgi_node_kill(dg_node *n);
 int dgt_pstore_tests(void);
 
 #define OK(x) assert_int_equal((x), DG_OK)
@@ -859,7 +860,7 @@ static void test_multi_lost_partitions(void **state)
 	for (uint32_t p = 0; p < 64; p++)
 		theirs += dgi_aff_owner(aff, p, 0) == dead;
 	assert_true(theirs > 0);
-	dg_node_stop(cl.n[2]);
+	dgi_node_kill(cl.n[2]);
 	cl.count = 2;
 	uint64_t deadline = dgi_now_ms() + 5000;
 	while (dg_cache_lost_partitions(c0, NULL, 0) == 0) {
@@ -918,7 +919,7 @@ static void test_multi_node_failure_keeps_writes(void **state)
 		snprintf(k, sizeof(k), "f%d", i);
 		OK(dg_cache_put(c0, k, strlen(k), k, strlen(k)));
 	}
-	dg_node_stop(cl.n[1]);
+	dgi_node_kill(cl.n[1]); /* a crash: the backups take over */
 	cl.n[1] = cl.n[2];
 	cl.count = 2;
 	dg_buf v;
@@ -935,6 +936,48 @@ static void test_multi_node_failure_keeps_writes(void **state)
 	uint64_t size;
 	OK(dg_cache_size(c0, &size));
 	assert_int_equal(size, 3000);
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
+static void test_multi_graceful_leave_hands_over(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "handoff");
+	cc.backups = 0; /* one copy: only a handoff keeps a leaving node's data */
+	cc.partitions = 64;
+	dg_cache *c0;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	for (int i = 0; i < 2000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "h%d", i);
+		OK(dg_cache_put(c0, k, strlen(k), k, strlen(k)));
+	}
+	dg_node_stop(cl.n[2]); /* graceful: hands its partitions over */
+	cl.count = 2;
+	dg_cache *c1 = cache_on(cl.n[1], "handoff");
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (atomic_load(&c0->aff)->nnodes != 2 || atomic_load(&c1->aff)->nnodes != 2) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	assert_int_equal(dg_cache_lost_partitions(c0, NULL, 0), 0);
+	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), 0);
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < 2000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "h%d", i);
+		v.len = 0;
+		OK(dg_cache_get(c1, k, strlen(k), &v));
+		assert_int_equal(v.len, strlen(k));
+	}
+	uint64_t size;
+	OK(dg_cache_size(c0, &size));
+	assert_int_equal(size, 2000);
 	dg_buf_free(&v);
 	cluster_stop(&cl);
 }
@@ -962,6 +1005,7 @@ int main(void)
 		cmocka_unit_test(test_multi_rebalance_under_writes),
 		cmocka_unit_test(test_multi_lost_partitions),
 		cmocka_unit_test(test_multi_node_failure_keeps_writes),
+		cmocka_unit_test(test_multi_graceful_leave_hands_over),
 	};
 	int failed = cmocka_run_group_tests_name("cache", tests, NULL, NULL);
 #ifdef DGT_HAVE_INTMAP
