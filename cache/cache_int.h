@@ -263,8 +263,8 @@ struct dg_cache {
 	dgi_part *parts;                /* cfg.partitions */
 	_Atomic(dgi_aff *) aff;         /* current; NULL before the first topology */
 	dgi_aff *retired;               /* older affinities (grid->mu) */
-	uint8_t *lost;                  /* a byte per partition: lost (grid->mu writes) */
-	uint8_t *handed;                /* a byte per partition: its sole owner left
+	_Atomic uint8_t *lost;          /* a byte per partition: lost (grid->mu writes) */
+	_Atomic uint8_t *handed;        /* a byte per partition: its sole owner left
 	                                   gracefully and handed it over (not lost) */
 	bool fresh;                     /* created here, cluster-wide: no data to fetch */
 	_Atomic uint64_t puts, gets, removes, hits, misses, remaps, expired;

@@ -203,12 +203,12 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			}
 			gone = !any_old;
 		}
-		if (gone && c->handed[p]) {
+		if (gone && atomic_load_explicit(&c->handed[p], memory_order_relaxed)) {
 			gone = false; /* its owner left gracefully and handed it over */
-			c->handed[p] = 0;
+			atomic_store_explicit(&c->handed[p], 0, memory_order_relaxed);
 		}
-		if (gone && guess == NULL && !c->lost[p]) {
-			c->lost[p] = 1;
+		if (gone && guess == NULL && !atomic_load_explicit(&c->lost[p], memory_order_relaxed)) {
+			atomic_store_explicit(&c->lost[p], 1, memory_order_relaxed);
 			dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld",
 			    c->cfg.name, p, (long long)t->version);
 			dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, p);
@@ -220,7 +220,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			ns = P_NONE;
 			if (st != P_NONE)
 				pt->rented_ms = now_ms;
-		} else if (c->lost[p]) {
+		} else if (atomic_load_explicit(&c->lost[p], memory_order_relaxed)) {
 			ns = P_LOST;
 		} else if (st == P_OWNING) {
 			ns = P_OWNING;

@@ -312,7 +312,7 @@ static dg_err primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
 	dg_err err = DG_OK;
-	if (st == P_LOST || c->lost[u->part]) {
+	if (st == P_LOST || atomic_load_explicit(&c->lost[u->part], memory_order_relaxed)) {
 		err = DG_ERR_PARTITION_LOST;
 		goto out;
 	}
@@ -460,7 +460,7 @@ static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 		if (atomic_load_explicit(&c->dead, memory_order_relaxed))
 			return DG_ERR_CLOSED;
-		if (c->lost[u.part])
+		if (atomic_load_explicit(&c->lost[u.part], memory_order_relaxed))
 			return DG_ERR_PARTITION_LOST;
 		dg_node_id primary = aff != NULL ? dgi_aff_owner(aff, u.part, 0) : 0;
 		int64_t seen = atomic_load(&g->topver);
@@ -869,7 +869,7 @@ static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
 	for (;;) {
 		if (atomic_load_explicit(&c->dead, memory_order_relaxed))
 			return DG_ERR_CLOSED;
-		if (c->lost[part])
+		if (atomic_load_explicit(&c->lost[part], memory_order_relaxed))
 			return DG_ERR_PARTITION_LOST;
 		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 		int64_t seen = atomic_load(&g->topver);

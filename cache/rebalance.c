@@ -79,7 +79,7 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 		dg_write_i64(&lw, more);
 		dg_write_i64(&lw, (int64_t)last);
 		e = dg_writer_finish(&lw);
-		if (e == DG_OK && (e = dg_buf_reserve(b, body.len)) == DG_OK) {
+		if (e == DG_OK && body.len > 0 && (e = dg_buf_reserve(b, body.len)) == DG_OK) {
 			memcpy(b->data + b->len, body.data, body.len);
 			b->len += body.len;
 		}
@@ -404,9 +404,9 @@ static void local_reset_lost(dgi_grid *g, dg_cache *c)
 {
 	pthread_mutex_lock(&g->mu);
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
-		if (!c->lost[p])
+		if (!atomic_load_explicit(&c->lost[p], memory_order_relaxed))
 			continue;
-		c->lost[p] = 0;
+		atomic_store_explicit(&c->lost[p], 0, memory_order_relaxed);
 		pthread_mutex_lock(&c->parts[p].mu);
 		if (atomic_load(&c->parts[p].state) == P_LOST)
 			atomic_store(&c->parts[p].state, P_OWNING);
@@ -498,7 +498,7 @@ size_t dg_cache_lost_partitions(dg_cache *c, uint32_t *out, size_t cap)
 {
 	size_t n = 0;
 	for (uint32_t p = 0; c != NULL && p < c->cfg.partitions; p++)
-		if (c->lost[p]) {
+		if (atomic_load_explicit(&c->lost[p], memory_order_relaxed)) {
 			if (n < cap)
 				out[n] = p;
 			n++;
@@ -605,7 +605,7 @@ static dg_err scan_fetch(dg_scan *s)
 	for (;;) {
 		if (atomic_load(&c->dead))
 			return DG_ERR_CLOSED;
-		if (c->lost[s->part])
+		if (atomic_load_explicit(&c->lost[s->part], memory_order_relaxed))
 			return DG_ERR_PARTITION_LOST;
 		dgi_aff *aff = atomic_load(&c->aff);
 		dg_node_id primary = aff ? dgi_aff_owner(aff, s->part, 0) : 0;
@@ -746,7 +746,7 @@ static void on_handoff(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	for (uint32_t i = 0; e == DG_OK && i < count; i++) {
 		int64_t p;
 		if ((e = dg_read_i64(&r, &p)) == DG_OK && p >= 0 && (uint64_t)p < c->cfg.partitions)
-			c->handed[p] = 1;
+			atomic_store_explicit(&c->handed[p], 1, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&g->mu);
 	dgi_msg_ack ack = { e, 0 };
@@ -818,8 +818,12 @@ void dgi_grid_leave(dgi_grid *g)
 			dgi_aff_free(next);
 			continue; /* the last server: nothing to hand to */
 		}
-		uint32_t handed[DG_PARTITIONS_MAX / 64 + 1];
+		uint32_t *handed = dgi_alloc(c->cfg.partitions * sizeof(uint32_t));
 		uint32_t nh = 0;
+		if (handed == NULL) {
+			dgi_aff_free(next);
+			continue;
+		}
 		dg_writer w;
 		parts.len = 0;
 		for (uint32_t p = 0; p < c->cfg.partitions; p++) {
@@ -831,12 +835,13 @@ void dgi_grid_leave(dgi_grid *g)
 				    c->cfg.name, p, dg_strerror(e));
 				continue;
 			}
-			if (nh < sizeof(handed) / sizeof(handed[0]))
-				handed[nh++] = p;
+			handed[nh++] = p;
 		}
 		dgi_aff_free(next);
-		if (nh == 0)
+		if (nh == 0) {
+			dgi_free(handed);
 			continue;
+		}
 		/* every node learns these partitions were handed over, before
 		 * the topology without this node reaches it */
 		dg_writer_init(&w, g->reg, &parts);
@@ -844,6 +849,7 @@ void dgi_grid_leave(dgi_grid *g)
 		for (uint32_t k = 0; k < nh; k++)
 			dg_write_i64(&w, handed[k]);
 		dg_write_end(&w);
+		dgi_free(handed);
 		if (dg_writer_finish(&w) != DG_OK)
 			continue;
 		dgi_msg_push body = { c->id, 0, { parts.data, (uint32_t)parts.len } };

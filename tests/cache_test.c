@@ -208,9 +208,11 @@ static void test_affinity_minimal_movement(void **state)
 	/* expected 2/5 of 1024 = 410 partitions gain the newcomer */
 	assert_true(changed > 300 && changed < 520);
 	/* leave: 5 -> 4 (the newcomer gone) restores a exactly */
-	assert_memory_equal(a->owners, aff_n(4, 2, 500)->owners, 1024 * 2 * sizeof(uint16_t));
+	dgi_aff *c = aff_n(4, 2, 500);
+	assert_memory_equal(a->owners, c->owners, 1024 * 2 * sizeof(uint16_t));
 	dgi_aff_free(a);
 	dgi_aff_free(b);
+	dgi_aff_free(c);
 }
 
 static void test_key_hash_partition_stable(void **state)
@@ -862,15 +864,19 @@ static void test_multi_lost_partitions(void **state)
 	assert_true(theirs > 0);
 	dgi_node_kill(cl.n[2]);
 	cl.count = 2;
+	/* both survivors mark exactly the dead node's partitions lost */
+	dg_cache *c1 = cache_on(cl.n[1], "lost");
 	uint64_t deadline = dgi_now_ms() + 5000;
-	while (dg_cache_lost_partitions(c0, NULL, 0) == 0) {
+	while (dg_cache_lost_partitions(c0, NULL, 0) < theirs ||
+	    dg_cache_lost_partitions(c1, NULL, 0) < theirs) {
 		assert_true(dgi_now_ms() < deadline);
 		usleep(10 * 1000);
 	}
 	uint32_t lost[64];
 	size_t nl = dg_cache_lost_partitions(c0, lost, 64);
 	assert_int_equal(nl, theirs);
-	dg_cache *c1 = cache_on(cl.n[1], "lost");
+	for (size_t i = 0; i < nl; i++)
+		assert_int_equal(dgi_aff_owner(aff, lost[i], 0), dead);
 	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), theirs);
 	/* keys of lost partitions fail with the distinct error; others work */
 	int failed = 0, worked = 0;
