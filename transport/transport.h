@@ -307,7 +307,9 @@ dg_err dg_tp_request(dg_tp *tp, dg_node_id to, dg_msg_type type,
 dg_err dg_tp_call(dg_tp *tp, dg_node_id to, dg_msg_type type,
     const void *body, uint32_t timeout_ms, void *reply, dg_arena *arena);
 
-/* From a handler: answer a request (no-op for one-way messages). */
+/* Answer a request (no-op for one-way messages): from its handler, or later
+ * from any thread with a copy of *req (only type, flags, from and corr are
+ * used) — a handler may hand a request to another thread and reply there. */
 dg_err dg_tp_reply(dg_tp *tp, const dg_msg_in *req, dg_msg_type type,
     const void *body);
 dg_err dg_tp_reply_error(dg_tp *tp, const dg_msg_in *req, dg_err err);
