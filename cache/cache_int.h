@@ -98,9 +98,17 @@ typedef struct dgi_entry {
 
 enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
 
+/* A slot keeps the hash next to the pointer: a probe compares hashes
+ * without touching the entry (one cache miss per lookup, not one per
+ * probe). */
+typedef struct dgi_pslot {
+	uint64_t hash;
+	dgi_entry *e;               /* NULL: empty */
+} dgi_pslot;
+
 typedef struct dgi_part {
 	pthread_mutex_t mu;
-	dgi_entry **slots;          /* linear probing on hash; NULL empty */
+	dgi_pslot *slots;            /* linear probing on hash */
 	uint32_t cap;               /* power of two or 0 */
 	uint32_t count;             /* entries, tombstones included */
 	uint32_t live;              /* entries without the tombstone flag */

@@ -1,7 +1,8 @@
 /*
  * store.c — one partition's entries: an open-addressing table (linear
- * probing on the key hash, backward-shift deletion: no tombstone slots)
- * of entries holding key and value inline.  The caller holds the
+ * probing on the key hash, backward-shift deletion: no tombstone slots,
+ * load factor at most 1/2) of (hash, entry) slots; entries hold key and
+ * value inline.  The caller holds the
  * partition's lock for every call.  A put over an existing key reuses the
  * entry's memory when the new value fits, so overwriting a key allocates
  * nothing.
@@ -20,8 +21,8 @@ void dgi_part_init(dgi_part *p)
 void dgi_part_clear(dgi_part *p)
 {
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_free(p->slots[i]);
-		p->slots[i] = NULL;
+		dgi_free(p->slots[i].e);
+		p->slots[i].e = NULL;
 	}
 	p->count = p->live = 0;
 	p->bytes = 0;
@@ -47,8 +48,8 @@ static uint32_t find_slot(const dgi_part *p, uint64_t hash, const uint8_t *key,
 {
 	uint32_t mask = p->cap - 1;
 	for (uint32_t i = (uint32_t)hash & mask;; i = (i + 1) & mask) {
-		dgi_entry *e = p->slots[i];
-		if (e == NULL || same_key(e, hash, key, klen))
+		const dgi_pslot *s = &p->slots[i];
+		if (s->e == NULL || (s->hash == hash && same_key(s->e, hash, key, klen)))
 			return i;
 	}
 }
@@ -57,23 +58,22 @@ dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_
 {
 	if (p->cap == 0)
 		return NULL;
-	return p->slots[find_slot(p, hash, key, klen)];
+	return p->slots[find_slot(p, hash, key, klen)].e;
 }
 
 static dg_err grow(dgi_part *p)
 {
 	uint32_t ncap = p->cap ? p->cap * 2 : 16;
-	dgi_entry **ns = dgi_calloc(ncap, sizeof(*ns));
+	dgi_pslot *ns = dgi_calloc(ncap, sizeof(*ns));
 	if (ns == NULL)
 		return DG_ERR_NOMEM;
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_entry *e = p->slots[i];
-		if (e == NULL)
+		if (p->slots[i].e == NULL)
 			continue;
-		uint32_t j = (uint32_t)e->hash & (ncap - 1);
-		while (ns[j] != NULL)
+		uint32_t j = (uint32_t)p->slots[i].hash & (ncap - 1);
+		while (ns[j].e != NULL)
 			j = (j + 1) & (ncap - 1);
-		ns[j] = e;
+		ns[j] = p->slots[i];
 	}
 	dgi_free(p->slots);
 	p->slots = ns;
@@ -85,10 +85,10 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
     const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms,
     uint64_t op_node, uint64_t op_seq, uint32_t flags, dgi_entry **out)
 {
-	if ((p->count + 1) * 4 > p->cap * 3 && grow(p) != DG_OK)
+	if ((p->count + 1) * 2 > p->cap && grow(p) != DG_OK)
 		return DG_ERR_NOMEM;
 	uint32_t i = find_slot(p, hash, key, klen);
-	dgi_entry *e = p->slots[i];
+	dgi_entry *e = p->slots[i].e;
 	uint32_t need = klen + vlen;
 	if (e == NULL || e->cap < need) {
 		/* a little slack so a value growing by a few bytes reuses it */
@@ -107,7 +107,8 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 			p->count++;
 		}
 		e = ne;
-		p->slots[i] = e;
+		p->slots[i].e = e;
+		p->slots[i].hash = hash;
 	} else {
 		p->bytes -= e->klen + e->vlen;
 		if (!(e->flags & DGI_ENTRY_TOMB))
@@ -135,19 +136,19 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 static void del_at(dgi_part *p, uint32_t i)
 {
 	uint32_t mask = p->cap - 1;
-	dgi_entry *e = p->slots[i];
+	dgi_entry *e = p->slots[i].e;
 	p->bytes -= e->klen + e->vlen;
 	if (!(e->flags & DGI_ENTRY_TOMB))
 		p->live--;
 	p->count--;
 	dgi_free(e);
-	p->slots[i] = NULL;
-	for (uint32_t j = (i + 1) & mask; p->slots[j] != NULL; j = (j + 1) & mask) {
-		uint32_t home = (uint32_t)p->slots[j]->hash & mask;
+	p->slots[i].e = NULL;
+	for (uint32_t j = (i + 1) & mask; p->slots[j].e != NULL; j = (j + 1) & mask) {
+		uint32_t home = (uint32_t)p->slots[j].hash & mask;
 		/* move j back into the hole if its home is not in (i, j] */
 		if (((j - home) & mask) >= ((j - i) & mask)) {
 			p->slots[i] = p->slots[j];
-			p->slots[j] = NULL;
+			p->slots[j].e = NULL;
 			i = j;
 		}
 	}
@@ -158,14 +159,14 @@ void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen)
 	if (p->cap == 0)
 		return;
 	uint32_t i = find_slot(p, hash, key, klen);
-	if (p->slots[i] != NULL)
+	if (p->slots[i].e != NULL)
 		del_at(p, i);
 }
 
 void dgi_part_purge_tombs(dgi_part *p)
 {
 	for (uint32_t i = 0; i < p->cap;) {
-		dgi_entry *e = p->slots[i];
+		dgi_entry *e = p->slots[i].e;
 		if (e != NULL && (e->flags & DGI_ENTRY_TOMB))
 			del_at(p, i); /* something may have shifted into i: look again */
 		else
@@ -177,7 +178,7 @@ uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < p->cap && n < max;) {
-		dgi_entry *e = p->slots[i];
+		dgi_entry *e = p->slots[i].e;
 		if (e != NULL && e->expire_ms != 0 && e->expire_ms <= now_ms) {
 			del_at(p, i);
 			n++;
@@ -207,8 +208,8 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 		return after;
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_entry *e = p->slots[i];
-		if (e != NULL && (first || e->hash > after))
+		dgi_entry *e = p->slots[i].e;
+		if (e != NULL && (first || p->slots[i].hash > after))
 			c[n++] = e;
 	}
 	qsort(c, n, sizeof(*c), cmp_hash);
