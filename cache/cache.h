@@ -47,6 +47,8 @@ typedef enum dg_atomicity { DG_ATOMIC = 0, DG_TRANSACTIONAL = 1 } dg_atomicity;
 #define DG_PARTITIONS_MAX 65536
 #define DG_KEY_MAX (64u * 1024)          /* encoded key bytes */
 #define DG_VALUE_MAX (8u * 1024 * 1024)  /* encoded value bytes */
+#define DG_PERSIST_KEY_MAX 505           /* encoded key bytes in a persistent
+                                            cache (LMDB's key limit) */
 
 typedef struct dg_cache_config {
 	char name[DG_CACHE_NAME_MAX];  /* UTF-8, 1..127 bytes */
@@ -68,6 +70,8 @@ DG_API const dg_cache_config *dg_cache_config_of(const dg_cache *c);
 
 /* ---- raw bytes: keys and values are byte strings ----
  * Keys are 1..DG_KEY_MAX-8 bytes, values 0..DG_VALUE_MAX-8 bytes.  Values
+ * (persistent caches: encoded keys up to DG_PERSIST_KEY_MAX bytes, about 500
+ * bytes of raw key).  Values
  * read are appended to a caller-owned dg_buf (reset it to reuse it; growing
  * it is the only allocation a read makes). */
 

@@ -438,6 +438,8 @@ static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 	dgi_grid *g = c->g;
 	if (atomic_load_explicit(&c->dead, memory_order_relaxed))
 		return DG_ERR_CLOSED;
+	if (c->cfg.persistence && klen > DG_PERSIST_KEY_MAX)
+		return DG_ERR_INVAL;
 	struct upd u = { 0 };
 	u.op = op;
 	u.sync = c->cfg.write_sync;

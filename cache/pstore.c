@@ -15,9 +15,22 @@
  * forever, and only one write transaction exists at a time (MDB_NOTLS: the
  * committer's thread runs the whole transaction).
  *
+ * Drops run alone, in steps of at most DROP_STEP_PAGES freed pages (or
+ * max_batch records), one transaction each, while the committer keeps the
+ * queue: no write interleaves with a drop's steps.
+ *
  * Failure.  A failed group transaction is aborted; if it held more than one
  * op, each op is retried alone so a bad op (say, larger than the map) fails
  * only its own caller.
+ *
+ * Reserve.  An LMDB map filled to its last page cannot commit anything, not
+ * even a delete: every commit copies a path of pages and saves the
+ * freelist.  So a transaction that stores something (a put or a meta put)
+ * and grows the live pages (branch + leaf + overflow of the three trees, as
+ * mdb_stat sees them inside the transaction) past the map less a reserve
+ * (1/32 of the map, at least 32 pages, at most 32 MiB) fails with
+ * MDB_MAP_FULL before committing.  Removals, drops and meta deletes may use
+ * the reserve, so a full store can always be emptied and used again.
  *
  * Values are written in place with MDB_RESERVE and keys are built on the
  * stack (an LMDB key is at most 511 bytes), so the write path allocates
@@ -42,6 +55,8 @@
 #define MAX_KEY 511u            /* LMDB's compile-time default maxkeysize */
 #define DEFAULT_MAP ((size_t)1 << 30)
 #define DEFAULT_BATCH 4096u
+#define DROP_STEP_PAGES 1024u   /* most pages one drop transaction frees */
+#define RESERVE_MIN 32u         /* pages kept for deletes (see Reserve) */
 
 enum op_kind { OP_WRITE, OP_DROP, OP_META };
 
@@ -51,17 +66,20 @@ typedef struct op {
 	const dgi_prec *o_recs;    /* OP_WRITE */
 	size_t o_n;
 	uint32_t o_cache, o_part;  /* OP_DROP; o_part UINT32_MAX: whole cache */
+	bool o_more;               /* OP_DROP: the step committed, more to delete */
 	const char *o_name;        /* OP_META; o_val NULL deletes */
 	const void *o_val;
 	size_t o_len;
 	uint64_t o_skipped;        /* OP_WRITE: records not applied (older) */
+	bool o_stores;             /* stores something (not only deletes) */
 	bool o_done;
 	int o_rc;                  /* LMDB result of the op's transaction */
 } op;
 
 struct dgi_pstore {
 	MDB_env *ps_env;
-	MDB_dbi ps_entries, ps_meta;
+	MDB_dbi ps_main, ps_entries, ps_meta;
+	size_t ps_store_limit;     /* live pages a storing txn may reach */
 	uint32_t ps_max_batch;
 	uint32_t ps_max_key;       /* mdb_env_get_maxkeysize */
 	pthread_mutex_t ps_mu;     /* guards the fields below */
@@ -199,13 +217,25 @@ static dg_err open_env(dgi_pstore *ps, const dgi_pstore_config *cfg)
 	MDB_txn *txn;
 	if ((rc = mdb_txn_begin(ps->ps_env, NULL, 0, &txn)) != 0)
 		return open_fail(cfg, "txn_begin", rc);
-	if ((rc = mdb_dbi_open(txn, "entries", MDB_CREATE, &ps->ps_entries)) != 0 ||
+	if ((rc = mdb_dbi_open(txn, NULL, 0, &ps->ps_main)) != 0 ||
+	    (rc = mdb_dbi_open(txn, "entries", MDB_CREATE, &ps->ps_entries)) != 0 ||
 	    (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &ps->ps_meta)) != 0) {
 		mdb_txn_abort(txn);
 		return open_fail(cfg, "dbi_open", rc);
 	}
 	if ((rc = mdb_txn_commit(txn)) != 0)
 		return open_fail(cfg, "commit", rc);
+
+	/* LMDB may round the map or keep a larger size of an existing file. */
+	MDB_envinfo info;
+	MDB_stat st;
+	if ((rc = mdb_env_info(ps->ps_env, &info)) != 0 ||
+	    (rc = mdb_env_stat(ps->ps_env, &st)) != 0)
+		return open_fail(cfg, "env_info", rc);
+	size_t pages = info.me_mapsize / st.ms_psize;
+	size_t reserve = pages / 32, most = ((size_t)32 << 20) / st.ms_psize;
+	reserve = reserve < RESERVE_MIN ? RESERVE_MIN : reserve > most ? most : reserve;
+	ps->ps_store_limit = pages > reserve ? pages - reserve : 0;
 	return DG_OK;
 }
 
@@ -319,13 +349,19 @@ static int apply_rec(dgi_pstore *ps, MDB_txn *txn, const dgi_prec *r, op *o)
 	return 0;
 }
 
-static int apply_drop(dgi_pstore *ps, MDB_txn *txn, const op *o)
+static int live_pages(dgi_pstore *ps, MDB_txn *txn, size_t *out);
+
+/* Deletes the op's range, or a step of it: it stops (o_more) once the
+ * transaction freed DROP_STEP_PAGES pages or max_batch records, because
+ * LMDB saves a transaction's freed page list as one record of contiguous
+ * pages — a whole large range in one go can fail on a nearly full map. */
+static int apply_drop(dgi_pstore *ps, MDB_txn *txn, op *o)
 {
 	uint8_t pre[KEY_HDR];
-	size_t n = key_prefix(pre, o->o_cache, o->o_part);
+	size_t n = key_prefix(pre, o->o_cache, o->o_part), before, now, done = 0;
 	MDB_cursor *cur;
-	int rc = mdb_cursor_open(txn, ps->ps_entries, &cur);
-	if (rc != 0)
+	int rc = live_pages(ps, txn, &before);
+	if (rc != 0 || (rc = mdb_cursor_open(txn, ps->ps_entries, &cur)) != 0)
 		return rc;
 	for (;;) {
 		/* Seek again after each delete: simple, and O(log n) per key. */
@@ -337,6 +373,14 @@ static int apply_drop(dgi_pstore *ps, MDB_txn *txn, const op *o)
 		}
 		if (rc != 0 || (rc = mdb_cursor_del(cur, 0)) != 0)
 			break;
+		if (++done % 16 == 0) {
+			if ((rc = live_pages(ps, txn, &now)) != 0)
+				break;
+			if (before - now >= DROP_STEP_PAGES || done >= ps->ps_max_batch) {
+				o->o_more = true;
+				break;
+			}
+		}
 	}
 	mdb_cursor_close(cur);
 	return rc;
@@ -357,6 +401,7 @@ static int apply_op(dgi_pstore *ps, MDB_txn *txn, op *o)
 {
 	int rc = 0;
 	o->o_skipped = 0;
+	o->o_more = false;
 	switch (o->o_kind) {
 	case OP_WRITE:
 		for (size_t i = 0; i < o->o_n && rc == 0; i++)
@@ -377,18 +422,42 @@ static const char *op_name(const op *o)
 	return o->o_kind == OP_WRITE ? "write" : o->o_kind == OP_DROP ? "drop" : "meta";
 }
 
+/* Pages of the trees as this transaction sees them (2 meta pages aside). */
+static int live_pages(dgi_pstore *ps, MDB_txn *txn, size_t *out)
+{
+	MDB_dbi dbis[3] = { ps->ps_main, ps->ps_entries, ps->ps_meta };
+	*out = 0;
+	for (int i = 0; i < 3; i++) {
+		MDB_stat st;
+		int rc = mdb_stat(txn, dbis[i], &st);
+		if (rc != 0)
+			return rc;
+		*out += st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages;
+	}
+	return 0;
+}
+
 /* One write transaction over the ops first..last (inclusive).  Returns the
  * LMDB result; on failure nothing of it is applied, the failure is logged
  * and counted. */
 static int run_txn(dgi_pstore *ps, op *first, op *last)
 {
 	MDB_txn *txn;
+	size_t before = 0, after = 0;
+	bool stores = false, reserve = false;
 	int rc = mdb_txn_begin(ps->ps_env, NULL, 0, &txn);
 	if (rc == 0) {
+		rc = live_pages(ps, txn, &before);
 		for (op *o = first; rc == 0; o = o->o_next) {
 			rc = apply_op(ps, txn, o);
+			stores |= o->o_stores;
 			if (o == last)
 				break;
+		}
+		if (rc == 0 && stores && (rc = live_pages(ps, txn, &after)) == 0 &&
+		    after > before && after > ps->ps_store_limit) {
+			rc = MDB_MAP_FULL;   /* keep the reserve for deletes */
+			reserve = true;
 		}
 		int inj = atomic_exchange(&ps->ps_fail_next, 0);
 		if (rc == 0 && inj != 0)
@@ -420,15 +489,23 @@ static int run_txn(dgi_pstore *ps, op *first, op *last)
 		if (o == last)
 			break;
 	}
-	pstore_log(mdb_strerror(rc), "op=%s ops=%zu records=%zu",
-	    nops == 1 ? op_name(first) : "group", nops, nrecs);
+	pstore_log(mdb_strerror(rc), "op=%s ops=%zu records=%zu%s",
+	    nops == 1 ? op_name(first) : "group", nops, nrecs,
+	    reserve ? " reason=reserve" : "");
 	return rc;
 }
 
 /* Commits the detached group first..last; sets every op's o_rc. */
 static void run_group(dgi_pstore *ps, op *first, op *last)
 {
-	int rc = run_txn(ps, first, last);
+	int rc;
+	if (first->o_kind == OP_DROP) {   /* always alone, in steps */
+		while ((rc = run_txn(ps, first, first)) == 0 && first->o_more)
+			;
+		first->o_rc = rc;
+		return;
+	}
+	rc = run_txn(ps, first, last);
 	if (rc == 0 || first == last) {
 		for (op *o = first;; o = o->o_next) {
 			o->o_rc = rc;
@@ -473,10 +550,10 @@ static dg_err submit(dgi_pstore *ps, op *o)
 		while (!o->o_done) {
 			op *first = ps->ps_head, *last = first;
 			size_t recs = last->o_kind == OP_WRITE ? last->o_n : 1;
-			while (last->o_next != NULL) {
+			while (first->o_kind != OP_DROP && last->o_next != NULL) {
 				op *nx = last->o_next;
 				size_t r = nx->o_kind == OP_WRITE ? nx->o_n : 1;
-				if (recs + r > ps->ps_max_batch)
+				if (nx->o_kind == OP_DROP || recs + r > ps->ps_max_batch)
 					break;
 				recs += r;
 				last = nx;
@@ -524,6 +601,8 @@ dg_err dgi_pstore_write(dgi_pstore *ps, const dgi_prec *recs, size_t n)
 	if (n == 0)
 		return DG_OK;
 	op o = { .o_kind = OP_WRITE, .o_recs = recs, .o_n = n };
+	for (size_t i = 0; i < n && !o.o_stores; i++)
+		o.o_stores = recs[i].val != NULL;
 	return submit(ps, &o);
 }
 
@@ -541,7 +620,8 @@ dg_err dgi_pstore_meta_put(dgi_pstore *ps, const char *name,
 	if (ps == NULL || name == NULL || name[0] == '\0' ||
 	    strlen(name) + 1 > ps->ps_max_key)
 		return DG_ERR_INVAL;
-	op o = { .o_kind = OP_META, .o_name = name, .o_val = val, .o_len = len };
+	op o = { .o_kind = OP_META, .o_name = name, .o_val = val, .o_len = len,
+		.o_stores = val != NULL };
 	return submit(ps, &o);
 }
 

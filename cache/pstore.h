@@ -28,6 +28,13 @@
  * themselves).  A stored value too short to hold a version (corrupt) counts
  * as older than any record, so a write repairs it.
  *
+ * Full map.  LMDB cannot commit even a delete once its map is full to the
+ * last page, so writes that store something keep a reserve free (1/32 of
+ * the map, at least 32 pages, at most 32 MiB): they fail with
+ * DG_ERR_STORAGE_FULL when the live pages would pass the map less the
+ * reserve.  Removals, drops and meta deletes may use the reserve, so a full
+ * store can be emptied and used again.
+ *
  * Errors.  Every LMDB error becomes a dg_err: MDB_MAP_FULL →
  * DG_ERR_STORAGE_FULL, anything else → DG_ERR_STORAGE (logged once with the
  * LMDB message, id PSTORE-ERROR).  A failed transaction is aborted: none of
@@ -103,9 +110,13 @@ dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
     dg_err (*fn)(void *ctx, const dgi_prec *rec), void *ctx);
 
 /* Deletes every record of one partition of a cache, or (part == UINT32_MAX)
- * of the whole cache.  Group-committed like writes.  DG_ERR_INVAL (part
- * >= 65536 and not UINT32_MAX), DG_ERR_STORAGE_FULL (LMDB copies pages even
- * to delete), DG_ERR_STORAGE. */
+ * of the whole cache.  Queued with the writes, but committed alone and in
+ * steps (a transaction per ~1024 freed pages or max_batch records) so a
+ * large drop fits a nearly full map; no write of this store interleaves
+ * with the steps.  On an error the steps already committed stay deleted
+ * (call again to finish).  DG_ERR_INVAL (part >= 65536 and not
+ * UINT32_MAX), DG_ERR_STORAGE_FULL (LMDB copies pages even to delete),
+ * DG_ERR_STORAGE. */
 dg_err dgi_pstore_drop(dgi_pstore *ps, uint32_t cache_id, uint32_t part);
 
 /* Named metadata blobs (cache configurations). val NULL deletes (deleting

@@ -988,6 +988,202 @@ static void test_multi_graceful_leave_hands_over(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- persistence ---- */
+
+static char *tmpdir(void)
+{
+	char *d = strdup("/tmp/dgcache-XXXXXX");
+	assert_non_null(mkdtemp(d));
+	return d;
+}
+
+static void rmtree(const char *d)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	assert_int_equal(system(cmd), 0);
+}
+
+static dg_node *start_persistent(const char *dir, size_t map_size, const char *const *seeds,
+    size_t nseeds, const char *listen)
+{
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = listen ? listen : "tcp://127.0.0.1:0";
+	cfg.cluster_name = "cache-persist";
+	cfg.seeds = seeds;
+	cfg.nseeds = nseeds;
+	cfg.failure_timeout_ms = 1000;
+	cfg.heartbeat_ms = 100;
+	cfg.request_timeout_ms = 5000;
+	cfg.data_dir = dir;
+	cfg.storage_nosync = true;
+	if (map_size)
+		cfg.storage_map_size = map_size;
+	dg_node *n = NULL;
+	OK(dg_node_start(&cfg, &n));
+	return n;
+}
+
+static void test_persist_restart(void **state)
+{
+	(void)state;
+	char *dir = tmpdir();
+	dg_node *n = start_persistent(dir, 0, NULL, 0, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "durable");
+	cc.persistence = true;
+	cc.partitions = 64;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	for (int i = 0; i < 2000; i++) {
+		char k[16], v[16];
+		snprintf(k, sizeof(k), "d%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		OK(dg_cache_put(c, k, strlen(k), v, strlen(v)));
+	}
+	OK(dg_cache_put(c, "d7", 2, "seven", 5));
+	char big[600];
+	memset(big, 'k', sizeof(big));
+	EXPECT(dg_cache_put(c, big, sizeof(big), "v", 1), DG_ERR_INVAL); /* LMDB key limit */
+	bool rm;
+	OK(dg_cache_remove(c, "d8", 2, &rm));
+	assert_true(rm);
+	dgi_node_kill(n); /* like kill -9: nothing flushed on the way out */
+
+	n = start_persistent(dir, 0, NULL, 0, NULL);
+	OK(dg_cache_get_by_name(n, "durable", &c)); /* the cache came back from LMDB */
+	assert_true(dg_cache_config_of(c)->persistence);
+	assert_int_equal(dg_cache_config_of(c)->partitions, 64);
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < 2000; i++) {
+		char k[16], want[16];
+		snprintf(k, sizeof(k), "d%d", i);
+		snprintf(want, sizeof(want), i == 7 ? "seven" : "v%d", i);
+		v.len = 0;
+		dg_err e = dg_cache_get(c, k, strlen(k), &v);
+		if (i == 8) {
+			EXPECT(e, DG_ERR_NOT_FOUND);
+			continue;
+		}
+		OK(e);
+		assert_int_equal(v.len, strlen(want));
+		assert_memory_equal(v.data, want, v.len);
+	}
+	/* new writes after the restart win over the persisted copies */
+	OK(dg_cache_put(c, "d7", 2, "eight", 5));
+	dg_node_stop(n);
+	n = start_persistent(dir, 0, NULL, 0, NULL);
+	OK(dg_cache_get_by_name(n, "durable", &c));
+	v.len = 0;
+	OK(dg_cache_get(c, "d7", 2, &v));
+	assert_memory_equal(v.data, "eight", 5);
+	/* destroy removes the persisted data too */
+	OK(dg_cache_destroy(n, "durable"));
+	dg_node_stop(n);
+	n = start_persistent(dir, 0, NULL, 0, NULL);
+	EXPECT(dg_cache_get_by_name(n, "durable", &c), DG_ERR_NOT_FOUND);
+	dg_node_stop(n);
+	dg_buf_free(&v);
+	rmtree(dir);
+	free(dir);
+}
+
+static void test_persist_map_full(void **state)
+{
+	(void)state;
+	char *dir = tmpdir();
+	dg_node *n = start_persistent(dir, 1u << 20, NULL, 0, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "small");
+	cc.persistence = true;
+	cc.partitions = 16;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	char val[4000];
+	memset(val, 'z', sizeof(val));
+	int i;
+	dg_err e = DG_OK;
+	for (i = 0; i < 10000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "m%d", i);
+		if ((e = dg_cache_put(c, k, strlen(k), val, sizeof(val))) != DG_OK)
+			break;
+	}
+	EXPECT(e, DG_ERR_STORAGE_FULL);
+	print_message("map full after %d puts of 4000 bytes into a 1 MiB map\n", i);
+	assert_true(i > 10);
+	/* the failed write was not applied, in memory either */
+	char k[16];
+	snprintf(k, sizeof(k), "m%d", i);
+	dg_buf v;
+	dg_buf_init(&v);
+	EXPECT(dg_cache_get(c, k, strlen(k), &v), DG_ERR_NOT_FOUND);
+	/* earlier ones are intact, removals still work and free room */
+	OK(dg_cache_get(c, "m0", 2, &v));
+	assert_int_equal(v.len, sizeof(val));
+	for (int j = 0; j < i / 2; j++) {
+		snprintf(k, sizeof(k), "m%d", j);
+		OK(dg_cache_remove(c, k, strlen(k), NULL));
+	}
+	OK(dg_cache_put(c, "after", 5, "ok", 2));
+	dg_buf_free(&v);
+	dg_node_stop(n);
+	rmtree(dir);
+	free(dir);
+}
+
+static void test_persist_cluster_restart(void **state)
+{
+	(void)state;
+	char *d0 = tmpdir(), *d1 = tmpdir();
+	dg_node *a = start_persistent(d0, 0, NULL, 0, NULL);
+	char seed[128];
+	snprintf(seed, sizeof(seed), "%s", dg_node_address(a));
+	const char *seeds[] = { seed };
+	dg_node *b = start_persistent(d1, 0, seeds, 1, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "both");
+	cc.persistence = true;
+	cc.backups = 1;
+	cc.partitions = 64;
+	dg_cache *c;
+	OK(dg_cache_create(b, &cc, &c));
+	for (int i = 0; i < 3000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "c%d", i);
+		OK(dg_cache_put(c, k, strlen(k), k, strlen(k)));
+	}
+	dgi_node_kill(b);
+	dgi_node_kill(a);
+	/* both come back (a new cluster, new node ids) from their disks */
+	a = start_persistent(d0, 0, NULL, 0, NULL);
+	snprintf(seed, sizeof(seed), "%s", dg_node_address(a));
+	b = start_persistent(d1, 0, seeds, 1, NULL);
+	dg_cache *ca = cache_on(a, "both"), *cb = cache_on(b, "both");
+	OK(dg_cache_wait_rebalanced(cb, 10000));
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < 3000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "c%d", i);
+		v.len = 0;
+		OK(dg_cache_get(i % 2 ? ca : cb, k, strlen(k), &v));
+		assert_int_equal(v.len, strlen(k));
+	}
+	uint64_t size;
+	OK(dg_cache_size(ca, &size));
+	assert_int_equal(size, 3000);
+	dg_buf_free(&v);
+	dg_node_stop(b);
+	dg_node_stop(a);
+	rmtree(d0);
+	rmtree(d1);
+	free(d0);
+	free(d1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1012,6 +1208,9 @@ int main(void)
 		cmocka_unit_test(test_multi_lost_partitions),
 		cmocka_unit_test(test_multi_node_failure_keeps_writes),
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),
+		cmocka_unit_test(test_persist_restart),
+		cmocka_unit_test(test_persist_map_full),
+		cmocka_unit_test(test_persist_cluster_restart),
 	};
 	int failed = cmocka_run_group_tests_name("cache", tests, NULL, NULL);
 #ifdef DGT_HAVE_INTMAP
