@@ -69,10 +69,9 @@ DG_API void dg_cache_config_init(dg_cache_config *cfg, const char *name);
 DG_API const dg_cache_config *dg_cache_config_of(const dg_cache *c);
 
 /* ---- raw bytes: keys and values are byte strings ----
- * Keys are 1..DG_KEY_MAX-8 bytes, values 0..DG_VALUE_MAX-8 bytes.  Values
- * (persistent caches: encoded keys up to DG_PERSIST_KEY_MAX bytes, about 500
- * bytes of raw key).  Values
- * read are appended to a caller-owned dg_buf (reset it to reuse it; growing
+ * Keys are 1..DG_KEY_MAX-8 bytes (persistent caches: encoded keys up to
+ * DG_PERSIST_KEY_MAX bytes, about 500 bytes of raw key), values
+ * 0..DG_VALUE_MAX-8 bytes.  Values read are appended to a caller-owned dg_buf (reset it to reuse it; growing
  * it is the only allocation a read makes). */
 
 DG_API dg_err dg_cache_put(dg_cache *c, const void *key, size_t klen,
