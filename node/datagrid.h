@@ -89,6 +89,13 @@ DG_API void dg_node_config_init(dg_node_config *cfg);
  * DG_ERR_STORAGE, DG_ERR_NOMEM. */
 DG_API dg_err dg_node_start(const dg_node_config *cfg, dg_node **out);
 
+/* dg_node_start from a config file: the settings dgnode takes (dgnode
+ * --help; `setting = value` lines, `#` comments), `cache = SPEC` lines
+ * included — those caches are created once the node is up.  The file's
+ * errors are printed to stderr naming the line and the setting.  Errors: as
+ * dg_node_start; DG_ERR_INVAL for a bad file or setting. */
+DG_API dg_err dg_node_start_file(const char *path, dg_node **out);
+
 /* Leaves the cluster gracefully — first handing this node's partitions to
  * the nodes that take them over (bounded by request_timeout_ms) — and frees
  * the node.  Every dg_cache of the node becomes invalid.  NULL is fine.

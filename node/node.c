@@ -10,6 +10,7 @@
  */
 #include "datagrid.h"
 #include "cache/cache.h"
+#include "settings.h"
 #include "transport/transport_int.h"
 
 #include <stdio.h>
@@ -260,4 +261,37 @@ dg_err dg_cache_destroy(dg_node *n, const char *name)
 size_t dg_cache_list(dg_node *n, dg_cache_config *out, size_t cap)
 {
 	return n ? dgi_grid_cache_list(n->g, out, cap) : 0;
+}
+
+dg_err dg_node_start_file(const char *path, dg_node **out)
+{
+	if (path == NULL || out == NULL)
+		return DG_ERR_INVAL;
+	dgnode_settings s;
+	dg_node_config cfg;
+	dgnode_settings_init(&s);
+	dg_err e = DG_ERR_INVAL; /* the settings code printed which setting and why */
+	if (dgnode_settings_load_file(&s, path, stderr) != DGNODE_OK ||
+	    dgnode_settings_to_config(&s, &cfg, stderr) != DGNODE_OK)
+		goto out;
+	if ((e = dg_node_start(&cfg, out)) != DG_OK)
+		goto out;
+	for (size_t i = 0; i < s.caches.l_n; i++) {
+		dg_cache_config cc;
+		dg_cache *c;
+		if (dgnode_parse_cache_spec(s.caches.l_items[i], &cc, stderr) != DGNODE_OK) {
+			e = DG_ERR_INVAL;
+		} else if ((e = dg_cache_create(*out, &cc, &c)) != DG_OK) {
+			fprintf(stderr, "level=error id=CACHE-CREATE cache=\"%s\" err=\"%s\"\n",
+			    cc.name, dg_strerror(e));
+		}
+		if (e != DG_OK) {
+			dg_node_stop(*out);
+			*out = NULL;
+			break;
+		}
+	}
+out:
+	dgnode_settings_free(&s);
+	return e;
 }

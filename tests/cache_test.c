@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 int dgt_intmap_tests(void);
@@ -237,6 +238,15 @@ static void test_key_hash_partition_stable(void **state)
 
 /* ---- one embedded node ---- */
 
+static _Atomic int lost_events;
+
+static void on_event(void *ctx, const dg_event *ev)
+{
+	(void)ctx;
+	if (ev->kind == DG_EVENT_PARTITION_LOST)
+		atomic_fetch_add(&lost_events, 1);
+}
+
 static dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
     const char *dir)
 {
@@ -253,6 +263,7 @@ static dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
 	cfg.client = client;
 	cfg.data_dir = dir;
 	cfg.storage_nosync = true;
+	cfg.on_event = on_event;
 	dg_node *n = NULL;
 	OK(dg_node_start(&cfg, &n));
 	return n;
@@ -514,6 +525,118 @@ static void test_node_config_errors(void **state)
 	dg_node_config_init(&cfg);
 	cfg.listen_url = NULL;
 	EXPECT(dg_node_start(&cfg, &n), DG_ERR_INVAL);
+}
+
+static dg_cache *cache_on(dg_node *n, const char *name);
+
+static void test_node_config_file(void **state)
+{
+	(void)state;
+	char path[] = "/tmp/dgnode-conf-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	const char text[] = "# an embedded node from a file\n"
+	    "cluster-name = filed\n"
+	    "listen = tcp://127.0.0.1:0\n"
+	    "request-timeout = 3s\n"
+	    "cache = orders,backups=1,partitions=32,sync=primary_sync\n"
+	    "cache = sessions,mode=replicated,ttl=1m\n";
+	assert_int_equal(write(fd, text, sizeof(text) - 1), (ssize_t)sizeof(text) - 1);
+	close(fd);
+	dg_node *n;
+	OK(dg_node_start_file(path, &n));
+	dg_cache *c;
+	OK(dg_cache_get_by_name(n, "orders", &c));
+	assert_int_equal(dg_cache_config_of(c)->backups, 1);
+	assert_int_equal(dg_cache_config_of(c)->partitions, 32);
+	assert_int_equal(dg_cache_config_of(c)->write_sync, DG_PRIMARY_SYNC);
+	OK(dg_cache_get_by_name(n, "sessions", &c));
+	assert_int_equal(dg_cache_config_of(c)->mode, DG_REPLICATED);
+	assert_int_equal(dg_cache_config_of(c)->ttl_ms, 60000);
+	OK(dg_cache_put(c, "s", 1, "x", 1));
+	dg_node_stop(n);
+	/* a bad line: refused, nothing started */
+	fd = open(path, O_WRONLY | O_TRUNC);
+	const char bad[] = "listen = tcp://127.0.0.1:0\nno-such-setting = 1\n";
+	assert_int_equal(write(fd, bad, sizeof(bad) - 1), (ssize_t)sizeof(bad) - 1);
+	close(fd);
+	n = NULL;
+	EXPECT(dg_node_start_file(path, &n), DG_ERR_INVAL);
+	assert_null(n);
+	EXPECT(dg_node_start_file("/nonexistent/dg.conf", &n), DG_ERR_INVAL);
+	unlink(path);
+}
+
+struct mt_arg {
+	dg_cache *c;
+	int id;
+	dg_err err;
+};
+
+static void *mt_worker(void *arg)
+{
+	struct mt_arg *a = arg;
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < 2000 && a->err == DG_OK; i++) {
+		char k[32], val[32];
+		snprintf(k, sizeof(k), "t%d-%d", a->id, i % 200);
+		snprintf(val, sizeof(val), "%d", i);
+		dg_err e = dg_cache_put(a->c, k, strlen(k), val, strlen(val));
+		if (e == DG_OK) {
+			v.len = 0;
+			e = dg_cache_get(a->c, k, strlen(k), &v);
+			if (e == DG_OK && (v.len != strlen(val) || memcmp(v.data, val, v.len) != 0))
+				e = DG_ERR_STATE; /* our own key: nobody else writes it */
+		}
+		/* a shared key everyone hammers */
+		if (e == DG_OK)
+			e = dg_cache_put(a->c, "shared", 6, val, strlen(val));
+		if (e == DG_OK && i % 10 == 0) {
+			bool rm;
+			e = dg_cache_remove(a->c, k, strlen(k), &rm);
+		}
+		a->err = e;
+	}
+	dg_buf_free(&v);
+	return NULL;
+}
+
+static void test_multi_threads_share_a_cache(void **state)
+{
+	(void)state;
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(a);
+	dg_node *b = start_node(&seed, 1, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "mt");
+	cc.backups = 1;
+	cc.partitions = 32;
+	dg_cache *ca, *cb;
+	OK(dg_cache_create(a, &cc, &ca));
+	cb = cache_on(b, "mt");
+	pthread_t t[6];
+	struct mt_arg args[6];
+	for (int i = 0; i < 6; i++) {
+		args[i] = (struct mt_arg){ i % 2 ? cb : ca, i, DG_OK };
+		pthread_create(&t[i], NULL, mt_worker, &args[i]);
+	}
+	for (int i = 0; i < 6; i++) {
+		pthread_join(t[i], NULL);
+		OK(args[i].err);
+	}
+	/* both owners hold the same last value of the shared key */
+	dg_buf va, vb;
+	dg_buf_init(&va);
+	dg_buf_init(&vb);
+	OK(dg_cache_get(ca, "shared", 6, &va));
+	OK(dg_cache_get(cb, "shared", 6, &vb));
+	assert_int_equal(va.len, vb.len);
+	assert_memory_equal(va.data, vb.data, va.len);
+	dg_buf_free(&va);
+	dg_buf_free(&vb);
+	dg_node_stop(b);
+	dg_node_stop(a);
 }
 
 /* ---- several nodes in one process ---- */
@@ -862,6 +985,7 @@ static void test_multi_lost_partitions(void **state)
 	for (uint32_t p = 0; p < 64; p++)
 		theirs += dgi_aff_owner(aff, p, 0) == dead;
 	assert_true(theirs > 0);
+	atomic_store(&lost_events, 0);
 	dgi_node_kill(cl.n[2]);
 	cl.count = 2;
 	/* both survivors mark exactly the dead node's partitions lost */
@@ -878,6 +1002,8 @@ static void test_multi_lost_partitions(void **state)
 	for (size_t i = 0; i < nl; i++)
 		assert_int_equal(dgi_aff_owner(aff, lost[i], 0), dead);
 	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), theirs);
+	/* the lost-partition event: once per partition on each survivor */
+	assert_int_equal(atomic_load(&lost_events), 2 * (int)theirs);
 	/* keys of lost partitions fail with the distinct error; others work */
 	int failed = 0, worked = 0;
 	dg_buf v;
@@ -1200,6 +1326,8 @@ int main(void)
 		cmocka_unit_test(test_node_ttl),
 		cmocka_unit_test(test_node_scan_pages),
 		cmocka_unit_test(test_node_config_errors),
+		cmocka_unit_test(test_node_config_file),
+		cmocka_unit_test(test_multi_threads_share_a_cache),
 		cmocka_unit_test(test_multi_full_sync),
 		cmocka_unit_test(test_multi_primary_sync),
 		cmocka_unit_test(test_multi_full_async),
