@@ -278,8 +278,9 @@ static bool live(const dgi_entry *e, int64_t wall)
 	    (e->expire_ms == 0 || e->expire_ms > wall);
 }
 
-/* Sends the entry's current copy to every backup owner (partition locked). */
-static void send_backups(dgi_grid *g, dg_cache *c, const dgi_aff *aff, struct upd *u,
+/* Sends the entry's current copy to every backup owner (partition locked).
+ * Returns how many sends failed (a full queue, a peer being redialled). */
+static uint32_t send_backups(dgi_grid *g, dg_cache *c, const dgi_aff *aff, struct upd *u,
     const dgi_pver *ver, int64_t expire, bool removal, dg_node_id skip)
 {
 	dgi_msg_backup b = {
@@ -289,13 +290,17 @@ static void send_backups(dgi_grid *g, dg_cache *c, const dgi_aff *aff, struct up
 		{ u->key, u->klen }, { removal ? NULL : u->val, u->vlen }
 	};
 	u->nbackups = 0;
+	uint32_t failed = 0;
 	for (uint32_t i = 0; i < aff->copies; i++) {
 		dg_node_id o = dgi_aff_owner(aff, u->part, i);
 		if (o == 0 || o == g->self || o == skip)
 			continue;
 		if (dg_tp_send(g->tp, o, DGI_MSG_BACKUP, &b) == DG_OK)
 			u->backups[u->nbackups++] = o;
+		else
+			failed++;
 	}
+	return failed;
 }
 
 /* Applies an update as the primary.  DG_ERR_REMAP when this node is not
@@ -394,8 +399,10 @@ static dg_err primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 		if (err != DG_OK)
 			goto out;
 	}
-	if (u->sync != DG_FULL_ASYNC || aff->copies > 1)
-		send_backups(g, c, aff, u, &ver, expire, removal, 0);
+	if (aff->copies > 1 && send_backups(g, c, aff, u, &ver, expire, removal, 0) > 0 &&
+	    u->sync == DG_FULL_SYNC)
+		err = DG_ERR_CONN_BROKEN; /* applied here, not on every backup: the
+		                             originator retries (same update id) */
 out:
 	pthread_mutex_unlock(&pt->mu);
 	return err;
