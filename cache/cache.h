@@ -127,6 +127,22 @@ DG_API dg_err dg_cache_get_val(dg_cache *c, const uint8_t *key, size_t klen,
     dg_buf *val);
 DG_API dg_err dg_cache_remove_val(dg_cache *c, const uint8_t *key, size_t klen,
     bool *removed);
+/* The conditional and batch operations on encoded values, as their raw
+ * counterparts above (dg_kv keys and values are encoded values here; the
+ * values get_all_val returns are encoded values too). */
+DG_API dg_err dg_cache_put_if_absent_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, bool *put);
+DG_API dg_err dg_cache_replace_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, bool *replaced);
+DG_API dg_err dg_cache_get_and_put_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, dg_buf *old, bool *had);
+DG_API dg_err dg_cache_contains_val(dg_cache *c, const uint8_t *key, size_t klen,
+    bool *present);
+DG_API dg_err dg_cache_put_all_val(dg_cache *c, const dg_kv *kvs, size_t n);
+DG_API dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals,
+    size_t *found);
+DG_API dg_err dg_cache_remove_all_val(dg_cache *c, const dg_kv *kvs, size_t n,
+    size_t *removed);
 /* Registered C structs: the key and value are written with the given
  * descriptors (from dg_registry_register on dg_node_registry). */
 DG_API dg_err dg_cache_put_obj(dg_cache *c, const dg_desc *kd, const void *key,

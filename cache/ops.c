@@ -1231,6 +1231,113 @@ dg_err dg_cache_remove_val(dg_cache *c, const uint8_t *key, size_t klen, bool *r
 	return e;
 }
 
+dg_err dg_cache_put_if_absent_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, bool *put)
+{
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
+		return DG_ERR_INVAL;
+	int64_t flag = 0;
+	dg_err e = update(c, OP_PUT_IF_ABSENT, key, klen, val, vlen, &flag, NULL);
+	if (put != NULL)
+		*put = e == DG_OK && flag;
+	return e;
+}
+
+dg_err dg_cache_replace_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, bool *replaced)
+{
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
+		return DG_ERR_INVAL;
+	int64_t flag = 0;
+	dg_err e = update(c, OP_REPLACE, key, klen, val, vlen, &flag, NULL);
+	if (replaced != NULL)
+		*replaced = e == DG_OK && flag;
+	return e;
+}
+
+dg_err dg_cache_get_and_put_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, dg_buf *old, bool *had)
+{
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
+		return DG_ERR_INVAL;
+	int64_t flag = 0;
+	size_t len0 = old != NULL ? old->len : 0;
+	dg_buf tmp;
+	dg_buf_init(&tmp);
+	dg_err e = update(c, OP_GET_AND_PUT, key, klen, val, vlen, &flag, old != NULL ? old : &tmp);
+	if (old != NULL && (e != DG_OK || !flag))
+		old->len = len0;
+	dg_buf_free(&tmp);
+	if (had != NULL)
+		*had = e == DG_OK && flag;
+	return e;
+}
+
+dg_err dg_cache_contains_val(dg_cache *c, const uint8_t *key, size_t klen, bool *present)
+{
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || present == NULL)
+		return DG_ERR_INVAL;
+	dg_err e = get_enc(c, key, klen, NULL);
+	*present = e == DG_OK;
+	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
+}
+
+dg_err dg_cache_put_all_val(dg_cache *c, const dg_kv *kvs, size_t n)
+{
+	if (kvs == NULL && n != 0)
+		return DG_ERR_INVAL;
+	for (size_t i = 0; i < n; i++) {
+		dg_err e = dg_cache_put_val(c, kvs[i].key, kvs[i].klen, kvs[i].val, kvs[i].vlen);
+		if (e != DG_OK)
+			return e;
+	}
+	return DG_OK;
+}
+
+dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
+{
+	if ((kvs == NULL && n != 0) || vals == NULL)
+		return DG_ERR_INVAL;
+	size_t f = 0;
+	size_t *offs = n ? dgi_alloc(n * sizeof(*offs)) : NULL;
+	if (n && offs == NULL)
+		return DG_ERR_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		size_t at = vals->len;
+		dg_err e = dg_cache_get_val(c, kvs[i].key, kvs[i].klen, vals);
+		offs[i] = e == DG_OK ? at : SIZE_MAX;
+		if (e != DG_OK && e != DG_ERR_NOT_FOUND) {
+			dgi_free(offs);
+			return e;
+		}
+		kvs[i].vlen = e == DG_OK ? vals->len - at : 0;
+		f += e == DG_OK;
+	}
+	for (size_t i = 0; i < n; i++)
+		kvs[i].val = offs[i] == SIZE_MAX ? NULL : vals->data + offs[i];
+	dgi_free(offs);
+	if (found != NULL)
+		*found = f;
+	return DG_OK;
+}
+
+dg_err dg_cache_remove_all_val(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
+{
+	if (kvs == NULL && n != 0)
+		return DG_ERR_INVAL;
+	size_t r = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool rm = false;
+		dg_err e = dg_cache_remove_val(c, kvs[i].key, kvs[i].klen, &rm);
+		if (e != DG_OK)
+			return e;
+		r += rm;
+	}
+	if (removed != NULL)
+		*removed = r;
+	return DG_OK;
+}
+
 /* Encodes one struct with its descriptor into b (reset first). */
 static dg_err enc_obj(dgi_grid *g, const dg_desc *d, const void *obj, dg_buf *b)
 {

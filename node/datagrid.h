@@ -21,7 +21,9 @@
  *                         unknown (it may have been applied)
  *   DG_ERR_PARTITION_LOST the key's partition lost every copy; reset with
  *                         dg_cache_reset_lost
- *   DG_ERR_STORAGE, DG_ERR_STORAGE_FULL  persistence failed; not applied
+ *   DG_ERR_STORAGE, DG_ERR_STORAGE_FULL  persistence failed: not applied
+ *                         where it failed; when that was a backup, the
+ *                         primary (and the other backups) did apply it
  *   DG_ERR_NOMEM
  */
 #ifndef DATAGRID_H

@@ -429,6 +429,67 @@ static void test_node_typed(void **state)
 	assert_int_equal(fv.v.i, 20);
 	EXPECT(dg_scan_next(s, &kp, &kl, &vp, &vl), DG_ERR_NOT_FOUND);
 	dg_scan_close(s);
+
+	/* encoded values: STRING keys, Point values, every operation */
+	uint8_t kb[3][32], vb[2][64];
+	size_t kn[3], vn[2];
+	for (int i = 0; i < 3; i++) {
+		dg_buf b;
+		dg_writer w;
+		char name[8];
+		snprintf(name, sizeof(name), "key%d", i);
+		dg_buf_init_fixed(&b, kb[i], sizeof(kb[i]));
+		dg_writer_init(&w, dg_node_registry(n), &b);
+		OK(dg_write_str(&w, name, strlen(name)));
+		OK(dg_writer_finish(&w));
+		kn[i] = b.len;
+	}
+	for (int i = 0; i < 2; i++) {
+		dg_buf b;
+		dg_writer w;
+		point pv = { i, i * 10, { "p", 1 } };
+		dg_buf_init_fixed(&b, vb[i], sizeof(vb[i]));
+		dg_writer_init(&w, dg_node_registry(n), &b);
+		OK(dg_write_object(&w, d, &pv));
+		OK(dg_writer_finish(&w));
+		vn[i] = b.len;
+	}
+	bool flag;
+	OK(dg_cache_put_if_absent_val(c, kb[0], kn[0], vb[0], vn[0], &flag));
+	assert_true(flag);
+	OK(dg_cache_put_if_absent_val(c, kb[0], kn[0], vb[1], vn[1], &flag));
+	assert_false(flag);
+	OK(dg_cache_replace_val(c, kb[1], kn[1], vb[1], vn[1], &flag));
+	assert_false(flag);
+	OK(dg_cache_replace_val(c, kb[0], kn[0], vb[1], vn[1], &flag));
+	assert_true(flag);
+	dg_buf old;
+	dg_buf_init(&old);
+	OK(dg_cache_get_and_put_val(c, kb[0], kn[0], vb[0], vn[0], &old, &flag));
+	assert_true(flag);
+	assert_int_equal(old.len, vn[1]);
+	assert_memory_equal(old.data, vb[1], vn[1]); /* the previous value, encoded */
+	OK(dg_cache_contains_val(c, kb[0], kn[0], &flag));
+	assert_true(flag);
+	dg_kv kv[3] = { { kb[1], kn[1], vb[1], vn[1] }, { kb[2], kn[2], vb[0], vn[0] },
+		{ kb[0], kn[0], NULL, 0 } };
+	OK(dg_cache_put_all_val(c, kv, 2));
+	old.len = 0;
+	size_t found;
+	OK(dg_cache_get_all_val(c, kv, 3, &old, &found));
+	assert_int_equal(found, 3);
+	assert_int_equal(kv[0].vlen, vn[1]);
+	assert_memory_equal(kv[0].val, vb[1], vn[1]);
+	dg_bobj ob;
+	OK(dg_bobj_open(dg_node_registry(n), kv[1].val, kv[1].vlen, &ob));
+	OK(dg_bobj_get_name(&ob, "y", &fv));
+	assert_int_equal(fv.v.i, 0);
+	size_t removed;
+	OK(dg_cache_remove_all_val(c, kv, 3, &removed));
+	assert_int_equal(removed, 3);
+	OK(dg_cache_contains_val(c, kb[2], kn[2], &flag));
+	assert_false(flag);
+	dg_buf_free(&old);
 	dg_node_stop(n);
 }
 
