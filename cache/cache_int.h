@@ -130,6 +130,10 @@ dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_
 dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen,
     const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms,
     uint64_t op_node, uint64_t op_seq, uint32_t flags, dgi_entry **out);
+/* Overwrites a found entry in place when the value fits its memory (no
+ * second probe, no allocation); false when it does not fit. */
+bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq);
 /* Removes the entry for key (if any). */
 void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
 /* Removes every entry (and tombstone). */
@@ -275,7 +279,7 @@ struct dg_cache {
 	_Atomic uint8_t *handed;        /* a byte per partition: its sole owner left
 	                                   gracefully and handed it over (not lost) */
 	bool fresh;                     /* created here, cluster-wide: no data to fetch */
-	_Atomic uint64_t puts, gets, removes, hits, misses, remaps, expired;
+	_Atomic uint64_t puts, removes, hits, misses, remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
 };
 

@@ -111,6 +111,22 @@ static dg_err append(dg_buf *out, const uint8_t *p, size_t n)
 	return DG_OK;
 }
 
+/* ---- update ids ----
+ * (originator node, sequence), unique per node: the sequence is a thread's
+ * slot (taken once from a shared counter) in the top 24 bits and its own
+ * counter below, so an update costs no shared atomic. */
+static _Atomic uint64_t thread_slots = 1;
+static _Thread_local uint64_t tl_seq_base, tl_seq;
+
+static uint64_t next_op_seq(void)
+{
+	if (tl_seq_base == 0 || tl_seq == (1ull << 40) - 1) {
+		tl_seq_base = atomic_fetch_add(&thread_slots, 1) << 40;
+		tl_seq = 0;
+	}
+	return tl_seq_base | ++tl_seq;
+}
+
 /* ---- futures ---- */
 
 static struct fut_stripe *stripe_of(dgi_grid *g, uint64_t id)
@@ -393,7 +409,8 @@ static dg_err primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 			    u->op_seq, DGI_ENTRY_TOMB, NULL);
 		else if (removal)
 			dgi_part_del(pt, u->hash, u->key, u->klen);
-		else
+		else if (e == NULL || !dgi_part_overwrite(pt, e, u->val, u->vlen, &ver, expire,
+		    u->op_node, u->op_seq))
 			err = dgi_part_set(pt, u->hash, u->key, u->klen, u->val, u->vlen, &ver, expire,
 			    u->op_node, u->op_seq, 0, NULL);
 		if (err != DG_OK)
@@ -457,12 +474,12 @@ static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 	u.val = val;
 	u.vlen = (uint32_t)vlen;
 	u.op_node = g->self;
-	u.op_seq = atomic_fetch_add_explicit(&g->next_seq, 1, memory_order_relaxed);
+	u.op_seq = next_op_seq();
 	if (op == OP_REMOVE)
 		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
 	else
 		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
-	uint64_t deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
+	uint64_t deadline = 0; /* taken when first needed: a local update needs none */
 	size_t old_len0 = old != NULL ? old->len : 0;
 	for (;;) {
 		dg_err e;
@@ -481,6 +498,8 @@ static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 			u.topver = aff->topver;
 			struct fut f;
 			bool acks = u.sync == DG_FULL_SYNC && aff->copies > 1;
+			if (acks && deadline == 0)
+				deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 			if (acks) {
 				fut_init(g, &f, NULL);
 				u.fut = f.id;
@@ -503,6 +522,8 @@ static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 			}
 		} else {
 			u.topver = aff->topver;
+			if (deadline == 0)
+				deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 			dgi_msg_update m = { c->id, u.part, u.topver, op, u.sync, (int64_t)u.op_node,
 				(int64_t)u.op_seq, 0, { key, (uint32_t)klen }, { val, (uint32_t)vlen } };
 			if (u.sync == DG_FULL_ASYNC) {
@@ -540,6 +561,8 @@ static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 		if (!retriable(e) || (e == DG_ERR_CLOSED && atomic_load(&c->dead)))
 			return e;
 		atomic_fetch_add_explicit(&c->remaps, 1, memory_order_relaxed);
+		if (deadline == 0)
+			deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 		if (wait_topology_change(g, seen, deadline) != DG_OK)
 			return DG_ERR_TIMEOUT;
 	}
@@ -797,11 +820,23 @@ void dgi_ops_run_job(dgi_grid *g, struct job *j)
 
 /* ---- reads ---- */
 
+/* Appends a stored value to out: whole, or (unwrap) the byte string inside
+ * its BYTES encoding — what the raw API returns, copied once. */
+static dg_err put_value(dg_buf *out, const uint8_t *v, uint32_t n, bool unwrap)
+{
+	if (out == NULL)
+		return DG_OK;
+	return unwrap ? unwrap_to(v, n, out) : append(out, v, n);
+}
+
+
+
 struct get_wait {
 	sem_t sem;
 	dg_err err;
 	bool found;
 	dg_buf *out;
+	bool unwrap;
 };
 
 static void on_get_res(void *ctx, dg_err err, const dg_msg_in *reply)
@@ -811,16 +846,16 @@ static void on_get_res(void *ctx, dg_err err, const dg_msg_in *reply)
 		const dgi_msg_get_res *r = reply->body;
 		w->found = r->found != 0;
 		if (w->found && r->val.ptr != NULL)
-			err = append(w->out, r->val.ptr, r->val.len);
+			err = put_value(w->out, r->val.ptr, r->val.len, w->unwrap);
 	}
 	w->err = err;
 	sem_post(&w->sem);
 }
 
 static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_buf *out,
-    uint64_t deadline)
+    uint64_t deadline, bool unwrap)
 {
-	struct get_wait w = { .err = DG_OK, .found = false, .out = out };
+	struct get_wait w = { .err = DG_OK, .found = false, .out = out, .unwrap = unwrap };
 	uint64_t now = dgi_now_ms();
 	if (now >= deadline)
 		return DG_ERR_TIMEOUT;
@@ -840,7 +875,7 @@ static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_bu
 
 /* Local read of an owned copy.  DG_ERR_NOT_READY: MOVING and not held. */
 static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
-    uint32_t klen, dg_buf *out, bool supplier)
+    uint32_t klen, dg_buf *out, bool supplier, bool unwrap)
 {
 	dgi_part *pt = &c->parts[part];
 	dg_err e;
@@ -854,7 +889,7 @@ static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t
 		dgi_entry *en = dgi_part_find(pt, hash, key, klen);
 		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
 		if (live(en, wall))
-			e = append(out, dgi_entry_val(en), en->vlen);
+			e = put_value(out, dgi_entry_val(en), en->vlen, unwrap);
 		else if (en == NULL && st == P_MOVING && !supplier)
 			e = DG_ERR_NOT_READY;
 		else
@@ -864,8 +899,9 @@ static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t
 	return e;
 }
 
-/* Reads the encoded value of key into out.  DG_ERR_NOT_FOUND. */
-static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
+/* Reads the encoded value of key into out (unwrap: the bytes inside a BYTES
+ * value).  DG_ERR_NOT_FOUND. */
+static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
 {
 	if (c == NULL || key == NULL || klen == 0 || klen > DG_KEY_MAX)
 		return DG_ERR_INVAL;
@@ -874,7 +910,6 @@ static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
 	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
 	uint64_t deadline = 0;
 	size_t len0 = out != NULL ? out->len : 0;
-	atomic_fetch_add_explicit(&c->gets, 1, memory_order_relaxed);
 	for (;;) {
 		if (atomic_load_explicit(&c->dead, memory_order_relaxed))
 			return DG_ERR_CLOSED;
@@ -890,7 +925,7 @@ static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
 			dg_node_id primary = dgi_aff_owner(aff, part, 0);
 			e = DG_ERR_REMAP;
 			if (role == 0 || (role > 0 && c->cfg.read_from_backup))
-				e = local_get(c, part, hash, key, (uint32_t)klen, out, false);
+				e = local_get(c, part, hash, key, (uint32_t)klen, out, false, unwrap);
 			if (e == DG_ERR_NOT_READY) {
 				/* MOVING: the supplier has what this copy lacks */
 				dgi_part *pt = &c->parts[part];
@@ -901,12 +936,13 @@ static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
 					deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 				dgi_msg_get m = { c->id, part, aff->topver, DGI_GET_SUPPLIER,
 					{ key, (uint32_t)klen } };
-				e = sup != 0 ? remote_get(g, sup, &m, out, deadline) : DG_ERR_NOT_READY;
+				e = sup != 0 ? remote_get(g, sup, &m, out, deadline, unwrap) :
+				    DG_ERR_NOT_READY;
 			} else if (e == DG_ERR_REMAP && primary != 0 && primary != g->self) {
 				if (deadline == 0)
 					deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 				dgi_msg_get m = { c->id, part, aff->topver, 0, { key, (uint32_t)klen } };
-				e = remote_get(g, primary, &m, out, deadline);
+				e = remote_get(g, primary, &m, out, deadline, unwrap);
 			}
 		}
 		if (e == DG_OK) {
@@ -1107,21 +1143,7 @@ dg_err dg_cache_get(dg_cache *c, const void *key, size_t klen, dg_buf *val)
 	ENC_KEY(key, klen);
 	if (val == NULL)
 		return DG_ERR_INVAL;
-	size_t len0 = val->len;
-	dg_err e = get_enc(c, kenc, kenc_len, val);
-	if (e != DG_OK)
-		return e;
-	/* strip the BYTES header in place */
-	const uint8_t *p;
-	size_t n;
-	e = dg_bytes_of(val->data + len0, val->len - len0, &p, &n);
-	if (e != DG_OK) {
-		val->len = len0;
-		return e;
-	}
-	memmove(val->data + len0, p, n);
-	val->len = len0 + n;
-	return DG_OK;
+	return get_enc(c, kenc, kenc_len, val, true);
 }
 
 dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen, bool *present)
@@ -1129,7 +1151,7 @@ dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen, bool *presen
 	ENC_KEY(key, klen);
 	if (present == NULL)
 		return DG_ERR_INVAL;
-	dg_err e = get_enc(c, kenc, kenc_len, NULL);
+	dg_err e = get_enc(c, kenc, kenc_len, NULL, false);
 	*present = e == DG_OK;
 	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
 }
@@ -1217,7 +1239,7 @@ dg_err dg_cache_get_val(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *va
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || val == NULL)
 		return DG_ERR_INVAL;
-	return get_enc(c, key, klen, val);
+	return get_enc(c, key, klen, val, false);
 }
 
 dg_err dg_cache_remove_val(dg_cache *c, const uint8_t *key, size_t klen, bool *removed)
@@ -1277,7 +1299,7 @@ dg_err dg_cache_contains_val(dg_cache *c, const uint8_t *key, size_t klen, bool 
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || present == NULL)
 		return DG_ERR_INVAL;
-	dg_err e = get_enc(c, key, klen, NULL);
+	dg_err e = get_enc(c, key, klen, NULL, false);
 	*present = e == DG_OK;
 	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
 }
@@ -1393,7 +1415,7 @@ dg_err dg_cache_get_obj(dg_cache *c, const dg_desc *kd, const void *key, const d
 	}
 	dg_buf_init(&vb);
 	if (e == DG_OK)
-		e = get_enc(c, kb.data, kb.len, &vb);
+		e = get_enc(c, kb.data, kb.len, &vb, false);
 	if (e == DG_OK)
 		e = dg_decode_object(c->g->reg, vd, vb.data, vb.len, val, arena);
 	if (kb.data != kst)

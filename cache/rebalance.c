@@ -512,7 +512,9 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 		return DG_ERR_INVAL;
 	memset(out, 0, sizeof(*out));
 	out->puts = atomic_load(&c->puts);
-	out->gets = atomic_load(&c->gets);
+	out->hits = atomic_load(&c->hits);
+	out->misses = atomic_load(&c->misses);
+	out->gets = out->hits + out->misses; /* reads that got an answer */
 	out->removes = atomic_load(&c->removes);
 	out->hits = atomic_load(&c->hits);
 	out->misses = atomic_load(&c->misses);

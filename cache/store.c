@@ -132,6 +132,25 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 	return DG_OK;
 }
 
+bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
+{
+	if (e->cap < e->klen + vlen)
+		return false;
+	p->bytes -= e->vlen;
+	p->bytes += vlen;
+	if (e->flags & DGI_ENTRY_TOMB)
+		p->live++;
+	e->vlen = vlen;
+	memcpy(e->data + e->klen, val, vlen);
+	e->ver = *ver;
+	e->expire_ms = expire_ms;
+	e->op_node = op_node;
+	e->op_seq = op_seq;
+	e->flags = 0;
+	return true;
+}
+
 /* Backward-shift deletion at slot i. */
 static void del_at(dgi_part *p, uint32_t i)
 {
