@@ -3061,10 +3061,82 @@ static void test_tcp_stop_with_pending_writes(void **state)
 
 #define FX(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
 
+/* Both nodes send first, at once: each dials the other, one dial is
+ * refused as a duplicate.  Every one-way message sent before either
+ * connection was up must still arrive (it waits for the surviving
+ * connection), in rounds with fresh nodes so the race is hit both ways. */
+struct race_count {
+	_Atomic int n;
+};
+
+static void on_race(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)tp;
+	(void)in;
+	atomic_fetch_add(&((struct race_count *)ctx)->n, 1);
+}
+
+struct race_side {
+	dg_tp *from;
+	dg_node_id to;
+	pthread_barrier_t *go;
+	int sent;
+};
+
+static void *race_sender(void *arg)
+{
+	struct race_side *r = arg;
+	pthread_barrier_wait(r->go);
+	for (int i = 0; i < 50; i++) {
+		t_i64 b = { i };
+		if (dg_tp_send(r->from, r->to, (dg_msg_type)T_SINK, &b) == DG_OK)
+			r->sent++;
+	}
+	return NULL;
+}
+
+static void test_both_dial_race_keeps_oneway(void **state)
+{
+	(void)state;
+	int refused_rounds = 0;
+	for (int round = 0; round < 30; round++) {
+		dg_tp *a = NODE(.id = 0), *b = NODE(.id = 0);
+		struct race_count ca = { 0 }, cb = { 0 };
+		OK(dg_tp_handle(a, (dg_msg_type)T_SINK, on_race, &ca));
+		OK(dg_tp_handle(b, (dg_msg_type)T_SINK, on_race, &cb));
+		OK(dg_tp_set_address(a, dg_tp_self(b), dg_tp_address(b)));
+		OK(dg_tp_set_address(b, dg_tp_self(a), dg_tp_address(a)));
+		pthread_barrier_t go;
+		pthread_barrier_init(&go, NULL, 2);
+		struct race_side ra = { a, dg_tp_self(b), &go, 0 }, rb = { b, dg_tp_self(a), &go, 0 };
+		pthread_t ta, tb;
+		pthread_create(&ta, NULL, race_sender, &ra);
+		pthread_create(&tb, NULL, race_sender, &rb);
+		pthread_join(ta, NULL);
+		pthread_join(tb, NULL);
+		pthread_barrier_destroy(&go);
+		assert_int_equal(ra.sent, 50);
+		assert_int_equal(rb.sent, 50);
+		uint64_t deadline = dgi_now_ms() + 5000;
+		while ((atomic_load(&ca.n) < 50 || atomic_load(&cb.n) < 50) && dgi_now_ms() < deadline)
+			sleep_ms(1);
+		assert_int_equal(atomic_load(&cb.n), 50); /* nothing dropped, either way */
+		assert_int_equal(atomic_load(&ca.n), 50);
+		assert_int_equal(stats(a).dropped + stats(b).dropped, 0);
+		refused_rounds += stats(a).handshake_failures + stats(b).handshake_failures > 0;
+		dg_tp_handle(a, (dg_msg_type)T_SINK, NULL, NULL);
+		dg_tp_handle(b, (dg_msg_type)T_SINK, NULL, NULL);
+		dg_tp_stop(a);
+		dg_tp_stop(b);
+	}
+	print_message("both-dial race: %d of 30 rounds refused a duplicate dial\n", refused_rounds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_frame_header_layout),
+		cmocka_unit_test(test_both_dial_race_keeps_oneway),
 		cmocka_unit_test(test_frame_header_roundtrip),
 		cmocka_unit_test(test_frame_header_rejections),
 		cmocka_unit_test(test_msg_rows_roundtrip),

@@ -265,8 +265,15 @@ void dgi_conn_close(struct conn *c, dg_err why)
 			p->conn = NULL;
 			lost = true;
 		}
-		if (c->dialer && !lost && p->conn == NULL)
+		if (c->dialer && !lost && p->conn == NULL && c->dup_refused) {
+			/* both sides dialled and the peer kept its own dial: that
+			 * connection attaches here shortly — queued frames wait
+			 * for it (bounded: redialled after the connect timeout)
+			 * instead of being dropped */
+			p->dup_wait_ms = dgi_now_ms() + tp->cfg.connect_timeout_ms;
+		} else if (c->dialer && !lost && p->conn == NULL) {
 			p->dialing = false;
+		}
 		if (p->conn == NULL && !p->dialing && p->queue.len > 0) {
 			dropped = p->queued_frames; /* nowhere to go: counted, not silent */
 			dg_buf_reset(&p->queue);
@@ -406,6 +413,7 @@ static bool attach(struct conn *c, bool listener)
 	atomic_store_explicit(&p->heard_ms, dgi_now_ms(), memory_order_relaxed);
 	if (c->dialer || p->dialing)
 		p->dialing = false; /* a dial of ours that loses the race is moot */
+	p->dup_wait_ms = 0;
 	pthread_mutex_lock(&c->mu);
 	c->peer = p;
 	c->state = C_OPEN;
@@ -547,6 +555,7 @@ rejected:
 		/* the peer already has a connection with us: it serves */
 		wait_done(c->waiter, DG_OK, c->peer_id);
 		c->waiter = NULL;
+		c->dup_refused = true;
 		dgi_conn_close(c, DG_OK);
 		return DG_OK;
 	}

@@ -705,12 +705,42 @@ static void *service(void *arg)
 		pthread_mutex_unlock(&tp->mu);
 		uint64_t now = dgi_now_ms();
 		fail_where(tp, 0, now, DG_ERR_TIMEOUT);
+		dgi_peers_dup_expire(tp, now);
 		dgi_conn_expire(tp, now);
 		dgi_conn_reap(tp);
 		pthread_mutex_lock(&tp->mu);
 	}
 	pthread_mutex_unlock(&tp->mu);
 	return NULL;
+}
+
+void dgi_peers_dup_expire(dg_tp *tp, uint64_t now)
+{
+	struct peer_table *t = atomic_load_explicit(&tp->peers, memory_order_acquire);
+	for (uint32_t i = 0; t != NULL && i <= t->mask; i++) {
+		if (atomic_load_explicit(&t->slot[i].key, memory_order_acquire) == 0)
+			continue;
+		struct peer *p = t->slot[i].p;
+		pthread_mutex_lock(&p->mu);
+		if (p->dup_wait_ms != 0 && now >= p->dup_wait_ms && p->conn == NULL) {
+			/* the peer's connection never came: dial again, or give
+			 * the frames up as a broken connection would */
+			p->dup_wait_ms = 0;
+			p->dialing = p->queue.len > 0 && p->url != NULL &&
+			    dgi_conn_dial(tp, p->url, p, NULL) == DG_OK;
+			if (!p->dialing && p->queue.len > 0) {
+				uint64_t dropped = p->queued_frames;
+				dg_buf_reset(&p->queue);
+				p->queued_frames = 0;
+				atomic_fetch_add(&tp->t.dropped, dropped);
+				atomic_fetch_add(&p->t.dropped, dropped);
+				pthread_mutex_unlock(&p->mu);
+				dgi_fail_peer(tp, p->id, DG_ERR_CONN_BROKEN);
+				continue;
+			}
+		}
+		pthread_mutex_unlock(&p->mu);
+	}
 }
 
 /* ---- start / stop ---- */

@@ -138,6 +138,7 @@ struct conn {
 	_Atomic int state;          /* enum conn_state */
 	bool dialer;
 	bool abandoned;             /* REJECT sent: close when it is written */
+	bool dup_refused;           /* dialer: the peer refused it as a duplicate */
 	struct peer *peer;          /* set when open (and for dialers, the target) */
 	dg_node_id peer_id;         /* from the handshake */
 	char *dial_url;             /* dialer: the URL dialed */
@@ -198,7 +199,12 @@ struct peer {
 	dg_node_id id;
 	pthread_mutex_t mu;
 	struct conn *conn;          /* open connection, or NULL */
-	bool dialing;               /* a dial to this peer is in progress */
+	bool dialing;               /* a dial to this peer is in progress, or
+	                               (dup_wait_ms) the peer's own dial is
+	                               expected to attach */
+	uint64_t dup_wait_ms;       /* our dial lost the both-dial race: queued
+	                               frames wait for the peer's connection
+	                               until then, and are redialled after */
 	char *url;                  /* where to dial it (owned), or NULL */
 	dg_buf queue;               /* frames not yet on the wire */
 	uint64_t queued_frames;
@@ -318,6 +324,9 @@ void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why);
  * waiter (optional) is signalled when the handshake ends. */
 dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
     struct connect_wait *waiter);
+/* Service thread: redials peers whose duplicate-refused dial was not
+ * followed by the peer's own connection in time. */
+void dgi_peers_dup_expire(dg_tp *tp, uint64_t now);
 /* Close a connection (from any thread, callbacks included). */
 void dgi_conn_close(struct conn *c, dg_err why);
 /* Hand the peer's queued frames to its open connection (peer->mu held):
