@@ -281,6 +281,7 @@ struct dg_cache {
 	bool fresh;                     /* created here, cluster-wide: no data to fetch */
 	_Atomic uint64_t puts, removes, hits, misses, remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
+	bool rebal_pending;             /* rebalancer: partitions were moving */
 };
 
 /* A caller waiting for an update: the primary's reply and, with FULL_SYNC,
@@ -320,7 +321,9 @@ struct job {
 	uint32_t raw_len;
 };
 
-#define GRID_WORKERS 4
+/* Writes to persistent caches wait for LMDB's group commit on these
+ * threads: more of them make bigger commits (one fsync for more writes). */
+#define GRID_WORKERS 16
 
 struct dgi_grid {
 	dg_tp *tp;

@@ -99,8 +99,8 @@ static dg_err check_config(const dgi_grid *g, const dg_cache_config *cfg)
 		why = "atomicity must be ATOMIC or TRANSACTIONAL";
 	else if (cfg->partitions == 0 || cfg->partitions > DG_PARTITIONS_MAX)
 		why = "partitions must be 1..65536";
-	else if (cfg->persistence && g->ps == NULL)
-		why = "persistence needs the node's data_dir";
+	else if (cfg->persistence && g->ps == NULL && !g->cfg.client)
+		why = "persistence needs the node's data_dir"; /* clients store nothing */
 	if (why != NULL) {
 		dgi_grid_log("error", "CACHE-CONFIG", "cache=\"%.*s\" why=\"%s\"", (int)n,
 		    cfg->name, why);

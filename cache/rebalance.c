@@ -312,6 +312,7 @@ static void collect(void *ctx, uint32_t key, void *value)
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
 		if (atomic_load(&c->parts[p].state) != P_MOVING)
 			continue;
+		c->rebal_pending = true;
 		if (cc->n == cc->cap) {
 			size_t nc = cc->cap ? cc->cap * 2 : 256;
 			struct todo *t = dgi_realloc(cc->t, nc * sizeof(*t));
@@ -322,6 +323,32 @@ static void collect(void *ctx, uint32_t key, void *value)
 		}
 		cc->t[cc->n++] = (struct todo){ c->id, p };
 	}
+}
+
+/* A cache whose partitions were moving and now all own or are lost: log
+ * it and raise DG_EVENT_REBALANCE_DONE (rebalancer thread). */
+static void rebalance_done_check(void *ctx, uint32_t key, void *value)
+{
+	dg_cache *c = value;
+	(void)key;
+	(void)ctx;
+	if (atomic_load(&c->dead))
+		return;
+	bool moving = false;
+	for (uint32_t p = 0; p < c->cfg.partitions && !moving; p++)
+		moving = atomic_load(&c->parts[p].state) == P_MOVING;
+	if (moving) {
+		c->rebal_pending = true;
+		return;
+	}
+	if (!c->rebal_pending)
+		return;
+	c->rebal_pending = false;
+	dgi_grid_log("info", "REBALANCE-DONE", "cache=\"%s\" version=%lld partitions=%llu bytes=%llu",
+	    c->cfg.name, (long long)atomic_load(&c->g->topver),
+	    (unsigned long long)atomic_load(&c->rebal_parts_done),
+	    (unsigned long long)atomic_load(&c->rebal_bytes));
+	dgi_grid_event(c->g, DG_EVENT_REBALANCE_DONE, c->cfg.name, 0);
 }
 
 void *dgi_rebalancer(void *arg)
@@ -339,7 +366,6 @@ void *dgi_rebalancer(void *arg)
 		cc.n = 0;
 		dgi_intmap_each(&g->caches, collect, &cc);
 		size_t failed = 0;
-		uint64_t t0 = dgi_now_ms();
 		for (size_t i = 0; i < cc.n; i++) {
 			dg_cache *c = dgi_grid_cache(g, cc.t[i].cache_id);
 			if (c == NULL)
@@ -350,9 +376,10 @@ void *dgi_rebalancer(void *arg)
 			if (e != DG_OK)
 				failed++;
 		}
-		if (cc.n > 0 && failed == 0)
-			dgi_grid_log("info", "REBALANCE-PASS", "partitions=%zu ms=%llu", cc.n,
-			    (unsigned long long)(dgi_now_ms() - t0));
+		if (failed > 0)
+			dgi_grid_log("info", "REBALANCE-RETRY", "partitions=%zu why=\"a supplier was not ready or unreachable\"",
+			    failed);
+		dgi_intmap_each(&g->caches, rebalance_done_check, NULL);
 		pthread_mutex_lock(&g->mu);
 		if (!g->stopping && (cc.n == 0 || g->rebal_gen == gen)) {
 			/* nothing moving, or retry failures after a pause */

@@ -238,13 +238,15 @@ static void test_key_hash_partition_stable(void **state)
 
 /* ---- one embedded node ---- */
 
-static _Atomic int lost_events;
+static _Atomic int lost_events, rebalanced_events;
 
 static void on_event(void *ctx, const dg_event *ev)
 {
 	(void)ctx;
 	if (ev->kind == DG_EVENT_PARTITION_LOST)
 		atomic_fetch_add(&lost_events, 1);
+	if (ev->kind == DG_EVENT_REBALANCE_DONE)
+		atomic_fetch_add(&rebalanced_events, 1);
 }
 
 static dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
@@ -957,6 +959,7 @@ static void test_multi_rebalance_under_writes(void **state)
 	pthread_t t;
 	pthread_create(&t, NULL, writer, &w);
 	/* a third node joins while writes go on */
+	atomic_store(&rebalanced_events, 0);
 	cl.n[2] = start_node(&cl.seed, 1, false, NULL);
 	cl.count = 3;
 	dg_cache *c2 = cache_on(cl.n[2], "rebal");
@@ -966,6 +969,8 @@ static void test_multi_rebalance_under_writes(void **state)
 		usleep(1000);
 	atomic_store(&stop, 1);
 	pthread_join(t, NULL);
+	if (w.err != DG_OK)
+		print_message("writer failed: %s\n", dg_strerror(w.err));
 	OK(w.err);
 	dg_cache_metrics m;
 	OK(dg_cache_get_metrics(c2, &m));
@@ -974,6 +979,10 @@ static void test_multi_rebalance_under_writes(void **state)
 	    (unsigned long long)m.rebalance_bytes);
 	assert_true(m.partitions_owning > 0);
 	assert_true(m.rebalance_partitions_done > 0);
+	uint64_t until = dgi_now_ms() + 3000; /* raised after the rebalancer's pass */
+	while (atomic_load(&rebalanced_events) == 0 && dgi_now_ms() < until)
+		usleep(5 * 1000);
+	assert_true(atomic_load(&rebalanced_events) > 0);
 	/* every key reads back from every node, the last write of the writer
 	 * included, and each partition's owners hold the same copies */
 	dg_buf v;
