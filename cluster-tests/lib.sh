@@ -1,13 +1,16 @@
 # lib.sh — shared by the cluster test scripts (sourced, not run).
 #
-# A test script is run by ctest as `bash <test>.sh <path to tpnode>`.  This
-# file gives it:
+# A test script is run by ctest as `bash <test>.sh <path to tpnode>` (the
+# cache tests: `bash <test>.sh <dgnode> <cacheclient>`, through cachelib.sh).
+# This file gives it:
 #   - a fresh work directory ($WORK) and an EXIT trap that stops (TERM, then
 #     KILL) and reaps every process the test started, prints their output when
 #     the test failed, and removes $WORK (kept when DG_KEEP_WORK=1);
 #   - start_node / wait_ready / stop_node / kill9_node over tpnode processes,
 #     whose stdout (READY / TOPOLOGY / STATS lines) is in $WORK/<name>.out and
 #     stderr (library logs) in $WORK/<name>.err;
+#   - start_proc: the same for any program (dgnode, cacheclient);
+#   - free_port: a free TCP port, for a node restarted on the same address;
 #   - wait_until: polls a predicate against a deadline (never a bare sleep);
 #   - check / finish: record every check, print it, fail at the end.
 # Everything listens on 127.0.0.1 only.
@@ -83,13 +86,48 @@ reap() {
 	unset "PID[$1]"
 }
 
+# start_proc NAME PROGRAM ARGS...: starts PROGRAM in the background, stdout
+# in $WORK/NAME.out, stderr in $WORK/NAME.err; the EXIT trap stops it.  A
+# NAME is used once per test (a restarted node gets a new name: its first
+# life's logs stay).
+start_proc() {
+	local name=$1
+	shift
+	[[ ! -e $WORK/$name.err ]] || die "start_proc: the name $name is already used"
+	"$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null &
+	PID[$name]=$!
+	NODES+=("$name")
+}
+
 # start_node NAME tpnode-args...
 start_node() {
 	local name=$1
 	shift
-	"$TPNODE" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null &
-	PID[$name]=$!
-	NODES+=("$name")
+	start_proc "$name" "$TPNODE" "$@"
+}
+
+# free_port: sets PORT to a TCP port nothing on this machine uses now (no
+# socket in /proc/net/tcp{,6} with it as local or remote port), taken below
+# the kernel's ephemeral range so that no outgoing connection picks it while
+# a killed node is down, before its restart on the same address.  Never the
+# same port twice in one test.
+declare -A PORT_TAKEN=()
+port_in_use() {
+	grep -q -F "$(printf ':%04X ' "$1")" /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+free_port() {
+	local lo=32768 p i
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+	((lo > 11024)) || die "free_port: the ephemeral range starts at $lo: no room below it"
+	for ((i = 0; i < 1000; i++)); do
+		p=$((lo - 10000 + RANDOM % 10000))
+		[[ -z ${PORT_TAKEN[$p]:-} ]] || continue
+		port_in_use "$p" && continue
+		PORT_TAKEN[$p]=1
+		PORT=$p
+		return 0
+	done
+	die "free_port: no free port found in $((lo - 10000))..$((lo - 1))"
 }
 
 budget_left_ms() { now_ms; echo $((T0 + TEST_BUDGET_MS - NOW)); }

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# cache_persistence_restart: a persistent PARTITIONED FULL_SYNC cache with 2
+# backups on 3 dgnode servers, each with its own --data-dir and
+# --storage-sync (fsync at every commit), survives kill -9 of the whole
+# cluster:
+#  1. put k0..k99999 = v<i>-r1 through a client node: every put acknowledged;
+#  2. kill -9 all three servers;
+#  3. restart them (same data dirs, addresses and seeds; n1 first): each
+#     logs CACHE-LOADED with entries=100000 (backups=2: a copy of every
+#     partition on each node); the load times are printed;
+#  4. the three agree on a 3-node topology; verify: all 100000 keys hold
+#     round 1; size 100000.
+# The clients are plain client nodes, without a data dir: they own nothing.
+# DG_CLIENT_DATA_DIR=1 gives each one a --data-dir, the workaround for
+# check_config (cache/grid.c) refusing a persistent cache on a node without
+# data_dir even when it is a client (the client never learns the cache).
+set -euo pipefail
+# 100000 fsync'ed puts take ~50 s on 2 cores: a larger budget than lib.sh's
+# default (ctest's TIMEOUT for this test is 200 s)
+DG_TEST_BUDGET_MS=${DG_TEST_BUDGET_MS:-180000}
+source "$(dirname "$0")/cachelib.sh"
+
+N=100000
+CACHE=pkv
+FT=1000
+CLIENT_ARGS=(--cache "$CACHE" --threads 16 --failure-detection-timeout "$FT")
+declare -A PORT_OF=() DIR_OF=()
+
+# start_cluster SUFFIX: n1 (forms the cluster), then n2 and n3 seeding n1,
+# as processes n1SUFFIX, n2SUFFIX, n3SUFFIX; waits for NODE-READY of each.
+start_cluster() {
+	local s=$1 n
+	for n in n1 n2 n3; do
+		local -a args=(--failure-detection-timeout "$FT" --data-dir "${DIR_OF[$n]}"
+			--storage-sync --cache "$CACHE,backups=2,sync=full_sync,persistence=true")
+		[[ $n == n1 ]] || args+=(--seed "tcp://127.0.0.1:${PORT_OF[n1]}")
+		start_dgnode "$n$s" "${PORT_OF[$n]}" "${args[@]}"
+		# n1 first: the others join through it
+		[[ $n != n1 ]] || wait_dgnode "n1$s"
+	done
+	wait_dgnode "n2$s"
+	wait_dgnode "n3$s"
+	wait_until 15000 "n1$s, n2$s, n3$s agree on a 3-node topology" \
+		agree_nodes 3 "n1$s" "n2$s" "n3$s"
+	log "cluster up: version=$AGREED_V"
+}
+
+# pclient NAME TIMEOUT_MS cacheclient-args...: client, with a data dir when
+# DG_CLIENT_DATA_DIR=1.
+pclient() {
+	local name=$1 timeout=$2
+	shift 2
+	if [[ ${DG_CLIENT_DATA_DIR:-0} == 1 ]]; then
+		set -- --data-dir "$(mktemp -d "$WORK/data-$name.XXXXXX")" "$@"
+	fi
+	client "$name" "$timeout" "$@"
+}
+
+for n in n1 n2 n3; do
+	free_port
+	PORT_OF[$n]=$PORT
+	DIR_OF[$n]=$(mktemp -d "$WORK/data-$n.XXXXXX")
+done
+
+log "1. put round 1 into the persistent cache"
+start_cluster ""
+seeds_of n1 n2 n3
+pclient put1 150000 "${SEEDS[@]}" "${CLIENT_ARGS[@]}" put --count $N --round 1
+if [[ $CLIENT_RC != 0 ]]; then
+	if has_log put1 'CACHE-CONFIG .*persistence needs the node.s data_dir'; then
+		log "put1: the client node refused the persistent cache for want of a" \
+			"data dir (cache/grid.c check_config); DG_CLIENT_DATA_DIR=1 works around it"
+	fi
+	die "put1: not every put was acknowledged"
+fi
+log "ok: put1: all $N puts acknowledged"
+wait_until 10000 "the client left: 3 nodes again" agree_nodes 3 n1 n2 n3
+
+log "2. kill -9 n1, n2, n3"
+for n in n1 n2 n3; do
+	kill9_node "$n"
+done
+
+log "3. restart n1, n2, n3 on their data dirs"
+now_ms
+t_restart=$NOW
+start_cluster r
+now_ms
+log "restarted cluster up $((NOW - t_restart)) ms after the first start"
+load_max=0
+for n in n1r n2r n3r; do
+	line=$(grep -m1 ' id=CACHE-LOADED cache="'"$CACHE"'" ' "$WORK/$n.err" || true)
+	log "$n: ${line:-no CACHE-LOADED line}"
+	[[ $line =~ \ entries=([0-9]+)\ ms=([0-9]+)\ err=\"([^\"]*)\" ]] || {
+		check "$n logged CACHE-LOADED for $CACHE" false
+		continue
+	}
+	log "$n loaded ${BASH_REMATCH[1]} entries from disk in ${BASH_REMATCH[2]} ms"
+	((BASH_REMATCH[2] <= load_max)) || load_max=${BASH_REMATCH[2]}
+	check "$n loaded all $N entries without error" \
+		test "${BASH_REMATCH[1]}:${BASH_REMATCH[3]%%:*}" = "$N:DG_OK"
+done
+log "restart load: the slowest node loaded in $load_max ms (CACHE-LOADED)"
+
+log "4. verify through the restarted cluster"
+seeds_of n1r n2r n3r
+pclient verify1 30000 "${SEEDS[@]}" "${CLIENT_ARGS[@]}" verify --count $N --round 1
+check "verify1: all $N keys hold round 1 after the restart" test "$CLIENT_RC" = 0
+pclient size1 20000 "${SEEDS[@]}" --cache "$CACHE" size
+check "size1: $N entries" grep -q -x "size $N" "$WORK/size1.out"
+for n in n1r n2r n3r; do
+	check "$n logged no PARTITION-LOST" lacks_log "$n" ' id=PARTITION-LOST '
+done
+
+stop_all_checked
+finish

@@ -1,0 +1,447 @@
+/* cacheclient.c — a cache client process for the cluster tests.
+ *
+ * Starts an embedded CLIENT node (dg_node_config.client: it joins the
+ * cluster through the seeds but owns no partitions), waits until the cache
+ * named by --cache is known to it, runs one command against that cache,
+ * leaves the cluster (dg_node_stop) and exits:
+ *
+ *   put --count N [--round R]   puts "k<i>" = "v<i>-r<R>" for i in 0..N-1
+ *                               (R default 1) from --threads threads; prints
+ *                               "acked <n> of <N> ..." with the throughput;
+ *                               exit 0 only when every put returned DG_OK
+ *   verify --count N --round R  gets every "k<i>" and checks it is
+ *                               "v<i>-r<R>"; prints the first 10 missing,
+ *                               wrong or failed keys and "verified ..."
+ *                               counts; exit 0 only when all N match
+ *   size                        prints "size <n>" (dg_cache_size)
+ *
+ * Exit status: 0 success, 1 a failed command (or the node cannot start, or
+ * the cache never shows up), 2 a usage error.  Result lines go to stdout;
+ * the library's logs and error messages to stderr.  The cluster secret
+ * comes from --secret-file, else DG_CLUSTER_SECRET (as dgnode), never the
+ * command line.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "datagrid.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_SEEDS 64
+#define MAX_THREADS 64
+#define SECRET_MAX 4096
+#define REPORT_MAX 10 /* problems printed per command */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: cacheclient --seed URL --cache NAME [options] put --count N [--round R]\n"
+	    "       cacheclient --seed URL --cache NAME [options] verify --count N --round R\n"
+	    "       cacheclient --seed URL --cache NAME [options] size\n"
+	    "A datagrid client node for the cluster tests: joins the cluster (owning\n"
+	    "no partitions), waits for the cache, runs one command, leaves.\n"
+	    "\n"
+	    "Commands:\n"
+	    "  put       put k<i> = v<i>-r<R> for i in 0..N-1 (R default 1);\n"
+	    "            exit 0 only when every put is acknowledged (DG_OK)\n"
+	    "  verify    get every k<i>, check it is v<i>-r<R>; exit 0 only when all match\n"
+	    "  size      print the cache's size (primary copies, cluster-wide)\n"
+	    "\n"
+	    "Options:\n"
+	    "  --seed URL              a server node to join through (repeatable, required)\n"
+	    "  --cache NAME            the cache (required); it is not created\n"
+	    "  --count N               keys k0..k<N-1> (put, verify)\n"
+	    "  --round R               the value's round (verify: required)\n"
+	    "  --threads T             threads issuing operations (default 8, 1..%d)\n"
+	    "  --listen URL            this client's address (default tcp://127.0.0.1:0)\n"
+	    "  --cluster-name NAME     cluster name (default datagrid)\n"
+	    "  --secret-file FILE      the cluster secret (default: $DG_CLUSTER_SECRET,\n"
+	    "                          else no authentication)\n"
+	    "  --wait-cache MS         how long to wait for the cache to be known\n"
+	    "                          (default 15000)\n"
+	    "  --failure-detection-timeout MS\n"
+	    "                          a peer silent this long is declared failed; use\n"
+	    "                          the servers' value: they drop a client whose\n"
+	    "                          heartbeats (every MS/5) come slower (default 10000)\n"
+	    "  --join-timeout MS       give up joining after MS (default 10000)\n"
+	    "  --request-timeout MS    bound of each operation (default 10000)\n"
+	    "  --data-dir DIR          the node's persistence directory (default none;\n"
+	    "                          a client holds no data)\n"
+	    "  --help                  this text\n"
+	    "\n"
+	    "Exit status: 0 success, 1 the command failed (or no node, no cache),\n"
+	    "2 usage error.\n", MAX_THREADS);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A decimal in [lo, hi]; -1 after a message naming the option. */
+static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
+    uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || *end != 0 || s[0] == '-' || v < lo || v > hi) {
+		fprintf(stderr, "cacheclient: %s: not a number in %" PRIu64 "..%" PRIu64
+		    ": '%s'\n", opt, lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* The whole file, one trailing "\n" or "\r\n" dropped; empty is an error. */
+static int read_secret(const char *path, uint8_t *buf, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL) {
+		fprintf(stderr, "cacheclient: --secret-file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	size_t n = fread(buf, 1, SECRET_MAX + 1, f);
+	int err = ferror(f);
+	fclose(f);
+	if (err || n > SECRET_MAX) {
+		fprintf(stderr, "cacheclient: --secret-file %s: %s\n", path,
+		    err ? "read error" : "longer than 4096 bytes");
+		return -1;
+	}
+	if (n > 0 && buf[n - 1] == '\n')
+		n--;
+	if (n > 0 && buf[n - 1] == '\r')
+		n--;
+	if (n == 0) {
+		fprintf(stderr, "cacheclient: --secret-file %s: empty secret\n", path);
+		return -1;
+	}
+	*len = n;
+	return 0;
+}
+
+/* ---- the commands: T threads, thread t takes keys t, t+T, t+2T, ... ---- */
+
+enum cmd { CMD_PUT, CMD_VERIFY, CMD_SIZE };
+
+struct job {
+	dg_cache *cache;
+	enum cmd cmd;
+	uint64_t count, round;
+	unsigned threads;
+	atomic_uint_fast64_t ok, missing, wrong, failed;
+	atomic_uint reported;     /* problems printed so far */
+	pthread_mutex_t out_mu;   /* one problem line at a time */
+};
+
+struct worker {
+	struct job *job;
+	unsigned index;
+};
+
+static void report(struct job *j, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void report(struct job *j, const char *fmt, ...)
+{
+	if (atomic_fetch_add(&j->reported, 1) >= REPORT_MAX)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	pthread_mutex_lock(&j->out_mu);
+	vprintf(fmt, ap);
+	fflush(stdout);
+	pthread_mutex_unlock(&j->out_mu);
+	va_end(ap);
+}
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	struct job *j = w->job;
+	char key[32], val[64];
+	dg_buf got;
+	dg_buf_init(&got);
+	for (uint64_t i = w->index; i < j->count; i += j->threads) {
+		int kl = snprintf(key, sizeof(key), "k%" PRIu64, i);
+		int vl = snprintf(val, sizeof(val), "v%" PRIu64 "-r%" PRIu64, i, j->round);
+		dg_err e;
+		if (j->cmd == CMD_PUT) {
+			e = dg_cache_put(j->cache, key, (size_t)kl, val, (size_t)vl);
+			if (e == DG_OK) {
+				atomic_fetch_add(&j->ok, 1);
+			} else {
+				atomic_fetch_add(&j->failed, 1);
+				report(j, "put %s failed: %s\n", key, dg_strerror(e));
+			}
+			continue;
+		}
+		dg_buf_reset(&got);
+		e = dg_cache_get(j->cache, key, (size_t)kl, &got);
+		if (e == DG_ERR_NOT_FOUND) {
+			atomic_fetch_add(&j->missing, 1);
+			report(j, "missing %s (want %s)\n", key, val);
+		} else if (e != DG_OK) {
+			atomic_fetch_add(&j->failed, 1);
+			report(j, "get %s failed: %s\n", key, dg_strerror(e));
+		} else if (got.len != (size_t)vl || memcmp(got.data, val, got.len) != 0) {
+			atomic_fetch_add(&j->wrong, 1);
+			report(j, "wrong %s: got \"%.*s\" want \"%s\"\n", key,
+			    got.len > 60 ? 60 : (int)got.len, (const char *)got.data, val);
+		} else {
+			atomic_fetch_add(&j->ok, 1);
+		}
+	}
+	dg_buf_free(&got);
+	return NULL;
+}
+
+/* Runs put or verify; 0 when every key succeeded, 1 otherwise. */
+static int run(struct job *j)
+{
+	pthread_t tids[MAX_THREADS];
+	struct worker ws[MAX_THREADS];
+	unsigned started = 0;
+	uint64_t t0 = now_ms();
+	for (unsigned t = 0; t < j->threads; t++) {
+		ws[t] = (struct worker){ j, t };
+		int rc = pthread_create(&tids[t], NULL, work, &ws[t]);
+		if (rc != 0) {
+			fprintf(stderr, "cacheclient: pthread_create: %s\n", strerror(rc));
+			break;
+		}
+		started++;
+	}
+	if (started < j->threads) {
+		/* the keys of the missing threads are not done: fail */
+		for (unsigned t = 0; t < started; t++)
+			pthread_join(tids[t], NULL);
+		return 1;
+	}
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(tids[t], NULL);
+	uint64_t ms = now_ms() - t0;
+	uint64_t ok = atomic_load(&j->ok), failed = atomic_load(&j->failed);
+	double rate = ms ? (double)ok * 1000.0 / (double)ms : 0.0;
+	unsigned rep = atomic_load(&j->reported);
+	if (rep > REPORT_MAX)
+		printf("... %u more problems not printed\n", rep - REPORT_MAX);
+	if (j->cmd == CMD_PUT) {
+		printf("acked %" PRIu64 " of %" PRIu64 " round=%" PRIu64 " failed=%" PRIu64
+		    " ms=%" PRIu64 " puts_per_s=%.0f threads=%u\n", ok, j->count, j->round,
+		    failed, ms, rate, j->threads);
+	} else {
+		printf("verified %" PRIu64 " of %" PRIu64 " round=%" PRIu64 " missing=%" PRIu64
+		    " wrong=%" PRIu64 " failed=%" PRIu64 " ms=%" PRIu64 " gets_per_s=%.0f"
+		    " threads=%u\n", ok, j->count, j->round, atomic_load(&j->missing),
+		    atomic_load(&j->wrong), failed, ms, rate, j->threads);
+	}
+	fflush(stdout);
+	return ok == j->count ? 0 : 1;
+}
+
+/* Polls dg_cache_get_by_name until the cache is known or wait_ms passed. */
+static dg_err find_cache(dg_node *node, const char *name, uint32_t wait_ms,
+    dg_cache **out)
+{
+	uint64_t end = now_ms() + wait_ms;
+	for (;;) {
+		dg_err e = dg_cache_get_by_name(node, name, out);
+		if (e != DG_ERR_NOT_FOUND || now_ms() >= end)
+			return e;
+		struct timespec ts = { 0, 20 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "seed", required_argument, NULL, 's' },
+		{ "cache", required_argument, NULL, 'c' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "round", required_argument, NULL, 'r' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "cluster-name", required_argument, NULL, 'N' },
+		{ "secret-file", required_argument, NULL, 'k' },
+		{ "wait-cache", required_argument, NULL, 'w' },
+		{ "join-timeout", required_argument, NULL, 'j' },
+		{ "request-timeout", required_argument, NULL, 'q' },
+		{ "failure-detection-timeout", required_argument, NULL, 'f' },
+		{ "data-dir", required_argument, NULL, 'd' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *seeds[MAX_SEEDS];
+	size_t nseeds = 0;
+	const char *cache_name = NULL, *listen_url = "tcp://127.0.0.1:0";
+	const char *cluster = NULL, *secret_file = NULL, *data_dir = NULL;
+	uint64_t count = 0, round = 1, threads = 8, wait_ms = 15000;
+	uint64_t join_ms = 0, request_ms = 0, failure_ms = 0;
+	bool have_count = false, have_round = false;
+	static uint8_t secret[SECRET_MAX + 1];
+	size_t secret_len = 0;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		int bad = 0;
+		switch (c) {
+		case 's':
+			if (nseeds == MAX_SEEDS) {
+				fprintf(stderr, "cacheclient: more than %d seeds\n", MAX_SEEDS);
+				return 2;
+			}
+			seeds[nseeds++] = optarg;
+			break;
+		case 'c': cache_name = optarg; break;
+		case 'n':
+			bad = parse_u64("--count", optarg, 0, UINT64_MAX / 2, &count);
+			have_count = true;
+			break;
+		case 'r':
+			bad = parse_u64("--round", optarg, 0, UINT64_MAX, &round);
+			have_round = true;
+			break;
+		case 't': bad = parse_u64("--threads", optarg, 1, MAX_THREADS, &threads); break;
+		case 'l': listen_url = optarg; break;
+		case 'N': cluster = optarg; break;
+		case 'k': secret_file = optarg; break;
+		case 'w': bad = parse_u64("--wait-cache", optarg, 0, 3600000, &wait_ms); break;
+		case 'j': bad = parse_u64("--join-timeout", optarg, 1, 3600000, &join_ms); break;
+		case 'q':
+			bad = parse_u64("--request-timeout", optarg, 1, 3600000, &request_ms);
+			break;
+		case 'f':
+			bad = parse_u64("--failure-detection-timeout", optarg, 100, 600000,
+			    &failure_ms);
+			break;
+		case 'd': data_dir = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+		if (bad)
+			return 2;
+	}
+	if (optind != argc - 1) {
+		fprintf(stderr, "cacheclient: %s\n", optind == argc ?
+		    "no command (put, verify or size)" : "one command only");
+		usage(stderr);
+		return 2;
+	}
+	const char *cmd_name = argv[optind];
+	struct job job;
+	memset(&job, 0, sizeof(job));
+	if (strcmp(cmd_name, "put") == 0) {
+		job.cmd = CMD_PUT;
+	} else if (strcmp(cmd_name, "verify") == 0) {
+		job.cmd = CMD_VERIFY;
+	} else if (strcmp(cmd_name, "size") == 0) {
+		job.cmd = CMD_SIZE;
+	} else {
+		fprintf(stderr, "cacheclient: unknown command '%s'\n", cmd_name);
+		usage(stderr);
+		return 2;
+	}
+	const char *missing = nseeds == 0 ? "--seed" : cache_name == NULL ? "--cache" :
+	    job.cmd != CMD_SIZE && !have_count ? "--count" :
+	    job.cmd == CMD_VERIFY && !have_round ? "--round" : NULL;
+	if (missing != NULL) {
+		fprintf(stderr, "cacheclient: %s: %s is required\n", cmd_name, missing);
+		usage(stderr);
+		return 2;
+	}
+	if (job.cmd == CMD_SIZE && (have_count || have_round)) {
+		fprintf(stderr, "cacheclient: size takes no --count or --round\n");
+		return 2;
+	}
+	if (secret_file != NULL) {
+		if (read_secret(secret_file, secret, &secret_len) != 0)
+			return 2;
+	} else {
+		const char *env = getenv("DG_CLUSTER_SECRET");
+		if (env != NULL && env[0] != 0) {
+			secret_len = strlen(env);
+			if (secret_len > SECRET_MAX) {
+				fprintf(stderr, "cacheclient: DG_CLUSTER_SECRET: longer than %d bytes\n",
+				    SECRET_MAX);
+				return 2;
+			}
+			memcpy(secret, env, secret_len);
+		}
+	}
+	signal(SIGPIPE, SIG_IGN);
+
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.client = true;
+	cfg.listen_url = listen_url;
+	cfg.seeds = seeds;
+	cfg.nseeds = nseeds;
+	if (cluster != NULL)
+		cfg.cluster_name = cluster;
+	cfg.secret = secret_len ? secret : NULL;
+	cfg.secret_len = secret_len;
+	if (join_ms != 0)
+		cfg.join_timeout_ms = (uint32_t)join_ms;
+	if (request_ms != 0)
+		cfg.request_timeout_ms = (uint32_t)request_ms;
+	if (failure_ms != 0)
+		cfg.failure_timeout_ms = (uint32_t)failure_ms;
+	cfg.data_dir = data_dir;
+	dg_node *node = NULL;
+	uint64_t t0 = now_ms();
+	dg_err e = dg_node_start(&cfg, &node);
+	memset(secret, 0, sizeof(secret));
+	if (e != DG_OK) {
+		fprintf(stderr, "cacheclient: the client node could not join through %s "
+		    "(%zu seed(s)): %s\n", seeds[0], nseeds, dg_strerror(e));
+		return 1;
+	}
+	dg_cache *cache = NULL;
+	if ((e = find_cache(node, cache_name, (uint32_t)wait_ms, &cache)) != DG_OK) {
+		fprintf(stderr, "cacheclient: cache '%s' %s within %" PRIu64 " ms of joining: %s\n",
+		    cache_name, e == DG_ERR_NOT_FOUND ? "not known" : "unusable", wait_ms,
+		    dg_strerror(e));
+		dg_node_stop(node);
+		return 1;
+	}
+	fprintf(stderr, "cacheclient: node %016" PRIx64 " joined, cache '%s' found, %" PRIu64
+	    " ms after start\n", dg_node_get_id(node), cache_name, now_ms() - t0);
+
+	int rc;
+	if (job.cmd == CMD_SIZE) {
+		uint64_t size = 0;
+		if ((e = dg_cache_size(cache, &size)) != DG_OK) {
+			fprintf(stderr, "cacheclient: size of '%s': %s\n", cache_name, dg_strerror(e));
+			rc = 1;
+		} else {
+			printf("size %" PRIu64 "\n", size);
+			rc = 0;
+		}
+	} else {
+		job.cache = cache;
+		job.count = count;
+		job.round = round;
+		job.threads = (unsigned)threads;
+		pthread_mutex_init(&job.out_mu, NULL);
+		rc = run(&job);
+		pthread_mutex_destroy(&job.out_mu);
+	}
+	fflush(stdout);
+	dg_node_stop(node);
+	return rc;
+}
