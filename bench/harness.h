@@ -39,6 +39,7 @@ typedef struct dgb_opts {
 	bool quick;  /* ~20 ms x 3 repetitions instead of ~100 ms x 5 */
 	const char *only_case;  /* --case=NAME: run that case only (NULL: all) */
 	const char *only_impl;  /* --impl=NAME: that implementation only */
+	const char *dgnode;     /* --dgnode PATH: the dgnode binary (cache suite) */
 } dgb_opts;
 
 /* Does the --case/--impl selection include this pair? */

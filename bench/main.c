@@ -22,6 +22,7 @@
  * ops_per_s) do not fit the harness's ns_per_op rows, so it prints them
  * itself and counts them here. */
 int dgb_transport_suite(const dgb_opts *o);
+int dgb_cache_suite(const dgb_opts *o); /* cache_bench.c: the same */
 unsigned dgb_own_lines;
 
 static const struct suite {
@@ -33,6 +34,8 @@ static const struct suite {
 	  "codec round trips vs msgpack-c and protobuf-c" },
 	{ "transport", dgb_transport_suite,
 	  "node-to-node messages, two processes: vs nng req/rep and plain TCP" },
+	{ "cache", dgb_cache_suite,
+	  "cache puts and gets: embedded vs LMDB; FULL_SYNC, 3 dgnodes vs Redis" },
 };
 #define NSUITES (sizeof suites / sizeof suites[0])
 
@@ -40,15 +43,19 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: dgbench SUITE [--json] [--quick] [--case=NAME] [--impl=NAME]"
-	    " [--help]\n"
+	    " [--dgnode PATH] [--help]\n"
 	    "\n"
 	    "  --json   one JSON object per line per case and implementation:\n"
 	    "           {\"suite\":..,\"case\":..,\"impl\":..,\"ns_per_op\":..,"
 	    "\"bytes\":..,\"allocs_per_op\":..}\n"
-	    "           (transport adds ops_per_s, p50_us, p99_us where they apply)\n"
+	    "           (transport and cache add ops_per_s, p50_us, p99_us where\n"
+	    "           they apply)\n"
 	    "  --quick  ~20 ms x 3 repetitions per case instead of ~100 ms x 5\n"
 	    "  --case=NAME, --impl=NAME\n"
 	    "           only that case / implementation (for profiling)\n"
+	    "  --dgnode PATH\n"
+	    "           the dgnode binary the cache suite starts (else $DG_DGNODE,\n"
+	    "           else next to dgbench: ./dgnode, ../node/dgnode)\n"
 	    "  --help   this text\n"
 	    "\n"
 	    "ns_per_op is the best repetition (CLOCK_MONOTONIC); allocs_per_op\n"
@@ -62,7 +69,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	dgb_opts o = { false, false, NULL, NULL };
+	dgb_opts o = { false, false, NULL, NULL, NULL };
 	const struct suite *s = NULL;
 
 	for (int i = 1; i < argc; i++) {
@@ -75,6 +82,14 @@ int main(int argc, char **argv)
 			o.only_case = a + 7;
 		} else if (strncmp(a, "--impl=", 7) == 0) {
 			o.only_impl = a + 7;
+		} else if (strncmp(a, "--dgnode=", 9) == 0) {
+			o.dgnode = a + 9;
+		} else if (strcmp(a, "--dgnode") == 0) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "dgbench: --dgnode needs a PATH\n");
+				return 2;
+			}
+			o.dgnode = argv[++i];
 		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			usage(stdout);
 			return 0;
