@@ -8,7 +8,7 @@
 #     survivors log the same 2-node TOPOLOGY; verify round 1: all there;
 #  3. put round 2 over every key (2 servers);
 #  4. restart the killed server (same address, fresh process, in memory);
-#     wait for its REBALANCE-PASS; verify round 2;
+#     wait for its REBALANCE-DONE; verify round 2;
 #  5. kill -9 another original server; verify round 2;
 #  6. kill -9 the last original server: the restarted one is alone and must
 #     hold every key itself (backups=2 gave it a copy of every partition);
@@ -96,8 +96,8 @@ start_dgnode "$re" "${PORT_OF[$victim]}" "${NODE_ARGS[@]}" "${SEEDS[@]}"
 wait_dgnode "$re"
 check "$re is a new node (id ${ID[$re]} != ${ID[$victim]})" test "${ID[$re]}" != "${ID[$victim]}"
 wait_until 10000 "${surv[*]} and $re agree on 3 nodes" agree_nodes 3 "${surv[@]}" "$re"
-wait_until 30000 "$re logs REBALANCE-PASS" has_log "$re" ' id=REBALANCE-PASS '
-log "$re: $(grep -m1 ' id=REBALANCE-PASS ' "$WORK/$re.err") ($WAITED_MS ms after the 3-node topology)"
+wait_until 30000 "$re logs REBALANCE-DONE" has_log "$re" ' id=REBALANCE-DONE '
+log "$re: $(grep -m1 ' id=REBALANCE-DONE ' "$WORK/$re.err") ($WAITED_MS ms after the 3-node topology)"
 verify verify2 2 "${surv[@]}" "$re"
 wait_until 10000 "the client left: 3 nodes again" agree_nodes 3 "${surv[@]}" "$re"
 

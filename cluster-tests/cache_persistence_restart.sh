@@ -11,9 +11,6 @@
 #  4. the three agree on a 3-node topology; verify: all 100000 keys hold
 #     round 1; size 100000.
 # The clients are plain client nodes, without a data dir: they own nothing.
-# DG_CLIENT_DATA_DIR=1 gives each one a --data-dir, the workaround for
-# check_config (cache/grid.c) refusing a persistent cache on a node without
-# data_dir even when it is a client (the client never learns the cache).
 set -euo pipefail
 # 100000 fsync'ed puts take ~50 s on 2 cores: a larger budget than lib.sh's
 # default (ctest's TIMEOUT for this test is 200 s)
@@ -45,15 +42,9 @@ start_cluster() {
 	log "cluster up: version=$AGREED_V"
 }
 
-# pclient NAME TIMEOUT_MS cacheclient-args...: client, with a data dir when
-# DG_CLIENT_DATA_DIR=1.
+# pclient NAME TIMEOUT_MS cacheclient-args...: a client node.
 pclient() {
-	local name=$1 timeout=$2
-	shift 2
-	if [[ ${DG_CLIENT_DATA_DIR:-0} == 1 ]]; then
-		set -- --data-dir "$(mktemp -d "$WORK/data-$name.XXXXXX")" "$@"
-	fi
-	client "$name" "$timeout" "$@"
+	client "$@"
 }
 
 for n in n1 n2 n3; do
@@ -67,10 +58,6 @@ start_cluster ""
 seeds_of n1 n2 n3
 pclient put1 150000 "${SEEDS[@]}" "${CLIENT_ARGS[@]}" put --count $N --round 1
 if [[ $CLIENT_RC != 0 ]]; then
-	if has_log put1 'CACHE-CONFIG .*persistence needs the node.s data_dir'; then
-		log "put1: the client node refused the persistent cache for want of a" \
-			"data dir (cache/grid.c check_config); DG_CLIENT_DATA_DIR=1 works around it"
-	fi
 	die "put1: not every put was acknowledged"
 fi
 log "ok: put1: all $N puts acknowledged"
