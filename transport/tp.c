@@ -339,11 +339,34 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 	if (e == DG_OK) {
 		p->queued_frames++;
 		dgi_count_tx(p, type, p->queue.len - before);
-		go = dgi_conn_kick(p);
+		struct dgi_cork *ck = dgi_cork;
+		if (ck != NULL && p->conn != NULL && (p->corked || ck->n < DGI_CORK_MAX)) {
+			if (!p->corked) { /* written at the end of the reactor's round */
+				p->corked = true;
+				ck->p[ck->n++] = p;
+			}
+		} else {
+			go = dgi_conn_kick(p);
+		}
 	}
 	pthread_mutex_unlock(&p->mu);
 	dgi_conn_start(go); /* the write starts outside the locks */
 	return e;
+}
+
+_Thread_local struct dgi_cork *dgi_cork;
+
+void dgi_cork_flush(struct dgi_cork *ck)
+{
+	for (int i = 0; i < ck->n; i++) {
+		struct peer *p = ck->p[i];
+		pthread_mutex_lock(&p->mu);
+		p->corked = false;
+		struct conn *go = dgi_conn_kick(p);
+		pthread_mutex_unlock(&p->mu);
+		dgi_conn_start(go);
+	}
+	ck->n = 0;
 }
 
 dg_err dg_tp_send(dg_tp *tp, dg_node_id to, dg_msg_type type, const void *body)

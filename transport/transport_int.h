@@ -202,6 +202,8 @@ struct peer {
 	bool dialing;               /* a dial to this peer is in progress, or
 	                               (dup_wait_ms) the peer's own dial is
 	                               expected to attach */
+	bool corked;                /* the reactor thread queued frames for it
+	                               and flushes them at the end of its round */
 	uint64_t dup_wait_ms;       /* our dial lost the both-dial race: queued
 	                               frames wait for the peer's connection
 	                               until then, and are redialled after */
@@ -324,6 +326,19 @@ void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why);
  * waiter (optional) is signalled when the handshake ends. */
 dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
     struct connect_wait *waiter);
+/* Corking (reactor thread only): frames that handlers send while the
+ * reactor handles one round of events are queued, and each peer's queue is
+ * written once at the end of the round — one write for many messages under
+ * load, instead of a write per message. */
+#define DGI_CORK_MAX 64
+struct dgi_cork {
+	int n;
+	struct peer *p[DGI_CORK_MAX];
+};
+extern _Thread_local struct dgi_cork *dgi_cork;
+/* Writes every corked peer's queue (reactor thread, end of a round). */
+void dgi_cork_flush(struct dgi_cork *ck);
+
 /* Service thread: redials peers whose duplicate-refused dial was not
  * followed by the peer's own connection in time. */
 void dgi_peers_dup_expire(dg_tp *tp, uint64_t now);
