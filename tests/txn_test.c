@@ -1,0 +1,17 @@
+/*
+ * txn_test.c — the txn module's unit tests: wait-for graphs
+ * (tests/txn_wfg_test.c) and, as they land, lock queues and the
+ * transaction state machines.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+int dgt_wfg_tests(void);
+
+int main(void)
+{
+	int failed = dgt_wfg_tests();
+	return failed ? 1 : 0;
+}
