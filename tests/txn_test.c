@@ -9,9 +9,11 @@
 #include <cmocka.h>
 
 int dgt_wfg_tests(void);
+int dgt_lockq_tests(void);
 
 int main(void)
 {
 	int failed = dgt_wfg_tests();
+	failed += dgt_lockq_tests();
 	return failed ? 1 : 0;
 }

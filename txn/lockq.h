@@ -48,7 +48,9 @@ typedef void (*dgi_lock_cb)(void *ctx, dg_err err);
 
 /* stripes: a power of two, 0 = 64.  DG_ERR_NOMEM, DG_ERR_INVAL. */
 dg_err dgi_locks_create(uint32_t stripes, dgi_locks **out);
-/* Cancels every waiter (cb with DG_ERR_CLOSED) and frees.  NULL is fine. */
+/* Cancels every waiter (cb with DG_ERR_CLOSED) and frees.  NULL is fine.
+ * No other call may run concurrently; the callbacks it runs may still call
+ * release_all (the table is whole until they return). */
 void dgi_locks_destroy(dgi_locks *l);
 
 enum { DGI_LOCK_GRANTED = 0, DGI_LOCK_QUEUED = 1 };
@@ -58,7 +60,13 @@ enum { DGI_LOCK_GRANTED = 0, DGI_LOCK_QUEUED = 1 };
  * called later exactly once), or -(dg_err) on error (DG_ERR_NOMEM,
  * DG_ERR_INVAL) with cb never called.  deadline_ms: monotonic ms
  * (dgi_now_ms clock) after which a waiting request times out; 0 = never.
- * key bytes are copied. */
+ * Deadlines are enforced only by dgi_locks_expire: a request granted before
+ * expire sees it is granted.  key bytes are copied (key may be NULL when
+ * klen is 0).  A re-entrant acquire by the owner returns GRANTED and needs
+ * no extra release.  Every tx that acquired must end with release_all: a
+ * timed-out or cancelled request's memory is reclaimed only then.
+ * DG_ERR_INVAL: l, tx or cb NULL, tx {0,0}, key NULL with klen > 0, or tx
+ * already queued on this key. */
 int dgi_lock_acquire(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uint32_t klen,
     uint64_t hash, const dgi_txid *tx, uint64_t deadline_ms, dgi_lock_cb cb, void *ctx);
 
@@ -76,7 +84,9 @@ dgi_txid dgi_lock_owner(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uin
     uint64_t hash);
 
 /* Wait-for edges: the owners of the locks tx is queued on (on this node),
- * up to cap into out; returns how many there are. */
+ * up to cap into out; returns how many there are (one per queued request,
+ * so an owner may appear twice).  Walks every stripe's waiters: O(waiters
+ * on the node), for deadlock detection, not per operation. */
 size_t dgi_locks_waits_for(dgi_locks *l, const dgi_txid *tx, dgi_txid *out, size_t cap);
 
 /* Every edge waiter -> owner on this node, up to cap pairs (out[2i] waits
@@ -87,7 +97,8 @@ size_t dgi_locks_edges(dgi_locks *l, dgi_txid *out, size_t cap);
 typedef struct dgi_locks_stats {
 	uint64_t locks;          /* keys locked now */
 	uint64_t waiters;        /* requests queued now */
-	uint64_t granted, queued, timeouts, cancelled;  /* totals */
+	uint64_t granted, queued, timeouts, cancelled;  /* totals; granted
+	                                                  * counts re-entrant ones */
 	uint64_t allocs;         /* entries/waiters allocated (not from free lists) */
 } dgi_locks_stats;
 void dgi_locks_get_stats(dgi_locks *l, dgi_locks_stats *out);
