@@ -1,0 +1,81 @@
+/*
+ * txentries.h — a transaction's entries on its near node (txn/, private).
+ *
+ * Every key a transaction touched, once: (cache id, partition, encoded key)
+ * with what the tx did to it — read (and the version it saw: OPTIMISTIC
+ * SERIALIZABLE validates it at prepare), wrote a value, or removed it — in
+ * the order first touched.  Reads inside the tx see its own writes.
+ *
+ * Memory: one arena per tx made of chunks (first chunk inline in the
+ * struct, 1 KiB; later chunks doubling), holding entries and key/value
+ * bytes; an open-addressing index of entry positions keyed by a 64-bit
+ * hash of (cache id, key).  A small tx allocates nothing beyond its struct;
+ * dgi_txents_bytes reports the heap bytes it holds (for dgbench txn's
+ * heap_bytes_per_op).  A value rewritten in place reuses its slot when it
+ * fits.  No per-key allocation, no map keyed by boxed integers.
+ *
+ * Not thread-safe: a transaction is driven by one thread at a time.
+ */
+#ifndef DG_TXN_TXENTRIES_H
+#define DG_TXN_TXENTRIES_H
+
+#include "marshal/marshal.h"
+
+enum { DGI_TXOP_READ = 1, DGI_TXOP_PUT = 2, DGI_TXOP_REMOVE = 3 };
+
+typedef struct dgi_txent {
+	uint32_t cache_id;
+	uint32_t part;
+	uint64_t hash;            /* caller's hash of the encoded key bytes */
+	int op;                   /* DGI_TXOP_*: the last thing the tx did */
+	bool read;                /* the tx read the key (even if it wrote it later) */
+	bool found;               /* the read found a value */
+	int64_t ver_topver;       /* the version read (OPTIMISTIC SERIALIZABLE) */
+	uint64_t ver_counter;
+	uint32_t ver_order;
+	const uint8_t *key;       /* into the arena */
+	uint32_t klen;
+	const uint8_t *val;       /* DGI_TXOP_PUT: the value written; READ: the
+	                             value read (repeatable reads); else NULL */
+	uint32_t vlen;
+} dgi_txent;
+
+#define DGI_TXENTS_INLINE 1024
+
+typedef struct dgi_txents dgi_txents;  /* opaque */
+
+/* A new, empty set (one allocation: the struct with its inline chunk).
+ * DG_ERR_NOMEM. */
+dg_err dgi_txents_create(dgi_txents **out);
+void dgi_txents_destroy(dgi_txents *t);
+/* Empties it, keeping the first chunk (a pooled set is reused). */
+void dgi_txents_reset(dgi_txents *t);
+
+/* The entry for (cache_id, key), or NULL. */
+dgi_txent *dgi_txents_find(dgi_txents *t, uint32_t cache_id, const uint8_t *key,
+    uint32_t klen, uint64_t hash);
+
+/* Records a write (val != NULL: PUT; val NULL: REMOVE) of (cache_id, key):
+ * creates the entry or updates it (key copied once; the value copied, in
+ * place when it fits).  *out (optional) is the entry.  DG_ERR_NOMEM (the
+ * set unchanged), DG_ERR_INVAL (empty key). */
+dg_err dgi_txents_write(dgi_txents *t, uint32_t cache_id, uint32_t part,
+    const uint8_t *key, uint32_t klen, uint64_t hash, const uint8_t *val,
+    uint32_t vlen, dgi_txent **out);
+
+/* Records a read: the value seen (val NULL: not found) and its version.
+ * A key the tx already wrote keeps its written value (the read is still
+ * marked).  Same errors. */
+dg_err dgi_txents_read(dgi_txents *t, uint32_t cache_id, uint32_t part,
+    const uint8_t *key, uint32_t klen, uint64_t hash, const uint8_t *val,
+    uint32_t vlen, int64_t ver_topver, uint64_t ver_counter, uint32_t ver_order,
+    dgi_txent **out);
+
+/* Entries in the order first touched: i in [0, count). */
+size_t dgi_txents_count(const dgi_txents *t);
+dgi_txent *dgi_txents_at(dgi_txents *t, size_t i);
+
+/* Heap bytes this set holds (struct, chunks, index). */
+size_t dgi_txents_bytes(const dgi_txents *t);
+
+#endif
