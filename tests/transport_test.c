@@ -634,9 +634,9 @@ static void test_msg_rows_roundtrip(void **state)
 			assert_int_equal(o.data.len, 0);
 		}
 	}
-	{ /* HEARTBEAT, JOIN_ACK, NODE_FAILED: I64, I64 */
-		const dg_msg_type tt[] = { DG_MSG_HEARTBEAT, DG_MSG_JOIN_ACK, DG_MSG_NODE_FAILED };
-		for (size_t i = 0; i < 3; i++) {
+	{ /* HEARTBEAT, NODE_FAILED: I64, I64; JOIN_ACK: four I64 */
+		const dg_msg_type tt[] = { DG_MSG_HEARTBEAT, DG_MSG_NODE_FAILED };
+		for (size_t i = 0; i < 2; i++) {
 			dg_msg_heartbeat m = { 42 + (int64_t)i, -1 }, o = { 0, 0 };
 			ref_start(&ref, &w);
 			OK(dg_write_i64(&w, 42 + (int64_t)i));
@@ -645,13 +645,17 @@ static void test_msg_rows_roundtrip(void **state)
 			assert_int_equal(o.topology_version, 42 + (int64_t)i);
 			assert_int_equal(o.time_ms, -1);
 		}
-		dg_msg_join_ack a = { 7, 3 }, ao;
+		dg_msg_join_ack a = { 7, 3, 1000, 200 }, ao;
 		ref_start(&ref, &w);
 		OK(dg_write_i64(&w, 7));
 		OK(dg_write_i64(&w, 3));
+		OK(dg_write_i64(&w, 1000));
+		OK(dg_write_i64(&w, 200));
 		row_roundtrip(DG_MSG_JOIN_ACK, &a, &ref, &ao);
 		assert_int_equal(ao.topology_version, 7);
 		assert_int_equal(ao.order, 3);
+		assert_int_equal(ao.failure_timeout_ms, 1000);
+		assert_int_equal(ao.heartbeat_ms, 200);
 		dg_msg_node_failed f = { 99, 8 }, fo;
 		ref_start(&ref, &w);
 		OK(dg_write_i64(&w, 99));
@@ -2586,6 +2590,32 @@ static void on_topo(void *ctx, const dg_topology *old, const dg_topology *now)
 	atomic_fetch_add(&l->calls, 1);
 }
 
+/* A node configured with a slow failure detector (10 s: a heartbeat every
+ * 2 s) joins a cluster that detects in 500 ms: it adopts the cluster's
+ * timings, so it is not declared failed for heartbeating too slowly, and
+ * still detects a crash within the cluster's timeout. */
+static void test_membership_adopts_cluster_timings(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 500);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 10000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 500);
+	WAIT_FOR_MS(magree(n, 3, 3), 5000);
+	int64_t v = mversion(&n[0]);
+	sleep_ms(2500); /* five of the cluster's timeouts, more than one own heartbeat */
+	assert_int_equal(mversion(&n[0]), v); /* nobody was declared failed */
+	assert_true(magree(n, 3, 3));
+	/* the slow-configured node detects a crash at the cluster's pace */
+	mnode_stop(&n[2], true);
+	uint64_t t0 = dgi_now_ms();
+	WAIT_FOR_MS(magree(n, 2, 2), 5000);
+	assert_true(dgi_now_ms() - t0 < 500 + 100 + 1000); /* timeout + heartbeat + slack */
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+}
+
 /* Three nodes (over ipc:// and tcp://) join through a seed, agree on every
  * version; a crashed member and then a crashed coordinator are removed
  * within the timeout plus a heartbeat; listeners see each version. */
@@ -3137,6 +3167,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_frame_header_layout),
 		cmocka_unit_test(test_both_dial_race_keeps_oneway),
+		cmocka_unit_test(test_membership_adopts_cluster_timings),
 		cmocka_unit_test(test_frame_header_roundtrip),
 		cmocka_unit_test(test_frame_header_rejections),
 		cmocka_unit_test(test_msg_rows_roundtrip),

@@ -27,6 +27,9 @@ struct since {
 
 struct dg_member {
 	_Atomic int refs;              /* the owner + each request in flight */
+	/* failure detection timings in force: the node's own config when it
+	 * formed the cluster, the cluster's once it joined (JOIN_ACK) */
+	_Atomic uint32_t ft_ms, hb_ms;
 	dg_tp *tp;
 	dg_registry *reg;
 	dg_member_config cfg;
@@ -140,7 +143,7 @@ static bool failed_locked(dg_member *m, const dg_topology_node *n, uint64_t now)
 	uint64_t heard = dg_tp_last_heard(m->tp, n->id);
 	if (heard < s->ms)
 		heard = s->ms;
-	return now > heard + m->cfg.failure_timeout_ms;
+	return now > heard + atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
 }
 
 /* The oldest member this node does not consider failed. */
@@ -367,7 +370,9 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	}
 	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
 	const dg_topology_node *have = dg_topology_find(m->topo, (dg_node_id)j->node_id);
-	dg_msg_join_ack ack = { m->topo->version, have ? have->order : 0 };
+	dg_msg_join_ack ack = { m->topo->version, have ? have->order : 0,
+		atomic_load_explicit(&m->ft_ms, memory_order_relaxed),
+		atomic_load_explicit(&m->hb_ms, memory_order_relaxed) };
 	pthread_mutex_unlock(&m->mu);
 	if (coord != dg_tp_self(tp)) {
 		struct fwd *f = dgi_alloc(sizeof(*f));
@@ -429,7 +434,7 @@ static void on_node_failed(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	bool act = m->topo != NULL && coordinator_locked(m, now) == dg_tp_self(tp) &&
 	    dg_topology_find(m->topo, id) != NULL &&
 	    /* trust the report only if this node has not heard it lately either */
-	    now > dg_tp_last_heard(tp, id) + 2 * (uint64_t)m->cfg.heartbeat_ms;
+	    now > dg_tp_last_heard(tp, id) + 2 * (uint64_t)atomic_load_explicit(&m->hb_ms, memory_order_relaxed);
 	pthread_mutex_unlock(&m->mu);
 	if (act) {
 		dgi_log("warn", "NODE-FAILED", "node=%016llx reported_by=%016llx",
@@ -511,7 +516,7 @@ static int announce_all(dg_member *m, struct announce *a, const uint8_t *def,
 		a->left++;
 		pthread_mutex_unlock(&a->mu);
 		if (dg_tp_request(m->tp, id, DG_MSG_TYPE_ANNOUNCE, &body,
-		    m->cfg.failure_timeout_ms, announce_done, a) != DG_OK) {
+		    atomic_load_explicit(&m->ft_ms, memory_order_relaxed), announce_done, a) != DG_OK) {
 			pthread_mutex_lock(&a->mu);
 			a->left--;
 			pthread_mutex_unlock(&a->mu);
@@ -612,7 +617,7 @@ static dg_err propose(void *ctx, const dg_desc *d, const uint8_t *def, size_t le
 		dg_arena a;
 		dg_arena_init(&a, mem, sizeof(mem));
 		return dg_tp_call(m->tp, coord, DG_MSG_TYPE_PROPOSE, &body,
-		    m->cfg.failure_timeout_ms + m->cfg.join_timeout_ms, &reply, &a);
+		    atomic_load_explicit(&m->ft_ms, memory_order_relaxed) + m->cfg.join_timeout_ms, &reply, &a);
 	}
 	/* this node coordinates: announce to everyone and wait for them */
 	struct announce *a = dgi_calloc(1, sizeof(*a));
@@ -683,7 +688,7 @@ static void sync_types(dg_member *m, dg_node_id coord)
 			dg_arena sa;
 			dg_arena_init(&sa, small, sizeof(small));
 			dg_err pe = dg_tp_call(m->tp, coord, DG_MSG_TYPE_PROPOSE, &body,
-			    m->cfg.failure_timeout_ms, &reply, &sa);
+			    atomic_load_explicit(&m->ft_ms, memory_order_relaxed), &reply, &sa);
 			if (pe != DG_OK)
 				dgi_log("error", "TYPE-CONFLICT", "type=%s err=%s", dg_desc_name(ds[i]),
 				    dg_strerror(pe));
@@ -714,6 +719,23 @@ static bool wait_version(dg_member *m, int64_t version, uint64_t deadline)
 	return ok;
 }
 
+/* Failure detection is the cluster's, not each node's: a joiner takes the
+ * coordinator's timeout and heartbeat interval (a node heartbeating slower
+ * than the others expect would be declared failed, and would in turn
+ * declare them failed). */
+static void adopt_timings(dg_member *m, const dg_msg_join_ack *ack)
+{
+	if (ack->failure_timeout_ms <= 0 || ack->heartbeat_ms <= 0 ||
+	    ack->failure_timeout_ms > UINT32_MAX || ack->heartbeat_ms > UINT32_MAX)
+		return; /* an old or broken coordinator: keep our own */
+	uint32_t ft = (uint32_t)ack->failure_timeout_ms, hb = (uint32_t)ack->heartbeat_ms;
+	if (ft != atomic_load(&m->ft_ms) || hb != atomic_load(&m->hb_ms))
+		dgi_log("info", "TIMINGS-ADOPTED", "failure_timeout_ms=%u heartbeat_ms=%u own_failure_timeout_ms=%u",
+		    ft, hb, atomic_load(&m->ft_ms));
+	atomic_store(&m->ft_ms, ft);
+	atomic_store(&m->hb_ms, hb);
+}
+
 /* One round over the seeds.  DG_OK when joined; DG_ERR_STATE when some
  * seed with a smaller id is up but not in a cluster yet (wait for it);
  * DG_ERR_UNREACHABLE when no seed is in a cluster. */
@@ -740,6 +762,7 @@ static dg_err join_round(dg_member *m, uint64_t deadline)
 		dg_msg_join_ack ack;
 		dg_err e = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, m->cfg.join_timeout_ms, &ack, NULL);
 		if (e == DG_OK) {
+			adopt_timings(m, &ack);
 			if (wait_version(m, ack.topology_version, deadline))
 				return DG_OK;
 		} else if (e == DG_ERR_STATE && peer < dg_tp_self(tp)) {
@@ -838,7 +861,7 @@ static void tick(dg_member *m)
 					    (unsigned long long)failed[k]);
 				else
 					dgi_log("warn", "NODE-FAILED", "node=%016llx silent_ms>%u",
-					    (unsigned long long)failed[k], m->cfg.failure_timeout_ms);
+					    (unsigned long long)failed[k], atomic_load_explicit(&m->ft_ms, memory_order_relaxed));
 			}
 			change(m, failed, nfailed, NULL, NULL, NULL);
 		} else {
@@ -866,7 +889,7 @@ static void *member_thread(void *arg)
 	while (!m->stopping) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)m->cfg.heartbeat_ms * 1000000;
+		uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)atomic_load_explicit(&m->hb_ms, memory_order_relaxed) * 1000000;
 		ts.tv_sec += (time_t)(ns / 1000000000);
 		ts.tv_nsec = (long)(ns % 1000000000);
 		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
@@ -917,6 +940,8 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	m->cfg = *cfg;
 	if (m->cfg.heartbeat_ms == 0)
 		m->cfg.heartbeat_ms = m->cfg.failure_timeout_ms / 5 ? m->cfg.failure_timeout_ms / 5 : 1;
+	atomic_init(&m->ft_ms, m->cfg.failure_timeout_ms);
+	atomic_init(&m->hb_ms, m->cfg.heartbeat_ms);
 	if (m->cfg.join_timeout_ms == 0)
 		m->cfg.join_timeout_ms = 10000;
 	pthread_mutex_init(&m->mu, NULL);

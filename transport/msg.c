@@ -202,8 +202,25 @@ static dg_err dec_raw(dg_reader *r, void *body)
 	return DG_OK;
 }
 
-_Static_assert(sizeof(dg_msg_heartbeat) == 16 && sizeof(dg_msg_join_ack) == 16 &&
-    sizeof(dg_msg_node_failed) == 16, "two-I64 bodies are two int64_t");
+_Static_assert(sizeof(dg_msg_heartbeat) == 16 && sizeof(dg_msg_node_failed) == 16,
+    "two-I64 bodies are two int64_t");
+_Static_assert(sizeof(dg_msg_join_ack) == 32, "JOIN_ACK is four int64_t");
+
+static dg_err enc_four_i64(dg_writer *w, const void *body)
+{
+	const int64_t *v = body;
+	for (int i = 0; i < 4; i++)
+		W(dg_write_i64(w, v[i]));
+	return DG_OK;
+}
+
+static dg_err dec_four_i64(dg_reader *r, void *body)
+{
+	int64_t *v = body;
+	for (int i = 0; i < 4; i++)
+		W(read_i64(r, &v[i]));
+	return DG_OK;
+}
 
 static dg_msg_row rows[DG_MSG__COUNT] = {
 	[DG_MSG_UNKNOWN] = { "UNKNOWN", 0, NULL, NULL },
@@ -215,7 +232,7 @@ static dg_msg_row rows[DG_MSG__COUNT] = {
 	[DG_MSG_PING] = { "PING", sizeof(dg_msg_bytes), enc_bytes, dec_bytes },
 	[DG_MSG_HEARTBEAT] = { "HEARTBEAT", sizeof(dg_msg_heartbeat), enc_two_i64, dec_two_i64 },
 	[DG_MSG_JOIN] = { "JOIN", sizeof(dg_msg_join), enc_join, dec_join },
-	[DG_MSG_JOIN_ACK] = { "JOIN_ACK", sizeof(dg_msg_join_ack), enc_two_i64, dec_two_i64 },
+	[DG_MSG_JOIN_ACK] = { "JOIN_ACK", sizeof(dg_msg_join_ack), enc_four_i64, dec_four_i64 },
 	[DG_MSG_TOPOLOGY] = { "TOPOLOGY", sizeof(dg_msg_raw), enc_raw, dec_raw },
 	[DG_MSG_NODE_FAILED] = { "NODE_FAILED", sizeof(dg_msg_node_failed), enc_two_i64, dec_two_i64 },
 	[DG_MSG_TYPE_PROPOSE] = { "TYPE_PROPOSE", sizeof(dg_msg_bytes), enc_bytes, dec_bytes },

@@ -191,6 +191,8 @@ typedef struct dg_msg_join {
 typedef struct dg_msg_join_ack {
 	int64_t topology_version;
 	int64_t order;
+	int64_t failure_timeout_ms;   /* the cluster's: the joiner adopts them */
+	int64_t heartbeat_ms;
 } dg_msg_join_ack;
 
 typedef struct dg_msg_node_failed {
@@ -362,8 +364,9 @@ typedef struct dg_member dg_member;
 typedef struct dg_member_config {
 	const char *const *seeds;        /* URLs; the node's own address is skipped */
 	size_t nseeds;
-	uint32_t failure_timeout_ms;     /* default 10000 */
-	uint32_t heartbeat_ms;           /* default failure_timeout_ms / 5 */
+	uint32_t failure_timeout_ms;     /* default 10000; a joining node adopts
+	                                    the cluster's (the coordinator's) */
+	uint32_t heartbeat_ms;           /* default failure_timeout_ms / 5; idem */
 	uint32_t join_timeout_ms;        /* default 10000 */
 	dg_registry *reg;                /* cluster-wide types go through its hook */
 	uint32_t attrs;                  /* DG_NODE_* bits announced for this node */
