@@ -11,11 +11,13 @@
 int dgt_wfg_tests(void);
 int dgt_lockq_tests(void);
 int dgt_txstate_tests(void);
+int dgt_txents_tests(void);
 
 int main(void)
 {
 	int failed = dgt_wfg_tests();
 	failed += dgt_lockq_tests();
 	failed += dgt_txstate_tests();
+	failed += dgt_txents_tests();
 	return failed ? 1 : 0;
 }

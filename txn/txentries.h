@@ -7,9 +7,11 @@
  * the order first touched.  Reads inside the tx see its own writes.
  *
  * Memory: one arena per tx made of chunks (first chunk inline in the
- * struct, 1 KiB; later chunks doubling), holding entries and key/value
- * bytes; an open-addressing index of entry positions keyed by a 64-bit
- * hash of (cache id, key).  A small tx allocates nothing beyond its struct;
+ * struct, 1 KiB; later chunks doubling), holding key/value bytes and the
+ * entries past the first 8 (those sit inline in the struct); an
+ * open-addressing index of entry positions keyed by a 64-bit hash of
+ * (cache id, key), its first 16 slots inline.  A small tx (8 keys, key and
+ * value bytes within 1 KiB) allocates nothing beyond its struct;
  * dgi_txents_bytes reports the heap bytes it holds (for dgbench txn's
  * heap_bytes_per_op).  A value rewritten in place reuses its slot when it
  * fits.  No per-key allocation, no map keyed by boxed integers.
@@ -65,7 +67,8 @@ dg_err dgi_txents_write(dgi_txents *t, uint32_t cache_id, uint32_t part,
 
 /* Records a read: the value seen (val NULL: not found) and its version.
  * A key the tx already wrote keeps its written value (the read is still
- * marked).  Same errors. */
+ * marked).  Only the first read of a key records found and the version; a
+ * key already read keeps the value it read.  Same errors. */
 dg_err dgi_txents_read(dgi_txents *t, uint32_t cache_id, uint32_t part,
     const uint8_t *key, uint32_t klen, uint64_t hash, const uint8_t *val,
     uint32_t vlen, int64_t ver_topver, uint64_t ver_counter, uint32_t ver_order,
