@@ -84,7 +84,15 @@ int dgi_aff_role(const dgi_aff *a, uint32_t p, dg_node_id node);
 
 /* ---- entries and the partition store (store.c) ---- */
 
-#define DGI_ENTRY_TOMB 0x1u     /* a removal remembered while the partition moves */
+#define DGI_ENTRY_TOMB 0x1u     /* a removal, remembered until expire_ms */
+
+/* How long a removal is remembered (as a tombstone, in memory and in LMDB):
+ * a copy older than it that arrives within that time — a late backup
+ * message, a rebalanced batch, a node coming back with persisted data —
+ * cannot bring the key back.  A node away longer than this can. */
+#define DGI_TOMB_TTL_MS_DEFAULT (10 * 60 * 1000)
+extern _Atomic int64_t dgi_tomb_ttl_ms;  /* tests shorten it */
+#define DGI_TOMB_TTL_MS atomic_load_explicit(&dgi_tomb_ttl_ms, memory_order_relaxed)
 
 typedef struct dgi_entry {
 	uint64_t hash;
@@ -145,8 +153,11 @@ void dgi_part_purge_tombs(dgi_part *p);
  * sets *more.  fn returning false stops. */
 uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
     bool (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more);
-/* Removes expired entries (expire_ms <= now); returns how many. */
+/* Removes expired entries and tombstones (expire_ms <= now); returns how
+ * many.  gone (optional) sees each before it goes. */
 uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max);
+uint32_t dgi_part_expire_cb(dgi_part *p, int64_t now_ms, uint32_t max,
+    void (*gone)(void *ctx, const dgi_entry *e), void *ctx);
 
 static inline const uint8_t *dgi_entry_key(const dgi_entry *e) { return e->data; }
 static inline const uint8_t *dgi_entry_val(const dgi_entry *e) { return e->data + e->klen; }
@@ -362,9 +373,11 @@ dg_cache *dgi_grid_cache(dgi_grid *g, uint32_t id);   /* live cache or NULL */
  * leave will make); NULL on NOMEM or before the first topology. */
 dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c);
 void dgi_grid_event(dgi_grid *g, dg_event_kind kind, const char *cache, uint32_t part);
+/* Persists a copy: a value, a tombstone (tomb: kept as a record with the
+ * tombstone flag until it expires), or (val NULL, !tomb) a deletion. */
 dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
-    int64_t expire_ms);
+    int64_t expire_ms, bool tomb);
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -26,6 +26,8 @@
 
 #define RENT_GRACE_MS 30000
 
+_Atomic int64_t dgi_tomb_ttl_ms = DGI_TOMB_TTL_MS_DEFAULT;
+
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
 {
 	char line[1024];
@@ -240,8 +242,6 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		if (ns != st || ns == P_MOVING) {
 			atomic_store(&pt->state, ns);
 			pt->state_topver = t->version;
-			if (ns == P_OWNING)
-				dgi_part_purge_tombs(pt);
 		}
 		pthread_mutex_unlock(&pt->mu);
 	}
@@ -671,11 +671,16 @@ static void on_configs(dg_tp *tp, const dg_msg_in *in, void *ctx)
 
 dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
-    int64_t expire_ms)
+    int64_t expire_ms, bool tomb)
 {
 	if (!c->cfg.persistence || g->ps == NULL)
 		return DG_OK;
 	dgi_prec rec = { c->id, part, key, klen, val, vlen, *ver, expire_ms };
+	if (tomb) { /* a record with no value bytes and the flag */
+		rec.val = (const uint8_t *)"";
+		rec.vlen = 0;
+		rec.ver.flags = DGI_ENTRY_TOMB;
+	}
 	return dgi_pstore_write(g->ps, &rec, 1);
 }
 
@@ -692,9 +697,12 @@ static dg_err load_rec(void *ctx, const dgi_prec *rec)
 		return DG_OK;
 	dgi_part *pt = &l->c->parts[rec->part];
 	uint64_t h = dgi_key_hash(rec->key, rec->klen);
+	bool tomb = (rec->ver.flags & DGI_ENTRY_TOMB) != 0;
+	dgi_pver ver = rec->ver;
+	ver.flags = 0;
 	pthread_mutex_lock(&pt->mu);
-	dg_err e = dgi_part_set(pt, h, rec->key, rec->klen, rec->val, rec->vlen, &rec->ver,
-	    rec->expire_ms, 0, 0, 0, NULL);
+	dg_err e = dgi_part_set(pt, h, rec->key, rec->klen, tomb ? NULL : rec->val,
+	    tomb ? 0 : rec->vlen, &ver, rec->expire_ms, 0, 0, tomb ? DGI_ENTRY_TOMB : 0, NULL);
 	pthread_mutex_unlock(&pt->mu);
 	l->n++;
 	return e;
@@ -770,6 +778,21 @@ struct sweep_ctx {
 	uint64_t mono;
 };
 
+struct forget {
+	dgi_grid *g;
+	dg_cache *c;
+	uint32_t part;
+};
+
+/* An entry or tombstone leaving memory for good: its LMDB record too.
+ * Runs under the partition lock (LMDB may wait for a group commit: the
+ * sweeper is in no hurry). */
+static void forget_persisted(void *ctx, const dgi_entry *e)
+{
+	struct forget *f = ctx;
+	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), e->klen, NULL, 0, &e->ver, 0, false);
+}
+
 static void sweep_cache(void *ctx, uint32_t key, void *value)
 {
 	struct sweep_ctx *s = ctx;
@@ -779,8 +802,12 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 		dgi_part *pt = &c->parts[p];
 		bool drop = false;
 		pthread_mutex_lock(&pt->mu);
-		if (c->cfg.ttl_ms != 0 && pt->count > 0) {
-			uint32_t n = dgi_part_expire(pt, s->wall, 4096);
+		if ((c->cfg.ttl_ms != 0 && pt->count > 0) || pt->count > pt->live) {
+			/* expired entries and tombstones past their time; a
+			 * persistent cache's records of them go too (the rule
+			 * deletes a record only if it is not newer) */
+			uint32_t n = dgi_part_expire_cb(pt, s->wall, 4096,
+			    c->cfg.persistence ? forget_persisted : NULL, &(struct forget){ s->g, c, p });
 			atomic_fetch_add_explicit(&c->expired, n, memory_order_relaxed);
 		}
 		if (atomic_load(&pt->state) == P_NONE && pt->count > 0 &&

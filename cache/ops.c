@@ -399,16 +399,17 @@ static dg_err primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 			ver.counter = e->ver.counter + 1;
 			pt->counter = ver.counter;
 		}
-		expire = c->cfg.ttl_ms ? dgi_wall_ms() + (int64_t)c->cfg.ttl_ms : 0;
+		if (removal)
+			expire = dgi_wall_ms() + DGI_TOMB_TTL_MS;
+		else
+			expire = c->cfg.ttl_ms ? dgi_wall_ms() + (int64_t)c->cfg.ttl_ms : 0;
 		if (c->cfg.persistence &&
 		    (err = dgi_grid_persist(g, c, u->part, u->key, u->klen, removal ? NULL : u->val,
-		    u->vlen, &ver, expire)) != DG_OK)
+		    u->vlen, &ver, expire, removal)) != DG_OK)
 			goto out;
-		if (removal && st == P_MOVING)
-			err = dgi_part_set(pt, u->hash, u->key, u->klen, NULL, 0, &ver, 0, u->op_node,
+		if (removal) /* a tombstone: an older copy arriving later cannot revive the key */
+			err = dgi_part_set(pt, u->hash, u->key, u->klen, NULL, 0, &ver, expire, u->op_node,
 			    u->op_seq, DGI_ENTRY_TOMB, NULL);
-		else if (removal)
-			dgi_part_del(pt, u->hash, u->key, u->klen);
 		else if (e == NULL || !dgi_part_overwrite(pt, e, u->val, u->vlen, &ver, expire,
 		    u->op_node, u->op_seq))
 			err = dgi_part_set(pt, u->hash, u->key, u->klen, u->val, u->vlen, &ver, expire,
@@ -711,16 +712,15 @@ dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
 	dgi_entry *cur = dgi_part_find(pt, hash, key, klen);
 	if (cur != NULL && dgi_pver_cmp(ver, &cur->ver) <= 0)
 		goto out; /* ours is as new or newer */
-	if (cur == NULL && val == NULL && atomic_load(&pt->state) != P_MOVING)
-		goto out; /* removal of something we do not have */
+	if (val == NULL && expire_ms == 0)
+		expire_ms = dgi_wall_ms() + DGI_TOMB_TTL_MS; /* a sender without one */
 	if (c->cfg.persistence &&
-	    (e = dgi_grid_persist(g, c, part, key, klen, val, vlen, ver, expire_ms)) != DG_OK)
+	    (e = dgi_grid_persist(g, c, part, key, klen, val, vlen, ver, expire_ms,
+	    val == NULL)) != DG_OK)
 		goto out;
-	if (val == NULL && atomic_load(&pt->state) == P_MOVING)
-		e = dgi_part_set(pt, hash, key, klen, NULL, 0, ver, 0, op_node, op_seq,
+	if (val == NULL) /* a tombstone, even for a key we never had: its put may come later */
+		e = dgi_part_set(pt, hash, key, klen, NULL, 0, ver, expire_ms, op_node, op_seq,
 		    DGI_ENTRY_TOMB, NULL);
-	else if (val == NULL)
-		dgi_part_del(pt, hash, key, klen);
 	else
 		e = dgi_part_set(pt, hash, key, klen, val, vlen, ver, expire_ms, op_node, op_seq, 0,
 		    NULL);

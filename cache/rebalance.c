@@ -282,8 +282,7 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	pthread_mutex_lock(&pt->mu);
 	if (atomic_load(&pt->state) == P_MOVING && pt->state_topver == topver &&
 	    pt->supplier == sup) {
-		dgi_part_purge_tombs(pt);
-		atomic_store(&pt->state, P_OWNING);
+		atomic_store(&pt->state, P_OWNING); /* tombstones stay until they expire */
 		atomic_fetch_add_explicit(&c->rebal_parts_done, 1, memory_order_relaxed);
 	} else {
 		e = DG_ERR_STATE;

@@ -193,19 +193,27 @@ void dgi_part_purge_tombs(dgi_part *p)
 	}
 }
 
-uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max)
+uint32_t dgi_part_expire_cb(dgi_part *p, int64_t now_ms, uint32_t max,
+    void (*gone)(void *ctx, const dgi_entry *e), void *ctx)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < p->cap && n < max;) {
 		dgi_entry *e = p->slots[i].e;
 		if (e != NULL && e->expire_ms != 0 && e->expire_ms <= now_ms) {
-			del_at(p, i);
+			if (gone != NULL)
+				gone(ctx, e);
+			del_at(p, i); /* something may shift into i: look again */
 			n++;
 		} else {
 			i++;
 		}
 	}
 	return n;
+}
+
+uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max)
+{
+	return dgi_part_expire_cb(p, now_ms, max, NULL, NULL);
 }
 
 static int cmp_hash(const void *a, const void *b)

@@ -1286,6 +1286,87 @@ static void test_persist_restart(void **state)
 	free(dir);
 }
 
+/* A key removed while one owner was down: that owner comes back with the
+ * old value on disk; the removal's tombstone wins over it (it is newer),
+ * so the key stays removed, read through either node.  Once the tombstone
+ * expires it is swept from memory and from LMDB. */
+static void test_persist_removed_key_stays_removed(void **state)
+{
+	(void)state;
+	char *d0 = tmpdir(), *d1 = tmpdir();
+	dg_node *a = start_persistent(d0, 0, NULL, 0, NULL);
+	char seed[128];
+	snprintf(seed, sizeof(seed), "%s", dg_node_address(a));
+	const char *seeds[] = { seed };
+	dg_node *b = start_persistent(d1, 0, seeds, 1, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "tombs");
+	cc.persistence = true;
+	cc.backups = 1;
+	cc.partitions = 16;
+	dg_cache *ca;
+	OK(dg_cache_create(a, &cc, &ca));
+	for (int i = 0; i < 100; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "t%d", i);
+		OK(dg_cache_put(ca, k, strlen(k), "old", 3));
+	}
+	dgi_node_kill(b); /* b keeps every key on its disk */
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (atomic_load(&ca->aff)->nnodes != 1) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	for (int i = 0; i < 100; i += 2) {
+		char k[16];
+		snprintf(k, sizeof(k), "t%d", i);
+		bool rm;
+		OK(dg_cache_remove(ca, k, strlen(k), &rm));
+		assert_true(rm);
+	}
+	b = start_persistent(d1, 0, seeds, 1, NULL); /* back, with the old values */
+	dg_cache *cb = cache_on(b, "tombs");
+	OK(dg_cache_wait_rebalanced(cb, 10000));
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < 100; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "t%d", i);
+		for (int j = 0; j < 2; j++) {
+			v.len = 0;
+			dg_err e = dg_cache_get(j ? cb : ca, k, strlen(k), &v);
+			EXPECT(e, i % 2 ? DG_OK : DG_ERR_NOT_FOUND);
+		}
+	}
+	uint64_t size;
+	OK(dg_cache_size(ca, &size));
+	assert_int_equal(size, 50);
+	/* tombstones expire: swept from memory (and LMDB) */
+	atomic_store(&dgi_tomb_ttl_ms, 1);
+	OK(dg_cache_remove(ca, "t1", 2, NULL)); /* a fresh one, expiring at once */
+	atomic_store(&dgi_tomb_ttl_ms, DGI_TOMB_TTL_MS_DEFAULT);
+	dgi_part *pt;
+	uint8_t enc[4] = { 0x0A, 2, 't', '1' };
+	pt = &ca->parts[dgi_part_of(dgi_key_hash(enc, 4), 16)];
+	deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		pthread_mutex_lock(&pt->mu);
+		dgi_entry *e = dgi_part_find(pt, dgi_key_hash(enc, 4), enc, 4);
+		pthread_mutex_unlock(&pt->mu);
+		if (e == NULL)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	dg_buf_free(&v);
+	dg_node_stop(b);
+	dg_node_stop(a);
+	rmtree(d0);
+	rmtree(d1);
+	free(d0);
+	free(d1);
+}
+
 static void test_persist_map_full(void **state)
 {
 	(void)state;
@@ -1408,6 +1489,7 @@ int main(void)
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_map_full),
+		cmocka_unit_test(test_persist_removed_key_stays_removed),
 		cmocka_unit_test(test_persist_cluster_restart),
 	};
 	int failed = cmocka_run_group_tests_name("cache", tests, NULL, NULL);
