@@ -827,8 +827,7 @@ static void *sweeper(void *arg)
 	pthread_mutex_lock(&g->mu);
 	while (!g->stopping) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
+		dgi_abstime_in(&ts, 1000);
 		pthread_cond_timedwait(&g->cv, &g->mu, &ts);
 		if (g->stopping)
 			break;

@@ -220,14 +220,7 @@ static dg_err fut_wait(dgi_grid *g, struct fut *f, uint64_t deadline)
 		if (now >= deadline)
 			break;
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		uint64_t ms = deadline - now;
-		ts.tv_sec += (time_t)(ms / 1000);
-		ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		dgi_abstime_in(&ts, deadline - now);
 		if (sem_timedwait(&f->sem, &ts) == 0) {
 			sem_destroy(&f->sem);
 			return f->err;

@@ -383,13 +383,7 @@ void *dgi_rebalancer(void *arg)
 		if (!g->stopping && (cc.n == 0 || g->rebal_gen == gen)) {
 			/* nothing moving, or retry failures after a pause */
 			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			long ms = cc.n == 0 ? 1000 : 50;
-			ts.tv_nsec += ms * 1000000L;
-			while (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
+			dgi_abstime_in(&ts, cc.n == 0 ? 1000 : 50);
 			if (g->rebal_gen == gen)
 				pthread_cond_timedwait(&g->cv, &g->mu, &ts);
 		}

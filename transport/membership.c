@@ -706,12 +706,7 @@ static bool wait_version(dg_member *m, int64_t version, uint64_t deadline)
 	while (!(m->topo != NULL && m->topo->version >= version && m->joined) &&
 	    dgi_now_ms() < deadline && !m->stopping) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 20 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		dgi_abstime_in(&ts, 20);
 		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
 	}
 	bool ok = m->topo != NULL && m->topo->version >= version && m->joined;
@@ -888,10 +883,7 @@ static void *member_thread(void *arg)
 	pthread_mutex_lock(&m->mu);
 	while (!m->stopping) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)atomic_load_explicit(&m->hb_ms, memory_order_relaxed) * 1000000;
-		ts.tv_sec += (time_t)(ns / 1000000000);
-		ts.tv_nsec = (long)(ns % 1000000000);
+		dgi_abstime_in(&ts, atomic_load_explicit(&m->hb_ms, memory_order_relaxed));
 		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
 		if (m->stopping)
 			break;

@@ -20,6 +20,14 @@ uint64_t dgi_coarse_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+void dgi_abstime_in(struct timespec *ts, uint64_t ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	uint64_t ns = (uint64_t)ts->tv_nsec + (ms % 1000) * 1000000;
+	ts->tv_sec += (time_t)(ms / 1000 + ns / 1000000000);
+	ts->tv_nsec = (long)(ns % 1000000000);
+}
+
 uint64_t dgi_now_ms(void)
 {
 	struct timespec ts;
@@ -718,12 +726,7 @@ static void *service(void *arg)
 	pthread_mutex_lock(&tp->mu);
 	while (!atomic_load(&tp->stopping)) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 20 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		dgi_abstime_in(&ts, 20);
 		pthread_cond_timedwait(&tp->service_cv, &tp->mu, &ts);
 		pthread_mutex_unlock(&tp->mu);
 		uint64_t now = dgi_now_ms();

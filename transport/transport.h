@@ -320,6 +320,10 @@ dg_err dg_tp_reply_error(dg_tp *tp, const dg_msg_in *req, dg_err err);
  * when its connection opened; 0 if never. */
 uint64_t dg_tp_last_heard(const dg_tp *tp, dg_node_id peer);
 uint64_t dgi_now_ms(void);
+/* The CLOCK_REALTIME instant ms milliseconds from now, for the absolute
+ * deadlines of pthread_cond_timedwait and sem_timedwait. */
+struct timespec;
+void dgi_abstime_in(struct timespec *ts, uint64_t ms);
 
 /* Totals per peer and for the node. */
 typedef struct dg_tp_stats {
