@@ -116,30 +116,31 @@ static dg_err dec_push(dg_reader *r, void *body)
 	return e;
 }
 
-#define ROW(t, name, type, codec) \
-	dg_msg_define(t, &(dg_msg_row){ name, sizeof(type), enc_##codec, dec_##codec })
+#define ROW(t, name, type, codec, reply) \
+	dg_msg_define(t, &(dg_msg_row){ name, sizeof(type), enc_##codec, dec_##codec, reply })
+#define NONE DG_MSG_UNKNOWN
 
 static void define_rows(void)
 {
-	ROW(DGI_MSG_UPDATE, "CACHE_UPDATE", dgi_msg_update, update);
-	ROW(DGI_MSG_UPDATE_RES, "CACHE_UPDATE_RES", dgi_msg_update_res, update_res);
-	ROW(DGI_MSG_BACKUP, "CACHE_BACKUP", dgi_msg_backup, backup);
-	ROW(DGI_MSG_BACKUP_ACK, "CACHE_BACKUP_ACK", dgi_msg_backup_ack, backup_ack);
-	ROW(DGI_MSG_GET, "CACHE_GET", dgi_msg_get, get);
-	ROW(DGI_MSG_GET_RES, "CACHE_GET_RES", dgi_msg_get_res, get_res);
-	ROW(DGI_MSG_CACHE_CREATE, "CACHE_CREATE", dgi_msg_cfg, cfg);
-	ROW(DGI_MSG_CACHE_DESTROY, "CACHE_DESTROY", dgi_msg_ack, ack);
-	ROW(DGI_MSG_CACHE_CONFIGS, "CACHE_CONFIGS", dg_msg_raw, list);
-	ROW(DGI_MSG_ACK, "CACHE_ACK", dgi_msg_ack, ack);
-	ROW(DGI_MSG_DEMAND, "REBALANCE_DEMAND", dgi_msg_page_req, page_req);
-	ROW(DGI_MSG_SUPPLY, "REBALANCE_SUPPLY", dg_msg_raw, list);
-	ROW(DGI_MSG_SCAN, "CACHE_SCAN", dgi_msg_page_req, page_req);
-	ROW(DGI_MSG_SCAN_RES, "CACHE_SCAN_RES", dg_msg_raw, list);
-	ROW(DGI_MSG_SIZE, "CACHE_SIZE", dgi_msg_ack, ack);
-	ROW(DGI_MSG_CLEAR, "CACHE_CLEAR", dgi_msg_ack, ack);
-	ROW(DGI_MSG_LOST_RESET, "CACHE_LOST_RESET", dgi_msg_ack, ack);
-	ROW(DGI_MSG_PUSH, "REBALANCE_PUSH", dgi_msg_push, push);
-	ROW(DGI_MSG_HANDOFF, "REBALANCE_HANDOFF", dgi_msg_push, push);
+	ROW(DGI_MSG_UPDATE, "CACHE_UPDATE", dgi_msg_update, update, DGI_MSG_UPDATE_RES);
+	ROW(DGI_MSG_UPDATE_RES, "CACHE_UPDATE_RES", dgi_msg_update_res, update_res, NONE);
+	ROW(DGI_MSG_BACKUP, "CACHE_BACKUP", dgi_msg_backup, backup, NONE);
+	ROW(DGI_MSG_BACKUP_ACK, "CACHE_BACKUP_ACK", dgi_msg_backup_ack, backup_ack, NONE);
+	ROW(DGI_MSG_GET, "CACHE_GET", dgi_msg_get, get, DGI_MSG_GET_RES);
+	ROW(DGI_MSG_GET_RES, "CACHE_GET_RES", dgi_msg_get_res, get_res, NONE);
+	ROW(DGI_MSG_CACHE_CREATE, "CACHE_CREATE", dgi_msg_cfg, cfg, DGI_MSG_ACK);
+	ROW(DGI_MSG_CACHE_DESTROY, "CACHE_DESTROY", dgi_msg_ack, ack, DGI_MSG_ACK);
+	ROW(DGI_MSG_CACHE_CONFIGS, "CACHE_CONFIGS", dg_msg_raw, list, NONE);
+	ROW(DGI_MSG_ACK, "CACHE_ACK", dgi_msg_ack, ack, NONE);
+	ROW(DGI_MSG_DEMAND, "REBALANCE_DEMAND", dgi_msg_page_req, page_req, DGI_MSG_SUPPLY);
+	ROW(DGI_MSG_SUPPLY, "REBALANCE_SUPPLY", dg_msg_raw, list, NONE);
+	ROW(DGI_MSG_SCAN, "CACHE_SCAN", dgi_msg_page_req, page_req, DGI_MSG_SCAN_RES);
+	ROW(DGI_MSG_SCAN_RES, "CACHE_SCAN_RES", dg_msg_raw, list, NONE);
+	ROW(DGI_MSG_SIZE, "CACHE_SIZE", dgi_msg_ack, ack, DGI_MSG_ACK);
+	ROW(DGI_MSG_CLEAR, "CACHE_CLEAR", dgi_msg_ack, ack, DGI_MSG_ACK);
+	ROW(DGI_MSG_LOST_RESET, "CACHE_LOST_RESET", dgi_msg_ack, ack, DGI_MSG_ACK);
+	ROW(DGI_MSG_PUSH, "REBALANCE_PUSH", dgi_msg_push, push, DGI_MSG_ACK);
+	ROW(DGI_MSG_HANDOFF, "REBALANCE_HANDOFF", dgi_msg_push, push, DGI_MSG_ACK);
 }
 
 void dgi_cache_msgs_define(void)

@@ -108,6 +108,7 @@ static void sleep_ms(unsigned ms)
  * ------------------------------------------------------------------------ */
 
 enum {
+	T_WRONG = 249,     /* the handler answers with another type (T_SINK) */
 	T_SINK = 250,      /* request the handler never answers */
 	T_FAIL = 251,      /* the handler answers with the error in the body */
 	T_NOHANDLER = 252, /* no handler anywhere */
@@ -134,15 +135,19 @@ static dg_registry *reg;
 
 static int group_setup(void **state)
 {
-	static const dg_msg_row sink = { "TEST_SINK", sizeof(t_i64), enc_t, dec_t };
-	static const dg_msg_row fail = { "TEST_FAIL", sizeof(t_i64), enc_t, dec_t };
-	static const dg_msg_row noh = { "TEST_NOHANDLER", sizeof(t_i64), enc_t, dec_t };
+	static const dg_msg_row sink = { "TEST_SINK", sizeof(t_i64), enc_t, dec_t, DG_MSG_UNKNOWN };
+	static const dg_msg_row fail = { "TEST_FAIL", sizeof(t_i64), enc_t, dec_t, DG_MSG_UNKNOWN };
+	static const dg_msg_row noh = { "TEST_NOHANDLER", sizeof(t_i64), enc_t, dec_t,
+		DG_MSG_UNKNOWN };
+	static const dg_msg_row wrong = { "TEST_WRONG", sizeof(t_i64), enc_t, dec_t,
+		(dg_msg_type)T_WRONG };
 	(void)state;
 	signal(SIGPIPE, SIG_IGN); /* raw sockets write to nodes that hung up */
 	if (dg_registry_create(&reg) != DG_OK)
 		return -1;
 	if (dg_msg_define((dg_msg_type)T_SINK, &sink) != DG_OK ||
 	    dg_msg_define((dg_msg_type)T_FAIL, &fail) != DG_OK ||
+	    dg_msg_define((dg_msg_type)T_WRONG, &wrong) != DG_OK ||
 	    dg_msg_define((dg_msg_type)T_NOHANDLER, &noh) != DG_OK)
 		return -1;
 	return 0;
@@ -771,7 +776,7 @@ static void test_msg_decode_errors(void **state)
 static void test_msg_define(void **state)
 {
 	(void)state;
-	const dg_msg_row row = { "TEST_DEFINE", sizeof(t_i64), enc_t, dec_t };
+	const dg_msg_row row = { "TEST_DEFINE", sizeof(t_i64), enc_t, dec_t, DG_MSG_UNKNOWN };
 	dg_msg_row bad;
 
 	assert_string_equal(dg_msg_name((dg_msg_type)T_DEFINE), "?");
@@ -1886,13 +1891,30 @@ static void on_err_reply(void *ctx, dg_err err, const dg_msg_in *in)
 	atomic_fetch_add(&r->calls, 1);
 }
 
+static void on_wrong(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)ctx;
+	t_i64 r = { 7 };
+	dg_tp_reply(tp, in, (dg_msg_type)T_SINK, &r); /* not the type the row names */
+}
+
 static void test_request_errors(void **state)
 {
 	(void)state;
 	dg_tp *a = NODE(0), *b = NODE(0);
 	OK(dg_tp_handle(b, (dg_msg_type)T_FAIL, on_fail, NULL));
+	OK(dg_tp_handle(b, (dg_msg_type)T_WRONG, on_wrong, NULL));
 	dg_node_id bid = connect_ok(a, b);
 	t_i64 v;
+
+	/* an answer of another type than the request's row names: the request
+	 * fails, the caller's struct is never written, it counts as malformed */
+	uint64_t bad0 = stats(a).malformed_frames;
+	t_i64 wr = { 99 };
+	v.v = 1;
+	EXPECT(dg_tp_call(a, bid, (dg_msg_type)T_WRONG, &v, 5000, &wr, NULL), DG_ERR_BAD_TAG);
+	assert_int_equal(wr.v, 99);
+	assert_int_equal(stats(a).malformed_frames, bad0 + 1);
 
 	/* the remote handler's error reaches the caller as that error */
 	const dg_err codes[] = { DG_ERR_RANGE, DG_ERR_CONFLICT, DG_ERR_NOMEM,
@@ -1925,7 +1947,7 @@ static void test_request_errors(void **state)
 	OK(ping(a, bid, "still fine"));
 	assert_int_equal(ctr(b, (dg_msg_type)T_NOHANDLER).recv, 2);
 	assert_int_equal(ctr(b, (dg_msg_type)T_NOHANDLER).sent, 1);
-	assert_int_equal(stats(a).malformed_frames + stats(b).malformed_frames, 0);
+	assert_int_equal(stats(a).malformed_frames + stats(b).malformed_frames, 1); /* the wrong reply */
 
 	/* nobody by that id */
 	dg_msg_bytes m = { { (const uint8_t *)"x", 1 } };

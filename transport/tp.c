@@ -442,7 +442,10 @@ static void pend_remove(struct stripe *s, uint32_t j)
 }
 
 /* Remove corr; true (and *out) if it was pending. */
-static bool pend_take(struct stripe *s, uint64_t corr, struct pending *out)
+/* Takes the entry for corr — only if it was sent to `from` (0: anyone):
+ * an answer from another peer must not consume someone else's request. */
+static bool pend_take_from(struct stripe *s, uint64_t corr, dg_node_id from,
+    struct pending *out)
 {
 	uint32_t j = (uint32_t)(corr / PEND_STRIPES) & s->mask;
 	for (uint32_t n = 0; n <= s->mask; n++) {
@@ -450,6 +453,8 @@ static bool pend_take(struct stripe *s, uint64_t corr, struct pending *out)
 		if (e->corr == 0)
 			return false;
 		if (e->corr == corr) {
+			if (from != 0 && e->peer != from)
+				return false;
 			*out = *e;
 			pend_remove(s, j);
 			return true;
@@ -459,15 +464,31 @@ static bool pend_take(struct stripe *s, uint64_t corr, struct pending *out)
 	return false;
 }
 
+static bool pend_take(struct stripe *s, uint64_t corr, struct pending *out)
+{
+	return pend_take_from(s, corr, 0, out);
+}
+
 void dgi_complete(dg_tp *tp, const dg_msg_in *in)
 {
 	struct stripe *s = stripe_of(tp, in->corr);
 	struct pending p;
 	pthread_mutex_lock(&s->mu);
-	bool found = in->corr > 1 && pend_take(s, in->corr, &p);
+	bool found = in->corr > 1 && pend_take_from(s, in->corr, in->from, &p);
 	pthread_mutex_unlock(&s->mu);
-	if (!found || p.peer != in->from)
+	if (!found)
 		return; /* late (timed out) or not ours: dropped, counted as received */
+	if (!(in->flags & DG_FRAME_ERROR) && p.reply != DG_MSG_UNKNOWN && in->type != p.reply) {
+		dgi_count_failure(tp, in->type);
+		atomic_fetch_add(&tp->t.malformed_frames, 1);
+		dgi_log("warn", "REPLY-TYPE", "peer=%016llx type=%s expected=%s",
+		    (unsigned long long)in->from, dg_msg_name(in->type), dg_msg_name(p.reply));
+		dg_msg_in bad = *in;
+		bad.body = NULL;
+		bad.err = DG_ERR_BAD_TAG;
+		p.cb(p.ctx, DG_ERR_BAD_TAG, &bad);
+		return;
+	}
 	p.cb(p.ctx, in->err, in);
 }
 
@@ -514,7 +535,9 @@ dg_err dg_tp_request(dg_tp *tp, dg_node_id to, dg_msg_type type,
 	do
 		corr = atomic_fetch_add(&tp->next_corr, 1);
 	while (corr <= 1); /* 0 and 1 mark empty and removed slots */
-	struct pending p = { corr, to, dgi_now_ms() + timeout_ms, cb, ctx };
+	const dg_msg_row *row = dg_msg_row_of(type);
+	struct pending p = { corr, to, row ? row->reply : DG_MSG_UNKNOWN,
+		dgi_now_ms() + timeout_ms, cb, ctx };
 	struct stripe *s = stripe_of(tp, corr);
 	pthread_mutex_lock(&s->mu);
 	dg_err e = pend_put(s, &p);

@@ -117,6 +117,11 @@ typedef struct dg_msg_row {
 	 * decode may keep views into the frame (valid for the callback). */
 	dg_err (*encode)(dg_writer *w, const void *body);
 	dg_err (*decode)(dg_reader *r, void *body);
+	/* Requests: the type every answer must have (0: not checked).  An
+	 * answer of another type fails the request with DG_ERR_BAD_TAG and is
+	 * counted malformed — a reply callback (or dg_tp_call's struct) only
+	 * ever sees the body it expects. */
+	dg_msg_type reply;
 } dg_msg_row;
 
 #define DG_MSG_BODY_MAX 256

@@ -228,6 +228,7 @@ struct peer_table {
 struct pending {
 	uint64_t corr;              /* 0: empty */
 	dg_node_id peer;
+	dg_msg_type reply;          /* the answer's type, or 0: any */
 	uint64_t deadline_ms;
 	dg_reply_fn cb;
 	void *ctx;
