@@ -40,6 +40,7 @@ static const char *const err_names[DG_ERR__COUNT] = {
 	[DG_ERR_STORAGE] = "DG_ERR_STORAGE: persistent storage failed",
 	[DG_ERR_STORAGE_FULL] = "DG_ERR_STORAGE_FULL: persistent storage is full",
 	[DG_ERR_NOT_READY] = "DG_ERR_NOT_READY: not ready",
+	[DG_ERR_DEADLOCK] = "DG_ERR_DEADLOCK: deadlock victim",
 };
 
 const char *dg_strerror(dg_err err)

@@ -94,6 +94,8 @@ typedef enum dg_err {
 	DG_ERR_STORAGE,        /* persistent storage (LMDB) failed; the write was not applied */
 	DG_ERR_STORAGE_FULL,   /* persistent storage is full (map size); the write was not applied */
 	DG_ERR_NOT_READY,      /* the node is starting, leaving or rebalancing that partition */
+	/* transactions */
+	DG_ERR_DEADLOCK,       /* the tx was chosen the victim of a deadlock; it holds nothing */
 	DG_ERR__COUNT
 } dg_err;
 

@@ -4482,7 +4482,7 @@ static void test_strerror(void **state)
 		"DG_ERR_UNREACHABLE", "DG_ERR_AUTH", "DG_ERR_TLS", "DG_ERR_NET",
 		"DG_ERR_ADDRINUSE", "DG_ERR_UNSUPPORTED", "DG_ERR_NOT_FOUND",
 		"DG_ERR_EXISTS", "DG_ERR_PARTITION_LOST", "DG_ERR_REMAP",
-		"DG_ERR_STORAGE", "DG_ERR_STORAGE_FULL", "DG_ERR_NOT_READY",
+		"DG_ERR_STORAGE", "DG_ERR_STORAGE_FULL", "DG_ERR_NOT_READY", "DG_ERR_DEADLOCK",
 	};
 	for (int e = 0; e < DG_ERR__COUNT; e++) {
 		const char *s = dg_strerror((dg_err)e);

@@ -12,6 +12,7 @@ int dgt_wfg_tests(void);
 int dgt_lockq_tests(void);
 int dgt_txstate_tests(void);
 int dgt_txents_tests(void);
+int dgt_txsvc_tests(void);
 
 int main(void)
 {
@@ -19,5 +20,6 @@ int main(void)
 	failed += dgt_lockq_tests();
 	failed += dgt_txstate_tests();
 	failed += dgt_txents_tests();
+	failed += dgt_txsvc_tests();
 	return failed ? 1 : 0;
 }

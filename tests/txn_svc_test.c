@@ -1,0 +1,190 @@
+/*
+ * txn_svc_test.c — the lock service over the network: two transports in
+ * this process, one the primary (dgi_txsvc), one sending TX_LOCK and
+ * TX_UNLOCK as near nodes do.  FIFO grants across transactions, deadlines,
+ * and a deadlock found the moment the cycle closes (not at the timeout),
+ * its youngest transaction the victim.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "txn/txsvc.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define OK(x) assert_int_equal((x), DG_OK)
+
+int dgt_txsvc_tests(void);
+
+struct pair {
+	dg_registry *reg;
+	dg_tp *near, *prim;
+	dgi_txsvc *svc;
+	dg_node_id to;
+};
+
+static void pair_start(struct pair *p)
+{
+	dg_tp_config c;
+	OK(dg_registry_create(&p->reg));
+	dg_tp_config_init(&c);
+	c.reg = p->reg;
+	c.listen_url = "tcp://127.0.0.1:0";
+	OK(dg_tp_start(&c, &p->prim));
+	OK(dgi_txsvc_start(p->prim, &p->svc));
+	OK(dg_tp_start(&c, &p->near));
+	OK(dg_tp_connect(p->near, dg_tp_address(p->prim), &p->to));
+}
+
+static void pair_stop(struct pair *p)
+{
+	dgi_txsvc_stop(p->svc);
+	dg_tp_stop(p->near);
+	dg_tp_stop(p->prim);
+	dg_registry_destroy(p->reg);
+}
+
+/* An asynchronous TX_LOCK: its answer lands in res (-1 until then). */
+struct lock_call {
+	_Atomic int res;
+	_Atomic uint64_t at_ms;
+};
+
+static void on_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct lock_call *lc = ctx;
+	int r = err != DG_OK ? (int)err : (int)((const dgi_msg_tx_res *)reply->body)->res;
+	atomic_store(&lc->at_ms, dgi_now_ms());
+	atomic_store(&lc->res, r);
+}
+
+static void lock_async(struct pair *p, uint64_t seq, int64_t start, const char *key,
+    int64_t timeout_ms, struct lock_call *lc)
+{
+	atomic_store(&lc->res, -1);
+	dgi_msg_tx_lock m = { 7, (int64_t)seq, start, 1, timeout_ms,
+		{ (const uint8_t *)key, (uint32_t)strlen(key) } };
+	OK(dg_tp_request(p->near, p->to, DGI_MSG_TX_LOCK, &m, 20000, on_res, lc));
+}
+
+static int wait_res(struct lock_call *lc, uint32_t ms)
+{
+	uint64_t end = dgi_now_ms() + ms;
+	while (atomic_load(&lc->res) == -1 && dgi_now_ms() < end) {
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	return atomic_load(&lc->res);
+}
+
+static void unlock(struct pair *p, uint64_t seq)
+{
+	dgi_msg_tx_res m = { 0, 7, (int64_t)seq }, r;
+	OK(dg_tp_call(p->near, p->to, DGI_MSG_TX_UNLOCK, &m, 5000, &r, NULL));
+	OK((dg_err)r.res);
+}
+
+static void test_fifo_across_transactions(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_start(&p);
+	struct lock_call a, b, c;
+	lock_async(&p, 1, 1000, "k", 5000, &a);
+	assert_int_equal(wait_res(&a, 2000), DG_OK);
+	lock_async(&p, 2, 2000, "k", 5000, &b);
+	lock_async(&p, 3, 3000, "k", 5000, &c);
+	assert_int_equal(wait_res(&b, 100), -1); /* waiting behind tx 1 */
+	assert_int_equal(wait_res(&c, 10), -1);
+	unlock(&p, 1);
+	assert_int_equal(wait_res(&b, 2000), DG_OK); /* first in line */
+	assert_int_equal(wait_res(&c, 100), -1);
+	unlock(&p, 2);
+	assert_int_equal(wait_res(&c, 2000), DG_OK);
+	unlock(&p, 3);
+	dgi_txsvc_stats st;
+	dgi_txsvc_get_stats(p.svc, &st);
+	assert_int_equal(st.granted, 3);
+	assert_int_equal(st.waited, 2);
+	pair_stop(&p);
+}
+
+static void test_lock_timeout(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_start(&p);
+	struct lock_call a, b;
+	lock_async(&p, 1, 1000, "k", 5000, &a);
+	assert_int_equal(wait_res(&a, 2000), DG_OK);
+	uint64_t t0 = dgi_now_ms();
+	lock_async(&p, 2, 2000, "k", 150, &b);
+	assert_int_equal(wait_res(&b, 3000), DG_ERR_TIMEOUT);
+	uint64_t took = atomic_load(&b.at_ms) - t0;
+	assert_true(took >= 140 && took < 1500);
+	unlock(&p, 1);
+	unlock(&p, 2);
+	pair_stop(&p);
+}
+
+static void test_deadlock_detected_when_waiting(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_start(&p);
+	struct lock_call a1, b2, a2, b1;
+	/* tx 1 (older) holds k1, tx 2 (younger) holds k2 */
+	lock_async(&p, 1, 1000, "k1", 10000, &a1);
+	lock_async(&p, 2, 2000, "k2", 10000, &b2);
+	assert_int_equal(wait_res(&a1, 2000), DG_OK);
+	assert_int_equal(wait_res(&b2, 2000), DG_OK);
+	/* tx 1 waits for k2; then tx 2 asks for k1: a cycle */
+	lock_async(&p, 1, 1000, "k2", 10000, &a2);
+	assert_int_equal(wait_res(&a2, 100), -1);
+	uint64_t t0 = dgi_now_ms();
+	lock_async(&p, 2, 2000, "k1", 10000, &b1);
+	/* the younger tx 2 is the victim, at once (well under the 10 s timeout) */
+	assert_int_equal(wait_res(&b1, 3000), DG_ERR_DEADLOCK);
+	assert_true(atomic_load(&b1.at_ms) - t0 < 1000);
+	/* its k2 went to tx 1, which proceeds */
+	assert_int_equal(wait_res(&a2, 3000), DG_OK);
+	dgi_txsvc_stats st;
+	dgi_txsvc_get_stats(p.svc, &st);
+	assert_int_equal(st.deadlocks, 1);
+	unlock(&p, 1);
+	unlock(&p, 2);
+	pair_stop(&p);
+}
+
+static void test_bad_requests(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_start(&p);
+	struct lock_call a;
+	atomic_store(&a.res, -1);
+	dgi_msg_tx_lock m = { 0, 0, 1, 1, 100, { (const uint8_t *)"k", 1 } }; /* no tx id */
+	OK(dg_tp_request(p.near, p.to, DGI_MSG_TX_LOCK, &m, 5000, on_res, &a));
+	assert_int_equal(wait_res(&a, 2000), DG_ERR_INVAL);
+	dgi_msg_tx_lock e = { 7, 1, 1, 1, 100, { NULL, 0 } }; /* no key */
+	OK(dg_tp_request(p.near, p.to, DGI_MSG_TX_LOCK, &e, 5000, on_res, &a));
+	atomic_store(&a.res, -1);
+	assert_int_equal(wait_res(&a, 2000), DG_ERR_INVAL);
+	pair_stop(&p);
+}
+
+int dgt_txsvc_tests(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fifo_across_transactions),
+		cmocka_unit_test(test_lock_timeout),
+		cmocka_unit_test(test_deadlock_detected_when_waiting),
+		cmocka_unit_test(test_bad_requests),
+	};
+	return cmocka_run_group_tests_name("txsvc", tests, NULL, NULL);
+}
