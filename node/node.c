@@ -12,6 +12,7 @@
 #include "cache/cache.h"
 #include "settings.h"
 #include "transport/transport_int.h"
+#include "txn/txsvc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ struct dg_node {
 	dg_tp *tp;
 	dg_member *m;
 	dgi_grid *g;
+	dgi_txsvc *txs;             /* the lock service (primaries' side of transactions) */
 };
 
 void dg_node_config_init(dg_node_config *cfg)
@@ -114,6 +116,7 @@ static void node_stop(dg_node *n, bool graceful)
 		dg_member_stop(n->m);
 	else if (n->m != NULL)
 		dgi_member_kill(n->m);
+	dgi_txsvc_stop(n->txs);
 	if (n->g != NULL)
 		dgi_grid_stop(n->g);
 	if (n->tp != NULL)
@@ -180,6 +183,8 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 		n->cfg.on_event, n->cfg.event_ctx
 	};
 	if ((e = dgi_grid_start(n->tp, n->reg, &gc, &n->g)) != DG_OK)
+		goto fail;
+	if (!n->cfg.client && (e = dgi_txsvc_start(n->tp, &n->txs)) != DG_OK)
 		goto fail;
 
 	dg_member_config mc;
