@@ -1032,6 +1032,47 @@ static void test_multi_rebalance_under_writes(void **state)
 	cluster_stop(&cl);
 }
 
+/* REPLICATED: every server node holds every entry, whatever the backups
+ * setting; size counts each entry once; clear empties every node. */
+static void test_multi_replicated(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "repl");
+	cc.mode = DG_REPLICATED;
+	cc.partitions = 32;
+	dg_cache *cs[3];
+	OK(dg_cache_create(cl.n[1], &cc, &cs[1]));
+	cs[0] = cache_on(cl.n[0], "repl");
+	cs[2] = cache_on(cl.n[2], "repl");
+	assert_int_equal(atomic_load(&cs[0]->aff)->copies, 3);
+	for (int i = 0; i < 500; i++) {
+		char k[16], v[16];
+		snprintf(k, sizeof(k), "r%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		OK(dg_cache_put(cs[i % 3], k, strlen(k), v, strlen(v)));
+		for (int j = 0; j < 3; j++) /* FULL_SYNC: on every node on return */
+			assert_int_equal(copies_on(cs[j], k, v), 1);
+	}
+	uint64_t size;
+	OK(dg_cache_size(cs[2], &size));
+	assert_int_equal(size, 500);
+	for (int j = 0; j < 3; j++) {
+		dg_cache_metrics m;
+		OK(dg_cache_get_metrics(cs[j], &m));
+		assert_int_equal(m.entries, 500);
+	}
+	OK(dg_cache_clear(cs[0]));
+	for (int j = 0; j < 3; j++) {
+		dg_cache_metrics m;
+		OK(dg_cache_get_metrics(cs[j], &m));
+		assert_int_equal(m.entries, 0);
+	}
+	cluster_stop(&cl);
+}
+
 static void test_multi_lost_partitions(void **state)
 {
 	(void)state;
@@ -1484,6 +1525,7 @@ int main(void)
 		cmocka_unit_test(test_multi_full_async),
 		cmocka_unit_test(test_multi_read_from_backup),
 		cmocka_unit_test(test_multi_rebalance_under_writes),
+		cmocka_unit_test(test_multi_replicated),
 		cmocka_unit_test(test_multi_lost_partitions),
 		cmocka_unit_test(test_multi_node_failure_keeps_writes),
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),
