@@ -1073,6 +1073,49 @@ static void test_multi_replicated(void **state)
 	cluster_stop(&cl);
 }
 
+/* A scan from a client node pages through every partition on its primary
+ * (remote SCAN requests): every entry once, none twice. */
+static void test_multi_scan_remote(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "rscan");
+	cc.backups = 1;
+	cc.partitions = 64;
+	dg_cache *c;
+	OK(dg_cache_create(cl.n[3], &cc, &c)); /* the client */
+	for (int i = 0; i < 3000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "s%05d", i);
+		OK(dg_cache_put(c, k, strlen(k), "v", 1));
+	}
+	OK(dg_cache_remove(c, "s00007", 6, NULL)); /* a tombstone is not an entry */
+	uint8_t *seen = calloc(3000, 1);
+	dg_scan *sc;
+	OK(dg_scan_open(c, 50, &sc));
+	const uint8_t *kp, *vp;
+	size_t kl, vl;
+	int n = 0;
+	dg_err e;
+	while ((e = dg_scan_next(sc, &kp, &kl, &vp, &vl)) == DG_OK) {
+		const uint8_t *kb;
+		size_t kn;
+		OK(dg_bytes_of(kp, kl, &kb, &kn));
+		int i = atoi((const char *)kb + 1);
+		assert_int_equal(seen[i], 0);
+		seen[i] = 1;
+		n++;
+	}
+	EXPECT(e, DG_ERR_NOT_FOUND);
+	assert_int_equal(n, 2999);
+	assert_int_equal(seen[7], 0);
+	dg_scan_close(sc);
+	free(seen);
+	cluster_stop(&cl);
+}
+
 static void test_multi_lost_partitions(void **state)
 {
 	(void)state;
@@ -1526,6 +1569,7 @@ int main(void)
 		cmocka_unit_test(test_multi_read_from_backup),
 		cmocka_unit_test(test_multi_rebalance_under_writes),
 		cmocka_unit_test(test_multi_replicated),
+		cmocka_unit_test(test_multi_scan_remote),
 		cmocka_unit_test(test_multi_lost_partitions),
 		cmocka_unit_test(test_multi_node_failure_keeps_writes),
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),
