@@ -1149,70 +1149,6 @@ dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen, bool *presen
 	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
 }
 
-dg_err dg_cache_put_all(dg_cache *c, const dg_kv *kvs, size_t n)
-{
-	if (kvs == NULL && n != 0)
-		return DG_ERR_INVAL;
-	for (size_t i = 0; i < n; i++) {
-		dg_err e = dg_cache_put(c, kvs[i].key, kvs[i].klen, kvs[i].val, kvs[i].vlen);
-		if (e != DG_OK)
-			return e;
-	}
-	return DG_OK;
-}
-
-dg_err dg_cache_get_all(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
-{
-	if ((kvs == NULL && n != 0) || vals == NULL)
-		return DG_ERR_INVAL;
-	size_t f = 0;
-	size_t *offs = n ? dgi_alloc(n * sizeof(*offs)) : NULL;
-	if (n && offs == NULL)
-		return DG_ERR_NOMEM;
-	for (size_t i = 0; i < n; i++) {
-		size_t at = vals->len;
-		dg_err e = dg_cache_get(c, kvs[i].key, kvs[i].klen, vals);
-		if (e == DG_ERR_NOT_FOUND) {
-			offs[i] = SIZE_MAX;
-			continue;
-		}
-		if (e != DG_OK) {
-			dgi_free(offs);
-			return e;
-		}
-		offs[i] = at;
-		kvs[i].vlen = vals->len - at;
-		f++;
-	}
-	/* pointers only now: vals may have moved while growing */
-	for (size_t i = 0; i < n; i++) {
-		kvs[i].val = offs[i] == SIZE_MAX ? NULL : vals->data + offs[i];
-		if (offs[i] == SIZE_MAX)
-			kvs[i].vlen = 0;
-	}
-	dgi_free(offs);
-	if (found != NULL)
-		*found = f;
-	return DG_OK;
-}
-
-dg_err dg_cache_remove_all(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
-{
-	if (kvs == NULL && n != 0)
-		return DG_ERR_INVAL;
-	size_t r = 0;
-	for (size_t i = 0; i < n; i++) {
-		bool rm = false;
-		dg_err e = dg_cache_remove(c, kvs[i].key, kvs[i].klen, &rm);
-		if (e != DG_OK)
-			return e;
-		r += rm;
-	}
-	if (removed != NULL)
-		*removed = r;
-	return DG_OK;
-}
-
 /* ---- typed ---- */
 
 static dg_err check_val(const uint8_t *p, size_t n, size_t max)
@@ -1297,19 +1233,27 @@ dg_err dg_cache_contains_val(dg_cache *c, const uint8_t *key, size_t klen, bool 
 	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
 }
 
-dg_err dg_cache_put_all_val(dg_cache *c, const dg_kv *kvs, size_t n)
+/* ---- batches: one operation per key, through the raw or encoded flavour ---- */
+
+typedef dg_err (*put_one_fn)(dg_cache *c, const void *key, size_t klen, const void *val,
+    size_t vlen);
+typedef dg_err (*get_one_fn)(dg_cache *c, const void *key, size_t klen, dg_buf *val);
+typedef dg_err (*remove_one_fn)(dg_cache *c, const void *key, size_t klen, bool *removed);
+
+static dg_err put_all_with(dg_cache *c, const dg_kv *kvs, size_t n, put_one_fn one)
 {
 	if (kvs == NULL && n != 0)
 		return DG_ERR_INVAL;
 	for (size_t i = 0; i < n; i++) {
-		dg_err e = dg_cache_put_val(c, kvs[i].key, kvs[i].klen, kvs[i].val, kvs[i].vlen);
+		dg_err e = one(c, kvs[i].key, kvs[i].klen, kvs[i].val, kvs[i].vlen);
 		if (e != DG_OK)
 			return e;
 	}
 	return DG_OK;
 }
 
-dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
+static dg_err get_all_with(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found,
+    get_one_fn one)
 {
 	if ((kvs == NULL && n != 0) || vals == NULL)
 		return DG_ERR_INVAL;
@@ -1319,15 +1263,16 @@ dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, siz
 		return DG_ERR_NOMEM;
 	for (size_t i = 0; i < n; i++) {
 		size_t at = vals->len;
-		dg_err e = dg_cache_get_val(c, kvs[i].key, kvs[i].klen, vals);
-		offs[i] = e == DG_OK ? at : SIZE_MAX;
+		dg_err e = one(c, kvs[i].key, kvs[i].klen, vals);
 		if (e != DG_OK && e != DG_ERR_NOT_FOUND) {
 			dgi_free(offs);
 			return e;
 		}
+		offs[i] = e == DG_OK ? at : SIZE_MAX;
 		kvs[i].vlen = e == DG_OK ? vals->len - at : 0;
 		f += e == DG_OK;
 	}
+	/* pointers only now: vals may have moved while growing */
 	for (size_t i = 0; i < n; i++)
 		kvs[i].val = offs[i] == SIZE_MAX ? NULL : vals->data + offs[i];
 	dgi_free(offs);
@@ -1336,14 +1281,15 @@ dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, siz
 	return DG_OK;
 }
 
-dg_err dg_cache_remove_all_val(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
+static dg_err remove_all_with(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed,
+    remove_one_fn one)
 {
 	if (kvs == NULL && n != 0)
 		return DG_ERR_INVAL;
 	size_t r = 0;
 	for (size_t i = 0; i < n; i++) {
 		bool rm = false;
-		dg_err e = dg_cache_remove_val(c, kvs[i].key, kvs[i].klen, &rm);
+		dg_err e = one(c, kvs[i].key, kvs[i].klen, &rm);
 		if (e != DG_OK)
 			return e;
 		r += rm;
@@ -1351,6 +1297,53 @@ dg_err dg_cache_remove_all_val(dg_cache *c, const dg_kv *kvs, size_t n, size_t *
 	if (removed != NULL)
 		*removed = r;
 	return DG_OK;
+}
+
+/* The encoded flavour with the raw flavour's signature. */
+static dg_err put_val_one(dg_cache *c, const void *key, size_t klen, const void *val,
+    size_t vlen)
+{
+	return dg_cache_put_val(c, key, klen, val, vlen);
+}
+
+static dg_err get_val_one(dg_cache *c, const void *key, size_t klen, dg_buf *val)
+{
+	return dg_cache_get_val(c, key, klen, val);
+}
+
+static dg_err remove_val_one(dg_cache *c, const void *key, size_t klen, bool *removed)
+{
+	return dg_cache_remove_val(c, key, klen, removed);
+}
+
+dg_err dg_cache_put_all(dg_cache *c, const dg_kv *kvs, size_t n)
+{
+	return put_all_with(c, kvs, n, dg_cache_put);
+}
+
+dg_err dg_cache_get_all(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
+{
+	return get_all_with(c, kvs, n, vals, found, dg_cache_get);
+}
+
+dg_err dg_cache_remove_all(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
+{
+	return remove_all_with(c, kvs, n, removed, dg_cache_remove);
+}
+
+dg_err dg_cache_put_all_val(dg_cache *c, const dg_kv *kvs, size_t n)
+{
+	return put_all_with(c, kvs, n, put_val_one);
+}
+
+dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
+{
+	return get_all_with(c, kvs, n, vals, found, get_val_one);
+}
+
+dg_err dg_cache_remove_all_val(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
+{
+	return remove_all_with(c, kvs, n, removed, remove_val_one);
 }
 
 /* Encodes one struct with its descriptor into b (reset first). */
