@@ -100,14 +100,6 @@
 extern unsigned dgb_own_lines;
 int dgb_cache_suite(const dgb_opts *o);
 
-#define DG_DO(expr)                                                        \
-	do {                                                                   \
-		dg_err e_ = (expr);                                                \
-		if (__builtin_expect(e_ != DG_OK, 0))                              \
-			dgb_die("%s:%d: %s: %s", __FILE__, __LINE__, #expr,            \
-			    dg_strerror(e_));                                          \
-	} while (0)
-
 #define MDB_DO(expr)                                                       \
 	do {                                                                   \
 		int rc_ = (expr);                                                  \

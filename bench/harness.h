@@ -113,4 +113,14 @@ static inline void dgb_clobber(const void *p)
 	__asm__ __volatile__("" : : "r"(p) : "memory");
 }
 
+
+/* Dies with the failing expression and its dg_err when expr is not DG_OK. */
+#define DG_DO(expr)                                                        \
+	do {                                                                   \
+		dg_err e_ = (expr);                                                \
+		if (__builtin_expect(e_ != DG_OK, 0))                              \
+			dgb_die("%s:%d: %s: %s", __FILE__, __LINE__, #expr,            \
+			    dg_strerror(e_));                                          \
+	} while (0)
+
 #endif /* DGB_HARNESS_H */

@@ -57,14 +57,6 @@
 #define P_SCORE 98.5
 #define P_TS INT64_C(1767225600000)
 
-#define DG_DO(expr)                                                        \
-	do {                                                                   \
-		dg_err e_ = (expr);                                                \
-		if (__builtin_expect(e_ != DG_OK, 0))                              \
-			dgb_die("%s:%d: %s: %s", __FILE__, __LINE__, #expr,            \
-			    dg_strerror(e_));                                          \
-	} while (0)
-
 #define CHECK(cond)                                                        \
 	do {                                                                   \
 		if (__builtin_expect(!(cond), 0))                                  \
