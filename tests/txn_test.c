@@ -13,6 +13,7 @@ int dgt_lockq_tests(void);
 int dgt_txstate_tests(void);
 int dgt_txents_tests(void);
 int dgt_txsvc_tests(void);
+int dgt_txdone_tests(void);
 
 int main(void)
 {
@@ -21,5 +22,6 @@ int main(void)
 	failed += dgt_txstate_tests();
 	failed += dgt_txents_tests();
 	failed += dgt_txsvc_tests();
+	failed += dgt_txdone_tests();
 	return failed ? 1 : 0;
 }

@@ -1,0 +1,288 @@
+/*
+ * txdone.c — finished transactions remembered for a bounded time
+ * (txdone.h).
+ *
+ * One mutex guards two structures that always hold the same ids:
+ *   - an open-addressing table of (id, outcome), linear probing, capacity a
+ *     power of two kept at load <= 1/2, doubled when a put would exceed it.
+ *     An empty slot holds the id {0,0} (never a valid tx id).  Deletion is
+ *     by backward shift (no tombstones): after emptying a slot, later
+ *     entries of the same cluster whose home is not cyclically in (hole,
+ *     slot] move back into the hole, so every probe chain stays unbroken;
+ *   - a FIFO ring of (id, finish time) in put order, doubled when full.
+ *     Expiry pops from the front while the front finished more than keep_ms
+ *     before now, deleting each popped id from the table.
+ *
+ * A put of a new id first allocates whatever must grow (table and/or ring),
+ * and only then mutates, so DG_ERR_NOMEM leaves everything unchanged.
+ */
+#include "txn/txdone.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define TD_TABLE_MIN 16u
+#define TD_RING_MIN 8u
+
+typedef struct td_slot {
+	dgi_txid id;             /* {0,0}: empty */
+	dgi_txs outcome;
+} td_slot;
+
+typedef struct td_ring_ent {
+	dgi_txid id;
+	uint64_t finish_ms;
+} td_ring_ent;
+
+struct dgi_txdone {
+	pthread_mutex_t mu;
+	uint64_t keep_ms;
+	td_slot *tab;            /* tcap slots, tcap a power of two */
+	size_t tcap;
+	size_t count;            /* ids in the table (== ring length) */
+	td_ring_ent *ring;       /* rcap entries, rcap a power of two */
+	size_t rcap;
+	size_t rhead;            /* index of the oldest entry */
+};
+
+/* ---- hashing ---- */
+
+static uint64_t td_hash(const dgi_txid *id)
+{
+	uint64_t h = id->node * 0x9E3779B97F4A7C15ull;
+
+	h ^= id->seq + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+	h ^= h >> 33;
+	h *= 0xFF51AFD7ED558CCDull;
+	h ^= h >> 33;
+	h *= 0xC4CEB9FE1A85EC53ull;
+	h ^= h >> 33;
+	return h;
+}
+
+static bool td_empty(const td_slot *s)
+{
+	return s->id.node == 0 && s->id.seq == 0;
+}
+
+static bool td_id_valid(const dgi_txid *id)
+{
+	return id->node != 0 || id->seq != 0;
+}
+
+/* ---- table ---- */
+
+/* The slot holding id, or the empty slot ending its probe chain. */
+static size_t td_find(const td_slot *tab, size_t tcap, const dgi_txid *id)
+{
+	size_t mask = tcap - 1;
+	size_t i = (size_t)td_hash(id) & mask;
+
+	while (!td_empty(&tab[i]) && !dgi_txid_eq(&tab[i].id, id))
+		i = (i + 1) & mask;
+	return i;
+}
+
+static void td_insert(td_slot *tab, size_t tcap, const dgi_txid *id, dgi_txs outcome)
+{
+	size_t i = td_find(tab, tcap, id);
+
+	tab[i].id = *id;
+	tab[i].outcome = outcome;
+}
+
+/* True when home h is cyclically within (hole, j]: the entry at j may not
+ * move back to hole. */
+static bool td_between(size_t hole, size_t h, size_t j)
+{
+	if (hole <= j)
+		return hole < h && h <= j;
+	return hole < h || h <= j;
+}
+
+/* Empties slot i and shifts the rest of its cluster back. */
+static void td_delete_at(td_slot *tab, size_t tcap, size_t i)
+{
+	size_t mask = tcap - 1;
+	size_t hole = i;
+	size_t j = i;
+
+	for (;;) {
+		j = (j + 1) & mask;
+		if (td_empty(&tab[j]))
+			break;
+		size_t h = (size_t)td_hash(&tab[j].id) & mask;
+		if (td_between(hole, h, j))
+			continue;
+		tab[hole] = tab[j];
+		hole = j;
+	}
+	memset(&tab[hole], 0, sizeof tab[hole]);
+}
+
+static void td_table_remove(dgi_txdone *d, const dgi_txid *id)
+{
+	size_t i = td_find(d->tab, d->tcap, id);
+
+	if (!td_empty(&d->tab[i]))
+		td_delete_at(d->tab, d->tcap, i);
+}
+
+/* Moves every entry into ntab (ncap slots, zeroed) and frees the old one. */
+static void td_table_rehash(dgi_txdone *d, td_slot *ntab, size_t ncap)
+{
+	for (size_t i = 0; i < d->tcap; i++)
+		if (!td_empty(&d->tab[i]))
+			td_insert(ntab, ncap, &d->tab[i].id, d->tab[i].outcome);
+	dgi_free(d->tab);
+	d->tab = ntab;
+	d->tcap = ncap;
+}
+
+/* ---- ring ---- */
+
+static td_ring_ent *td_ring_at(dgi_txdone *d, size_t k)
+{
+	return &d->ring[(d->rhead + k) & (d->rcap - 1)];
+}
+
+/* Copies the ring in order into nring (ncap entries) and frees the old. */
+static void td_ring_regrow(dgi_txdone *d, td_ring_ent *nring, size_t ncap)
+{
+	for (size_t k = 0; k < d->count; k++)
+		nring[k] = *td_ring_at(d, k);
+	dgi_free(d->ring);
+	d->ring = nring;
+	d->rcap = ncap;
+	d->rhead = 0;
+}
+
+/* ---- growth ---- */
+
+/* Makes room for one more id: allocates first, then swaps in. */
+static dg_err td_reserve(dgi_txdone *d)
+{
+	bool grow_t = (d->count + 1) * 2 > d->tcap;
+	bool grow_r = d->count == d->rcap;
+	td_slot *ntab = NULL;
+	td_ring_ent *nring = NULL;
+
+	if (grow_t && (ntab = dgi_calloc(d->tcap * 2, sizeof *ntab)) == NULL)
+		return DG_ERR_NOMEM;
+	if (grow_r && (nring = dgi_alloc(d->rcap * 2 * sizeof *nring)) == NULL) {
+		dgi_free(ntab);
+		return DG_ERR_NOMEM;
+	}
+	if (grow_t)
+		td_table_rehash(d, ntab, d->tcap * 2);
+	if (grow_r)
+		td_ring_regrow(d, nring, d->rcap * 2);
+	return DG_OK;
+}
+
+/* ---- API ---- */
+
+dg_err dgi_txdone_create(uint64_t keep_ms, dgi_txdone **out)
+{
+	if (keep_ms == 0 || out == NULL)
+		return DG_ERR_INVAL;
+	dgi_txdone *d = dgi_calloc(1, sizeof *d);
+	if (d == NULL)
+		return DG_ERR_NOMEM;
+	d->tab = dgi_calloc(TD_TABLE_MIN, sizeof *d->tab);
+	d->ring = dgi_alloc(TD_RING_MIN * sizeof *d->ring);
+	if (d->tab == NULL || d->ring == NULL || pthread_mutex_init(&d->mu, NULL) != 0) {
+		dgi_free(d->tab);
+		dgi_free(d->ring);
+		dgi_free(d);
+		return DG_ERR_NOMEM;
+	}
+	d->keep_ms = keep_ms;
+	d->tcap = TD_TABLE_MIN;
+	d->rcap = TD_RING_MIN;
+	*out = d;
+	return DG_OK;
+}
+
+void dgi_txdone_destroy(dgi_txdone *d)
+{
+	if (d == NULL)
+		return;
+	pthread_mutex_destroy(&d->mu);
+	dgi_free(d->tab);
+	dgi_free(d->ring);
+	dgi_free(d);
+}
+
+static dg_err td_put_locked(dgi_txdone *d, const dgi_txid *tx, dgi_txs outcome, uint64_t now_ms)
+{
+	size_t i = td_find(d->tab, d->tcap, tx);
+
+	if (!td_empty(&d->tab[i]))
+		return d->tab[i].outcome == outcome ? DG_OK : DG_ERR_EXISTS;
+	dg_err err = td_reserve(d);
+	if (err != DG_OK)
+		return err;
+	td_insert(d->tab, d->tcap, tx, outcome);
+	*td_ring_at(d, d->count) = (td_ring_ent){ .id = *tx, .finish_ms = now_ms };
+	d->count++;
+	return DG_OK;
+}
+
+dg_err dgi_txdone_put(dgi_txdone *d, const dgi_txid *tx, dgi_txs outcome, uint64_t now_ms)
+{
+	if (d == NULL || tx == NULL || !td_id_valid(tx))
+		return DG_ERR_INVAL;
+	if (outcome != DGI_TXS_COMMITTED && outcome != DGI_TXS_ROLLED_BACK)
+		return DG_ERR_INVAL;
+	pthread_mutex_lock(&d->mu);
+	dg_err err = td_put_locked(d, tx, outcome, now_ms);
+	pthread_mutex_unlock(&d->mu);
+	return err;
+}
+
+bool dgi_txdone_get(dgi_txdone *d, const dgi_txid *tx, dgi_txs *outcome)
+{
+	if (d == NULL || tx == NULL || !td_id_valid(tx))
+		return false;
+	pthread_mutex_lock(&d->mu);
+	size_t i = td_find(d->tab, d->tcap, tx);
+	bool found = !td_empty(&d->tab[i]);
+	if (found && outcome != NULL)
+		*outcome = d->tab[i].outcome;
+	pthread_mutex_unlock(&d->mu);
+	return found;
+}
+
+/* True when a tx finished at finish_ms is forgotten at now_ms. */
+static bool td_expired(uint64_t finish_ms, uint64_t now_ms, uint64_t keep_ms)
+{
+	return now_ms > finish_ms && now_ms - finish_ms > keep_ms;
+}
+
+uint32_t dgi_txdone_expire(dgi_txdone *d, uint64_t now_ms)
+{
+	uint32_t n = 0;
+
+	if (d == NULL)
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	while (d->count > 0 && td_expired(d->ring[d->rhead].finish_ms, now_ms, d->keep_ms)) {
+		td_table_remove(d, &d->ring[d->rhead].id);
+		d->rhead = (d->rhead + 1) & (d->rcap - 1);
+		d->count--;
+		n++;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
+size_t dgi_txdone_count(dgi_txdone *d)
+{
+	if (d == NULL)
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	size_t n = d->count;
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
