@@ -348,7 +348,7 @@ struct dgi_grid {
 	dg_cache *grave;
 	dg_topology *topo;             /* current (held); grid->mu */
 	_Atomic int64_t topver;
-	int64_t self_order;
+	_Atomic int64_t self_order;    /* read by updates without grid->mu */
 	bool stopping;
 	_Atomic bool leaving;          /* graceful leave: no more updates as primary */
 	uint64_t rebal_gen;            /* bumped on every topology: rebalancer restarts */

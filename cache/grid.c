@@ -318,7 +318,7 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 	atomic_store(&g->topver, now->version);
 	const dg_topology_node *me = dg_topology_find(now, g->self);
 	if (me != NULL)
-		g->self_order = me->order;
+		atomic_store_explicit(&g->self_order, me->order, memory_order_relaxed);
 	g->rebal_gen++;
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);

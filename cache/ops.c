@@ -385,7 +385,9 @@ static dg_err primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 		expire = e->expire_ms;
 		removal = (e->flags & DGI_ENTRY_TOMB) != 0;
 	} else {
-		ver = (dgi_pver){ aff->topver, ++pt->counter, (uint32_t)g->self_order, 0 };
+		uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order,
+		    memory_order_relaxed);
+		ver = (dgi_pver){ aff->topver, ++pt->counter, order, 0 };
 		if (e != NULL && dgi_pver_cmp(&ver, &e->ver) <= 0) {
 			/* a copy from a restarted or older epoch: stay ahead of it */
 			ver.topver = e->ver.topver;
