@@ -148,12 +148,6 @@ static void on_page_req(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		return;
 	}
 	uint32_t part = (uint32_t)m->part;
-	if (demand && atomic_load(&c->parts[part].state) == P_MOVING) {
-		/* still fetching it itself: what it holds may be partial — the
-		 * demander waits until this copy is whole */
-		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY);
-		return;
-	}
 	if (!demand) {
 		int st = atomic_load(&c->parts[part].state);
 		if (st == P_LOST) {
