@@ -7,9 +7,9 @@
  *   OWNING  an owner with the full partition: serves reads and writes;
  *   MOVING  a new owner fetching the partition from `supplier`: receives
  *           writes (as primary or backup) but reads fall through to the
- *           supplier for keys it does not hold yet; removals are kept as
- *           tombstones until it is OWNING, so a late copy cannot resurrect
- *           a removed key;
+ *           supplier for keys it does not hold yet (removals, in every
+ *           state, are tombstones for DGI_TOMB_TTL_MS: a late copy cannot
+ *           resurrect a removed key);
  *   LOST    an owner of a partition whose every previous copy is gone:
  *           reads and writes fail with DG_ERR_PARTITION_LOST until reset;
  *   NONE    not an owner.  Data left from owning it ("rented") is served
