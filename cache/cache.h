@@ -243,6 +243,49 @@ int64_t dgi_grid_version_floor(dgi_grid *g);
 /* Stable 32-bit cache id: FNV-1a of the name (never 0). */
 uint32_t dgi_cache_id(const char *name);
 
+typedef struct dgi_pver {    /* entry version (DESIGN.md): compared in this order */
+	int64_t topver;
+	uint64_t counter;
+	uint32_t order;
+	uint32_t flags;          /* not compared */
+} dgi_pver;
+
+/* <0, 0, >0 as a is older, equal, newer than b (topver, counter, order). */
+int dgi_pver_cmp(const dgi_pver *a, const dgi_pver *b);
+
+/* ---- what transactions (txn/) use of the grid ----
+ * A tx locks, reads and writes keys on their primaries through these; the
+ * cache knows nothing of transactions (the txn service calls down). */
+dg_cache *dgi_grid_cache_by_id(dgi_grid *g, uint32_t id);  /* live cache or NULL */
+uint64_t dgi_grid_self(const dgi_grid *g);
+int64_t dgi_grid_topver(const dgi_grid *g);
+uint32_t dgi_cache_id_of(const dg_cache *c);
+/* The key's hash (the one every node computes) and partition. */
+uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
+    uint64_t *hash);
+/* The owners of part under the cache's current affinity, primary first, up
+ * to 8 into out; returns how many (0 before the first topology) and sets
+ * *topver to the affinity's version. */
+uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver);
+/* Reads key as its primary under topver: appends the stored encoded value
+ * to val (when val is not NULL), *found, and the entry's version in *ver
+ * (zero when there is no entry; a removal's tombstone has one).
+ * DG_ERR_REMAP (not the primary under topver), DG_ERR_NOT_READY (leaving,
+ * or MOVING without the key), DG_ERR_PARTITION_LOST. */
+dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver);
+/* Writes key as the primary (val NULL: removal, a tombstone): a new
+ * version, persisted first, tagged with the tx id as the update id;
+ * *ver and *expire_ms: what the backups get.  No backup is sent. */
+dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
+    dgi_pver *ver, int64_t *expire_ms);
+/* Applies a copy (a backup's, or a primary re-sending what it holds):
+ * only when newer than what this node holds.  Persists. */
+dg_err dgi_cache_tx_copy(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
+    int64_t expire_ms, uint64_t tx_node, uint64_t tx_seq);
+
 #ifdef __cplusplus
 }
 #endif

@@ -312,6 +312,40 @@ static uint32_t send_backups(dgi_grid *g, dg_cache *c, const dgi_aff *aff, struc
 	return failed;
 }
 
+/* Writes key's next version as its primary (partition locked; e: the key's
+ * entry or NULL; val NULL: a removal, kept as a tombstone so an older copy
+ * arriving later cannot revive the key): persists first, then applies. */
+static dg_err write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry *e,
+    int64_t topver, uint64_t hash, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire)
+{
+	dgi_part *pt = &c->parts[part];
+	uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order, memory_order_relaxed);
+	*ver = (dgi_pver){ topver, ++pt->counter, order, 0 };
+	if (e != NULL && dgi_pver_cmp(ver, &e->ver) <= 0) {
+		/* a copy from a restarted or older epoch: stay ahead of it */
+		ver->topver = e->ver.topver;
+		ver->counter = e->ver.counter + 1;
+		pt->counter = ver->counter;
+	}
+	bool removal = val == NULL;
+	if (removal)
+		*expire = dgi_wall_ms() + DGI_TOMB_TTL_MS;
+	else
+		*expire = c->cfg.ttl_ms ? dgi_wall_ms() + (int64_t)c->cfg.ttl_ms : 0;
+	dg_err err;
+	if (c->cfg.persistence && (err = dgi_grid_persist(g, c, part, key, klen, val, vlen, ver,
+	    *expire, removal)) != DG_OK)
+		return err;
+	if (removal)
+		return dgi_part_set(pt, hash, key, klen, NULL, 0, ver, *expire, op_node, op_seq,
+		    DGI_ENTRY_TOMB, NULL);
+	if (e != NULL && dgi_part_overwrite(pt, e, val, vlen, ver, *expire, op_node, op_seq))
+		return DG_OK;
+	return dgi_part_set(pt, hash, key, klen, val, vlen, ver, *expire, op_node, op_seq, 0,
+	    NULL);
+}
+
 /* Applies an update as the primary.  DG_ERR_REMAP when this node is not
  * the primary under the sender's topology version; DG_ERR_NOT_READY for a
  * conditional update on a partition still MOVING without the key. */
@@ -384,33 +418,10 @@ static dg_err primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 		ver = e->ver;
 		expire = e->expire_ms;
 		removal = (e->flags & DGI_ENTRY_TOMB) != 0;
-	} else {
-		uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order,
-		    memory_order_relaxed);
-		ver = (dgi_pver){ aff->topver, ++pt->counter, order, 0 };
-		if (e != NULL && dgi_pver_cmp(&ver, &e->ver) <= 0) {
-			/* a copy from a restarted or older epoch: stay ahead of it */
-			ver.topver = e->ver.topver;
-			ver.counter = e->ver.counter + 1;
-			pt->counter = ver.counter;
-		}
-		if (removal)
-			expire = dgi_wall_ms() + DGI_TOMB_TTL_MS;
-		else
-			expire = c->cfg.ttl_ms ? dgi_wall_ms() + (int64_t)c->cfg.ttl_ms : 0;
-		if (c->cfg.persistence &&
-		    (err = dgi_grid_persist(g, c, u->part, u->key, u->klen, removal ? NULL : u->val,
-		    u->vlen, &ver, expire, removal)) != DG_OK)
-			goto out;
-		if (removal) /* a tombstone: an older copy arriving later cannot revive the key */
-			err = dgi_part_set(pt, u->hash, u->key, u->klen, NULL, 0, &ver, expire, u->op_node,
-			    u->op_seq, DGI_ENTRY_TOMB, NULL);
-		else if (e == NULL || !dgi_part_overwrite(pt, e, u->val, u->vlen, &ver, expire,
-		    u->op_node, u->op_seq))
-			err = dgi_part_set(pt, u->hash, u->key, u->klen, u->val, u->vlen, &ver, expire,
-			    u->op_node, u->op_seq, 0, NULL);
-		if (err != DG_OK)
-			goto out;
+	} else if ((err = write_new_version(g, c, u->part, e, aff->topver, u->hash, u->key,
+	    u->klen, removal ? NULL : u->val, u->vlen, u->op_node, u->op_seq, &ver,
+	    &expire)) != DG_OK) {
+		goto out;
 	}
 	if (aff->copies > 1 && send_backups(g, c, aff, u, &ver, expire, removal, 0) > 0 &&
 	    u->sync == DG_FULL_SYNC)
@@ -1410,4 +1421,122 @@ dg_err dg_cache_get_obj(dg_cache *c, const dg_desc *kd, const void *key, const d
 		dg_buf_free(&kb);
 	dg_buf_free(&vb);
 	return e;
+}
+
+/* ---- what transactions use (cache.h, "what transactions (txn/) use") ---- */
+
+dg_cache *dgi_grid_cache_by_id(dgi_grid *g, uint32_t id)
+{
+	return dgi_grid_cache(g, id);
+}
+
+uint64_t dgi_grid_self(const dgi_grid *g)
+{
+	return g->self;
+}
+
+int64_t dgi_grid_topver(const dgi_grid *g)
+{
+	return atomic_load(&((dgi_grid *)g)->topver);
+}
+
+uint32_t dgi_cache_id_of(const dg_cache *c)
+{
+	return c->id;
+}
+
+uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
+    uint64_t *hash)
+{
+	*hash = dgi_key_hash(key, klen);
+	return dgi_part_of(*hash, c->cfg.partitions);
+}
+
+uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver)
+{
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	*topver = 0;
+	if (aff == NULL || part >= aff->parts)
+		return 0;
+	*topver = aff->topver;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < aff->copies && n < DGI_MAX_COPIES; i++) {
+		dg_node_id o = dgi_aff_owner(aff, part, i);
+		if (o != 0)
+			out[n++] = o;
+	}
+	return n;
+}
+
+dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
+{
+	dgi_grid *g = c->g;
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	*found = false;
+	*ver = (dgi_pver){ 0, 0, 0, 0 };
+	if (part >= c->cfg.partitions)
+		return DG_ERR_INVAL;
+	if (aff == NULL || aff->topver != topver || dgi_aff_owner(aff, part, 0) != g->self)
+		return DG_ERR_REMAP;
+	if (atomic_load_explicit(&g->leaving, memory_order_relaxed))
+		return DG_ERR_NOT_READY;
+	dgi_part *pt = &c->parts[part];
+	dg_err err = DG_OK;
+	pthread_mutex_lock(&pt->mu);
+	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
+	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
+	if (st == P_LOST || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+		err = DG_ERR_PARTITION_LOST;
+	else if (st == P_NONE)
+		err = DG_ERR_REMAP;
+	else if (st == P_MOVING && e == NULL)
+		err = DG_ERR_NOT_READY; /* the supplier may hold it: retry once it arrived */
+	if (err == DG_OK && e != NULL) {
+		*ver = e->ver;
+		if (live(e, dgi_wall_ms())) {
+			*found = true;
+			err = append(val, dgi_entry_val(e), e->vlen);
+		}
+	}
+	pthread_mutex_unlock(&pt->mu);
+	return err;
+}
+
+dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
+    dgi_pver *ver, int64_t *expire_ms)
+{
+	dgi_grid *g = c->g;
+	if (part >= c->cfg.partitions)
+		return DG_ERR_INVAL;
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	int64_t topver = aff != NULL ? aff->topver : atomic_load(&g->topver);
+	dgi_part *pt = &c->parts[part];
+	pthread_mutex_lock(&pt->mu);
+	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
+	dg_err err = DG_OK;
+	if (e != NULL && e->op_node == tx_node && e->op_seq == tx_seq) {
+		*ver = e->ver; /* this tx's write, applied already */
+		*expire_ms = e->expire_ms;
+	} else {
+		err = write_new_version(g, c, part, e, topver, hash, key, klen, val, vlen, tx_node,
+		    tx_seq, ver, expire_ms);
+	}
+	if (val != NULL)
+		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&pt->mu);
+	return err;
+}
+
+dg_err dgi_cache_tx_copy(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
+    int64_t expire_ms, uint64_t tx_node, uint64_t tx_seq)
+{
+	if (part >= c->cfg.partitions)
+		return DG_ERR_INVAL;
+	return dgi_apply_copy(c->g, c, part, hash, key, klen, val, vlen, ver, expire_ms, tx_node,
+	    tx_seq);
 }

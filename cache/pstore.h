@@ -48,17 +48,7 @@
 #ifndef DG_CACHE_PSTORE_H
 #define DG_CACHE_PSTORE_H
 
-#include "marshal/marshal.h"
-
-typedef struct dgi_pver {    /* entry version (DESIGN.md): compared in this order */
-	int64_t topver;
-	uint64_t counter;
-	uint32_t order;
-	uint32_t flags;          /* not compared */
-} dgi_pver;
-
-/* <0, 0, >0 as a is older, equal, newer than b (topver, counter, order). */
-int dgi_pver_cmp(const dgi_pver *a, const dgi_pver *b);
+#include "cache/cache.h"    /* dgi_pver */
 
 typedef struct dgi_prec {
 	uint32_t cache_id;

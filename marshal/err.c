@@ -41,6 +41,9 @@ static const char *const err_names[DG_ERR__COUNT] = {
 	[DG_ERR_STORAGE_FULL] = "DG_ERR_STORAGE_FULL: persistent storage is full",
 	[DG_ERR_NOT_READY] = "DG_ERR_NOT_READY: not ready",
 	[DG_ERR_DEADLOCK] = "DG_ERR_DEADLOCK: deadlock victim",
+	[DG_ERR_TX_CONFLICT] = "DG_ERR_TX_CONFLICT: a key read by the transaction changed",
+	[DG_ERR_TX_ROLLED_BACK] = "DG_ERR_TX_ROLLED_BACK: the transaction was rolled back",
+	[DG_ERR_TX_UNKNOWN] = "DG_ERR_TX_UNKNOWN: commit decided, outcome not confirmed in time",
 };
 
 const char *dg_strerror(dg_err err)

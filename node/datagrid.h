@@ -31,6 +31,7 @@
 
 #include "marshal/marshal.h"
 #include "cache/cache.h"
+#include "txn/txn.h"
 
 #define DG_VERSION_MAJOR 0
 #define DG_VERSION_MINOR 1

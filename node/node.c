@@ -184,7 +184,7 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	};
 	if ((e = dgi_grid_start(n->tp, n->reg, &gc, &n->g)) != DG_OK)
 		goto fail;
-	if (!n->cfg.client && (e = dgi_txsvc_start(n->tp, &n->txs)) != DG_OK)
+	if ((e = dgi_txsvc_start(n->tp, n->g, &n->txs)) != DG_OK)
 		goto fail;
 
 	dg_member_config mc;
@@ -299,4 +299,33 @@ dg_err dg_node_start_file(const char *path, dg_node **out)
 out:
 	dgnode_settings_free(&s);
 	return e;
+}
+
+/* ---- transactions (txn/txn.h) ---- */
+
+dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
+    uint32_t timeout_ms, const char *label, dg_tx **out);
+void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out);
+
+dg_err dg_tx_begin(dg_node *n, dg_tx_concurrency concurrency, dg_tx_isolation isolation,
+    uint32_t timeout_ms, const char *label, dg_tx **out)
+{
+	if (n == NULL)
+		return DG_ERR_INVAL;
+	return dgi_tx_begin(n->txs, concurrency, isolation, timeout_ms, label, out);
+}
+
+dg_err dg_tx_get_metrics(dg_node *n, dg_tx_metrics *out)
+{
+	if (n == NULL || out == NULL)
+		return DG_ERR_INVAL;
+	memset(out, 0, sizeof(*out));
+	dgi_tx_near_stats(n->txs, out);
+	dgi_txsvc_stats st;
+	dgi_txsvc_get_stats(n->txs, &st);
+	out->participant_prepared = st.prepared + st.backup_prepared;
+	out->participant_committed = st.committed + st.backup_committed;
+	out->locks_held = st.locks_held;
+	out->lock_waiters = st.lock_waiters;
+	return DG_OK;
 }

@@ -36,7 +36,7 @@ static void pair_start(struct pair *p)
 	c.reg = p->reg;
 	c.listen_url = "tcp://127.0.0.1:0";
 	OK(dg_tp_start(&c, &p->prim));
-	OK(dgi_txsvc_start(p->prim, &p->svc));
+	OK(dgi_txsvc_start(p->prim, NULL, &p->svc));
 	OK(dg_tp_start(&c, &p->near));
 	OK(dg_tp_connect(p->near, dg_tp_address(p->prim), &p->to));
 }
@@ -68,7 +68,7 @@ static void lock_async(struct pair *p, uint64_t seq, int64_t start, const char *
 {
 	atomic_store(&lc->res, -1);
 	dgi_msg_tx_lock m = { 7, (int64_t)seq, start, 1, timeout_ms,
-		{ (const uint8_t *)key, (uint32_t)strlen(key) } };
+		{ (const uint8_t *)key, (uint32_t)strlen(key) }, 0, 0, 0 }; /* topver 0: lock only */
 	OK(dg_tp_request(p->near, p->to, DGI_MSG_TX_LOCK, &m, 20000, on_res, lc));
 }
 
@@ -84,8 +84,12 @@ static int wait_res(struct lock_call *lc, uint32_t ms)
 
 static void unlock(struct pair *p, uint64_t seq)
 {
-	dgi_msg_tx_res m = { 0, 7, (int64_t)seq }, r;
-	OK(dg_tp_call(p->near, p->to, DGI_MSG_TX_UNLOCK, &m, 5000, &r, NULL));
+	dgi_msg_tx_res m = { 0, 7, (int64_t)seq };
+	dgi_msg_tx_lock_res r;
+	dg_arena a;
+	uint8_t mem[256];
+	dg_arena_init(&a, mem, sizeof(mem));
+	OK(dg_tp_call(p->near, p->to, DGI_MSG_TX_UNLOCK, &m, 5000, &r, &a));
 	OK((dg_err)r.res);
 }
 
@@ -168,10 +172,10 @@ static void test_bad_requests(void **state)
 	pair_start(&p);
 	struct lock_call a;
 	atomic_store(&a.res, -1);
-	dgi_msg_tx_lock m = { 0, 0, 1, 1, 100, { (const uint8_t *)"k", 1 } }; /* no tx id */
+	dgi_msg_tx_lock m = { 0, 0, 1, 1, 100, { (const uint8_t *)"k", 1 }, 0, 0, 0 }; /* no tx id */
 	OK(dg_tp_request(p.near, p.to, DGI_MSG_TX_LOCK, &m, 5000, on_res, &a));
 	assert_int_equal(wait_res(&a, 2000), DG_ERR_INVAL);
-	dgi_msg_tx_lock e = { 7, 1, 1, 1, 100, { NULL, 0 } }; /* no key */
+	dgi_msg_tx_lock e = { 7, 1, 1, 1, 100, { NULL, 0 }, 0, 0, 0 }; /* no key */
 	OK(dg_tp_request(p.near, p.to, DGI_MSG_TX_LOCK, &e, 5000, on_res, &a));
 	atomic_store(&a.res, -1);
 	assert_int_equal(wait_res(&a, 2000), DG_ERR_INVAL);

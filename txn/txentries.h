@@ -32,6 +32,9 @@ typedef struct dgi_txent {
 	int op;                   /* DGI_TXOP_*: the last thing the tx did */
 	bool read;                /* the tx read the key (even if it wrote it later) */
 	bool found;               /* the read found a value */
+	bool read_locked;         /* near: the key is locked for the tx (PESSIMISTIC) */
+	bool done;                /* near, commit: confirmed by its primary */
+	uint64_t origin;          /* near, commit: the primary it was prepared on */
 	int64_t ver_topver;       /* the version read (OPTIMISTIC SERIALIZABLE) */
 	uint64_t ver_counter;
 	uint32_t ver_order;

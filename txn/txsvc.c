@@ -1,14 +1,25 @@
 /*
- * txsvc.c — the lock service of a primary: TX_LOCK / TX_UNLOCK over the
- * lock queues (lockq.c), deadlines, and deadlock detection when a request
- * starts waiting (wfg.c).  See txsvc.h.
+ * txsvc.c — the transaction service of a node: the lock service (TX_LOCK,
+ * deadlines, deadlock detection when a request starts waiting), the
+ * participant side of two-phase commit (TX_PREPARE, TX_COMMIT,
+ * TX_ROLLBACK, TX_COMMIT_COPY) and the local dispatch of requests a node
+ * sends itself.  See txsvc.h.
  *
- * A request that waits keeps a small heap record (the saved request, to
- * answer it later from the lock's callback); a granted-at-once request
- * costs none.  The start times of the transactions seen here (for the
- * victim choice) live in an open-addressing table keyed by transaction id.
+ * Participant records.  Every tx that holds locks or prepared entries on
+ * this node has one record in an int-keyed table by tx id (chained, 1024
+ * buckets; no boxing): its state, deadline, the PREPARE body's bytes (the
+ * entries; one allocation), the backups it was forwarded to and the
+ * request waiting for an answer.  Records come from a free list (a record
+ * whose body fits its inline buffer allocates nothing in steady state).
+ * A finished tx's outcome goes to txdone (late or repeated messages).
+ *
+ * Locking.  s->mu guards the record table and records.  dgi_lock_* calls
+ * and anything that may run a lock callback are made without s->mu; sends
+ * and replies may be made under it (they never call back into this
+ * service, except a local reply, which only wakes the near side).
  */
 #include "txsvc.h"
+#include "txentries.h"
 #include "wfg.h"
 
 #include <pthread.h>
@@ -18,15 +29,66 @@
 #include <string.h>
 #include <time.h>
 
+#define NBUCKETS 1024
+#define LOCAL_SLOTS 512
+#define REC_INLINE 768         /* PREPARE bodies up to this live in the record */
+#define MAX_BACKUPS 16
+
 struct start_slot {
 	dgi_txid tx;                /* {0,0}: empty */
 	int64_t start_ms;           /* -1: removed */
 };
 
+enum rec_state { R_ACTIVE = 1, R_PREPARING, R_PREPARED, R_COMMITTING, R_BACKUP };
+
+/* A node may hold a tx in several roles at once: the primary of some of
+ * its keys, a backup of others' (one record per primary it came from), and
+ * the new primary finishing a left primary's keys (a takeover, one per
+ * left primary).  Records are keyed by (tx id, role, from). */
+enum rec_role { ROLE_PRIMARY = 0, ROLE_BACKUP, ROLE_TAKEOVER };
+
+struct rec {
+	struct dgi_txsvc *s;
+	struct rec *next;           /* bucket chain, or free list */
+	dgi_txid id;
+	int st;                     /* enum rec_state */
+	int role;                   /* enum rec_role */
+	int64_t start_ms, topver;
+	uint64_t deadline;          /* monotonic ms; 0 none */
+	int64_t flags;              /* DGI_TXP_* of the PREPARE */
+	uint64_t from;              /* backup: the primary that sent it;
+	                               takeover: the primary that left */
+	int refs;                   /* callbacks still to come (lock waits, backup answers) */
+	uint32_t waiting;           /* R_PREPARING: lock grants still to come (+1 while issuing) */
+	uint32_t acks;              /* backup answers still to come */
+	dg_err fail;
+	int64_t fail_idx;
+	bool have_req;              /* req waits for an answer */
+	bool dead;                  /* out of the table; freed when refs drops to 0 */
+	dg_msg_in req;
+	uint32_t nbk;
+	uint64_t bk[MAX_BACKUPS];   /* nodes the prepare (or commit) went to */
+	uint8_t *body;              /* PREPARE body bytes (inline or heap) */
+	uint32_t blen;
+	uint8_t inl[REC_INLINE];
+};
+
+struct local_slot {
+	uint64_t id;                /* 0: free */
+	dg_reply_fn cb;
+	void *ctx;
+	uint64_t deadline;
+};
+
+typedef void (*handler_fn)(dgi_txsvc *s, const dg_msg_in *in);
+
 struct dgi_txsvc {
 	dg_tp *tp;
+	dgi_grid *g;
+	uint64_t self;
 	dgi_locks *locks;
-	pthread_mutex_t mu;         /* starts, wfg, edges, victims */
+	dgi_txdone *done;
+	pthread_mutex_t mu;         /* starts, wfg, edges, victims, records */
 	struct start_slot *starts;
 	uint32_t scap, sused;       /* sused counts removed slots too */
 	dgi_wfg *wfg;
@@ -34,70 +96,339 @@ struct dgi_txsvc {
 	size_t ecap;
 	dgi_txid victims[8];        /* being released as deadlock victims */
 	int nvictims;
+	struct rec *buckets[NBUCKETS];
+	struct rec *free_recs;
+	uint32_t nrecs, nfree;
+	pthread_mutex_t lmu;        /* local requests */
+	struct local_slot local[LOCAL_SLOTS];
+	uint64_t local_gen;
 	pthread_t expirer;
 	bool expirer_up;
 	_Atomic bool stopping;
 	_Atomic uint64_t granted, waited, timeouts, deadlocks, unlocks;
+	_Atomic uint64_t prepared, committed, rolled_back, conflicts;
+	_Atomic uint64_t backup_prepared, backup_committed;
+	dgi_txnear_stats near;
 };
 
-struct waiter {
+struct waiter {                 /* a TX_LOCK waiting for its lock */
 	dgi_txsvc *s;
 	dg_msg_in in;               /* type, flags, corr, from: enough to answer */
 	dgi_txid tx;
+	uint32_t cache_id, part;
+	uint64_t hash;
+	int64_t topver, flags;
+	uint32_t klen;
+	uint8_t key[];
 };
 
+#define STAT(s, f) atomic_fetch_add_explicit(&(s)->f, 1, memory_order_relaxed)
+
 /* ---- codecs ---- */
+
+static dg_err put_i64s(dg_writer *w, const int64_t *v, int n)
+{
+	dg_err e = DG_OK;
+	for (int i = 0; i < n && e == DG_OK; i++)
+		e = dg_write_i64(w, v[i]);
+	return e;
+}
+
+static dg_err get_i64s(dg_reader *r, int64_t *v, int n)
+{
+	dg_err e = DG_OK;
+	for (int i = 0; i < n && e == DG_OK; i++)
+		e = dg_read_i64(r, &v[i]);
+	return e;
+}
 
 static dg_err enc_lock(dg_writer *w, const void *body)
 {
 	const dgi_msg_tx_lock *m = body;
-	const int64_t *v = &m->tx_node;
-	dg_err e = DG_OK;
-	for (int i = 0; i < 5 && e == DG_OK; i++)
-		e = dg_write_i64(w, v[i]);
-	return e != DG_OK ? e : dg_write_bytes(w, m->key.ptr, m->key.len);
+	dg_err e = put_i64s(w, &m->tx_node, 5);
+	if (e == DG_OK)
+		e = dg_write_bytes(w, m->key.ptr, m->key.len);
+	return e != DG_OK ? e : put_i64s(w, &m->topver, 3);
 }
 
 static dg_err dec_lock(dg_reader *r, void *body)
 {
 	dgi_msg_tx_lock *m = body;
-	int64_t *v = &m->tx_node;
-	dg_err e = DG_OK;
-	for (int i = 0; i < 5 && e == DG_OK; i++)
-		e = dg_read_i64(r, &v[i]);
-	return e != DG_OK ? e : dg_read_bytes(r, &m->key, NULL);
+	dg_err e = get_i64s(r, &m->tx_node, 5);
+	if (e == DG_OK)
+		e = dg_read_bytes(r, &m->key, NULL);
+	return e != DG_OK ? e : get_i64s(r, &m->topver, 3);
+}
+
+static dg_err enc_lock_res(dg_writer *w, const void *body)
+{
+	const dgi_msg_tx_lock_res *m = body;
+	dg_err e = put_i64s(w, &m->res, 5);
+	if (e != DG_OK)
+		return e;
+	return m->val.ptr != NULL ? dg_write_bytes(w, m->val.ptr, m->val.len) : dg_write_null(w);
+}
+
+static dg_err dec_lock_res(dg_reader *r, void *body)
+{
+	dgi_msg_tx_lock_res *m = body;
+	dg_err e = get_i64s(r, &m->res, 5);
+	return e != DG_OK ? e : dg_read_bytes(r, &m->val, NULL);
 }
 
 static dg_err enc_res(dg_writer *w, const void *body)
 {
-	const int64_t *v = body;
-	dg_err e = DG_OK;
-	for (int i = 0; i < 3 && e == DG_OK; i++)
-		e = dg_write_i64(w, v[i]);
-	return e;
+	return put_i64s(w, body, 3);
 }
 
 static dg_err dec_res(dg_reader *r, void *body)
 {
-	int64_t *v = body;
-	dg_err e = DG_OK;
-	for (int i = 0; i < 3 && e == DG_OK; i++)
-		e = dg_read_i64(r, &v[i]);
-	return e;
+	return get_i64s(r, body, 3);
+}
+
+static dg_err enc_ctl(dg_writer *w, const void *body)
+{
+	return put_i64s(w, body, 5);
+}
+
+static dg_err dec_ctl(dg_reader *r, void *body)
+{
+	return get_i64s(r, body, 5);
+}
+
+static dg_err enc_prepare(dg_writer *w, const void *body)
+{
+	const dgi_msg_tx_prepare *m = body;
+	dg_err e = put_i64s(w, &m->tx_node, 7);
+	if (e != DG_OK)
+		return e;
+	dg_value v = { .kind = DG_ANY };
+	v.v.raw = m->ents;
+	return dg_write_value(w, &v);
+}
+
+static dg_err dec_prepare(dg_reader *r, void *body)
+{
+	dgi_msg_tx_prepare *m = body;
+	dg_err e = get_i64s(r, &m->tx_node, 7);
+	if (e != DG_OK)
+		return e;
+	size_t before = dg_reader_left(r);
+	const uint8_t *start = r->r_p;
+	if ((e = dg_read_skip(r)) != DG_OK)
+		return e;
+	if (start[0] != 0x0F) /* a LIST (FORMAT.md) */
+		return DG_ERR_TYPE_MISMATCH;
+	m->ents.ptr = start;
+	m->ents.len = (uint32_t)(before - dg_reader_left(r));
+	return DG_OK;
+}
+
+dg_err dgi_txwire_put(dg_writer *w, const dgi_txwire_ent *e)
+{
+	dg_err err = put_i64s(w, &e->cache_id, 3);
+	if (err == DG_OK)
+		err = dg_write_bytes(w, e->key.ptr, e->key.len);
+	if (err == DG_OK)
+		err = e->val.ptr != NULL ? dg_write_bytes(w, e->val.ptr, e->val.len) :
+		    dg_write_null(w);
+	int64_t v[4] = { e->ver.topver, (int64_t)e->ver.counter, e->ver.order, e->expire_ms };
+	return err != DG_OK ? err : put_i64s(w, v, 4);
+}
+
+dg_err dgi_txwire_get(dg_reader *r, dgi_txwire_ent *e)
+{
+	dg_err err = get_i64s(r, &e->cache_id, 3);
+	if (err == DG_OK)
+		err = dg_read_bytes(r, &e->key, NULL);
+	if (err == DG_OK)
+		err = dg_read_bytes(r, &e->val, NULL);
+	int64_t v[4];
+	if (err == DG_OK)
+		err = get_i64s(r, v, 4);
+	if (err != DG_OK)
+		return err;
+	if (e->key.ptr == NULL || e->key.len == 0 || e->cache_id <= 0 ||
+	    e->cache_id > UINT32_MAX || e->part < 0 || e->part >= DG_PARTITIONS_MAX)
+		return DG_ERR_INVAL;
+	e->ver = (dgi_pver){ v[0], (uint64_t)v[1], (uint32_t)v[2], 0 };
+	e->expire_ms = v[3];
+	return DG_OK;
 }
 
 _Static_assert(offsetof(dgi_msg_tx_lock, key) == 5 * sizeof(int64_t),
     "TX_LOCK: five I64, then the key");
-_Static_assert(sizeof(dgi_msg_tx_res) == 3 * sizeof(int64_t), "TX_LOCK_RES: three I64");
+_Static_assert(sizeof(dgi_msg_tx_res) == 3 * sizeof(int64_t), "TX_UNLOCK: three I64");
+_Static_assert(sizeof(dgi_msg_tx_ctl) == 5 * sizeof(int64_t), "TX_ACK: five I64");
+_Static_assert(offsetof(dgi_msg_tx_prepare, ents) == 7 * sizeof(int64_t),
+    "TX_PREPARE: seven I64, then the entries");
+
+/* Writers of LISTs need a registry (FORMAT.md's container schemas); the
+ * txn messages carry no registered types, so one empty registry serves
+ * every node of the process. */
+static dg_registry *wire_reg;
+
+dg_registry *dgi_txwire_registry(void)
+{
+	return wire_reg;
+}
 
 static void define_rows(void)
 {
+	if (dg_registry_create(&wire_reg) != DG_OK)
+		wire_reg = NULL;
 	dg_msg_define(DGI_MSG_TX_LOCK, &(dg_msg_row){ "TX_LOCK", sizeof(dgi_msg_tx_lock),
 	    enc_lock, dec_lock, DGI_MSG_TX_LOCK_RES });
 	dg_msg_define(DGI_MSG_TX_LOCK_RES, &(dg_msg_row){ "TX_LOCK_RES",
-	    sizeof(dgi_msg_tx_res), enc_res, dec_res, DG_MSG_UNKNOWN });
+	    sizeof(dgi_msg_tx_lock_res), enc_lock_res, dec_lock_res, DG_MSG_UNKNOWN });
 	dg_msg_define(DGI_MSG_TX_UNLOCK, &(dg_msg_row){ "TX_UNLOCK", sizeof(dgi_msg_tx_res),
 	    enc_res, dec_res, DGI_MSG_TX_LOCK_RES });
+	dg_msg_define(DGI_MSG_TX_PREPARE, &(dg_msg_row){ "TX_PREPARE",
+	    sizeof(dgi_msg_tx_prepare), enc_prepare, dec_prepare, DGI_MSG_TX_ACK });
+	dg_msg_define(DGI_MSG_TX_COMMIT, &(dg_msg_row){ "TX_COMMIT", sizeof(dgi_msg_tx_ctl),
+	    enc_ctl, dec_ctl, DGI_MSG_TX_ACK });
+	dg_msg_define(DGI_MSG_TX_ROLLBACK, &(dg_msg_row){ "TX_ROLLBACK", sizeof(dgi_msg_tx_ctl),
+	    enc_ctl, dec_ctl, DGI_MSG_TX_ACK });
+	dg_msg_define(DGI_MSG_TX_ACK, &(dg_msg_row){ "TX_ACK", sizeof(dgi_msg_tx_ctl),
+	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
+	dg_msg_define(DGI_MSG_TX_COMMIT_COPY, &(dg_msg_row){ "TX_COMMIT_COPY",
+	    sizeof(dgi_msg_tx_prepare), enc_prepare, dec_prepare, DGI_MSG_TX_ACK });
+}
+
+/* ---- local dispatch: requests a node sends itself ---- */
+
+static void dispatch(dgi_txsvc *s, const dg_msg_in *in);
+
+static _Thread_local dg_buf tl_enc[4];
+static _Thread_local int tl_depth;
+
+/* Encodes body and decodes it again into out (what a peer would see). */
+static dg_err roundtrip(dg_msg_type type, const void *body, void *out, dg_buf **used)
+{
+	if (tl_depth >= 4)
+		return DG_ERR_LIMIT;
+	dg_buf *b = &tl_enc[tl_depth];
+	b->len = 0;
+	dg_writer w;
+	dg_writer_init(&w, wire_reg, b);
+	dg_err e = dg_msg_encode(type, body, &w);
+	if (e == DG_OK)
+		e = dg_msg_decode(type, NULL, b->data, b->len, out);
+	*used = b;
+	return e;
+}
+
+static void local_reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type,
+    const void *body, dg_err err)
+{
+	uint32_t i = (uint32_t)(req->corr % LOCAL_SLOTS);
+	pthread_mutex_lock(&s->lmu);
+	struct local_slot sl = s->local[i];
+	if (sl.id != req->corr) {
+		pthread_mutex_unlock(&s->lmu);
+		return; /* timed out already */
+	}
+	s->local[i].id = 0;
+	pthread_mutex_unlock(&s->lmu);
+	_Alignas(16) uint8_t out[DG_MSG_BODY_MAX];
+	dg_msg_in in = { .type = type, .from = s->self, .corr = req->corr };
+	dg_buf *b = NULL;
+	if (err == DG_OK) {
+		tl_depth++;
+		err = roundtrip(type, body, out, &b);
+		tl_depth--;
+	}
+	if (err == DG_OK) {
+		in.body = out;
+		in.raw = b->data;
+		in.raw_len = (uint32_t)b->len;
+	}
+	sl.cb(sl.ctx, err, err == DG_OK ? &in : NULL);
+}
+
+static void reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type, const void *body)
+{
+	if (req->from == s->self)
+		local_reply(s, req, type, body, DG_OK);
+	else
+		dg_tp_reply(s->tp, req, type, body);
+}
+
+static void ack(dgi_txsvc *s, const dg_msg_in *req, dg_err res, int64_t idx)
+{
+	if (req->type == DGI_MSG_TX_LOCK || req->type == DGI_MSG_TX_UNLOCK) {
+		dgi_msg_tx_lock_res r = { res, 0, 0, 0, 0, { NULL, 0 } };
+		reply(s, req, DGI_MSG_TX_LOCK_RES, &r);
+		return;
+	}
+	dgi_msg_tx_ctl r = { 0, 0, 0, res, idx };
+	reply(s, req, DGI_MSG_TX_ACK, &r);
+}
+
+dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body,
+    uint32_t timeout_ms, dg_reply_fn cb, void *ctx)
+{
+	if (to != s->self)
+		return dg_tp_request(s->tp, to, type, body, timeout_ms, cb, ctx);
+	pthread_mutex_lock(&s->lmu);
+	uint64_t id = 0;
+	for (uint32_t k = 0; k < LOCAL_SLOTS && id == 0; k++) {
+		uint64_t cand = ++s->local_gen;
+		struct local_slot *sl = &s->local[cand % LOCAL_SLOTS];
+		if (sl->id == 0 && cand != 0) {
+			id = cand;
+			*sl = (struct local_slot){ id, cb, ctx, dgi_now_ms() + timeout_ms };
+		}
+	}
+	pthread_mutex_unlock(&s->lmu);
+	if (id == 0)
+		return DG_ERR_BUSY;
+	_Alignas(16) uint8_t dec[DG_MSG_BODY_MAX];
+	dg_buf *b = NULL;
+	tl_depth++;
+	dg_err e = roundtrip(type, body, dec, &b);
+	if (e == DG_OK) {
+		dg_msg_in in = { .type = type, .corr = id, .from = s->self, .body = dec,
+			.raw = b->data, .raw_len = (uint32_t)b->len };
+		dispatch(s, &in);
+	}
+	tl_depth--;
+	if (e != DG_OK) {
+		dg_msg_in in = { .type = type, .corr = id, .from = s->self };
+		local_reply(s, &in, type, NULL, e);
+	}
+	return DG_OK;
+}
+
+dg_err dgi_txsvc_send(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body)
+{
+	if (to != s->self)
+		return dg_tp_send(s->tp, to, type, body);
+	_Alignas(16) uint8_t dec[DG_MSG_BODY_MAX];
+	dg_buf *b = NULL;
+	tl_depth++;
+	dg_err e = roundtrip(type, body, dec, &b);
+	if (e == DG_OK) {
+		dg_msg_in in = { .type = type, .from = s->self, .body = dec, .raw = b->data,
+			.raw_len = (uint32_t)b->len };
+		dispatch(s, &in);
+	}
+	tl_depth--;
+	return e;
+}
+
+static void local_expire(dgi_txsvc *s, uint64_t now)
+{
+	for (uint32_t i = 0; i < LOCAL_SLOTS; i++) {
+		pthread_mutex_lock(&s->lmu);
+		struct local_slot sl = s->local[i];
+		bool late = sl.id != 0 && sl.deadline <= now;
+		if (late)
+			s->local[i].id = 0;
+		pthread_mutex_unlock(&s->lmu);
+		if (late)
+			sl.cb(sl.ctx, DG_ERR_TIMEOUT, NULL);
+	}
 }
 
 /* ---- start times (svc->mu held) ---- */
@@ -180,12 +511,104 @@ static void start_del(dgi_txsvc *s, const dgi_txid *tx)
 		sl->start_ms = -1; /* a tombstone: probe chains stay whole */
 }
 
-/* ---- answering ---- */
+/* ---- participant records (s->mu held) ---- */
 
-static void answer(dgi_txsvc *s, const dg_msg_in *in, dg_err res)
+static struct rec *rec_find(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t from)
 {
-	dgi_msg_tx_res r = { res, 0, 0 };
-	dg_tp_reply(s->tp, in, DGI_MSG_TX_LOCK_RES, &r);
+	for (struct rec *r = s->buckets[mix(id) & (NBUCKETS - 1)]; r != NULL; r = r->next)
+		if (dgi_txid_eq(&r->id, id) && r->role == role &&
+		    (role == ROLE_PRIMARY || r->from == from))
+			return r;
+	return NULL;
+}
+
+/* The id a finished backup or takeover role is remembered under (the
+ * primary role's is the tx id itself). */
+static dgi_txid role_key(const dgi_txid *id, int role, uint64_t from)
+{
+	if (role == ROLE_PRIMARY)
+		return *id;
+	uint64_t k = (from | 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)role;
+	return (dgi_txid){ id->node ^ k, id->seq };
+}
+
+static struct rec *rec_new(dgi_txsvc *s, const dgi_txid *id, int st, int role, uint64_t from)
+{
+	struct rec *r = s->free_recs;
+	if (r != NULL) {
+		s->free_recs = r->next;
+		s->nfree--;
+	} else if ((r = dgi_alloc(sizeof(*r))) == NULL) {
+		return NULL;
+	}
+	memset(r, 0, offsetof(struct rec, inl));
+	r->s = s;
+	r->id = *id;
+	r->st = st;
+	r->role = role;
+	r->from = from;
+	r->fail_idx = -1;
+	struct rec **b = &s->buckets[mix(id) & (NBUCKETS - 1)];
+	r->next = *b;
+	*b = r;
+	s->nrecs++;
+	return r;
+}
+
+static void rec_release(dgi_txsvc *s, struct rec *r)
+{
+	if (r->body != NULL && r->body != r->inl)
+		dgi_free(r->body);
+	r->body = NULL;
+	if (s->nfree < 256) {
+		r->next = s->free_recs;
+		s->free_recs = r;
+		s->nfree++;
+	} else {
+		dgi_free(r);
+	}
+}
+
+/* Takes r out of the table; frees it once no callback is still to come. */
+static void rec_unlink(dgi_txsvc *s, struct rec *r)
+{
+	struct rec **p = &s->buckets[mix(&r->id) & (NBUCKETS - 1)];
+	while (*p != NULL && *p != r)
+		p = &(*p)->next;
+	if (*p == r) {
+		*p = r->next;
+		s->nrecs--;
+	}
+	r->dead = true;
+	if (r->refs == 0)
+		rec_release(s, r);
+}
+
+static void rec_unref(dgi_txsvc *s, struct rec *r)
+{
+	if (--r->refs == 0 && r->dead)
+		rec_release(s, r);
+}
+
+static dg_err rec_keep_body(struct rec *r, const dg_msg_in *in)
+{
+	if (in->raw_len <= REC_INLINE) {
+		r->body = r->inl;
+	} else if ((r->body = dgi_alloc(in->raw_len)) == NULL) {
+		return DG_ERR_NOMEM;
+	}
+	memcpy(r->body, in->raw, in->raw_len);
+	r->blen = in->raw_len;
+	return DG_OK;
+}
+
+static void add_backup(struct rec *r, uint64_t node)
+{
+	for (uint32_t i = 0; i < r->nbk; i++)
+		if (r->bk[i] == node)
+			return;
+	if (r->nbk < MAX_BACKUPS)
+		r->bk[r->nbk++] = node;
 }
 
 static bool is_victim(dgi_txsvc *s, const dgi_txid *tx)
@@ -196,20 +619,6 @@ static bool is_victim(dgi_txsvc *s, const dgi_txid *tx)
 		v = dgi_txid_eq(&s->victims[i], tx);
 	pthread_mutex_unlock(&s->mu);
 	return v;
-}
-
-static void on_lock_done(void *ctx, dg_err err)
-{
-	struct waiter *w = ctx;
-	dgi_txsvc *s = w->s;
-	if (err == DG_ERR_CLOSED && is_victim(s, &w->tx))
-		err = DG_ERR_DEADLOCK;
-	if (err == DG_OK)
-		atomic_fetch_add_explicit(&s->granted, 1, memory_order_relaxed);
-	else if (err == DG_ERR_TIMEOUT)
-		atomic_fetch_add_explicit(&s->timeouts, 1, memory_order_relaxed);
-	answer(s, &w->in, err);
-	dgi_free(w);
 }
 
 /* Releases a deadlock victim here: its waits answer DG_ERR_DEADLOCK. */
@@ -274,81 +683,899 @@ static void check_deadlock(dgi_txsvc *s, const dgi_txid *tx)
 	kill_victim(s, &victim);
 }
 
-/* ---- handlers ---- */
+/* ---- finishing ---- */
 
-static void on_lock(dg_tp *tp, const dg_msg_in *in, void *ctx)
+/* The tx's role ends here: remembered, its record gone, its locks (a
+ * primary's or a takeover's) released. */
+static void finish_role(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t from,
+    dgi_txs outcome)
 {
-	dgi_txsvc *s = ctx;
+	dgi_txid key = role_key(id, role, from);
+	dgi_txdone_put(s->done, &key, outcome, dgi_now_ms());
+	pthread_mutex_lock(&s->mu);
+	struct rec *r = rec_find(s, id, role, from);
+	if (r != NULL)
+		rec_unlink(s, r);
+	if (role == ROLE_PRIMARY)
+		start_del(s, id);
+	pthread_mutex_unlock(&s->mu);
+	if (role != ROLE_BACKUP)
+		dgi_lock_release_all(s->locks, id);
+}
+
+static void finish(dgi_txsvc *s, const dgi_txid *id, dgi_txs outcome)
+{
+	finish_role(s, id, ROLE_PRIMARY, 0, outcome);
+}
+
+static void finish_rec(dgi_txsvc *s, struct rec *r, dgi_txs outcome)
+{
+	dgi_txid id = r->id;
+	finish_role(s, &id, r->role, r->from, outcome);
+}
+
+static dg_cache *tx_cache(dgi_txsvc *s, int64_t id, dg_err *err)
+{
+	dg_cache *c = s->g != NULL ? dgi_grid_cache_by_id(s->g, (uint32_t)id) : NULL;
+	if (c == NULL)
+		*err = DG_ERR_NOT_FOUND;
+	else if (dg_cache_config_of(c)->atomicity != DG_TRANSACTIONAL)
+		*err = DG_ERR_UNSUPPORTED;
+	else
+		*err = DG_OK;
+	return *err == DG_OK ? c : NULL;
+}
+
+/* Is this node key's primary under topver (any: the current topology)? */
+static dg_err check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t topver)
+{
+	uint64_t own[8];
+	int64_t tv;
+	uint32_t n = dgi_cache_owners(c, part, own, &tv);
+	if (n == 0)
+		return DG_ERR_NOT_READY;
+	if (own[0] != s->self || (topver != 0 && tv != topver))
+		return DG_ERR_REMAP;
+	return DG_OK;
+}
+
+/* ---- TX_LOCK ---- */
+
+static _Thread_local dg_buf tl_val, tl_copy;
+
+static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t cache_id,
+    uint32_t part, uint64_t hash, const uint8_t *key, uint32_t klen, int64_t topver,
+    int64_t flags)
+{
+	dgi_msg_tx_lock_res r = { err, 0, 0, 0, 0, { NULL, 0 } };
+	if (err == DG_OK && (flags & (DGI_TXL_READ | DGI_TXL_NOLOCK))) {
+		dg_cache *c = tx_cache(s, cache_id, &err);
+		bool found = false;
+		dgi_pver ver = { 0, 0, 0, 0 };
+		tl_val.len = 0;
+		if (c != NULL)
+			err = dgi_cache_tx_read(c, topver != 0 ? topver : dgi_grid_topver(s->g), part,
+			    hash, key, klen, &tl_val, &found, &ver);
+		if (err == DG_ERR_REMAP && topver == 0)
+			err = DG_ERR_NOT_READY;
+		r.res = err;
+		r.found = found;
+		r.ver_topver = ver.topver;
+		r.ver_counter = (int64_t)ver.counter;
+		r.ver_order = ver.order;
+		if (found)
+			r.val = (dg_bytes){ tl_val.data ? tl_val.data : (const uint8_t *)"",
+				(uint32_t)tl_val.len };
+	}
+	reply(s, in, DGI_MSG_TX_LOCK_RES, &r);
+}
+
+static void on_lock_done(void *ctx, dg_err err)
+{
+	struct waiter *w = ctx;
+	dgi_txsvc *s = w->s;
+	if (err == DG_ERR_CLOSED && is_victim(s, &w->tx))
+		err = DG_ERR_DEADLOCK;
+	if (err == DG_OK)
+		STAT(s, granted);
+	else if (err == DG_ERR_TIMEOUT)
+		STAT(s, timeouts);
+	lock_answer(s, &w->in, err, w->cache_id, w->part, w->hash, w->key, w->klen, w->topver,
+	    w->flags);
+	dgi_free(w);
+}
+
+static uint64_t fnv(const uint8_t *p, uint32_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (uint32_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ULL;
+	return h;
+}
+
+static void h_lock(dgi_txsvc *s, const dg_msg_in *in)
+{
 	const dgi_msg_tx_lock *m = in->body;
 	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
-	(void)tp;
 	if ((tx.node == 0 && tx.seq == 0) || m->key.ptr == NULL || m->key.len == 0 ||
-	    m->timeout_ms < 0 || m->cache_id <= 0 || m->cache_id > UINT32_MAX) {
-		answer(s, in, DG_ERR_INVAL);
+	    m->timeout_ms < 0 || m->cache_id <= 0 || m->cache_id > UINT32_MAX || m->part < 0 ||
+	    (m->topver == 0 && m->flags != 0)) {
+		ack(s, in, DG_ERR_INVAL, -1);
 		return;
 	}
+	uint64_t hash;
+	uint32_t part = 0;
+	if (m->topver != 0) {
+		dg_err err;
+		dg_cache *c = tx_cache(s, m->cache_id, &err);
+		if (c == NULL) {
+			ack(s, in, err, -1);
+			return;
+		}
+		part = dgi_cache_key_part(c, m->key.ptr, m->key.len, &hash);
+		if (part != (uint64_t)m->part) {
+			ack(s, in, DG_ERR_INVAL, -1);
+			return;
+		}
+		if ((err = check_primary(s, c, part, m->topver)) != DG_OK) {
+			ack(s, in, err, -1);
+			return;
+		}
+		if (m->flags & DGI_TXL_NOLOCK) {
+			lock_answer(s, in, DG_OK, (uint32_t)m->cache_id, part, hash, m->key.ptr,
+			    m->key.len, m->topver, m->flags);
+			return;
+		}
+	} else {
+		hash = fnv(m->key.ptr, m->key.len);
+	}
+	dgi_txs done;
+	if (dgi_txdone_get(s->done, &tx, &done)) {
+		ack(s, in, DG_ERR_TX_ROLLED_BACK, -1); /* ended here (rolled back, timed out) */
+		return;
+	}
+	uint64_t deadline = m->timeout_ms > 0 ? dgi_now_ms() + (uint64_t)m->timeout_ms : 0;
 	pthread_mutex_lock(&s->mu);
 	start_put(s, &tx, m->tx_start_ms);
+	struct rec *r = rec_find(s, &tx, ROLE_PRIMARY, 0);
+	if (r == NULL && (r = rec_new(s, &tx, R_ACTIVE, ROLE_PRIMARY, 0)) != NULL) {
+		r->s = s;
+		r->start_ms = m->tx_start_ms;
+		r->topver = m->topver;
+	}
+	if (r != NULL && r->st == R_ACTIVE && deadline > r->deadline)
+		r->deadline = deadline;
 	pthread_mutex_unlock(&s->mu);
-	struct waiter *w = dgi_alloc(sizeof(*w));
-	if (w == NULL) {
-		answer(s, in, DG_ERR_NOMEM);
+	struct waiter *w = dgi_alloc(sizeof(*w) + m->key.len);
+	if (w == NULL || r == NULL) {
+		dgi_free(w);
+		ack(s, in, DG_ERR_NOMEM, -1);
 		return;
 	}
-	w->s = s;
-	w->in = *in;
+	*w = (struct waiter){ s, *in, tx, (uint32_t)m->cache_id, part, hash, m->topver, m->flags,
+		m->key.len };
 	w->in.body = NULL;
-	w->tx = tx;
-	uint64_t deadline = m->timeout_ms > 0 ? dgi_now_ms() + (uint64_t)m->timeout_ms : 0;
-	uint64_t hash = 0xcbf29ce484222325ULL;
-	for (uint32_t i = 0; i < m->key.len; i++)
-		hash = (hash ^ m->key.ptr[i]) * 0x100000001b3ULL;
-	int r = dgi_lock_acquire(s->locks, (uint32_t)m->cache_id, m->key.ptr, m->key.len, hash,
+	memcpy(w->key, m->key.ptr, m->key.len);
+	int res = dgi_lock_acquire(s->locks, (uint32_t)m->cache_id, m->key.ptr, m->key.len, hash,
 	    &tx, deadline, on_lock_done, w);
-	if (r == DGI_LOCK_GRANTED) {
+	if (res == DGI_LOCK_GRANTED) {
+		STAT(s, granted);
+		lock_answer(s, in, DG_OK, w->cache_id, part, hash, w->key, w->klen, m->topver,
+		    m->flags);
 		dgi_free(w);
-		atomic_fetch_add_explicit(&s->granted, 1, memory_order_relaxed);
-		answer(s, in, DG_OK);
-	} else if (r == DGI_LOCK_QUEUED) {
-		/* w belongs to the lock's callback now */
-		atomic_fetch_add_explicit(&s->waited, 1, memory_order_relaxed);
+	} else if (res == DGI_LOCK_QUEUED) {
+		STAT(s, waited); /* w belongs to the lock's callback now */
 		check_deadlock(s, &tx);
 	} else {
 		dgi_free(w);
-		answer(s, in, (dg_err)-r);
+		ack(s, in, (dg_err)-res, -1);
 	}
 }
 
-static void on_unlock(dg_tp *tp, const dg_msg_in *in, void *ctx)
+/* ---- TX_ROLLBACK, TX_UNLOCK ---- */
+
+static void h_rollback(dgi_txsvc *s, const dg_msg_in *in)
 {
-	dgi_txsvc *s = ctx;
-	const dgi_msg_tx_res *m = in->body;
-	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
-	(void)tp;
-	dgi_lock_release_all(s->locks, &tx);
+	dgi_txid tx;
+	if (in->type == DGI_MSG_TX_UNLOCK) {
+		const dgi_msg_tx_res *m = in->body;
+		tx = (dgi_txid){ (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	} else {
+		const dgi_msg_tx_ctl *m = in->body;
+		tx = (dgi_txid){ (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+		if (m->flags & DGI_TXP_BACKUP) { /* a primary tells its backup */
+			finish_role(s, &tx, ROLE_BACKUP, in->from, DGI_TXS_ROLLED_BACK);
+			ack(s, in, DG_OK, -1);
+			return;
+		}
+	}
+	dgi_txs done;
+	if (dgi_txdone_get(s->done, &tx, &done) && done == DGI_TXS_COMMITTED) {
+		ack(s, in, DG_ERR_STATE, -1); /* committed here: it cannot be undone */
+		return;
+	}
+	uint64_t bk[MAX_BACKUPS];
+	uint32_t nbk = 0;
+	bool pending = false, decided = false;
+	dg_msg_in req;
 	pthread_mutex_lock(&s->mu);
-	start_del(s, &tx);
+	struct rec *r = rec_find(s, &tx, ROLE_PRIMARY, 0);
+	if (r != NULL) {
+		decided = r->st == R_COMMITTING;
+		nbk = r->nbk;
+		memcpy(bk, r->bk, nbk * sizeof(bk[0]));
+		pending = r->have_req && !decided;
+		if (pending) {
+			req = r->req;
+			r->have_req = false;
+		}
+	}
 	pthread_mutex_unlock(&s->mu);
-	atomic_fetch_add_explicit(&s->unlocks, 1, memory_order_relaxed);
-	answer(s, in, DG_OK);
+	if (decided) {
+		ack(s, in, DG_ERR_STATE, -1); /* commit under way: it cannot be undone */
+		return;
+	}
+	finish(s, &tx, DGI_TXS_ROLLED_BACK);
+	if (pending)
+		ack(s, &req, DG_ERR_TX_ROLLED_BACK, -1);
+	dgi_msg_tx_ctl fw = { (int64_t)tx.node, (int64_t)tx.seq, DGI_TXP_BACKUP, 0, 0 };
+	for (uint32_t i = 0; i < nbk; i++)
+		dgi_txsvc_send(s, bk[i], DGI_MSG_TX_ROLLBACK, &fw);
+	STAT(s, unlocks);
+	if (r != NULL)
+		STAT(s, rolled_back);
+	ack(s, in, DG_OK, -1);
+}
+
+/* ---- TX_PREPARE (primary) ---- */
+
+static void prepare_locked(dgi_txsvc *s, struct rec *r);
+static void commit_apply(dgi_txsvc *s, struct rec *r);
+
+static dg_err ents_open(const uint8_t *body, uint32_t blen, dgi_msg_tx_prepare *m,
+    dg_reader *rd, uint32_t *count)
+{
+	dg_err e = dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, body, blen, m);
+	if (e != DG_OK)
+		return e;
+	dg_reader_init(rd, NULL, m->ents.ptr, m->ents.len);
+	if ((e = dg_read_begin(rd, DG_LIST, count)) == DG_OK && *count % DGI_TXWIRE_FIELDS != 0)
+		e = DG_ERR_BAD_LENGTH;
+	*count /= DGI_TXWIRE_FIELDS;
+	return e;
+}
+
+static void on_prep_lock(void *ctx, dg_err err)
+{
+	struct rec *r = ctx;
+	dgi_txsvc *s = r->s;
+	if (err == DG_ERR_CLOSED && is_victim(s, &r->id))
+		err = DG_ERR_DEADLOCK;
+	pthread_mutex_lock(&s->mu);
+	if (err != DG_OK && r->fail == DG_OK)
+		r->fail = err;
+	bool go = --r->waiting == 0 && !r->dead;
+	pthread_mutex_unlock(&s->mu);
+	if (go)
+		prepare_locked(s, r);
+	pthread_mutex_lock(&s->mu);
+	rec_unref(s, r);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void h_backup_prepare(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx_prepare *m)
+{
+	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	dgi_txid key = role_key(&tx, ROLE_BACKUP, in->from);
+	dgi_txs done;
+	if (dgi_txdone_get(s->done, &key, &done)) {
+		ack(s, in, done == DGI_TXS_COMMITTED ? DG_OK : DG_ERR_TX_ROLLED_BACK, -1);
+		return;
+	}
+	dg_err e = DG_OK;
+	pthread_mutex_lock(&s->mu);
+	struct rec *r = rec_find(s, &tx, ROLE_BACKUP, in->from);
+	if (r == NULL) {
+		if ((r = rec_new(s, &tx, R_BACKUP, ROLE_BACKUP, in->from)) == NULL) {
+			e = DG_ERR_NOMEM;
+		} else {
+			r->s = s;
+			r->start_ms = m->start_ms;
+			r->topver = m->topver;
+			r->flags = m->flags;
+			r->deadline = dgi_now_ms() + (uint64_t)(m->timeout_ms > 0 ? m->timeout_ms : 0);
+			if ((e = rec_keep_body(r, in)) != DG_OK)
+				rec_unlink(s, r);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (e == DG_OK)
+		STAT(s, backup_prepared);
+	ack(s, in, e, -1);
+}
+
+/* Sends the copies this node holds of a resend's keys to their backups
+ * (versions make repeats harmless); answers nothing. */
+static void recopy(dgi_txsvc *s, const dg_msg_in *in)
+{
+	dg_reader rd;
+	uint32_t n;
+	dgi_msg_tx_prepare m;
+	if (ents_open(in->raw, in->raw_len, &m, &rd, &n) != DG_OK)
+		return;
+	dgi_txid tx = { (uint64_t)m.tx_node, (uint64_t)m.tx_seq };
+	for (uint32_t i = 0; i < n; i++) {
+		dgi_txwire_ent en;
+		dg_err e;
+		if (dgi_txwire_get(&rd, &en) != DG_OK)
+			return;
+		dg_cache *c = tx_cache(s, en.cache_id, &e);
+		if (c == NULL)
+			continue;
+		uint64_t hash, own[8];
+		int64_t tv;
+		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
+		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
+		bool found;
+		tl_val.len = 0;
+		if (dgi_cache_tx_read(c, tv, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
+		    &tl_val, &found, &en.ver) != DG_OK || en.ver.counter == 0)
+			continue;
+		tl_copy.len = 0;
+		dg_writer w;
+		dg_writer_init(&w, wire_reg, &tl_copy);
+		en.op = found ? DGI_TXOP_PUT : DGI_TXOP_REMOVE;
+		en.val = found ? (dg_bytes){ tl_val.data ? tl_val.data : (const uint8_t *)"",
+			(uint32_t)tl_val.len } : (dg_bytes){ NULL, 0 };
+		en.expire_ms = 0;
+		if (dg_write_list_begin(&w, DGI_TXWIRE_FIELDS) != DG_OK ||
+		    dgi_txwire_put(&w, &en) != DG_OK || dg_write_end(&w) != DG_OK)
+			continue;
+		dgi_msg_tx_prepare cp = { (int64_t)tx.node, (int64_t)tx.seq, m.start_ms, 0, tv, 0,
+			(int64_t)s->self, { tl_copy.data, (uint32_t)tl_copy.len } };
+		for (uint32_t j = 1; j < k; j++)
+			if (own[j] != s->self)
+				dg_tp_send(s->tp, own[j], DGI_MSG_TX_COMMIT_COPY, &cp);
+	}
+}
+
+static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_prepare *m = in->body;
+	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	if (tx.node == 0 && tx.seq == 0) {
+		ack(s, in, DG_ERR_INVAL, -1);
+		return;
+	}
+	if (m->flags & DGI_TXP_BACKUP) {
+		h_backup_prepare(s, in, m);
+		return;
+	}
+	bool resend = (m->flags & DGI_TXP_RESEND) != 0;
+	int role = resend ? ROLE_TAKEOVER : ROLE_PRIMARY;
+	uint64_t from = resend ? (uint64_t)m->origin : 0;
+	dgi_txid key = role_key(&tx, role, from), bkey = role_key(&tx, ROLE_BACKUP, from);
+	dgi_txs done;
+	if (dgi_txdone_get(s->done, &key, &done) ||
+	    (resend && dgi_txdone_get(s->done, &bkey, &done) && done == DGI_TXS_COMMITTED)) {
+		/* finished here (a repeat), or a resend of what this node
+		 * applied as the left primary's backup: its backups may have
+		 * missed the copies — send them what this node holds */
+		if (resend && done == DGI_TXS_COMMITTED)
+			recopy(s, in);
+		ack(s, in, done == DGI_TXS_COMMITTED ? DG_OK : DG_ERR_TX_ROLLED_BACK, -1);
+		return;
+	}
+	/* placement: every entry's partition is this node's */
+	dg_reader rd;
+	uint32_t n;
+	dgi_msg_tx_prepare mm;
+	dg_err e = ents_open(in->raw, in->raw_len, &mm, &rd, &n);
+	int64_t topver = (m->flags & DGI_TXP_RESEND) ? 0 : m->topver;
+	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
+		dgi_txwire_ent en;
+		dg_cache *c = NULL;
+		if ((e = dgi_txwire_get(&rd, &en)) == DG_OK && (c = tx_cache(s, en.cache_id, &e)) != NULL)
+			e = check_primary(s, c, (uint32_t)en.part, topver);
+		if (e != DG_OK) {
+			ack(s, in, e, i);
+			return;
+		}
+	}
+	if (e != DG_OK) {
+		ack(s, in, e, -1);
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	start_put(s, &tx, m->start_ms);
+	if (resend) {
+		/* this node takes over from the left primary: its backup record
+		 * of those entries is superseded */
+		struct rec *b = rec_find(s, &tx, ROLE_BACKUP, from);
+		if (b != NULL)
+			rec_unlink(s, b);
+	}
+	struct rec *r = rec_find(s, &tx, role, from);
+	if (r != NULL && r->st != R_ACTIVE) {
+		int st = r->st;
+		pthread_mutex_unlock(&s->mu);
+		/* a repeated PREPARE: prepared already answers again; one still
+		 * in progress answers when it ends */
+		if (st == R_PREPARED)
+			ack(s, in, DG_OK, -1);
+		else if (st == R_BACKUP)
+			ack(s, in, DG_ERR_STATE, -1);
+		return;
+	}
+	if (r == NULL && (r = rec_new(s, &tx, R_ACTIVE, role, from)) == NULL) {
+		pthread_mutex_unlock(&s->mu);
+		ack(s, in, DG_ERR_NOMEM, -1);
+		return;
+	}
+	if ((e = rec_keep_body(r, in)) != DG_OK) {
+		pthread_mutex_unlock(&s->mu);
+		finish_role(s, &tx, role, from, DGI_TXS_ROLLED_BACK);
+		ack(s, in, e, -1);
+		return;
+	}
+	r->st = R_PREPARING;
+	r->start_ms = m->start_ms;
+	r->topver = m->topver;
+	r->flags = m->flags;
+	r->deadline = dgi_now_ms() + (uint64_t)(m->timeout_ms > 0 ? m->timeout_ms : 1);
+	r->have_req = true;
+	r->req = *in;
+	r->req.body = NULL;
+	r->req.raw = NULL;
+	r->waiting = 1;
+	r->refs++; /* this call's */
+	uint64_t deadline = r->deadline;
+	pthread_mutex_unlock(&s->mu);
+	/* lock every entry (writes and checked reads), in the order sent (the
+	 * near sorts them) */
+	e = ents_open(r->body, r->blen, &mm, &rd, &n);
+	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
+		dgi_txwire_ent en;
+		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
+			break;
+		uint64_t hash;
+		dg_cache *c = tx_cache(s, en.cache_id, &e);
+		if (c == NULL)
+			break;
+		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
+		pthread_mutex_lock(&s->mu);
+		r->waiting++;
+		r->refs++;
+		pthread_mutex_unlock(&s->mu);
+		int res = dgi_lock_acquire(s->locks, (uint32_t)en.cache_id, en.key.ptr, en.key.len,
+		    hash, &tx, deadline, on_prep_lock, r);
+		if (res == DGI_LOCK_QUEUED) {
+			STAT(s, waited);
+			check_deadlock(s, &tx);
+			continue;
+		}
+		pthread_mutex_lock(&s->mu);
+		r->waiting--;
+		r->refs--;
+		pthread_mutex_unlock(&s->mu);
+		if (res != DGI_LOCK_GRANTED)
+			e = (dg_err)-res;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (e != DG_OK && r->fail == DG_OK)
+		r->fail = e;
+	bool go = --r->waiting == 0 && !r->dead;
+	pthread_mutex_unlock(&s->mu);
+	if (go)
+		prepare_locked(s, r);
+	pthread_mutex_lock(&s->mu);
+	rec_unref(s, r);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* A backup's answer to TX_PREPARE or TX_COMMIT_COPY. */
+static void on_backup_answer(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct rec *r = ctx;
+	dgi_txsvc *s = r->s;
+	(void)reply;
+	if (err != DG_OK)
+		fprintf(stderr, "level=warn id=TX-BACKUP tx=%016llx:%llu err=%s\n",
+		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq,
+		    dg_strerror(err));
+	bool answer = false, unlink = false;
+	dg_msg_in req;
+	pthread_mutex_lock(&s->mu);
+	if (--r->acks == 0 && !r->dead) {
+		if (r->st == R_PREPARING) {
+			r->st = R_PREPARED;
+		} else if (r->st == R_COMMITTING) {
+			unlink = true;
+		}
+		answer = r->have_req;
+		req = r->req;
+		r->have_req = false;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (answer)
+		ack(s, &req, DG_OK, -1);
+	pthread_mutex_lock(&s->mu);
+	if (unlink)
+		rec_unlink(s, r);
+	rec_unref(s, r);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Sends body (TX_PREPARE with DGI_TXP_BACKUP, or TX_COMMIT_COPY) to every
+ * backup of the entries' partitions; r->acks counts the answers. */
+static void to_backups(dgi_txsvc *s, struct rec *r, dg_msg_type type,
+    const dgi_msg_tx_prepare *body, const uint64_t *bk, uint32_t nbk, uint32_t timeout_ms)
+{
+	pthread_mutex_lock(&s->mu);
+	r->acks += nbk + 1;
+	r->refs += nbk + 1;
+	pthread_mutex_unlock(&s->mu);
+	for (uint32_t i = 0; i < nbk; i++) {
+		if (dgi_txsvc_request(s, bk[i], type, body, timeout_ms, on_backup_answer, r) != DG_OK)
+			on_backup_answer(r, DG_ERR_UNREACHABLE, NULL);
+	}
+	on_backup_answer(r, DG_OK, NULL); /* the sender's own count */
+}
+
+/* The backups of the partitions of r's entries (current affinity). */
+static uint32_t backups_of(dgi_txsvc *s, struct rec *r, uint64_t *bk)
+{
+	dg_reader rd;
+	uint32_t n, nbk = 0;
+	dgi_msg_tx_prepare m;
+	if (ents_open(r->body, r->blen, &m, &rd, &n) != DG_OK)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		dgi_txwire_ent en;
+		dg_err e;
+		if (dgi_txwire_get(&rd, &en) != DG_OK)
+			break;
+		dg_cache *c = tx_cache(s, en.cache_id, &e);
+		if (c == NULL)
+			continue;
+		uint64_t own[8];
+		int64_t tv;
+		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
+		for (uint32_t j = 1; j < k; j++) {
+			bool have = own[j] == s->self;
+			for (uint32_t q = 0; q < nbk && !have; q++)
+				have = bk[q] == own[j];
+			if (!have && nbk < MAX_BACKUPS)
+				bk[nbk++] = own[j];
+		}
+	}
+	return nbk;
+}
+
+static bool same_ver(const dgi_pver *a, const dgi_pver *b)
+{
+	return a->topver == b->topver && a->counter == b->counter && a->order == b->order;
+}
+
+static void prepare_locked(dgi_txsvc *s, struct rec *r)
+{
+	pthread_mutex_lock(&s->mu);
+	bool dead = r->dead;
+	dg_err fail = r->fail;
+	pthread_mutex_unlock(&s->mu);
+	if (dead)
+		return;
+	int64_t idx = -1;
+	dg_reader rd;
+	uint32_t n;
+	dgi_msg_tx_prepare m;
+	if (fail == DG_OK)
+		fail = ents_open(r->body, r->blen, &m, &rd, &n);
+	for (uint32_t i = 0; fail == DG_OK && i < n; i++) {
+		dgi_txwire_ent en;
+		if ((fail = dgi_txwire_get(&rd, &en)) != DG_OK)
+			break;
+		if (!(en.op & DGI_TXOP_CHECK))
+			continue;
+		dg_cache *c = tx_cache(s, en.cache_id, &fail);
+		if (c == NULL)
+			break;
+		uint64_t hash, own[8];
+		int64_t tv;
+		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
+		dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
+		bool found;
+		dgi_pver cur;
+		fail = dgi_cache_tx_read(c, tv, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
+		    NULL, &found, &cur);
+		if (fail == DG_OK && !same_ver(&cur, &en.ver)) {
+			fail = DG_ERR_TX_CONFLICT;
+			STAT(s, conflicts);
+		}
+		if (fail != DG_OK)
+			idx = i;
+	}
+	if (fail != DG_OK) {
+		pthread_mutex_lock(&s->mu);
+		dg_msg_in req = r->req;
+		bool answer = r->have_req;
+		r->have_req = false;
+		pthread_mutex_unlock(&s->mu);
+		finish_rec(s, r, DGI_TXS_ROLLED_BACK);
+		STAT(s, rolled_back);
+		if (answer)
+			ack(s, &req, fail, idx);
+		return;
+	}
+	if (r->flags & DGI_TXP_ONE_PHASE) {
+		pthread_mutex_lock(&s->mu);
+		r->st = R_COMMITTING;
+		pthread_mutex_unlock(&s->mu);
+		STAT(s, prepared);
+		commit_apply(s, r);
+		return;
+	}
+	uint64_t bk[MAX_BACKUPS];
+	uint32_t nbk = backups_of(s, r, bk);
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t i = 0; i < nbk; i++)
+		add_backup(r, bk[i]);
+	pthread_mutex_unlock(&s->mu);
+	STAT(s, prepared);
+	dgi_msg_tx_prepare fw;
+	if (dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, r->body, r->blen, &fw) != DG_OK)
+		fw = (dgi_msg_tx_prepare){ 0 };
+	fw.flags |= DGI_TXP_BACKUP;
+	uint64_t now = dgi_now_ms();
+	uint32_t left = r->deadline > now ? (uint32_t)(r->deadline - now) : 1;
+	to_backups(s, r, DGI_MSG_TX_PREPARE, &fw, bk, nbk, left);
+}
+
+/* ---- TX_COMMIT (primary) ---- */
+
+/* Applies r's writes with new versions, releases its locks and sends the
+ * copies to the backups; answers the near node once they applied
+ * (FULL_SYNC) or at once. */
+static void commit_apply(dgi_txsvc *s, struct rec *r)
+{
+	dg_reader rd;
+	uint32_t n, nw = 0;
+	dgi_msg_tx_prepare m;
+	dg_err e = ents_open(r->body, r->blen, &m, &rd, &n);
+	bool full_sync = false;
+	dg_buf *b = &tl_copy;
+	b->len = 0;
+	dg_writer w;
+	dg_writer_init(&w, wire_reg, b);
+	/* the count is written first: entries that write, counted in a pass */
+	dg_reader rd2 = rd;
+	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
+		dgi_txwire_ent en;
+		if ((e = dgi_txwire_get(&rd2, &en)) == DG_OK && (en.op & DGI_TXOP_MASK) != 0)
+			nw++;
+	}
+	if (e == DG_OK)
+		e = dg_write_list_begin(&w, nw * DGI_TXWIRE_FIELDS);
+	uint64_t bk[MAX_BACKUPS];
+	uint32_t nbk = 0;
+	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
+		dgi_txwire_ent en;
+		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
+			break;
+		int op = (int)(en.op & DGI_TXOP_MASK);
+		if (op == 0)
+			continue;
+		dg_cache *c = tx_cache(s, en.cache_id, &e);
+		if (c == NULL)
+			break;
+		if (dg_cache_config_of(c)->write_sync == DG_FULL_SYNC)
+			full_sync = true;
+		uint64_t hash, own[8];
+		int64_t tv;
+		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
+		const uint8_t *val = op == DGI_TXOP_PUT ? en.val.ptr : NULL;
+		if (op == DGI_TXOP_PUT && val == NULL)
+			val = (const uint8_t *)"";
+		e = dgi_cache_tx_write(c, (uint32_t)en.part, hash, en.key.ptr, en.key.len, val,
+		    en.val.len, r->id.node, r->id.seq, &en.ver, &en.expire_ms);
+		if (e != DG_OK)
+			break;
+		en.val.ptr = val;
+		en.op = op;
+		e = dgi_txwire_put(&w, &en);
+		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
+		for (uint32_t j = 1; j < k; j++) {
+			bool have = own[j] == s->self;
+			for (uint32_t q = 0; q < nbk && !have; q++)
+				have = bk[q] == own[j];
+			if (!have && nbk < MAX_BACKUPS)
+				bk[nbk++] = own[j];
+		}
+	}
+	if (e == DG_OK)
+		e = dg_write_end(&w);
+	if (e != DG_OK)
+		fprintf(stderr, "level=error id=TX-APPLY tx=%016llx:%llu err=%s\n",
+		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq, dg_strerror(e));
+	/* decided: the tx is committed here whatever a backup says */
+	dgi_txid key = role_key(&r->id, r->role, r->from);
+	dgi_txdone_put(s->done, &key, DGI_TXS_COMMITTED, dgi_now_ms());
+	dgi_lock_release_all(s->locks, &r->id);
+	STAT(s, committed);
+	dgi_msg_tx_prepare cp = { (int64_t)r->id.node, (int64_t)r->id.seq, r->start_ms, 0,
+		r->topver, 0, (int64_t)s->self, { b->data, (uint32_t)b->len } };
+	bool answer_now = !full_sync || nbk == 0 || e != DG_OK;
+	dg_msg_in req;
+	bool have = false;
+	pthread_mutex_lock(&s->mu);
+	if (answer_now && r->have_req) {
+		req = r->req;
+		have = true;
+		r->have_req = false;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (have)
+		ack(s, &req, e, -1);
+	if (e == DG_OK && nbk > 0) {
+		to_backups(s, r, DGI_MSG_TX_COMMIT_COPY, &cp, bk, nbk, 10000);
+	} else {
+		pthread_mutex_lock(&s->mu);
+		rec_unlink(s, r);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+static void h_commit(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_ctl *m = in->body;
+	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	pthread_mutex_lock(&s->mu);
+	struct rec *r = rec_find(s, &tx, ROLE_PRIMARY, 0);
+	int st = r != NULL ? r->st : 0;
+	if (st == R_PREPARED) {
+		r->st = R_COMMITTING;
+		r->have_req = true;
+		r->req = *in;
+		r->req.body = NULL;
+		r->req.raw = NULL;
+		r->refs++;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (st == R_PREPARED) {
+		commit_apply(s, r);
+		pthread_mutex_lock(&s->mu);
+		rec_unref(s, r);
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	dgi_txs done;
+	if (dgi_txdone_get(s->done, &tx, &done))
+		ack(s, in, done == DGI_TXS_COMMITTED ? DG_OK : DG_ERR_TX_ROLLED_BACK, -1);
+	else
+		ack(s, in, r == NULL ? DG_ERR_NOT_FOUND : DG_ERR_STATE, -1);
+}
+
+/* ---- TX_COMMIT_COPY (backup) ---- */
+
+static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_prepare *m = in->body;
+	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	dg_reader rd;
+	uint32_t n;
+	dg_reader_init(&rd, NULL, m->ents.ptr, m->ents.len);
+	dg_err e = dg_read_begin(&rd, DG_LIST, &n);
+	if (e == DG_OK && n % DGI_TXWIRE_FIELDS != 0)
+		e = DG_ERR_BAD_LENGTH;
+	n /= DGI_TXWIRE_FIELDS;
+	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
+		dgi_txwire_ent en;
+		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
+			break;
+		dg_err ce;
+		dg_cache *c = tx_cache(s, en.cache_id, &ce);
+		if (c == NULL)
+			continue; /* destroyed meanwhile */
+		uint64_t hash;
+		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
+		int op = (int)(en.op & DGI_TXOP_MASK);
+		e = dgi_cache_tx_copy(c, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
+		    op == DGI_TXOP_PUT ? (en.val.ptr ? en.val.ptr : (const uint8_t *)"") : NULL,
+		    en.val.len, &en.ver, en.expire_ms, tx.node, tx.seq);
+	}
+	finish_role(s, &tx, ROLE_BACKUP, in->from, DGI_TXS_COMMITTED);
+	STAT(s, backup_committed);
+	ack(s, in, e, -1);
+}
+
+static void dispatch(dgi_txsvc *s, const dg_msg_in *in)
+{
+	switch ((int)in->type) {
+	case DGI_MSG_TX_LOCK:
+		h_lock(s, in);
+		break;
+	case DGI_MSG_TX_UNLOCK:
+	case DGI_MSG_TX_ROLLBACK:
+		h_rollback(s, in);
+		break;
+	case DGI_MSG_TX_PREPARE:
+		if (s->g != NULL)
+			h_prepare(s, in);
+		else
+			ack(s, in, DG_ERR_UNSUPPORTED, -1);
+		break;
+	case DGI_MSG_TX_COMMIT:
+		h_commit(s, in);
+		break;
+	case DGI_MSG_TX_COMMIT_COPY:
+		if (s->g != NULL)
+			h_commit_copy(s, in);
+		else
+			ack(s, in, DG_ERR_UNSUPPORTED, -1);
+		break;
+	default:
+		break;
+	}
+}
+
+static void on_msg(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)tp;
+	dispatch(ctx, in);
 }
 
 /* ---- deadlines ---- */
 
+/* ACTIVE records (locks of a tx that never prepared) past their deadline
+ * and a grace period: the near node is gone or stuck; release. */
+#define ACTIVE_GRACE_MS 2000
+
+static void expire_records(dgi_txsvc *s, uint64_t now)
+{
+	dgi_txid ids[32];
+	int n = 0;
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t b = 0; b < NBUCKETS && n < 32; b++)
+		for (struct rec *r = s->buckets[b]; r != NULL && n < 32; r = r->next)
+			if (r->st == R_ACTIVE && r->role == ROLE_PRIMARY && r->deadline != 0 &&
+			    r->deadline + ACTIVE_GRACE_MS < now)
+				ids[n++] = r->id;
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; i < n; i++) {
+		finish(s, &ids[i], DGI_TXS_ROLLED_BACK);
+		STAT(s, rolled_back);
+	}
+}
+
 static void *expirer(void *arg)
 {
 	dgi_txsvc *s = arg;
+	uint64_t last_scan = 0;
 	while (!atomic_load(&s->stopping)) {
 		struct timespec ts = { 0, 10 * 1000000L };
 		nanosleep(&ts, NULL);
-		dgi_locks_expire(s->locks, dgi_now_ms());
+		uint64_t now = dgi_now_ms();
+		dgi_locks_expire(s->locks, now);
+		local_expire(s, now);
+		if (now - last_scan >= 200) {
+			last_scan = now;
+			expire_records(s, now);
+			dgi_txdone_expire(s->done, now);
+		}
 	}
 	return NULL;
 }
 
 /* ---- start / stop ---- */
 
-dg_err dgi_txsvc_start(dg_tp *tp, dgi_txsvc **out)
+static const dg_msg_type handled[] = { DGI_MSG_TX_LOCK, DGI_MSG_TX_UNLOCK, DGI_MSG_TX_PREPARE,
+	DGI_MSG_TX_COMMIT, DGI_MSG_TX_ROLLBACK, DGI_MSG_TX_COMMIT_COPY };
+#define NHANDLED (sizeof(handled) / sizeof(handled[0]))
+
+/* How long a finished tx is remembered (late and repeated messages). */
+#define DONE_KEEP_MS (10 * 60 * 1000)
+
+dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pthread_once(&once, define_rows);
@@ -356,20 +1583,25 @@ dg_err dgi_txsvc_start(dg_tp *tp, dgi_txsvc **out)
 	if (s == NULL)
 		return DG_ERR_NOMEM;
 	s->tp = tp;
+	s->g = g;
+	s->self = dg_tp_self(tp);
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->lmu, NULL);
 	dg_err e;
-	if ((e = dgi_locks_create(0, &s->locks)) != DG_OK || (e = dgi_wfg_create(&s->wfg)) != DG_OK)
+	if ((e = dgi_locks_create(0, &s->locks)) != DG_OK || (e = dgi_wfg_create(&s->wfg)) != DG_OK ||
+	    (e = dgi_txdone_create(DONE_KEEP_MS, &s->done)) != DG_OK)
 		goto fail;
 	if (pthread_create(&s->expirer, NULL, expirer, s) != 0) {
 		e = DG_ERR_NOMEM;
 		goto fail;
 	}
 	s->expirer_up = true;
-	dg_tp_handle(tp, DGI_MSG_TX_LOCK, on_lock, s);
-	dg_tp_handle(tp, DGI_MSG_TX_UNLOCK, on_unlock, s);
+	for (size_t i = 0; i < NHANDLED; i++)
+		dg_tp_handle(tp, handled[i], on_msg, s);
 	*out = s;
 	return DG_OK;
 fail:
+	s->tp = NULL;
 	dgi_txsvc_stop(s);
 	return e;
 }
@@ -379,18 +1611,36 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	if (s == NULL)
 		return;
 	if (s->tp != NULL) {
-		dg_tp_handle(s->tp, DGI_MSG_TX_LOCK, NULL, NULL);
-		dg_tp_handle(s->tp, DGI_MSG_TX_UNLOCK, NULL, NULL);
+		for (size_t i = 0; i < NHANDLED; i++)
+			dg_tp_handle(s->tp, handled[i], NULL, NULL);
 		dg_tp_quiesce(s->tp);
 	}
 	atomic_store(&s->stopping, true);
 	if (s->expirer_up)
 		pthread_join(s->expirer, NULL);
+	local_expire(s, UINT64_MAX);
 	dgi_locks_destroy(s->locks); /* answers every waiter DG_ERR_CLOSED */
+	for (uint32_t b = 0; b < NBUCKETS; b++) {
+		struct rec *r = s->buckets[b];
+		while (r != NULL) {
+			struct rec *nx = r->next;
+			if (r->body != NULL && r->body != r->inl)
+				dgi_free(r->body);
+			dgi_free(r);
+			r = nx;
+		}
+	}
+	while (s->free_recs != NULL) {
+		struct rec *nx = s->free_recs->next;
+		dgi_free(s->free_recs);
+		s->free_recs = nx;
+	}
+	dgi_txdone_destroy(s->done);
 	dgi_wfg_destroy(s->wfg);
 	dgi_free(s->edges);
 	dgi_free(s->starts);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->lmu);
 	dgi_free(s);
 }
 
@@ -401,4 +1651,37 @@ void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out)
 	out->timeouts = atomic_load(&s->timeouts);
 	out->deadlocks = atomic_load(&s->deadlocks);
 	out->unlocks = atomic_load(&s->unlocks);
+	out->prepared = atomic_load(&s->prepared);
+	out->committed = atomic_load(&s->committed);
+	out->rolled_back = atomic_load(&s->rolled_back);
+	out->conflicts = atomic_load(&s->conflicts);
+	out->backup_prepared = atomic_load(&s->backup_prepared);
+	out->backup_committed = atomic_load(&s->backup_committed);
+	pthread_mutex_lock(&s->mu);
+	out->records = s->nrecs;
+	pthread_mutex_unlock(&s->mu);
+	dgi_locks_stats ls;
+	dgi_locks_get_stats(s->locks, &ls);
+	out->locks_held = ls.locks;
+	out->lock_waiters = ls.waiters;
+}
+
+dg_tp *dgi_txsvc_tp(dgi_txsvc *s)
+{
+	return s->tp;
+}
+
+dgi_grid *dgi_txsvc_grid(dgi_txsvc *s)
+{
+	return s->g;
+}
+
+uint64_t dgi_txsvc_self(dgi_txsvc *s)
+{
+	return s->self;
+}
+
+dgi_txnear_stats *dgi_txsvc_near(dgi_txsvc *s)
+{
+	return &s->near;
 }

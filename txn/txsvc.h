@@ -1,32 +1,60 @@
 /*
- * txsvc.h — the lock service of a primary (txn/, private).
+ * txsvc.h — the transaction service of a node (txn/, private): the
+ * participant side of transactions (lock queues, prepare, commit, rollback
+ * as a primary or a backup) and the local dispatch the near side uses.
  *
- * Transactions lock keys on the primaries of their partitions with TX_LOCK
- * requests and release everything with TX_UNLOCK (PROTOCOL.md, "Transaction
- * messages").  A request that has to wait is answered when the lock is
- * granted, when its deadline passes (DG_ERR_TIMEOUT), or when its
- * transaction is chosen a deadlock victim (DG_ERR_DEADLOCK).
+ * Messages (PROTOCOL.md, "Transaction messages"):
+ *   TX_LOCK      near -> primary: lock a key (PESSIMISTIC first access), and
+ *                with DGI_TXL_READ read it under the lock; DGI_TXL_NOLOCK
+ *                only reads (OPTIMISTIC and READ_COMMITTED reads) — the
+ *                value and its version come back in TX_LOCK_RES.
+ *   TX_PREPARE   near -> primary: the tx's entries on that primary (one
+ *                message per node).  The primary locks them (re-entrant for
+ *                the tx's PESSIMISTIC locks), checks the versions of the
+ *                entries read (DGI_TXOP_CHECK), forwards the entries to the
+ *                partitions' backups (TX_PREPARE with DGI_TXP_BACKUP: they
+ *                keep them for recovery) and answers TX_ACK when they did.
+ *                DGI_TXP_ONE_PHASE: commit at once (a single primary).
+ *   TX_COMMIT    near -> primary: apply the prepared entries with new
+ *                versions, release the locks, send the entries with their
+ *                versions to the backups (TX_COMMIT_COPY) and, FULL_SYNC,
+ *                answer TX_ACK when every backup applied.
+ *   TX_ROLLBACK  near -> primary (and primary -> backups): release, forget.
+ *   TX_UNLOCK    the same as TX_ROLLBACK (the lock-only protocol's name).
+ * A request that waits for a lock is answered when it is granted, when its
+ * deadline passes (DG_ERR_TIMEOUT), or when its tx is chosen a deadlock
+ * victim (DG_ERR_DEADLOCK): this node's wait-for edges are searched for a
+ * cycle through the new waiter when it starts waiting, and the youngest
+ * transaction of a cycle (latest start; then node id, counter) is the
+ * victim.  Cycles that span primaries end at the lock timeout for now.
  *
- * Deadlocks are looked for when a request starts waiting, not after a
- * timeout: this node's wait-for edges (its lock queues) are searched for a
- * cycle through the new waiter, and the youngest transaction of a cycle
- * (latest start; then node id, counter) is the victim: its locks on this
- * node are released and its waits here answered DG_ERR_DEADLOCK — the rest
- * proceed.  Cycles that span primaries need edges from the other nodes
- * (probes): see txn/README.md; they end at the lock timeout until then.
- *
- * Threads: handlers run on the transport's threads; lock grants and
- * timeouts answer from whichever thread released or expired the lock.
+ * Threads: handlers run on the transport's threads (or, for requests a node
+ * sends itself, on the sender's); lock grants and timeouts continue from
+ * whichever thread released or expired the lock.  Nothing blocks, except
+ * that writes to persistent caches wait for LMDB.
  */
 #ifndef DG_TXN_TXSVC_H
 #define DG_TXN_TXSVC_H
 
 #include "lockq.h"
+#include "txdone.h"
 #include "transport/transport.h"
+#include "cache/cache.h"
 
-#define DGI_MSG_TX_LOCK ((dg_msg_type)(128))     /* request: lock a key */
-#define DGI_MSG_TX_LOCK_RES ((dg_msg_type)(129)) /* response: I64 result */
-#define DGI_MSG_TX_UNLOCK ((dg_msg_type)(130))   /* request: release all; res: TX_LOCK_RES */
+#include <stdatomic.h>
+
+#define DGI_MSG_TX_LOCK ((dg_msg_type)(128))        /* request -> TX_LOCK_RES */
+#define DGI_MSG_TX_LOCK_RES ((dg_msg_type)(129))
+#define DGI_MSG_TX_UNLOCK ((dg_msg_type)(130))      /* request (dgi_msg_tx_res) -> TX_LOCK_RES */
+#define DGI_MSG_TX_PREPARE ((dg_msg_type)(131))     /* request -> TX_ACK */
+#define DGI_MSG_TX_COMMIT ((dg_msg_type)(132))      /* request (ctl) -> TX_ACK */
+#define DGI_MSG_TX_ROLLBACK ((dg_msg_type)(133))    /* request (ctl) -> TX_ACK */
+#define DGI_MSG_TX_ACK ((dg_msg_type)(134))         /* response (ctl) */
+#define DGI_MSG_TX_COMMIT_COPY ((dg_msg_type)(135)) /* request (prepare body) -> TX_ACK */
+
+/* TX_LOCK flags */
+#define DGI_TXL_READ 0x1        /* read the key once locked */
+#define DGI_TXL_NOLOCK 0x2      /* only read (no lock) */
 
 typedef struct dgi_msg_tx_lock {
 	int64_t tx_node, tx_seq;    /* the transaction */
@@ -34,24 +62,109 @@ typedef struct dgi_msg_tx_lock {
 	int64_t cache_id;
 	int64_t timeout_ms;         /* how long the request may wait */
 	dg_bytes key;               /* encoded key */
+	int64_t topver;             /* the tx's topology version (0: lock only,
+	                               no placement check — a bare lock service) */
+	int64_t part;
+	int64_t flags;              /* DGI_TXL_* */
 } dgi_msg_tx_lock;
 
-typedef struct dgi_msg_tx_res {  /* TX_LOCK_RES; also TX_UNLOCK's body (res unused) */
+typedef struct dgi_msg_tx_lock_res {
 	int64_t res;                /* dg_err */
-	int64_t tx_node, tx_seq;    /* TX_UNLOCK: the transaction */
+	int64_t found;
+	int64_t ver_topver, ver_counter, ver_order;  /* the entry's version (0s: none) */
+	dg_bytes val;               /* found: the encoded value */
+} dgi_msg_tx_lock_res;
+
+typedef struct dgi_msg_tx_res {  /* TX_UNLOCK's body (res unused) */
+	int64_t res;
+	int64_t tx_node, tx_seq;
 } dgi_msg_tx_res;
+
+/* TX_PREPARE flags */
+#define DGI_TXP_ONE_PHASE 0x1   /* commit right after preparing */
+#define DGI_TXP_BACKUP 0x2      /* primary -> backup: keep the entries */
+#define DGI_TXP_RESEND 0x4      /* the near re-sends a decided commit to a new
+                                   primary: accept under the current topology */
+#define DGI_TXP_FULL_SYNC 0x8   /* commit answers after every backup applied */
+
+/* Entry op (the low bits: DGI_TXOP_PUT / DGI_TXOP_REMOVE, or 0) */
+#define DGI_TXOP_CHECK 0x10     /* check the version read is still current */
+#define DGI_TXOP_MASK 0x0f
+
+typedef struct dgi_msg_tx_prepare {  /* TX_PREPARE, TX_COMMIT_COPY */
+	int64_t tx_node, tx_seq, start_ms;
+	int64_t timeout_ms;         /* left of the tx's timeout when sent */
+	int64_t topver;             /* the tx's topology version */
+	int64_t flags;              /* DGI_TXP_* */
+	int64_t origin;             /* RESEND: the primary that left (its
+	                               backups' copies are found by it) */
+	dg_raw ents;                /* LIST: per entry I64 cache id, I64 partition,
+	                               I64 op, BYTES key, BYTES value (null: none),
+	                               I64 version topver, counter, order (read
+	                               version to check; COMMIT_COPY: the new
+	                               one), I64 expire (wall ms, COMMIT_COPY) */
+} dgi_msg_tx_prepare;
+
+typedef struct dgi_msg_tx_ctl {  /* TX_COMMIT, TX_ROLLBACK, TX_ACK */
+	int64_t tx_node, tx_seq;
+	int64_t flags;              /* TX_COMMIT: DGI_TXP_FULL_SYNC */
+	int64_t res;                /* TX_ACK: dg_err */
+	int64_t value;              /* TX_ACK: the failing entry's index, or -1 */
+} dgi_msg_tx_ctl;
+
+/* One decoded entry of a TX_PREPARE / TX_COMMIT_COPY list. */
+typedef struct dgi_txwire_ent {
+	int64_t cache_id, part, op;
+	dg_bytes key, val;          /* val.ptr NULL: none */
+	dgi_pver ver;
+	int64_t expire_ms;
+} dgi_txwire_ent;
+
+/* Values per entry in the LIST (its count is entries x this). */
+#define DGI_TXWIRE_FIELDS 9
+
+/* The registry TX_PREPARE lists are written with. */
+dg_registry *dgi_txwire_registry(void);
+/* Writes one entry into w (inside a LIST). */
+dg_err dgi_txwire_put(dg_writer *w, const dgi_txwire_ent *e);
+/* Reads the next entry (r positioned inside the LIST). */
+dg_err dgi_txwire_get(dg_reader *r, dgi_txwire_ent *e);
 
 typedef struct dgi_txsvc dgi_txsvc;
 
 typedef struct dgi_txsvc_stats {
 	uint64_t granted, waited, timeouts, deadlocks, unlocks;
+	uint64_t prepared, committed, rolled_back, conflicts;
+	uint64_t backup_prepared, backup_committed;
+	uint64_t records;           /* participant records now */
+	uint64_t locks_held, lock_waiters;
 } dgi_txsvc_stats;
 
 /* Defines the message rows (once per process), registers the handlers on
- * tp and starts the deadline thread.  *out: dgi_txsvc_stop. */
-dg_err dgi_txsvc_start(dg_tp *tp, dgi_txsvc **out);
+ * tp and starts the deadline thread.  g NULL: a bare lock service (TX_LOCK
+ * with topver 0 and TX_UNLOCK only; tests).  *out: dgi_txsvc_stop. */
+dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out);
 /* Unsets the handlers, answers every waiter DG_ERR_CLOSED, frees. */
 void dgi_txsvc_stop(dgi_txsvc *s);
 void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out);
+
+/* Counters of the txs this node began (kept by txn.c). */
+typedef struct dgi_txnear_stats {
+	_Atomic uint64_t started, committed, rolled_back, conflicts, deadlocks, timeouts,
+	    one_phase, heap;
+} dgi_txnear_stats;
+dgi_txnear_stats *dgi_txsvc_near(dgi_txsvc *s);
+
+dg_tp *dgi_txsvc_tp(dgi_txsvc *s);
+dgi_grid *dgi_txsvc_grid(dgi_txsvc *s);
+uint64_t dgi_txsvc_self(dgi_txsvc *s);
+
+/* A request to node `to`, which may be this node itself (then the handler
+ * runs in this thread, on a decoded copy, and its reply reaches cb the
+ * same way): cb runs exactly once, as with dg_tp_request. */
+dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body,
+    uint32_t timeout_ms, dg_reply_fn cb, void *ctx);
+/* A one-way message to `to` (this node: run here). */
+dg_err dgi_txsvc_send(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body);
 
 #endif

@@ -1,0 +1,592 @@
+/*
+ * txn_api_test.c — transactions through the public API (datagrid.h) on
+ * nodes in this process: every concurrency × isolation combination's read
+ * and write semantics (no dirty reads; non-repeatable reads only under
+ * READ_COMMITTED; the optimistic serializable conflict), rollback leaving
+ * nothing, the one-phase path, commits reaching every backup, a deadlock
+ * found well under the tx timeout, and concurrent transfers keeping a
+ * bank's total.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "node/datagrid.h"
+#include "transport/transport.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OK(x) assert_int_equal((x), DG_OK)
+#define EXPECT(x, e) assert_int_equal((x), (e))
+
+static dg_node *start_node(const char *const *seeds, size_t nseeds)
+{
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = "tcp://127.0.0.1:0";
+	cfg.cluster_name = "txn-test";
+	cfg.seeds = seeds;
+	cfg.nseeds = nseeds;
+	cfg.failure_timeout_ms = 1000;
+	cfg.heartbeat_ms = 100;
+	cfg.join_timeout_ms = 5000;
+	cfg.request_timeout_ms = 5000;
+	dg_node *n = NULL;
+	OK(dg_node_start(&cfg, &n));
+	return n;
+}
+
+struct cluster {
+	dg_node *n[4];
+	int count;
+};
+
+static void cluster_start(struct cluster *cl, int count)
+{
+	memset(cl, 0, sizeof(*cl));
+	cl->n[0] = start_node(NULL, 0);
+	const char *seed = dg_node_address(cl->n[0]);
+	for (int i = 1; i < count; i++)
+		cl->n[i] = start_node(&seed, 1);
+	cl->count = count;
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		int64_t v0 = 0, v;
+		bool same = true;
+		for (int i = 0; i < count; i++) {
+			dg_node_info info[8];
+			size_t k = dg_node_topology(cl->n[i], &v, info, 8);
+			if (i == 0)
+				v0 = v;
+			same &= k == (size_t)count && v == v0;
+		}
+		if (same)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+}
+
+static void cluster_stop(struct cluster *cl)
+{
+	for (int i = cl->count - 1; i >= 0; i--)
+		dg_node_stop(cl->n[i]);
+}
+
+static dg_cache *tx_cache(dg_node *n, const char *name, uint32_t backups)
+{
+	dg_cache_config cfg;
+	dg_cache_config_init(&cfg, name);
+	cfg.atomicity = DG_TRANSACTIONAL;
+	cfg.backups = backups;
+	cfg.write_sync = DG_FULL_SYNC;
+	dg_cache *c = NULL;
+	OK(dg_cache_create(n, &cfg, &c));
+	return c;
+}
+
+static dg_cache *cache_on(dg_node *n, const char *name)
+{
+	dg_cache *c = NULL;
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (dg_cache_get_by_name(n, name, &c) != DG_OK) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	return c;
+}
+
+/* The committed value of key as an int (-1 absent), read outside any tx. */
+static long get_long(dg_cache *c, const char *key)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_err e = dg_cache_get(c, key, strlen(key), &b);
+	long v = -1;
+	if (e == DG_OK) {
+		char tmp[32] = { 0 };
+		memcpy(tmp, b.data, b.len < 31 ? b.len : 31);
+		v = atol(tmp);
+	} else {
+		assert_int_equal(e, DG_ERR_NOT_FOUND);
+	}
+	dg_buf_free(&b);
+	return v;
+}
+
+static dg_err tx_get_long(dg_tx *tx, dg_cache *c, const char *key, long *out)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_err e = dg_tx_get(tx, c, key, strlen(key), &b);
+	*out = -1;
+	if (e == DG_OK) {
+		char tmp[32] = { 0 };
+		memcpy(tmp, b.data, b.len < 31 ? b.len : 31);
+		*out = atol(tmp);
+	}
+	dg_buf_free(&b);
+	return e;
+}
+
+static dg_err tx_put_long(dg_tx *tx, dg_cache *c, const char *key, long v)
+{
+	char tmp[32];
+	int n = snprintf(tmp, sizeof(tmp), "%ld", v);
+	return dg_tx_put(tx, c, key, strlen(key), tmp, (size_t)n);
+}
+
+static void put_long(dg_node *n, dg_cache *c, const char *key, long v)
+{
+	dg_tx *tx;
+	OK(dg_tx_begin(n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 5000, "put", &tx));
+	OK(tx_put_long(tx, c, key, v));
+	OK(dg_tx_commit(tx));
+}
+
+/* ---- one node ---- */
+
+static void test_basics_one_node(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0);
+	dg_cache *c = tx_cache(n, "t", 0);
+	dg_cache_config acfg;
+	dg_cache_config_init(&acfg, "atomic");
+	dg_cache *a;
+	OK(dg_cache_create(n, &acfg, &a));
+
+	dg_tx *tx;
+	OK(dg_tx_begin(n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 0, "basics", &tx));
+	assert_ptr_equal(dg_tx_current(), tx);
+	dg_tx *again;
+	EXPECT(dg_tx_begin(n, DG_OPTIMISTIC, DG_SERIALIZABLE, 0, NULL, &again), DG_ERR_STATE);
+	assert_int_equal(dg_tx_get_state(tx), DG_TX_ACTIVE);
+	long v;
+	EXPECT(tx_get_long(tx, c, "k", &v), DG_ERR_NOT_FOUND);
+	OK(tx_put_long(tx, c, "k", 7));
+	OK(tx_get_long(tx, c, "k", &v)); /* its own write */
+	assert_int_equal(v, 7);
+	assert_int_equal(get_long(c, "k"), -1); /* not visible before commit */
+	EXPECT(dg_tx_put(tx, a, "k", 1, "1", 1), DG_ERR_UNSUPPORTED);
+	EXPECT(dg_tx_put(tx, c, NULL, 0, "1", 1), DG_ERR_INVAL);
+	OK(dg_tx_commit(tx));
+	assert_null(dg_tx_current());
+	assert_int_equal(get_long(c, "k"), 7);
+
+	/* rollback leaves nothing and releases the lock */
+	OK(dg_tx_begin(n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 0, NULL, &tx));
+	OK(tx_put_long(tx, c, "k", 8));
+	bool removed = false;
+	OK(dg_tx_remove(tx, c, "j", 1, &removed));
+	assert_false(removed);
+	OK(dg_tx_rollback(tx));
+	assert_int_equal(get_long(c, "k"), 7);
+	OK(dg_tx_begin(n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 500, NULL, &tx));
+	OK(tx_put_long(tx, c, "k", 9)); /* the lock was released: no timeout */
+	OK(dg_tx_remove(tx, c, "k", 1, &removed));
+	assert_true(removed);
+	EXPECT(tx_get_long(tx, c, "k", &v), DG_ERR_NOT_FOUND);
+	OK(dg_tx_commit(tx));
+	assert_int_equal(get_long(c, "k"), -1);
+
+	/* batches */
+	OK(dg_tx_begin(n, DG_OPTIMISTIC, DG_REPEATABLE_READ, 0, NULL, &tx));
+	dg_kv kvs[3] = { { "a", 1, "1", 1 }, { "b", 1, "22", 2 }, { "c", 1, "333", 3 } };
+	OK(dg_tx_put_all(tx, c, kvs, 3));
+	OK(dg_tx_commit(tx));
+	OK(dg_tx_begin(n, DG_OPTIMISTIC, DG_REPEATABLE_READ, 0, NULL, &tx));
+	dg_kv q[4] = { { "a", 1, NULL, 0 }, { "b", 1, NULL, 0 }, { "zz", 2, NULL, 0 },
+		{ "c", 1, NULL, 0 } };
+	dg_buf vals;
+	dg_buf_init(&vals);
+	size_t found = 0;
+	OK(dg_tx_get_all(tx, c, q, 4, &vals, &found));
+	assert_int_equal(found, 3);
+	assert_int_equal(q[1].vlen, 2);
+	assert_memory_equal(q[1].val, "22", 2);
+	assert_null(q[2].val);
+	assert_memory_equal(q[3].val, "333", 3);
+	size_t nrem = 0;
+	OK(dg_tx_remove_all(tx, c, kvs, 2, &nrem));
+	assert_int_equal(nrem, 2);
+	OK(dg_tx_commit(tx));
+	assert_int_equal(get_long(c, "a"), -1);
+	assert_int_equal(get_long(c, "c"), 333);
+	dg_buf_free(&vals);
+
+	dg_tx_metrics m;
+	OK(dg_tx_get_metrics(n, &m));
+	assert_true(m.started >= 5);
+	assert_true(m.committed >= 4);
+	assert_true(m.rolled_back >= 1);
+	assert_true(m.one_phase >= 1); /* one node: every commit is one-phase */
+	assert_int_equal(m.locks_held, 0);
+	dg_node_stop(n);
+}
+
+/* ---- isolation, on three nodes with two backups ---- */
+
+struct reader_arg {
+	dg_node *n;
+	dg_cache *c;
+	dg_tx_concurrency conc;
+	dg_tx_isolation iso;
+	long seen;
+	dg_err err;
+};
+
+static void *read_in_tx(void *p)
+{
+	struct reader_arg *a = p;
+	dg_tx *tx;
+	a->err = dg_tx_begin(a->n, a->conc, a->iso, 300, "reader", &tx);
+	if (a->err != DG_OK)
+		return NULL;
+	a->err = tx_get_long(tx, a->c, "x", &a->seen);
+	if (a->err == DG_OK)
+		a->err = dg_tx_commit(tx);
+	else
+		dg_tx_rollback(tx);
+	return NULL;
+}
+
+static const dg_tx_concurrency concs[] = { DG_PESSIMISTIC, DG_OPTIMISTIC };
+static const dg_tx_isolation isos[] = { DG_READ_COMMITTED, DG_REPEATABLE_READ,
+	DG_SERIALIZABLE };
+
+static void test_no_dirty_reads(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "dirty", 2);
+	dg_cache *c1 = cache_on(cl.n[1], "dirty");
+	put_long(cl.n[0], c, "x", 1);
+	for (int ci = 0; ci < 2; ci++) {
+		for (int ii = 0; ii < 3; ii++) {
+			dg_tx *w;
+			OK(dg_tx_begin(cl.n[0], concs[ci], isos[ii], 5000, "writer", &w));
+			OK(tx_put_long(w, c, "x", 2)); /* uncommitted */
+			/* readers of every kind on another node, in another thread */
+			for (int rc = 0; rc < 2; rc++) {
+				for (int ri = 0; ri < 3; ri++) {
+					struct reader_arg a = { cl.n[1], c1, concs[rc], isos[ri], -9, DG_OK };
+					pthread_t t;
+					pthread_create(&t, NULL, read_in_tx, &a);
+					pthread_join(t, NULL);
+					/* a locking reader waits behind a PESSIMISTIC writer's
+					 * lock and times out; any value it sees is the committed one */
+					if (a.err == DG_OK)
+						assert_int_equal(a.seen, 1);
+					else
+						assert_int_equal(a.err, DG_ERR_TIMEOUT);
+				}
+			}
+			assert_int_equal(get_long(c1, "x"), 1);
+			OK(dg_tx_rollback(w));
+		}
+	}
+	assert_int_equal(get_long(c1, "x"), 1);
+	cluster_stop(&cl);
+}
+
+struct writer_arg {
+	dg_node *n;
+	dg_cache *c;
+	long v;
+	dg_err err;
+};
+
+static void *write_in_tx(void *p)
+{
+	struct writer_arg *a = p;
+	dg_tx *tx;
+	a->err = dg_tx_begin(a->n, DG_PESSIMISTIC, DG_READ_COMMITTED, 300, "writer", &tx);
+	if (a->err != DG_OK)
+		return NULL;
+	a->err = tx_put_long(tx, a->c, "y", a->v);
+	if (a->err == DG_OK)
+		a->err = dg_tx_commit(tx);
+	else
+		dg_tx_rollback(tx);
+	return NULL;
+}
+
+static void test_repeatable_reads(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "rr", 2);
+	dg_cache *c2 = cache_on(cl.n[2], "rr");
+	long next = 10;
+	for (int ci = 0; ci < 2; ci++) {
+		for (int ii = 0; ii < 3; ii++) {
+			put_long(cl.n[0], c, "y", next);
+			dg_tx *tx;
+			OK(dg_tx_begin(cl.n[0], concs[ci], isos[ii], 5000, "rr", &tx));
+			long first, second;
+			OK(tx_get_long(tx, c, "y", &first));
+			assert_int_equal(first, next);
+			/* another node changes y meanwhile */
+			struct writer_arg wa = { cl.n[2], c2, next + 1, DG_OK };
+			pthread_t t;
+			pthread_create(&t, NULL, write_in_tx, &wa);
+			pthread_join(t, NULL);
+			bool locked = concs[ci] == DG_PESSIMISTIC && isos[ii] != DG_READ_COMMITTED;
+			if (locked) {
+				/* the read lock holds the writer off */
+				assert_int_equal(wa.err, DG_ERR_TIMEOUT);
+			} else {
+				OK(wa.err);
+			}
+			OK(tx_get_long(tx, c, "y", &second));
+			if (isos[ii] == DG_READ_COMMITTED) {
+				assert_int_equal(second, next + 1); /* non-repeatable: allowed */
+			} else {
+				assert_int_equal(second, first); /* repeatable */
+			}
+			OK(tx_put_long(tx, c, "z", 1));
+			dg_err ce = dg_tx_commit(tx);
+			if (concs[ci] == DG_OPTIMISTIC && isos[ii] == DG_SERIALIZABLE) {
+				assert_int_equal(ce, DG_ERR_TX_CONFLICT); /* y changed since read */
+			} else {
+				OK(ce);
+			}
+			next += 10;
+		}
+	}
+	dg_tx_metrics m;
+	OK(dg_tx_get_metrics(cl.n[0], &m));
+	assert_int_equal(m.conflicts, 1);
+	cluster_stop(&cl);
+}
+
+/* A committed tx's writes are on the primary and both backups. */
+static void test_commit_reaches_backups(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "bk", 2);
+	c[1] = cache_on(cl.n[1], "bk");
+	c[2] = cache_on(cl.n[2], "bk");
+	for (int round = 0; round < 20; round++) {
+		dg_tx *tx;
+		OK(dg_tx_begin(cl.n[round % 3], round % 2 ? DG_OPTIMISTIC : DG_PESSIMISTIC,
+		    DG_SERIALIZABLE, 5000, "bk", &tx));
+		char key[16];
+		for (int k = 0; k < 6; k++) {
+			snprintf(key, sizeof(key), "k%d", k);
+			OK(tx_put_long(tx, c[round % 3], key, round * 100 + k));
+		}
+		OK(dg_tx_commit(tx));
+		/* every node's own copy (reads stay local on an owner) */
+		for (int i = 0; i < 3; i++)
+			for (int k = 0; k < 6; k++) {
+				snprintf(key, sizeof(key), "k%d", k);
+				assert_int_equal(get_long(c[i], key), round * 100 + k);
+			}
+	}
+	dg_tx_metrics m0, m1;
+	OK(dg_tx_get_metrics(cl.n[0], &m0));
+	OK(dg_tx_get_metrics(cl.n[1], &m1));
+	assert_true(m0.participant_committed + m1.participant_committed > 0);
+	assert_int_equal(m0.locks_held + m1.locks_held, 0);
+	cluster_stop(&cl);
+}
+
+/* Two txs lock a and b in opposite orders on one primary: one is the
+ * deadlock victim at once, not at its 10 s timeout. */
+struct dl_arg {
+	dg_node *n;
+	dg_cache *c;
+	const char *first, *second;
+	pthread_barrier_t *bar;
+	dg_err err;
+	uint64_t ms;
+};
+
+static void *deadlocker(void *p)
+{
+	struct dl_arg *a = p;
+	dg_tx *tx;
+	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "dl", &tx));
+	long v;
+	dg_err e = tx_get_long(tx, a->c, a->first, &v);
+	assert_true(e == DG_OK || e == DG_ERR_NOT_FOUND);
+	pthread_barrier_wait(a->bar);
+	uint64_t t0 = dgi_now_ms();
+	e = tx_put_long(tx, a->c, a->second, 1);
+	a->ms = dgi_now_ms() - t0;
+	if (e == DG_OK)
+		e = dg_tx_commit(tx);
+	else
+		dg_tx_rollback(tx);
+	a->err = e;
+	return NULL;
+}
+
+static void test_deadlock_detected(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0);
+	dg_cache *c = tx_cache(n, "dl", 0);
+	pthread_barrier_t bar;
+	pthread_barrier_init(&bar, NULL, 2);
+	struct dl_arg a = { n, c, "a", "b", &bar, DG_OK, 0 };
+	struct dl_arg b = { n, c, "b", "a", &bar, DG_OK, 0 };
+	pthread_t ta, tb;
+	pthread_create(&ta, NULL, deadlocker, &a);
+	pthread_create(&tb, NULL, deadlocker, &b);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	pthread_barrier_destroy(&bar);
+	/* one victim, one winner */
+	assert_true((a.err == DG_ERR_DEADLOCK && b.err == DG_OK) ||
+	    (a.err == DG_OK && b.err == DG_ERR_DEADLOCK));
+	assert_true(a.ms < 2000 && b.ms < 2000);
+	assert_int_equal(get_long(c, a.err == DG_OK ? "b" : "a"), 1);
+	dg_node_stop(n);
+}
+
+/* ---- the bank: concurrent transfers keep the total ---- */
+
+struct bank_arg {
+	dg_node *n;
+	dg_cache *c;
+	dg_tx_concurrency conc;
+	dg_tx_isolation iso;
+	unsigned seed;
+	int ok, failed;
+};
+
+static void *transfers(void *p)
+{
+	struct bank_arg *a = p;
+	for (int i = 0; i < 60; i++) {
+		int from = rand_r(&a->seed) % 10, to = rand_r(&a->seed) % 10;
+		if (from == to)
+			continue;
+		char kf[8], kt[8];
+		snprintf(kf, sizeof(kf), "acct%d", from);
+		snprintf(kt, sizeof(kt), "acct%d", to);
+		dg_tx *tx;
+		OK(dg_tx_begin(a->n, a->conc, a->iso, 3000, "transfer", &tx));
+		long bf, bt;
+		dg_err e = tx_get_long(tx, a->c, kf, &bf);
+		if (e == DG_OK)
+			e = tx_get_long(tx, a->c, kt, &bt);
+		long amount = 1 + rand_r(&a->seed) % 20;
+		if (e == DG_OK && bf < amount) {
+			dg_tx_rollback(tx);
+			continue;
+		}
+		if (e == DG_OK)
+			e = tx_put_long(tx, a->c, kf, bf - amount);
+		if (e == DG_OK)
+			e = tx_put_long(tx, a->c, kt, bt + amount);
+		if (e == DG_OK) {
+			e = dg_tx_commit(tx);
+		} else {
+			dg_tx_rollback(tx);
+		}
+		if (e == DG_OK)
+			a->ok++;
+		else
+			a->failed++;
+		assert_true(e == DG_OK || e == DG_ERR_TX_CONFLICT || e == DG_ERR_DEADLOCK ||
+		    e == DG_ERR_TIMEOUT);
+	}
+	return NULL;
+}
+
+static long bank_total(dg_node *n, dg_cache *c)
+{
+	dg_tx *tx;
+	OK(dg_tx_begin(n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 5000, "audit", &tx));
+	long total = 0;
+	for (int k = 0; k < 10; k++) {
+		char key[8];
+		snprintf(key, sizeof(key), "acct%d", k);
+		long v;
+		OK(tx_get_long(tx, c, key, &v));
+		assert_true(v >= 0);
+		total += v;
+	}
+	OK(dg_tx_commit(tx));
+	return total;
+}
+
+static void bank_case(dg_tx_concurrency conc, dg_tx_isolation iso)
+{
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "bank", 2);
+	c[1] = cache_on(cl.n[1], "bank");
+	c[2] = cache_on(cl.n[2], "bank");
+	for (int k = 0; k < 10; k++) {
+		char key[8];
+		snprintf(key, sizeof(key), "acct%d", k);
+		put_long(cl.n[0], c[0], key, 100);
+	}
+	struct bank_arg args[6];
+	pthread_t t[6];
+	for (int i = 0; i < 6; i++) {
+		args[i] = (struct bank_arg){ cl.n[i % 3], c[i % 3], conc, iso, 17u + (unsigned)i, 0, 0 };
+		pthread_create(&t[i], NULL, transfers, &args[i]);
+	}
+	int ok = 0, failed = 0;
+	for (int i = 0; i < 6; i++) {
+		pthread_join(t[i], NULL);
+		ok += args[i].ok;
+		failed += args[i].failed;
+	}
+	print_message("      %s %s: %d transfers committed, %d failed (retry-able)\n",
+	    conc == DG_PESSIMISTIC ? "PESSIMISTIC" : "OPTIMISTIC",
+	    iso == DG_SERIALIZABLE ? "SERIALIZABLE" : "REPEATABLE_READ", ok, failed);
+	assert_true(ok > 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(bank_total(cl.n[i], c[i]), 1000);
+	for (int i = 0; i < 3; i++) {
+		dg_tx_metrics m;
+		OK(dg_tx_get_metrics(cl.n[i], &m));
+		assert_int_equal(m.locks_held, 0);
+	}
+	cluster_stop(&cl);
+}
+
+static void test_bank_pessimistic_rr(void **state)
+{
+	(void)state;
+	bank_case(DG_PESSIMISTIC, DG_REPEATABLE_READ);
+}
+
+static void test_bank_optimistic_serializable(void **state)
+{
+	(void)state;
+	bank_case(DG_OPTIMISTIC, DG_SERIALIZABLE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_basics_one_node),
+		cmocka_unit_test(test_no_dirty_reads),
+		cmocka_unit_test(test_repeatable_reads),
+		cmocka_unit_test(test_commit_reaches_backups),
+		cmocka_unit_test(test_deadlock_detected),
+		cmocka_unit_test(test_bank_pessimistic_rr),
+		cmocka_unit_test(test_bank_optimistic_serializable),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,886 @@
+/*
+ * txn.c — the near side of transactions: the public API of txn/txn.h.
+ *
+ * A tx lives on the node where it began.  Its entries (txentries.c) record
+ * what it read (value and version) and wrote; its state walks the near
+ * table of txstate.c.  Reads and PESSIMISTIC locks go to the key's primary
+ * as TX_LOCK; commit groups the entries by primary (current affinity) and
+ * runs two-phase commit (one phase when a single primary holds them all):
+ *
+ *   PREPARE  every primary locks its entries (re-entrant for PESSIMISTIC
+ *            locks taken earlier), checks the versions of the entries read
+ *            (PESSIMISTIC REPEATABLE_READ/SERIALIZABLE: catches a lock lost
+ *            to a topology change; OPTIMISTIC SERIALIZABLE: the optimistic
+ *            check) and hands the entries to its backups.
+ *   COMMIT   once every primary prepared: they apply, send the copies to
+ *            their backups and (FULL_SYNC) answer when those applied.
+ * A failure before the decision rolls back everywhere.  After it, a
+ * primary that does not answer (left, restarted) has its entries re-sent
+ * to the keys' current primaries as a one-phase PREPARE marked RESEND
+ * (no version check: the tx is decided) — a primary that applied them
+ * already (as a backup that got the copies) answers from its memory of
+ * finished txs and re-sends its copies to its backups — until every entry
+ * is confirmed or the timeout passes (DG_ERR_TX_UNKNOWN).
+ *
+ * Memory: a tx struct (with its entry set and a reply buffer) is kept per
+ * thread and reused: a steady stream of small txs allocates nothing on the
+ * near node.
+ */
+#include "txn.h"
+#include "txentries.h"
+#include "txstate.h"
+#include "txsvc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_NODES 64            /* primaries (and lock holders) per tx */
+
+struct call {                   /* one request's answer */
+	struct dg_tx *tx;
+	dg_err err;
+	int64_t idx;
+};
+
+struct dg_tx {
+	dgi_txsvc *s;
+	dgi_txid id;
+	dg_tx_concurrency conc;
+	dg_tx_isolation iso;
+	uint32_t timeout_ms;
+	uint64_t deadline;          /* monotonic ms */
+	int64_t start_ms;           /* wall ms */
+	dgi_txs state;
+	int64_t topver;             /* of the first lock (PESSIMISTIC) */
+	dgi_txents *ents;
+	uint32_t nlocked;
+	uint64_t locked[MAX_NODES]; /* nodes holding locks or records of this tx */
+	char label[DG_TX_LABEL_MAX];
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint32_t outstanding;
+	/* the last TX_LOCK answer */
+	bool found;
+	dgi_pver ver;
+	dg_buf val;
+	dg_buf wire;                /* PREPARE bodies */
+	uint64_t heap;              /* bytes this tx allocated */
+};
+
+static _Thread_local dg_tx *tl_current;
+static _Thread_local dg_tx *tl_spare;   /* a finished tx kept for reuse */
+static _Atomic uint64_t tx_seq_next = 1;
+
+
+static void add_locked(dg_tx *tx, uint64_t node)
+{
+	for (uint32_t i = 0; i < tx->nlocked; i++)
+		if (tx->locked[i] == node)
+			return;
+	if (tx->nlocked < MAX_NODES)
+		tx->locked[tx->nlocked++] = node;
+}
+
+static uint32_t left_ms(const dg_tx *tx)
+{
+	uint64_t now = dgi_now_ms();
+	return now < tx->deadline ? (uint32_t)(tx->deadline - now) : 0;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* ---- begin / free ---- */
+
+dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
+    uint32_t timeout_ms, const char *label, dg_tx **out);
+
+dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
+    uint32_t timeout_ms, const char *label, dg_tx **out)
+{
+	if (s == NULL || out == NULL || (conc != DG_PESSIMISTIC && conc != DG_OPTIMISTIC) ||
+	    (iso != DG_READ_COMMITTED && iso != DG_REPEATABLE_READ && iso != DG_SERIALIZABLE))
+		return DG_ERR_INVAL;
+	if (tl_current != NULL)
+		return DG_ERR_STATE;
+	dg_tx *tx = tl_spare;
+	uint64_t heap = 0;
+	if (tx != NULL) {
+		tl_spare = NULL;
+		dgi_txents_reset(tx->ents);
+	} else {
+		if ((tx = dgi_calloc(1, sizeof(*tx))) == NULL)
+			return DG_ERR_NOMEM;
+		if (dgi_txents_create(&tx->ents) != DG_OK) {
+			dgi_free(tx);
+			return DG_ERR_NOMEM;
+		}
+		pthread_mutex_init(&tx->mu, NULL);
+		pthread_cond_init(&tx->cv, NULL);
+		dg_buf_init(&tx->val);
+		dg_buf_init(&tx->wire);
+		heap = sizeof(*tx) + dgi_txents_bytes(tx->ents);
+	}
+	tx->s = s;
+	tx->id = (dgi_txid){ dgi_txsvc_self(s), atomic_fetch_add(&tx_seq_next, 1) };
+	tx->conc = conc;
+	tx->iso = iso;
+	tx->timeout_ms = timeout_ms ? timeout_ms : DG_TX_TIMEOUT_DEFAULT;
+	tx->deadline = dgi_now_ms() + tx->timeout_ms;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	tx->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	tx->state = DGI_TXS_ACTIVE;
+	tx->topver = 0;
+	tx->nlocked = 0;
+	tx->outstanding = 0;
+	tx->heap = heap;
+	tx->label[0] = 0;
+	if (label != NULL)
+		snprintf(tx->label, sizeof(tx->label), "%s", label);
+	atomic_fetch_add(&dgi_txsvc_near(s)->started, 1);
+	tl_current = tx;
+	*out = tx;
+	return DG_OK;
+}
+
+static void tx_free(dg_tx *tx)
+{
+	size_t vcap = tx->val.cap, wcap = tx->wire.cap;
+	atomic_fetch_add(&dgi_txsvc_near(tx->s)->heap, tx->heap);
+	if (tl_current == tx)
+		tl_current = NULL;
+	if (tl_spare == NULL && vcap <= 64 * 1024 && wcap <= 64 * 1024) {
+		tl_spare = tx;
+		return;
+	}
+	dgi_txents_destroy(tx->ents);
+	dg_buf_free(&tx->val);
+	dg_buf_free(&tx->wire);
+	pthread_mutex_destroy(&tx->mu);
+	pthread_cond_destroy(&tx->cv);
+	dgi_free(tx);
+}
+
+dg_tx *dg_tx_current(void)
+{
+	return tl_current;
+}
+
+dg_tx_state dg_tx_get_state(const dg_tx *tx)
+{
+	return tx != NULL ? (dg_tx_state)tx->state : DG_TX_UNKNOWN;
+}
+
+const char *dg_tx_state_name(dg_tx_state s)
+{
+	return dgi_txs_name((dgi_txs)s);
+}
+
+/* ---- requests ---- */
+
+static void call_done(struct call *c, dg_err err, int64_t idx)
+{
+	dg_tx *tx = c->tx;
+	pthread_mutex_lock(&tx->mu);
+	c->err = err;
+	c->idx = idx;
+	if (--tx->outstanding == 0)
+		pthread_cond_broadcast(&tx->cv);
+	pthread_mutex_unlock(&tx->mu);
+}
+
+static void on_ack(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	const dgi_msg_tx_ctl *r = err == DG_OK ? reply->body : NULL;
+	call_done(ctx, err != DG_OK ? err : (dg_err)r->res, r != NULL ? r->value : -1);
+}
+
+static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct call *c = ctx;
+	dg_tx *tx = c->tx;
+	const dgi_msg_tx_lock_res *r = err == DG_OK ? reply->body : NULL;
+	if (r != NULL) {
+		err = (dg_err)r->res;
+		tx->found = r->found != 0;
+		tx->ver = (dgi_pver){ r->ver_topver, (uint64_t)r->ver_counter,
+			(uint32_t)r->ver_order, 0 };
+		tx->val.len = 0;
+		if (err == DG_OK && tx->found && r->val.ptr != NULL) {
+			if (dg_buf_reserve(&tx->val, r->val.len) != DG_OK) {
+				err = DG_ERR_NOMEM;
+			} else {
+				memcpy(tx->val.data, r->val.ptr, r->val.len);
+				tx->val.len = r->val.len;
+			}
+		}
+	}
+	call_done(c, err, -1);
+}
+
+static void wait_all(dg_tx *tx)
+{
+	pthread_mutex_lock(&tx->mu);
+	while (tx->outstanding > 0)
+		pthread_cond_wait(&tx->cv, &tx->mu);
+	pthread_mutex_unlock(&tx->mu);
+}
+
+static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
+    const void *body, uint32_t timeout_ms, dg_reply_fn cb)
+{
+	c->tx = tx;
+	c->err = DG_ERR_TIMEOUT;
+	c->idx = -1;
+	pthread_mutex_lock(&tx->mu);
+	tx->outstanding++;
+	pthread_mutex_unlock(&tx->mu);
+	dg_err e = dgi_txsvc_request(tx->s, to, type, body, timeout_ms ? timeout_ms : 1, cb, c);
+	if (e != DG_OK)
+		call_done(c, e, -1);
+	return e;
+}
+
+static bool retriable(dg_err e)
+{
+	return e == DG_ERR_REMAP || e == DG_ERR_NOT_READY || e == DG_ERR_CONN_BROKEN ||
+	    e == DG_ERR_UNREACHABLE || e == DG_ERR_BUSY;
+}
+
+/* ---- failure: roll back everywhere ---- */
+
+static void release_all(dg_tx *tx, uint32_t wait_ms)
+{
+	struct call calls[MAX_NODES];
+	dgi_msg_tx_ctl m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
+	for (uint32_t i = 0; i < tx->nlocked; i++)
+		request(tx, &calls[i], tx->locked[i], DGI_MSG_TX_ROLLBACK, &m, wait_ms, on_ack);
+	wait_all(tx);
+	tx->nlocked = 0;
+}
+
+/* The tx failed with e: rolled back everywhere; returns the error the
+ * caller sees. */
+static dg_err fail_tx(dg_tx *tx, dg_err e)
+{
+	if (dgi_txs_final(tx->state) || tx->state == DGI_TXS_ROLLING_BACK)
+		return e;
+	tx->state = DGI_TXS_ROLLING_BACK;
+	if (getenv("DG_TX_DEBUG"))
+		fprintf(stderr, "tx fail: %s\n", dg_strerror(e));
+	release_all(tx, 2000);
+	tx->state = DGI_TXS_ROLLED_BACK;
+	atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
+	switch (e) {
+	case DG_ERR_DEADLOCK:
+		atomic_fetch_add(&dgi_txsvc_near(tx->s)->deadlocks, 1);
+		return e;
+	case DG_ERR_TX_CONFLICT:
+		atomic_fetch_add(&dgi_txsvc_near(tx->s)->conflicts, 1);
+		return e;
+	case DG_ERR_TIMEOUT:
+		atomic_fetch_add(&dgi_txsvc_near(tx->s)->timeouts, 1);
+		return e;
+	case DG_ERR_NOMEM:
+	case DG_ERR_TX_ROLLED_BACK:
+	case DG_ERR_PARTITION_LOST:
+	case DG_ERR_STORAGE:
+	case DG_ERR_STORAGE_FULL:
+	case DG_ERR_CLOSED:
+		return e;
+	default:
+		return DG_ERR_TX_ROLLED_BACK;
+	}
+}
+
+/* ---- reads and locks ---- */
+
+/* TX_LOCK on key's primary: lock (unless NOLOCK) and read (READ/NOLOCK);
+ * the answer's value and version land in tx->val / tx->found / tx->ver. */
+static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key,
+    uint32_t klen, int64_t flags)
+{
+	bool locking = !(flags & DGI_TXL_NOLOCK);
+	for (;;) {
+		uint32_t left = left_ms(tx);
+		if (left == 0)
+			return DG_ERR_TIMEOUT;
+		uint64_t own[8];
+		int64_t tv;
+		uint32_t n = dgi_cache_owners(c, part, own, &tv);
+		dg_err e = DG_ERR_NOT_READY;
+		if (n > 0 && locking && tx->topver != 0 && tv != tx->topver)
+			return DG_ERR_TX_ROLLED_BACK; /* the topology changed under our locks */
+		if (n > 0) {
+			dgi_msg_tx_lock m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
+				dgi_cache_id_of(c), left, { key, klen }, tv, part, flags };
+			struct call call;
+			request(tx, &call, own[0], DGI_MSG_TX_LOCK, &m, left + 500, on_lock_res);
+			wait_all(tx);
+			e = call.err;
+			if (locking && (e == DG_OK || !retriable(e)))
+				add_locked(tx, own[0]);
+			if (e == DG_OK && locking && tx->topver == 0)
+				tx->topver = tv;
+		}
+		if (!retriable(e))
+			return e;
+		if (locking && tx->topver != 0)
+			return DG_ERR_TX_ROLLED_BACK;
+		sleep_ms(5); /* a topology change under way: map again */
+	}
+}
+
+static dg_err check_cache(dg_tx *tx, dg_cache *c)
+{
+	if (tx == NULL || c == NULL)
+		return DG_ERR_INVAL;
+	if (tx->state != DGI_TXS_ACTIVE)
+		return DG_ERR_STATE;
+	if (dg_cache_config_of(c)->atomicity != DG_TRANSACTIONAL)
+		return DG_ERR_UNSUPPORTED;
+	return DG_OK;
+}
+
+/* Does an access to entry e (NULL: untouched) need the key's lock first? */
+static bool needs_lock(const dg_tx *tx, const dgi_txent *e, bool write)
+{
+	if (tx->conc != DG_PESSIMISTIC)
+		return false;
+	if (e == NULL)
+		return write || tx->iso != DG_READ_COMMITTED;
+	if (tx->iso == DG_READ_COMMITTED)
+		return write && e->op == DGI_TXOP_READ && !e->read_locked;
+	return false;
+}
+
+/* Reads key inside the tx: *found, and the value appended to out (raw:
+ * the byte string inside the BYTES value). */
+static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
+    bool unwrap, bool *found_out)
+{
+	dg_err e = check_cache(tx, c);
+	if (e != DG_OK)
+		return e;
+	uint64_t hash;
+	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	uint32_t cid = dgi_cache_id_of(c);
+	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
+	const uint8_t *v = NULL;
+	uint32_t vlen = 0;
+	bool found;
+	if (en != NULL && en->op == DGI_TXOP_PUT) {
+		found = true;
+		v = en->val;
+		vlen = en->vlen;
+	} else if (en != NULL && en->op == DGI_TXOP_REMOVE) {
+		found = false;
+	} else if (en != NULL && en->read && tx->iso != DG_READ_COMMITTED) {
+		found = en->found;
+		v = en->val;
+		vlen = en->vlen;
+	} else {
+		bool lock = needs_lock(tx, en, false);
+		e = lock_key(tx, c, part, key, (uint32_t)klen,
+		    lock ? DGI_TXL_READ : DGI_TXL_NOLOCK);
+		if (e != DG_OK)
+			return fail_tx(tx, e);
+		found = tx->found;
+		size_t before = dgi_txents_bytes(tx->ents);
+		e = dgi_txents_read(tx->ents, cid, part, key, (uint32_t)klen, hash,
+		    found ? tx->val.data : NULL, (uint32_t)tx->val.len, tx->ver.topver,
+		    tx->ver.counter, tx->ver.order, &en);
+		tx->heap += dgi_txents_bytes(tx->ents) - before;
+		if (e != DG_OK)
+			return fail_tx(tx, e);
+		if (lock)
+			en->read_locked = true;
+		v = found ? tx->val.data : NULL;
+		vlen = (uint32_t)tx->val.len;
+	}
+	if (found_out != NULL)
+		*found_out = found;
+	if (!found)
+		return DG_ERR_NOT_FOUND;
+	if (out == NULL)
+		return DG_OK;
+	if (unwrap) {
+		const uint8_t *p;
+		size_t n;
+		if ((e = dg_bytes_of(v, vlen, &p, &n)) != DG_OK)
+			return e;
+		v = p;
+		vlen = (uint32_t)n;
+	}
+	if ((e = dg_buf_reserve(out, vlen)) != DG_OK)
+		return e;
+	memcpy(out->data + out->len, v, vlen);
+	out->len += vlen;
+	return DG_OK;
+}
+
+/* Writes (val NULL: removes) key inside the tx. */
+static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, bool *had)
+{
+	dg_err e = check_cache(tx, c);
+	if (e != DG_OK)
+		return e;
+	if (key == NULL || klen == 0 || klen > DG_KEY_MAX || vlen > DG_VALUE_MAX)
+		return DG_ERR_INVAL;
+	if (dg_cache_config_of(c)->persistence && klen > DG_PERSIST_KEY_MAX)
+		return DG_ERR_INVAL;
+	uint64_t hash;
+	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	uint32_t cid = dgi_cache_id_of(c);
+	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
+	if (had != NULL) {
+		/* what the key holds now, as this tx sees it (reads it if needed) */
+		bool found = false;
+		e = tx_read(tx, c, key, klen, NULL, false, &found);
+		if (e != DG_OK && e != DG_ERR_NOT_FOUND)
+			return e;
+		*had = found;
+		en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
+	}
+	if (needs_lock(tx, en, true)) {
+		if ((e = lock_key(tx, c, part, key, (uint32_t)klen, 0)) != DG_OK)
+			return fail_tx(tx, e);
+	}
+	size_t before = dgi_txents_bytes(tx->ents);
+	e = dgi_txents_write(tx->ents, cid, part, key, (uint32_t)klen, hash, val,
+	    (uint32_t)vlen, &en);
+	tx->heap += dgi_txents_bytes(tx->ents) - before;
+	if (e != DG_OK)
+		return fail_tx(tx, e);
+	if (tx->conc == DG_PESSIMISTIC)
+		en->read_locked = true; /* written under the key's lock */
+	return DG_OK;
+}
+
+/* ---- encodings of raw byte strings (BYTES values) ---- */
+
+static _Thread_local dg_buf tl_kenc, tl_venc;
+
+static const uint8_t *as_bytes(dg_buf *b, const void *p, size_t n, size_t *len)
+{
+	b->len = 0;
+	dg_writer w;
+	dg_writer_init(&w, NULL, b);
+	if (dg_write_bytes(&w, p, n) != DG_OK)
+		return NULL;
+	*len = b->len;
+	return b->data;
+}
+
+dg_err dg_tx_get_val(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *val)
+{
+	if (key == NULL || klen == 0)
+		return DG_ERR_INVAL;
+	return tx_read(tx, c, key, klen, val, false, NULL);
+}
+
+dg_err dg_tx_put_val(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen)
+{
+	if (val == NULL || vlen == 0)
+		return DG_ERR_INVAL;
+	return tx_write(tx, c, key, klen, val, vlen, NULL);
+}
+
+dg_err dg_tx_remove_val(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
+    bool *removed)
+{
+	return tx_write(tx, c, key, klen, NULL, 0, removed);
+}
+
+dg_err dg_tx_get(dg_tx *tx, dg_cache *c, const void *key, size_t klen, dg_buf *val)
+{
+	size_t kl;
+	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
+	if (k == NULL)
+		return DG_ERR_INVAL;
+	return tx_read(tx, c, k, kl, val, true, NULL);
+}
+
+dg_err dg_tx_put(dg_tx *tx, dg_cache *c, const void *key, size_t klen, const void *val,
+    size_t vlen)
+{
+	size_t kl, vl;
+	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
+	const uint8_t *v = val != NULL || vlen == 0 ? as_bytes(&tl_venc, val ? val : "", vlen, &vl) :
+	    NULL;
+	if (k == NULL || v == NULL)
+		return DG_ERR_INVAL;
+	return tx_write(tx, c, k, kl, v, vl, NULL);
+}
+
+dg_err dg_tx_remove(dg_tx *tx, dg_cache *c, const void *key, size_t klen, bool *removed)
+{
+	size_t kl;
+	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
+	if (k == NULL)
+		return DG_ERR_INVAL;
+	return tx_write(tx, c, k, kl, NULL, 0, removed);
+}
+
+dg_err dg_tx_get_all(dg_tx *tx, dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals,
+    size_t *found)
+{
+	if (kvs == NULL && n > 0)
+		return DG_ERR_INVAL;
+	size_t nf = 0;
+	size_t *offs = NULL;
+	/* values go to vals; pointers are set at the end (vals may move) */
+	for (size_t i = 0; i < n; i++) {
+		size_t before = vals != NULL ? vals->len : 0;
+		dg_err e = dg_tx_get(tx, c, kvs[i].key, kvs[i].klen, vals);
+		if (e == DG_ERR_NOT_FOUND) {
+			kvs[i].val = NULL;
+			kvs[i].vlen = 0;
+			continue;
+		}
+		if (e != DG_OK)
+			return e;
+		nf++;
+		kvs[i].val = (const void *)(uintptr_t)(before + 1); /* offset + 1 */
+		kvs[i].vlen = vals != NULL ? vals->len - before : 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (kvs[i].val != NULL)
+			kvs[i].val = vals != NULL ? vals->data + ((uintptr_t)kvs[i].val - 1) : NULL;
+	(void)offs;
+	if (found != NULL)
+		*found = nf;
+	return DG_OK;
+}
+
+dg_err dg_tx_put_all(dg_tx *tx, dg_cache *c, const dg_kv *kvs, size_t n)
+{
+	if (kvs == NULL && n > 0)
+		return DG_ERR_INVAL;
+	for (size_t i = 0; i < n; i++) {
+		dg_err e = dg_tx_put(tx, c, kvs[i].key, kvs[i].klen, kvs[i].val, kvs[i].vlen);
+		if (e != DG_OK)
+			return e;
+	}
+	return DG_OK;
+}
+
+dg_err dg_tx_remove_all(dg_tx *tx, dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
+{
+	if (kvs == NULL && n > 0)
+		return DG_ERR_INVAL;
+	size_t nr = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool had = false;
+		dg_err e = dg_tx_remove(tx, c, kvs[i].key, kvs[i].klen, removed ? &had : NULL);
+		if (e != DG_OK)
+			return e;
+		nr += had;
+	}
+	if (removed != NULL)
+		*removed = nr;
+	return DG_OK;
+}
+
+/* ---- commit ---- */
+
+struct group {                  /* the entries of one primary */
+	uint64_t node;
+	uint64_t origin;            /* resend: the primary that did not confirm */
+	uint32_t n;
+	uint32_t first;             /* index into the order array */
+};
+
+struct ent_ref {
+	uint64_t node;
+	uint64_t origin;
+	uint32_t cache_id;
+	uint64_t hash;
+	dgi_txent *e;
+};
+
+static int ref_cmp(const void *a, const void *b)
+{
+	const struct ent_ref *x = a, *y = b;
+	if (x->node != y->node)
+		return x->node < y->node ? -1 : 1;
+	if (x->origin != y->origin)
+		return x->origin < y->origin ? -1 : 1;
+	if (x->cache_id != y->cache_id)
+		return x->cache_id < y->cache_id ? -1 : 1;
+	if (x->hash != y->hash)
+		return x->hash < y->hash ? -1 : 1;
+	uint32_t m = x->e->klen < y->e->klen ? x->e->klen : y->e->klen;
+	int c = memcmp(x->e->key, y->e->key, m);
+	return c != 0 ? c : (int)x->e->klen - (int)y->e->klen;
+}
+
+/* Does entry e go to its primary at prepare, and with which op? */
+static int64_t wire_op(const dg_tx *tx, const dgi_txent *e, bool resend)
+{
+	int64_t op = e->op == DGI_TXOP_PUT || e->op == DGI_TXOP_REMOVE ? e->op : 0;
+	if (resend)
+		return op;
+	bool check = e->read && ((tx->conc == DG_PESSIMISTIC && e->read_locked &&
+	    tx->iso != DG_READ_COMMITTED) ||
+	    (tx->conc == DG_OPTIMISTIC && tx->iso == DG_SERIALIZABLE));
+	return op | (check ? DGI_TXOP_CHECK : 0);
+}
+
+/* Maps the entries onto the current primaries: refs sorted by (node,
+ * cache, hash, key), groups by node.  Entries whose op is 0 are left
+ * out; only those with select[i] when select is not NULL. */
+static dg_err map_entries(dg_tx *tx, struct ent_ref *refs, uint32_t *nrefs,
+    struct group *groups, uint32_t *ngroups, bool resend, int64_t *topver)
+{
+	size_t n = dgi_txents_count(tx->ents);
+	uint32_t k = 0;
+	*topver = 0;
+	for (size_t i = 0; i < n; i++) {
+		dgi_txent *e = dgi_txents_at(tx->ents, i);
+		if (wire_op(tx, e, resend) == 0)
+			continue;
+		dg_err err;
+		dg_cache *c = dgi_grid_cache_by_id(dgi_txsvc_grid(tx->s), e->cache_id);
+		if (c == NULL)
+			return DG_ERR_CLOSED;
+		uint64_t own[8];
+		int64_t tv;
+		if (dgi_cache_owners(c, e->part, own, &tv) == 0)
+			return DG_ERR_NOT_READY;
+		if (*topver != 0 && tv != *topver)
+			return DG_ERR_NOT_READY; /* affinities mid-change */
+		*topver = tv;
+		(void)err;
+		if (resend && e->done)
+			continue;
+		refs[k++] = (struct ent_ref){ own[0], resend ? e->origin : 0, e->cache_id, e->hash, e };
+	}
+	qsort(refs, k, sizeof(refs[0]), ref_cmp);
+	uint32_t ng = 0;
+	for (uint32_t i = 0; i < k; i++) {
+		if (ng == 0 || groups[ng - 1].node != refs[i].node ||
+		    groups[ng - 1].origin != refs[i].origin) {
+			if (ng == MAX_NODES)
+				return DG_ERR_LIMIT;
+			groups[ng++] = (struct group){ refs[i].node, refs[i].origin, 0, i };
+		}
+		groups[ng - 1].n++;
+	}
+	*nrefs = k;
+	*ngroups = ng;
+	return DG_OK;
+}
+
+/* Encodes group g's entries into b (a LIST). */
+static dg_err encode_group(dg_tx *tx, const struct ent_ref *refs, const struct group *g,
+    bool resend, dg_buf *b)
+{
+	dg_writer w;
+	dg_writer_init(&w, dgi_txwire_registry(), b);
+	dg_err e = dg_write_list_begin(&w, g->n * DGI_TXWIRE_FIELDS);
+	for (uint32_t i = 0; i < g->n && e == DG_OK; i++) {
+		const dgi_txent *en = refs[g->first + i].e;
+		int64_t op = wire_op(tx, en, resend);
+		dgi_txwire_ent we = { en->cache_id, en->part, op, { en->key, en->klen },
+			{ en->op == DGI_TXOP_PUT ? en->val : NULL, en->op == DGI_TXOP_PUT ? en->vlen : 0 },
+			{ en->ver_topver, en->ver_counter, en->ver_order, 0 }, 0 };
+		if (we.val.ptr == NULL && en->op == DGI_TXOP_PUT)
+			we.val.ptr = (const uint8_t *)"";
+		e = dgi_txwire_put(&w, &we);
+	}
+	return e != DG_OK ? e : dg_write_end(&w);
+}
+
+/* Sends PREPARE (flags) to every group; waits; the first failure in *bad. */
+static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct group *groups,
+    uint32_t ng, int64_t topver, int64_t flags, struct call *calls)
+{
+	dg_err e = DG_OK;
+	size_t *offs = alloca(sizeof(size_t) * (ng + 1));
+	tx->wire.len = 0;
+	for (uint32_t i = 0; i < ng && e == DG_OK; i++) {
+		offs[i] = tx->wire.len;
+		e = encode_group(tx, refs, &groups[i], (flags & DGI_TXP_RESEND) != 0, &tx->wire);
+	}
+	if (e != DG_OK)
+		return e;
+	offs[ng] = tx->wire.len;
+	uint32_t left = left_ms(tx);
+	if (left == 0)
+		return DG_ERR_TIMEOUT;
+	for (uint32_t i = 0; i < ng; i++) {
+		dgi_msg_tx_prepare m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
+			left, topver, flags, (int64_t)groups[i].origin,
+			{ tx->wire.data + offs[i], (uint32_t)(offs[i + 1] - offs[i]) } };
+		if (!(flags & DGI_TXP_RESEND))
+			add_locked(tx, groups[i].node);
+		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_PREPARE, &m, left + 500, on_ack);
+	}
+	wait_all(tx);
+	for (uint32_t i = 0; i < ng; i++)
+		if (calls[i].err != DG_OK)
+			return calls[i].err;
+	return DG_OK;
+}
+
+/* After the decision: entries of primaries that did not confirm are
+ * re-sent to the keys' current primaries (one-phase, RESEND, naming the
+ * primary they were prepared on) until confirmed or the timeout. */
+static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *groups,
+    uint32_t ng, struct call *calls)
+{
+	for (uint32_t i = 0; i < ng; i++) {
+		if (calls[i].err != DG_OK && getenv("DG_TX_DEBUG"))
+			fprintf(stderr, "tx commit at %016llx: %s\n", (unsigned long long)groups[i].node,
+			    dg_strerror(calls[i].err));
+		for (uint32_t j = 0; j < groups[i].n; j++) {
+			dgi_txent *e = refs[groups[i].first + j].e;
+			e->done = calls[i].err == DG_OK;
+			e->origin = groups[i].origin != 0 ? groups[i].origin : groups[i].node;
+		}
+	}
+	for (;;) {
+		uint32_t nrefs, ng2;
+		int64_t topver;
+		dg_err e = map_entries(tx, refs, &nrefs, groups, &ng2, true, &topver);
+		if (e == DG_OK && nrefs == 0)
+			return DG_OK;
+		if (left_ms(tx) == 0)
+			return DG_ERR_TX_UNKNOWN;
+		sleep_ms(20); /* the topology catches up with the left primary */
+		if (e != DG_OK)
+			continue;
+		prepare_groups(tx, refs, groups, ng2, topver, DGI_TXP_ONE_PHASE | DGI_TXP_RESEND,
+		    calls);
+		for (uint32_t i = 0; i < ng2; i++) {
+			if (calls[i].err != DG_OK && getenv("DG_TX_DEBUG"))
+				fprintf(stderr, "tx resend at %016llx: %s\n",
+				    (unsigned long long)groups[i].node, dg_strerror(calls[i].err));
+			for (uint32_t j = 0; j < groups[i].n; j++)
+				if (calls[i].err == DG_OK)
+					refs[groups[i].first + j].e->done = true;
+		}
+	}
+}
+
+static dg_err commit(dg_tx *tx)
+{
+	if (tx->state != DGI_TXS_ACTIVE)
+		return tx->state == DGI_TXS_ROLLED_BACK ? DG_ERR_TX_ROLLED_BACK : DG_ERR_STATE;
+	size_t n = dgi_txents_count(tx->ents);
+	struct ent_ref *refs = n <= 64 ? alloca(sizeof(*refs) * (n ? n : 1)) :
+	    dgi_alloc(sizeof(*refs) * n);
+	if (refs == NULL)
+		return fail_tx(tx, DG_ERR_NOMEM);
+	struct group groups[MAX_NODES];
+	struct call calls[MAX_NODES];
+	uint32_t nrefs = 0, ng = 0;
+	int64_t topver = 0;
+	dg_err e;
+	for (;;) {
+		e = map_entries(tx, refs, &nrefs, groups, &ng, false, &topver);
+		if (e != DG_ERR_NOT_READY || left_ms(tx) == 0)
+			break;
+		sleep_ms(5);
+	}
+	if (e == DG_ERR_NOT_READY)
+		e = DG_ERR_TIMEOUT;
+	if (e != DG_OK)
+		goto out_fail;
+	if (ng == 0) {
+		/* nothing to write or check: release the locks, done */
+		release_all(tx, 2000);
+		tx->state = DGI_TXS_COMMITTED;
+		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
+		goto out;
+	}
+	/* locks on nodes that are not participants (a topology change moved
+	 * the keys): release them */
+	tx->state = DGI_TXS_PREPARING;
+	if (ng == 1) {
+		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls);
+		if (e == DG_OK) {
+			tx->state = DGI_TXS_COMMITTED;
+			atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
+			atomic_fetch_add(&dgi_txsvc_near(tx->s)->one_phase, 1);
+			release_all(tx, 2000); /* stale locks elsewhere, if any */
+			goto out;
+		}
+		if (e == DG_ERR_TIMEOUT || e == DG_ERR_CONN_BROKEN) {
+			/* the one primary may have committed: ask again as a
+			 * resend?  No — undecided: it is the decider.  Roll back; a
+			 * primary that committed answers the rollback with STATE */
+		}
+		goto out_fail;
+	}
+	e = prepare_groups(tx, refs, groups, ng, topver, 0, calls);
+	if (e != DG_OK)
+		goto out_fail;
+	tx->state = DGI_TXS_COMMITTING; /* the decision */
+	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
+	uint32_t left = left_ms(tx);
+	for (uint32_t i = 0; i < ng; i++)
+		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_COMMIT, &cm, left + 500, on_ack);
+	wait_all(tx);
+	e = finish_decided(tx, refs, groups, ng, calls);
+	tx->state = e == DG_OK ? DGI_TXS_COMMITTED : DGI_TXS_UNKNOWN;
+	if (e == DG_OK)
+		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
+	release_all(tx, 2000);
+	goto out;
+out_fail:
+	e = fail_tx(tx, e);
+out:
+	if (n > 64)
+		dgi_free(refs);
+	return e;
+}
+
+dg_err dg_tx_commit(dg_tx *tx)
+{
+	if (tx == NULL)
+		return DG_ERR_INVAL;
+	dg_err e = commit(tx);
+	tx_free(tx);
+	return e;
+}
+
+dg_err dg_tx_rollback(dg_tx *tx)
+{
+	if (tx == NULL)
+		return DG_ERR_INVAL;
+	dg_err e = DG_OK;
+	if (tx->state == DGI_TXS_ACTIVE) {
+		tx->state = DGI_TXS_ROLLING_BACK;
+		release_all(tx, 2000);
+		tx->state = DGI_TXS_ROLLED_BACK;
+		atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
+	}
+	tx_free(tx);
+	return e;
+}
+
+void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out);
+
+void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out)
+{
+	out->started = atomic_load(&dgi_txsvc_near(s)->started);
+	out->committed = atomic_load(&dgi_txsvc_near(s)->committed);
+	out->rolled_back = atomic_load(&dgi_txsvc_near(s)->rolled_back);
+	out->conflicts = atomic_load(&dgi_txsvc_near(s)->conflicts);
+	out->deadlocks = atomic_load(&dgi_txsvc_near(s)->deadlocks);
+	out->timeouts = atomic_load(&dgi_txsvc_near(s)->timeouts);
+	out->one_phase = atomic_load(&dgi_txsvc_near(s)->one_phase);
+	out->heap_bytes = atomic_load(&dgi_txsvc_near(s)->heap);
+}
