@@ -65,6 +65,10 @@ typedef struct dg_node_config {
 	uint32_t heartbeat_ms;        /* default failure_timeout_ms / 5 */
 	uint32_t join_timeout_ms;     /* default 10000 */
 	uint32_t request_timeout_ms;  /* cache operations; default 10000 */
+	uint32_t tx_topology_timeout_ms; /* a topology change waits this long for
+	                                 the transactions of the older topology,
+	                                 then rolls back those not yet prepared;
+	                                 default 1000 */
 	const char *data_dir;         /* persistence directory; NULL: caches
 	                                 with persistence cannot be created */
 	size_t storage_map_size;      /* LMDB map size; default 1 GiB */

@@ -38,6 +38,7 @@ void dg_node_config_init(dg_node_config *cfg)
 	cfg->failure_timeout_ms = 10000;
 	cfg->join_timeout_ms = 10000;
 	cfg->request_timeout_ms = 10000;
+	cfg->tx_topology_timeout_ms = 1000;
 	cfg->storage_map_size = (size_t)1 << 30;
 	cfg->recv_max = 16u << 20;
 	cfg->rebalance_batch_bytes = 512u << 10;
@@ -200,6 +201,8 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	if ((e = dg_member_start(n->tp, &mc, &n->m)) != DG_OK)
 		goto fail;
 	if ((e = dgi_grid_joined(n->g, n->m)) != DG_OK)
+		goto fail;
+	if ((e = dgi_txsvc_joined(n->txs, n->m, n->cfg.tx_topology_timeout_ms)) != DG_OK)
 		goto fail;
 	*out = n;
 	return DG_OK;

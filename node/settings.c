@@ -113,6 +113,11 @@ const dgnode_setting dgnode_settings_table[] = {
 	{ "request-timeout", DGNODE_DURATION, F(request_timeout_ms), "10000", 1,
 	  HOUR_MS, NULL, "DURATION", "Bound of each cache operation and of the "
 	  "hand-over when leaving.", "dg_node_config.request_timeout_ms", NULL },
+	{ "tx-topology-timeout", DGNODE_DURATION, F(tx_topology_timeout_ms), "1000", 1,
+	  HOUR_MS, NULL, "DURATION", "How long a topology change waits for the "
+	  "transactions of the older topology; then those not yet prepared are "
+	  "rolled back (a long transaction never freezes the cluster).",
+	  "dg_node_config.tx_topology_timeout_ms", NULL },
 	{ "data-dir", DGNODE_STRING, F(data_dir), "", 0, 0, NULL,
 	  "DIR", "Persistence directory; empty: none (caches with persistence "
 	  "cannot be created).", "dg_node_config.data_dir (\"\": NULL)", NULL },
@@ -1197,6 +1202,7 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	    s->failure_timeout_ms / 5);
 	cfg->join_timeout_ms = (uint32_t)s->join_timeout_ms;
 	cfg->request_timeout_ms = (uint32_t)s->request_timeout_ms;
+	cfg->tx_topology_timeout_ms = (uint32_t)s->tx_topology_timeout_ms;
 	cfg->data_dir = or_null(s->data_dir);
 	cfg->storage_map_size = (size_t)s->storage_map_size;
 	cfg->storage_nosync = !s->storage_sync;

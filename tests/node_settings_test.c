@@ -136,7 +136,8 @@ static void test_table_is_sane(void **state)
 	static const char *const names[] = { "cluster-name", "listen", "advertise",
 		"seed", "secret-file", "tls-cert-key", "tls-ca",
 		"failure-detection-timeout", "heartbeat-interval", "join-timeout",
-		"request-timeout", "data-dir", "storage-map-size", "storage-sync",
+		"request-timeout", "tx-topology-timeout", "data-dir", "storage-map-size",
+		"storage-sync",
 		"recv-max", "rebalance-batch", "client", "log-level", "cache" };
 	assert_int_equal(dgnode_settings_count, sizeof(names) / sizeof(names[0]));
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -230,6 +231,7 @@ static void test_default_config_matches_library(void **state)
 		assert_int_equal(cfg.heartbeat_ms, lib.heartbeat_ms);
 	assert_int_equal(cfg.join_timeout_ms, lib.join_timeout_ms);
 	assert_int_equal(cfg.request_timeout_ms, lib.request_timeout_ms);
+	assert_int_equal(cfg.tx_topology_timeout_ms, lib.tx_topology_timeout_ms);
 	assert_int_equal(cfg.storage_map_size, lib.storage_map_size);
 	assert_int_equal(cfg.storage_nosync, lib.storage_nosync);
 	assert_int_equal(cfg.recv_max, lib.recv_max);

@@ -25,10 +25,13 @@
 #define OK(x) assert_int_equal((x), DG_OK)
 #define EXPECT(x, e) assert_int_equal((x), (e))
 
+static uint32_t topology_timeout_ms = 1000;
+
 static dg_node *start_node(const char *const *seeds, size_t nseeds)
 {
 	dg_node_config cfg;
 	dg_node_config_init(&cfg);
+	cfg.tx_topology_timeout_ms = topology_timeout_ms;
 	cfg.listen_url = "tcp://127.0.0.1:0";
 	cfg.cluster_name = "txn-test";
 	cfg.seeds = seeds;
@@ -577,6 +580,91 @@ static void test_bank_optimistic_serializable(void **state)
 	bank_case(DG_OPTIMISTIC, DG_SERIALIZABLE);
 }
 
+/* ---- topology changes wait for older transactions ---- */
+
+struct fence_arg {
+	dg_node *n;
+	dg_cache *c;
+	dg_err err;
+	uint64_t ms;
+};
+
+static void *lock_other_key(void *p)
+{
+	struct fence_arg *a = p;
+	uint64_t t0 = dgi_now_ms();
+	dg_tx *tx;
+	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 5000, "after", &tx));
+	a->err = tx_put_long(tx, a->c, "other", 1);
+	if (a->err == DG_OK)
+		a->err = dg_tx_commit(tx);
+	else
+		dg_tx_rollback(tx);
+	a->ms = dgi_now_ms() - t0;
+	return NULL;
+}
+
+/* A tx holding locks under topology v blocks locks under v+1 (a node
+ * joined) on every node until it ends; one that runs on past the
+ * topology timeout is rolled back, and the cluster goes on. */
+static void test_topology_change_waits_for_txs(void **state)
+{
+	(void)state;
+	topology_timeout_ms = 400;
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_cache *c = tx_cache(cl.n[0], "fence", 1);
+	dg_cache *c1 = cache_on(cl.n[1], "fence");
+	put_long(cl.n[0], c, "held", 1);
+
+	/* 1: the old tx ends in time: the new one waits for it, then runs */
+	dg_tx *old;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 5000, "old", &old));
+	long v;
+	OK(tx_get_long(old, c, "held", &v)); /* a lock under the first topology */
+	const char *seed = dg_node_address(cl.n[0]);
+	dg_node *joiner = start_node(&seed, 1);
+	usleep(50 * 1000); /* the new topology is installed everywhere */
+	struct fence_arg a = { cl.n[1], c1, DG_OK, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, lock_other_key, &a);
+	usleep(150 * 1000);
+	OK(tx_put_long(old, c, "held", 2));
+	OK(dg_tx_commit(old)); /* before the timeout: it commits */
+	pthread_join(t, NULL);
+	OK(a.err);
+	assert_int_equal(get_long(c, "held"), 2);
+	assert_true(a.ms >= 100); /* it waited for the old tx */
+
+	/* 2: the old tx runs on past the timeout: rolled back, the rest goes on */
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 8000, "slow", &old));
+	OK(tx_get_long(old, c, "held", &v));
+	dg_node_stop(joiner); /* another topology change */
+	struct fence_arg b = { cl.n[1], c1, DG_OK, 0 };
+	pthread_create(&t, NULL, lock_other_key, &b);
+	pthread_join(t, NULL);
+	OK(b.err);
+	assert_true(b.ms < 3000); /* not held until the slow tx's 8 s timeout */
+	/* its lock is gone: the write is refused now or at commit — unless
+	 * the key's primary moved and its version check finds it unchanged,
+	 * when committing is still serializable */
+	dg_err pe = tx_put_long(old, c, "held", 3);
+	dg_err ce = pe == DG_OK ? dg_tx_commit(old) : dg_tx_rollback(old);
+	if (pe == DG_OK && ce == DG_OK) {
+		assert_int_equal(get_long(c, "held"), 3);
+	} else {
+		assert_int_equal(pe == DG_OK ? ce : pe, DG_ERR_TX_ROLLED_BACK);
+		assert_int_equal(get_long(c, "held"), 2);
+	}
+	dg_tx_metrics m0;
+	OK(dg_tx_get_metrics(cl.n[0], &m0));
+	dg_tx_metrics m;
+	OK(dg_tx_get_metrics(cl.n[0], &m));
+	assert_int_equal(m.locks_held, 0);
+	cluster_stop(&cl);
+	topology_timeout_ms = 1000;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -587,6 +675,7 @@ int main(void)
 		cmocka_unit_test(test_deadlock_detected),
 		cmocka_unit_test(test_bank_pessimistic_rr),
 		cmocka_unit_test(test_bank_optimistic_serializable),
+		cmocka_unit_test(test_topology_change_waits_for_txs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

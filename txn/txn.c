@@ -306,7 +306,7 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 /* TX_LOCK on key's primary: lock (unless NOLOCK) and read (READ/NOLOCK);
  * the answer's value and version land in tx->val / tx->found / tx->ver. */
 static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key,
-    uint32_t klen, int64_t flags)
+    uint32_t klen, int64_t flags, uint64_t *node)
 {
 	bool locking = !(flags & DGI_TXL_NOLOCK);
 	for (;;) {
@@ -330,10 +330,12 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 				add_locked(tx, own[0]);
 			if (e == DG_OK && locking && tx->topver == 0)
 				tx->topver = tv;
+			if (e == DG_OK && node != NULL)
+				*node = own[0];
 		}
 		if (!retriable(e))
 			return e;
-		if (locking && tx->topver != 0)
+		if (locking && tx->topver != 0 && tv != tx->topver)
 			return DG_ERR_TX_ROLLED_BACK;
 		sleep_ms(5); /* a topology change under way: map again */
 	}
@@ -389,8 +391,9 @@ static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, d
 		vlen = en->vlen;
 	} else {
 		bool lock = needs_lock(tx, en, false);
+		uint64_t at = 0;
 		e = lock_key(tx, c, part, key, (uint32_t)klen,
-		    lock ? DGI_TXL_READ : DGI_TXL_NOLOCK);
+		    lock ? DGI_TXL_READ : DGI_TXL_NOLOCK, &at);
 		if (e != DG_OK)
 			return fail_tx(tx, e);
 		found = tx->found;
@@ -401,8 +404,10 @@ static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, d
 		tx->heap += dgi_txents_bytes(tx->ents) - before;
 		if (e != DG_OK)
 			return fail_tx(tx, e);
-		if (lock)
+		if (lock) {
 			en->read_locked = true;
+			en->origin = at; /* where the lock is: the tx prepares there */
+		}
 		v = found ? tx->val.data : NULL;
 		vlen = (uint32_t)tx->val.len;
 	}
@@ -451,8 +456,9 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 		*had = found;
 		en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
 	}
+	uint64_t at = 0;
 	if (needs_lock(tx, en, true)) {
-		if ((e = lock_key(tx, c, part, key, (uint32_t)klen, 0)) != DG_OK)
+		if ((e = lock_key(tx, c, part, key, (uint32_t)klen, 0, &at)) != DG_OK)
 			return fail_tx(tx, e);
 	}
 	size_t before = dgi_txents_bytes(tx->ents);
@@ -461,8 +467,11 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 	tx->heap += dgi_txents_bytes(tx->ents) - before;
 	if (e != DG_OK)
 		return fail_tx(tx, e);
-	if (tx->conc == DG_PESSIMISTIC)
+	if (tx->conc == DG_PESSIMISTIC) {
 		en->read_locked = true; /* written under the key's lock */
+		if (at != 0)
+			en->origin = at;
+	}
 	return DG_OK;
 }
 
@@ -656,6 +665,14 @@ static dg_err map_entries(dg_tx *tx, struct ent_ref *refs, uint32_t *nrefs,
 			return DG_ERR_CLOSED;
 		uint64_t own[8];
 		int64_t tv;
+		if (!resend && tx->conc == DG_PESSIMISTIC && e->origin != 0) {
+			/* locked on a primary under the tx's topology: it prepares
+			 * there, under that topology (a topology change waits for
+			 * it), even if the key has moved since */
+			refs[k++] = (struct ent_ref){ e->origin, 0, e->cache_id, e->hash, e };
+			*topver = tx->topver;
+			continue;
+		}
 		if (dgi_cache_owners(c, e->part, own, &tv) == 0)
 			return DG_ERR_NOT_READY;
 		if (*topver != 0 && tv != *topver)
@@ -786,7 +803,7 @@ static dg_err commit(dg_tx *tx)
 	struct group groups[MAX_NODES];
 	struct call calls[MAX_NODES];
 	uint32_t nrefs = 0, ng = 0;
-	int64_t topver = 0;
+	int64_t topver = 0, inflight = 0;
 	dg_err e;
 	for (;;) {
 		e = map_entries(tx, refs, &nrefs, groups, &ng, false, &topver);
@@ -794,10 +811,19 @@ static dg_err commit(dg_tx *tx)
 			break;
 		sleep_ms(5);
 	}
+	/* the topology fence: a change waits for older txs; commit under the
+	 * new one once every node reported (the near's own view of it) */
+	while (e == DG_OK && ng > 0 && topver != tx->topver &&
+	    !dgi_txsvc_fence_open(tx->s, topver) && left_ms(tx) > 0) {
+		sleep_ms(2);
+		e = map_entries(tx, refs, &nrefs, groups, &ng, false, &topver);
+	}
 	if (e == DG_ERR_NOT_READY)
 		e = DG_ERR_TIMEOUT;
 	if (e != DG_OK)
 		goto out_fail;
+	dgi_txsvc_near_enter(tx->s, topver);
+	inflight = topver;
 	if (ng == 0) {
 		/* nothing to write or check: release the locks, done */
 		release_all(tx, 2000);
@@ -842,6 +868,8 @@ static dg_err commit(dg_tx *tx)
 out_fail:
 	e = fail_tx(tx, e);
 out:
+	if (inflight != 0)
+		dgi_txsvc_near_leave(tx->s, inflight);
 	if (n > 64)
 		dgi_free(refs);
 	return e;

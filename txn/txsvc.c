@@ -82,6 +82,23 @@ struct local_slot {
 
 typedef void (*handler_fn)(dgi_txsvc *s, const dg_msg_in *in);
 
+#define FENCE_NODES 128
+#define FENCE_EARLY 64
+
+struct fence {                  /* guarded by dgi_txsvc.fmu */
+	int64_t v;                  /* the latest topology installed (0: none) */
+	uint32_t n;
+	uint64_t ids[FENCE_NODES];  /* its nodes */
+	bool got[FENCE_NODES];      /* their TX_FENCE(v) arrived */
+	bool open;                  /* every one arrived */
+	bool reported;              /* this node sent its own */
+	uint64_t started_ms, sent_ms;
+	uint32_t nearly;
+	struct { int64_t v; uint64_t from; } early[FENCE_EARLY];  /* reports ahead of v */
+	uint32_t nnear;
+	struct { int64_t v; uint32_t n; } near[32];  /* near commits in flight, by version */
+};
+
 struct dgi_txsvc {
 	dg_tp *tp;
 	dgi_grid *g;
@@ -102,6 +119,11 @@ struct dgi_txsvc {
 	pthread_mutex_t lmu;        /* local requests */
 	struct local_slot local[LOCAL_SLOTS];
 	uint64_t local_gen;
+	pthread_mutex_t fmu;        /* fence */
+	struct fence f;
+	uint32_t fence_timeout_ms;
+	bool fenced;                /* joined: grants wait for the fence */
+	_Atomic uint64_t fence_rollbacks;
 	pthread_t expirer;
 	bool expirer_up;
 	_Atomic bool stopping;
@@ -293,6 +315,8 @@ static void define_rows(void)
 	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
 	dg_msg_define(DGI_MSG_TX_COMMIT_COPY, &(dg_msg_row){ "TX_COMMIT_COPY",
 	    sizeof(dgi_msg_tx_prepare), enc_prepare, dec_prepare, DGI_MSG_TX_ACK });
+	dg_msg_define(DGI_MSG_TX_FENCE, &(dg_msg_row){ "TX_FENCE", sizeof(dgi_msg_tx_ctl),
+	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
 }
 
 /* ---- local dispatch: requests a node sends itself ---- */
@@ -739,6 +763,205 @@ static dg_err check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t to
 	return DG_OK;
 }
 
+/* ---- the topology fence ---- */
+
+/* May a lock or prepare under topology version v be granted here? */
+static dg_err fence_check(dgi_txsvc *s, int64_t v)
+{
+	if (!s->fenced)
+		return DG_OK;
+	pthread_mutex_lock(&s->fmu);
+	bool ok = s->f.open && v == s->f.v;
+	bool behind = v > s->f.v;
+	pthread_mutex_unlock(&s->fmu);
+	if (ok)
+		return DG_OK;
+	return behind || v == s->f.v ? DG_ERR_NOT_READY : DG_ERR_REMAP;
+}
+
+static void fence_mark(struct fence *f, uint64_t from)
+{
+	for (uint32_t i = 0; i < f->n; i++)
+		if (f->ids[i] == from)
+			f->got[i] = true;
+	bool all = true;
+	for (uint32_t i = 0; i < f->n && all; i++)
+		all = f->got[i];
+	f->open = all;
+}
+
+static void on_topology(void *ctx, const dg_topology *old, const dg_topology *now)
+{
+	dgi_txsvc *s = ctx;
+	(void)old;
+	pthread_mutex_lock(&s->fmu);
+	struct fence *f = &s->f;
+	if (now->version > f->v) {
+		f->v = now->version;
+		f->n = 0;
+		for (uint32_t i = 0; i < now->count && f->n < FENCE_NODES; i++) {
+			f->ids[f->n] = now->nodes[i].id;
+			f->got[f->n++] = false;
+		}
+		f->open = false;
+		f->reported = false;
+		f->started_ms = dgi_now_ms();
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < f->nearly; i++) {
+			if (f->early[i].v == f->v)
+				fence_mark(f, f->early[i].from);
+			else if (f->early[i].v > f->v)
+				f->early[k++] = f->early[i];
+		}
+		f->nearly = k;
+	}
+	pthread_mutex_unlock(&s->fmu);
+}
+
+static void h_fence(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_ctl *m = in->body;
+	pthread_mutex_lock(&s->fmu);
+	struct fence *f = &s->f;
+	if (m->value == f->v) {
+		fence_mark(f, in->from);
+	} else if (m->value > f->v && f->nearly < FENCE_EARLY) {
+		f->early[f->nearly].v = m->value;
+		f->early[f->nearly++].from = in->from;
+	}
+	pthread_mutex_unlock(&s->fmu);
+}
+
+bool dgi_txsvc_fence_open(dgi_txsvc *s, int64_t v)
+{
+	pthread_mutex_lock(&s->fmu);
+	bool open = !s->fenced || (s->f.v == v && s->f.open);
+	pthread_mutex_unlock(&s->fmu);
+	return open;
+}
+
+void dgi_txsvc_near_enter(dgi_txsvc *s, int64_t v)
+{
+	pthread_mutex_lock(&s->fmu);
+	struct fence *f = &s->f;
+	uint32_t i = 0;
+	while (i < f->nnear && f->near[i].v != v)
+		i++;
+	if (i == f->nnear && i < sizeof(f->near) / sizeof(f->near[0])) {
+		f->near[i].v = v;
+		f->near[i].n = 0;
+		f->nnear++;
+	}
+	if (i < f->nnear)
+		f->near[i].n++;
+	pthread_mutex_unlock(&s->fmu);
+}
+
+void dgi_txsvc_near_leave(dgi_txsvc *s, int64_t v)
+{
+	pthread_mutex_lock(&s->fmu);
+	struct fence *f = &s->f;
+	for (uint32_t i = 0; i < f->nnear; i++)
+		if (f->near[i].v == v) {
+			if (--f->near[i].n == 0)
+				f->near[i] = f->near[--f->nnear];
+			break;
+		}
+	pthread_mutex_unlock(&s->fmu);
+}
+
+static void finish_rec(dgi_txsvc *s, struct rec *r, dgi_txs outcome);
+
+/* The fence's progress, from the deadline thread: report once nothing of
+ * an older version is in flight here; past the timeout, roll back what of
+ * it has not prepared; repeat the report while the fence is not open (a
+ * report lost to a broken connection). */
+static void fence_tick(dgi_txsvc *s, uint64_t now)
+{
+	pthread_mutex_lock(&s->fmu);
+	struct fence *f = &s->f;
+	int64_t v = f->v;
+	bool resend = f->reported && !f->open && now - f->sent_ms >= 300;
+	bool check = v != 0 && !f->reported;
+	uint32_t busy = 0;
+	for (uint32_t i = 0; i < f->nnear; i++)
+		if (f->near[i].v < v)
+			busy += f->near[i].n;
+	bool late = now - f->started_ms >= s->fence_timeout_ms;
+	pthread_mutex_unlock(&s->fmu);
+	if (!check && !resend)
+		return;
+	dgi_txid undo[32];
+	int nundo = 0;
+	if (check) {
+		pthread_mutex_lock(&s->mu);
+		for (uint32_t b = 0; b < NBUCKETS; b++)
+			for (struct rec *r = s->buckets[b]; r != NULL; r = r->next) {
+				if (r->topver == 0 || r->topver >= v)
+					continue;
+				busy++;
+				if (late && r->role == ROLE_PRIMARY && nundo < 32 &&
+				    (r->st == R_ACTIVE || r->st == R_PREPARING))
+					undo[nundo++] = r->id;
+			}
+		pthread_mutex_unlock(&s->mu);
+	}
+	for (int i = 0; i < nundo; i++) {
+		/* a tx of an older topology holds the fence: roll it back here
+		 * (its near learns it at its next request) */
+		pthread_mutex_lock(&s->mu);
+		struct rec *r = rec_find(s, &undo[i], ROLE_PRIMARY, 0);
+		dg_msg_in req;
+		bool answer = r != NULL && r->have_req && r->st == R_PREPARING;
+		if (answer) {
+			req = r->req;
+			r->have_req = false;
+		}
+		pthread_mutex_unlock(&s->mu);
+		if (r == NULL)
+			continue;
+		fprintf(stderr, "level=warn id=TX-FENCE-ROLLBACK tx=%016llx:%llu topology=%lld\n",
+		    (unsigned long long)undo[i].node, (unsigned long long)undo[i].seq, (long long)v);
+		finish(s, &undo[i], DGI_TXS_ROLLED_BACK);
+		atomic_fetch_add(&s->fence_rollbacks, 1);
+		if (answer)
+			ack(s, &req, DG_ERR_TX_ROLLED_BACK, -1);
+	}
+	if (check && busy > 0)
+		return;
+	uint64_t ids[FENCE_NODES];
+	uint32_t n = 0;
+	pthread_mutex_lock(&s->fmu);
+	if (f->v == v) {
+		if (!f->reported) {
+			f->reported = true;
+			fence_mark(f, s->self);
+		}
+		f->sent_ms = now;
+		for (uint32_t i = 0; i < f->n; i++)
+			if (f->ids[i] != s->self)
+				ids[n++] = f->ids[i];
+	}
+	pthread_mutex_unlock(&s->fmu);
+	dgi_msg_tx_ctl m = { 0, 0, 0, 0, v };
+	for (uint32_t i = 0; i < n; i++)
+		dg_tp_send(s->tp, ids[i], DGI_MSG_TX_FENCE, &m);
+}
+
+dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeout_ms)
+{
+	s->fence_timeout_ms = fence_timeout_ms ? fence_timeout_ms : 1000;
+	dg_topology *t = dg_member_topology(m);
+	if (t != NULL) {
+		on_topology(s, NULL, t);
+		dg_topology_release(t);
+	}
+	pthread_mutex_lock(&s->fmu);
+	s->fenced = s->g != NULL;
+	pthread_mutex_unlock(&s->fmu);
+	return dg_member_listen(m, on_topology, s);
+}
+
 /* ---- TX_LOCK ---- */
 
 static _Thread_local dg_buf tl_val, tl_copy;
@@ -824,6 +1047,10 @@ static void h_lock(dgi_txsvc *s, const dg_msg_in *in)
 		if (m->flags & DGI_TXL_NOLOCK) {
 			lock_answer(s, in, DG_OK, (uint32_t)m->cache_id, part, hash, m->key.ptr,
 			    m->key.len, m->topver, m->flags);
+			return;
+		}
+		if ((err = fence_check(s, m->topver)) != DG_OK) {
+			ack(s, in, err, -1);
 			return;
 		}
 	} else {
@@ -1066,7 +1293,14 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		ack(s, in, done == DGI_TXS_COMMITTED ? DG_OK : DG_ERR_TX_ROLLED_BACK, -1);
 		return;
 	}
-	/* placement: every entry's partition is this node's */
+	/* placement: every entry's partition is this node's under the tx's
+	 * topology — or, for a PESSIMISTIC tx that locked its keys here under
+	 * an older topology, this node holds every one of those locks (the
+	 * new topology's locks wait for it: the fence) */
+	pthread_mutex_lock(&s->mu);
+	struct rec *have = resend ? NULL : rec_find(s, &tx, ROLE_PRIMARY, 0);
+	bool locked_here = have != NULL && have->st == R_ACTIVE && have->topver == m->topver;
+	pthread_mutex_unlock(&s->mu);
 	dg_reader rd;
 	uint32_t n;
 	dgi_msg_tx_prepare mm;
@@ -1075,13 +1309,25 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
 		dg_cache *c = NULL;
-		if ((e = dgi_txwire_get(&rd, &en)) == DG_OK && (c = tx_cache(s, en.cache_id, &e)) != NULL)
+		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK || (c = tx_cache(s, en.cache_id, &e)) == NULL)
+			break;
+		if (locked_here) {
+			uint64_t hash;
+			dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
+			dgi_txid owner = dgi_lock_owner(s->locks, (uint32_t)en.cache_id, en.key.ptr,
+			    en.key.len, hash);
+			if (!dgi_txid_eq(&owner, &tx))
+				e = DG_ERR_TX_ROLLED_BACK; /* its lock is gone */
+		} else {
 			e = check_primary(s, c, (uint32_t)en.part, topver);
+		}
 		if (e != DG_OK) {
 			ack(s, in, e, i);
 			return;
 		}
 	}
+	if (e == DG_OK && !resend && !locked_here)
+		e = fence_check(s, m->topver);
 	if (e != DG_OK) {
 		ack(s, in, e, -1);
 		return;
@@ -1241,7 +1487,8 @@ static uint32_t backups_of(dgi_txsvc *s, struct rec *r, uint64_t *bk)
 		uint64_t own[8];
 		int64_t tv;
 		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
-		for (uint32_t j = 1; j < k; j++) {
+		for (uint32_t j = 0; j < k; j++) { /* every owner but this node (which may
+		                                       no longer be the primary) */
 			bool have = own[j] == s->self;
 			for (uint32_t q = 0; q < nbk && !have; q++)
 				have = bk[q] == own[j];
@@ -1384,7 +1631,8 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		en.op = op;
 		e = dgi_txwire_put(&w, &en);
 		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
-		for (uint32_t j = 1; j < k; j++) {
+		for (uint32_t j = 0; j < k; j++) { /* every owner but this node (which may
+		                                       no longer be the primary) */
 			bool have = own[j] == s->self;
 			for (uint32_t q = 0; q < nbk && !have; q++)
 				have = bk[q] == own[j];
@@ -1403,7 +1651,8 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	dgi_lock_release_all(s->locks, &r->id);
 	STAT(s, committed);
 	dgi_msg_tx_prepare cp = { (int64_t)r->id.node, (int64_t)r->id.seq, r->start_ms, 0,
-		r->topver, 0, (int64_t)s->self, { b->data, (uint32_t)b->len } };
+		r->topver, 0, (int64_t)(r->role == ROLE_TAKEOVER ? r->from : s->self),
+		{ b->data, (uint32_t)b->len } };
 	bool answer_now = !full_sync || nbk == 0 || e != DG_OK;
 	dg_msg_in req;
 	bool have = false;
@@ -1484,6 +1733,8 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 		    en.val.len, &en.ver, en.expire_ms, tx.node, tx.seq);
 	}
 	finish_role(s, &tx, ROLE_BACKUP, in->from, DGI_TXS_COMMITTED);
+	if (m->origin != 0 && (uint64_t)m->origin != in->from) /* a takeover's copies */
+		finish_role(s, &tx, ROLE_BACKUP, (uint64_t)m->origin, DGI_TXS_COMMITTED);
 	STAT(s, backup_committed);
 	ack(s, in, e, -1);
 }
@@ -1506,6 +1757,9 @@ static void dispatch(dgi_txsvc *s, const dg_msg_in *in)
 		break;
 	case DGI_MSG_TX_COMMIT:
 		h_commit(s, in);
+		break;
+	case DGI_MSG_TX_FENCE:
+		h_fence(s, in);
 		break;
 	case DGI_MSG_TX_COMMIT_COPY:
 		if (s->g != NULL)
@@ -1557,6 +1811,7 @@ static void *expirer(void *arg)
 		uint64_t now = dgi_now_ms();
 		dgi_locks_expire(s->locks, now);
 		local_expire(s, now);
+		fence_tick(s, now);
 		if (now - last_scan >= 200) {
 			last_scan = now;
 			expire_records(s, now);
@@ -1569,7 +1824,7 @@ static void *expirer(void *arg)
 /* ---- start / stop ---- */
 
 static const dg_msg_type handled[] = { DGI_MSG_TX_LOCK, DGI_MSG_TX_UNLOCK, DGI_MSG_TX_PREPARE,
-	DGI_MSG_TX_COMMIT, DGI_MSG_TX_ROLLBACK, DGI_MSG_TX_COMMIT_COPY };
+	DGI_MSG_TX_COMMIT, DGI_MSG_TX_ROLLBACK, DGI_MSG_TX_COMMIT_COPY, DGI_MSG_TX_FENCE };
 #define NHANDLED (sizeof(handled) / sizeof(handled[0]))
 
 /* How long a finished tx is remembered (late and repeated messages). */
@@ -1587,6 +1842,7 @@ dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
 	s->self = dg_tp_self(tp);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->lmu, NULL);
+	pthread_mutex_init(&s->fmu, NULL);
 	dg_err e;
 	if ((e = dgi_locks_create(0, &s->locks)) != DG_OK || (e = dgi_wfg_create(&s->wfg)) != DG_OK ||
 	    (e = dgi_txdone_create(DONE_KEEP_MS, &s->done)) != DG_OK)
@@ -1641,6 +1897,7 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	dgi_free(s->starts);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->lmu);
+	pthread_mutex_destroy(&s->fmu);
 	dgi_free(s);
 }
 
@@ -1660,6 +1917,11 @@ void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out)
 	pthread_mutex_lock(&s->mu);
 	out->records = s->nrecs;
 	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_lock(&s->fmu);
+	out->fence_version = s->f.v;
+	out->fence_open = s->f.open;
+	pthread_mutex_unlock(&s->fmu);
+	out->fence_rollbacks = atomic_load(&s->fence_rollbacks);
 	dgi_locks_stats ls;
 	dgi_locks_get_stats(s->locks, &ls);
 	out->locks_held = ls.locks;

@@ -51,6 +51,7 @@
 #define DGI_MSG_TX_ROLLBACK ((dg_msg_type)(133))    /* request (ctl) -> TX_ACK */
 #define DGI_MSG_TX_ACK ((dg_msg_type)(134))         /* response (ctl) */
 #define DGI_MSG_TX_COMMIT_COPY ((dg_msg_type)(135)) /* request (prepare body) -> TX_ACK */
+#define DGI_MSG_TX_FENCE ((dg_msg_type)(136))       /* one-way (ctl): value = topology version */
 
 /* TX_LOCK flags */
 #define DGI_TXL_READ 0x1        /* read the key once locked */
@@ -137,6 +138,9 @@ typedef struct dgi_txsvc_stats {
 	uint64_t prepared, committed, rolled_back, conflicts;
 	uint64_t backup_prepared, backup_committed;
 	uint64_t records;           /* participant records now */
+	int64_t fence_version;      /* the topology the fence is for */
+	bool fence_open;            /* every node reported: locks under it are granted */
+	uint64_t fence_rollbacks;   /* txs rolled back because they held a fence too long */
 	uint64_t locks_held, lock_waiters;
 } dgi_txsvc_stats;
 
@@ -158,6 +162,21 @@ dgi_txnear_stats *dgi_txsvc_near(dgi_txsvc *s);
 dg_tp *dgi_txsvc_tp(dgi_txsvc *s);
 dgi_grid *dgi_txsvc_grid(dgi_txsvc *s);
 uint64_t dgi_txsvc_self(dgi_txsvc *s);
+
+/* The topology fence (txn/README.md, "Topology changes").  Membership is
+ * up: the service follows its topologies.  Until every node of topology v
+ * reported that it has no tx of an older version in flight (TX_FENCE), no
+ * lock or prepare under v is granted (DG_ERR_NOT_READY: the near retries);
+ * commits, copies, resends and rollbacks of older txs always go through.
+ * A node whose old txs are still running after fence_timeout_ms rolls back
+ * those not yet prepared. */
+struct dg_member;
+dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeout_ms);
+/* Whether this node's fence for topology v is open (every node reported). */
+bool dgi_txsvc_fence_open(dgi_txsvc *s, int64_t v);
+/* The near side: a commit mapped on topology v is in flight. */
+void dgi_txsvc_near_enter(dgi_txsvc *s, int64_t v);
+void dgi_txsvc_near_leave(dgi_txsvc *s, int64_t v);
 
 /* A request to node `to`, which may be this node itself (then the handler
  * runs in this thread, on a decoded copy, and its reply reaches cb the
