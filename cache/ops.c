@@ -651,7 +651,10 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
 	dgi_msg_update_res r = { 0 };
 	if (c == NULL) {
-		r.res = DG_ERR_NOT_FOUND;
+		/* a node that joined maps keys to itself before it has learnt
+		 * the cache (CACHE_CONFIGS on its way): the sender retries; a
+		 * destroyed cache ends its retries as CLOSED there */
+		r.res = DG_ERR_NOT_READY;
 		dg_tp_reply(g->tp, in, DGI_MSG_UPDATE_RES, &r);
 		return;
 	}
@@ -995,7 +998,9 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
 	if (c == NULL || m->key.ptr == NULL || m->key.len == 0 || m->part < 0 ||
 	    (uint64_t)m->part >= c->cfg.partitions) {
-		dg_tp_reply_error(tp, in, c == NULL ? DG_ERR_NOT_FOUND : DG_ERR_INVAL);
+		/* an unknown cache: this node joined and has not learnt it yet
+		 * (not "no such key"): the reader retries */
+		dg_tp_reply_error(tp, in, c == NULL ? DG_ERR_NOT_READY : DG_ERR_INVAL);
 		return;
 	}
 	uint32_t part = (uint32_t)m->part;
