@@ -44,6 +44,7 @@ struct call {                   /* one request's answer */
 	struct dg_tx *tx;
 	dg_err err;
 	int64_t idx;
+	bool answered;              /* the peer answered (err is its verdict) */
 };
 
 struct dg_tx {
@@ -186,12 +187,13 @@ const char *dg_tx_state_name(dg_tx_state s)
 
 /* ---- requests ---- */
 
-static void call_done(struct call *c, dg_err err, int64_t idx)
+static void call_done(struct call *c, dg_err err, int64_t idx, bool answered)
 {
 	dg_tx *tx = c->tx;
 	pthread_mutex_lock(&tx->mu);
 	c->err = err;
 	c->idx = idx;
+	c->answered = answered;
 	if (--tx->outstanding == 0)
 		pthread_cond_broadcast(&tx->cv);
 	pthread_mutex_unlock(&tx->mu);
@@ -200,7 +202,7 @@ static void call_done(struct call *c, dg_err err, int64_t idx)
 static void on_ack(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	const dgi_msg_tx_ctl *r = err == DG_OK ? reply->body : NULL;
-	call_done(ctx, err != DG_OK ? err : (dg_err)r->res, r != NULL ? r->value : -1);
+	call_done(ctx, err != DG_OK ? err : (dg_err)r->res, r != NULL ? r->value : -1, r != NULL);
 }
 
 static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
@@ -223,7 +225,7 @@ static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			}
 		}
 	}
-	call_done(c, err, -1);
+	call_done(c, err, -1, r != NULL);
 }
 
 static void wait_all(dg_tx *tx)
@@ -240,12 +242,13 @@ static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
 	c->tx = tx;
 	c->err = DG_ERR_TIMEOUT;
 	c->idx = -1;
+	c->answered = false;
 	pthread_mutex_lock(&tx->mu);
 	tx->outstanding++;
 	pthread_mutex_unlock(&tx->mu);
 	dg_err e = dgi_txsvc_request(tx->s, to, type, body, timeout_ms ? timeout_ms : 1, cb, c);
 	if (e != DG_OK)
-		call_done(c, e, -1);
+		call_done(c, e, -1, false);
 	return e;
 }
 
@@ -725,6 +728,8 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 {
 	dg_err e = DG_OK;
 	size_t *offs = alloca(sizeof(size_t) * (ng + 1));
+	for (uint32_t i = 0; i < ng; i++) /* not sent: a definite failure */
+		calls[i] = (struct call){ tx, DG_ERR_TIMEOUT, -1, true };
 	tx->wire.len = 0;
 	for (uint32_t i = 0; i < ng && e == DG_OK; i++) {
 		offs[i] = tx->wire.len;
@@ -791,6 +796,89 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 	}
 }
 
+/* After a commit: the participants released their locks themselves;
+ * locks on other nodes (a topology change moved keys since they were
+ * taken) are released here. */
+static void release_others(dg_tx *tx, const struct group *groups, uint32_t ng)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < tx->nlocked; i++) {
+		bool part = false;
+		for (uint32_t j = 0; j < ng && !part; j++)
+			part = groups[j].node == tx->locked[i];
+		if (!part)
+			tx->locked[k++] = tx->locked[i];
+	}
+	tx->nlocked = k;
+	if (k > 0)
+		release_all(tx, 2000);
+}
+
+/* How long past its timeout a commit may spend learning the outcome of a
+ * one-phase commit whose primary did not answer. */
+#define RESOLVE_GRACE_MS 1000
+
+static bool uncertain(dg_err e)
+{
+	return e == DG_ERR_TIMEOUT || e == DG_ERR_CONN_BROKEN || e == DG_ERR_UNREACHABLE ||
+	    e == DG_ERR_CLOSED || e == DG_ERR_BUSY;
+}
+
+/* The one primary of a one-phase commit did not answer: learn whether it
+ * committed.  Alive, it is asked to roll back — it refuses (STATE) only
+ * when it committed.  Left, the tx committed iff a surviving owner of its
+ * keys applied its copies: then the keys' current primaries make sure
+ * every owner has them (a resend).  No new lock is granted on those keys
+ * meanwhile: this commit is in flight under the old topology (the fence). */
+static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *groups,
+    struct call *calls)
+{
+	uint64_t p = groups[0].node;
+	uint64_t until = tx->deadline + RESOLVE_GRACE_MS;
+	for (;;) {
+		uint64_t now = dgi_now_ms();
+		uint32_t left = now < until ? (uint32_t)(until - now) : 0;
+		if (left == 0)
+			return DG_ERR_TX_UNKNOWN;
+		if (dgi_txsvc_alive(tx->s, p)) {
+			dgi_msg_tx_ctl m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
+			request(tx, &calls[0], p, DGI_MSG_TX_ROLLBACK, &m, left, on_ack);
+			wait_all(tx);
+			if (calls[0].err == DG_OK)
+				return DG_ERR_TX_ROLLED_BACK; /* it had not committed; now never will */
+			if (calls[0].err == DG_ERR_STATE) {
+				int64_t q = dgi_txsvc_query(tx->s, p, &tx->id, 0, left);
+				if (q >= 0 && (q & 0xff) == DGI_TXQ_COMMITTED)
+					return DG_OK;
+			}
+			sleep_ms(20);
+			continue;
+		}
+		bool applied = false;
+		for (uint32_t i = 0; i < groups[0].n && !applied; i++) {
+			dgi_txent *e = refs[groups[0].first + i].e;
+			dg_cache *c = dgi_grid_cache_by_id(dgi_txsvc_grid(tx->s), e->cache_id);
+			uint64_t own[8];
+			int64_t tv;
+			uint32_t k = c != NULL ? dgi_cache_owners(c, e->part, own, &tv) : 0;
+			for (uint32_t j = 0; j < k && !applied; j++) {
+				int64_t q = dgi_txsvc_query(tx->s, own[j], &tx->id, p, left);
+				applied = q >= 0 && ((q >> 8) & 0xff) == DGI_TXQ_COMMITTED;
+			}
+		}
+		if (!applied)
+			return DG_ERR_TX_ROLLED_BACK; /* its only copy left with it */
+		tx->state = DGI_TXS_COMMITTING;
+		for (uint32_t i = 0; i < groups[0].n; i++) {
+			refs[groups[0].first + i].e->done = false;
+			refs[groups[0].first + i].e->origin = p;
+		}
+		calls[0].err = DG_ERR_CONN_BROKEN;
+		groups[0].origin = p;
+		return finish_decided(tx, refs, groups, 1, calls);
+	}
+}
+
 static dg_err commit(dg_tx *tx)
 {
 	if (tx->state != DGI_TXS_ACTIVE)
@@ -836,17 +924,17 @@ static dg_err commit(dg_tx *tx)
 	tx->state = DGI_TXS_PREPARING;
 	if (ng == 1) {
 		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls);
-		if (e == DG_OK) {
-			tx->state = DGI_TXS_COMMITTED;
-			atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
-			atomic_fetch_add(&dgi_txsvc_near(tx->s)->one_phase, 1);
-			release_all(tx, 2000); /* stale locks elsewhere, if any */
+		if (e != DG_OK && !calls[0].answered && uncertain(e))
+			e = resolve_one_phase(tx, refs, groups, calls);
+		if (e == DG_OK || e == DG_ERR_TX_UNKNOWN) {
+			tx->state = e == DG_OK ? DGI_TXS_COMMITTED : DGI_TXS_UNKNOWN;
+			dgi_txsvc_near_done(tx->s, &tx->id, true);
+			if (e == DG_OK) {
+				atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
+				atomic_fetch_add(&dgi_txsvc_near(tx->s)->one_phase, 1);
+			}
+			release_others(tx, groups, 1);
 			goto out;
-		}
-		if (e == DG_ERR_TIMEOUT || e == DG_ERR_CONN_BROKEN) {
-			/* the one primary may have committed: ask again as a
-			 * resend?  No — undecided: it is the decider.  Roll back; a
-			 * primary that committed answers the rollback with STATE */
 		}
 		goto out_fail;
 	}
@@ -861,12 +949,14 @@ static dg_err commit(dg_tx *tx)
 	wait_all(tx);
 	e = finish_decided(tx, refs, groups, ng, calls);
 	tx->state = e == DG_OK ? DGI_TXS_COMMITTED : DGI_TXS_UNKNOWN;
+	dgi_txsvc_near_done(tx->s, &tx->id, true);
 	if (e == DG_OK)
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
-	release_all(tx, 2000);
+	release_others(tx, groups, ng);
 	goto out;
 out_fail:
 	e = fail_tx(tx, e);
+	dgi_txsvc_near_done(tx->s, &tx->id, false);
 out:
 	if (inflight != 0)
 		dgi_txsvc_near_leave(tx->s, inflight);

@@ -45,7 +45,7 @@ enum rec_state { R_ACTIVE = 1, R_PREPARING, R_PREPARED, R_COMMITTING, R_BACKUP }
  * its keys, a backup of others' (one record per primary it came from), and
  * the new primary finishing a left primary's keys (a takeover, one per
  * left primary).  Records are keyed by (tx id, role, from). */
-enum rec_role { ROLE_PRIMARY = 0, ROLE_BACKUP, ROLE_TAKEOVER };
+enum rec_role { ROLE_PRIMARY = 0, ROLE_BACKUP, ROLE_TAKEOVER, ROLE_NEAR };
 
 struct rec {
 	struct dgi_txsvc *s;
@@ -124,8 +124,9 @@ struct dgi_txsvc {
 	uint32_t fence_timeout_ms;
 	bool fenced;                /* joined: grants wait for the fence */
 	_Atomic uint64_t fence_rollbacks;
-	pthread_t expirer;
-	bool expirer_up;
+	pthread_t expirer, recoverer;
+	bool expirer_up, recoverer_up;
+	_Atomic uint64_t recovered_commit, recovered_rollback;
 	_Atomic bool stopping;
 	_Atomic uint64_t granted, waited, timeouts, deadlocks, unlocks;
 	_Atomic uint64_t prepared, committed, rolled_back, conflicts;
@@ -317,6 +318,8 @@ static void define_rows(void)
 	    sizeof(dgi_msg_tx_prepare), enc_prepare, dec_prepare, DGI_MSG_TX_ACK });
 	dg_msg_define(DGI_MSG_TX_FENCE, &(dg_msg_row){ "TX_FENCE", sizeof(dgi_msg_tx_ctl),
 	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
+	dg_msg_define(DGI_MSG_TX_QUERY, &(dg_msg_row){ "TX_QUERY", sizeof(dgi_msg_tx_ctl),
+	    enc_ctl, dec_ctl, DGI_MSG_TX_ACK });
 }
 
 /* ---- local dispatch: requests a node sends itself ---- */
@@ -1158,6 +1161,8 @@ static void h_rollback(dgi_txsvc *s, const dg_msg_in *in)
 
 static void prepare_locked(dgi_txsvc *s, struct rec *r);
 static void commit_apply(dgi_txsvc *s, struct rec *r);
+static bool commit_prepared(dgi_txsvc *s, const dg_msg_in *in, const dgi_txid *txp,
+    bool may_miss);
 
 static dg_err ents_open(const uint8_t *body, uint32_t blen, dgi_msg_tx_prepare *m,
     dg_reader *rd, uint32_t *count)
@@ -1281,6 +1286,10 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	bool resend = (m->flags & DGI_TXP_RESEND) != 0;
 	int role = resend ? ROLE_TAKEOVER : ROLE_PRIMARY;
 	uint64_t from = resend ? (uint64_t)m->origin : 0;
+	/* a resend to the primary that prepared it (its COMMIT's answer was
+	 * lost): commit that record, or answer its outcome */
+	if (resend && from == s->self && commit_prepared(s, in, &tx, true))
+		return;
 	dgi_txid key = role_key(&tx, role, from), bkey = role_key(&tx, ROLE_BACKUP, from);
 	dgi_txs done;
 	if (dgi_txdone_get(s->done, &key, &done) ||
@@ -1674,10 +1683,14 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	}
 }
 
-static void h_commit(dgi_txsvc *s, const dg_msg_in *in)
+/* Commits tx's prepared primary record here and answers in (TX_COMMIT,
+ * or a resend to the primary that prepared it).  Returns false, answering
+ * nothing, when this node has neither the record nor the outcome and
+ * may_miss is set. */
+static bool commit_prepared(dgi_txsvc *s, const dg_msg_in *in, const dgi_txid *txp,
+    bool may_miss)
 {
-	const dgi_msg_tx_ctl *m = in->body;
-	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	dgi_txid tx = *txp;
 	pthread_mutex_lock(&s->mu);
 	struct rec *r = rec_find(s, &tx, ROLE_PRIMARY, 0);
 	int st = r != NULL ? r->st : 0;
@@ -1695,16 +1708,111 @@ static void h_commit(dgi_txsvc *s, const dg_msg_in *in)
 		pthread_mutex_lock(&s->mu);
 		rec_unref(s, r);
 		pthread_mutex_unlock(&s->mu);
-		return;
+		return true;
 	}
 	dgi_txs done;
 	if (dgi_txdone_get(s->done, &tx, &done))
 		ack(s, in, done == DGI_TXS_COMMITTED ? DG_OK : DG_ERR_TX_ROLLED_BACK, -1);
+	else if (r != NULL)
+		ack(s, in, st == R_COMMITTING ? DG_ERR_NOT_READY : DG_ERR_STATE, -1);
+	else if (may_miss)
+		return false;
 	else
-		ack(s, in, r == NULL ? DG_ERR_NOT_FOUND : DG_ERR_STATE, -1);
+		ack(s, in, DG_ERR_NOT_FOUND, -1);
+	return true;
+}
+
+static void h_commit(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_ctl *m = in->body;
+	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	commit_prepared(s, in, &tx, false);
 }
 
 /* ---- TX_COMMIT_COPY (backup) ---- */
+
+/* ---- TX_QUERY ---- */
+
+static int done_state(dgi_txsvc *s, const dgi_txid *tx, int role, uint64_t from)
+{
+	dgi_txid key = role_key(tx, role, from);
+	dgi_txs out;
+	if (!dgi_txdone_get(s->done, &key, &out))
+		return DGI_TXQ_NONE;
+	return out == DGI_TXS_COMMITTED ? DGI_TXQ_COMMITTED : DGI_TXQ_ROLLED_BACK;
+}
+
+static int rec_state(const struct rec *r)
+{
+	switch (r->st) {
+	case R_ACTIVE: return DGI_TXQ_ACTIVE;
+	case R_PREPARING: return DGI_TXQ_PREPARING;
+	case R_PREPARED: return DGI_TXQ_PREPARED;
+	case R_COMMITTING: return DGI_TXQ_COMMITTING;
+	case R_BACKUP: return DGI_TXQ_ACTIVE;
+	default: return DGI_TXQ_NONE;
+	}
+}
+
+static int64_t query_local(dgi_txsvc *s, const dgi_txid *tx, uint64_t origin)
+{
+	int prim, bk = DGI_TXQ_NONE, near;
+	pthread_mutex_lock(&s->mu);
+	struct rec *r = rec_find(s, tx, ROLE_PRIMARY, 0);
+	prim = r != NULL ? rec_state(r) : DGI_TXQ_NONE;
+	if (origin != 0) {
+		struct rec *b = rec_find(s, tx, ROLE_BACKUP, origin);
+		struct rec *t = rec_find(s, tx, ROLE_TAKEOVER, origin);
+		bk = t != NULL ? rec_state(t) : b != NULL ? DGI_TXQ_ACTIVE : DGI_TXQ_NONE;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (prim == DGI_TXQ_NONE)
+		prim = done_state(s, tx, ROLE_PRIMARY, 0);
+	if (origin != 0 && bk == DGI_TXQ_NONE) {
+		bk = done_state(s, tx, ROLE_TAKEOVER, origin);
+		if (bk == DGI_TXQ_NONE)
+			bk = done_state(s, tx, ROLE_BACKUP, origin);
+	}
+	near = done_state(s, tx, ROLE_NEAR, 0);
+	return prim | (bk << 8) | (near << 16);
+}
+
+static void h_query(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_ctl *m = in->body;
+	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	dgi_msg_tx_ctl r = { m->tx_node, m->tx_seq, 0, DG_OK, query_local(s, &tx, (uint64_t)m->value) };
+	reply(s, in, DGI_MSG_TX_ACK, &r);
+}
+
+int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t origin,
+    uint32_t timeout_ms)
+{
+	if (to == s->self)
+		return query_local(s, tx, origin);
+	dgi_msg_tx_ctl m = { (int64_t)tx->node, (int64_t)tx->seq, 0, 0, (int64_t)origin }, r;
+	if (dg_tp_call(s->tp, to, DGI_MSG_TX_QUERY, &m, timeout_ms, &r, NULL) != DG_OK ||
+	    r.res != DG_OK)
+		return -1;
+	return r.value;
+}
+
+void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed)
+{
+	dgi_txid key = role_key(tx, ROLE_NEAR, 0);
+	dgi_txdone_put(s->done, &key, committed ? DGI_TXS_COMMITTED : DGI_TXS_ROLLED_BACK,
+	    dgi_now_ms());
+}
+
+bool dgi_txsvc_alive(dgi_txsvc *s, uint64_t node)
+{
+	bool alive = false;
+	pthread_mutex_lock(&s->fmu);
+	for (uint32_t i = 0; i < s->f.n && !alive; i++)
+		alive = s->f.ids[i] == node;
+	pthread_mutex_unlock(&s->fmu);
+	return alive;
+}
 
 static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 {
@@ -1761,6 +1869,9 @@ static void dispatch(dgi_txsvc *s, const dg_msg_in *in)
 	case DGI_MSG_TX_FENCE:
 		h_fence(s, in);
 		break;
+	case DGI_MSG_TX_QUERY:
+		h_query(s, in);
+		break;
 	case DGI_MSG_TX_COMMIT_COPY:
 		if (s->g != NULL)
 			h_commit_copy(s, in);
@@ -1801,6 +1912,174 @@ static void expire_records(dgi_txsvc *s, uint64_t now)
 	}
 }
 
+/* ---- recovery ----
+ * A tx whose near node left, or whose record outlived its timeout by
+ * RECOVER_GRACE_MS, is finished by its participants: a primary that had
+ * not prepared rolls back; a prepared primary, and a backup whose primary
+ * left too, ask the near node (when it is alive) or every node what became
+ * of the tx — committed anywhere (or decided by the near): commit (a
+ * backup takes over: applies the entries it keeps and copies them to the
+ * keys' owners); nobody committed and the near left: roll back (its commit
+ * call never returned).  Versions make a repeated apply harmless, and the
+ * topology fence keeps new locks off those keys until it is done. */
+#define RECOVER_GRACE_MS 3000
+#define RECOVER_MAX 32
+
+struct cand {
+	dgi_txid id;
+	int role, st;
+	uint64_t from;
+	bool near_left;
+};
+
+/* Ends a primary record that will not commit: releases, tells its backups. */
+static void recover_rollback(dgi_txsvc *s, const struct cand *c)
+{
+	uint64_t bk[MAX_BACKUPS];
+	uint32_t nbk = 0;
+	pthread_mutex_lock(&s->mu);
+	struct rec *r = rec_find(s, &c->id, c->role, c->from);
+	if (r != NULL && c->role == ROLE_PRIMARY) {
+		nbk = r->nbk;
+		memcpy(bk, r->bk, nbk * sizeof(bk[0]));
+	}
+	bool still = r != NULL && r->st == c->st;
+	pthread_mutex_unlock(&s->mu);
+	if (!still)
+		return;
+	finish_role(s, &c->id, c->role, c->from, DGI_TXS_ROLLED_BACK);
+	dgi_msg_tx_ctl fw = { (int64_t)c->id.node, (int64_t)c->id.seq, DGI_TXP_BACKUP, 0, 0 };
+	for (uint32_t i = 0; i < nbk; i++)
+		dgi_txsvc_send(s, bk[i], DGI_MSG_TX_ROLLBACK, &fw);
+	atomic_fetch_add(&s->recovered_rollback, 1);
+	fprintf(stderr, "level=warn id=TX-RECOVERED outcome=rollback tx=%016llx:%llu role=%d\n",
+	    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
+}
+
+/* Commits a prepared primary record, or takes over a backup's entries. */
+static void recover_commit(dgi_txsvc *s, const struct cand *c)
+{
+	pthread_mutex_lock(&s->mu);
+	struct rec *r = rec_find(s, &c->id, c->role, c->from);
+	bool go = r != NULL && r->st == c->st;
+	if (go) {
+		r->st = R_COMMITTING;
+		r->have_req = false;
+		if (c->role == ROLE_BACKUP) {
+			r->role = ROLE_TAKEOVER; /* applies as the keys' primary would */
+			r->flags |= DGI_TXP_ONE_PHASE;
+		}
+		r->refs++;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (!go)
+		return;
+	if (c->role == ROLE_BACKUP) {
+		dgi_lock_release_all(s->locks, &c->id); /* (holds none: nothing to wait for) */
+		/* the backup's own memory of these entries: committed */
+		dgi_txid bkey = role_key(&c->id, ROLE_BACKUP, c->from);
+		dgi_txdone_put(s->done, &bkey, DGI_TXS_COMMITTED, dgi_now_ms());
+	}
+	commit_apply(s, r);
+	pthread_mutex_lock(&s->mu);
+	rec_unref(s, r);
+	pthread_mutex_unlock(&s->mu);
+	atomic_fetch_add(&s->recovered_commit, 1);
+	fprintf(stderr, "level=warn id=TX-RECOVERED outcome=commit tx=%016llx:%llu role=%d\n",
+	    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
+}
+
+/* What the cluster knows of c's tx: 1 commit, 0 roll back, -1 not yet. */
+static int recover_decide(dgi_txsvc *s, const struct cand *c)
+{
+	if (!c->near_left) {
+		int64_t q = dgi_txsvc_query(s, c->id.node, &c->id, 0, 2000);
+		int near = q >= 0 ? (int)((q >> 16) & 0xff) : DGI_TXQ_NONE;
+		if (near == DGI_TXQ_COMMITTED)
+			return 1;
+		return near == DGI_TXQ_ROLLED_BACK ? 0 : -1;
+	}
+	uint64_t ids[FENCE_NODES];
+	uint32_t n = 0;
+	pthread_mutex_lock(&s->fmu);
+	for (uint32_t i = 0; i < s->f.n; i++)
+		ids[n++] = s->f.ids[i];
+	pthread_mutex_unlock(&s->fmu);
+	for (uint32_t i = 0; i < n; i++) {
+		if (ids[i] == s->self)
+			continue;
+		int64_t q = dgi_txsvc_query(s, ids[i], &c->id, c->role == ROLE_BACKUP ? c->from : 0,
+		    2000);
+		if (q < 0)
+			return -1; /* a node did not answer: ask again later */
+		int prim = (int)(q & 0xff), bk = (int)((q >> 8) & 0xff);
+		if (prim == DGI_TXQ_COMMITTED || prim == DGI_TXQ_COMMITTING || bk == DGI_TXQ_COMMITTED)
+			return 1;
+	}
+	return 0;
+}
+
+static void recover_scan(dgi_txsvc *s)
+{
+	struct cand cs[RECOVER_MAX];
+	int n = 0;
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t b = 0; b < NBUCKETS && n < RECOVER_MAX; b++)
+		for (struct rec *r = s->buckets[b]; r != NULL && n < RECOVER_MAX; r = r->next) {
+			if (r->dead || r->role == ROLE_TAKEOVER || r->st == R_COMMITTING)
+				continue;
+			bool stale = r->deadline != 0 && now > r->deadline + RECOVER_GRACE_MS;
+			cs[n] = (struct cand){ r->id, r->role, r->st, r->from, false };
+			if (r->role == ROLE_PRIMARY && r->st == R_PREPARED && stale)
+				n++;
+			else if (r->role == ROLE_BACKUP && stale)
+				n++;
+			else if (r->role == ROLE_PRIMARY && (r->st == R_ACTIVE || r->st == R_PREPARED) &&
+			    s->fenced && !dgi_txsvc_alive(s, r->id.node))
+				n++; /* its near node left */
+		}
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; i < n; i++) {
+		struct cand *c = &cs[i];
+		c->near_left = s->fenced && !dgi_txsvc_alive(s, c->id.node);
+		bool stale_only = !c->near_left;
+		if (c->role == ROLE_PRIMARY && c->st == R_ACTIVE) {
+			if (c->near_left)
+				recover_rollback(s, c); /* never prepared: nothing to keep */
+			continue;
+		}
+		if (c->role == ROLE_BACKUP && dgi_txsvc_alive(s, c->from) && stale_only)
+			continue; /* its primary is alive and finishes it */
+		if (c->role == ROLE_PRIMARY && stale_only) {
+			pthread_mutex_lock(&s->mu);
+			struct rec *r = rec_find(s, &c->id, c->role, c->from);
+			bool stale = r != NULL && r->deadline != 0 &&
+			    now > r->deadline + RECOVER_GRACE_MS;
+			pthread_mutex_unlock(&s->mu);
+			if (!stale)
+				continue;
+		}
+		int d = recover_decide(s, c);
+		if (d == 1)
+			recover_commit(s, c);
+		else if (d == 0)
+			recover_rollback(s, c);
+	}
+}
+
+static void *recoverer(void *arg)
+{
+	dgi_txsvc *s = arg;
+	while (!atomic_load(&s->stopping)) {
+		struct timespec ts = { 0, 100 * 1000000L };
+		nanosleep(&ts, NULL);
+		if (s->g != NULL)
+			recover_scan(s);
+	}
+	return NULL;
+}
+
 static void *expirer(void *arg)
 {
 	dgi_txsvc *s = arg;
@@ -1824,7 +2103,8 @@ static void *expirer(void *arg)
 /* ---- start / stop ---- */
 
 static const dg_msg_type handled[] = { DGI_MSG_TX_LOCK, DGI_MSG_TX_UNLOCK, DGI_MSG_TX_PREPARE,
-	DGI_MSG_TX_COMMIT, DGI_MSG_TX_ROLLBACK, DGI_MSG_TX_COMMIT_COPY, DGI_MSG_TX_FENCE };
+	DGI_MSG_TX_COMMIT, DGI_MSG_TX_ROLLBACK, DGI_MSG_TX_COMMIT_COPY, DGI_MSG_TX_FENCE,
+	DGI_MSG_TX_QUERY };
 #define NHANDLED (sizeof(handled) / sizeof(handled[0]))
 
 /* How long a finished tx is remembered (late and repeated messages). */
@@ -1852,6 +2132,11 @@ dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
 		goto fail;
 	}
 	s->expirer_up = true;
+	if (pthread_create(&s->recoverer, NULL, recoverer, s) != 0) {
+		e = DG_ERR_NOMEM;
+		goto fail;
+	}
+	s->recoverer_up = true;
 	for (size_t i = 0; i < NHANDLED; i++)
 		dg_tp_handle(tp, handled[i], on_msg, s);
 	*out = s;
@@ -1874,6 +2159,8 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	atomic_store(&s->stopping, true);
 	if (s->expirer_up)
 		pthread_join(s->expirer, NULL);
+	if (s->recoverer_up)
+		pthread_join(s->recoverer, NULL);
 	local_expire(s, UINT64_MAX);
 	dgi_locks_destroy(s->locks); /* answers every waiter DG_ERR_CLOSED */
 	for (uint32_t b = 0; b < NBUCKETS; b++) {

@@ -52,6 +52,20 @@
 #define DGI_MSG_TX_ACK ((dg_msg_type)(134))         /* response (ctl) */
 #define DGI_MSG_TX_COMMIT_COPY ((dg_msg_type)(135)) /* request (prepare body) -> TX_ACK */
 #define DGI_MSG_TX_FENCE ((dg_msg_type)(136))       /* one-way (ctl): value = topology version */
+#define DGI_MSG_TX_QUERY ((dg_msg_type)(137))       /* request (ctl: value = origin) -> TX_ACK */
+
+/* TX_QUERY's answer (TX_ACK value): what this node knows of the tx, one
+ * byte per role — primary (bits 0-7), backup of / takeover from the origin
+ * asked about (8-15), near (16-23). */
+enum {
+	DGI_TXQ_NONE = 0,        /* nothing */
+	DGI_TXQ_ACTIVE = 1,      /* holds locks (primary); backup: keeps the entries */
+	DGI_TXQ_PREPARING = 2,   /* near: in commit */
+	DGI_TXQ_PREPARED = 3,
+	DGI_TXQ_COMMITTING = 4,
+	DGI_TXQ_COMMITTED = 5,
+	DGI_TXQ_ROLLED_BACK = 6,
+};
 
 /* TX_LOCK flags */
 #define DGI_TXL_READ 0x1        /* read the key once locked */
@@ -172,6 +186,16 @@ uint64_t dgi_txsvc_self(dgi_txsvc *s);
  * those not yet prepared. */
 struct dg_member;
 dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeout_ms);
+/* The near side: tx ended (committed: the decision was commit, even when
+ * not every participant confirmed); TX_QUERY answers from it. */
+void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed);
+/* Asks node `to` what it knows of tx (and of its role as origin's backup):
+ * the TX_QUERY answer, or -1 when it could not be asked. */
+int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t origin,
+    uint32_t timeout_ms);
+/* Whether node is in this node's current topology. */
+bool dgi_txsvc_alive(dgi_txsvc *s, uint64_t node);
+
 /* Whether this node's fence for topology v is open (every node reported). */
 bool dgi_txsvc_fence_open(dgi_txsvc *s, int64_t v);
 /* The near side: a commit mapped on topology v is in flight. */
