@@ -329,6 +329,8 @@ dg_err dg_tx_get_metrics(dg_node *n, dg_tx_metrics *out)
 	out->participant_prepared = st.prepared + st.backup_prepared;
 	out->participant_committed = st.committed + st.backup_committed;
 	out->locks_held = st.locks_held;
+	out->recovered_commit = st.recovered_commit;
+	out->recovered_rollback = st.recovered_rollback;
 	out->lock_waiters = st.lock_waiters;
 	return DG_OK;
 }

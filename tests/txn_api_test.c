@@ -23,14 +23,20 @@
 #include <unistd.h>
 
 #define OK(x) assert_int_equal((x), DG_OK)
+
+void dgi_node_kill(dg_node *n);
+extern _Atomic int dgi_tx_crash_point;
 #define EXPECT(x, e) assert_int_equal((x), (e))
 
 static uint32_t topology_timeout_ms = 1000;
+
+static bool start_client;
 
 static dg_node *start_node(const char *const *seeds, size_t nseeds)
 {
 	dg_node_config cfg;
 	dg_node_config_init(&cfg);
+	cfg.client = start_client;
 	cfg.tx_topology_timeout_ms = topology_timeout_ms;
 	cfg.listen_url = "tcp://127.0.0.1:0";
 	cfg.cluster_name = "txn-test";
@@ -665,6 +671,117 @@ static void test_topology_change_waits_for_txs(void **state)
 	topology_timeout_ms = 1000;
 }
 
+/* ---- recovery ---- */
+
+/* Two keys whose primaries differ (so a tx over both runs two-phase). */
+static void two_primaries(dg_cache *c, char *k1, char *k2)
+{
+	uint64_t first = 0;
+	for (int i = 0; i < 1000; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "r%d", i);
+		uint8_t enc[32];
+		dg_buf b;
+		dg_buf_init(&b);
+		dg_writer w;
+		dg_writer_init(&w, NULL, &b);
+		OK(dg_write_bytes(&w, key, strlen(key)));
+		memcpy(enc, b.data, b.len);
+		uint64_t hash, own[8];
+		int64_t tv;
+		uint32_t part = dgi_cache_key_part(c, enc, b.len, &hash);
+		assert_true(dgi_cache_owners(c, part, own, &tv) > 0);
+		dg_buf_free(&b);
+		if (first == 0) {
+			first = own[0];
+			strcpy(k1, key);
+		} else if (own[0] != first) {
+			strcpy(k2, key);
+			return;
+		}
+	}
+	fail_msg("no two keys with different primaries");
+}
+
+/* The near node crashes at `point` of a two-phase commit: its locks are
+ * released and the participants agree — roll back when none had committed,
+ * commit everywhere when one had. */
+static void near_crash_case(int point)
+{
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "crash", 2);
+	c[1] = cache_on(cl.n[1], "crash");
+	c[2] = cache_on(cl.n[2], "crash");
+	char k1[16], k2[16];
+	two_primaries(c[0], k1, k2);
+	put_long(cl.n[0], c[0], k1, 1);
+	put_long(cl.n[0], c[0], k2, 1);
+	const char *seed = dg_node_address(cl.n[0]);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	dg_cache *cn = cache_on(near, "crash");
+	dg_tx *tx;
+	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 4000, "crasher", &tx));
+	long v;
+	OK(tx_get_long(tx, cn, k1, &v));
+	OK(tx_get_long(tx, cn, k2, &v));
+	OK(tx_put_long(tx, cn, k1, 2));
+	OK(tx_put_long(tx, cn, k2, 2));
+	atomic_store(&dgi_tx_crash_point, point);
+	EXPECT(dg_tx_commit(tx), DG_ERR_TX_UNKNOWN);
+	atomic_store(&dgi_tx_crash_point, 0);
+	dgi_node_kill(near);
+	/* the failure is detected: a new topology without it */
+	uint64_t deadline = dgi_now_ms() + 10000;
+	for (;;) {
+		int64_t ver;
+		dg_node_info info[8];
+		if (dg_node_topology(cl.n[1], &ver, info, 8) == 3)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	/* the participants finish it and release its locks: a tx on both
+	 * keys gets through */
+	dg_tx *after;
+	OK(dg_tx_begin(cl.n[1], DG_PESSIMISTIC, DG_REPEATABLE_READ, 8000, "after", &after));
+	long v1, v2;
+	OK(tx_get_long(after, c[1], k1, &v1));
+	OK(tx_get_long(after, c[1], k2, &v2));
+	OK(dg_tx_commit(after));
+	long want = point == 2 ? 2 : 1;
+	assert_int_equal(v1, want);
+	assert_int_equal(v2, want);
+	for (int i = 0; i < 3; i++) { /* every copy */
+		assert_int_equal(get_long(c[i], k1), want);
+		assert_int_equal(get_long(c[i], k2), want);
+	}
+	dg_tx_metrics m;
+	uint64_t rec = 0;
+	for (int i = 0; i < 3; i++) {
+		OK(dg_tx_get_metrics(cl.n[i], &m));
+		rec += point == 2 ? m.recovered_commit : m.recovered_rollback;
+		assert_int_equal(m.locks_held, 0);
+	}
+	assert_true(rec > 0);
+	cluster_stop(&cl);
+}
+
+static void test_near_crash_after_prepare_rolls_back(void **state)
+{
+	(void)state;
+	near_crash_case(1);
+}
+
+static void test_near_crash_after_one_commit_commits(void **state)
+{
+	(void)state;
+	near_crash_case(2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -676,6 +793,8 @@ int main(void)
 		cmocka_unit_test(test_bank_pessimistic_rr),
 		cmocka_unit_test(test_bank_optimistic_serializable),
 		cmocka_unit_test(test_topology_change_waits_for_txs),
+		cmocka_unit_test(test_near_crash_after_prepare_rolls_back),
+		cmocka_unit_test(test_near_crash_after_one_commit_commits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,6 +72,12 @@ struct dg_tx {
 	uint64_t heap;              /* bytes this tx allocated */
 };
 
+/* Tests only: make commit() stop as if the near node crashed —
+ * 1 after every participant prepared (no COMMIT sent), 2 after COMMIT went
+ * to the first participant only.  commit() then returns DG_ERR_TX_UNKNOWN
+ * at once; the test kills the node. */
+_Atomic int dgi_tx_crash_point;
+
 static _Thread_local dg_tx *tl_current;
 static _Thread_local dg_tx *tl_spare;   /* a finished tx kept for reuse */
 static _Atomic uint64_t tx_seq_next = 1;
@@ -944,9 +950,15 @@ static dg_err commit(dg_tx *tx)
 	tx->state = DGI_TXS_COMMITTING; /* the decision */
 	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
 	uint32_t left = left_ms(tx);
-	for (uint32_t i = 0; i < ng; i++)
+	int crash = atomic_load(&dgi_tx_crash_point);
+	uint32_t ncommit = crash == 2 ? 1 : crash == 1 ? 0 : ng;
+	for (uint32_t i = 0; i < ncommit; i++)
 		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_COMMIT, &cm, left + 500, on_ack);
 	wait_all(tx);
+	if (crash != 0) {
+		e = DG_ERR_TX_UNKNOWN;
+		goto out;
+	}
 	e = finish_decided(tx, refs, groups, ng, calls);
 	tx->state = e == DG_OK ? DGI_TXS_COMMITTED : DGI_TXS_UNKNOWN;
 	dgi_txsvc_near_done(tx->s, &tx->id, true);

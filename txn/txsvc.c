@@ -2209,6 +2209,8 @@ void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out)
 	out->fence_open = s->f.open;
 	pthread_mutex_unlock(&s->fmu);
 	out->fence_rollbacks = atomic_load(&s->fence_rollbacks);
+	out->recovered_commit = atomic_load(&s->recovered_commit);
+	out->recovered_rollback = atomic_load(&s->recovered_rollback);
 	dgi_locks_stats ls;
 	dgi_locks_get_stats(s->locks, &ls);
 	out->locks_held = ls.locks;

@@ -155,6 +155,7 @@ typedef struct dgi_txsvc_stats {
 	int64_t fence_version;      /* the topology the fence is for */
 	bool fence_open;            /* every node reported: locks under it are granted */
 	uint64_t fence_rollbacks;   /* txs rolled back because they held a fence too long */
+	uint64_t recovered_commit, recovered_rollback;  /* finished by recovery */
 	uint64_t locks_held, lock_waiters;
 } dgi_txsvc_stats;
 
