@@ -271,7 +271,9 @@ uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *to
  * to val (when val is not NULL), *found, and the entry's version in *ver
  * (zero when there is no entry; a removal's tombstone has one).
  * DG_ERR_REMAP (not the primary under topver), DG_ERR_NOT_READY (leaving,
- * or MOVING without the key), DG_ERR_PARTITION_LOST. */
+ * or MOVING without the key), DG_ERR_PARTITION_LOST.  topver 0: this
+ * node's copy whatever its role (a tx that locked the key here under an
+ * older topology); DG_ERR_NOT_READY when it holds no copy. */
 dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
     const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver);
 /* Writes key as the primary (val NULL: removal, a tombstone): a new

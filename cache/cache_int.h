@@ -124,6 +124,10 @@ typedef struct dgi_part {
 	uint64_t counter;           /* versions assigned as primary */
 	_Atomic int state;          /* enum part_state */
 	int64_t state_topver;       /* topology version the state was set for */
+	int64_t moving_topver;      /* MOVING: the version it started moving at; a
+	                               copy older than that may be stale (kept
+	                               from an earlier ownership) and is not
+	                               served until the partition is OWNING */
 	dg_node_id supplier;        /* MOVING: the node it fetches from */
 	uint64_t rented_ms;         /* NONE with data: when it stopped owning */
 } dgi_part;

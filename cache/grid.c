@@ -240,6 +240,8 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			ns = P_OWNING;
 		}
 		if (ns != st || ns == P_MOVING) {
+			if (ns == P_MOVING && st != P_MOVING)
+				pt->moving_topver = t->version;
 			atomic_store(&pt->state, ns);
 			pt->state_topver = t->version;
 		}

@@ -372,7 +372,7 @@ static dg_err primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	dgi_entry *e = dgi_part_find(pt, u->hash, u->key, u->klen);
 	bool present = live(e, wall);
 	bool dup = e != NULL && e->op_node == u->op_node && e->op_seq == u->op_seq;
-	if (st == P_MOVING && e == NULL && u->op != OP_PUT) {
+	if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver) && u->op != OP_PUT) {
 		err = DG_ERR_NOT_READY; /* the supplier may hold the key */
 		goto out;
 	}
@@ -897,10 +897,10 @@ static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t
 	} else {
 		dgi_entry *en = dgi_part_find(pt, hash, key, klen);
 		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
-		if (live(en, wall))
+		if (st == P_MOVING && !supplier && (en == NULL || en->ver.topver < pt->moving_topver))
+			e = DG_ERR_NOT_READY; /* the supplier has it, or a newer copy of it */
+		else if (live(en, wall))
 			e = put_value(out, dgi_entry_val(en), en->vlen, unwrap);
-		else if (en == NULL && st == P_MOVING && !supplier)
-			e = DG_ERR_NOT_READY;
 		else
 			e = DG_ERR_NOT_FOUND;
 	}
@@ -1482,9 +1482,11 @@ dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t ha
 	*ver = (dgi_pver){ 0, 0, 0, 0 };
 	if (part >= c->cfg.partitions)
 		return DG_ERR_INVAL;
-	if (aff == NULL || aff->topver != topver || dgi_aff_owner(aff, part, 0) != g->self)
+	bool any_role = topver == 0;
+	if (!any_role && (aff == NULL || aff->topver != topver ||
+	    dgi_aff_owner(aff, part, 0) != g->self))
 		return DG_ERR_REMAP;
-	if (atomic_load_explicit(&g->leaving, memory_order_relaxed))
+	if (!any_role && atomic_load_explicit(&g->leaving, memory_order_relaxed))
 		return DG_ERR_NOT_READY;
 	dgi_part *pt = &c->parts[part];
 	dg_err err = DG_OK;
@@ -1493,10 +1495,11 @@ dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t ha
 	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
 	if (st == P_LOST || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
 		err = DG_ERR_PARTITION_LOST;
-	else if (st == P_NONE)
-		err = DG_ERR_REMAP;
-	else if (st == P_MOVING && e == NULL)
-		err = DG_ERR_NOT_READY; /* the supplier may hold it: retry once it arrived */
+	else if (st == P_NONE && !(any_role && e != NULL))
+		err = any_role ? DG_ERR_NOT_READY : DG_ERR_REMAP;
+	else if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver))
+		err = DG_ERR_NOT_READY; /* the supplier may hold it, or a newer copy:
+		                           retry once it arrived */
 	if (err == DG_OK && e != NULL) {
 		*ver = e->ver;
 		if (live(e, dgi_wall_ms())) {

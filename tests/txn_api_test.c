@@ -467,6 +467,37 @@ static void test_deadlock_detected(void **state)
 	dg_node_stop(n);
 }
 
+static void two_primaries(dg_cache *c, char *k1, char *k2);
+
+/* The same across two primaries: the cycle closes through both nodes'
+ * lock queues and is still found at once. */
+static void test_deadlock_across_nodes(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "dlx", 1);
+	dg_cache *c2 = cache_on(cl.n[2], "dlx");
+	static char k1[16], k2[16];
+	two_primaries(c, k1, k2);
+	pthread_barrier_t bar;
+	pthread_barrier_init(&bar, NULL, 2);
+	struct dl_arg a = { cl.n[0], c, k1, k2, &bar, DG_OK, 0 };
+	struct dl_arg b = { cl.n[2], c2, k2, k1, &bar, DG_OK, 0 };
+	pthread_t ta, tb;
+	pthread_create(&ta, NULL, deadlocker, &a);
+	pthread_create(&tb, NULL, deadlocker, &b);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	pthread_barrier_destroy(&bar);
+	print_message("      victim found after %llu ms (tx timeout 10000 ms)\n",
+	    (unsigned long long)(a.err == DG_ERR_DEADLOCK ? a.ms : b.ms));
+	assert_true((a.err == DG_ERR_DEADLOCK && b.err == DG_OK) ||
+	    (a.err == DG_OK && b.err == DG_ERR_DEADLOCK));
+	assert_true(a.ms < 2000 && b.ms < 2000);
+	cluster_stop(&cl);
+}
+
 /* ---- the bank: concurrent transfers keep the total ---- */
 
 struct bank_arg {
@@ -790,6 +821,7 @@ int main(void)
 		cmocka_unit_test(test_repeatable_reads),
 		cmocka_unit_test(test_commit_reaches_backups),
 		cmocka_unit_test(test_deadlock_detected),
+		cmocka_unit_test(test_deadlock_across_nodes),
 		cmocka_unit_test(test_bank_pessimistic_rr),
 		cmocka_unit_test(test_bank_optimistic_serializable),
 		cmocka_unit_test(test_topology_change_waits_for_txs),

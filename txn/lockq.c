@@ -836,6 +836,33 @@ size_t dgi_locks_edges(dgi_locks *l, dgi_txid *out, size_t cap)
 	return n;
 }
 
+size_t dgi_locks_edge_list(dgi_locks *l, dgi_lock_edge *out, size_t cap)
+{
+	size_t n = 0;
+	if (l == NULL)
+		return 0;
+	for (uint32_t i = 0; i <= l->l_mask; i++) {
+		struct lstripe *s = &l->l_stripes[i];
+		pthread_mutex_lock(&s->s_mu);
+		for (const struct lreq *q = s->s_wait; q != NULL; q = q->q_wnext) {
+			if (n < cap) {
+				const struct lentry *e = q->q_entry;
+				dgi_lock_edge *o = &out[n];
+				o->waiter = q->q_tx;
+				o->owner = e->e_owner->q_tx;
+				o->cache_id = e->e_cache;
+				o->klen = e->e_klen;
+				memset(o->key, 0, sizeof(o->key));
+				memcpy(o->key, e->e_key, e->e_klen < sizeof(o->key) ? e->e_klen :
+				    sizeof(o->key));
+			}
+			n++;
+		}
+		pthread_mutex_unlock(&s->s_mu);
+	}
+	return n;
+}
+
 void dgi_locks_get_stats(dgi_locks *l, dgi_locks_stats *out)
 {
 	memset(out, 0, sizeof(*out));

@@ -94,6 +94,16 @@ size_t dgi_locks_waits_for(dgi_locks *l, const dgi_txid *tx, dgi_txid *out, size
  * dgctl tx list. */
 size_t dgi_locks_edges(dgi_locks *l, dgi_txid *out, size_t cap);
 
+/* The same edges with the key waited for (its first bytes), for deadlock
+ * reports that name the keys. */
+typedef struct dgi_lock_edge {
+	dgi_txid waiter, owner;
+	uint32_t cache_id;
+	uint32_t klen;              /* the key's length */
+	uint8_t key[24];            /* its first bytes */
+} dgi_lock_edge;
+size_t dgi_locks_edge_list(dgi_locks *l, dgi_lock_edge *out, size_t cap);
+
 typedef struct dgi_locks_stats {
 	uint64_t locks;          /* keys locked now */
 	uint64_t waiters;        /* requests queued now */

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -124,6 +125,9 @@ struct dgi_txsvc {
 	uint32_t fence_timeout_ms;
 	bool fenced;                /* joined: grants wait for the fence */
 	_Atomic uint64_t fence_rollbacks;
+	uint64_t dl_next;           /* s->mu: when to look for cycles across nodes (0: no wait) */
+	dgi_wfg *gwfg;              /* the recoverer's: edges of every node */
+	_Atomic uint64_t global_deadlocks;
 	pthread_t expirer, recoverer;
 	bool expirer_up, recoverer_up;
 	_Atomic uint64_t recovered_commit, recovered_rollback;
@@ -247,6 +251,29 @@ static dg_err dec_prepare(dg_reader *r, void *body)
 	return DG_OK;
 }
 
+static dg_err enc_list(dg_writer *w, const void *body)
+{
+	const dgi_msg_tx_list *m = body;
+	dg_value v = { .kind = DG_ANY };
+	v.v.raw = m->list;
+	return dg_write_value(w, &v);
+}
+
+static dg_err dec_list(dg_reader *r, void *body)
+{
+	dgi_msg_tx_list *m = body;
+	size_t before = dg_reader_left(r);
+	const uint8_t *start = r->r_p;
+	dg_err e = dg_read_skip(r);
+	if (e != DG_OK)
+		return e;
+	if (start[0] != 0x0F) /* a LIST (FORMAT.md) */
+		return DG_ERR_TYPE_MISMATCH;
+	m->list.ptr = start;
+	m->list.len = (uint32_t)(before - dg_reader_left(r));
+	return DG_OK;
+}
+
 dg_err dgi_txwire_put(dg_writer *w, const dgi_txwire_ent *e)
 {
 	dg_err err = put_i64s(w, &e->cache_id, 3);
@@ -320,6 +347,12 @@ static void define_rows(void)
 	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
 	dg_msg_define(DGI_MSG_TX_QUERY, &(dg_msg_row){ "TX_QUERY", sizeof(dgi_msg_tx_ctl),
 	    enc_ctl, dec_ctl, DGI_MSG_TX_ACK });
+	dg_msg_define(DGI_MSG_TX_EDGES, &(dg_msg_row){ "TX_EDGES", sizeof(dgi_msg_tx_ctl),
+	    enc_ctl, dec_ctl, DGI_MSG_TX_EDGES_RES });
+	dg_msg_define(DGI_MSG_TX_EDGES_RES, &(dg_msg_row){ "TX_EDGES_RES",
+	    sizeof(dgi_msg_tx_list), enc_list, dec_list, DG_MSG_UNKNOWN });
+	dg_msg_define(DGI_MSG_TX_KILL, &(dg_msg_row){ "TX_KILL", sizeof(dgi_msg_tx_ctl),
+	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
 }
 
 /* ---- local dispatch: requests a node sends itself ---- */
@@ -669,6 +702,32 @@ static void kill_victim(dgi_txsvc *s, const dgi_txid *victim)
 
 /* tx just started waiting: a cycle through it in this node's wait-for
  * graph is a deadlock; its youngest member is the victim. */
+/* "tx(waits cache=.. key=..),tx(...)" for a cycle, from edges (each at
+ * `stride` bytes from the previous, a dgi_lock_edge first). */
+static void format_cycle(char *msg, size_t cap, const dgi_txid *cycle, size_t cn,
+    const void *edges, size_t n, size_t stride)
+{
+	size_t off = 0;
+	msg[0] = 0;
+	for (size_t k = 0; k < cn && off + 120 < cap; k++) {
+		const dgi_txid *w = &cycle[k], *o = &cycle[(k + 1) % cn];
+		off += (size_t)snprintf(msg + off, cap - off, "%s%016llx:%llu", k ? "," : "",
+		    (unsigned long long)w->node, (unsigned long long)w->seq);
+		for (size_t j = 0; j < n; j++) {
+			const dgi_lock_edge *e = (const dgi_lock_edge *)((const char *)edges + j * stride);
+			if (!dgi_txid_eq(&e->waiter, w) || !dgi_txid_eq(&e->owner, o))
+				continue;
+			off += (size_t)snprintf(msg + off, cap - off, "(waits cache=%08x key=",
+			    e->cache_id);
+			uint32_t kl = e->klen < sizeof(e->key) ? e->klen : (uint32_t)sizeof(e->key);
+			for (uint32_t q = 0; q < kl && off + 4 < cap; q++)
+				off += (size_t)snprintf(msg + off, cap - off, "%02x", e->key[q]);
+			off += (size_t)snprintf(msg + off, cap - off, ")");
+			break;
+		}
+	}
+}
+
 static void check_deadlock(dgi_txsvc *s, const dgi_txid *tx)
 {
 	dgi_txid cycle[16], victim = { 0, 0 };
@@ -697,15 +756,16 @@ static void check_deadlock(dgi_txsvc *s, const dgi_txid *tx)
 		if (n > 0)
 			victim = dgi_wfg_victim(s->wfg, cycle, n);
 	}
+	if (n == 0 && s->dl_next == 0)
+		s->dl_next = dgi_now_ms() + 20; /* the cycle may span nodes: look there soon */
 	pthread_mutex_unlock(&s->mu);
 	if (n == 0)
 		return;
-	char txs[16 * 40];
-	size_t off = 0;
-	for (size_t i = 0; i < n && off + 40 < sizeof(txs); i++)
-		off += (size_t)snprintf(txs + off, sizeof(txs) - off, "%s%016llx:%llu", i ? "," : "",
-		    (unsigned long long)cycle[i].node, (unsigned long long)cycle[i].seq);
-	fprintf(stderr, "level=warn id=TX-DEADLOCK txs=%s victim=%016llx:%llu\n", txs,
+	dgi_lock_edge ed[64];
+	size_t ne2 = dgi_locks_edge_list(s->locks, ed, 64);
+	char msg[1024];
+	format_cycle(msg, sizeof(msg), cycle, n, ed, ne2 < 64 ? ne2 : 64, sizeof(ed[0]));
+	fprintf(stderr, "level=warn id=TX-DEADLOCK scope=node txs=%s victim=%016llx:%llu\n", msg,
 	    (unsigned long long)victim.node, (unsigned long long)victim.seq);
 	kill_victim(s, &victim);
 }
@@ -1331,12 +1391,21 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 			e = check_primary(s, c, (uint32_t)en.part, topver);
 		}
 		if (e != DG_OK) {
+			if (getenv("DG_TX_DEBUG"))
+				fprintf(stderr, "prepare refused: %s locked_here=%d have=%p st=%d "
+				    "topver=%lld/%lld\n", dg_strerror(e), locked_here, (void *)have,
+				    have ? have->st : -1, have ? (long long)have->topver : -1,
+				    (long long)m->topver);
 			ack(s, in, e, i);
 			return;
 		}
 	}
 	if (e == DG_OK && !resend && !locked_here)
 		e = fence_check(s, m->topver);
+	if (e != DG_OK && getenv("DG_TX_DEBUG"))
+		fprintf(stderr, "prepare refused by the fence: %s locked_here=%d have=%p st=%d "
+		    "topver=%lld/%lld\n", dg_strerror(e), locked_here, (void *)have,
+		    have ? have->st : -1, have ? (long long)have->topver : -1, (long long)m->topver);
 	if (e != DG_OK) {
 		ack(s, in, e, -1);
 		return;
@@ -1542,6 +1611,9 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 		dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
 		bool found;
 		dgi_pver cur;
+		/* a tx of an older topology reads the copy it locked here */
+		if (r->topver != tv)
+			tv = 0;
 		fail = dgi_cache_tx_read(c, tv, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
 		    NULL, &found, &cur);
 		if (fail == DG_OK && !same_ver(&cur, &en.ver)) {
@@ -1847,6 +1919,9 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 	ack(s, in, e, -1);
 }
 
+static void h_edges(dgi_txsvc *s, const dg_msg_in *in);
+static void h_kill(dgi_txsvc *s, const dg_msg_in *in);
+
 static void dispatch(dgi_txsvc *s, const dg_msg_in *in)
 {
 	switch ((int)in->type) {
@@ -1871,6 +1946,12 @@ static void dispatch(dgi_txsvc *s, const dg_msg_in *in)
 		break;
 	case DGI_MSG_TX_QUERY:
 		h_query(s, in);
+		break;
+	case DGI_MSG_TX_EDGES:
+		h_edges(s, in);
+		break;
+	case DGI_MSG_TX_KILL:
+		h_kill(s, in);
 		break;
 	case DGI_MSG_TX_COMMIT_COPY:
 		if (s->g != NULL)
@@ -2068,14 +2149,181 @@ static void recover_scan(dgi_txsvc *s)
 	}
 }
 
+/* ---- deadlocks across nodes ----
+ * A wait that closes no cycle among this node's own edges may close one
+ * through other primaries.  Shortly after it starts (20 ms, then every
+ * 100 ms while requests wait here), this node gathers every node's
+ * wait-for edges (TX_EDGES), searches the graph for a cycle through each
+ * of its waiters and, finding one, kills its youngest tx everywhere
+ * (TX_KILL): the victim's waits answer DG_ERR_DEADLOCK and its locks go;
+ * the rest proceed.  Every detector picks the same victim of a cycle. */
+#define EDGE_FIELDS 9
+
+struct gedge {
+	dgi_lock_edge e;
+	int64_t wstart, ostart;
+};
+
+static _Thread_local dg_buf tl_edges;
+
+static dg_err encode_edges(dgi_txsvc *s, dg_buf *b)
+{
+	dgi_lock_edge ed[256];
+	size_t n = dgi_locks_edge_list(s->locks, ed, 256);
+	if (n > 256)
+		n = 256;
+	b->len = 0;
+	dg_writer w;
+	dg_writer_init(&w, wire_reg, b);
+	dg_err e = dg_write_list_begin(&w, (uint32_t)(n * EDGE_FIELDS));
+	for (size_t i = 0; i < n && e == DG_OK; i++) {
+		pthread_mutex_lock(&s->mu);
+		int64_t v[8] = { (int64_t)ed[i].waiter.node, (int64_t)ed[i].waiter.seq,
+			start_of(s, &ed[i].waiter), (int64_t)ed[i].owner.node, (int64_t)ed[i].owner.seq,
+			start_of(s, &ed[i].owner), ed[i].cache_id, ed[i].klen };
+		pthread_mutex_unlock(&s->mu);
+		e = put_i64s(&w, v, 8);
+		if (e == DG_OK)
+			e = dg_write_bytes(&w, ed[i].key,
+			    ed[i].klen < sizeof(ed[i].key) ? ed[i].klen : sizeof(ed[i].key));
+	}
+	return e != DG_OK ? e : dg_write_end(&w);
+}
+
+static void h_edges(dgi_txsvc *s, const dg_msg_in *in)
+{
+	if (encode_edges(s, &tl_edges) != DG_OK) {
+		ack(s, in, DG_ERR_NOMEM, -1);
+		return;
+	}
+	dgi_msg_tx_list r = { { tl_edges.data, (uint32_t)tl_edges.len } };
+	reply(s, in, DGI_MSG_TX_EDGES_RES, &r);
+}
+
+static void h_kill(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_ctl *m = in->body;
+	dgi_txid v = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	kill_victim(s, &v);
+}
+
+/* Appends the edges of an encoded list to *es. */
+static void decode_edges(const uint8_t *p, uint32_t len, struct gedge **es, size_t *n,
+    size_t *cap)
+{
+	dg_reader r;
+	uint32_t count;
+	dg_reader_init(&r, NULL, p, len);
+	if (dg_read_begin(&r, DG_LIST, &count) != DG_OK || count % EDGE_FIELDS != 0)
+		return;
+	for (uint32_t i = 0; i < count / EDGE_FIELDS; i++) {
+		int64_t v[8];
+		dg_bytes k;
+		if (get_i64s(&r, v, 8) != DG_OK || dg_read_bytes(&r, &k, NULL) != DG_OK)
+			return;
+		if (*n == *cap) {
+			size_t nc = *cap ? *cap * 2 : 64;
+			struct gedge *ne = dgi_realloc(*es, nc * sizeof(*ne));
+			if (ne == NULL)
+				return;
+			*es = ne;
+			*cap = nc;
+		}
+		struct gedge *g = &(*es)[(*n)++];
+		memset(g, 0, sizeof(*g));
+		g->e.waiter = (dgi_txid){ (uint64_t)v[0], (uint64_t)v[1] };
+		g->wstart = v[2];
+		g->e.owner = (dgi_txid){ (uint64_t)v[3], (uint64_t)v[4] };
+		g->ostart = v[5];
+		g->e.cache_id = (uint32_t)v[6];
+		g->e.klen = (uint32_t)v[7];
+		if (k.ptr != NULL)
+			memcpy(g->e.key, k.ptr, k.len < sizeof(g->e.key) ? k.len : sizeof(g->e.key));
+	}
+}
+
+static void deadlock_tick(dgi_txsvc *s)
+{
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&s->mu);
+	bool due = s->dl_next != 0 && now >= s->dl_next;
+	if (due)
+		s->dl_next = 0;
+	pthread_mutex_unlock(&s->mu);
+	if (!due)
+		return;
+	dgi_locks_stats ls;
+	dgi_locks_get_stats(s->locks, &ls);
+	if (ls.waiters == 0)
+		return;
+	static _Thread_local struct gedge *es;
+	static _Thread_local size_t ecap;
+	size_t n = 0, nlocal;
+	dg_buf *b = &tl_edges;
+	if (encode_edges(s, b) == DG_OK)
+		decode_edges(b->data, (uint32_t)b->len, &es, &n, &ecap);
+	nlocal = n;
+	uint64_t ids[FENCE_NODES];
+	uint32_t nids = 0;
+	pthread_mutex_lock(&s->fmu);
+	for (uint32_t i = 0; i < s->f.n; i++)
+		if (s->f.ids[i] != s->self)
+			ids[nids++] = s->f.ids[i];
+	pthread_mutex_unlock(&s->fmu);
+	for (uint32_t i = 0; i < nids; i++) {
+		dgi_msg_tx_ctl q = { 0, 0, 0, 0, 0 };
+		dgi_msg_tx_list r;
+		static _Thread_local uint8_t mem[64 * 1024];
+		dg_arena a;
+		dg_arena_init(&a, mem, sizeof(mem));
+		if (dg_tp_call(s->tp, ids[i], DGI_MSG_TX_EDGES, &q, 500, &r, &a) == DG_OK &&
+		    r.list.ptr != NULL)
+			decode_edges(r.list.ptr, r.list.len, &es, &n, &ecap);
+	}
+	dgi_wfg_reset(s->gwfg);
+	for (size_t i = 0; i < n; i++)
+		dgi_wfg_add(s->gwfg, &es[i].e.waiter, (uint64_t)es[i].wstart, &es[i].e.owner,
+		    (uint64_t)es[i].ostart);
+	for (size_t i = 0; i < nlocal; i++) {
+		dgi_txid cycle[16];
+		size_t cn = dgi_wfg_cycle(s->gwfg, &es[i].e.waiter, cycle, 16);
+		if (cn == 0)
+			continue;
+		if (cn > 16)
+			cn = 16;
+		dgi_txid victim = dgi_wfg_victim(s->gwfg, cycle, cn);
+		/* name the transactions and the keys they wait for */
+		char msg[1024];
+		format_cycle(msg, sizeof(msg), cycle, cn, es, n, sizeof(es[0]));
+		fprintf(stderr, "level=warn id=TX-DEADLOCK scope=cluster txs=%s victim=%016llx:%llu\n",
+		    msg, (unsigned long long)victim.node, (unsigned long long)victim.seq);
+		atomic_fetch_add(&s->global_deadlocks, 1);
+		dgi_msg_tx_ctl kill = { (int64_t)victim.node, (int64_t)victim.seq, 0, 0, 0 };
+		for (uint32_t j = 0; j < nids; j++)
+			dg_tp_send(s->tp, ids[j], DGI_MSG_TX_KILL, &kill);
+		kill_victim(s, &victim);
+		break; /* one victim a round: the next round sees what is left */
+	}
+	dgi_locks_get_stats(s->locks, &ls);
+	pthread_mutex_lock(&s->mu);
+	if (ls.waiters > 0 && s->dl_next == 0)
+		s->dl_next = dgi_now_ms() + 100;
+	pthread_mutex_unlock(&s->mu);
+}
+
 static void *recoverer(void *arg)
 {
 	dgi_txsvc *s = arg;
+	uint64_t last = 0;
 	while (!atomic_load(&s->stopping)) {
-		struct timespec ts = { 0, 100 * 1000000L };
+		struct timespec ts = { 0, 10 * 1000000L };
 		nanosleep(&ts, NULL);
-		if (s->g != NULL)
+		deadlock_tick(s);
+		uint64_t now = dgi_now_ms();
+		if (s->g != NULL && now - last >= 100) {
+			last = now;
 			recover_scan(s);
+		}
 	}
 	return NULL;
 }
@@ -2104,7 +2352,7 @@ static void *expirer(void *arg)
 
 static const dg_msg_type handled[] = { DGI_MSG_TX_LOCK, DGI_MSG_TX_UNLOCK, DGI_MSG_TX_PREPARE,
 	DGI_MSG_TX_COMMIT, DGI_MSG_TX_ROLLBACK, DGI_MSG_TX_COMMIT_COPY, DGI_MSG_TX_FENCE,
-	DGI_MSG_TX_QUERY };
+	DGI_MSG_TX_QUERY, DGI_MSG_TX_EDGES, DGI_MSG_TX_KILL };
 #define NHANDLED (sizeof(handled) / sizeof(handled[0]))
 
 /* How long a finished tx is remembered (late and repeated messages). */
@@ -2125,6 +2373,7 @@ dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
 	pthread_mutex_init(&s->fmu, NULL);
 	dg_err e;
 	if ((e = dgi_locks_create(0, &s->locks)) != DG_OK || (e = dgi_wfg_create(&s->wfg)) != DG_OK ||
+	    (e = dgi_wfg_create(&s->gwfg)) != DG_OK ||
 	    (e = dgi_txdone_create(DONE_KEEP_MS, &s->done)) != DG_OK)
 		goto fail;
 	if (pthread_create(&s->expirer, NULL, expirer, s) != 0) {
@@ -2180,6 +2429,7 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	}
 	dgi_txdone_destroy(s->done);
 	dgi_wfg_destroy(s->wfg);
+	dgi_wfg_destroy(s->gwfg);
 	dgi_free(s->edges);
 	dgi_free(s->starts);
 	pthread_mutex_destroy(&s->mu);
@@ -2211,6 +2461,7 @@ void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out)
 	out->fence_rollbacks = atomic_load(&s->fence_rollbacks);
 	out->recovered_commit = atomic_load(&s->recovered_commit);
 	out->recovered_rollback = atomic_load(&s->recovered_rollback);
+	out->global_deadlocks = atomic_load(&s->global_deadlocks);
 	dgi_locks_stats ls;
 	dgi_locks_get_stats(s->locks, &ls);
 	out->locks_held = ls.locks;
