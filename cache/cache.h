@@ -253,6 +253,21 @@ typedef struct dgi_pver {    /* entry version (DESIGN.md): compared in this orde
 /* <0, 0, >0 as a is older, equal, newer than b (topver, counter, order). */
 int dgi_pver_cmp(const dgi_pver *a, const dgi_pver *b);
 
+/* ---- transactions reach the plain operations through a hook ----
+ * The plain operations on a TRANSACTIONAL cache call it: a write joins the
+ * calling thread's current tx or runs as a one-operation tx; a read joins
+ * the current tx (outside one it returns DG_ERR__COUNT: "not mine", and the
+ * cache reads the committed value itself).  op: DGI_CACHE_OP_*; out: the
+ * old value (GET_AND_PUT, encoded) or the value read (GET; unwrap: the
+ * bytes inside a BYTES value); *flag: removed / put / replaced / had. */
+enum {
+	DGI_CACHE_OP_GET = 0, DGI_CACHE_OP_PUT, DGI_CACHE_OP_REMOVE,
+	DGI_CACHE_OP_PUT_IF_ABSENT, DGI_CACHE_OP_REPLACE, DGI_CACHE_OP_GET_AND_PUT
+};
+typedef dg_err (*dgi_tx_op_fn)(void *ctx, dg_cache *c, int op, const uint8_t *key,
+    size_t klen, const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag);
+void dgi_grid_set_tx_hook(dgi_grid *g, dgi_tx_op_fn fn, void *ctx);
+
 /* ---- what transactions (txn/) use of the grid ----
  * A tx locks, reads and writes keys on their primaries through these; the
  * cache knows nothing of transactions (the txn service calls down). */

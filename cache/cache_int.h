@@ -190,7 +190,9 @@ int64_t dgi_wall_ms(void);
 #define DGI_MSG_HANDOFF ((dg_msg_type)(82))  /* request to all: partitions handed over (a LIST of I64) */
 #define DGI_MSG_CACHE_LAST ((dg_msg_type)(83))
 
-enum { OP_PUT = 1, OP_REMOVE, OP_PUT_IF_ABSENT, OP_REPLACE, OP_GET_AND_PUT };
+enum { OP_PUT = DGI_CACHE_OP_PUT, OP_REMOVE = DGI_CACHE_OP_REMOVE,
+	OP_PUT_IF_ABSENT = DGI_CACHE_OP_PUT_IF_ABSENT, OP_REPLACE = DGI_CACHE_OP_REPLACE,
+	OP_GET_AND_PUT = DGI_CACHE_OP_GET_AND_PUT };
 
 typedef struct dgi_msg_update {
 	int64_t cache_id, part, topver;
@@ -369,6 +371,8 @@ struct dgi_grid {
 	pthread_t workers[GRID_WORKERS];
 	pthread_t rebalancer, sweeper;
 	bool threads_up;
+	dgi_tx_op_fn tx_hook;           /* TRANSACTIONAL caches' plain operations */
+	void *tx_hook_ctx;
 };
 
 /* grid.c */

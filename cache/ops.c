@@ -471,6 +471,8 @@ static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 		return DG_ERR_CLOSED;
 	if (c->cfg.persistence && klen > DG_PERSIST_KEY_MAX)
 		return DG_ERR_INVAL;
+	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL)
+		return g->tx_hook(g->tx_hook_ctx, c, op, key, klen, val, vlen, old, false, flag);
 	struct upd u = { 0 };
 	u.op = op;
 	u.sync = c->cfg.write_sync;
@@ -915,6 +917,12 @@ static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
 	if (c == NULL || key == NULL || klen == 0 || klen > DG_KEY_MAX)
 		return DG_ERR_INVAL;
 	dgi_grid *g = c->g;
+	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) {
+		dg_err te = g->tx_hook(g->tx_hook_ctx, c, DGI_CACHE_OP_GET, key, klen, NULL, 0, out,
+		    unwrap, NULL);
+		if (te != DG_ERR__COUNT)
+			return te; /* read inside the thread's tx */
+	}
 	uint64_t hash = dgi_key_hash(key, klen);
 	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
 	uint64_t deadline = 0;
@@ -1429,6 +1437,12 @@ dg_err dg_cache_get_obj(dg_cache *c, const dg_desc *kd, const void *key, const d
 }
 
 /* ---- what transactions use (cache.h, "what transactions (txn/) use") ---- */
+
+void dgi_grid_set_tx_hook(dgi_grid *g, dgi_tx_op_fn fn, void *ctx)
+{
+	g->tx_hook_ctx = ctx;
+	g->tx_hook = fn;
+}
 
 dg_cache *dgi_grid_cache_by_id(dgi_grid *g, uint32_t id)
 {

@@ -187,6 +187,7 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 		goto fail;
 	if ((e = dgi_txsvc_start(n->tp, n->g, &n->txs)) != DG_OK)
 		goto fail;
+	dgi_grid_set_tx_hook(n->g, dgi_tx_plain_op, n->txs);
 
 	dg_member_config mc;
 	dg_member_config_init(&mc);
@@ -306,9 +307,6 @@ out:
 
 /* ---- transactions (txn/txn.h) ---- */
 
-dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
-    uint32_t timeout_ms, const char *label, dg_tx **out);
-void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out);
 
 dg_err dg_tx_begin(dg_node *n, dg_tx_concurrency concurrency, dg_tx_isolation isolation,
     uint32_t timeout_ms, const char *label, dg_tx **out)

@@ -111,8 +111,33 @@ static dg_cache *cache_on(dg_node *n, const char *name)
 	return c;
 }
 
-/* The committed value of key as an int (-1 absent), read outside any tx. */
+/* The committed value of key as an int (-1 absent), read outside any tx
+ * (in another thread: a plain read in a thread with a tx joins it). */
+static long get_long_here(dg_cache *c, const char *key);
+
+struct get_arg {
+	dg_cache *c;
+	const char *key;
+	long v;
+};
+
+static void *get_thread(void *p)
+{
+	struct get_arg *a = p;
+	a->v = get_long_here(a->c, a->key);
+	return NULL;
+}
+
 static long get_long(dg_cache *c, const char *key)
+{
+	struct get_arg a = { c, key, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, get_thread, &a);
+	pthread_join(t, NULL);
+	return a.v;
+}
+
+static long get_long_here(dg_cache *c, const char *key)
 {
 	dg_buf b;
 	dg_buf_init(&b);
@@ -229,6 +254,33 @@ static void test_basics_one_node(void **state)
 	assert_int_equal(get_long(c, "a"), -1);
 	assert_int_equal(get_long(c, "c"), 333);
 	dg_buf_free(&vals);
+
+	/* the plain operations of a TRANSACTIONAL cache join the thread's tx */
+	OK(dg_tx_begin(n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 0, "plain", &tx));
+	OK(dg_cache_put(c, "p", 1, "10", 2));
+	dg_buf pv;
+	dg_buf_init(&pv);
+	OK(dg_cache_get(c, "p", 1, &pv)); /* its own write */
+	assert_memory_equal(pv.data, "10", 2);
+	OK(dg_tx_rollback(tx));
+	assert_int_equal(get_long(c, "p"), -1); /* rolled back with it */
+	/* outside a tx each write is a one-operation tx */
+	OK(dg_cache_put(c, "p", 1, "11", 2));
+	assert_int_equal(get_long(c, "p"), 11);
+	bool flag = true;
+	OK(dg_cache_put_if_absent(c, "p", 1, "12", 2, &flag));
+	assert_false(flag);
+	OK(dg_cache_replace(c, "p", 1, "13", 2, &flag));
+	assert_true(flag);
+	pv.len = 0;
+	OK(dg_cache_get_and_put(c, "p", 1, "14", 2, &pv, &flag));
+	assert_true(flag);
+	assert_int_equal(pv.len, 2);
+	assert_memory_equal(pv.data, "13", 2);
+	OK(dg_cache_remove(c, "p", 1, &flag));
+	assert_true(flag);
+	assert_int_equal(get_long(c, "p"), -1);
+	dg_buf_free(&pv);
 
 	dg_tx_metrics m;
 	OK(dg_tx_get_metrics(n, &m));

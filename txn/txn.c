@@ -83,6 +83,15 @@ static _Thread_local dg_tx *tl_spare;   /* a finished tx kept for reuse */
 static _Atomic uint64_t tx_seq_next = 1;
 
 
+/* A participant answers a wait that ends with the tx's timeout itself;
+ * this much more lets its answer arrive. */
+#define NET_SLACK_MS 200
+
+/* How long releasing may wait for the participants' answers: they also
+ * release on their own once the tx's timeout passed, so a tx past it
+ * does not wait long. */
+static uint32_t release_wait(const struct dg_tx *tx);
+
 static void add_locked(dg_tx *tx, uint64_t node)
 {
 	for (uint32_t i = 0; i < tx->nlocked; i++)
@@ -98,6 +107,12 @@ static uint32_t left_ms(const dg_tx *tx)
 	return now < tx->deadline ? (uint32_t)(tx->deadline - now) : 0;
 }
 
+static uint32_t release_wait(const struct dg_tx *tx)
+{
+	uint32_t left = left_ms(tx);
+	return left > 2000 ? 2000 : left < 200 ? 200 : left;
+}
+
 static void sleep_ms(long ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -105,9 +120,6 @@ static void sleep_ms(long ms)
 }
 
 /* ---- begin / free ---- */
-
-dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
-    uint32_t timeout_ms, const char *label, dg_tx **out);
 
 dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
     uint32_t timeout_ms, const char *label, dg_tx **out)
@@ -285,7 +297,7 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 	tx->state = DGI_TXS_ROLLING_BACK;
 	if (getenv("DG_TX_DEBUG"))
 		fprintf(stderr, "tx fail: %s\n", dg_strerror(e));
-	release_all(tx, 2000);
+	release_all(tx, release_wait(tx));
 	tx->state = DGI_TXS_ROLLED_BACK;
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
 	switch (e) {
@@ -332,7 +344,7 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			dgi_msg_tx_lock m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
 				dgi_cache_id_of(c), left, { key, klen }, tv, part, flags };
 			struct call call;
-			request(tx, &call, own[0], DGI_MSG_TX_LOCK, &m, left + 500, on_lock_res);
+			request(tx, &call, own[0], DGI_MSG_TX_LOCK, &m, left + NET_SLACK_MS, on_lock_res);
 			wait_all(tx);
 			e = call.err;
 			if (locking && (e == DG_OK || !retriable(e)))
@@ -482,6 +494,65 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 			en->origin = at;
 	}
 	return DG_OK;
+}
+
+/* ---- the plain operations of TRANSACTIONAL caches (cache.h's hook) ---- */
+
+static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag)
+{
+	bool found = false;
+	dg_err e;
+	switch (op) {
+	case DGI_CACHE_OP_GET:
+		return tx_read(tx, c, key, klen, out, unwrap, NULL);
+	case DGI_CACHE_OP_PUT:
+		e = tx_write(tx, c, key, klen, val, vlen, NULL);
+		found = true;
+		break;
+	case DGI_CACHE_OP_REMOVE:
+		e = tx_write(tx, c, key, klen, NULL, 0, &found);
+		break;
+	case DGI_CACHE_OP_PUT_IF_ABSENT:
+	case DGI_CACHE_OP_REPLACE:
+	case DGI_CACHE_OP_GET_AND_PUT:
+		e = tx_read(tx, c, key, klen, op == DGI_CACHE_OP_GET_AND_PUT ? out : NULL, false,
+		    &found);
+		if (e != DG_OK && e != DG_ERR_NOT_FOUND)
+			return e;
+		e = DG_OK;
+		if (op == DGI_CACHE_OP_GET_AND_PUT || found == (op == DGI_CACHE_OP_REPLACE))
+			e = tx_write(tx, c, key, klen, val, vlen, NULL);
+		if (op == DGI_CACHE_OP_PUT_IF_ABSENT)
+			found = !found;
+		break;
+	default:
+		return DG_ERR_INVAL;
+	}
+	if (e == DG_OK && flag != NULL)
+		*flag = found;
+	return e;
+}
+
+/* A plain operation on a TRANSACTIONAL cache: inside this thread's tx,
+ * else (writes) as a one-operation PESSIMISTIC REPEATABLE_READ tx, so it
+ * takes the key's lock like any tx. */
+dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag)
+{
+	if (tl_current != NULL)
+		return plain_op(tl_current, c, op, key, klen, val, vlen, out, unwrap, flag);
+	if (op == DGI_CACHE_OP_GET)
+		return DG_ERR__COUNT; /* outside a tx: the committed value, as any read */
+	dg_tx *tx;
+	dg_err e = dgi_tx_begin(ctx, DG_PESSIMISTIC, DG_REPEATABLE_READ, 0, "implicit", &tx);
+	if (e != DG_OK)
+		return e;
+	e = plain_op(tx, c, op, key, klen, val, vlen, out, unwrap, flag);
+	if (e == DG_OK)
+		return dg_tx_commit(tx);
+	dg_tx_rollback(tx);
+	return e;
 }
 
 /* ---- encodings of raw byte strings (BYTES values) ---- */
@@ -753,7 +824,7 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 			{ tx->wire.data + offs[i], (uint32_t)(offs[i + 1] - offs[i]) } };
 		if (!(flags & DGI_TXP_RESEND))
 			add_locked(tx, groups[i].node);
-		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_PREPARE, &m, left + 500, on_ack);
+		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_PREPARE, &m, left + NET_SLACK_MS, on_ack);
 	}
 	wait_all(tx);
 	for (uint32_t i = 0; i < ng; i++)
@@ -817,7 +888,7 @@ static void release_others(dg_tx *tx, const struct group *groups, uint32_t ng)
 	}
 	tx->nlocked = k;
 	if (k > 0)
-		release_all(tx, 2000);
+		release_all(tx, release_wait(tx));
 }
 
 /* How long past its timeout a commit may spend learning the outcome of a
@@ -920,7 +991,7 @@ static dg_err commit(dg_tx *tx)
 	inflight = topver;
 	if (ng == 0) {
 		/* nothing to write or check: release the locks, done */
-		release_all(tx, 2000);
+		release_all(tx, release_wait(tx));
 		tx->state = DGI_TXS_COMMITTED;
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
 		goto out;
@@ -953,7 +1024,7 @@ static dg_err commit(dg_tx *tx)
 	int crash = atomic_load(&dgi_tx_crash_point);
 	uint32_t ncommit = crash == 2 ? 1 : crash == 1 ? 0 : ng;
 	for (uint32_t i = 0; i < ncommit; i++)
-		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_COMMIT, &cm, left + 500, on_ack);
+		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_COMMIT, &cm, left + NET_SLACK_MS, on_ack);
 	wait_all(tx);
 	if (crash != 0) {
 		e = DG_ERR_TX_UNKNOWN;
@@ -993,15 +1064,13 @@ dg_err dg_tx_rollback(dg_tx *tx)
 	dg_err e = DG_OK;
 	if (tx->state == DGI_TXS_ACTIVE) {
 		tx->state = DGI_TXS_ROLLING_BACK;
-		release_all(tx, 2000);
+		release_all(tx, release_wait(tx));
 		tx->state = DGI_TXS_ROLLED_BACK;
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
 	}
 	tx_free(tx);
 	return e;
 }
-
-void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out);
 
 void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out)
 {

@@ -117,6 +117,8 @@ struct dgi_txsvc {
 	struct rec *buckets[NBUCKETS];
 	struct rec *free_recs;
 	uint32_t nrecs, nfree;
+	struct waiter *free_waiters; /* s->mu */
+	uint32_t nfree_waiters;
 	pthread_mutex_t lmu;        /* local requests */
 	struct local_slot local[LOCAL_SLOTS];
 	uint64_t local_gen;
@@ -138,7 +140,10 @@ struct dgi_txsvc {
 	dgi_txnear_stats near;
 };
 
+#define WAITER_KEY 120          /* keys up to this size fit a pooled waiter */
+
 struct waiter {                 /* a TX_LOCK waiting for its lock */
+	struct waiter *next_free;
 	dgi_txsvc *s;
 	dg_msg_in in;               /* type, flags, corr, from: enough to answer */
 	dgi_txid tx;
@@ -146,7 +151,8 @@ struct waiter {                 /* a TX_LOCK waiting for its lock */
 	uint64_t hash;
 	int64_t topver, flags;
 	uint32_t klen;
-	uint8_t key[];
+	uint8_t *key;               /* inl, or a heap copy of a larger key */
+	uint8_t inl[WAITER_KEY];
 };
 
 #define STAT(s, f) atomic_fetch_add_explicit(&(s)->f, 1, memory_order_relaxed)
@@ -1027,6 +1033,44 @@ dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeou
 
 /* ---- TX_LOCK ---- */
 
+/* A waiter from the pool (a steady stream of lock requests allocates
+ * nothing), its key copied. */
+static struct waiter *waiter_get(dgi_txsvc *s, const uint8_t *key, uint32_t klen)
+{
+	pthread_mutex_lock(&s->mu);
+	struct waiter *w = s->free_waiters;
+	if (w != NULL) {
+		s->free_waiters = w->next_free;
+		s->nfree_waiters--;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (w == NULL && (w = dgi_alloc(sizeof(*w))) == NULL)
+		return NULL;
+	w->key = w->inl;
+	if (klen > WAITER_KEY && (w->key = dgi_alloc(klen)) == NULL) {
+		dgi_free(w);
+		return NULL;
+	}
+	memcpy(w->key, key, klen);
+	w->klen = klen;
+	return w;
+}
+
+static void waiter_put(dgi_txsvc *s, struct waiter *w)
+{
+	if (w->key != w->inl)
+		dgi_free(w->key);
+	pthread_mutex_lock(&s->mu);
+	if (s->nfree_waiters < 1024) {
+		w->next_free = s->free_waiters;
+		s->free_waiters = w;
+		s->nfree_waiters++;
+		w = NULL;
+	}
+	pthread_mutex_unlock(&s->mu);
+	dgi_free(w);
+}
+
 static _Thread_local dg_buf tl_val, tl_copy;
 
 static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t cache_id,
@@ -1068,7 +1112,7 @@ static void on_lock_done(void *ctx, dg_err err)
 		STAT(s, timeouts);
 	lock_answer(s, &w->in, err, w->cache_id, w->part, w->hash, w->key, w->klen, w->topver,
 	    w->flags);
-	dgi_free(w);
+	waiter_put(s, w);
 }
 
 static uint64_t fnv(const uint8_t *p, uint32_t n)
@@ -1136,28 +1180,33 @@ static void h_lock(dgi_txsvc *s, const dg_msg_in *in)
 	if (r != NULL && r->st == R_ACTIVE && deadline > r->deadline)
 		r->deadline = deadline;
 	pthread_mutex_unlock(&s->mu);
-	struct waiter *w = dgi_alloc(sizeof(*w) + m->key.len);
-	if (w == NULL || r == NULL) {
-		dgi_free(w);
+	struct waiter *w = r != NULL ? waiter_get(s, m->key.ptr, m->key.len) : NULL;
+	if (w == NULL) {
 		ack(s, in, DG_ERR_NOMEM, -1);
 		return;
 	}
-	*w = (struct waiter){ s, *in, tx, (uint32_t)m->cache_id, part, hash, m->topver, m->flags,
-		m->key.len };
+	w->s = s;
+	w->in = *in;
 	w->in.body = NULL;
-	memcpy(w->key, m->key.ptr, m->key.len);
+	w->in.raw = NULL;
+	w->tx = tx;
+	w->cache_id = (uint32_t)m->cache_id;
+	w->part = part;
+	w->hash = hash;
+	w->topver = m->topver;
+	w->flags = m->flags;
 	int res = dgi_lock_acquire(s->locks, (uint32_t)m->cache_id, m->key.ptr, m->key.len, hash,
 	    &tx, deadline, on_lock_done, w);
 	if (res == DGI_LOCK_GRANTED) {
 		STAT(s, granted);
 		lock_answer(s, in, DG_OK, w->cache_id, part, hash, w->key, w->klen, m->topver,
 		    m->flags);
-		dgi_free(w);
+		waiter_put(s, w);
 	} else if (res == DGI_LOCK_QUEUED) {
 		STAT(s, waited); /* w belongs to the lock's callback now */
 		check_deadlock(s, &tx);
 	} else {
-		dgi_free(w);
+		waiter_put(s, w);
 		ack(s, in, (dg_err)-res, -1);
 	}
 }
@@ -2421,6 +2470,11 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 			dgi_free(r);
 			r = nx;
 		}
+	}
+	while (s->free_waiters != NULL) {
+		struct waiter *nx = s->free_waiters->next_free;
+		dgi_free(s->free_waiters);
+		s->free_waiters = nx;
 	}
 	while (s->free_recs != NULL) {
 		struct rec *nx = s->free_recs->next;

@@ -221,4 +221,13 @@ dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const vo
 /* A one-way message to `to` (this node: run here). */
 dg_err dgi_txsvc_send(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body);
 
+/* ---- the near side (txn.c), for node/ ---- */
+#include "txn.h"
+dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
+    uint32_t timeout_ms, const char *label, dg_tx **out);
+/* cache.h's dgi_tx_op_fn for the node's grid (ctx: the service). */
+dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag);
+void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out);
+
 #endif
