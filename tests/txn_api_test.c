@@ -688,7 +688,7 @@ static void *lock_other_key(void *p)
 	struct fence_arg *a = p;
 	uint64_t t0 = dgi_now_ms();
 	dg_tx *tx;
-	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 5000, "after", &tx));
+	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 20000, "after", &tx));
 	a->err = tx_put_long(tx, a->c, "other", 1);
 	if (a->err == DG_OK)
 		a->err = dg_tx_commit(tx);
@@ -704,7 +704,8 @@ static void *lock_other_key(void *p)
 static void test_topology_change_waits_for_txs(void **state)
 {
 	(void)state;
-	topology_timeout_ms = 1500; /* longer than a join takes on a loaded machine */
+	topology_timeout_ms = 4000; /* longer than a join takes on a loaded machine
+	                               (or under a sanitizer) */
 	struct cluster cl;
 	cluster_start(&cl, 2);
 	dg_cache *c = tx_cache(cl.n[0], "fence", 1);
@@ -731,14 +732,14 @@ static void test_topology_change_waits_for_txs(void **state)
 	assert_true(a.ms >= 100); /* it waited for the old tx */
 
 	/* 2: the old tx runs on past the timeout: rolled back, the rest goes on */
-	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 8000, "slow", &old));
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 30000, "slow", &old));
 	OK(tx_get_long(old, c, "held", &v));
 	dg_node_stop(joiner); /* another topology change */
 	struct fence_arg b = { cl.n[1], c1, DG_OK, 0 };
 	pthread_create(&t, NULL, lock_other_key, &b);
 	pthread_join(t, NULL);
 	OK(b.err);
-	assert_true(b.ms < 5000); /* not held until the slow tx's 8 s timeout */
+	assert_true(b.ms < 15000); /* not held until the slow tx's 30 s timeout */
 	/* its lock is gone: the write is refused now or at commit — unless
 	 * the key's primary moved and its version check finds it unchanged,
 	 * when committing is still serializable */

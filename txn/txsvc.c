@@ -1019,7 +1019,9 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 
 dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeout_ms)
 {
+	pthread_mutex_lock(&s->fmu);
 	s->fence_timeout_ms = fence_timeout_ms ? fence_timeout_ms : 1000;
+	pthread_mutex_unlock(&s->fmu);
 	dg_topology *t = dg_member_topology(m);
 	if (t != NULL) {
 		on_topology(s, NULL, t);
