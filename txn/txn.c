@@ -79,7 +79,43 @@ struct dg_tx {
 _Atomic int dgi_tx_crash_point;
 
 static _Thread_local dg_tx *tl_current;
-static _Thread_local dg_tx *tl_spare;   /* a finished tx kept for reuse */
+/* Per thread: a finished tx kept for reuse, and the raw API's key and
+ * value encodings; freed when the thread exits. */
+struct near_tls {
+	dg_tx *spare;
+	dg_buf kenc, venc;
+};
+
+static pthread_key_t near_key;
+static pthread_once_t near_once = PTHREAD_ONCE_INIT;
+static void tx_destroy(dg_tx *tx);
+
+static void near_tls_free(void *p)
+{
+	struct near_tls *t = p;
+	if (t->spare != NULL)
+		tx_destroy(t->spare);
+	dg_buf_free(&t->kenc);
+	dg_buf_free(&t->venc);
+	dgi_free(t);
+}
+
+static void near_tls_init(void)
+{
+	pthread_key_create(&near_key, near_tls_free);
+}
+
+static struct near_tls *near_tls(void)
+{
+	static _Thread_local struct near_tls *mine;
+	if (mine != NULL)
+		return mine;
+	pthread_once(&near_once, near_tls_init);
+	struct near_tls *t = dgi_calloc(1, sizeof(*t));
+	if (t != NULL)
+		pthread_setspecific(near_key, t);
+	return mine = t;
+}
 static _Atomic uint64_t tx_seq_next = 1;
 
 
@@ -129,10 +165,13 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 		return DG_ERR_INVAL;
 	if (tl_current != NULL)
 		return DG_ERR_STATE;
-	dg_tx *tx = tl_spare;
+	struct near_tls *tls = near_tls();
+	if (tls == NULL)
+		return DG_ERR_NOMEM;
+	dg_tx *tx = tls->spare;
 	uint64_t heap = 0;
 	if (tx != NULL) {
-		tl_spare = NULL;
+		tls->spare = NULL;
 		dgi_txents_reset(tx->ents);
 	} else {
 		if ((tx = dgi_calloc(1, sizeof(*tx))) == NULL)
@@ -176,10 +215,16 @@ static void tx_free(dg_tx *tx)
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->heap, tx->heap);
 	if (tl_current == tx)
 		tl_current = NULL;
-	if (tl_spare == NULL && vcap <= 64 * 1024 && wcap <= 64 * 1024) {
-		tl_spare = tx;
+	struct near_tls *tls = near_tls();
+	if (tls != NULL && tls->spare == NULL && vcap <= 64 * 1024 && wcap <= 64 * 1024) {
+		tls->spare = tx;
 		return;
 	}
+	tx_destroy(tx);
+}
+
+static void tx_destroy(dg_tx *tx)
+{
 	dgi_txents_destroy(tx->ents);
 	dg_buf_free(&tx->val);
 	dg_buf_free(&tx->wire);
@@ -557,7 +602,8 @@ dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_
 
 /* ---- encodings of raw byte strings (BYTES values) ---- */
 
-static _Thread_local dg_buf tl_kenc, tl_venc;
+#define tl_kenc (near_tls()->kenc)
+#define tl_venc (near_tls()->venc)
 
 static const uint8_t *as_bytes(dg_buf *b, const void *p, size_t n, size_t *len)
 {

@@ -129,6 +129,8 @@ struct dgi_txsvc {
 	_Atomic uint64_t fence_rollbacks;
 	uint64_t dl_next;           /* s->mu: when to look for cycles across nodes (0: no wait) */
 	dgi_wfg *gwfg;              /* the recoverer's: edges of every node */
+	struct gedge *gedges;       /* the recoverer's: their list */
+	size_t gecap;
 	_Atomic uint64_t global_deadlocks;
 	pthread_t expirer, recoverer;
 	bool expirer_up, recoverer_up;
@@ -365,15 +367,56 @@ static void define_rows(void)
 
 static void dispatch(dgi_txsvc *s, const dg_msg_in *in);
 
-static _Thread_local dg_buf tl_enc[4];
+/* Per-thread scratch buffers (encodings, values read, copies, edges),
+ * reused by every request a thread handles and freed when it exits. */
+struct tls_bufs {
+	dg_buf enc[4];
+	dg_buf val, copy, edges;
+};
+
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+static void tls_free(void *p)
+{
+	struct tls_bufs *t = p;
+	for (int i = 0; i < 4; i++)
+		dg_buf_free(&t->enc[i]);
+	dg_buf_free(&t->val);
+	dg_buf_free(&t->copy);
+	dg_buf_free(&t->edges);
+	dgi_free(t);
+}
+
+static void tls_init(void)
+{
+	pthread_key_create(&tls_key, tls_free);
+}
+
+static struct tls_bufs *tls(void)
+{
+	static _Thread_local struct tls_bufs *mine;
+	if (mine != NULL)
+		return mine;
+	pthread_once(&tls_once, tls_init);
+	struct tls_bufs *t = dgi_calloc(1, sizeof(*t));
+	if (t == NULL)
+		return NULL;
+	pthread_setspecific(tls_key, t);
+	return mine = t;
+}
+
 static _Thread_local int tl_depth;
 
 /* Encodes body and decodes it again into out (what a peer would see). */
 static dg_err roundtrip(dg_msg_type type, const void *body, void *out, dg_buf **used)
 {
+	struct tls_bufs *t = tls();
+	if (t == NULL)
+		return DG_ERR_NOMEM;
 	if (tl_depth >= 4)
 		return DG_ERR_LIMIT;
-	dg_buf *b = &tl_enc[tl_depth];
+	dg_buf *b = &t->enc[tl_depth];
 	b->len = 0;
 	dg_writer w;
 	dg_writer_init(&w, wire_reg, b);
@@ -1073,7 +1116,8 @@ static void waiter_put(dgi_txsvc *s, struct waiter *w)
 	dgi_free(w);
 }
 
-static _Thread_local dg_buf tl_val, tl_copy;
+#define tl_val (tls()->val)
+#define tl_copy (tls()->copy)
 
 static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t cache_id,
     uint32_t part, uint64_t hash, const uint8_t *key, uint32_t klen, int64_t topver,
@@ -2215,7 +2259,7 @@ struct gedge {
 	int64_t wstart, ostart;
 };
 
-static _Thread_local dg_buf tl_edges;
+#define tl_edges (tls()->edges)
 
 static dg_err encode_edges(dgi_txsvc *s, dg_buf *b)
 {
@@ -2307,8 +2351,8 @@ static void deadlock_tick(dgi_txsvc *s)
 	dgi_locks_get_stats(s->locks, &ls);
 	if (ls.waiters == 0)
 		return;
-	static _Thread_local struct gedge *es;
-	static _Thread_local size_t ecap;
+	struct gedge *es = s->gedges; /* the recoverer thread's alone */
+	size_t ecap = s->gecap;
 	size_t n = 0, nlocal;
 	dg_buf *b = &tl_edges;
 	if (encode_edges(s, b) == DG_OK)
@@ -2331,6 +2375,8 @@ static void deadlock_tick(dgi_txsvc *s)
 		    r.list.ptr != NULL)
 			decode_edges(r.list.ptr, r.list.len, &es, &n, &ecap);
 	}
+	s->gedges = es;
+	s->gecap = ecap;
 	dgi_wfg_reset(s->gwfg);
 	for (size_t i = 0; i < n; i++)
 		dgi_wfg_add(s->gwfg, &es[i].e.waiter, (uint64_t)es[i].wstart, &es[i].e.owner,
@@ -2486,6 +2532,7 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	dgi_txdone_destroy(s->done);
 	dgi_wfg_destroy(s->wfg);
 	dgi_wfg_destroy(s->gwfg);
+	dgi_free(s->gedges);
 	dgi_free(s->edges);
 	dgi_free(s->starts);
 	pthread_mutex_destroy(&s->mu);
