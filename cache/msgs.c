@@ -75,45 +75,21 @@ static dg_err dec_cfg(dg_reader *r, void *body)
 _Static_assert(offsetof(dgi_msg_cfg, ttl_ms) - offsetof(dgi_msg_cfg, mode) ==
     7 * sizeof(int64_t), "dgi_msg_cfg: eight I64 after the name");
 
-static dg_err enc_list(dg_writer *w, const void *body)
-{
-	const dg_msg_raw *m = body;
-	dg_value v = { .kind = DG_ANY };
-	v.v.raw = m->list;
-	return dg_write_value(w, &v);
-}
-
-static dg_err dec_list(dg_reader *r, void *body)
-{
-	dg_msg_raw *m = body;
-	size_t before = dg_reader_left(r);
-	const uint8_t *start = r->r_p;
-	dg_err e = dg_read_skip(r);
-	if (e != DG_OK)
-		return e;
-	if (start[0] != 0x0F) /* a LIST (FORMAT.md) */
-		return DG_ERR_TYPE_MISMATCH;
-	m->list.ptr = start;
-	m->list.len = (uint32_t)(before - dg_reader_left(r));
-	return DG_OK;
-}
+#define enc_list dg_msg_raw_encode
+#define dec_list dg_msg_raw_decode
 
 static dg_err enc_push(dg_writer *w, const void *body)
 {
 	const dgi_msg_push *m = body;
 	dg_err e = enc_run(w, body, 2, 0, 0);
-	dg_msg_raw r = { m->list };
-	return e != DG_OK ? e : enc_list(w, &r);
+	return e != DG_OK ? e : dg_msg_list_put(w, &m->list);
 }
 
 static dg_err dec_push(dg_reader *r, void *body)
 {
 	dgi_msg_push *m = body;
-	dg_msg_raw raw;
 	dg_err e = dec_run(r, body, 2, 0, 0);
-	if (e == DG_OK && (e = dec_list(r, &raw)) == DG_OK)
-		m->list = raw.list;
-	return e;
+	return e != DG_OK ? e : dg_msg_list_get(r, &m->list);
 }
 
 #define ROW(t, name, type, codec, reply) \

@@ -181,25 +181,33 @@ static dg_err dec_join(dg_reader *r, void *body)
 	return read_i64(r, &m->floor);
 }
 
-static dg_err enc_raw(dg_writer *w, const void *body)
+dg_err dg_msg_list_put(dg_writer *w, const dg_raw *list)
 {
-	const dg_msg_raw *m = body;
 	dg_value v = { .kind = DG_ANY };
-	v.v.raw = m->list;
+	v.v.raw = *list;
 	return dg_write_value(w, &v);
 }
 
-/* The whole list as one encoded value: its handler reads it. */
-static dg_err dec_raw(dg_reader *r, void *body)
+dg_err dg_msg_list_get(dg_reader *r, dg_raw *list)
 {
-	dg_msg_raw *m = body;
 	const uint8_t *start = r->r_p;
 	W(dg_read_skip(r));
 	if (start[0] != 0x0F) /* a LIST */
 		return DG_ERR_TYPE_MISMATCH;
-	m->list.ptr = start;
-	m->list.len = (uint32_t)(r->r_p - start);
+	list->ptr = start;
+	list->len = (uint32_t)(r->r_p - start);
 	return DG_OK;
+}
+
+dg_err dg_msg_raw_encode(dg_writer *w, const void *body)
+{
+	return dg_msg_list_put(w, &((const dg_msg_raw *)body)->list);
+}
+
+/* The whole list as one encoded value: its handler reads it. */
+dg_err dg_msg_raw_decode(dg_reader *r, void *body)
+{
+	return dg_msg_list_get(r, &((dg_msg_raw *)body)->list);
 }
 
 _Static_assert(sizeof(dg_msg_heartbeat) == 16 && sizeof(dg_msg_node_failed) == 16,
@@ -233,11 +241,11 @@ static dg_msg_row rows[DG_MSG__COUNT] = {
 	[DG_MSG_HEARTBEAT] = { "HEARTBEAT", sizeof(dg_msg_heartbeat), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
 	[DG_MSG_JOIN] = { "JOIN", sizeof(dg_msg_join), enc_join, dec_join, DG_MSG_JOIN_ACK },
 	[DG_MSG_JOIN_ACK] = { "JOIN_ACK", sizeof(dg_msg_join_ack), enc_four_i64, dec_four_i64, DG_MSG_UNKNOWN },
-	[DG_MSG_TOPOLOGY] = { "TOPOLOGY", sizeof(dg_msg_raw), enc_raw, dec_raw, DG_MSG_UNKNOWN },
+	[DG_MSG_TOPOLOGY] = { "TOPOLOGY", sizeof(dg_msg_raw), dg_msg_raw_encode, dg_msg_raw_decode, DG_MSG_UNKNOWN },
 	[DG_MSG_NODE_FAILED] = { "NODE_FAILED", sizeof(dg_msg_node_failed), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
 	[DG_MSG_TYPE_PROPOSE] = { "TYPE_PROPOSE", sizeof(dg_msg_bytes), enc_bytes, dec_bytes, DG_MSG_TYPE_PROPOSE },
 	[DG_MSG_TYPE_ANNOUNCE] = { "TYPE_ANNOUNCE", sizeof(dg_msg_bytes), enc_bytes, dec_bytes, DG_MSG_UNKNOWN },
-	[DG_MSG_TYPES_SNAPSHOT] = { "TYPES_SNAPSHOT", sizeof(dg_msg_raw), enc_raw, dec_raw, DG_MSG_UNKNOWN },
+	[DG_MSG_TYPES_SNAPSHOT] = { "TYPES_SNAPSHOT", sizeof(dg_msg_raw), dg_msg_raw_encode, dg_msg_raw_decode, DG_MSG_UNKNOWN },
 	[DG_MSG_LEAVE] = { "LEAVE", 0, enc_none, dec_none, DG_MSG_UNKNOWN },
 	[DG_MSG_ECHO] = { "ECHO", sizeof(dg_msg_bytes), enc_bytes, dec_bytes, DG_MSG_UNKNOWN },
 };

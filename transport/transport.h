@@ -209,6 +209,14 @@ typedef struct dg_msg_raw {     /* TOPOLOGY, TYPES_SNAPSHOT: a list, read by the
 	dg_raw list;
 } dg_msg_raw;
 
+/* A LIST carried whole inside a body (the handler reads it): written as
+ * it is, read as a view into the frame.  DG_ERR_TYPE_MISMATCH when the
+ * value is not a LIST.  The dg_msg_raw codec of bodies that are one list. */
+dg_err dg_msg_list_put(dg_writer *w, const dg_raw *list);
+dg_err dg_msg_list_get(dg_reader *r, dg_raw *list);
+dg_err dg_msg_raw_encode(dg_writer *w, const void *body);
+dg_err dg_msg_raw_decode(dg_reader *r, void *body);
+
 /* ---- handshake crypto (auth.c) ---- */
 
 /* HMAC-SHA256 of the handshake transcript (PROTOCOL.md); role 'l' or 'd'.

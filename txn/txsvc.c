@@ -235,51 +235,14 @@ static dg_err enc_prepare(dg_writer *w, const void *body)
 {
 	const dgi_msg_tx_prepare *m = body;
 	dg_err e = put_i64s(w, &m->tx_node, 7);
-	if (e != DG_OK)
-		return e;
-	dg_value v = { .kind = DG_ANY };
-	v.v.raw = m->ents;
-	return dg_write_value(w, &v);
+	return e != DG_OK ? e : dg_msg_list_put(w, &m->ents);
 }
 
 static dg_err dec_prepare(dg_reader *r, void *body)
 {
 	dgi_msg_tx_prepare *m = body;
 	dg_err e = get_i64s(r, &m->tx_node, 7);
-	if (e != DG_OK)
-		return e;
-	size_t before = dg_reader_left(r);
-	const uint8_t *start = r->r_p;
-	if ((e = dg_read_skip(r)) != DG_OK)
-		return e;
-	if (start[0] != 0x0F) /* a LIST (FORMAT.md) */
-		return DG_ERR_TYPE_MISMATCH;
-	m->ents.ptr = start;
-	m->ents.len = (uint32_t)(before - dg_reader_left(r));
-	return DG_OK;
-}
-
-static dg_err enc_list(dg_writer *w, const void *body)
-{
-	const dgi_msg_tx_list *m = body;
-	dg_value v = { .kind = DG_ANY };
-	v.v.raw = m->list;
-	return dg_write_value(w, &v);
-}
-
-static dg_err dec_list(dg_reader *r, void *body)
-{
-	dgi_msg_tx_list *m = body;
-	size_t before = dg_reader_left(r);
-	const uint8_t *start = r->r_p;
-	dg_err e = dg_read_skip(r);
-	if (e != DG_OK)
-		return e;
-	if (start[0] != 0x0F) /* a LIST (FORMAT.md) */
-		return DG_ERR_TYPE_MISMATCH;
-	m->list.ptr = start;
-	m->list.len = (uint32_t)(before - dg_reader_left(r));
-	return DG_OK;
+	return e != DG_OK ? e : dg_msg_list_get(r, &m->ents);
 }
 
 dg_err dgi_txwire_put(dg_writer *w, const dgi_txwire_ent *e)
@@ -331,36 +294,37 @@ dg_registry *dgi_txwire_registry(void)
 	return wire_reg;
 }
 
+#define enc_raw dg_msg_raw_encode
+#define dec_raw dg_msg_raw_decode
+
+static const struct row {
+	dg_msg_type type;
+	dg_msg_row row;
+} rows[] = {
+#define R(t, name, body, codec, reply) \
+	{ t, { name, sizeof(body), enc_##codec, dec_##codec, reply } }
+	R(DGI_MSG_TX_LOCK, "TX_LOCK", dgi_msg_tx_lock, lock, DGI_MSG_TX_LOCK_RES),
+	R(DGI_MSG_TX_LOCK_RES, "TX_LOCK_RES", dgi_msg_tx_lock_res, lock_res, DG_MSG_UNKNOWN),
+	R(DGI_MSG_TX_UNLOCK, "TX_UNLOCK", dgi_msg_tx_res, res, DGI_MSG_TX_LOCK_RES),
+	R(DGI_MSG_TX_PREPARE, "TX_PREPARE", dgi_msg_tx_prepare, prepare, DGI_MSG_TX_ACK),
+	R(DGI_MSG_TX_COMMIT, "TX_COMMIT", dgi_msg_tx_ctl, ctl, DGI_MSG_TX_ACK),
+	R(DGI_MSG_TX_ROLLBACK, "TX_ROLLBACK", dgi_msg_tx_ctl, ctl, DGI_MSG_TX_ACK),
+	R(DGI_MSG_TX_ACK, "TX_ACK", dgi_msg_tx_ctl, ctl, DG_MSG_UNKNOWN),
+	R(DGI_MSG_TX_COMMIT_COPY, "TX_COMMIT_COPY", dgi_msg_tx_prepare, prepare, DGI_MSG_TX_ACK),
+	R(DGI_MSG_TX_FENCE, "TX_FENCE", dgi_msg_tx_ctl, ctl, DG_MSG_UNKNOWN),
+	R(DGI_MSG_TX_QUERY, "TX_QUERY", dgi_msg_tx_ctl, ctl, DGI_MSG_TX_ACK),
+	R(DGI_MSG_TX_EDGES, "TX_EDGES", dgi_msg_tx_ctl, ctl, DGI_MSG_TX_EDGES_RES),
+	R(DGI_MSG_TX_EDGES_RES, "TX_EDGES_RES", dg_msg_raw, raw, DG_MSG_UNKNOWN),
+	R(DGI_MSG_TX_KILL, "TX_KILL", dgi_msg_tx_ctl, ctl, DG_MSG_UNKNOWN),
+#undef R
+};
+
 static void define_rows(void)
 {
 	if (dg_registry_create(&wire_reg) != DG_OK)
 		wire_reg = NULL;
-	dg_msg_define(DGI_MSG_TX_LOCK, &(dg_msg_row){ "TX_LOCK", sizeof(dgi_msg_tx_lock),
-	    enc_lock, dec_lock, DGI_MSG_TX_LOCK_RES });
-	dg_msg_define(DGI_MSG_TX_LOCK_RES, &(dg_msg_row){ "TX_LOCK_RES",
-	    sizeof(dgi_msg_tx_lock_res), enc_lock_res, dec_lock_res, DG_MSG_UNKNOWN });
-	dg_msg_define(DGI_MSG_TX_UNLOCK, &(dg_msg_row){ "TX_UNLOCK", sizeof(dgi_msg_tx_res),
-	    enc_res, dec_res, DGI_MSG_TX_LOCK_RES });
-	dg_msg_define(DGI_MSG_TX_PREPARE, &(dg_msg_row){ "TX_PREPARE",
-	    sizeof(dgi_msg_tx_prepare), enc_prepare, dec_prepare, DGI_MSG_TX_ACK });
-	dg_msg_define(DGI_MSG_TX_COMMIT, &(dg_msg_row){ "TX_COMMIT", sizeof(dgi_msg_tx_ctl),
-	    enc_ctl, dec_ctl, DGI_MSG_TX_ACK });
-	dg_msg_define(DGI_MSG_TX_ROLLBACK, &(dg_msg_row){ "TX_ROLLBACK", sizeof(dgi_msg_tx_ctl),
-	    enc_ctl, dec_ctl, DGI_MSG_TX_ACK });
-	dg_msg_define(DGI_MSG_TX_ACK, &(dg_msg_row){ "TX_ACK", sizeof(dgi_msg_tx_ctl),
-	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
-	dg_msg_define(DGI_MSG_TX_COMMIT_COPY, &(dg_msg_row){ "TX_COMMIT_COPY",
-	    sizeof(dgi_msg_tx_prepare), enc_prepare, dec_prepare, DGI_MSG_TX_ACK });
-	dg_msg_define(DGI_MSG_TX_FENCE, &(dg_msg_row){ "TX_FENCE", sizeof(dgi_msg_tx_ctl),
-	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
-	dg_msg_define(DGI_MSG_TX_QUERY, &(dg_msg_row){ "TX_QUERY", sizeof(dgi_msg_tx_ctl),
-	    enc_ctl, dec_ctl, DGI_MSG_TX_ACK });
-	dg_msg_define(DGI_MSG_TX_EDGES, &(dg_msg_row){ "TX_EDGES", sizeof(dgi_msg_tx_ctl),
-	    enc_ctl, dec_ctl, DGI_MSG_TX_EDGES_RES });
-	dg_msg_define(DGI_MSG_TX_EDGES_RES, &(dg_msg_row){ "TX_EDGES_RES",
-	    sizeof(dgi_msg_tx_list), enc_list, dec_list, DG_MSG_UNKNOWN });
-	dg_msg_define(DGI_MSG_TX_KILL, &(dg_msg_row){ "TX_KILL", sizeof(dgi_msg_tx_ctl),
-	    enc_ctl, dec_ctl, DG_MSG_UNKNOWN });
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		dg_msg_define(rows[i].type, &rows[i].row);
 }
 
 /* ---- local dispatch: requests a node sends itself ---- */
@@ -2017,46 +1981,35 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 static void h_edges(dgi_txsvc *s, const dg_msg_in *in);
 static void h_kill(dgi_txsvc *s, const dg_msg_in *in);
 
+/* Handlers by type (a flat table: type - 128); grid: needs the caches
+ * (a bare lock service answers DG_ERR_UNSUPPORTED). */
+static const struct handler {
+	handler_fn fn;
+	bool grid;
+} handlers[DGI_MSG_TX_KILL - DGI_MSG_TX_LOCK + 1] = {
+#define H(t, f, g) [(t) - DGI_MSG_TX_LOCK] = { f, g }
+	H(DGI_MSG_TX_LOCK, h_lock, false),
+	H(DGI_MSG_TX_UNLOCK, h_rollback, false),
+	H(DGI_MSG_TX_ROLLBACK, h_rollback, false),
+	H(DGI_MSG_TX_PREPARE, h_prepare, true),
+	H(DGI_MSG_TX_COMMIT, h_commit, false),
+	H(DGI_MSG_TX_COMMIT_COPY, h_commit_copy, true),
+	H(DGI_MSG_TX_FENCE, h_fence, false),
+	H(DGI_MSG_TX_QUERY, h_query, false),
+	H(DGI_MSG_TX_EDGES, h_edges, false),
+	H(DGI_MSG_TX_KILL, h_kill, false),
+#undef H
+};
+
 static void dispatch(dgi_txsvc *s, const dg_msg_in *in)
 {
-	switch ((int)in->type) {
-	case DGI_MSG_TX_LOCK:
-		h_lock(s, in);
-		break;
-	case DGI_MSG_TX_UNLOCK:
-	case DGI_MSG_TX_ROLLBACK:
-		h_rollback(s, in);
-		break;
-	case DGI_MSG_TX_PREPARE:
-		if (s->g != NULL)
-			h_prepare(s, in);
-		else
-			ack(s, in, DG_ERR_UNSUPPORTED, -1);
-		break;
-	case DGI_MSG_TX_COMMIT:
-		h_commit(s, in);
-		break;
-	case DGI_MSG_TX_FENCE:
-		h_fence(s, in);
-		break;
-	case DGI_MSG_TX_QUERY:
-		h_query(s, in);
-		break;
-	case DGI_MSG_TX_EDGES:
-		h_edges(s, in);
-		break;
-	case DGI_MSG_TX_KILL:
-		h_kill(s, in);
-		break;
-	case DGI_MSG_TX_COMMIT_COPY:
-		if (s->g != NULL)
-			h_commit_copy(s, in);
-		else
-			ack(s, in, DG_ERR_UNSUPPORTED, -1);
-		break;
-	default:
-		break;
-	}
+	uint32_t i = (uint32_t)in->type - DGI_MSG_TX_LOCK;
+	if (i >= sizeof(handlers) / sizeof(handlers[0]) || handlers[i].fn == NULL)
+		return;
+	if (handlers[i].grid && s->g == NULL)
+		ack(s, in, DG_ERR_UNSUPPORTED, -1);
+	else
+		handlers[i].fn(s, in);
 }
 
 static void on_msg(dg_tp *tp, const dg_msg_in *in, void *ctx)
@@ -2291,7 +2244,7 @@ static void h_edges(dgi_txsvc *s, const dg_msg_in *in)
 		ack(s, in, DG_ERR_NOMEM, -1);
 		return;
 	}
-	dgi_msg_tx_list r = { { tl_edges.data, (uint32_t)tl_edges.len } };
+	dg_msg_raw r = { { tl_edges.data, (uint32_t)tl_edges.len } };
 	reply(s, in, DGI_MSG_TX_EDGES_RES, &r);
 }
 
@@ -2367,7 +2320,7 @@ static void deadlock_tick(dgi_txsvc *s)
 	pthread_mutex_unlock(&s->fmu);
 	for (uint32_t i = 0; i < nids; i++) {
 		dgi_msg_tx_ctl q = { 0, 0, 0, 0, 0 };
-		dgi_msg_tx_list r;
+		dg_msg_raw r;
 		static _Thread_local uint8_t mem[64 * 1024];
 		dg_arena a;
 		dg_arena_init(&a, mem, sizeof(mem));

@@ -54,14 +54,12 @@
 #define DGI_MSG_TX_FENCE ((dg_msg_type)(136))       /* one-way (ctl): value = topology version */
 #define DGI_MSG_TX_QUERY ((dg_msg_type)(137))       /* request (ctl: value = origin) -> TX_ACK */
 #define DGI_MSG_TX_EDGES ((dg_msg_type)(138))       /* request (ctl) -> TX_EDGES_RES */
-#define DGI_MSG_TX_EDGES_RES ((dg_msg_type)(139))   /* response: LIST of wait-for edges */
+#define DGI_MSG_TX_EDGES_RES ((dg_msg_type)(139))   /* response (dg_msg_raw): per edge I64
+                                                       waiter node, seq, start, I64 owner
+                                                       node, seq, start, I64 cache id, I64
+                                                       key length, BYTES the key's first bytes */
 #define DGI_MSG_TX_KILL ((dg_msg_type)(140))        /* one-way (ctl): the deadlock victim */
 
-typedef struct dgi_msg_tx_list {   /* TX_EDGES_RES: per edge I64 waiter node, seq,
-                                      start, I64 owner node, seq, start, I64 cache
-                                      id, I64 key length, BYTES key's first bytes */
-	dg_raw list;
-} dgi_msg_tx_list;
 
 /* TX_QUERY's answer (TX_ACK value): what this node knows of the tx, one
  * byte per role — primary (bits 0-7), backup of / takeover from the origin
