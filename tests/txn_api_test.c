@@ -636,6 +636,8 @@ static void bank_case(dg_tx_concurrency conc, dg_tx_isolation iso)
 	}
 	struct bank_arg args[6];
 	pthread_t t[6];
+	dgi_alloc_stats before, after;
+	dgi_alloc_get_stats(&before);
 	for (int i = 0; i < 6; i++) {
 		args[i] = (struct bank_arg){ cl.n[i % 3], c[i % 3], conc, iso, 17u + (unsigned)i, 0, 0, 0 };
 		pthread_create(&t[i], NULL, transfers, &args[i]);
@@ -648,6 +650,10 @@ static void bank_case(dg_tx_concurrency conc, dg_tx_isolation iso)
 		unexpected += args[i].unexpected;
 	}
 	assert_int_equal(unexpected, 0);
+	dgi_alloc_get_stats(&after);
+	print_message("      heap over the 3 nodes and the clients: %.0f bytes, %.1f allocations "
+	    "per committed transfer\n", (double)(after.bytes - before.bytes) / (ok ? ok : 1),
+	    (double)(after.allocs - before.allocs) / (ok ? ok : 1));
 	print_message("      %s %s: %d transfers committed, %d failed (retry-able)\n",
 	    conc == DG_PESSIMISTIC ? "PESSIMISTIC" : "OPTIMISTIC",
 	    iso == DG_SERIALIZABLE ? "SERIALIZABLE" : "REPEATABLE_READ", ok, failed);

@@ -2405,8 +2405,10 @@ static const dg_msg_type handled[] = { DGI_MSG_TX_LOCK, DGI_MSG_TX_UNLOCK, DGI_M
 	DGI_MSG_TX_QUERY, DGI_MSG_TX_EDGES, DGI_MSG_TX_KILL };
 #define NHANDLED (sizeof(handled) / sizeof(handled[0]))
 
-/* How long a finished tx is remembered (late and repeated messages). */
-#define DONE_KEEP_MS (10 * 60 * 1000)
+/* How long a finished tx is remembered (late and repeated messages,
+ * recovery questions: well past any tx timeout; memory grows with the tx
+ * rate times this). */
+#define DONE_KEEP_MS (60 * 1000)
 
 dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
 {
