@@ -108,6 +108,7 @@ struct dgi_txsvc {
 	dgi_txdone *done;
 	pthread_mutex_t mu;         /* starts, wfg, edges, victims, records */
 	struct start_slot *starts;
+	struct start_slot *starts_spare;  /* scap slots: a rehash at the same size */
 	uint32_t scap, sused;       /* sused counts removed slots too */
 	dgi_wfg *wfg;
 	dgi_txid *edges;
@@ -531,10 +532,23 @@ static struct start_slot *start_find(dgi_txsvc *s, const dgi_txid *tx)
 
 static dg_err start_grow(dgi_txsvc *s)
 {
-	uint32_t ncap = s->scap ? s->scap * 2 : 64;
-	struct start_slot *n = dgi_calloc(ncap, sizeof(*n));
-	if (n == NULL)
+	/* removed slots count toward the load: rehash at a size for the live
+	 * ones (a steady stream of txs keeps the same table size) */
+	uint32_t live = 0;
+	for (uint32_t i = 0; i < s->scap; i++)
+		live += (s->starts[i].tx.node != 0 || s->starts[i].tx.seq != 0) &&
+		    s->starts[i].start_ms >= 0;
+	uint32_t ncap = 64;
+	while (ncap < (live + 1) * 4)
+		ncap *= 2;
+	struct start_slot *n;
+	if (ncap == s->scap && s->starts_spare != NULL) {
+		n = s->starts_spare; /* same size: swap with the spare, no allocation */
+		s->starts_spare = NULL;
+		memset(n, 0, ncap * sizeof(*n));
+	} else if ((n = dgi_calloc(ncap, sizeof(*n))) == NULL) {
 		return DG_ERR_NOMEM;
+	}
 	uint32_t used = 0;
 	for (uint32_t i = 0; i < s->scap; i++) {
 		struct start_slot *o = &s->starts[i];
@@ -546,7 +560,13 @@ static dg_err start_grow(dgi_txsvc *s)
 		n[j] = *o;
 		used++;
 	}
-	dgi_free(s->starts);
+	if (ncap == s->scap && s->starts_spare == NULL) {
+		s->starts_spare = s->starts;
+	} else {
+		dgi_free(s->starts);
+		dgi_free(s->starts_spare);
+		s->starts_spare = NULL;
+	}
 	s->starts = n;
 	s->scap = ncap;
 	s->sused = used;
@@ -2490,6 +2510,7 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	dgi_free(s->gedges);
 	dgi_free(s->edges);
 	dgi_free(s->starts);
+	dgi_free(s->starts_spare);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->lmu);
 	pthread_mutex_destroy(&s->fmu);
