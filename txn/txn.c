@@ -333,17 +333,32 @@ static void release_all(dg_tx *tx, uint32_t wait_ms)
 	tx->nlocked = 0;
 }
 
+/* Moves tx by event ev through txstate.c's near table (the one definition
+ * of the legal transitions); a refused one is a bug: logged, the state
+ * stays. */
+static void step(dg_tx *tx, dgi_txe ev)
+{
+	dgi_txs next;
+	if (dgi_txs_next(DGI_TX_NEAR, tx->state, ev, &next) == DG_OK) {
+		tx->state = next;
+		return;
+	}
+	fprintf(stderr, "level=error id=TX-STATE tx=%016llx:%llu state=%s event=%s\n",
+	    (unsigned long long)tx->id.node, (unsigned long long)tx->id.seq,
+	    dgi_txs_name(tx->state), dgi_txe_name(ev));
+}
+
 /* The tx failed with e: rolled back everywhere; returns the error the
  * caller sees. */
 static dg_err fail_tx(dg_tx *tx, dg_err e)
 {
 	if (dgi_txs_final(tx->state) || tx->state == DGI_TXS_ROLLING_BACK)
 		return e;
-	tx->state = DGI_TXS_ROLLING_BACK;
+	step(tx, e == DG_ERR_TIMEOUT ? DGI_TXE_TIMEOUT : DGI_TXE_PREPARE_FAILED);
 	if (getenv("DG_TX_DEBUG"))
 		fprintf(stderr, "tx fail: %s\n", dg_strerror(e));
 	release_all(tx, release_wait(tx));
-	tx->state = DGI_TXS_ROLLED_BACK;
+	step(tx, DGI_TXE_ROLLED_BACK);
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
 	switch (e) {
 	case DG_ERR_DEADLOCK:
@@ -991,7 +1006,8 @@ static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *g
 		}
 		if (!applied)
 			return DG_ERR_TX_ROLLED_BACK; /* its only copy left with it */
-		tx->state = DGI_TXS_COMMITTING;
+		step(tx, DGI_TXE_PREPARED); /* it committed: the decision was made there */
+		step(tx, DGI_TXE_COMMIT);
 		for (uint32_t i = 0; i < groups[0].n; i++) {
 			refs[groups[0].first + i].e->done = false;
 			refs[groups[0].first + i].e->origin = p;
@@ -1038,19 +1054,25 @@ static dg_err commit(dg_tx *tx)
 	if (ng == 0) {
 		/* nothing to write or check: release the locks, done */
 		release_all(tx, release_wait(tx));
-		tx->state = DGI_TXS_COMMITTED;
+		step(tx, DGI_TXE_COMMIT); /* nothing can refuse */
+		step(tx, DGI_TXE_COMMITTED);
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
 		goto out;
 	}
 	/* locks on nodes that are not participants (a topology change moved
 	 * the keys): release them */
-	tx->state = DGI_TXS_PREPARING;
+	step(tx, DGI_TXE_PREPARE);
 	if (ng == 1) {
 		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls);
 		if (e != DG_OK && !calls[0].answered && uncertain(e))
 			e = resolve_one_phase(tx, refs, groups, calls);
 		if (e == DG_OK || e == DG_ERR_TX_UNKNOWN) {
-			tx->state = e == DG_OK ? DGI_TXS_COMMITTED : DGI_TXS_UNKNOWN;
+			/* the one answer (or what was learnt) stands for all three */
+			if (tx->state == DGI_TXS_PREPARING) {
+				step(tx, DGI_TXE_PREPARED);
+				step(tx, DGI_TXE_COMMIT);
+			}
+			step(tx, e == DG_OK ? DGI_TXE_COMMITTED : DGI_TXE_TIMEOUT);
 			dgi_txsvc_near_done(tx->s, &tx->id, true);
 			if (e == DG_OK) {
 				atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
@@ -1064,7 +1086,8 @@ static dg_err commit(dg_tx *tx)
 	e = prepare_groups(tx, refs, groups, ng, topver, 0, calls);
 	if (e != DG_OK)
 		goto out_fail;
-	tx->state = DGI_TXS_COMMITTING; /* the decision */
+	step(tx, DGI_TXE_PREPARED);
+	step(tx, DGI_TXE_COMMIT); /* the decision */
 	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
 	uint32_t left = left_ms(tx);
 	int crash = atomic_load(&dgi_tx_crash_point);
@@ -1077,7 +1100,7 @@ static dg_err commit(dg_tx *tx)
 		goto out;
 	}
 	e = finish_decided(tx, refs, groups, ng, calls);
-	tx->state = e == DG_OK ? DGI_TXS_COMMITTED : DGI_TXS_UNKNOWN;
+	step(tx, e == DG_OK ? DGI_TXE_COMMITTED : DGI_TXE_TIMEOUT);
 	dgi_txsvc_near_done(tx->s, &tx->id, true);
 	if (e == DG_OK)
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
@@ -1109,9 +1132,9 @@ dg_err dg_tx_rollback(dg_tx *tx)
 		return DG_ERR_INVAL;
 	dg_err e = DG_OK;
 	if (tx->state == DGI_TXS_ACTIVE) {
-		tx->state = DGI_TXS_ROLLING_BACK;
+		step(tx, DGI_TXE_ROLLBACK);
 		release_all(tx, release_wait(tx));
-		tx->state = DGI_TXS_ROLLED_BACK;
+		step(tx, DGI_TXE_ROLLED_BACK);
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
 	}
 	tx_free(tx);
