@@ -1508,6 +1508,8 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 			ack(s, in, DG_OK, -1);
 		else if (st == R_BACKUP)
 			ack(s, in, DG_ERR_STATE, -1);
+		else if (resend)
+			ack(s, in, DG_ERR_NOT_READY, -1); /* a takeover under way: ask again */
 		return;
 	}
 	if (r == NULL && (r = rec_new(s, &tx, R_ACTIVE, role, from)) == NULL) {
@@ -2182,8 +2184,9 @@ static void recover_scan(dgi_txsvc *s)
 			cs[n] = (struct cand){ r->id, r->role, r->st, r->from, false };
 			if (r->role == ROLE_PRIMARY && r->st == R_PREPARED && stale)
 				n++;
-			else if (r->role == ROLE_BACKUP && stale)
-				n++;
+			else if (r->role == ROLE_BACKUP && (stale ||
+			    (s->fenced && !dgi_txsvc_alive(s, r->from))))
+				n++; /* its primary left: ask at once (the fence waits for it) */
 			else if (r->role == ROLE_PRIMARY && (r->st == R_ACTIVE || r->st == R_PREPARED) &&
 			    s->fenced && !dgi_txsvc_alive(s, r->id.node))
 				n++; /* its near node left */
@@ -2200,6 +2203,9 @@ static void recover_scan(dgi_txsvc *s)
 		}
 		if (c->role == ROLE_BACKUP && dgi_txsvc_alive(s, c->from) && stale_only)
 			continue; /* its primary is alive and finishes it */
+		/* (a backup whose primary left, its near alive: the near's answer
+		 * decides — committed: take over; rolled back: drop; deciding:
+		 * ask again next round) */
 		if (c->role == ROLE_PRIMARY && stale_only) {
 			pthread_mutex_lock(&s->mu);
 			struct rec *r = rec_find(s, &c->id, c->role, c->from);
