@@ -125,7 +125,7 @@ static uint64_t checksum;
 
 uint64_t dgb_checksum(void) { return checksum; }
 
-static uint64_t now_ns(void)
+uint64_t dgb_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -134,9 +134,9 @@ static uint64_t now_ns(void)
 
 static uint64_t timed(const dgb_bench *b, uint64_t iters)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = dgb_now_ns();
 	checksum += b->run(b->ctx, iters);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = dgb_now_ns();
 	return t1 > t0 ? t1 - t0 : 1;
 }
 

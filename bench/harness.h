@@ -92,6 +92,9 @@ void dgb_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Fatal error: message on stderr, exit status 1. */
 _Noreturn void dgb_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* CLOCK_MONOTONIC in ns: the clock of every timing. */
+uint64_t dgb_now_ns(void);
+
 /* Number of (case, implementation) pairs measured so far. */
 unsigned dgb_measured(void);
 
