@@ -52,7 +52,10 @@ function(strict_object line ok)
   set(${ok} TRUE PARENT_SCOPE)
 endfunction()
 
-set(numbers ns_per_op p50_us p99_us ops_per_s bytes allocs_per_op heap_bytes_per_op)
+# DESIGN.md's numbers, and the txn suite's counts of retried attempts and
+# of transfers that did not commit
+set(numbers ns_per_op p50_us p99_us ops_per_s bytes allocs_per_op heap_bytes_per_op
+  retries failed)
 set(seen "")
 set(nlines 0)
 set(rest "${out}")

@@ -165,9 +165,14 @@ bool dgb_dgcluster_alloc_stats(dgb_dgcluster *c, uint64_t *allocs,
 	/* all three signalled first: they answer in parallel */
 	for (int i = 0; i < DGB_NSERVERS; i++) {
 		from[i] = dgb_child_log_size(c->server[i]);
-		if (c->server[i]->pid <= 0 || kill(c->server[i]->pid, SIGUSR1) != 0) {
-			dgb_note("%s: cannot signal it for ALLOC-STATS",
-			    c->server[i]->name);
+		if (!dgb_child_alive(c->server[i])) {
+			dgb_note("%s: not running (wait status %d): no ALLOC-STATS",
+			    c->server[i]->name, c->server[i]->status);
+			return false;
+		}
+		if (kill(c->server[i]->pid, SIGUSR1) != 0) {
+			dgb_note("%s: cannot signal it for ALLOC-STATS: %s",
+			    c->server[i]->name, strerror(errno));
 			return false;
 		}
 	}

@@ -23,6 +23,7 @@
  * itself and counts them here. */
 int dgb_transport_suite(const dgb_opts *o);
 int dgb_cache_suite(const dgb_opts *o); /* cache_bench.c: the same */
+int dgb_txn_suite(const dgb_opts *o);   /* txn_bench.c: the same */
 unsigned dgb_own_lines;
 
 static const struct suite {
@@ -36,6 +37,8 @@ static const struct suite {
 	  "node-to-node messages, two processes: vs nng req/rep and plain TCP" },
 	{ "cache", dgb_cache_suite,
 	  "cache puts and gets: embedded vs LMDB; FULL_SYNC, 3 dgnodes vs Redis" },
+	{ "txn", dgb_txn_suite,
+	  "2-key transfers in transactions, 3 dgnodes vs Redis MULTI/EXEC + WAIT" },
 };
 #define NSUITES (sizeof suites / sizeof suites[0])
 
@@ -48,14 +51,15 @@ static void usage(FILE *f)
 	    "  --json   one JSON object per line per case and implementation:\n"
 	    "           {\"suite\":..,\"case\":..,\"impl\":..,\"ns_per_op\":..,"
 	    "\"bytes\":..,\"allocs_per_op\":..}\n"
-	    "           (transport and cache add ops_per_s, p50_us, p99_us where\n"
-	    "           they apply)\n"
+	    "           (transport, cache and txn add ops_per_s, p50_us, p99_us\n"
+	    "           where they apply; txn also heap_bytes_per_op, retries,\n"
+	    "           failed)\n"
 	    "  --quick  ~20 ms x 3 repetitions per case instead of ~100 ms x 5\n"
 	    "  --case=NAME, --impl=NAME\n"
 	    "           only that case / implementation (for profiling)\n"
 	    "  --dgnode PATH\n"
-	    "           the dgnode binary the cache suite starts (else $DG_DGNODE,\n"
-	    "           else next to dgbench: ./dgnode, ../node/dgnode)\n"
+	    "           the dgnode binary the cache and txn suites start (else\n"
+	    "           $DG_DGNODE, else next to dgbench: ./dgnode, ../node/dgnode)\n"
 	    "  --help   this text\n"
 	    "\n"
 	    "ns_per_op is the best repetition (CLOCK_MONOTONIC); allocs_per_op\n"
