@@ -69,9 +69,25 @@ static dgb_child *start_dgnode(dgb_dgcluster *c, const char *dgnode, int i,
 	return dgb_spawn(name, argv);
 }
 
+/* The cluster whose client node is running, for the exit path. */
+static dgb_dgcluster *running;
+
+/* dgb_die exits with the client node running.  Stop it before anything
+ * else: exit() runs atexit handlers in reverse order, and OpenSSL (which
+ * the node uses) registers its cleanup during dg_node_start — after
+ * children.c's handler, before this one.  With the node still running,
+ * its threads may call into a cleaned-up OpenSSL while the dgnodes leave
+ * (a reconnect's handshake: RAND_bytes on a freed lock, SIGSEGV). */
+static void stop_client_at_exit(void)
+{
+	if (running != NULL)
+		dgb_dgcluster_stop(running);
+}
+
 /* The client node, joined through the three. */
 static void start_client(dgb_dgcluster *c)
 {
+	static bool atexit_done;
 	const char *seeds[DGB_NSERVERS];
 	for (int i = 0; i < DGB_NSERVERS; i++)
 		seeds[i] = c->addr[i];
@@ -84,6 +100,10 @@ static void start_client(dgb_dgcluster *c)
 	cfg.client = true;
 	cfg.failure_timeout_ms = DGB_FAILURE_TIMEOUT_MS;
 	DG_DO(dg_node_start(&cfg, &c->client));
+	running = c;
+	if (!atexit_done)
+		atexit(stop_client_at_exit);
+	atexit_done = true;
 }
 
 /* Until the client sees the three servers and the cache `name`. */
@@ -138,6 +158,8 @@ void dgb_dgcluster_stop(dgb_dgcluster *c)
 		dg_node_stop(c->client);
 	c->client = NULL;
 	c->cache = NULL;
+	if (running == c)
+		running = NULL;
 }
 
 int64_t dgb_dgcluster_topo_version(dgb_dgcluster *c)

@@ -44,7 +44,10 @@ typedef struct dgb_dgcluster {
  * took, prefixed with `what`. */
 void dgb_dgcluster_start(dgb_dgcluster *c, const char *dgnode,
     const char *suite, const char *cache_spec, const char *what);
-/* Stops the client node (the servers stop with dgb_children_stop). */
+/* Stops the client node (the servers stop with dgb_children_stop).  On
+ * the exit path (dgb_die) an atexit handler does it, before OpenSSL's
+ * cleanup; so dgb_die must not be called while other threads use the
+ * node. */
 void dgb_dgcluster_stop(dgb_dgcluster *c);
 /* The client node's topology version: a change during a measurement means
  * a node was suspected or left. */

@@ -368,20 +368,20 @@ static dg_err dg_batch(unsigned k0, unsigned n, int64_t set, int64_t *sum,
 	return dg_tx_commit(tx);
 }
 
-/* Every account to INITIAL_BALANCE (set) or the sum of all (audit). */
-static int64_t dg_accounts(bool set)
+/* Every account to INITIAL_BALANCE (set) or their sum into *sum (audit);
+ * the first error, with the accounts of its batch in *k0. */
+static dg_err dg_accounts(bool set, int64_t *sum, unsigned *k0)
 {
 	dg_buf buf;
-	int64_t sum = 0;
+	dg_err e = DG_OK;
+	*sum = 0;
 	dg_buf_init(&buf);
-	for (unsigned k = 0; k < NACCOUNTS; k += INIT_BATCH) {
-		dg_err e = dg_batch(k, INIT_BATCH, set ? INITIAL_BALANCE : -1, &sum, &buf);
-		if (e != DG_OK)
-			dgb_die("datagrid: %s accounts %u..%u: %s", set ? "filling" :
-			    "reading", k, k + INIT_BATCH - 1, dg_strerror(e));
-	}
+	for (*k0 = 0; *k0 < NACCOUNTS && e == DG_OK; *k0 += INIT_BATCH)
+		e = dg_batch(*k0, INIT_BATCH, set ? INITIAL_BALANCE : -1, sum, &buf);
 	dg_buf_free(&buf);
-	return sum;
+	if (e != DG_OK)
+		*k0 -= INIT_BATCH;
+	return e;
 }
 
 /* One command of argc arguments on c, in a heap buffer (MSET and MGET of
@@ -437,11 +437,25 @@ static int64_t redis_sum(dgb_rconn *c)
 	return sum;
 }
 
-/* The total after a case: what every transfer must keep. */
+/* The total after a case: what every transfer must keep.  A failed audit
+ * is reported like a wrong total (exit status 1), not fatal: the other
+ * cases still run and print. */
 static void audit(const char *name, enum impl impl)
 {
 	const int64_t want = (int64_t)NACCOUNTS * INITIAL_BALANCE;
-	int64_t got = impl == IMPL_DATAGRID ? dg_accounts(false) : redis_sum(S.rc[0]);
+	int64_t got;
+	unsigned k0;
+	if (impl == IMPL_REDIS) {
+		got = redis_sum(S.rc[0]);
+	} else {
+		dg_err e = dg_accounts(false, &got, &k0);
+		if (e != DG_OK) {
+			S.wrong_total = true;
+			dgb_note("%s/datagrid: AUDIT FAILED: reading accounts %u..%u in "
+			    "one tx: %s", name, k0, k0 + INIT_BATCH - 1, dg_strerror(e));
+			return;
+		}
+	}
 	if (got == want)
 		return;
 	S.wrong_total = true;
@@ -510,6 +524,7 @@ static void repetition(tacc *a, uint64_t warm_ns, uint64_t window_ns)
 		return;
 	}
 	int64_t v0 = dgb_dgcluster_topo_version(&S.dg);
+	uint64_t ok0 = a->load->ops_ok;
 	heapsnap h0 = heap_now();
 	dgb_load_rep(a->load, warm_ns, window_ns);
 	heapsnap h1 = heap_now();
@@ -519,8 +534,13 @@ static void repetition(tacc *a, uint64_t warm_ns, uint64_t window_ns)
 	a->client_bytes += h1.client_bytes - h0.client_bytes;
 	a->tx_heap += h1.tx_heap - h0.tx_heap;
 	a->servers_counted &= h0.servers && h1.servers;
-	if (dgb_dgcluster_topo_version(&S.dg) != v0)
+	int64_t v1 = dgb_dgcluster_topo_version(&S.dg);
+	if (v1 != v0) {
 		a->topo_changes++;
+		dgb_note("%s/datagrid: repetition %d: topology version %" PRId64
+		    " -> %" PRId64 "; %" PRIu64 " transfers committed in it",
+		    a->tc->name, a->load->reps, v0, v1, a->load->ops_ok - ok0);
+	}
 }
 
 typedef struct tline {
@@ -657,8 +677,8 @@ static void run_case(const dgb_opts *o, unsigned ci, bool dg, bool redis)
 		for (unsigned k = 0; k < n; k++)
 			repetition(acc[k], warm, window);
 	for (unsigned k = 0; k < n; k++) {
-		audit(tc->name, acc[k]->impl);
 		report(o, acc[k], warm, window, &line[k]);
+		audit(tc->name, acc[k]->impl);
 	}
 	if (dg)
 		dgb_note("%s/datagrid: p50 %.1f us (target <= 4 round trips of "
@@ -733,7 +753,12 @@ static void start(bool dg, bool redis)
 			dgb_die("cache 'accounts': backups %u, write_sync %d, atomicity %d",
 			    cc->backups, (int)cc->write_sync, (int)cc->atomicity);
 		uint64_t t0 = dgb_now_ns();
-		dg_accounts(true);
+		int64_t sum;
+		unsigned k0;
+		dg_err e = dg_accounts(true, &sum, &k0);
+		if (e != DG_OK)
+			dgb_die("datagrid: filling accounts %u..%u: %s", k0,
+			    k0 + INIT_BATCH - 1, dg_strerror(e));
 		dgb_note("txn/datagrid: %d accounts filled in %.0f ms", NACCOUNTS,
 		    (double)(dgb_now_ns() - t0) / 1e6);
 	}
