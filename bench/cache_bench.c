@@ -483,7 +483,7 @@ static void repetition(run_acc *a, uint64_t warm_ns, uint64_t window_ns)
 {
 	int64_t v0 = a->impl == IMPL_DATAGRID ? dgb_dgcluster_topo_version(&F.dg) : 0;
 	uint64_t al0 = dg_allocs();
-	dgb_load_rep(a->load, warm_ns, window_ns);
+	dgb_load_rep(a->load, warm_ns, window_ns, NULL, NULL);
 	a->allocs += dg_allocs() - al0;
 	if (a->impl == IMPL_DATAGRID && dgb_dgcluster_topo_version(&F.dg) != v0)
 		a->topo_changes++;

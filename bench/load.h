@@ -2,15 +2,20 @@
  * load.h — closed-loop load from client threads for a fixed time: the
  * method of the multi-threaded cases (cache fullsync_put_*, txn transfer_*).
  *
- * A repetition starts nthreads threads.  Each calls op() back to back, first
- * for a warm-up, then for the timed window; every operation started in the
- * window and successful is timed alone (CLOCK_MONOTONIC) into the thread's
- * own histogram (hist.h: nothing allocated in the loop).  Repetitions add
- * up: ops_per_s is the operations timed over the sum of the windows, the
+ * The threads start at the first repetition and live until dgb_load_free,
+ * parked between repetitions: as an application's threads do, they set up
+ * their per-thread state (a reused tx, buffers) once, not per repetition.
+ * In a repetition each thread calls op() back to back, first for a warm-up,
+ * then for the timed window; every operation started in the window and
+ * successful is timed alone (CLOCK_MONOTONIC) into the thread's own
+ * histogram (hist.h: nothing allocated in the loop).  Repetitions add up:
+ * ops_per_s is the operations timed over the sum of the windows, the
  * percentiles are over every repetition's operations.  An operation that
  * started in the window may end after it (it is still timed): the window
  * bounds the starts, so a repetition lasts warm-up + window + the longest
  * operation.
+ *
+ * Not thread-safe: one thread (the suite's) drives a load.
  */
 #ifndef DGB_LOAD_H
 #define DGB_LOAD_H
@@ -18,6 +23,7 @@
 #include "hist.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define DGB_LOAD_MAX_THREADS 32
@@ -53,17 +59,27 @@ typedef struct dgb_load {
 	uint64_t ops_timed;           /* successful, started in a window */
 	uint64_t ops_ok;              /* successful, warm-ups included */
 	uint64_t failed;              /* warm-ups included */
+	/* the parked threads: a repetition starts when gen changes */
+	bool started, quit;
+	uint64_t gen;
+	unsigned busy;                /* threads still in the repetition */
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
 	dgb_load_thread th[DGB_LOAD_MAX_THREADS];
 } dgb_load;
 
 /* A load of nthreads (1..DGB_LOAD_MAX_THREADS) threads calling op(ctx, ...);
- * dies when out of memory.  Free with dgb_load_free. */
+ * dies when out of memory.  No thread starts before the first repetition. */
 dgb_load *dgb_load_new(dgb_op_fn op, void *ctx, unsigned nthreads);
+/* Ends and joins the threads; frees l. */
 void dgb_load_free(dgb_load *l);
 
 /* One repetition: the threads run warm_ns, then window_ns; returns once
- * every thread ended. */
-void dgb_load_rep(dgb_load *l, uint64_t warm_ns, uint64_t window_ns);
+ * every thread is parked again.  at_window (may be NULL) is called from
+ * this thread when the warm-up has passed, the threads still running (to
+ * take counters over the window only). */
+void dgb_load_rep(dgb_load *l, uint64_t warm_ns, uint64_t window_ns,
+    void (*at_window)(void *arg), void *arg);
 
 /* Successful operations per second of window time (0 before any). */
 double dgb_load_ops_per_s(const dgb_load *l);

@@ -45,12 +45,13 @@
  * committed transfer started in a window, ops_per_s = those / window time.
  *
  * heap_bytes_per_op (datagrid): bytes allocated through dgi_alloc during the
- * repetitions (warm-ups included) on every node — this process (the client
- * node: dgi_alloc_get_stats) plus the 3 dgnode processes (SIGUSR1 before and
- * after each repetition; each logs ALLOC-STATS with its counters, dgnode.c)
- * — over the transfers committed in them.  allocs_per_op: the allocations
- * counted the same way.  Not reported for Redis (its allocator is not
- * ours to count).
+ * timed windows on every node — this process (the client node:
+ * dgi_alloc_get_stats) plus the 3 dgnode processes (SIGUSR1 when a window
+ * starts and after it; each logs ALLOC-STATS with its counters, dgnode.c) —
+ * over the transfers timed in them.  Warm-ups are left out: a client
+ * thread's first transactions set up the tx state and buffers it reuses.
+ * allocs_per_op: the allocations counted the same way.  Not reported for
+ * Redis (its allocator is not ours to count).
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -141,6 +142,10 @@ typedef struct tacc {
 	uint64_t tx_heap;             /* dg_tx_metrics.heap_bytes, this node */
 	bool servers_counted;         /* every repetition had the dgnodes' lines */
 	int topo_changes;
+	struct heapsnap {             /* counters at the start of a window */
+		uint64_t allocs, bytes, client_allocs, client_bytes, tx_heap;
+		bool servers;
+	} w0;
 } tacc;
 
 static uint64_t next_rand(tworker *w)
@@ -487,18 +492,15 @@ static tacc *tacc_new(enum impl impl, const struct tcase *tc, unsigned ci)
 
 static void tacc_free(tacc *a)
 {
+	dgb_load_free(a->load);   /* the threads first: they use the buffers */
 	for (unsigned t = 0; t < a->tc->threads; t++)
 		dg_buf_free(&a->w[t].val);
-	dgb_load_free(a->load);
 	free(a);
 }
 
 /* Heap counters of every node now: this process, then the dgnodes
- * (false if one did not answer). */
-typedef struct heapsnap {
-	uint64_t allocs, bytes, client_allocs, client_bytes, tx_heap;
-	bool servers;
-} heapsnap;
+ * (h.servers false if one did not answer). */
+typedef struct heapsnap heapsnap;
 
 static heapsnap heap_now(void)
 {
@@ -517,17 +519,24 @@ static heapsnap heap_now(void)
 	return h;
 }
 
+/* The warm-up ended: heap counters from here on (a thread's first
+ * transactions set up the state it reuses, which is not per transfer). */
+static void window_start(void *arg)
+{
+	tacc *a = arg;
+	a->w0 = heap_now();
+}
+
 static void repetition(tacc *a, uint64_t warm_ns, uint64_t window_ns)
 {
 	if (a->impl == IMPL_REDIS) {
-		dgb_load_rep(a->load, warm_ns, window_ns);
+		dgb_load_rep(a->load, warm_ns, window_ns, NULL, NULL);
 		return;
 	}
 	int64_t v0 = dgb_dgcluster_topo_version(&S.dg);
 	uint64_t ok0 = a->load->ops_ok;
-	heapsnap h0 = heap_now();
-	dgb_load_rep(a->load, warm_ns, window_ns);
-	heapsnap h1 = heap_now();
+	dgb_load_rep(a->load, warm_ns, window_ns, window_start, a);
+	heapsnap h0 = a->w0, h1 = heap_now();
 	a->allocs += h1.allocs - h0.allocs;
 	a->bytes += h1.bytes - h0.bytes;
 	a->client_allocs += h1.client_allocs - h0.client_allocs;
@@ -630,8 +639,9 @@ static void report(const dgb_opts *o, tacc *a, uint64_t warm, uint64_t window,
 	bool heap = a->impl == IMPL_DATAGRID && a->servers_counted;
 	*out = (tline){ a->tc->name, a->name, dgb_load_ops_per_s(l),
 		dgb_load_pct_us(l, 0.50), dgb_load_pct_us(l, 0.99),
-		heap ? (double)a->bytes / (double)l->ops_ok : -1,
-		heap ? (double)a->allocs / (double)l->ops_ok : -1, retries, l->failed };
+		heap ? (double)a->bytes / (double)l->ops_timed : -1,
+		heap ? (double)a->allocs / (double)l->ops_timed : -1, retries,
+		l->failed };
 	tprint(o, out);
 	dgb_note("%s/%s: %u threads, %d x %.1f s (+ %.1f s warm-up): %" PRIu64
 	    " transfers timed, %" PRIu64 " committed in all, %" PRIu64 " retries, %"
@@ -640,7 +650,7 @@ static void report(const dgb_opts *o, tacc *a, uint64_t warm, uint64_t window,
 	    retries, l->failed);
 	if (a->impl != IMPL_DATAGRID)
 		return;
-	double n = (double)l->ops_ok;
+	double n = (double)l->ops_timed;
 	if (heap)
 		dgb_note("%s/datagrid: per committed tx over all nodes: heap %.1f B "
 		    "(target <= 1024), %.3f allocations; client node %.1f B, %.3f "
