@@ -113,6 +113,7 @@ static struct {
 	dgb_redis rs;
 	dgb_rconn *rc[MAX_THREADS];   /* one connection per client thread */
 	bool wrong_total;             /* exit 1 after the suite */
+	uint64_t heap_bytes, heap_ops;   /* every datagrid case's windows */
 } S;
 
 enum impl { IMPL_DATAGRID, IMPL_REDIS };
@@ -651,6 +652,10 @@ static void report(const dgb_opts *o, tacc *a, uint64_t warm, uint64_t window,
 	if (a->impl != IMPL_DATAGRID)
 		return;
 	double n = (double)l->ops_timed;
+	if (heap) {
+		S.heap_bytes += a->bytes;
+		S.heap_ops += l->ops_timed;
+	}
 	if (heap)
 		dgb_note("%s/datagrid: per committed tx over all nodes: heap %.1f B "
 		    "(target <= 1024), %.3f allocations; client node %.1f B, %.3f "
@@ -788,6 +793,12 @@ int dgb_txn_suite(const dgb_opts *o)
 		if (cdg || cre)
 			run_case(o, c, cdg, cre);
 	}
+	/* the finished-tx memory of the participants grows by doubling, so one
+	 * case's heap bytes depend on whether a doubling fell in its windows */
+	if (S.heap_ops > 0)
+		dgb_note("txn/datagrid: all cases: heap %.1f B per committed tx over "
+		    "all nodes (target <= 1024)", (double)S.heap_bytes /
+		    (double)S.heap_ops);
 	dgb_dgcluster_stop(&S.dg);
 	redis_close_conns();
 	dgb_children_stop();
