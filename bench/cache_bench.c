@@ -38,8 +38,9 @@
  *
  * Method (fullsync): per (case, implementation) REPS repetitions
  * (3 x 1 s; --quick 1 x 0.5 s), interleaved between the implementations;
- * each repetition starts the threads, which write for a warm-up (0.3 s;
- * --quick 0.2 s) and then for the timed window.  Every operation started in
+ * in each repetition the threads (started at the first, parked between
+ * repetitions) write for a warm-up (0.3 s; --quick 0.2 s) and then for the
+ * timed window.  Every operation started in
  * the window is timed alone (CLOCK_MONOTONIC) into the thread's own
  * log-linear histogram (128 sub-buckets per power of two: < 0.8% error;
  * nothing allocated in the loop).  p50_us/p99_us: nearest rank over all

@@ -96,14 +96,21 @@ bool dgb_heap_counting(void)
 /* ------------------------------------------------------------------------
  * Messages.
  * ------------------------------------------------------------------------ */
+/* One fputs per line: stdio locks the stream per call, so notes from
+ * client threads (the txn suite's) do not interleave within a line. */
 void dgb_note(const char *fmt, ...)
 {
+	char line[1024];
 	va_list ap;
-	fputs("dgbench: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (n < 0)
+		return;
+	size_t len = (size_t)n < sizeof line - 1 ? (size_t)n : sizeof line - 2;
+	line[len] = '\n';
+	line[len + 1] = 0;
+	fprintf(stderr, "dgbench: %s", line);
 }
 
 _Noreturn void dgb_die(const char *fmt, ...)
