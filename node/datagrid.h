@@ -106,7 +106,8 @@ DG_API dg_err dg_node_start_file(const char *path, dg_node **out);
 /* Leaves the cluster gracefully — first handing this node's partitions to
  * the nodes that take them over (bounded by request_timeout_ms) — and frees
  * the node.  Every dg_cache of the node becomes invalid.  NULL is fine.
- * Not from a callback. */
+ * Not from a callback.  Stop every node before the process exits: a node
+ * still running when exit() runs OpenSSL's cleanup may crash in it. */
 DG_API void dg_node_stop(dg_node *n);
 
 /* The node's registry (types for typed operations); lives with the node. */

@@ -911,7 +911,7 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 		}
 	}
 	for (;;) {
-		uint32_t nrefs, ng2;
+		uint32_t nrefs = 0, ng2 = 0;
 		int64_t topver;
 		dg_err e = map_entries(tx, refs, &nrefs, groups, &ng2, true, &topver);
 		if (e == DG_OK && nrefs == 0)

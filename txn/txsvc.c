@@ -816,8 +816,8 @@ static void finish_role(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t fro
 	struct rec *r = rec_find(s, id, role, from);
 	if (r != NULL)
 		rec_unlink(s, r);
-	if (role == ROLE_PRIMARY)
-		start_del(s, id);
+	if (role != ROLE_BACKUP)
+		start_del(s, id); /* (put by the primary's and the takeover's requests) */
 	pthread_mutex_unlock(&s->mu);
 	if (role != ROLE_BACKUP)
 		dgi_lock_release_all(s->locks, id);
@@ -1490,7 +1490,6 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
-	start_put(s, &tx, m->start_ms);
 	if (resend) {
 		/* this node takes over from the left primary: its backup record
 		 * of those entries is superseded */
@@ -1523,6 +1522,7 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		ack(s, in, e, -1);
 		return;
 	}
+	start_put(s, &tx, m->start_ms); /* (taken out when the record finishes) */
 	r->st = R_PREPARING;
 	r->start_ms = m->start_ms;
 	r->topver = m->topver;
