@@ -2216,10 +2216,17 @@ static void recover_scan(dgi_txsvc *s)
 				continue;
 		}
 		int d = recover_decide(s, c);
-		if (d == 1)
+		if (d == 1 && c->role == ROLE_BACKUP && !c->near_left) {
+			/* the near node finished it: its resends made the keys'
+			 * primaries apply it and copy it here.  Applying the kept
+			 * entries again (new versions) would overwrite whatever later
+			 * txs wrote: only forget them */
+			finish_role(s, &c->id, ROLE_BACKUP, c->from, DGI_TXS_COMMITTED);
+		} else if (d == 1) {
 			recover_commit(s, c);
-		else if (d == 0)
+		} else if (d == 0) {
 			recover_rollback(s, c);
+		}
 	}
 }
 
