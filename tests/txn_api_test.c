@@ -557,8 +557,9 @@ struct bank_arg {
 	dg_cache *c;
 	dg_tx_concurrency conc;
 	dg_tx_isolation iso;
-	unsigned seed;
+	unsigned seed, seed0;
 	int ok, failed, unexpected;
+	int recs[64], nrecs;
 };
 
 static void *transfers(void *p)
@@ -586,8 +587,14 @@ static void *transfers(void *p)
 			e = tx_put_long(tx, a->c, kf, bf - amount);
 		if (e == DG_OK)
 			e = tx_put_long(tx, a->c, kt, bt + amount);
+		char rec[32];
+		snprintf(rec, sizeof(rec), "rec-%u-%d", a->seed0, i);
+		if (e == DG_OK)
+			e = tx_put_long(tx, a->c, rec, amount); /* a blind write of a new key */
 		if (e == DG_OK) {
 			e = dg_tx_commit(tx);
+			if (e == DG_OK)
+				a->recs[a->nrecs++] = i;
 		} else {
 			dg_tx_rollback(tx);
 		}
@@ -639,7 +646,8 @@ static void bank_case(dg_tx_concurrency conc, dg_tx_isolation iso)
 	dgi_alloc_stats before, after;
 	dgi_alloc_get_stats(&before);
 	for (int i = 0; i < 6; i++) {
-		args[i] = (struct bank_arg){ cl.n[i % 3], c[i % 3], conc, iso, 17u + (unsigned)i, 0, 0, 0 };
+		args[i] = (struct bank_arg){ cl.n[i % 3], c[i % 3], conc, iso, 17u + (unsigned)i,
+			17u + (unsigned)i, 0, 0, 0, { 0 }, 0 };
 		pthread_create(&t[i], NULL, transfers, &args[i]);
 	}
 	int ok = 0, failed = 0, unexpected = 0;
@@ -660,6 +668,27 @@ static void bank_case(dg_tx_concurrency conc, dg_tx_isolation iso)
 	assert_true(ok > 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(bank_total(cl.n[i], c[i]), 1000);
+	/* every committed transfer's record is on every node */
+	for (int w = 0; w < 6; w++)
+		for (int r = 0; r < args[w].nrecs; r++) {
+			char rec[32];
+			snprintf(rec, sizeof(rec), "rec-%u-%d", args[w].seed0, args[w].recs[r]);
+			for (int i = 0; i < 3; i++)
+				if (get_long(c[i], rec) < 0)
+					fail_msg("%s (committed) is missing on node %d (%016llx)", rec, i,
+					    (unsigned long long)dg_node_get_id(cl.n[i]));
+		}
+	/* every node's own copy of every account agrees (an owner reads its
+	 * copy: the backups got every commit) */
+	for (int k = 0; k < 10; k++) {
+		char key[8];
+		snprintf(key, sizeof(key), "acct%d", k);
+		long v0 = get_long(c[0], key);
+		for (int i = 1; i < 3; i++)
+			if (get_long(c[i], key) != v0)
+				fail_msg("%s: node 0 has %ld, node %d has %ld", key, v0, i,
+				    get_long(c[i], key));
+	}
 	for (int i = 0; i < 3; i++) {
 		dg_tx_metrics m;
 		OK(dg_tx_get_metrics(cl.n[i], &m));

@@ -1583,7 +1583,8 @@ static void on_backup_answer(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	struct rec *r = ctx;
 	dgi_txsvc *s = r->s;
-	(void)reply;
+	if (err == DG_OK && reply != NULL)
+		err = (dg_err)((const dgi_msg_tx_ctl *)reply->body)->res; /* its verdict */
 	if (err != DG_OK)
 		fprintf(stderr, "level=warn id=TX-BACKUP tx=%016llx:%llu err=%s\n",
 		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq,
@@ -1640,6 +1641,8 @@ static uint32_t backups_of(dgi_txsvc *s, struct rec *r, uint64_t *bk)
 		dg_err e;
 		if (dgi_txwire_get(&rd, &en) != DG_OK)
 			break;
+		if ((en.op & DGI_TXOP_MASK) == 0)
+			continue; /* read only: nothing for a backup to keep */
 		dg_cache *c = tx_cache(s, en.cache_id, &e);
 		if (c == NULL)
 			continue;
@@ -1765,8 +1768,16 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	}
 	if (e == DG_OK)
 		e = dg_write_list_begin(&w, nw * DGI_TXWIRE_FIELDS);
+	/* the copies go to every node the prepare went to (they keep a
+	 * record to finish, even when nothing is written) and every owner of
+	 * a written key */
 	uint64_t bk[MAX_BACKUPS];
 	uint32_t nbk = 0;
+	dgi_txid id = r->id;
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t i = 0; i < r->nbk; i++)
+		bk[nbk++] = r->bk[i];
+	pthread_mutex_unlock(&s->mu);
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
 		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
@@ -1810,7 +1821,6 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	/* decided: the tx is committed here whatever a backup says */
 	dgi_txid key = role_key(&r->id, r->role, r->from);
 	dgi_txdone_put(s->done, &key, DGI_TXS_COMMITTED, dgi_now_ms());
-	dgi_lock_release_all(s->locks, &r->id);
 	STAT(s, committed);
 	dgi_msg_tx_prepare cp = { (int64_t)r->id.node, (int64_t)r->id.seq, r->start_ms, 0,
 		r->topver, 0, (int64_t)(r->role == ROLE_TAKEOVER ? r->from : s->self),
@@ -1834,6 +1844,11 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		rec_unlink(s, r);
 		pthread_mutex_unlock(&s->mu);
 	}
+	/* Only now: a release runs the next waiters' grants in this thread,
+	 * and one may commit at once — reusing this thread's copy buffer (the
+	 * copies above are sent: encoded already) and sending its own copies,
+	 * which must reach the backups after this tx's. */
+	dgi_lock_release_all(s->locks, &id);
 }
 
 /* Commits tx's prepared primary record here and answers in (TX_COMMIT,
@@ -1974,10 +1989,12 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 	dg_reader rd;
 	uint32_t n;
 	dg_reader_init(&rd, NULL, m->ents.ptr, m->ents.len);
-	dg_err e = dg_read_begin(&rd, DG_LIST, &n);
+	dg_err e = dg_read_begin(&rd, DG_LIST, &n), first = DG_OK;
 	if (e == DG_OK && n % DGI_TXWIRE_FIELDS != 0)
 		e = DG_ERR_BAD_LENGTH;
 	n /= DGI_TXWIRE_FIELDS;
+	/* every entry, even after one failed (the answer names the first
+	 * failure) */
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
 		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
@@ -1989,10 +2006,14 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 		uint64_t hash;
 		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
 		int op = (int)(en.op & DGI_TXOP_MASK);
-		e = dgi_cache_tx_copy(c, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
+		dg_err ae = dgi_cache_tx_copy(c, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
 		    op == DGI_TXOP_PUT ? (en.val.ptr ? en.val.ptr : (const uint8_t *)"") : NULL,
 		    en.val.len, &en.ver, en.expire_ms, tx.node, tx.seq);
+		if (ae != DG_OK && first == DG_OK)
+			first = ae;
 	}
+	if (e == DG_OK)
+		e = first;
 	finish_role(s, &tx, ROLE_BACKUP, in->from, DGI_TXS_COMMITTED);
 	if (m->origin != 0 && (uint64_t)m->origin != in->from) /* a takeover's copies */
 		finish_role(s, &tx, ROLE_BACKUP, (uint64_t)m->origin, DGI_TXS_COMMITTED);
