@@ -1073,7 +1073,7 @@ static dg_err commit(dg_tx *tx)
 				step(tx, DGI_TXE_COMMIT);
 			}
 			step(tx, e == DG_OK ? DGI_TXE_COMMITTED : DGI_TXE_TIMEOUT);
-			dgi_txsvc_near_done(tx->s, &tx->id, true);
+			dgi_txsvc_near_done(tx->s, &tx->id, true, e == DG_OK);
 			if (e == DG_OK) {
 				atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
 				atomic_fetch_add(&dgi_txsvc_near(tx->s)->one_phase, 1);
@@ -1101,14 +1101,14 @@ static dg_err commit(dg_tx *tx)
 	}
 	e = finish_decided(tx, refs, groups, ng, calls);
 	step(tx, e == DG_OK ? DGI_TXE_COMMITTED : DGI_TXE_TIMEOUT);
-	dgi_txsvc_near_done(tx->s, &tx->id, true);
+	dgi_txsvc_near_done(tx->s, &tx->id, true, e == DG_OK);
 	if (e == DG_OK)
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
 	release_others(tx, groups, ng);
 	goto out;
 out_fail:
 	e = fail_tx(tx, e);
-	dgi_txsvc_near_done(tx->s, &tx->id, false);
+	dgi_txsvc_near_done(tx->s, &tx->id, false, true);
 out:
 	if (inflight != 0)
 		dgi_txsvc_near_leave(tx->s, inflight);

@@ -1942,6 +1942,8 @@ static int64_t query_local(dgi_txsvc *s, const dgi_txid *tx, uint64_t origin)
 			bk = done_state(s, tx, ROLE_BACKUP, origin);
 	}
 	near = done_state(s, tx, ROLE_NEAR, 0);
+	if (near == DGI_TXQ_COMMITTED && done_state(s, tx, ROLE_NEAR, 1) == DGI_TXQ_COMMITTED)
+		near = DGI_TXQ_COMMITTING; /* decided, not every participant confirmed */
 	return prim | (bk << 8) | (near << 16);
 }
 
@@ -1965,11 +1967,15 @@ int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t 
 	return r.value;
 }
 
-void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed)
+void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed, bool confirmed)
 {
 	dgi_txid key = role_key(tx, ROLE_NEAR, 0);
 	dgi_txdone_put(s->done, &key, committed ? DGI_TXS_COMMITTED : DGI_TXS_ROLLED_BACK,
 	    dgi_now_ms());
+	if (committed && !confirmed) {
+		dgi_txid u = role_key(tx, ROLE_NEAR, 1); /* "decided, not confirmed" */
+		dgi_txdone_put(s->done, &u, DGI_TXS_COMMITTED, dgi_now_ms());
+	}
 }
 
 bool dgi_txsvc_alive(dgi_txsvc *s, uint64_t node)
@@ -2161,14 +2167,17 @@ static void recover_commit(dgi_txsvc *s, const struct cand *c)
 	    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
 }
 
-/* What the cluster knows of c's tx: 1 commit, 0 roll back, -1 not yet. */
+/* What the cluster knows of c's tx: 1 commit, 2 commit and the near node
+ * confirmed every participant applied it, 0 roll back, -1 not yet. */
 static int recover_decide(dgi_txsvc *s, const struct cand *c)
 {
 	if (!c->near_left) {
 		int64_t q = dgi_txsvc_query(s, c->id.node, &c->id, 0, 2000);
 		int near = q >= 0 ? (int)((q >> 16) & 0xff) : DGI_TXQ_NONE;
 		if (near == DGI_TXQ_COMMITTED)
-			return 1;
+			return 2;
+		if (near == DGI_TXQ_COMMITTING)
+			return 1; /* decided, gave up confirming: the participants finish it */
 		return near == DGI_TXQ_ROLLED_BACK ? 0 : -1;
 	}
 	uint64_t ids[FENCE_NODES];
@@ -2237,13 +2246,13 @@ static void recover_scan(dgi_txsvc *s)
 				continue;
 		}
 		int d = recover_decide(s, c);
-		if (d == 1 && c->role == ROLE_BACKUP && !c->near_left) {
-			/* the near node finished it: its resends made the keys'
-			 * primaries apply it and copy it here.  Applying the kept
-			 * entries again (new versions) would overwrite whatever later
-			 * txs wrote: only forget them */
+		if (d == 2) {
+			/* the near node saw every participant apply it (its resends
+			 * made the keys' primaries apply it and copy it here).
+			 * Applying the kept entries again (new versions) would
+			 * overwrite whatever later txs wrote: only forget them */
 			finish_role(s, &c->id, ROLE_BACKUP, c->from, DGI_TXS_COMMITTED);
-		} else if (d == 1) {
+		} else if (d >= 1) {
 			recover_commit(s, c);
 		} else if (d == 0) {
 			recover_rollback(s, c);

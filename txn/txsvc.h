@@ -195,9 +195,11 @@ uint64_t dgi_txsvc_self(dgi_txsvc *s);
  * those not yet prepared. */
 struct dg_member;
 dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeout_ms);
-/* The near side: tx ended (committed: the decision was commit, even when
- * not every participant confirmed); TX_QUERY answers from it. */
-void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed);
+/* The near side: tx ended — committed (every participant confirmed),
+ * decided commit but not every participant confirmed (!confirmed:
+ * DG_ERR_TX_UNKNOWN), or rolled back; TX_QUERY answers from it (near byte
+ * COMMITTED, COMMITTING, ROLLED_BACK). */
+void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed, bool confirmed);
 /* Asks node `to` what it knows of tx (and of its role as origin's backup):
  * the TX_QUERY answer, or -1 when it could not be asked. */
 int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t origin,
