@@ -19,7 +19,9 @@
  * accounts' locks, transfers wait, and a lock cycle across primaries
  * lasts until a tx's timeout).  Every tx is timed from begin to
  * the return of its commit or rollback: longer than its timeout + 2 s is
- * a violation (outlived-timeout).  The main thread watches the running
+ * a violation (outlived-timeout).  --stall-ms without any committed
+ * transfer is a stall (STALL lines, counted as "stalls" in the summary,
+ * not a violation: the exit status does not count them).  The main thread watches the running
  * txs (STUCK lines while one runs past that bound) and, after the
  * duration, waits for the threads up to the timeout + 10 s: a thread
  * still inside a tx then is a violation (hung-tx), and the process prints
@@ -236,6 +238,9 @@ struct run {
 	atomic_uint_fast64_t failed[DG_ERR__COUNT];       /* transfers, any stage */
 	atomic_uint_fast64_t audits, audit_failed[DG_ERR__COUNT];
 	atomic_uint_fast64_t violations, printed, max_tx_ms, log_errors;
+	atomic_uint_fast64_t last_commit_ms; /* monotonic ms of the last DG_OK transfer */
+	uint64_t stalls;            /* main thread: periods of stall_ms without one */
+	bool stalled;
 };
 
 struct rthread {
@@ -380,6 +385,7 @@ static void transfer(struct rthread *t, uint64_t n, uint64_t *rs, dg_buf *b)
 	int ll;
 	if (e == DG_OK) {
 		atomic_fetch_add(&r->committed, 1);
+		atomic_store(&r->last_commit_ms, now_ms());
 		if (lose)
 			atomic_fetch_add(&r->lost_credit, 1);
 		ll = snprintf(line, sizeof(line), "%s %s begin_ms=%" PRIu64 " ms=%" PRIu64 "\n", key,
@@ -463,10 +469,11 @@ static void *run_thread(void *arg)
 	bool ok[MAX_ACCOUNTS];
 	for (uint64_t n = 0; !atomic_load(&r->stop); n++) {
 		if (t->auditor) {
-			audit(t, n, &b, vals, ok);
 			for (uint64_t end = now_ms() + o->audit_pause_ms;
 			    now_ms() < end && !atomic_load(&r->stop);)
 				sleep_ms(10);
+			if (!atomic_load(&r->stop))
+				audit(t, n, &b, vals, ok);
 		} else {
 			transfer(t, n, &rs, &b);
 		}
@@ -499,11 +506,11 @@ static void summary(struct run *r, uint64_t ms)
 	out("bank-run summary client=%s mode=%s ms=%" PRIu64 " transfers=%" PRIu64
 	    " committed=%" PRIu64 " skipped=%" PRIu64 " unknown=%" PRIu64 " failed=%s audits=%"
 	    PRIu64 " audit_failed=%s max_tx_ms=%" PRIu64 " lost_credit=%" PRIu64
-	    " log_errors=%" PRIu64 " violations=%" PRIu64 "\n",
+	    " log_errors=%" PRIu64 " stalls=%" PRIu64 " violations=%" PRIu64 "\n",
 	    r->o->client_id, r->o->mode, ms, atomic_load(&r->transfers),
 	    atomic_load(&r->committed), atomic_load(&r->skipped), atomic_load(&r->unknown), failed,
 	    atomic_load(&r->audits), afailed, atomic_load(&r->max_tx_ms),
-	    atomic_load(&r->lost_credit), atomic_load(&r->log_errors),
+	    atomic_load(&r->lost_credit), atomic_load(&r->log_errors), r->stalls,
 	    atomic_load(&r->violations));
 }
 
@@ -520,6 +527,26 @@ static void progress(struct run *r, uint64_t *next)
 	    PRIu64 " failed=%s audits=%" PRIu64 " violations=%" PRIu64 "\n", wall_ms(),
 	    atomic_load(&r->transfers), atomic_load(&r->committed), atomic_load(&r->unknown),
 	    failed, atomic_load(&r->audits), atomic_load(&r->violations));
+}
+
+/* Main thread: --stall-ms without a committed transfer is a stall (one
+ * STALL line when it starts, STALL-END when transfers commit again). */
+static void stall_check(struct run *r, uint64_t t0)
+{
+	if (r->o->stall_ms == 0)
+		return;
+	uint64_t now = now_ms(), last = atomic_load(&r->last_commit_ms);
+	if (last < t0)
+		last = t0;
+	if (!r->stalled && now - last > r->o->stall_ms) {
+		r->stalled = true;
+		r->stalls++;
+		out("STALL no transfer committed for %" PRIu64 " ms at_ms=%" PRIu64 "\n", now - last,
+		    wall_ms());
+	} else if (r->stalled && now - last <= r->o->stall_ms) {
+		r->stalled = false;
+		out("STALL-END transfers commit again at_ms=%" PRIu64 "\n", wall_ms());
+	}
 }
 
 /* Main thread: a tx running past the bound is reported (once) as STUCK. */
@@ -580,6 +607,7 @@ int bank_run(const struct bank_opts *o)
 		sleep_ms(100);
 		watch(ts, started);
 		progress(&r, &next);
+		stall_check(&r, t0);
 	}
 	atomic_store(&r.stop, true);
 	uint64_t hang_end = now_ms() + o->timeout_ms + HANG_GRACE_MS;
@@ -635,6 +663,10 @@ int bank_run(const struct bank_opts *o)
  *           would have written it are named).  A value
  *           written more often than read: a write nobody saw (lost, or
  *           overwritten).
+ * For an account whose chain breaks, CHAIN-DETAIL lines (diagnostic, not
+ * counted) walk its records in the order their commits returned, by the
+ * logs' times, and name each record that read a balance other than the
+ * one the record before it wrote, and that record.
  */
 
 struct xrec {                   /* a record found in the cache */
@@ -642,6 +674,8 @@ struct xrec {                   /* a record found in the cache */
 	struct xfer x;
 	bool valid;                 /* x parsed */
 	bool logged;                /* named by some log */
+	uint64_t begin_ms, end_ms;  /* from the log: dg_tx_begin, commit's return */
+	char status[16];            /* from the log: "OK" or the commit's error */
 };
 
 struct xset {
@@ -885,8 +919,15 @@ static int check_log(struct verify *v, struct xset *x, const char *path, bool ok
 		while (*when == ' ')
 			when++;
 		struct xrec *r = xset_find(x, key, strlen(key));
-		if (r != NULL)
+		if (r != NULL) {
+			unsigned long long b = 0, ms = 0;
 			r->logged = true;
+			snprintf(r->status, sizeof(r->status), "%s", err);
+			if (sscanf(when, "begin_ms=%llu ms=%llu", &b, &ms) == 2) {
+				r->begin_ms = b;
+				r->end_ms = b + ms;
+			}
+		}
 		if (ok_log) {
 			st->acked++;
 			if (r != NULL) {
@@ -1031,6 +1072,73 @@ static unsigned chain(struct verify *v, struct xset *x, unsigned a, int64_t fin)
 	return bad;
 }
 
+struct wedge {                  /* a record's change of one account, for the walk */
+	const struct xrec *r;
+	int64_t old, now;
+	uint64_t t;                 /* its commit's return (wall ms); UINT64_MAX unknown */
+};
+
+static int wedge_cmp(const void *a, const void *b)
+{
+	const struct wedge *x = a, *y = b;
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+#define WALK_AHEAD 16           /* records that may have returned out of order */
+#define WALK_REPORTS 5          /* CHAIN-DETAIL lines per account */
+
+/* The history of account a (a broken chain) in the order the commits
+ * returned: where a record read a balance other than the one the record
+ * before it wrote (allowing WALK_AHEAD records of reordering), one
+ * CHAIN-DETAIL line names both, with their times.  Diagnostic only. */
+static void chain_walk(struct verify *v, struct xset *x, unsigned a, int64_t fin)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < x->cap; i++)
+		n += x->slots[i].key != NULL && x->slots[i].valid &&
+		    (x->slots[i].x.from == a || x->slots[i].x.to == a);
+	struct wedge *w = malloc((n ? n : 1) * sizeof(*w));
+	if (w == NULL)
+		return;
+	size_t k = 0;
+	for (size_t i = 0; i < x->cap; i++) {
+		const struct xrec *r = &x->slots[i];
+		if (r->key == NULL || !r->valid || (r->x.from != a && r->x.to != a))
+			continue;
+		int64_t old = r->x.from == a ? r->x.from_before : r->x.to_before;
+		w[k++] = (struct wedge){ r, old, r->x.from == a ? old - r->x.amt : old + r->x.amt,
+			r->end_ms ? r->end_ms : UINT64_MAX };
+	}
+	qsort(w, k, sizeof(w[0]), wedge_cmp);
+	int64_t cur = v->o->balance;
+	const struct wedge *prev = NULL;
+	unsigned reports = 0;
+	for (size_t i = 0; i < k; i++) {
+		size_t j = i;
+		while (j < k && j < i + WALK_AHEAD && w[j].old != cur)
+			j++;
+		if (j < k && j < i + WALK_AHEAD) {
+			struct wedge t = w[j];
+			memmove(&w[i + 1], &w[i], (j - i) * sizeof(w[0]));
+			w[i] = t;
+		} else if (reports++ < WALK_REPORTS) {
+			out("CHAIN-DETAIL acct%u: %s (%s, begin_ms=%" PRIu64 " end_ms=%" PRIu64 ") read %"
+			    PRId64 " and wrote %" PRId64 ", but the balance was %" PRId64 ", written by %s"
+			    " (%s, end_ms=%" PRIu64 ")\n", a, w[i].r->key, w[i].r->status,
+			    w[i].r->begin_ms, w[i].r->end_ms, w[i].old, w[i].now, cur,
+			    prev != NULL ? prev->r->key : "bank-init", prev != NULL ? prev->r->status : "-",
+			    prev != NULL ? prev->r->end_ms : 0);
+		}
+		cur = w[i].now;
+		prev = &w[i];
+	}
+	if (cur != fin && reports++ < WALK_REPORTS)
+		out("CHAIN-DETAIL acct%u: the last record, %s (end_ms=%" PRIu64 "), wrote %" PRId64
+		    ", the balance is %" PRId64 "\n", a, prev != NULL ? prev->r->key : "bank-init",
+		    prev != NULL ? prev->r->end_ms : 0, cur, fin);
+	free(w);
+}
+
 int bank_verify(const struct bank_opts *o)
 {
 	struct verify v = { .o = o };
@@ -1119,7 +1227,10 @@ int bank_verify(const struct bank_opts *o)
 			problem(&v, "VIOLATION ledger acct%u = %" PRId64 ", the %zu transfers in the "
 			    "cache make it %" PRId64 "\n", i, vals[i], x.n, expect[i]);
 		}
-		chain_bad += chain(&v, &x, i, vals[i]);
+		unsigned bad = chain(&v, &x, i, vals[i]);
+		if (bad != 0)
+			chain_walk(&v, &x, i, vals[i]);
+		chain_bad += bad;
 	}
 	if (v.printed > PRINT_MAX)
 		out("... %u more problems not printed\n", v.printed - PRINT_MAX);

@@ -117,8 +117,12 @@ static void usage(FILE *f)
 	    "  --ordered               bank-run: read (PESSIMISTIC: lock) the lower-numbered\n"
 	    "                          account of a transfer first, not the source (no\n"
 	    "                          deadlock between transfers and audits)\n"
-	    "  --audit-pause-ms MS     bank-run: the auditor's pause between two audits\n"
-	    "                          (default 100)\n"
+	    "  --audit-pause-ms MS     bank-run: the auditor's pause before each audit\n"
+	    "                          (default 100; longer than --duration: no audit)\n"
+	    "  --stall-ms MS           bank-run: this long without a committed transfer is\n"
+	    "                          a stall: a STALL line, counted in the summary's\n"
+	    "                          stalls= (not in the exit status); 0: no check\n"
+	    "                          (default 10000)\n"
 	    "  --rand-seed N           bank-run: seed of the transfers (default: time)\n"
 	    "  --lose-credit-every K   bank-run, testing the checker: every K-th transfer of\n"
 	    "                          a thread commits its debit without its credit\n",
@@ -357,6 +361,7 @@ int main(int argc, char **argv)
 		{ "lose-credit-every", required_argument, NULL, 'L' },
 		{ "ordered", no_argument, NULL, 'o' },
 		{ "audit-pause-ms", required_argument, NULL, 'P' },
+		{ "stall-ms", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -367,7 +372,8 @@ int main(int argc, char **argv)
 	uint64_t count = 0, round = 1, threads = 8, wait_ms = 15000;
 	uint64_t join_ms = 0, request_ms = 0, failure_ms = 0;
 	bool have_count = false, have_round = false, have_duration = false, ordered = false;
-	uint64_t accounts = 10, balance = 100, duration = 30, timeout_ms = 2000, audit_pause = 100;
+	uint64_t accounts = 10, balance = 100, duration = 30, timeout_ms = 2000, audit_pause = 100,
+	    stall_ms = 10000;
 	uint64_t rand_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32), lose_every = 0;
 	const char *mode = NULL, *client_id = NULL;
 	const char *ok_logs[BANK_MAX_LOGS], *fail_logs[BANK_MAX_LOGS];
@@ -451,6 +457,7 @@ int main(int argc, char **argv)
 			break;
 		case 'o': ordered = true; break;
 		case 'P': bad = parse_u64("--audit-pause-ms", optarg, 0, 3600000, &audit_pause); break;
+		case 'S': bad = parse_u64("--stall-ms", optarg, 0, 3600000, &stall_ms); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -580,7 +587,7 @@ int main(int argc, char **argv)
 			.client_id = client_id != NULL ? client_id : "0", .rand_seed = rand_seed,
 			.ok_log = nok ? ok_logs[0] : NULL, .fail_log = nfail ? fail_logs[0] : NULL,
 			.nok = nok, .nfail = nfail, .lose_credit_every = lose_every, .ordered = ordered,
-			.audit_pause_ms = (uint32_t)audit_pause,
+			.audit_pause_ms = (uint32_t)audit_pause, .stall_ms = (uint32_t)stall_ms,
 		};
 		memcpy(bo.ok_logs, ok_logs, nok * sizeof(ok_logs[0]));
 		memcpy(bo.fail_logs, fail_logs, nfail * sizeof(fail_logs[0]));

@@ -9,18 +9,21 @@
 #     600), client p PESSIMISTIC REPEATABLE_READ (reading the lower account
 #     of a transfer first, as the auditor does: few deadlocks, more commits)
 #     and client o OPTIMISTIC SERIALIZABLE, 3 transfer threads and one
-#     auditor each, tx timeout 2000 ms.  Meanwhile, every 5-8 s, kill -9 a random server, wait until
-#     the others drop it, restart it on the same address (a new node, in
-#     memory) and wait for it to rejoin (NODE-READY, REBALANCE-DONE, every
-#     server on one topology) before the next kill.  Each client must end
-#     by itself with no VIOLATION: an audit whose total is not 1000 or with
-#     a negative balance, a tx lasting longer than its timeout + 2 s, a tx
-#     still running 10 s after the end;
+#     auditor each, tx timeout 2000 ms.  Meanwhile, every 5-8 s, kill -9 a
+#     random server, wait until the others drop it, restart it on the same
+#     address (a new node, in memory) and wait for it to rejoin (NODE-READY,
+#     REBALANCE-DONE, every server on one topology) before the next kill.
+#     Each client must end by itself with no VIOLATION (an audit whose
+#     total is not 1000 or with a negative balance, a tx lasting longer
+#     than its timeout + 2 s, a tx still running 10 s after the end) and no
+#     stall (10 s, DG_BANK_STALL_MS, without any of its transfers
+#     committing);
 #  3. the kills stop, the clients end, the servers agree on one 3-node
 #     topology; bank-verify: total 1000, no negative balance, the record of
 #     every acknowledged transfer (commit returned DG_OK) in the cache, no
 #     record of a transfer whose commit failed (txn.h: nothing written),
-#     each balance = 100 + what the records in the cache moved;
+#     each balance = 100 + what the records in the cache moved, each
+#     account's records chain up (every balance read as often as written);
 #  4. copies: kill -9 a server, bank-verify through the two others; kill -9
 #     another, bank-verify through the last one alone (it holds a copy of
 #     every partition: those copies must agree with the primaries').
@@ -33,6 +36,8 @@
 #   DG_BANK_FAST_RESTART=1  restart a killed server at once, before the
 #                         others noticed it died
 #   DG_BANK_THREADS=T, DG_BANK_TIMEOUT_MS=MS  per client
+#   DG_BANK_STALL_MS=MS   the longest a client may go without a commit (0:
+#                         no check)
 #   DG_BANK_ORDERED=0     client p reads a transfer's source first (as
 #                         Jepsen's bank does: deadlocks with the auditor,
 #                         which end at the tx timeout across primaries)
@@ -60,6 +65,7 @@ CACHE=bank
 ACCOUNTS=10
 BALANCE=100
 THREADS=${DG_BANK_THREADS:-3}
+STALL_MS=${DG_BANK_STALL_MS:-10000}
 TX_TIMEOUT=${DG_BANK_TIMEOUT_MS:-2000}
 KILLS_ON=${DG_BANK_KILLS:-1}
 SEED=${DG_BANK_SEED:-$(((RANDOM << 15) | RANDOM))}
@@ -67,6 +73,7 @@ NODE_ARGS=(--failure-detection-timeout "$FT"
 	--cache "$CACHE,mode=partitioned,backups=2,sync=full_sync,atomicity=transactional")
 CLIENT_ARGS=(--cache "$CACHE" --failure-detection-timeout "$FT" --accounts "$ACCOUNTS"
 	--balance "$BALANCE" --timeout-ms "$TX_TIMEOUT")
+RUN_ARGS=(--threads "$THREADS" --stall-ms "$STALL_MS")
 ORDER_ARGS=(--ordered)
 [[ ${DG_BANK_ORDERED:-1} == 1 ]] || ORDER_ARGS=()
 BREAK_ARGS=()
@@ -210,10 +217,10 @@ wait_until 10000 "the init client left" servers_agree "${SRV[@]}"
 log "2. bank-run: p (pess-rr) and o (opt-ser), ${RUN_S} s"
 CLIENTS=(p o)
 start_proc p "$CACHECLIENT" "${SEEDS[@]}" "${CLIENT_ARGS[@]}" bank-run --duration "$RUN_S" \
-	--threads "$THREADS" --mode pess-rr --client-id p --rand-seed $((SEED * 2 + 1)) \
+	"${RUN_ARGS[@]}" --mode pess-rr --client-id p --rand-seed $((SEED * 2 + 1)) \
 	--ok-log "$WORK/p.ok" --fail-log "$WORK/p.fail" "${ORDER_ARGS[@]}" "${BREAK_ARGS[@]}"
 start_proc o "$CACHECLIENT" "${SEEDS[@]}" "${CLIENT_ARGS[@]}" bank-run --duration "$RUN_S" \
-	--threads "$THREADS" --mode opt-ser --client-id o --rand-seed $((SEED * 2 + 2)) \
+	"${RUN_ARGS[@]}" --mode opt-ser --client-id o --rand-seed $((SEED * 2 + 2)) \
 	--ok-log "$WORK/o.ok" --fail-log "$WORK/o.fail"
 started() { has_line p '^bank-run client=' && has_line o '^bank-run client='; }
 wait_until 20000 "both clients start their transfers" started
@@ -250,6 +257,8 @@ for c in p o; do
 	reap "$c"
 	finished_client "$c"
 	check "$c: bank-run saw no violation and ended by itself" test "$CLIENT_RC" = 0
+	check "$c: transfers committed throughout (no $STALL_MS ms without one)" \
+		grep -q ' stalls=0 ' "$WORK/$c.out"
 done
 tx_digest
 
