@@ -664,9 +664,10 @@ int bank_run(const struct bank_opts *o)
  *           written more often than read: a write nobody saw (lost, or
  *           overwritten).
  * For an account whose chain breaks, CHAIN-DETAIL lines (diagnostic, not
- * counted) walk its records in the order their commits returned, by the
- * logs' times, and name each record that read a balance other than the
- * one the record before it wrote, and that record.
+ * counted) rebuild its history from the records (each step: the earliest
+ * commit, by the logs' times, that read the current balance) and name
+ * where it breaks: a record that read what no record before it wrote,
+ * and the record whose write nobody read.
  */
 
 struct xrec {                   /* a record found in the cache */
@@ -1076,21 +1077,30 @@ struct wedge {                  /* a record's change of one account, for the wal
 	const struct xrec *r;
 	int64_t old, now;
 	uint64_t t;                 /* its commit's return (wall ms); UINT64_MAX unknown */
+	bool used;
 };
 
-static int wedge_cmp(const void *a, const void *b)
+static int wedge_by_val(const void *a, const void *b)
 {
 	const struct wedge *x = a, *y = b;
+	if (x->old != y->old)
+		return x->old < y->old ? -1 : 1;
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
-#define WALK_AHEAD 16           /* records that may have returned out of order */
+static int wedge_by_time(const void *a, const void *b)
+{
+	const struct wedge *x = *(const struct wedge *const *)a, *y = *(const struct wedge *const *)b;
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
 #define WALK_REPORTS 5          /* CHAIN-DETAIL lines per account */
 
-/* The history of account a (a broken chain) in the order the commits
- * returned: where a record read a balance other than the one the record
- * before it wrote (allowing WALK_AHEAD records of reordering), one
- * CHAIN-DETAIL line names both, with their times.  Diagnostic only. */
+/* Rebuilds the history of account a (a broken chain): from B, each step
+ * takes the earliest-returned unused record that read the current
+ * balance; when none did, the earliest-returned unused record is the
+ * next step and a CHAIN-DETAIL line names it (what it read, when) and the
+ * record before it (what it wrote, when).  Diagnostic only. */
 static void chain_walk(struct verify *v, struct xset *x, unsigned a, int64_t fin)
 {
 	size_t n = 0;
@@ -1098,8 +1108,12 @@ static void chain_walk(struct verify *v, struct xset *x, unsigned a, int64_t fin
 		n += x->slots[i].key != NULL && x->slots[i].valid &&
 		    (x->slots[i].x.from == a || x->slots[i].x.to == a);
 	struct wedge *w = malloc((n ? n : 1) * sizeof(*w));
-	if (w == NULL)
+	struct wedge **byt = malloc((n ? n : 1) * sizeof(*byt));
+	if (w == NULL || byt == NULL) {
+		free(w);
+		free(byt);
 		return;
+	}
 	size_t k = 0;
 	for (size_t i = 0; i < x->cap; i++) {
 		const struct xrec *r = &x->slots[i];
@@ -1107,35 +1121,52 @@ static void chain_walk(struct verify *v, struct xset *x, unsigned a, int64_t fin
 			continue;
 		int64_t old = r->x.from == a ? r->x.from_before : r->x.to_before;
 		w[k++] = (struct wedge){ r, old, r->x.from == a ? old - r->x.amt : old + r->x.amt,
-			r->end_ms ? r->end_ms : UINT64_MAX };
+			r->end_ms ? r->end_ms : UINT64_MAX, false };
 	}
-	qsort(w, k, sizeof(w[0]), wedge_cmp);
+	qsort(w, k, sizeof(w[0]), wedge_by_val);
+	for (size_t i = 0; i < k; i++)
+		byt[i] = &w[i];
+	qsort(byt, k, sizeof(byt[0]), wedge_by_time);
 	int64_t cur = v->o->balance;
 	const struct wedge *prev = NULL;
 	unsigned reports = 0;
-	for (size_t i = 0; i < k; i++) {
-		size_t j = i;
-		while (j < k && j < i + WALK_AHEAD && w[j].old != cur)
-			j++;
-		if (j < k && j < i + WALK_AHEAD) {
-			struct wedge t = w[j];
-			memmove(&w[i + 1], &w[i], (j - i) * sizeof(w[0]));
-			w[i] = t;
-		} else if (reports++ < WALK_REPORTS) {
-			out("CHAIN-DETAIL acct%u: %s (%s, begin_ms=%" PRIu64 " end_ms=%" PRIu64 ") read %"
-			    PRId64 " and wrote %" PRId64 ", but the balance was %" PRId64 ", written by %s"
-			    " (%s, end_ms=%" PRIu64 ")\n", a, w[i].r->key, w[i].r->status,
-			    w[i].r->begin_ms, w[i].r->end_ms, w[i].old, w[i].now, cur,
-			    prev != NULL ? prev->r->key : "bank-init", prev != NULL ? prev->r->status : "-",
-			    prev != NULL ? prev->r->end_ms : 0);
+	size_t tnext = 0;
+	for (size_t done = 0; done < k; done++) {
+		/* the first unused record that read cur (binary search, then skip used) */
+		size_t lo = 0, hi = k;
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+			if (w[mid].old < cur)
+				lo = mid + 1;
+			else
+				hi = mid;
 		}
-		cur = w[i].now;
-		prev = &w[i];
+		while (lo < k && w[lo].old == cur && w[lo].used)
+			lo++;
+		struct wedge *e;
+		if (lo < k && w[lo].old == cur) {
+			e = &w[lo];
+		} else {
+			while (byt[tnext]->used)
+				tnext++;
+			e = byt[tnext];
+			if (reports++ < WALK_REPORTS)
+				out("CHAIN-DETAIL acct%u: %s (%s, begin_ms=%" PRIu64 " end_ms=%" PRIu64
+				    ") read %" PRId64 " and wrote %" PRId64 ", but no record read the %"
+				    PRId64 " that %s (%s, end_ms=%" PRIu64 ") wrote\n", a, e->r->key,
+				    e->r->status, e->r->begin_ms, e->r->end_ms, e->old, e->now, cur,
+				    prev != NULL ? prev->r->key : "bank-init",
+				    prev != NULL ? prev->r->status : "-", prev != NULL ? prev->r->end_ms : 0);
+		}
+		e->used = true;
+		cur = e->now;
+		prev = e;
 	}
 	if (cur != fin && reports++ < WALK_REPORTS)
-		out("CHAIN-DETAIL acct%u: the last record, %s (end_ms=%" PRIu64 "), wrote %" PRId64
-		    ", the balance is %" PRId64 "\n", a, prev != NULL ? prev->r->key : "bank-init",
-		    prev != NULL ? prev->r->end_ms : 0, cur, fin);
+		out("CHAIN-DETAIL acct%u: the history ends at %" PRId64 " (%s, end_ms=%" PRIu64
+		    "), the balance is %" PRId64 "\n", a, cur, prev != NULL ? prev->r->key : "bank-init",
+		    prev != NULL ? prev->r->end_ms : 0, fin);
+	free(byt);
 	free(w);
 }
 
