@@ -14,6 +14,10 @@
  *                               wrong or failed keys and "verified ..."
  *                               counts; exit 0 only when all N match
  *   size                        prints "size <n>" (dg_cache_size)
+ *   bank-init, bank-run, bank-verify
+ *                               the bank workload over a TRANSACTIONAL
+ *                               cache (bank.h, bank.c): transfers between
+ *                               accounts whose total must never change
  *
  * Exit status: 0 success, 1 a failed command (or the node cannot start, or
  * the cache never shows up), 2 a usage error.  Result lines go to stdout;
@@ -23,6 +27,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "datagrid.h"
+#include "bank.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_SEEDS 64
 #define MAX_THREADS 64
@@ -47,6 +53,12 @@ static void usage(FILE *f)
 	    "usage: cacheclient --seed URL --cache NAME [options] put --count N [--round R]\n"
 	    "       cacheclient --seed URL --cache NAME [options] verify --count N --round R\n"
 	    "       cacheclient --seed URL --cache NAME [options] size\n"
+	    "       cacheclient --seed URL --cache NAME [options] bank-init\n"
+	    "       cacheclient --seed URL --cache NAME [options] bank-run --duration S\n"
+	    "                   --mode pess-rr|opt-ser --client-id ID [--ok-log PATH]\n"
+	    "                   [--fail-log PATH]\n"
+	    "       cacheclient --seed URL --cache NAME [options] bank-verify\n"
+	    "                   [--ok-log PATH]... [--fail-log PATH]...\n"
 	    "A datagrid client node for the cluster tests: joins the cluster (owning\n"
 	    "no partitions), waits for the cache, runs one command, leaves.\n"
 	    "\n"
@@ -55,13 +67,67 @@ static void usage(FILE *f)
 	    "            exit 0 only when every put is acknowledged (DG_OK)\n"
 	    "  verify    get every k<i>, check it is v<i>-r<R>; exit 0 only when all match\n"
 	    "  size      print the cache's size (primary copies, cluster-wide)\n"
-	    "\n"
+	    "\n");
+	fprintf(f,
+	    "Bank commands (the cache must be TRANSACTIONAL; print VIOLATION lines,\n"
+	    "exit 1 when any guarantee broke):\n"
+	    "  bank-init    one tx: acct0..acct<N-1> = B (retried until it commits or\n"
+	    "               --duration passes)\n"
+	    "  bank-run     --threads threads transfer 1..10 between two random accounts\n"
+	    "               (read both; skip when the source holds too little; write\n"
+	    "               both and the record x<ID>-<thread>-<n> = \"<from> <to> <amount>\n"
+	    "               <from's balance read> <to's balance read>\"; commit), in --mode,\n"
+	    "               for --duration seconds; one auditor reads\n"
+	    "               every account in a PESSIMISTIC REPEATABLE_READ tx (its total\n"
+	    "               must be N*B, no balance negative); any tx lasting longer than\n"
+	    "               --timeout-ms + 2 s is a violation, and so is one still running\n"
+	    "               --timeout-ms + 10 s after the end; prints a summary line\n"
+	    "  bank-verify  the total is N*B and no balance is negative; every --ok-log\n"
+	    "               record is in the cache, no --fail-log record whose commit\n"
+	    "               failed (anything but TX_UNKNOWN) is; each balance is B plus\n"
+	    "               what the records in the cache moved; each account's records\n"
+	    "               chain up (each balance read as often as written)\n"
+	    "\n");
+	fprintf(f,
 	    "Options:\n"
 	    "  --seed URL              a server node to join through (repeatable, required)\n"
 	    "  --cache NAME            the cache (required); it is not created\n"
 	    "  --count N               keys k0..k<N-1> (put, verify)\n"
 	    "  --round R               the value's round (verify: required)\n"
-	    "  --threads T             threads issuing operations (default 8, 1..%d)\n"
+	    "  --threads T             threads issuing operations (default 8, 1..%d;\n"
+	    "                          bank-run: transfer threads, plus one auditor)\n",
+	    MAX_THREADS);
+	fprintf(f,
+	    "  --accounts N            bank: accounts acct0..acct<N-1> (default 10, 2..1000)\n"
+	    "  --balance B             bank: each account's initial balance (default 100)\n"
+	    "  --duration S            bank-run: seconds of transfers (required);\n"
+	    "                          bank-init, bank-verify: retry bound (default 30)\n"
+	    "  --mode M                bank-run: pess-rr (PESSIMISTIC REPEATABLE_READ) or\n"
+	    "                          opt-ser (OPTIMISTIC SERIALIZABLE) (required)\n"
+	    "  --timeout-ms MS         bank: each transaction's timeout (default 2000)\n"
+	    "  --client-id ID          bank-run: names the records, [A-Za-z0-9_]{1,16}\n"
+	    "                          (required; distinct per concurrent client)\n"
+	    "  --ok-log PATH           bank-run: append \"<key> <record> begin_ms=<wall ms>\n"
+	    "                          ms=<duration>\" for each commit that returned DG_OK;\n"
+	    "                          bank-verify: such a log to check (repeatable, up\n"
+	    "                          to %d)\n"
+	    "  --fail-log PATH         bank-run: the same, \"<key> <ERROR> <record> ...\", for\n"
+	    "                          each commit that returned an error; bank-verify:\n"
+	    "                          such a log to check (repeatable, up to %d)\n"
+	    "  --ordered               bank-run: read (PESSIMISTIC: lock) the lower-numbered\n"
+	    "                          account of a transfer first, not the source (no\n"
+	    "                          deadlock between transfers and audits)\n"
+	    "  --audit-pause-ms MS     bank-run: the auditor's pause before each audit\n"
+	    "                          (default 100; longer than --duration: no audit)\n"
+	    "  --stall-ms MS           bank-run: this long without a committed transfer is\n"
+	    "                          a stall: a STALL line, counted in the summary's\n"
+	    "                          stalls= (not in the exit status); 0: no check\n"
+	    "                          (default 10000)\n"
+	    "  --rand-seed N           bank-run: seed of the transfers (default: time)\n"
+	    "  --lose-credit-every K   bank-run, testing the checker: every K-th transfer of\n"
+	    "                          a thread commits its debit without its credit\n",
+	    BANK_MAX_LOGS, BANK_MAX_LOGS);
+	fprintf(f,
 	    "  --listen URL            this client's address (default tcp://127.0.0.1:0)\n"
 	    "  --cluster-name NAME     cluster name (default datagrid)\n"
 	    "  --secret-file FILE      the cluster secret (default: $DG_CLUSTER_SECRET,\n"
@@ -79,7 +145,7 @@ static void usage(FILE *f)
 	    "  --help                  this text\n"
 	    "\n"
 	    "Exit status: 0 success, 1 the command failed (or no node, no cache),\n"
-	    "2 usage error.\n", MAX_THREADS);
+	    "2 usage error.\n");
 }
 
 static uint64_t now_ms(void)
@@ -135,7 +201,7 @@ static int read_secret(const char *path, uint8_t *buf, size_t *len)
 
 /* ---- the commands: T threads, thread t takes keys t, t+T, t+2T, ... ---- */
 
-enum cmd { CMD_PUT, CMD_VERIFY, CMD_SIZE };
+enum cmd { CMD_PUT, CMD_VERIFY, CMD_SIZE, CMD_BANK_INIT, CMD_BANK_RUN, CMD_BANK_VERIFY };
 
 struct job {
 	dg_cache *cache;
@@ -283,6 +349,19 @@ int main(int argc, char **argv)
 		{ "request-timeout", required_argument, NULL, 'q' },
 		{ "failure-detection-timeout", required_argument, NULL, 'f' },
 		{ "data-dir", required_argument, NULL, 'd' },
+		{ "accounts", required_argument, NULL, 'A' },
+		{ "balance", required_argument, NULL, 'B' },
+		{ "duration", required_argument, NULL, 'D' },
+		{ "mode", required_argument, NULL, 'M' },
+		{ "timeout-ms", required_argument, NULL, 'T' },
+		{ "client-id", required_argument, NULL, 'I' },
+		{ "ok-log", required_argument, NULL, 'O' },
+		{ "fail-log", required_argument, NULL, 'F' },
+		{ "rand-seed", required_argument, NULL, 'R' },
+		{ "lose-credit-every", required_argument, NULL, 'L' },
+		{ "ordered", no_argument, NULL, 'o' },
+		{ "audit-pause-ms", required_argument, NULL, 'P' },
+		{ "stall-ms", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -292,7 +371,13 @@ int main(int argc, char **argv)
 	const char *cluster = NULL, *secret_file = NULL, *data_dir = NULL;
 	uint64_t count = 0, round = 1, threads = 8, wait_ms = 15000;
 	uint64_t join_ms = 0, request_ms = 0, failure_ms = 0;
-	bool have_count = false, have_round = false;
+	bool have_count = false, have_round = false, have_duration = false, ordered = false;
+	uint64_t accounts = 10, balance = 100, duration = 30, timeout_ms = 2000, audit_pause = 100,
+	    stall_ms = 10000;
+	uint64_t rand_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32), lose_every = 0;
+	const char *mode = NULL, *client_id = NULL;
+	const char *ok_logs[BANK_MAX_LOGS], *fail_logs[BANK_MAX_LOGS];
+	size_t nok = 0, nfail = 0;
 	static uint8_t secret[SECRET_MAX + 1];
 	size_t secret_len = 0;
 	int c;
@@ -330,6 +415,49 @@ int main(int argc, char **argv)
 			    &failure_ms);
 			break;
 		case 'd': data_dir = optarg; break;
+		case 'A': bad = parse_u64("--accounts", optarg, 2, 1000, &accounts); break;
+		case 'B': bad = parse_u64("--balance", optarg, 1, 1000000000, &balance); break;
+		case 'D':
+			bad = parse_u64("--duration", optarg, 1, 86400, &duration);
+			have_duration = true;
+			break;
+		case 'M':
+			if (strcmp(optarg, "pess-rr") != 0 && strcmp(optarg, "opt-ser") != 0) {
+				fprintf(stderr, "cacheclient: --mode: pess-rr or opt-ser, not '%s'\n", optarg);
+				bad = -1;
+			}
+			mode = optarg;
+			break;
+		case 'T': bad = parse_u64("--timeout-ms", optarg, 1, 3600000, &timeout_ms); break;
+		case 'I':
+			if (optarg[0] == 0 || strlen(optarg) > 16 ||
+			    strspn(optarg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			    "0123456789_") != strlen(optarg)) {
+				fprintf(stderr, "cacheclient: --client-id: [A-Za-z0-9_]{1,16}, not '%s'\n",
+				    optarg);
+				bad = -1;
+			}
+			client_id = optarg;
+			break;
+		case 'O':
+		case 'F':
+			if ((c == 'O' ? nok : nfail) == BANK_MAX_LOGS) {
+				fprintf(stderr, "cacheclient: more than %d --%s\n", BANK_MAX_LOGS,
+				    c == 'O' ? "ok-log" : "fail-log");
+				return 2;
+			}
+			if (c == 'O')
+				ok_logs[nok++] = optarg;
+			else
+				fail_logs[nfail++] = optarg;
+			break;
+		case 'R': bad = parse_u64("--rand-seed", optarg, 0, UINT64_MAX, &rand_seed); break;
+		case 'L':
+			bad = parse_u64("--lose-credit-every", optarg, 1, UINT64_MAX, &lose_every);
+			break;
+		case 'o': ordered = true; break;
+		case 'P': bad = parse_u64("--audit-pause-ms", optarg, 0, 3600000, &audit_pause); break;
+		case 'S': bad = parse_u64("--stall-ms", optarg, 0, 3600000, &stall_ms); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -338,7 +466,8 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc - 1) {
 		fprintf(stderr, "cacheclient: %s\n", optind == argc ?
-		    "no command (put, verify or size)" : "one command only");
+		    "no command (put, verify, size, bank-init, bank-run or bank-verify)" :
+		    "one command only");
 		usage(stderr);
 		return 2;
 	}
@@ -351,21 +480,35 @@ int main(int argc, char **argv)
 		job.cmd = CMD_VERIFY;
 	} else if (strcmp(cmd_name, "size") == 0) {
 		job.cmd = CMD_SIZE;
+	} else if (strcmp(cmd_name, "bank-init") == 0) {
+		job.cmd = CMD_BANK_INIT;
+	} else if (strcmp(cmd_name, "bank-run") == 0) {
+		job.cmd = CMD_BANK_RUN;
+	} else if (strcmp(cmd_name, "bank-verify") == 0) {
+		job.cmd = CMD_BANK_VERIFY;
 	} else {
 		fprintf(stderr, "cacheclient: unknown command '%s'\n", cmd_name);
 		usage(stderr);
 		return 2;
 	}
+	bool bank = job.cmd >= CMD_BANK_INIT;
 	const char *missing = nseeds == 0 ? "--seed" : cache_name == NULL ? "--cache" :
-	    job.cmd != CMD_SIZE && !have_count ? "--count" :
-	    job.cmd == CMD_VERIFY && !have_round ? "--round" : NULL;
+	    !bank && job.cmd != CMD_SIZE && !have_count ? "--count" :
+	    job.cmd == CMD_VERIFY && !have_round ? "--round" :
+	    job.cmd == CMD_BANK_RUN && !have_duration ? "--duration" :
+	    job.cmd == CMD_BANK_RUN && mode == NULL ? "--mode" :
+	    job.cmd == CMD_BANK_RUN && client_id == NULL ? "--client-id" : NULL;
 	if (missing != NULL) {
 		fprintf(stderr, "cacheclient: %s: %s is required\n", cmd_name, missing);
 		usage(stderr);
 		return 2;
 	}
-	if (job.cmd == CMD_SIZE && (have_count || have_round)) {
-		fprintf(stderr, "cacheclient: size takes no --count or --round\n");
+	if ((job.cmd == CMD_SIZE || bank) && (have_count || have_round)) {
+		fprintf(stderr, "cacheclient: %s takes no --count or --round\n", cmd_name);
+		return 2;
+	}
+	if (job.cmd == CMD_BANK_RUN && (nok > 1 || nfail > 1)) {
+		fprintf(stderr, "cacheclient: bank-run writes one --ok-log and one --fail-log\n");
 		return 2;
 	}
 	if (secret_file != NULL) {
@@ -432,6 +575,24 @@ int main(int argc, char **argv)
 			printf("size %" PRIu64 "\n", size);
 			rc = 0;
 		}
+	} else if (bank) {
+		struct bank_opts bo = {
+			.node = node, .cache = cache, .accounts = (unsigned)accounts,
+			.balance = (int64_t)balance, .duration_s = duration, .threads = (unsigned)threads,
+			.conc = mode != NULL && strcmp(mode, "opt-ser") == 0 ? DG_OPTIMISTIC :
+			    DG_PESSIMISTIC,
+			.iso = mode != NULL && strcmp(mode, "opt-ser") == 0 ? DG_SERIALIZABLE :
+			    DG_REPEATABLE_READ,
+			.mode = mode != NULL ? mode : "pess-rr", .timeout_ms = (uint32_t)timeout_ms,
+			.client_id = client_id != NULL ? client_id : "0", .rand_seed = rand_seed,
+			.ok_log = nok ? ok_logs[0] : NULL, .fail_log = nfail ? fail_logs[0] : NULL,
+			.nok = nok, .nfail = nfail, .lose_credit_every = lose_every, .ordered = ordered,
+			.audit_pause_ms = (uint32_t)audit_pause, .stall_ms = (uint32_t)stall_ms,
+		};
+		memcpy(bo.ok_logs, ok_logs, nok * sizeof(ok_logs[0]));
+		memcpy(bo.fail_logs, fail_logs, nfail * sizeof(fail_logs[0]));
+		rc = job.cmd == CMD_BANK_INIT ? bank_init(&bo) :
+		    job.cmd == CMD_BANK_RUN ? bank_run(&bo) : bank_verify(&bo);
 	} else {
 		job.cache = cache;
 		job.count = count;
