@@ -805,15 +805,45 @@ static void check_deadlock(dgi_txsvc *s, const dgi_txid *tx)
 
 /* ---- finishing ---- */
 
-/* The tx's role ends here: remembered, its record gone, its locks (a
- * primary's or a takeover's) released. */
-static void finish_role(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t from,
-    dgi_txs outcome)
+/* What a caller ending a record may need from it. */
+struct ended {
+	bool had;                   /* there was a record */
+	bool pending;               /* with a request waiting (now the caller's) */
+	dg_msg_in req;
+	uint32_t nbk;
+	uint64_t bk[MAX_BACKUPS];   /* the nodes its prepare went to */
+};
+
+#define ANY_STATE 0xffffffffu
+#define ST(x) (1u << (x))
+
+/* The tx's role ends here — if its record is in one of the states of mask
+ * (checked and ended under one lock: a commit cannot start in between):
+ * remembered as outcome, the record gone, its locks (a primary's or a
+ * takeover's) released.  Returns false, doing nothing, when the record is
+ * in another state.  out (optional): what the caller needs of it. */
+static bool end_role(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t from,
+    dgi_txs outcome, unsigned mask, struct ended *out)
 {
 	dgi_txid key = role_key(id, role, from);
-	dgi_txdone_put(s->done, &key, outcome, dgi_now_ms());
 	pthread_mutex_lock(&s->mu);
 	struct rec *r = rec_find(s, id, role, from);
+	if (r != NULL && !(mask & ST(r->st))) {
+		pthread_mutex_unlock(&s->mu);
+		return false;
+	}
+	if (out != NULL) {
+		memset(out, 0, sizeof(*out));
+		if (r != NULL) {
+			out->had = true;
+			out->pending = r->have_req;
+			out->req = r->req;
+			r->have_req = false;
+			out->nbk = r->nbk;
+			memcpy(out->bk, r->bk, r->nbk * sizeof(r->bk[0]));
+		}
+	}
+	dgi_txdone_put(s->done, &key, outcome, dgi_now_ms());
 	if (r != NULL)
 		rec_unlink(s, r);
 	if (role != ROLE_BACKUP)
@@ -821,12 +851,15 @@ static void finish_role(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t fro
 	pthread_mutex_unlock(&s->mu);
 	if (role != ROLE_BACKUP)
 		dgi_lock_release_all(s->locks, id);
+	return true;
 }
 
-static void finish(dgi_txsvc *s, const dgi_txid *id, dgi_txs outcome)
+static void finish_role(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t from,
+    dgi_txs outcome)
 {
-	finish_role(s, id, ROLE_PRIMARY, 0, outcome);
+	end_role(s, id, role, from, outcome, ANY_STATE, NULL);
 }
+
 
 static void finish_rec(dgi_txsvc *s, struct rec *r, dgi_txs outcome)
 {
@@ -1004,24 +1037,17 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 	}
 	for (int i = 0; i < nundo; i++) {
 		/* a tx of an older topology holds the fence: roll it back here
-		 * (its near learns it at its next request) */
-		pthread_mutex_lock(&s->mu);
-		struct rec *r = rec_find(s, &undo[i], ROLE_PRIMARY, 0);
-		dg_msg_in req;
-		bool answer = r != NULL && r->have_req && r->st == R_PREPARING;
-		if (answer) {
-			req = r->req;
-			r->have_req = false;
-		}
-		pthread_mutex_unlock(&s->mu);
-		if (r == NULL)
+		 * (its near learns it at its next request) — unless it got as
+		 * far as preparing meanwhile */
+		struct ended x;
+		if (!end_role(s, &undo[i], ROLE_PRIMARY, 0, DGI_TXS_ROLLED_BACK,
+		    ST(R_ACTIVE) | ST(R_PREPARING), &x) || !x.had)
 			continue;
 		fprintf(stderr, "level=warn id=TX-FENCE-ROLLBACK tx=%016llx:%llu topology=%lld\n",
 		    (unsigned long long)undo[i].node, (unsigned long long)undo[i].seq, (long long)v);
-		finish(s, &undo[i], DGI_TXS_ROLLED_BACK);
 		atomic_fetch_add(&s->fence_rollbacks, 1);
-		if (answer)
-			ack(s, &req, DG_ERR_TX_ROLLED_BACK, -1);
+		if (x.pending)
+			ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
 	}
 	if (check && busy > 0)
 		return;
@@ -1263,35 +1289,19 @@ static void h_rollback(dgi_txsvc *s, const dg_msg_in *in)
 		ack(s, in, DG_ERR_STATE, -1); /* committed here: it cannot be undone */
 		return;
 	}
-	uint64_t bk[MAX_BACKUPS];
-	uint32_t nbk = 0;
-	bool pending = false, decided = false;
-	dg_msg_in req;
-	pthread_mutex_lock(&s->mu);
-	struct rec *r = rec_find(s, &tx, ROLE_PRIMARY, 0);
-	if (r != NULL) {
-		decided = r->st == R_COMMITTING;
-		nbk = r->nbk;
-		memcpy(bk, r->bk, nbk * sizeof(bk[0]));
-		pending = r->have_req && !decided;
-		if (pending) {
-			req = r->req;
-			r->have_req = false;
-		}
-	}
-	pthread_mutex_unlock(&s->mu);
-	if (decided) {
+	struct ended x;
+	if (!end_role(s, &tx, ROLE_PRIMARY, 0, DGI_TXS_ROLLED_BACK, ANY_STATE & ~ST(R_COMMITTING),
+	    &x)) {
 		ack(s, in, DG_ERR_STATE, -1); /* commit under way: it cannot be undone */
 		return;
 	}
-	finish(s, &tx, DGI_TXS_ROLLED_BACK);
-	if (pending)
-		ack(s, &req, DG_ERR_TX_ROLLED_BACK, -1);
+	if (x.pending)
+		ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
 	dgi_msg_tx_ctl fw = { (int64_t)tx.node, (int64_t)tx.seq, DGI_TXP_BACKUP, 0, 0 };
-	for (uint32_t i = 0; i < nbk; i++)
-		dgi_txsvc_send(s, bk[i], DGI_MSG_TX_ROLLBACK, &fw);
+	for (uint32_t i = 0; i < x.nbk; i++)
+		dgi_txsvc_send(s, x.bk[i], DGI_MSG_TX_ROLLBACK, &fw);
 	STAT(s, unlocks);
-	if (r != NULL)
+	if (x.had)
 		STAT(s, rolled_back);
 	ack(s, in, DG_OK, -1);
 }
@@ -1721,8 +1731,12 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 	}
 	if (r->flags & DGI_TXP_ONE_PHASE) {
 		pthread_mutex_lock(&s->mu);
-		r->st = R_COMMITTING;
+		dead = r->dead; /* rolled back meanwhile (the near's rollback, the fence) */
+		if (!dead)
+			r->st = R_COMMITTING;
 		pthread_mutex_unlock(&s->mu);
+		if (dead)
+			return;
 		STAT(s, prepared);
 		commit_apply(s, r);
 		return;
@@ -2084,10 +2098,9 @@ static void expire_records(dgi_txsvc *s, uint64_t now)
 			    r->deadline + ACTIVE_GRACE_MS < now)
 				ids[n++] = r->id;
 	pthread_mutex_unlock(&s->mu);
-	for (int i = 0; i < n; i++) {
-		finish(s, &ids[i], DGI_TXS_ROLLED_BACK);
-		STAT(s, rolled_back);
-	}
+	for (int i = 0; i < n; i++)
+		if (end_role(s, &ids[i], ROLE_PRIMARY, 0, DGI_TXS_ROLLED_BACK, ST(R_ACTIVE), NULL))
+			STAT(s, rolled_back);
 }
 
 /* ---- recovery ----
@@ -2110,25 +2123,16 @@ struct cand {
 	bool near_left;
 };
 
-/* Ends a primary record that will not commit: releases, tells its backups. */
+/* Ends a record that will not commit (if still as it was found): releases,
+ * tells its backups. */
 static void recover_rollback(dgi_txsvc *s, const struct cand *c)
 {
-	uint64_t bk[MAX_BACKUPS];
-	uint32_t nbk = 0;
-	pthread_mutex_lock(&s->mu);
-	struct rec *r = rec_find(s, &c->id, c->role, c->from);
-	if (r != NULL && c->role == ROLE_PRIMARY) {
-		nbk = r->nbk;
-		memcpy(bk, r->bk, nbk * sizeof(bk[0]));
-	}
-	bool still = r != NULL && r->st == c->st;
-	pthread_mutex_unlock(&s->mu);
-	if (!still)
+	struct ended x;
+	if (!end_role(s, &c->id, c->role, c->from, DGI_TXS_ROLLED_BACK, ST(c->st), &x) || !x.had)
 		return;
-	finish_role(s, &c->id, c->role, c->from, DGI_TXS_ROLLED_BACK);
 	dgi_msg_tx_ctl fw = { (int64_t)c->id.node, (int64_t)c->id.seq, DGI_TXP_BACKUP, 0, 0 };
-	for (uint32_t i = 0; i < nbk; i++)
-		dgi_txsvc_send(s, bk[i], DGI_MSG_TX_ROLLBACK, &fw);
+	for (uint32_t i = 0; c->role == ROLE_PRIMARY && i < x.nbk; i++)
+		dgi_txsvc_send(s, x.bk[i], DGI_MSG_TX_ROLLBACK, &fw);
 	atomic_fetch_add(&s->recovered_rollback, 1);
 	fprintf(stderr, "level=warn id=TX-RECOVERED outcome=rollback tx=%016llx:%llu role=%d\n",
 	    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
