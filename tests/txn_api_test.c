@@ -893,8 +893,9 @@ static void two_primaries(dg_cache *c, char *k1, char *k2)
 }
 
 /* The near node crashes at `point` of a two-phase commit: its locks are
- * released and the participants agree — roll back when none had committed,
- * commit everywhere when one had. */
+ * released and the participants agree — commit everywhere when every one
+ * had prepared (1) or one had committed (2), roll back when one had not
+ * prepared (3). */
 static void near_crash_case(int point)
 {
 	struct cluster cl;
@@ -941,7 +942,7 @@ static void near_crash_case(int point)
 	OK(tx_get_long(after, c[1], k1, &v1));
 	OK(tx_get_long(after, c[1], k2, &v2));
 	OK(dg_tx_commit(after));
-	long want = point == 2 ? 2 : 1;
+	long want = point == 3 ? 1 : 2;
 	assert_int_equal(v1, want);
 	assert_int_equal(v2, want);
 	for (int i = 0; i < 3; i++) { /* every copy */
@@ -952,17 +953,23 @@ static void near_crash_case(int point)
 	uint64_t rec = 0;
 	for (int i = 0; i < 3; i++) {
 		OK(dg_tx_get_metrics(cl.n[i], &m));
-		rec += point == 2 ? m.recovered_commit : m.recovered_rollback;
+		rec += point == 3 ? m.recovered_rollback : m.recovered_commit;
 		assert_int_equal(m.locks_held, 0);
 	}
 	assert_true(rec > 0);
 	cluster_stop(&cl);
 }
 
-static void test_near_crash_after_prepare_rolls_back(void **state)
+static void test_near_crash_after_prepare_commits(void **state)
 {
 	(void)state;
 	near_crash_case(1);
+}
+
+static void test_near_crash_before_all_prepared_rolls_back(void **state)
+{
+	(void)state;
+	near_crash_case(3);
 }
 
 static void test_near_crash_after_one_commit_commits(void **state)
@@ -984,7 +991,8 @@ int main(void)
 		cmocka_unit_test(test_bank_optimistic_serializable),
 		cmocka_unit_test(test_steady_state_allocations),
 		cmocka_unit_test(test_topology_change_waits_for_txs),
-		cmocka_unit_test(test_near_crash_after_prepare_rolls_back),
+		cmocka_unit_test(test_near_crash_after_prepare_commits),
+		cmocka_unit_test(test_near_crash_before_all_prepared_rolls_back),
 		cmocka_unit_test(test_near_crash_after_one_commit_commits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -74,8 +74,9 @@ struct dg_tx {
 
 /* Tests only: make commit() stop as if the near node crashed —
  * 1 after every participant prepared (no COMMIT sent), 2 after COMMIT went
- * to the first participant only.  commit() then returns DG_ERR_TX_UNKNOWN
- * at once; the test kills the node. */
+ * to the first participant only, 3 after PREPARE went to the first
+ * participant only.  commit() then returns DG_ERR_TX_UNKNOWN at once; the
+ * test kills the node. */
 _Atomic int dgi_tx_crash_point;
 
 static _Thread_local dg_tx *tl_current;
@@ -881,7 +882,7 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 		return DG_ERR_TIMEOUT;
 	for (uint32_t i = 0; i < ng; i++) {
 		dgi_msg_tx_prepare m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
-			left, topver, flags, (int64_t)groups[i].origin,
+			left, topver, flags, (int64_t)groups[i].origin, ng,
 			{ tx->wire.data + offs[i], (uint32_t)(offs[i + 1] - offs[i]) } };
 		if (!(flags & DGI_TXP_RESEND))
 			add_locked(tx, groups[i].node);
@@ -1082,6 +1083,11 @@ static dg_err commit(dg_tx *tx)
 			goto out;
 		}
 		goto out_fail;
+	}
+	if (atomic_load(&dgi_tx_crash_point) == 3) {
+		prepare_groups(tx, refs, groups, 1, topver, 0, calls);
+		e = DG_ERR_TX_UNKNOWN;
+		goto out;
 	}
 	e = prepare_groups(tx, refs, groups, ng, topver, 0, calls);
 	if (e != DG_OK)

@@ -235,14 +235,14 @@ static dg_err dec_ctl(dg_reader *r, void *body)
 static dg_err enc_prepare(dg_writer *w, const void *body)
 {
 	const dgi_msg_tx_prepare *m = body;
-	dg_err e = put_i64s(w, &m->tx_node, 7);
+	dg_err e = put_i64s(w, &m->tx_node, 8);
 	return e != DG_OK ? e : dg_msg_list_put(w, &m->ents);
 }
 
 static dg_err dec_prepare(dg_reader *r, void *body)
 {
 	dgi_msg_tx_prepare *m = body;
-	dg_err e = get_i64s(r, &m->tx_node, 7);
+	dg_err e = get_i64s(r, &m->tx_node, 8);
 	return e != DG_OK ? e : dg_msg_list_get(r, &m->ents);
 }
 
@@ -282,8 +282,8 @@ _Static_assert(offsetof(dgi_msg_tx_lock, key) == 5 * sizeof(int64_t),
     "TX_LOCK: five I64, then the key");
 _Static_assert(sizeof(dgi_msg_tx_res) == 3 * sizeof(int64_t), "TX_UNLOCK: three I64");
 _Static_assert(sizeof(dgi_msg_tx_ctl) == 5 * sizeof(int64_t), "TX_ACK: five I64");
-_Static_assert(offsetof(dgi_msg_tx_prepare, ents) == 7 * sizeof(int64_t),
-    "TX_PREPARE: seven I64, then the entries");
+_Static_assert(offsetof(dgi_msg_tx_prepare, ents) == 8 * sizeof(int64_t),
+    "TX_PREPARE: eight I64, then the entries");
 
 /* Writers of LISTs need a registry (FORMAT.md's container schemas); the
  * txn messages carry no registered types, so one empty registry serves
@@ -1413,7 +1413,7 @@ static void recopy(dgi_txsvc *s, const dg_msg_in *in)
 		    dgi_txwire_put(&w, &en) != DG_OK || dg_write_end(&w) != DG_OK)
 			continue;
 		dgi_msg_tx_prepare cp = { (int64_t)tx.node, (int64_t)tx.seq, m.start_ms, 0, tv, 0,
-			(int64_t)s->self, { tl_copy.data, (uint32_t)tl_copy.len } };
+			(int64_t)s->self, 0, { tl_copy.data, (uint32_t)tl_copy.len } };
 		for (uint32_t j = 1; j < k; j++)
 			if (own[j] != s->self)
 				dg_tp_send(s->tp, own[j], DGI_MSG_TX_COMMIT_COPY, &cp);
@@ -1837,7 +1837,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	dgi_txdone_put(s->done, &key, DGI_TXS_COMMITTED, dgi_now_ms());
 	STAT(s, committed);
 	dgi_msg_tx_prepare cp = { (int64_t)r->id.node, (int64_t)r->id.seq, r->start_ms, 0,
-		r->topver, 0, (int64_t)(r->role == ROLE_TAKEOVER ? r->from : s->self),
+		r->topver, 0, (int64_t)(r->role == ROLE_TAKEOVER ? r->from : s->self), 0,
 		{ b->data, (uint32_t)b->len } };
 	bool answer_now = !full_sync || nbk == 0 || e != DG_OK;
 	dg_msg_in req;
@@ -2121,6 +2121,7 @@ struct cand {
 	int role, st;
 	uint64_t from;
 	bool near_left;
+	int64_t nparts;             /* primaries the tx prepared on (0: unknown) */
 };
 
 /* Ends a record that will not commit (if still as it was found): releases,
@@ -2190,6 +2191,11 @@ static int recover_decide(dgi_txsvc *s, const struct cand *c)
 	for (uint32_t i = 0; i < s->f.n; i++)
 		ids[n++] = s->f.ids[i];
 	pthread_mutex_unlock(&s->fmu);
+	/* the near node left: committed anywhere, commit; rolled back
+	 * anywhere, roll back; else commit iff every primary prepared (the
+	 * near could have decided either way only from there on, and no one
+	 * heard a decision) */
+	int64_t prepared = c->role == ROLE_PRIMARY ? 1 : 0; /* this node's record */
 	for (uint32_t i = 0; i < n; i++) {
 		if (ids[i] == s->self)
 			continue;
@@ -2200,8 +2206,11 @@ static int recover_decide(dgi_txsvc *s, const struct cand *c)
 		int prim = (int)(q & 0xff), bk = (int)((q >> 8) & 0xff);
 		if (prim == DGI_TXQ_COMMITTED || prim == DGI_TXQ_COMMITTING || bk == DGI_TXQ_COMMITTED)
 			return 1;
+		if (prim == DGI_TXQ_ROLLED_BACK)
+			return 0;
+		prepared += prim == DGI_TXQ_PREPARED;
 	}
-	return 0;
+	return c->role == ROLE_PRIMARY && c->nparts > 1 && prepared >= c->nparts ? 1 : 0;
 }
 
 static void recover_scan(dgi_txsvc *s)
@@ -2215,7 +2224,11 @@ static void recover_scan(dgi_txsvc *s)
 			if (r->dead || r->role == ROLE_TAKEOVER || r->st == R_COMMITTING)
 				continue;
 			bool stale = r->deadline != 0 && now > r->deadline + RECOVER_GRACE_MS;
-			cs[n] = (struct cand){ r->id, r->role, r->st, r->from, false };
+			cs[n] = (struct cand){ r->id, r->role, r->st, r->from, false, 0 };
+			dgi_msg_tx_prepare pm;
+			if (r->body != NULL && dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, r->body, r->blen,
+			    &pm) == DG_OK)
+				cs[n].nparts = pm.nparts;
 			if (r->role == ROLE_PRIMARY && r->st == R_PREPARED && stale)
 				n++;
 			else if (r->role == ROLE_BACKUP && (stale ||

@@ -120,6 +120,8 @@ typedef struct dgi_msg_tx_prepare {  /* TX_PREPARE, TX_COMMIT_COPY */
 	int64_t flags;              /* DGI_TXP_* */
 	int64_t origin;             /* RESEND: the primary that left (its
 	                               backups' copies are found by it) */
+	int64_t nparts;             /* TX_PREPARE: how many primaries the tx
+	                               prepares on (recovery: all prepared) */
 	dg_raw ents;                /* LIST: per entry I64 cache id, I64 partition,
 	                               I64 op, BYTES key, BYTES value (null: none),
 	                               I64 version topver, counter, order (read
