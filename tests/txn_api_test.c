@@ -602,8 +602,10 @@ static void *transfers(void *p)
 			a->ok++;
 		else
 			a->failed++;
+		/* the retry-able failures (txn.h); TX_ROLLED_BACK's cause is logged
+		 * (TX-ROLLED-BACK) */
 		if (!(e == DG_OK || e == DG_ERR_TX_CONFLICT || e == DG_ERR_DEADLOCK ||
-		    e == DG_ERR_TIMEOUT)) {
+		    e == DG_ERR_TIMEOUT || e == DG_ERR_TX_ROLLED_BACK)) {
 			fprintf(stderr, "transfer: unexpected %s\n", dg_strerror(e));
 			a->unexpected++;
 		}

@@ -379,6 +379,9 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 	case DG_ERR_CLOSED:
 		return e;
 	default:
+		/* the cause, for the operator: the caller sees "rolled back" */
+		fprintf(stderr, "level=warn id=TX-ROLLED-BACK tx=%016llx:%llu cause=\"%s\"\n",
+		    (unsigned long long)tx->id.node, (unsigned long long)tx->id.seq, dg_strerror(e));
 		return DG_ERR_TX_ROLLED_BACK;
 	}
 }
