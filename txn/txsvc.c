@@ -93,7 +93,7 @@ struct fence {                  /* guarded by dgi_txsvc.fmu */
 	bool got[FENCE_NODES];      /* their TX_FENCE(v) arrived */
 	bool open;                  /* every one arrived */
 	bool reported;              /* this node sent its own */
-	uint64_t started_ms, sent_ms;
+	uint64_t started_ms, sent_ms, logged_ms;
 	uint32_t nearly;
 	struct { int64_t v; uint64_t from; } early[FENCE_EARLY];  /* reports ahead of v */
 	uint32_t nnear;
@@ -126,6 +126,7 @@ struct dgi_txsvc {
 	pthread_mutex_t fmu;        /* fence */
 	struct fence f;
 	uint32_t fence_timeout_ms;
+	uint64_t blocked_logged_ms;  /* the expirer's */
 	bool fenced;                /* joined: grants wait for the fence */
 	_Atomic uint64_t fence_rollbacks;
 	uint64_t dl_next;           /* s->mu: when to look for cycles across nodes (0: no wait) */
@@ -1017,6 +1018,20 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 		if (f->near[i].v < v)
 			busy += f->near[i].n;
 	bool late = now - f->started_ms >= s->fence_timeout_ms;
+	/* a fence still shut after 3 s: say what it waits for (every 2 s) */
+	if (!f->open && now - f->started_ms >= 3000 && now - f->logged_ms >= 2000) {
+		f->logged_ms = now;
+		char miss[256];
+		size_t off = 0;
+		miss[0] = 0;
+		for (uint32_t i = 0; i < f->n && off + 20 < sizeof(miss); i++)
+			if (!f->got[i])
+				off += (size_t)snprintf(miss + off, sizeof(miss) - off, "%s%016llx",
+				    off ? "," : "", (unsigned long long)f->ids[i]);
+		fprintf(stderr, "level=warn id=TX-FENCE-WAIT topology=%lld waited_ms=%llu "
+		    "reported=%d near_in_flight=%u waiting_for=%s\n", (long long)v,
+		    (unsigned long long)(now - f->started_ms), f->reported, busy, miss);
+	}
 	pthread_mutex_unlock(&s->fmu);
 	if (!check && !resend)
 		return;
@@ -1049,8 +1064,22 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 		if (x.pending)
 			ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
 	}
-	if (check && busy > 0)
+	if (check && busy > 0) {
+		if (now - f->started_ms >= 3000 && now - s->blocked_logged_ms >= 2000) {
+			s->blocked_logged_ms = now;
+			pthread_mutex_lock(&s->mu);
+			for (uint32_t b = 0; b < NBUCKETS; b++)
+				for (struct rec *r = s->buckets[b]; r != NULL; r = r->next)
+					if (r->topver != 0 && r->topver < v)
+						fprintf(stderr, "level=warn id=TX-FENCE-HELD topology=%lld "
+						    "tx=%016llx:%llu role=%d state=%d from=%016llx topver=%lld\n",
+						    (long long)v, (unsigned long long)r->id.node,
+						    (unsigned long long)r->id.seq, r->role, r->st,
+						    (unsigned long long)r->from, (long long)r->topver);
+			pthread_mutex_unlock(&s->mu);
+		}
 		return;
+	}
 	uint64_t ids[FENCE_NODES];
 	uint32_t n = 0;
 	pthread_mutex_lock(&s->fmu);
