@@ -1019,7 +1019,7 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 			busy += f->near[i].n;
 	bool late = now - f->started_ms >= s->fence_timeout_ms;
 	/* a fence still shut after 3 s: say what it waits for (every 2 s) */
-	if (!f->open && now - f->started_ms >= 3000 && now - f->logged_ms >= 2000) {
+	if (v != 0 && !f->open && now - f->started_ms >= 3000 && now - f->logged_ms >= 2000) {
 		f->logged_ms = now;
 		char miss[256];
 		size_t off = 0;
