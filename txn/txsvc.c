@@ -1355,12 +1355,11 @@ static dg_err ents_open(const uint8_t *body, uint32_t blen, dgi_msg_tx_prepare *
 	return e;
 }
 
-static void on_prep_lock(void *ctx, dg_err err)
+/* One of a PREPARE's lock grants (or failures) is in — or the issuing
+ * loop's own count: the last one continues the prepare, then drops the
+ * reference its count held. */
+static void lock_counted(dgi_txsvc *s, struct rec *r, dg_err err)
 {
-	struct rec *r = ctx;
-	dgi_txsvc *s = r->s;
-	if (err == DG_ERR_CLOSED && is_victim(s, &r->id))
-		err = DG_ERR_DEADLOCK;
 	pthread_mutex_lock(&s->mu);
 	if (err != DG_OK && r->fail == DG_OK)
 		r->fail = err;
@@ -1371,6 +1370,15 @@ static void on_prep_lock(void *ctx, dg_err err)
 	pthread_mutex_lock(&s->mu);
 	rec_unref(s, r);
 	pthread_mutex_unlock(&s->mu);
+}
+
+static void on_prep_lock(void *ctx, dg_err err)
+{
+	struct rec *r = ctx;
+	dgi_txsvc *s = r->s;
+	if (err == DG_ERR_CLOSED && is_victim(s, &r->id))
+		err = DG_ERR_DEADLOCK;
+	lock_counted(s, r, err);
 }
 
 static void h_backup_prepare(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx_prepare *m)
@@ -1605,16 +1613,7 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		if (res != DGI_LOCK_GRANTED)
 			e = (dg_err)-res;
 	}
-	pthread_mutex_lock(&s->mu);
-	if (e != DG_OK && r->fail == DG_OK)
-		r->fail = e;
-	bool go = --r->waiting == 0 && !r->dead;
-	pthread_mutex_unlock(&s->mu);
-	if (go)
-		prepare_locked(s, r);
-	pthread_mutex_lock(&s->mu);
-	rec_unref(s, r);
-	pthread_mutex_unlock(&s->mu);
+	lock_counted(s, r, e); /* the issuing loop's own count */
 }
 
 /* A backup's answer to TX_PREPARE or TX_COMMIT_COPY. */
