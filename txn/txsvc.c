@@ -719,6 +719,17 @@ static bool is_victim(dgi_txsvc *s, const dgi_txid *tx)
 static void kill_victim(dgi_txsvc *s, const dgi_txid *victim)
 {
 	pthread_mutex_lock(&s->mu);
+	/* A victim that prepared here, or is being committed (a takeover),
+	 * waits for nothing here any more — the cycle was seen in a snapshot
+	 * of edges taken before it moved on — and may already be decided:
+	 * releasing its locks would let another tx write under its commit.
+	 * Leave it; where it still waits, it is killed. */
+	for (struct rec *r = s->buckets[mix(victim) & (NBUCKETS - 1)]; r != NULL; r = r->next)
+		if (dgi_txid_eq(&r->id, victim) && (r->role == ROLE_TAKEOVER ||
+		    (r->role == ROLE_PRIMARY && (r->st == R_PREPARED || r->st == R_COMMITTING)))) {
+			pthread_mutex_unlock(&s->mu);
+			return;
+		}
 	bool room = s->nvictims < (int)(sizeof(s->victims) / sizeof(s->victims[0]));
 	if (room)
 		s->victims[s->nvictims++] = *victim;
