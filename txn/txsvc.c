@@ -1677,6 +1677,22 @@ static void to_backups(dgi_txsvc *s, struct rec *r, dg_msg_type type,
 	on_backup_answer(r, DG_OK, NULL); /* the sender's own count */
 }
 
+/* Adds part's owners (current affinity) to bk, but this node (which may
+ * no longer be the primary) and those already there. */
+static void add_owners(dgi_txsvc *s, dg_cache *c, uint32_t part, uint64_t *bk, uint32_t *nbk)
+{
+	uint64_t own[8];
+	int64_t tv;
+	uint32_t k = dgi_cache_owners(c, part, own, &tv);
+	for (uint32_t j = 0; j < k; j++) {
+		bool have = own[j] == s->self;
+		for (uint32_t q = 0; q < *nbk && !have; q++)
+			have = bk[q] == own[j];
+		if (!have && *nbk < MAX_BACKUPS)
+			bk[(*nbk)++] = own[j];
+	}
+}
+
 /* The backups of the partitions of r's entries (current affinity). */
 static uint32_t backups_of(dgi_txsvc *s, struct rec *r, uint64_t *bk)
 {
@@ -1695,17 +1711,7 @@ static uint32_t backups_of(dgi_txsvc *s, struct rec *r, uint64_t *bk)
 		dg_cache *c = tx_cache(s, en.cache_id, &e);
 		if (c == NULL)
 			continue;
-		uint64_t own[8];
-		int64_t tv;
-		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
-		for (uint32_t j = 0; j < k; j++) { /* every owner but this node (which may
-		                                       no longer be the primary) */
-			bool have = own[j] == s->self;
-			for (uint32_t q = 0; q < nbk && !have; q++)
-				have = bk[q] == own[j];
-			if (!have && nbk < MAX_BACKUPS)
-				bk[nbk++] = own[j];
-		}
+		add_owners(s, c, (uint32_t)en.part, bk, &nbk);
 	}
 	return nbk;
 }
@@ -1843,8 +1849,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 			break;
 		if (dg_cache_config_of(c)->write_sync == DG_FULL_SYNC)
 			full_sync = true;
-		uint64_t hash, own[8];
-		int64_t tv;
+		uint64_t hash;
 		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
 		const uint8_t *val = op == DGI_TXOP_PUT ? en.val.ptr : NULL;
 		if (op == DGI_TXOP_PUT && val == NULL)
@@ -1856,15 +1861,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		en.val.ptr = val;
 		en.op = op;
 		e = dgi_txwire_put(&w, &en);
-		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
-		for (uint32_t j = 0; j < k; j++) { /* every owner but this node (which may
-		                                       no longer be the primary) */
-			bool have = own[j] == s->self;
-			for (uint32_t q = 0; q < nbk && !have; q++)
-				have = bk[q] == own[j];
-			if (!have && nbk < MAX_BACKUPS)
-				bk[nbk++] = own[j];
-		}
+		add_owners(s, c, (uint32_t)en.part, bk, &nbk);
 	}
 	if (e == DG_OK)
 		e = dg_write_end(&w);
