@@ -21,12 +21,15 @@
  *                answer TX_ACK when every backup applied.
  *   TX_ROLLBACK  near -> primary (and primary -> backups): release, forget.
  *   TX_UNLOCK    the same as TX_ROLLBACK (the lock-only protocol's name).
+ *   TX_FENCE, TX_QUERY, TX_EDGES, TX_KILL: the topology fence, recovery
+ *                questions and deadlocks across nodes (below, txn/README.md).
  * A request that waits for a lock is answered when it is granted, when its
  * deadline passes (DG_ERR_TIMEOUT), or when its tx is chosen a deadlock
  * victim (DG_ERR_DEADLOCK): this node's wait-for edges are searched for a
  * cycle through the new waiter when it starts waiting, and the youngest
  * transaction of a cycle (latest start; then node id, counter) is the
- * victim.  Cycles that span primaries end at the lock timeout for now.
+ * victim; a cycle through other primaries is found from every node's edges
+ * (TX_EDGES) 20 ms later and its victim killed everywhere (TX_KILL).
  *
  * Threads: handlers run on the transport's threads (or, for requests a node
  * sends itself, on the sender's); lock grants and timeouts continue from
