@@ -78,6 +78,16 @@ typedef struct dg_node_config {
 	size_t recv_max;              /* largest peer message; default 16 MiB */
 	uint32_t rebalance_batch_bytes; /* per supply message; default 512 KiB */
 	bool client;                  /* a client node: joins, owns no partitions */
+	const char *admin_url;        /* admin endpoint for dgctl: tcp://HOST:PORT
+	                                 (tls+tcp:// with the node's TLS files);
+	                                 NULL: none (the default) */
+	const char *http_url;         /* HTTP /metrics (Prometheus text):
+	                                 http://HOST:PORT; NULL: none (the default) */
+	void (*on_shutdown)(void *ctx); /* dgctl shutdown asked this node to stop:
+	                                 called once from an admin thread, which
+	                                 must not stop the node itself (dgnode
+	                                 raises SIGTERM); NULL: refused */
+	void *shutdown_ctx;
 	dg_registry *registry;        /* NULL: the node creates one (dg_node_registry) */
 	void (*on_event)(void *ctx, const dg_event *ev);
 	void *event_ctx;

@@ -10,6 +10,7 @@
  */
 #include "datagrid.h"
 #include "cache/cache.h"
+#include "node_int.h"
 #include "settings.h"
 #include "transport/transport_int.h"
 #include "txn/txsvc.h"
@@ -28,6 +29,7 @@ struct dg_node {
 	dg_member *m;
 	dgi_grid *g;
 	dgi_txsvc *txs;             /* the lock service (primaries' side of transactions) */
+	uint64_t started_ms;        /* dgi_now_ms() at dg_node_start */
 };
 
 void dg_node_config_init(dg_node_config *cfg)
@@ -48,7 +50,8 @@ void dg_node_config_init(dg_node_config *cfg)
 static dg_err copy_strings(dg_node *n, const dg_node_config *cfg)
 {
 	const char *one[] = { cfg->cluster_name, cfg->listen_url, cfg->advertise_url,
-		cfg->tls_cert_key_file, cfg->tls_ca_file, cfg->data_dir };
+		cfg->tls_cert_key_file, cfg->tls_ca_file, cfg->data_dir,
+		cfg->admin_url, cfg->http_url };
 	size_t total = 0;
 	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
 		total += one[i] ? strlen(one[i]) + 1 : 0;
@@ -64,7 +67,8 @@ static dg_err copy_strings(dg_node *n, const dg_node_config *cfg)
 		return DG_ERR_NOMEM;
 	char *p = n->strs;
 	const char **dst[] = { &n->cfg.cluster_name, &n->cfg.listen_url, &n->cfg.advertise_url,
-		&n->cfg.tls_cert_key_file, &n->cfg.tls_ca_file, &n->cfg.data_dir };
+		&n->cfg.tls_cert_key_file, &n->cfg.tls_ca_file, &n->cfg.data_dir,
+		&n->cfg.admin_url, &n->cfg.http_url };
 	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
 		if (one[i] == NULL)
 			continue;
@@ -153,6 +157,7 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	if (n == NULL)
 		return DG_ERR_NOMEM;
 	n->cfg = *cfg;
+	n->started_ms = dgi_now_ms();
 	if ((e = copy_strings(n, cfg)) != DG_OK)
 		goto fail;
 	if (cfg->registry != NULL) {
@@ -216,6 +221,13 @@ fail:
 	dg_node_stop(n);
 	return e;
 }
+
+struct dg_tp *dgi_node_tp(dg_node *n) { return n->tp; }
+struct dg_member *dgi_node_member(dg_node *n) { return n->m; }
+dgi_grid *dgi_node_grid(dg_node *n) { return n->g; }
+dgi_txsvc *dgi_node_txs(dg_node *n) { return n->txs; }
+const dg_node_config *dgi_node_config(const dg_node *n) { return &n->cfg; }
+uint64_t dgi_node_started_ms(const dg_node *n) { return n->started_ms; }
 
 dg_registry *dg_node_registry(dg_node *n)
 {

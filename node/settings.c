@@ -51,6 +51,13 @@ static const char *check_url_or_empty(const char *v, char *why, size_t n)
 	return v[0] == 0 ? NULL : check_url(v, why, n);
 }
 
+static const char *check_endpoint(const char *v, char *why, size_t n)
+{
+	if (strcmp(v, "auto") == 0 || strcmp(v, "none") == 0)
+		return NULL;
+	return check_url(v, why, n);
+}
+
 static const char *check_nonempty(const char *v, char *why, size_t n)
 {
 	return v[0] == 0 ? "expected a non-empty name" : NULL;
@@ -137,6 +144,16 @@ const dgnode_setting dgnode_settings_table[] = {
 	{ "client", DGNODE_BOOL, F(client), "false", 0, 0, NULL,
 	  NULL, "Run a client node: it joins the cluster but owns no "
 	  "partitions.", "dg_node_config.client", NULL },
+	{ "admin-listen", DGNODE_STRING, F(admin_listen), "auto", 0, 0, NULL,
+	  "URL", "Where dgctl connects: tcp://HOST:PORT (tls+tcp:// with the "
+	  "node's TLS files; the cluster secret authenticates dgctl like a "
+	  "peer); auto: the --listen host, port + 100 (0 stays 0); none: no "
+	  "admin endpoint.", "dg_node_config.admin_url (none: NULL)",
+	  check_endpoint },
+	{ "http-listen", DGNODE_STRING, F(http_listen), "auto", 0, 0, NULL,
+	  "URL", "Where Prometheus scrapes /metrics: http://HOST:PORT; auto: "
+	  "the --listen host, port + 200 (0 stays 0); none: no HTTP endpoint.",
+	  "dg_node_config.http_url (none: NULL)", check_endpoint },
 	{ "log-level", DGNODE_ENUM, F(log_level), "info", 0, 0, log_levels,
 	  "LEVEL", "The least severe level dgnode logs.",
 	  "dgnode's own log lines (dg_node_config has no log level)", NULL },
@@ -1155,6 +1172,42 @@ static const char *or_null(const char *v)
 	return v[0] == 0 ? NULL : v;
 }
 
+/* Resolves an endpoint setting into out: "none" -> "", "auto" -> scheme +
+ * the host of the tcp:// or tls+tcp:// listen URL + its port + delta (port
+ * 0 stays 0; an ipc:// listen URL gives 127.0.0.1, port 0), else the value
+ * itself. */
+static int endpoint(const char *v, const char *listen, unsigned delta,
+    const char *scheme, char *out, size_t n, FILE *err)
+{
+	out[0] = 0;
+	if (strcmp(v, "none") == 0)
+		return DGNODE_OK;
+	if (strcmp(v, "auto") != 0) {
+		if ((size_t)snprintf(out, n, "%s", v) >= n)
+			return fail(err, "%s: too long", v);
+		return DGNODE_OK;
+	}
+	const char *h = strstr(listen, "://");
+	const char *colon = h ? strrchr(h + 3, ':') : NULL;
+	if (strncmp(listen, "ipc://", 6) == 0 || h == NULL || colon == NULL) {
+		snprintf(out, n, "%s127.0.0.1:0", scheme);
+		return DGNODE_OK;
+	}
+	char *end;
+	unsigned long port = strtoul(colon + 1, &end, 10);
+	if (*end != 0 || port > 65535)
+		return fail(err, "--listen=%s: no port to derive the admin and http "
+		    "ports from; set them", listen);
+	unsigned long p = port == 0 ? 0 : port + delta;
+	if (p > 65535)
+		return fail(err, "--listen=%s: port + %u is beyond 65535; set "
+		    "--admin-listen and --http-listen", listen, delta);
+	h += 3;
+	if ((size_t)snprintf(out, n, "%s%.*s:%lu", scheme, (int)(colon - h), h, p) >= n)
+		return fail(err, "--listen=%s: too long", listen);
+	return DGNODE_OK;
+}
+
 int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
     FILE *err)
 {
@@ -1209,5 +1262,12 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	cfg->recv_max = (size_t)s->recv_max;
 	cfg->rebalance_batch_bytes = (uint32_t)s->rebalance_batch;
 	cfg->client = s->client;
+	if (endpoint(s->admin_listen, s->listen, 100, "tcp://", s->s_admin,
+	    sizeof(s->s_admin), err) != DGNODE_OK ||
+	    endpoint(s->http_listen, s->listen, 200, "http://", s->s_http,
+	    sizeof(s->s_http), err) != DGNODE_OK)
+		return DGNODE_USAGE;
+	cfg->admin_url = s->s_admin[0] ? s->s_admin : NULL;
+	cfg->http_url = s->s_http[0] ? s->s_http : NULL;
 	return DGNODE_OK;
 }

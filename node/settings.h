@@ -89,6 +89,8 @@ typedef struct dgnode_settings {
 	uint64_t recv_max;
 	uint64_t rebalance_batch;
 	bool client;
+	const char *admin_listen;        /* "" or "none": no admin endpoint */
+	const char *http_listen;         /* "" or "none": no /metrics */
 	int log_level;                   /* dgnode_log_level */
 	dgnode_list caches;              /* cache specs, validated when set */
 
@@ -97,6 +99,7 @@ typedef struct dgnode_settings {
 	size_t s_npool, s_cappool;
 	uint8_t *s_secret;               /* loaded by dgnode_settings_to_config */
 	size_t s_secret_len;
+	char s_admin[256], s_http[256];  /* resolved by dgnode_settings_to_config */
 } dgnode_settings;
 
 typedef enum dgnode_setting_type {
