@@ -147,8 +147,8 @@ const dgnode_setting dgnode_settings_table[] = {
 	{ "admin-listen", DGNODE_STRING, F(admin_listen), "auto", 0, 0, NULL,
 	  "URL", "Where dgctl connects: tcp://HOST:PORT (tls+tcp:// with the "
 	  "node's TLS files; the cluster secret authenticates dgctl like a "
-	  "peer); auto: the --listen host, port + 100 (0 stays 0); none: no "
-	  "admin endpoint.", "dg_node_config.admin_url (none: NULL)",
+	  "peer); auto: the --listen scheme and host, port + 100 (0 stays 0); "
+	  "none: no admin endpoint.", "dg_node_config.admin_url (none: NULL)",
 	  check_endpoint },
 	{ "http-listen", DGNODE_STRING, F(http_listen), "auto", 0, 0, NULL,
 	  "URL", "Where Prometheus scrapes /metrics: http://HOST:PORT; auto: "
@@ -1172,8 +1172,8 @@ static const char *or_null(const char *v)
 	return v[0] == 0 ? NULL : v;
 }
 
-/* Resolves an endpoint setting into out: "none" -> "", "auto" -> scheme +
- * the host of the tcp:// or tls+tcp:// listen URL + its port + delta (port
+/* Resolves an endpoint setting into out: "none" -> "", "auto" -> scheme
+ * (NULL: the listen URL's, tcp:// or tls+tcp://) + the host of the tcp:// or tls+tcp:// listen URL + its port + delta (port
  * 0 stays 0; an ipc:// listen URL gives 127.0.0.1, port 0), else the value
  * itself. */
 static int endpoint(const char *v, const char *listen, unsigned delta,
@@ -1190,9 +1190,11 @@ static int endpoint(const char *v, const char *listen, unsigned delta,
 	const char *h = strstr(listen, "://");
 	const char *colon = h ? strrchr(h + 3, ':') : NULL;
 	if (strncmp(listen, "ipc://", 6) == 0 || h == NULL || colon == NULL) {
-		snprintf(out, n, "%s127.0.0.1:0", scheme);
+		snprintf(out, n, "%s127.0.0.1:0", scheme ? scheme : "tcp://");
 		return DGNODE_OK;
 	}
+	if (scheme == NULL)
+		scheme = strncmp(listen, "tls+tcp://", 10) == 0 ? "tls+tcp://" : "tcp://";
 	char *end;
 	unsigned long port = strtoul(colon + 1, &end, 10);
 	if (*end != 0 || port > 65535)
@@ -1262,7 +1264,7 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	cfg->recv_max = (size_t)s->recv_max;
 	cfg->rebalance_batch_bytes = (uint32_t)s->rebalance_batch;
 	cfg->client = s->client;
-	if (endpoint(s->admin_listen, s->listen, 100, "tcp://", s->s_admin,
+	if (endpoint(s->admin_listen, s->listen, 100, NULL, s->s_admin,
 	    sizeof(s->s_admin), err) != DGNODE_OK ||
 	    endpoint(s->http_listen, s->listen, 200, "http://", s->s_http,
 	    sizeof(s->s_http), err) != DGNODE_OK)

@@ -138,7 +138,8 @@ static void test_table_is_sane(void **state)
 		"failure-detection-timeout", "heartbeat-interval", "join-timeout",
 		"request-timeout", "tx-topology-timeout", "data-dir", "storage-map-size",
 		"storage-sync",
-		"recv-max", "rebalance-batch", "client", "log-level", "cache" };
+		"recv-max", "rebalance-batch", "client", "admin-listen", "http-listen",
+		"log-level", "cache" };
 	assert_int_equal(dgnode_settings_count, sizeof(names) / sizeof(names[0]));
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		assert_non_null(dgnode_setting_find(names[i]));
@@ -1030,7 +1031,51 @@ static void test_to_config_sets_every_field(void **state)
 	assert_int_equal(cfg.rebalance_batch_bytes, 1u << 20);
 	assert_true(cfg.client);
 	assert_int_equal(s.log_level, DGNODE_LOG_WARN);
+	/* auto: the listen scheme and host, port + 100 and + 200 */
+	assert_string_equal(cfg.admin_url, "tls+tcp://0.0.0.0:101");
+	assert_string_equal(cfg.http_url, "http://0.0.0.0:201");
 	dgnode_settings_free(&s);
+}
+
+static void test_admin_and_http_endpoints(void **state)
+{
+	(void)state;
+	static const struct { const char *listen, *admin, *http, *want_a, *want_h; } c[] = {
+		{ "tcp://127.0.0.1:47500", "auto", "auto", "tcp://127.0.0.1:47600",
+		  "http://127.0.0.1:47700" },
+		{ "tcp://127.0.0.1:0", "auto", "auto", "tcp://127.0.0.1:0",
+		  "http://127.0.0.1:0" },
+		{ "ipc:///tmp/x", "auto", "none", "tcp://127.0.0.1:0", NULL },
+		{ "tcp://[::1]:5000", "none", "http://0.0.0.0:9", NULL, "http://0.0.0.0:9" },
+		{ "tcp://h:65400", "tcp://h:1", "auto", "tcp://h:1", NULL },
+	};
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		dgnode_settings s;
+		dg_node_config cfg;
+		char l[128], a[128], h[128];
+		snprintf(l, sizeof(l), "--listen=%s", c[i].listen);
+		snprintf(a, sizeof(a), "--admin-listen=%s", c[i].admin);
+		snprintf(h, sizeof(h), "--http-listen=%s", c[i].http);
+		dgnode_settings_init(&s);
+		unsetenv("DG_CLUSTER_SECRET");
+		assert_int_equal(parse(&s, stderr, l, a, h, (char *)NULL), DGNODE_OK);
+		int rc = dgnode_settings_to_config(&s, &cfg, NULL);
+		if (i == 4) {   /* 65400 + 200 is no port */
+			assert_int_equal(rc, DGNODE_USAGE);
+			dgnode_settings_free(&s);
+			continue;
+		}
+		assert_int_equal(rc, DGNODE_OK);
+		if (c[i].want_a)
+			assert_string_equal(cfg.admin_url, c[i].want_a);
+		else
+			assert_null(cfg.admin_url);
+		if (c[i].want_h)
+			assert_string_equal(cfg.http_url, c[i].want_h);
+		else
+			assert_null(cfg.http_url);
+		dgnode_settings_free(&s);
+	}
 }
 
 static void test_cross_checks(void **state)
@@ -1145,6 +1190,7 @@ int dgt_settings_tests(void)
 		cmocka_unit_test(test_help_lists_every_setting),
 		cmocka_unit_test(test_secret_from_file_and_env),
 		cmocka_unit_test(test_to_config_sets_every_field),
+		cmocka_unit_test(test_admin_and_http_endpoints),
 		cmocka_unit_test(test_cross_checks),
 		cmocka_unit_test(test_allocation_failures),
 		cmocka_unit_test(test_free_leaves_defaults),
