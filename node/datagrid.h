@@ -125,6 +125,10 @@ DG_API dg_registry *dg_node_registry(dg_node *n);
 /* The node's id and the address peers dial.  Static while the node lives. */
 DG_API uint64_t dg_node_get_id(const dg_node *n);
 DG_API const char *dg_node_address(const dg_node *n);
+/* The URL of the admin endpoint dgctl dials (the bound port filled in), or
+ * NULL when the node has none (admin_url NULL).  Static while the node
+ * lives. */
+DG_API const char *dg_node_admin_address(const dg_node *n);
 
 typedef struct dg_node_info {
 	uint64_t id;

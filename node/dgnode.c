@@ -15,7 +15,8 @@
  *   level=error id=NODE-START err="..."
  *   level=error id=CACHE-CREATE cache=... err="..."
  *   level=info id=NODE-READY node=<16 hex digits> address=<url> caches=<n>
- *   level=info id=NODE-LEAVING signal=SIGTERM
+ *       admin=<url dgctl dials, or none>
+ *   level=info id=NODE-LEAVING signal=SIGTERM [cause=dgctl-shutdown]
  *   level=info id=NODE-STOPPED node=<16 hex digits>
  *   level=info id=ALLOC-STATS allocs=<n> frees=<n> bytes=<n>   (on SIGUSR1)
  *   level=debug id=SETTING name=... value=...        (log-level=debug)
@@ -42,6 +43,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static int log_level = DGNODE_LOG_INFO;
 
@@ -135,6 +137,17 @@ static void log_alloc_stats(void)
 	    " bytes=%" PRIu64, st.allocs, st.frees, st.bytes);
 }
 
+/* dgctl shutdown: from an admin thread, which must not stop the node
+ * itself (dg_node_stop joins the admin threads); the main thread's sigwait
+ * takes the SIGTERM and leaves as for any other. */
+static _Atomic bool admin_shutdown;
+static void on_admin_shutdown(void *ctx)
+{
+	(void)ctx;
+	admin_shutdown = true;
+	kill(getpid(), SIGTERM);
+}
+
 int main(int argc, char **argv)
 {
 	dgnode_settings s;
@@ -176,6 +189,7 @@ int main(int argc, char **argv)
 	    logval(s.cluster_name, q2, sizeof(q2)), logval(s.listen, q3, sizeof(q3)),
 	    s.seeds.l_n, s.caches.l_n);
 
+	cfg.on_shutdown = on_admin_shutdown;
 	if ((e = dg_node_start(&cfg, &node)) != DG_OK) {
 		logline(DGNODE_LOG_ERROR, "NODE-START", "err=\"%s\"", dg_strerror(e));
 		dgnode_settings_free(&s);
@@ -188,9 +202,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t id = dg_node_get_id(node);
+	const char *admin = dg_node_admin_address(node);
 	logline(DGNODE_LOG_INFO, "NODE-READY", "node=%016" PRIx64 " address=%s "
-	    "caches=%ld", id, logval(dg_node_address(node), q1, sizeof(q1)),
-	    ncaches);
+	    "caches=%ld admin=%s", id, logval(dg_node_address(node), q1, sizeof(q1)),
+	    ncaches, logval(admin ? admin : "none", q2, sizeof(q2)));
 
 	do {
 		if (sigwait(&stop, &sig) != 0)
@@ -198,8 +213,9 @@ int main(int argc, char **argv)
 		if (sig == SIGUSR1)
 			log_alloc_stats();
 	} while (sig != SIGTERM && sig != SIGINT);
-	logline(DGNODE_LOG_INFO, "NODE-LEAVING", "signal=%s",
-	    sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	logline(DGNODE_LOG_INFO, "NODE-LEAVING", "signal=%s%s",
+	    sig == SIGTERM ? "SIGTERM" : "SIGINT",
+	    admin_shutdown ? " cause=dgctl-shutdown" : "");
 	dg_node_stop(node);
 	logline(DGNODE_LOG_INFO, "NODE-STOPPED", "node=%016" PRIx64, id);
 	dgnode_settings_free(&s);

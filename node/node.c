@@ -10,11 +10,13 @@
  */
 #include "datagrid.h"
 #include "cache/cache.h"
+#include "admin.h"
 #include "node_int.h"
 #include "settings.h"
 #include "transport/transport_int.h"
 #include "txn/txsvc.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,8 @@ struct dg_node {
 	dgi_grid *g;
 	dgi_txsvc *txs;             /* the lock service (primaries' side of transactions) */
 	uint64_t started_ms;        /* dgi_now_ms() at dg_node_start */
+	dgi_adminpeer *ap;          /* node-to-node admin messages */
+	dgi_admin *admin;           /* the dgctl endpoint, or NULL */
 };
 
 void dg_node_config_init(dg_node_config *cfg)
@@ -115,12 +119,15 @@ static void node_stop(dg_node *n, bool graceful)
 {
 	if (n == NULL)
 		return;
+	dgi_admin_stop(n->admin);   /* no dgctl request runs past here */
+	n->admin = NULL;
 	if (graceful && n->g != NULL && n->m != NULL)
 		dgi_grid_leave(n->g);
 	if (n->m != NULL && graceful)
 		dg_member_stop(n->m);
 	else if (n->m != NULL)
 		dgi_member_kill(n->m);
+	dgi_adminpeer_stop(n->ap);
 	dgi_txsvc_stop(n->txs);
 	if (n->g != NULL)
 		dgi_grid_stop(n->g);
@@ -180,7 +187,11 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	if (n->cfg.recv_max)
 		tc.recv_max = n->cfg.recv_max;
 	tc.reg = n->reg;
+	static pthread_once_t admin_rows = PTHREAD_ONCE_INIT;
+	pthread_once(&admin_rows, dgi_adminpeer_define);
 	if ((e = dg_tp_start(&tc, &n->tp)) != DG_OK)
+		goto fail;
+	if ((e = dgi_adminpeer_start(n, &n->ap)) != DG_OK)
 		goto fail;
 
 	dgi_grid_config gc = {
@@ -210,6 +221,9 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 		goto fail;
 	if ((e = dgi_txsvc_joined(n->txs, n->m, n->cfg.tx_topology_timeout_ms)) != DG_OK)
 		goto fail;
+	if (n->cfg.admin_url != NULL &&
+	    (e = dgi_admin_start(n, n->cfg.admin_url, &n->admin)) != DG_OK)
+		goto fail;
 	*out = n;
 	return DG_OK;
 fail:
@@ -237,6 +251,11 @@ dg_registry *dg_node_registry(dg_node *n)
 uint64_t dg_node_get_id(const dg_node *n)
 {
 	return n ? dg_tp_self(n->tp) : 0;
+}
+
+const char *dg_node_admin_address(const dg_node *n)
+{
+	return n ? dgi_admin_address(n->admin) : NULL;
 }
 
 const char *dg_node_address(const dg_node *n)

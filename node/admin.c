@@ -1,0 +1,342 @@
+/*
+ * admin.c — the admin endpoint dgctl connects to (admin.h, ADMIN.md).
+ *
+ * An accept thread takes connections from an nng stream listener (tcp://,
+ * or tls+tcp:// with the node's certificate, requiring the client's like a
+ * peer's).  Each connection gets its own thread from a fixed set of
+ * DGI_ADMIN_CONNS slots: it runs the handshake (HELLO, AUTH, WELCOME —
+ * the client proves the cluster secret first, then the node), then serves
+ * requests one at a time, each as a blocking call into the node's API.
+ * Cache traffic never waits for it: the admin threads are not the
+ * transport's, and what they call is what any application thread calls.
+ * A connection idle for DGI_ADMIN_IDLE_MS is closed.
+ */
+#include "admin.h"
+#include "adminwire.h"
+#include "node_int.h"
+#include "transport/transport_int.h"
+
+#include <nng/supplemental/tls/tls.h>
+#include <nng/supplemental/util/platform.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DGI_ADMIN_IDLE_MS (10 * 60 * 1000)
+#define DGI_ADMIN_AUTH_MS 10000
+
+typedef struct slot {
+	struct dgi_admin *a;
+	bool used;
+	_Atomic bool done;        /* the thread finished: join it */
+	pthread_t thr;
+	dgi_aconn c;
+} slot;
+
+struct dgi_admin {
+	dg_node *n;
+	nng_stream_listener *l;
+	nng_tls_config *tls;
+	nng_aio *accept_aio;
+	pthread_t accept_thr;
+	bool accept_started;
+	_Atomic bool stopping;
+	pthread_mutex_t mu;       /* slots */
+	slot slots[DGI_ADMIN_CONNS];
+	char url[160];
+};
+
+static void log_conn(const char *level, const char *id, const char *why)
+{
+	fprintf(stderr, "level=%s id=%s why=\"%s\"\n", level, id, why);
+}
+
+/* Sends {"ok":false,"error":why} (best effort). */
+static void send_refusal(dgi_aconn *c, const char *why)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o == NULL)
+		return;
+	cJSON_AddFalseToObject(o, "ok");
+	cJSON_AddStringToObject(o, "error", why);
+	char *s = cJSON_PrintUnformatted(o);
+	if (s != NULL)
+		dgi_aconn_send(c, s, strlen(s));
+	cJSON_free(s);
+	cJSON_Delete(o);
+}
+
+static dg_err send_json(dgi_aconn *c, const cJSON *o)
+{
+	char *s = cJSON_PrintUnformatted(o);
+	if (s == NULL)
+		return DG_ERR_NOMEM;
+	dg_err e = dgi_aconn_send(c, s, strlen(s));
+	cJSON_free(s);
+	return e;
+}
+
+/* HELLO, AUTH, WELCOME (ADMIN.md).  DG_OK when the client proved the secret. */
+static dg_err handshake(dgi_admin *a, dgi_aconn *c)
+{
+	const dg_node_config *cfg = dgi_node_config(a->n);
+	uint64_t id = dg_node_get_id(a->n);
+	uint8_t nn[DG_NONCE_LEN], cn[DG_NONCE_LEN];
+	char hex[2 * DG_NONCE_LEN + 1], idhex[17], want[65], proof[65];
+	dg_err e = dgi_random(nn, sizeof(nn));
+	if (e != DG_OK)
+		return e;
+	dgi_hex(nn, sizeof(nn), hex);
+	snprintf(idhex, sizeof(idhex), "%016llx", (unsigned long long)id);
+	cJSON *hello = cJSON_CreateObject();
+	if (hello == NULL)
+		return DG_ERR_NOMEM;
+	cJSON_AddStringToObject(hello, "proto", DGI_ADMIN_PROTO);
+	cJSON_AddStringToObject(hello, "cluster", cfg->cluster_name);
+	cJSON_AddStringToObject(hello, "node", idhex);
+	cJSON_AddStringToObject(hello, "nonce", hex);
+	cJSON_AddStringToObject(hello, "version", dg_version());
+	e = send_json(c, hello);
+	cJSON_Delete(hello);
+	if (e != DG_OK)
+		return e;
+
+	char *raw;
+	size_t len;
+	if ((e = dgi_aconn_recv(c, &raw, &len)) != DG_OK)
+		return e;
+	cJSON *auth = cJSON_ParseWithLength(raw, len);
+	dgi_free(raw);
+	const cJSON *jn = cJSON_GetObjectItemCaseSensitive(auth, "nonce");
+	const cJSON *jm = cJSON_GetObjectItemCaseSensitive(auth, "mac");
+	uint8_t got[DG_MAC_LEN], exp[DG_MAC_LEN];
+	e = DG_ERR_AUTH;
+	if (cJSON_IsString(jn) && cJSON_IsString(jm) && dgi_unhex(jn->valuestring, cn, sizeof(cn)) &&
+	    dgi_unhex(jm->valuestring, got, sizeof(got)) &&
+	    dgi_admin_mac('d', cfg->secret, cfg->secret_len, nn, cn, id, cfg->cluster_name,
+	    want) == DG_OK && dgi_unhex(want, exp, sizeof(exp)) && dgi_auth_equal(got, exp))
+		e = DG_OK;
+	cJSON_Delete(auth);
+	if (e != DG_OK) {
+		send_refusal(c, "authentication failed: wrong cluster secret or cluster name");
+		log_conn("warn", "ADMIN-AUTH-FAIL", "a dgctl client did not prove the cluster secret");
+		return e;
+	}
+	if ((e = dgi_admin_mac('l', cfg->secret, cfg->secret_len, nn, cn, id, cfg->cluster_name,
+	    proof)) != DG_OK)
+		return e;
+	cJSON *w = cJSON_CreateObject();
+	if (w == NULL)
+		return DG_ERR_NOMEM;
+	cJSON_AddTrueToObject(w, "ok");
+	cJSON_AddStringToObject(w, "mac", proof);
+	e = send_json(c, w);
+	cJSON_Delete(w);
+	return e;
+}
+
+static void serve(dgi_admin *a, dgi_aconn *c)
+{
+	c->timeout_ms = DGI_ADMIN_AUTH_MS;
+	if (handshake(a, c) != DG_OK)
+		return;
+	c->timeout_ms = DGI_ADMIN_IDLE_MS;
+	while (!a->stopping) {
+		char *raw;
+		size_t len;
+		if (dgi_aconn_recv(c, &raw, &len) != DG_OK)
+			return;
+		cJSON *req = cJSON_ParseWithLength(raw, len);
+		dgi_free(raw);
+		cJSON *rep;
+		bool stop = false;
+		if (req == NULL) {
+			rep = cJSON_CreateObject();
+			if (rep != NULL) {
+				cJSON_AddFalseToObject(rep, "ok");
+				cJSON_AddStringToObject(rep, "error", "request is not valid JSON");
+				cJSON_AddStringToObject(rep, "code", "DG_ERR_INVAL");
+			}
+		} else {
+			rep = dgi_admin_dispatch(a->n, req, &stop);
+		}
+		cJSON_Delete(req);
+		dg_err e = rep ? send_json(c, rep) : DG_ERR_NOMEM;
+		cJSON_Delete(rep);
+		if (stop)
+			dgi_admin_stop_node(a->n);
+		if (e != DG_OK)
+			return;
+	}
+}
+
+static void *conn_main(void *arg)
+{
+	slot *s = arg;
+	serve(s->a, &s->c);
+	nng_stream_close(s->c.s);
+	s->done = true;
+	return NULL;
+}
+
+/* Joins and frees the slots whose thread finished.  With all, waits for
+ * every thread (stop: the streams were closed). */
+static void reap(dgi_admin *a, bool all)
+{
+	for (int i = 0; i < DGI_ADMIN_CONNS; i++) {
+		slot *s = &a->slots[i];
+		if (!s->used || (!all && !s->done))
+			continue;
+		pthread_join(s->thr, NULL);
+		dgi_aconn_close(&s->c);
+		s->used = false;
+	}
+}
+
+static void accept_one(dgi_admin *a, nng_stream *st)
+{
+	pthread_mutex_lock(&a->mu);
+	reap(a, false);
+	slot *s = NULL;
+	for (int i = 0; i < DGI_ADMIN_CONNS && s == NULL; i++)
+		if (!a->slots[i].used)
+			s = &a->slots[i];
+	if (s == NULL || a->stopping) {
+		pthread_mutex_unlock(&a->mu);
+		dgi_aconn c;
+		if (dgi_aconn_init(&c, st, 1000) == DG_OK) {
+			send_refusal(&c, "too many admin connections");
+			dgi_aconn_close(&c);
+		} else {
+			nng_stream_free(st);
+		}
+		log_conn("warn", "ADMIN-BUSY", "an admin connection was refused: all slots busy");
+		return;
+	}
+	memset(s, 0, sizeof(*s));
+	s->a = a;
+	if (dgi_aconn_init(&s->c, st, DGI_ADMIN_AUTH_MS) != DG_OK) {
+		nng_stream_free(st);
+	} else if (pthread_create(&s->thr, NULL, conn_main, s) != 0) {
+		dgi_aconn_close(&s->c);
+	} else {
+		s->used = true;
+	}
+	pthread_mutex_unlock(&a->mu);
+}
+
+static void *accept_main(void *arg)
+{
+	dgi_admin *a = arg;
+	while (!a->stopping) {
+		nng_stream_listener_accept(a->l, a->accept_aio);
+		nng_aio_wait(a->accept_aio);
+		int rv = nng_aio_result(a->accept_aio);
+		if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || a->stopping)
+			break;
+		if (rv != 0) {
+			nng_msleep(10);    /* e.g. out of file descriptors: don't spin */
+			continue;
+		}
+		accept_one(a, nng_aio_get_output(a->accept_aio, 0));
+	}
+	return NULL;
+}
+
+static dg_err setup_tls(dgi_admin *a, const dg_node_config *cfg)
+{
+	if (cfg->tls_cert_key_file == NULL || cfg->tls_ca_file == NULL) {
+		log_conn("error", "ADMIN-LISTEN", "tls+tcp:// needs the node's TLS files");
+		return DG_ERR_INVAL;
+	}
+	if (nng_tls_config_alloc(&a->tls, NNG_TLS_MODE_SERVER) != 0)
+		return DG_ERR_NOMEM;
+	if (nng_tls_config_cert_key_file(a->tls, cfg->tls_cert_key_file, NULL) != 0 ||
+	    nng_tls_config_ca_file(a->tls, cfg->tls_ca_file) != 0 ||
+	    nng_tls_config_auth_mode(a->tls, NNG_TLS_AUTH_MODE_REQUIRED) != 0 ||
+	    nng_stream_listener_set_ptr(a->l, NNG_OPT_TLS_CONFIG, a->tls) != 0)
+		return DG_ERR_TLS;
+	return DG_OK;
+}
+
+static void bound_url(dgi_admin *a, const char *url)
+{
+	const char *colon = strrchr(url, ':');
+	int port = 0;
+	if (colon != NULL && strcmp(colon, ":0") == 0 &&
+	    nng_stream_listener_get_int(a->l, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
+		snprintf(a->url, sizeof(a->url), "%.*s:%d", (int)(colon - url), url, port);
+	else
+		snprintf(a->url, sizeof(a->url), "%s", url);
+}
+
+dg_err dgi_admin_start(dg_node *n, const char *url, dgi_admin **out)
+{
+	dgi_admin *a = dgi_calloc(1, sizeof(*a));
+	if (a == NULL)
+		return DG_ERR_NOMEM;
+	a->n = n;
+	pthread_mutex_init(&a->mu, NULL);
+	dg_err e = DG_ERR_INVAL;
+	int rv = 0;
+	if (strncmp(url, "tcp://", 6) != 0 && strncmp(url, "tls+tcp://", 10) != 0)
+		goto fail;
+	if ((rv = nng_stream_listener_alloc(&a->l, url)) != 0) {
+		e = dgi_nng_err(rv);
+		goto fail;
+	}
+	if (strncmp(url, "tls+", 4) == 0 && (e = setup_tls(a, dgi_node_config(n))) != DG_OK)
+		goto fail;
+	if ((rv = nng_stream_listener_listen(a->l)) != 0) {
+		e = rv == NNG_EADDRINUSE ? DG_ERR_ADDRINUSE : dgi_nng_err(rv);
+		goto fail;
+	}
+	bound_url(a, url);
+	if (nng_aio_alloc(&a->accept_aio, NULL, NULL) != 0) {
+		e = DG_ERR_NOMEM;
+		goto fail;
+	}
+	if (pthread_create(&a->accept_thr, NULL, accept_main, a) != 0) {
+		e = DG_ERR_NOMEM;
+		goto fail;
+	}
+	a->accept_started = true;
+	*out = a;
+	return DG_OK;
+fail:
+	fprintf(stderr, "level=error id=ADMIN-LISTEN url=%s err=\"%s%s%s\"\n", url,
+	    dg_strerror(e), rv ? ": " : "", rv ? nng_strerror(rv) : "");
+	dgi_admin_stop(a);
+	return e;
+}
+
+const char *dgi_admin_address(const dgi_admin *a)
+{
+	return a ? a->url : NULL;
+}
+
+void dgi_admin_stop(dgi_admin *a)
+{
+	if (a == NULL)
+		return;
+	a->stopping = true;
+	if (a->l != NULL)
+		nng_stream_listener_close(a->l);
+	if (a->accept_started)
+		pthread_join(a->accept_thr, NULL);
+	pthread_mutex_lock(&a->mu);
+	for (int i = 0; i < DGI_ADMIN_CONNS; i++)
+		if (a->slots[i].used)
+			dgi_aconn_abort(&a->slots[i].c);
+	reap(a, true);
+	pthread_mutex_unlock(&a->mu);
+	if (a->accept_aio != NULL)
+		nng_aio_free(a->accept_aio);
+	if (a->l != NULL)
+		nng_stream_listener_free(a->l);
+	if (a->tls != NULL)
+		nng_tls_config_free(a->tls);
+	pthread_mutex_destroy(&a->mu);
+	dgi_free(a);
+}

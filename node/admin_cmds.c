@@ -1,0 +1,696 @@
+/*
+ * admin_cmds.c — the commands of the admin endpoint (admin.h,
+ * dgi_admin_dispatch; ADMIN.md lists each with its arguments and result).
+ *
+ * A request is {"cmd": NAME, "args": {...}}; the reply {"ok": true,
+ * "result": {...}} or {"ok": false, "error": TEXT, "code": "DG_ERR_..."}.
+ * Each command runs on the connection's admin thread through the node's
+ * public API (or a fan-out to every node, admin_peer.c); none runs on a
+ * transport thread.
+ */
+#include "admin.h"
+#include "node_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FANOUT_MS 10000
+
+
+typedef struct call {
+	dg_node *n;
+	const cJSON *args;
+	cJSON *result;             /* the command fills it */
+	char why[512];             /* error text, when the command sets one */
+	bool stop_after;           /* stop this node once the reply is sent */
+} call;
+
+typedef dg_err (*cmd_fn)(call *c);
+
+/* ---- argument helpers ---- */
+
+static const char *arg_str(call *c, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->args, name);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static bool arg_num(call *c, const char *name, double *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->args, name);
+	if (!cJSON_IsNumber(v))
+		return false;
+	*out = v->valuedouble;
+	return true;
+}
+
+static bool arg_bool(call *c, const char *name)
+{
+	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c->args, name));
+}
+
+static dg_err need(call *c, const char *name, const char **out)
+{
+	if ((*out = arg_str(c, name)) == NULL) {
+		snprintf(c->why, sizeof(c->why), "argument \"%s\" (a string) is required", name);
+		return DG_ERR_INVAL;
+	}
+	return DG_OK;
+}
+
+static dg_err open_cache(call *c, dg_cache **out)
+{
+	const char *name;
+	dg_err e = need(c, "cache", &name);
+	if (e != DG_OK)
+		return e;
+	if ((e = dg_cache_get_by_name(c->n, name, out)) == DG_ERR_NOT_FOUND)
+		snprintf(c->why, sizeof(c->why), "no cache named \"%s\"", name);
+	return e;
+}
+
+static cJSON *add_hex(cJSON *o, const char *name, uint64_t v)
+{
+	char h[17];
+	dgi_admin_hex64(v, h);
+	return cJSON_AddStringToObject(o, name, h);
+}
+
+/* bytes as a JSON string when they are printable UTF-8-free ASCII, else
+ * "0x" + hex (the caller's dgctl prints either as it comes) */
+static cJSON *bytes_item(const uint8_t *p, size_t n)
+{
+	bool text = true;
+	for (size_t i = 0; i < n && text; i++)
+		text = p[i] >= 0x20 && p[i] < 0x7f;
+	if (text && !(n >= 2 && p[0] == '0' && p[1] == 'x')) {
+		char *s = dgi_alloc(n + 1);
+		if (s == NULL)
+			return NULL;
+		memcpy(s, p, n);
+		s[n] = 0;
+		cJSON *j = cJSON_CreateString(s);
+		dgi_free(s);
+		return j;
+	}
+	char *h = dgi_alloc(2 * n + 3);
+	if (h == NULL)
+		return NULL;
+	h[0] = '0';
+	h[1] = 'x';
+	for (size_t i = 0; i < n; i++)
+		snprintf(h + 2 + 2 * i, 3, "%02x", p[i]);
+	h[2 + 2 * n] = 0;
+	cJSON *j = cJSON_CreateString(h);
+	dgi_free(h);
+	return j;
+}
+
+static const char *mode_name(dg_cache_mode m) { return m == DG_REPLICATED ? "replicated" : "partitioned"; }
+static const char *sync_name(dg_write_sync s)
+{
+	return s == DG_PRIMARY_SYNC ? "primary_sync" : s == DG_FULL_ASYNC ? "full_async" : "full_sync";
+}
+static const char *atom_name(dg_atomicity a) { return a == DG_TRANSACTIONAL ? "transactional" : "atomic"; }
+
+/* ---- state, nodes ---- */
+
+static int64_t coordinator(const dg_topology *t, uint64_t *id)
+{
+	int64_t best = -1;
+	for (uint32_t i = 0; i < t->count; i++)
+		if (best < 0 || t->nodes[i].order < best) {
+			best = t->nodes[i].order;
+			*id = t->nodes[i].id;
+		}
+	return best;
+}
+
+static dg_err cmd_nodes(call *c)
+{
+	dgi_fanres *r;
+	size_t nr;
+	int64_t ver;
+	dg_err e = dgi_fanout(c->n, "local.info", NULL, FANOUT_MS, &r, &nr, &ver);
+	if (e != DG_OK)
+		return e;
+	int64_t lowest = -1;
+	for (size_t i = 0; i < nr; i++)
+		if (lowest < 0 || r[i].order < lowest)
+			lowest = r[i].order;
+	cJSON_AddNumberToObject(c->result, "topology_version", (double)ver);
+	add_hex(c->result, "self", dg_node_get_id(c->n));
+	cJSON *arr = cJSON_AddArrayToObject(c->result, "nodes");
+	for (size_t i = 0; i < nr && arr; i++) {
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL)
+			break;
+		cJSON_AddItemToArray(arr, o);
+		cJSON_AddNumberToObject(o, "order", (double)r[i].order);
+		add_hex(o, "id", r[i].id);
+		cJSON_AddStringToObject(o, "address", r[i].address);
+		cJSON_AddStringToObject(o, "role", r[i].client ? "client" : "server");
+		cJSON_AddBoolToObject(o, "coordinator", r[i].order == lowest);
+		const cJSON *res = r[i].result;
+		const cJSON *up = cJSON_GetObjectItemCaseSensitive(res, "uptime_ms");
+		const cJSON *ad = cJSON_GetObjectItemCaseSensitive(res, "admin");
+		const cJSON *ht = cJSON_GetObjectItemCaseSensitive(res, "http");
+		const cJSON *vs = cJSON_GetObjectItemCaseSensitive(res, "version");
+		if (cJSON_IsNumber(up))
+			cJSON_AddNumberToObject(o, "uptime_ms", up->valuedouble);
+		else
+			cJSON_AddNullToObject(o, "uptime_ms");
+		cJSON_AddStringToObject(o, "admin", cJSON_IsString(ad) ? ad->valuestring : "");
+		cJSON_AddStringToObject(o, "http", cJSON_IsString(ht) ? ht->valuestring : "");
+		cJSON_AddStringToObject(o, "version", cJSON_IsString(vs) ? vs->valuestring : "");
+		if (r[i].err != DG_OK)
+			cJSON_AddStringToObject(o, "error", r[i].errmsg[0] ? r[i].errmsg :
+			    dg_strerror(r[i].err));
+	}
+	dgi_fanout_free(r, nr);
+	return arr ? DG_OK : DG_ERR_NOMEM;
+}
+
+/* Sums every node's local.rebalance into per-cache totals; adds a
+ * per-node array when per_node. */
+static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost)
+{
+	dgi_fanres *r;
+	size_t nr;
+	int64_t ver;
+	dg_err e = dgi_fanout(c->n, "local.rebalance", NULL, FANOUT_MS, &r, &nr, &ver);
+	if (e != DG_OK)
+		return e;
+	*moving = *lost = 0;
+	if (!cJSON_HasObjectItem(c->result, "topology_version"))
+		cJSON_AddNumberToObject(c->result, "topology_version", (double)ver);
+	cJSON *caches = cJSON_AddArrayToObject(c->result, "caches");
+	cJSON *nodes = per_node ? cJSON_AddArrayToObject(c->result, "nodes") : NULL;
+	int unanswered = 0;
+	for (size_t i = 0; i < nr && caches; i++) {
+		if (r[i].err != DG_OK) {
+			unanswered++;
+			continue;
+		}
+		const cJSON *arr = cJSON_GetObjectItemCaseSensitive(r[i].result, "caches"), *one;
+		cJSON_ArrayForEach(one, arr) {
+			const cJSON *name = cJSON_GetObjectItemCaseSensitive(one, "cache");
+			if (!cJSON_IsString(name))
+				continue;
+			cJSON *tot = NULL, *it;
+			cJSON_ArrayForEach(it, caches)
+				if (strcmp(cJSON_GetObjectItemCaseSensitive(it, "cache")->valuestring,
+				    name->valuestring) == 0)
+					tot = it;
+			if (tot == NULL) {
+				tot = cJSON_CreateObject();
+				cJSON_AddItemToArray(caches, tot);
+				cJSON_AddStringToObject(tot, "cache", name->valuestring);
+				static const char *const keys[] = { "moving", "lost", "done", "left", "bytes" };
+				for (size_t k = 0; k < 5; k++)
+					cJSON_AddNumberToObject(tot, keys[k], 0);
+			}
+			static const char *const keys[] = { "moving", "lost", "done", "left", "bytes" };
+			for (size_t k = 0; k < 5; k++) {
+				const cJSON *v = cJSON_GetObjectItemCaseSensitive(one, keys[k]);
+				cJSON *t = cJSON_GetObjectItemCaseSensitive(tot, keys[k]);
+				if (cJSON_IsNumber(v) && t != NULL)
+					cJSON_SetNumberValue(t, t->valuedouble + v->valuedouble);
+			}
+			const cJSON *mv = cJSON_GetObjectItemCaseSensitive(one, "moving");
+			const cJSON *ls = cJSON_GetObjectItemCaseSensitive(one, "lost");
+			*moving += cJSON_IsNumber(mv) ? mv->valueint : 0;
+			*lost += cJSON_IsNumber(ls) ? ls->valueint : 0;
+		}
+		if (nodes != NULL) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(nodes, o);
+			add_hex(o, "id", r[i].id);
+			cJSON_AddStringToObject(o, "address", r[i].address);
+			cJSON_AddItemToObject(o, "caches", cJSON_Duplicate(arr, true));
+		}
+	}
+	/* lost partitions are counted by every node that knows: report once */
+	cJSON_AddNumberToObject(c->result, "nodes_unanswered", unanswered);
+	dgi_fanout_free(r, nr);
+	return caches ? DG_OK : DG_ERR_NOMEM;
+}
+
+static dg_err cmd_state(call *c)
+{
+	dg_topology *t = dg_member_topology(dgi_node_member(c->n));
+	if (t == NULL)
+		return DG_ERR_NOT_READY;
+	uint32_t servers = 0, clients = 0;
+	for (uint32_t i = 0; i < t->count; i++)
+		(t->nodes[i].attrs & DG_NODE_CLIENT) ? clients++ : servers++;
+	uint64_t cid = 0;
+	coordinator(t, &cid);
+	cJSON_AddStringToObject(c->result, "cluster", dgi_node_config(c->n)->cluster_name);
+	cJSON_AddNumberToObject(c->result, "topology_version", (double)t->version);
+	cJSON_AddNumberToObject(c->result, "servers", servers);
+	cJSON_AddNumberToObject(c->result, "clients", clients);
+	add_hex(c->result, "coordinator", cid);
+	for (uint32_t i = 0; i < t->count; i++)
+		if (t->nodes[i].id == cid)
+			cJSON_AddStringToObject(c->result, "coordinator_address", t->nodes[i].url);
+	dg_topology_release(t);
+	int moving, lost;
+	dg_err e = rebalance_totals(c, false, &moving, &lost);
+	if (e != DG_OK)
+		return e;
+	cJSON_AddNumberToObject(c->result, "caches_count",
+	    cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c->result, "caches")));
+	cJSON_AddNumberToObject(c->result, "partitions_moving", moving);
+	cJSON_AddNumberToObject(c->result, "partitions_lost", lost);
+	cJSON_AddStringToObject(c->result, "state", lost > 0 ? "LOST_PARTITIONS" :
+	    moving > 0 ? "REBALANCING" : "ACTIVE");
+	return DG_OK;
+}
+
+static dg_err cmd_rebalance(call *c)
+{
+	int moving, lost;
+	dg_err e = rebalance_totals(c, true, &moving, &lost);
+	if (e != DG_OK)
+		return e;
+	cJSON_AddNumberToObject(c->result, "partitions_moving", moving);
+	cJSON_AddBoolToObject(c->result, "complete", moving == 0);
+	return DG_OK;
+}
+
+/* ---- caches ---- */
+
+static dg_err cmd_cache_list(call *c)
+{
+	dg_cache_config *cc;
+	size_t nc = dgi_admin_caches(c->n, &cc);
+	if (cc == NULL)
+		return DG_ERR_NOMEM;
+	cJSON *arr = cJSON_AddArrayToObject(c->result, "caches");
+	for (size_t i = 0; i < nc && arr; i++) {
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL)
+			break;
+		cJSON_AddItemToArray(arr, o);
+		cJSON_AddStringToObject(o, "name", cc[i].name);
+		cJSON_AddStringToObject(o, "mode", mode_name(cc[i].mode));
+		cJSON_AddNumberToObject(o, "backups", cc[i].backups);
+		cJSON_AddStringToObject(o, "sync", sync_name(cc[i].write_sync));
+		cJSON_AddStringToObject(o, "atomicity", atom_name(cc[i].atomicity));
+		cJSON_AddNumberToObject(o, "partitions", cc[i].partitions);
+		cJSON_AddBoolToObject(o, "persistence", cc[i].persistence);
+		cJSON_AddNumberToObject(o, "ttl_ms", (double)cc[i].ttl_ms);
+		dg_cache *h;
+		uint64_t size = 0;
+		if (dg_cache_get_by_name(c->n, cc[i].name, &h) == DG_OK &&
+		    dg_cache_size(h, &size) == DG_OK)
+			cJSON_AddNumberToObject(o, "size", (double)size);
+		else
+			cJSON_AddNullToObject(o, "size");
+	}
+	dgi_free(cc);
+	return arr ? DG_OK : DG_ERR_NOMEM;
+}
+
+static bool pick(const char *v, const char *const *names, int count, int *out)
+{
+	for (int i = 0; i < count; i++)
+		if (strcmp(v, names[i]) == 0) {
+			*out = i;
+			return true;
+		}
+	return false;
+}
+
+static dg_err cmd_cache_create(call *c)
+{
+	static const char *const modes[] = { "partitioned", "replicated" };
+	static const char *const syncs[] = { "full_sync", "primary_sync", "full_async" };
+	static const char *const atoms[] = { "atomic", "transactional" };
+	const char *name, *v;
+	dg_err e = need(c, "cache", &name);
+	if (e != DG_OK)
+		return e;
+	if (strlen(name) == 0 || strlen(name) >= DG_CACHE_NAME_MAX) {
+		snprintf(c->why, sizeof(c->why), "a cache name has 1 to %d bytes",
+		    DG_CACHE_NAME_MAX - 1);
+		return DG_ERR_INVAL;
+	}
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, name);
+	int k;
+	double d;
+	if ((v = arg_str(c, "mode")) != NULL) {
+		if (!pick(v, modes, 2, &k))
+			goto bad;
+		cc.mode = (dg_cache_mode)k;
+	}
+	if ((v = arg_str(c, "sync")) != NULL) {
+		if (!pick(v, syncs, 3, &k))
+			goto bad;
+		cc.write_sync = (dg_write_sync)k;
+	}
+	if ((v = arg_str(c, "atomicity")) != NULL) {
+		if (!pick(v, atoms, 2, &k))
+			goto bad;
+		cc.atomicity = (dg_atomicity)k;
+	}
+	if (arg_num(c, "backups", &d)) {
+		if (d < 0 || d > 64 || d != (uint32_t)d)
+			goto bad;
+		cc.backups = (uint32_t)d;
+	}
+	if (arg_num(c, "ttl_ms", &d)) {
+		if (d < 0)
+			goto bad;
+		cc.ttl_ms = (uint64_t)d;
+	}
+	cc.persistence = arg_bool(c, "persistence");
+	dg_cache *h;
+	e = dg_cache_create(c->n, &cc, &h);
+	if (e == DG_ERR_EXISTS)
+		snprintf(c->why, sizeof(c->why), "a cache named \"%s\" exists with another "
+		    "configuration", name);
+	else if (e == DG_ERR_INVAL && cc.persistence && dgi_node_config(c->n)->data_dir == NULL)
+		snprintf(c->why, sizeof(c->why), "persistence needs a data directory on "
+		    "every server node (dgnode --data-dir)");
+	if (e == DG_OK)
+		cJSON_AddStringToObject(c->result, "created", name);
+	return e;
+bad:
+	snprintf(c->why, sizeof(c->why), "bad cache setting (mode: partitioned|replicated, "
+	    "sync: full_sync|primary_sync|full_async, atomicity: atomic|transactional, "
+	    "backups: 0..64, ttl_ms >= 0)");
+	return DG_ERR_INVAL;
+}
+
+static dg_err cmd_cache_destroy(call *c)
+{
+	const char *name;
+	dg_err e = need(c, "cache", &name);
+	if (e != DG_OK)
+		return e;
+	if ((e = dg_cache_destroy(c->n, name)) == DG_ERR_NOT_FOUND)
+		snprintf(c->why, sizeof(c->why), "no cache named \"%s\"", name);
+	if (e == DG_OK)
+		cJSON_AddStringToObject(c->result, "destroyed", name);
+	return e;
+}
+
+static dg_err cmd_cache_put(call *c)
+{
+	dg_cache *h;
+	const char *k, *v;
+	dg_err e;
+	if ((e = open_cache(c, &h)) != DG_OK || (e = need(c, "key", &k)) != DG_OK ||
+	    (e = need(c, "value", &v)) != DG_OK)
+		return e;
+	return dg_cache_put(h, k, strlen(k), v, strlen(v));
+}
+
+static dg_err cmd_cache_get(call *c)
+{
+	dg_cache *h;
+	const char *k;
+	dg_err e;
+	if ((e = open_cache(c, &h)) != DG_OK || (e = need(c, "key", &k)) != DG_OK)
+		return e;
+	dg_buf v;
+	dg_buf_init(&v);
+	if ((e = dg_cache_get(h, k, strlen(k), &v)) == DG_OK) {
+		cJSON *j = bytes_item(v.data, v.len);
+		if (j == NULL)
+			e = DG_ERR_NOMEM;
+		else
+			cJSON_AddItemToObject(c->result, "value", j);
+	} else if (e == DG_ERR_NOT_FOUND) {
+		snprintf(c->why, sizeof(c->why), "key \"%s\" not found", k);
+	}
+	dg_buf_free(&v);
+	return e;
+}
+
+static dg_err cmd_cache_remove(call *c)
+{
+	dg_cache *h;
+	const char *k;
+	dg_err e;
+	if ((e = open_cache(c, &h)) != DG_OK || (e = need(c, "key", &k)) != DG_OK)
+		return e;
+	bool removed = false;
+	e = dg_cache_remove(h, k, strlen(k), &removed);
+	if (e == DG_OK)
+		cJSON_AddBoolToObject(c->result, "removed", removed);
+	return e;
+}
+
+static dg_err cmd_cache_scan(call *c)
+{
+	dg_cache *h;
+	dg_err e;
+	if ((e = open_cache(c, &h)) != DG_OK)
+		return e;
+	double lim = 100;
+	if (arg_num(c, "limit", &lim) && (lim < 1 || lim > 1e6)) {
+		snprintf(c->why, sizeof(c->why), "limit: 1..1000000");
+		return DG_ERR_INVAL;
+	}
+	dg_scan *s;
+	if ((e = dg_scan_open(h, 256, &s)) != DG_OK)
+		return e;
+	cJSON *arr = cJSON_AddArrayToObject(c->result, "entries");
+	size_t n = 0;
+	bool more = false;
+	for (;;) {
+		const uint8_t *k, *v;
+		size_t kl, vl;
+		if ((e = dg_scan_next(s, &k, &kl, &v, &vl)) != DG_OK)
+			break;
+		if (n == (size_t)lim) {
+			more = true;
+			break;
+		}
+		const uint8_t *kb, *vb;
+		size_t kbl, vbl;
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL || arr == NULL) {
+			e = DG_ERR_NOMEM;
+			break;
+		}
+		cJSON_AddItemToArray(arr, o);
+		/* raw-bytes keys and values show as their bytes; others encoded */
+		if (dg_bytes_of(k, kl, &kb, &kbl) != DG_OK) {
+			kb = k;
+			kbl = kl;
+		}
+		if (dg_bytes_of(v, vl, &vb, &vbl) != DG_OK) {
+			vb = v;
+			vbl = vl;
+		}
+		cJSON_AddItemToObject(o, "key", bytes_item(kb, kbl));
+		cJSON_AddItemToObject(o, "value", bytes_item(vb, vbl));
+		n++;
+	}
+	dg_scan_close(s);
+	if (e == DG_ERR_NOT_FOUND)   /* the end of the scan */
+		e = DG_OK;
+	cJSON_AddNumberToObject(c->result, "count", (double)n);
+	cJSON_AddBoolToObject(c->result, "truncated", more);
+	return e;
+}
+
+/* ---- metrics ---- */
+
+static void put_latency(cJSON *o, dg_cache *h)
+{
+	(void)o;
+	(void)h;   /* latency histograms: filled when cache/ has them */
+}
+
+static dg_err cmd_metrics(call *c)
+{
+	static _Thread_local dg_msg_metric mm[DG_MSG__COUNT];
+	size_t nm = dg_tp_metrics(dgi_node_tp(c->n), mm, DG_MSG__COUNT);
+	bool all = arg_bool(c, "all");
+	add_hex(c->result, "node", dg_node_get_id(c->n));
+	cJSON_AddStringToObject(c->result, "address", dg_node_address(c->n));
+	cJSON *types = cJSON_AddArrayToObject(c->result, "messages");
+	for (size_t i = 0; i < nm && i < DG_MSG__COUNT && types; i++) {
+		const dg_msg_counters *k = &mm[i].c;
+		if (!all && k->sent == 0 && k->recv == 0 && k->failures == 0)
+			continue;
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddItemToArray(types, o);
+		cJSON_AddStringToObject(o, "type", mm[i].name);
+		cJSON_AddNumberToObject(o, "id", mm[i].type);
+		cJSON_AddNumberToObject(o, "sent", (double)k->sent);
+		cJSON_AddNumberToObject(o, "received", (double)k->recv);
+		cJSON_AddNumberToObject(o, "bytes_sent", (double)k->bytes_sent);
+		cJSON_AddNumberToObject(o, "bytes_received", (double)k->bytes_recv);
+		cJSON_AddNumberToObject(o, "failures", (double)k->failures);
+	}
+	dg_cache_config *cc;
+	size_t nc = dgi_admin_caches(c->n, &cc);
+	cJSON *caches = cJSON_AddArrayToObject(c->result, "caches");
+	for (size_t i = 0; cc && i < nc && caches; i++) {
+		dg_cache *h;
+		dg_cache_metrics m;
+		if (dg_cache_get_by_name(c->n, cc[i].name, &h) != DG_OK ||
+		    dg_cache_get_metrics(h, &m) != DG_OK)
+			continue;
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddItemToArray(caches, o);
+		cJSON_AddStringToObject(o, "cache", cc[i].name);
+		cJSON_AddNumberToObject(o, "puts", (double)m.puts);
+		cJSON_AddNumberToObject(o, "gets", (double)m.gets);
+		cJSON_AddNumberToObject(o, "removes", (double)m.removes);
+		cJSON_AddNumberToObject(o, "hits", (double)m.hits);
+		cJSON_AddNumberToObject(o, "misses", (double)m.misses);
+		cJSON_AddNumberToObject(o, "entries", (double)m.entries);
+		cJSON_AddNumberToObject(o, "primary_entries", (double)m.primary_entries);
+		cJSON_AddNumberToObject(o, "bytes", (double)m.bytes);
+		cJSON_AddNumberToObject(o, "expired", (double)m.expired);
+		cJSON_AddNumberToObject(o, "remaps", (double)m.remaps);
+		put_latency(o, h);
+	}
+	dgi_free(cc);
+	dg_tx_metrics tm;
+	if (dg_tx_get_metrics(c->n, &tm) == DG_OK) {
+		cJSON *o = cJSON_AddObjectToObject(c->result, "tx");
+		cJSON_AddNumberToObject(o, "started", (double)tm.started);
+		cJSON_AddNumberToObject(o, "committed", (double)tm.committed);
+		cJSON_AddNumberToObject(o, "rolled_back", (double)tm.rolled_back);
+		cJSON_AddNumberToObject(o, "conflicts", (double)tm.conflicts);
+		cJSON_AddNumberToObject(o, "deadlocks", (double)tm.deadlocks);
+		cJSON_AddNumberToObject(o, "timeouts", (double)tm.timeouts);
+		cJSON_AddNumberToObject(o, "one_phase", (double)tm.one_phase);
+		cJSON_AddNumberToObject(o, "locks_held", (double)tm.locks_held);
+		cJSON_AddNumberToObject(o, "lock_waiters", (double)tm.lock_waiters);
+	}
+	dg_tp_stats st;
+	dg_tp_get_stats(dgi_node_tp(c->n), &st);
+	cJSON *o = cJSON_AddObjectToObject(c->result, "transport");
+	cJSON_AddNumberToObject(o, "frames_sent", (double)st.frames_sent);
+	cJSON_AddNumberToObject(o, "frames_received", (double)st.frames_recv);
+	cJSON_AddNumberToObject(o, "bytes_sent", (double)st.bytes_sent);
+	cJSON_AddNumberToObject(o, "bytes_received", (double)st.bytes_recv);
+	cJSON_AddNumberToObject(o, "connects", (double)st.connects);
+	cJSON_AddNumberToObject(o, "disconnects", (double)st.disconnects);
+	cJSON_AddNumberToObject(o, "auth_failures", (double)st.auth_failures);
+	cJSON_AddNumberToObject(o, "dropped", (double)st.dropped);
+	return DG_OK;
+}
+
+/* ---- shutdown ---- */
+
+static dg_err cmd_shutdown(call *c)
+{
+	const dg_node_config *cfg = dgi_node_config(c->n);
+	char me[17];
+	dgi_admin_hex64(dg_node_get_id(c->n), me);
+	if (cfg->on_shutdown == NULL) {
+		snprintf(c->why, sizeof(c->why), "this node is embedded in an application: it "
+		    "stops when the application calls dg_node_stop");
+		return DG_ERR_UNSUPPORTED;
+	}
+	cJSON *arr = cJSON_AddArrayToObject(c->result, "stopping");
+	if (arg_bool(c, "cluster")) {
+		/* every other node first (they hand their partitions over while
+		 * this one still serves), this one last */
+		cJSON *args = cJSON_CreateObject();
+		cJSON_AddStringToObject(args, "skip", me);
+		dgi_fanres *r;
+		size_t nr;
+		dg_err e = dgi_fanout(c->n, "local.shutdown", args, FANOUT_MS, &r, &nr, NULL);
+		cJSON_Delete(args);
+		if (e != DG_OK)
+			return e;
+		for (size_t i = 0; i < nr; i++) {
+			if (r[i].id == dg_node_get_id(c->n))
+				continue;
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(arr, o);
+			add_hex(o, "id", r[i].id);
+			cJSON_AddStringToObject(o, "address", r[i].address);
+			if (r[i].err != DG_OK)
+				cJSON_AddStringToObject(o, "error", r[i].errmsg[0] ? r[i].errmsg :
+				    dg_strerror(r[i].err));
+		}
+		dgi_fanout_free(r, nr);
+	}
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddItemToArray(arr, o);
+	cJSON_AddStringToObject(o, "id", me);
+	cJSON_AddStringToObject(o, "address", dg_node_address(c->n));
+	c->stop_after = true;
+	return DG_OK;
+}
+
+/* ---- the table ---- */
+
+static const struct {
+	const char *name;
+	cmd_fn fn;
+} cmds[] = {
+	{ "state", cmd_state },
+	{ "nodes", cmd_nodes },
+	{ "cache.list", cmd_cache_list },
+	{ "cache.create", cmd_cache_create },
+	{ "cache.destroy", cmd_cache_destroy },
+	{ "cache.put", cmd_cache_put },
+	{ "cache.get", cmd_cache_get },
+	{ "cache.remove", cmd_cache_remove },
+	{ "cache.scan", cmd_cache_scan },
+	{ "metrics", cmd_metrics },
+	{ "rebalance", cmd_rebalance },
+	{ "shutdown", cmd_shutdown },
+};
+
+/* "DG_ERR_NOT_FOUND" out of "DG_ERR_NOT_FOUND: no such ..." */
+static void err_code(dg_err e, char *out, size_t n)
+{
+	const char *s = dg_strerror(e);
+	const char *colon = strchr(s, ':');
+	snprintf(out, n, "%.*s", colon ? (int)(colon - s) : (int)strlen(s), s);
+}
+
+cJSON *dgi_admin_dispatch(dg_node *n, const cJSON *req, bool *stop_after)
+{
+	const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd");
+	call c = { .n = n, .args = cJSON_GetObjectItemCaseSensitive(req, "args") };
+	cJSON *rep = cJSON_CreateObject();
+	if (rep == NULL)
+		return NULL;
+	dg_err e = DG_ERR_UNSUPPORTED;
+	if (!cJSON_IsString(cmd)) {
+		e = DG_ERR_INVAL;
+		snprintf(c.why, sizeof(c.why), "request without a \"cmd\" string");
+	} else {
+		cmd_fn fn = NULL;
+		for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]) && !fn; i++)
+			if (strcmp(cmds[i].name, cmd->valuestring) == 0)
+				fn = cmds[i].fn;
+		if (fn == NULL) {
+			snprintf(c.why, sizeof(c.why), "unknown command \"%s\"", cmd->valuestring);
+		} else if ((c.result = cJSON_CreateObject()) == NULL) {
+			e = DG_ERR_NOMEM;
+		} else {
+			e = fn(&c);
+		}
+	}
+	if (e == DG_OK) {
+		cJSON_AddTrueToObject(rep, "ok");
+		cJSON_AddItemToObject(rep, "result", c.result);
+		*stop_after = c.stop_after;
+		return rep;
+	}
+	cJSON_Delete(c.result);
+	char code[64];
+	err_code(e, code, sizeof(code));
+	cJSON_AddFalseToObject(rep, "ok");
+	cJSON_AddStringToObject(rep, "error", c.why[0] ? c.why : dg_strerror(e));
+	cJSON_AddStringToObject(rep, "code", code);
+	return rep;
+}

@@ -1,0 +1,143 @@
+/*
+ * admin_local.c — the local commands every node answers for a fan-out
+ * (admin.h, dgi_admin_local): this node's part of `dgctl nodes`,
+ * `rebalance status`, `idle-verify`, `tx list` and `shutdown --cluster`.
+ * Results are cJSON objects; 64-bit ids and digests travel as 16 hex
+ * digits (JSON numbers lose precision above 2^53).
+ */
+#include "admin.h"
+#include "node_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t dgi_admin_caches(dg_node *n, dg_cache_config **out)
+{
+	/* the list may grow between the count and the copy: copy what fits */
+	size_t want = dg_cache_list(n, NULL, 0) + 8;
+	*out = dgi_calloc(want, sizeof(**out));
+	if (*out == NULL)
+		return 0;
+	size_t got = dg_cache_list(n, *out, want);
+	return got < want ? got : want;
+}
+
+void dgi_admin_hex64(uint64_t v, char out[17])
+{
+	snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+static cJSON *add_hex(cJSON *o, const char *name, uint64_t v)
+{
+	char h[17];
+	dgi_admin_hex64(v, h);
+	return cJSON_AddStringToObject(o, name, h);
+}
+
+static dg_err local_info(dg_node *n, cJSON *r)
+{
+	const dg_node_config *cfg = dgi_node_config(n);
+	add_hex(r, "id", dg_node_get_id(n));
+	cJSON_AddStringToObject(r, "address", dg_node_address(n));
+	cJSON_AddStringToObject(r, "version", dg_version());
+	cJSON_AddNumberToObject(r, "uptime_ms", (double)(dgi_now_ms() - dgi_node_started_ms(n)));
+	cJSON_AddBoolToObject(r, "client", cfg->client);
+	const char *admin = dg_node_admin_address(n), *http = cfg->http_url;
+	cJSON_AddStringToObject(r, "admin", admin ? admin : "");
+	cJSON_AddStringToObject(r, "http", http ? http : "");
+	cJSON_AddBoolToObject(r, "persistence", cfg->data_dir != NULL);
+	return DG_OK;
+}
+
+/* Per cache: this node's partitions by state and its rebalancing progress. */
+static dg_err local_rebalance(dg_node *n, cJSON *r)
+{
+	dg_cache_config *cc;
+	size_t nc = dgi_admin_caches(n, &cc);
+	cJSON *arr = cJSON_AddArrayToObject(r, "caches");
+	if (arr == NULL || cc == NULL) {
+		dgi_free(cc);
+		return DG_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < nc; i++) {
+		dg_cache *c;
+		dg_cache_metrics m;
+		if (dg_cache_get_by_name(n, cc[i].name, &c) != DG_OK ||
+		    dg_cache_get_metrics(c, &m) != DG_OK)
+			continue;
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL) {
+			dgi_free(cc);
+			return DG_ERR_NOMEM;
+		}
+		cJSON_AddItemToArray(arr, o);
+		cJSON_AddStringToObject(o, "cache", cc[i].name);
+		cJSON_AddNumberToObject(o, "partitions", cc[i].partitions);
+		cJSON_AddNumberToObject(o, "owning", m.partitions_owning);
+		cJSON_AddNumberToObject(o, "moving", m.partitions_moving);
+		cJSON_AddNumberToObject(o, "lost", m.partitions_lost);
+		cJSON_AddNumberToObject(o, "done", (double)m.rebalance_partitions_done);
+		cJSON_AddNumberToObject(o, "left", (double)m.rebalance_partitions_left);
+		cJSON_AddNumberToObject(o, "bytes", (double)m.rebalance_bytes);
+		cJSON_AddNumberToObject(o, "entries", (double)m.entries);
+		cJSON_AddNumberToObject(o, "primary_entries", (double)m.primary_entries);
+	}
+	dgi_free(cc);
+	return DG_OK;
+}
+
+void dgi_admin_stop_node(dg_node *n)
+{
+	const dg_node_config *cfg = dgi_node_config(n);
+	char me[17];
+	dgi_admin_hex64(dg_node_get_id(n), me);
+	fprintf(stderr, "level=info id=ADMIN-SHUTDOWN node=%s\n", me);
+	cfg->on_shutdown(cfg->shutdown_ctx);
+}
+
+static dg_err local_shutdown(dg_node *n, const cJSON *args, cJSON *r, char *why, size_t wl,
+    bool *stop_after)
+{
+	const dg_node_config *cfg = dgi_node_config(n);
+	const cJSON *skip = cJSON_GetObjectItemCaseSensitive(args, "skip");
+	char me[17];
+	dgi_admin_hex64(dg_node_get_id(n), me);
+	if (cJSON_IsString(skip) && strcmp(skip->valuestring, me) == 0) {
+		cJSON_AddBoolToObject(r, "stopping", false);
+		return DG_OK;
+	}
+	if (cfg->on_shutdown == NULL) {
+		snprintf(why, wl, "this node is embedded in an application: it stops "
+		    "when the application calls dg_node_stop");
+		return DG_ERR_UNSUPPORTED;
+	}
+	*stop_after = true;
+	cJSON_AddBoolToObject(r, "stopping", true);
+	return DG_OK;
+}
+
+dg_err dgi_admin_local(dg_node *n, const char *cmd, const cJSON *args, cJSON **result,
+    char *why, size_t whylen, bool *stop_after)
+{
+	cJSON *r = cJSON_CreateObject();
+	if (r == NULL)
+		return DG_ERR_NOMEM;
+	dg_err e;
+	if (strcmp(cmd, "local.info") == 0)
+		e = local_info(n, r);
+	else if (strcmp(cmd, "local.rebalance") == 0)
+		e = local_rebalance(n, r);
+	else if (strcmp(cmd, "local.shutdown") == 0)
+		e = local_shutdown(n, args, r, why, whylen, stop_after);
+	else {
+		snprintf(why, whylen, "unknown local command %s (a node of another version?)", cmd);
+		e = DG_ERR_UNSUPPORTED;
+	}
+	if (e != DG_OK) {
+		cJSON_Delete(r);
+		return e;
+	}
+	*result = r;
+	return DG_OK;
+}

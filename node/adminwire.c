@@ -1,0 +1,180 @@
+/* adminwire.c — frames and handshake MACs of the admin protocol
+ * (adminwire.h, ADMIN.md). */
+#include "adminwire.h"
+#include "transport/transport_int.h"
+
+#include <string.h>
+
+dg_err dgi_nng_err(int rv)
+{
+	switch (rv) {
+	case 0:
+		return DG_OK;
+	case NNG_ETIMEDOUT:
+		return DG_ERR_TIMEOUT;
+	case NNG_ENOMEM:
+		return DG_ERR_NOMEM;
+	case NNG_ECLOSED:
+	case NNG_ECANCELED:
+		return DG_ERR_CLOSED;
+	case NNG_ECONNREFUSED:
+	case NNG_EADDRINVAL:
+	case NNG_EUNREACHABLE:
+		return DG_ERR_UNREACHABLE;
+	case NNG_ECRYPTO:
+	case NNG_EPEERAUTH:
+		return DG_ERR_TLS;
+	case NNG_ECONNSHUT:
+	case NNG_ECONNRESET:
+	case NNG_ECONNABORTED:
+		return DG_ERR_CONN_BROKEN;
+	default:
+		return DG_ERR_NET;
+	}
+}
+
+dg_err dgi_aconn_init(dgi_aconn *c, nng_stream *s, uint32_t timeout_ms)
+{
+	c->s = s;
+	c->timeout_ms = timeout_ms;
+	if (nng_aio_alloc(&c->aio, NULL, NULL) != 0) {
+		c->aio = NULL;
+		return DG_ERR_NOMEM;
+	}
+	return DG_OK;
+}
+
+void dgi_aconn_abort(dgi_aconn *c)
+{
+	if (c->s != NULL)
+		nng_stream_close(c->s);
+}
+
+void dgi_aconn_close(dgi_aconn *c)
+{
+	if (c->s != NULL) {
+		nng_stream_close(c->s);
+		if (c->aio != NULL)
+			nng_aio_wait(c->aio);
+		nng_stream_free(c->s);
+		c->s = NULL;
+	}
+	if (c->aio != NULL) {
+		nng_aio_free(c->aio);
+		c->aio = NULL;
+	}
+}
+
+/* Moves all of [p, p + n) in one direction; the deadline covers the whole. */
+static dg_err xfer(dgi_aconn *c, uint8_t *p, size_t n, bool send, uint64_t deadline)
+{
+	while (n > 0) {
+		uint64_t now = dgi_now_ms();
+		if (now >= deadline)
+			return DG_ERR_TIMEOUT;
+		nng_iov iov = { p, n };
+		nng_aio_set_iov(c->aio, 1, &iov);
+		nng_aio_set_timeout(c->aio, (nng_duration)(deadline - now));
+		if (send)
+			nng_stream_send(c->s, c->aio);
+		else
+			nng_stream_recv(c->s, c->aio);
+		nng_aio_wait(c->aio);
+		int rv = nng_aio_result(c->aio);
+		if (rv != 0)
+			return dgi_nng_err(rv);
+		size_t got = nng_aio_count(c->aio);
+		if (got == 0)
+			return DG_ERR_CONN_BROKEN;
+		p += got;
+		n -= got;
+	}
+	return DG_OK;
+}
+
+dg_err dgi_aconn_send(dgi_aconn *c, const char *json, size_t len)
+{
+	if (len > DGI_ADMIN_FRAME_MAX)
+		return DG_ERR_LIMIT;
+	uint64_t deadline = dgi_now_ms() + c->timeout_ms;
+	uint8_t h[4] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
+		(uint8_t)len };
+	dg_err e = xfer(c, h, 4, true, deadline);
+	return e != DG_OK ? e : xfer(c, (uint8_t *)(uintptr_t)json, len, true, deadline);
+}
+
+dg_err dgi_aconn_recv(dgi_aconn *c, char **out, size_t *len)
+{
+	uint64_t deadline = dgi_now_ms() + c->timeout_ms;
+	uint8_t h[4];
+	dg_err e = xfer(c, h, 4, false, deadline);
+	if (e != DG_OK)
+		return e;
+	uint32_t n = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
+	if (n > DGI_ADMIN_FRAME_MAX)
+		return DG_ERR_LIMIT;
+	char *p = dgi_alloc((size_t)n + 1);
+	if (p == NULL)
+		return DG_ERR_NOMEM;
+	/* the body's own deadline: a large reply is not cut by the header's */
+	if ((e = xfer(c, (uint8_t *)p, n, false, dgi_now_ms() + c->timeout_ms)) != DG_OK) {
+		dgi_free(p);
+		return e;
+	}
+	p[n] = 0;
+	*out = p;
+	*len = n;
+	return DG_OK;
+}
+
+void dgi_hex(const uint8_t *p, size_t n, char *out)
+{
+	static const char d[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = d[p[i] >> 4];
+		out[2 * i + 1] = d[p[i] & 15];
+	}
+	out[2 * n] = 0;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+bool dgi_unhex(const char *s, uint8_t *out, size_t n)
+{
+	if (s == NULL || strlen(s) != 2 * n)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return false;
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return true;
+}
+
+dg_err dgi_admin_mac(char role, const uint8_t *secret, size_t secret_len,
+    const uint8_t *node_nonce, const uint8_t *client_nonce, uint64_t node_id,
+    const char *cluster, char out[65])
+{
+	uint8_t mac[DG_MAC_LEN];
+	size_t cl = strlen(cluster);
+	if (cl > DG_CLUSTER_NAME_MAX)
+		return DG_ERR_INVAL;
+	/* the admin transcript differs from every peer's by its dialer id: a
+	 * peer never has id 0 (node ids are random and nonzero) */
+	dg_err e = dgi_auth_mac(role, secret, secret_len, node_nonce, client_nonce, 0,
+	    node_id, cluster, cl, mac);
+	if (e != DG_OK)
+		return e;
+	dgi_hex(mac, DG_MAC_LEN, out);
+	return DG_OK;
+}

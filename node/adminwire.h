@@ -1,0 +1,62 @@
+/*
+ * adminwire.h — the admin protocol's framing and handshake, shared by the
+ * node's admin endpoint (admin.c) and dgctl.  ADMIN.md documents it.
+ *
+ * A connection is an nng byte stream (tcp:// or tls+tcp://).  Every
+ * message is a frame: a 4-byte big-endian length, then that many bytes of
+ * UTF-8 JSON (one object).  The node speaks first (HELLO), the client
+ * proves the cluster secret (AUTH), the node proves it back (WELCOME);
+ * then the client sends requests and the node answers each in order.
+ *
+ * A dgi_aconn is used by one thread at a time.  Every I/O call is bounded
+ * by the connection's timeout.
+ */
+#ifndef DG_NODE_ADMINWIRE_H
+#define DG_NODE_ADMINWIRE_H
+
+#include "marshal/marshal.h"
+
+#include <nng/nng.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DGI_ADMIN_PROTO "datagrid-admin/1"
+#define DGI_ADMIN_FRAME_MAX (64u << 20)   /* largest frame either side accepts */
+
+typedef struct dgi_aconn {
+	nng_stream *s;
+	nng_aio *aio;
+	uint32_t timeout_ms;
+} dgi_aconn;
+
+/* Takes ownership of s (closed and freed by dgi_aconn_close).  DG_ERR_NOMEM. */
+dg_err dgi_aconn_init(dgi_aconn *c, nng_stream *s, uint32_t timeout_ms);
+void dgi_aconn_close(dgi_aconn *c);
+/* Aborts the pending I/O from another thread (stop). */
+void dgi_aconn_abort(dgi_aconn *c);
+
+/* Sends one frame.  DG_ERR_LIMIT above DGI_ADMIN_FRAME_MAX, DG_ERR_TIMEOUT,
+ * DG_ERR_CONN_BROKEN, DG_ERR_CLOSED. */
+dg_err dgi_aconn_send(dgi_aconn *c, const char *json, size_t len);
+/* Receives one frame into *out (NUL-terminated, dgi_alloc'ed: dgi_free it).
+ * DG_ERR_LIMIT (a frame too large: the connection is no longer usable),
+ * DG_ERR_TIMEOUT, DG_ERR_CONN_BROKEN, DG_ERR_CLOSED, DG_ERR_NOMEM. */
+dg_err dgi_aconn_recv(dgi_aconn *c, char **out, size_t *len);
+
+/* The MACs of the handshake: the peers' transcript MAC (transport's
+ * dgi_auth_mac) over the node's and the client's nonces, client id 0 and
+ * the node's id, so an admin proof is never a valid peer proof.  'd' is
+ * the client's proof, 'l' the node's.  Hex-encoded into out[65]. */
+dg_err dgi_admin_mac(char role, const uint8_t *secret, size_t secret_len,
+    const uint8_t *node_nonce, const uint8_t *client_nonce, uint64_t node_id,
+    const char *cluster, char out[65]);
+
+/* Hex helpers: 2n hex digits from n bytes; parse exactly n bytes (false on
+ * any other length or a non-hex digit). */
+void dgi_hex(const uint8_t *p, size_t n, char *out);
+bool dgi_unhex(const char *s, uint8_t *out, size_t n);
+
+/* An nng error as dg_err. */
+dg_err dgi_nng_err(int rv);
+
+#endif
