@@ -13,8 +13,11 @@
  * key=value fields; values with spaces or quotes are quoted.
  *   level=info id=NODE-STARTING version="datagrid 0.1.0" cluster=... listen=...
  *   level=error id=NODE-START err="..."
+ *   level=error id=HTTP-LISTEN url=... err="..."   (the library's: --http-listen
+ *              cannot be served; the start fails)
  *   level=error id=CACHE-CREATE cache=... err="..."
  *   level=info id=NODE-READY node=<16 hex digits> address=<url> caches=<n>
+ *              http=<url of GET /metrics' server, bound port>|none
  *   level=info id=NODE-LEAVING signal=SIGTERM
  *   level=info id=NODE-STOPPED node=<16 hex digits>
  *   level=info id=ALLOC-STATS allocs=<n> frees=<n> bytes=<n>   (on SIGUSR1)
@@ -188,9 +191,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t id = dg_node_get_id(node);
+	const char *http = dg_node_http_address(node);
 	logline(DGNODE_LOG_INFO, "NODE-READY", "node=%016" PRIx64 " address=%s "
-	    "caches=%ld", id, logval(dg_node_address(node), q1, sizeof(q1)),
-	    ncaches);
+	    "caches=%ld http=%s", id, logval(dg_node_address(node), q1, sizeof(q1)),
+	    ncaches, logval(http != NULL ? http : "none", q2, sizeof(q2)));
 
 	do {
 		if (sigwait(&stop, &sig) != 0)
