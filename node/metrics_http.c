@@ -65,7 +65,8 @@ static void on_metrics(nng_aio *aio)
 	}
 	if (rv != 0) {
 		/* an error completion: nng answers 500 and closes */
-		nng_http_res_free(res);
+		if (res != NULL)
+			nng_http_res_free(res);
 		nng_aio_finish(aio, rv);
 		return;
 	}
