@@ -43,7 +43,7 @@ static dg_err local_info(dg_node *n, cJSON *r)
 	cJSON_AddStringToObject(r, "version", dg_version());
 	cJSON_AddNumberToObject(r, "uptime_ms", (double)(dgi_now_ms() - dgi_node_started_ms(n)));
 	cJSON_AddBoolToObject(r, "client", cfg->client);
-	const char *admin = dg_node_admin_address(n), *http = cfg->http_url;
+	const char *admin = dg_node_admin_address(n), *http = dg_node_http_address(n);
 	cJSON_AddStringToObject(r, "admin", admin ? admin : "");
 	cJSON_AddStringToObject(r, "http", http ? http : "");
 	cJSON_AddBoolToObject(r, "persistence", cfg->data_dir != NULL);

@@ -82,7 +82,9 @@ typedef struct dg_node_config {
 	                                 (tls+tcp:// with the node's TLS files);
 	                                 NULL: none (the default) */
 	const char *http_url;         /* HTTP /metrics (Prometheus text):
-	                                 http://HOST:PORT; NULL: none (the default) */
+	                                 http://HOST:PORT, port 0 picks a free
+	                                 port (dg_node_http_address); NULL: none
+	                                 (the default) */
 	void (*on_shutdown)(void *ctx); /* dgctl shutdown asked this node to stop:
 	                                 called once from an admin thread, which
 	                                 must not stop the node itself (dgnode
@@ -103,7 +105,9 @@ DG_API void dg_node_config_init(dg_node_config *cfg);
  * is copied.  Errors: DG_ERR_INVAL (the message logged names the setting),
  * DG_ERR_ADDRINUSE, DG_ERR_NET, DG_ERR_TLS, DG_ERR_AUTH / DG_ERR_REFUSED
  * (a seed refused this node), DG_ERR_TIMEOUT (no cluster to join),
- * DG_ERR_STORAGE, DG_ERR_NOMEM. */
+ * DG_ERR_STORAGE, DG_ERR_NOMEM.  An http_url that cannot be served fails
+ * the start (logged as id=HTTP-LISTEN): DG_ERR_INVAL (not http://),
+ * DG_ERR_ADDRINUSE, DG_ERR_NET. */
 DG_API dg_err dg_node_start(const dg_node_config *cfg, dg_node **out);
 
 /* dg_node_start from a config file: the settings dgnode takes (dgnode
@@ -129,6 +133,11 @@ DG_API const char *dg_node_address(const dg_node *n);
  * NULL when the node has none (admin_url NULL).  Static while the node
  * lives. */
 DG_API const char *dg_node_admin_address(const dg_node *n);
+/* The URL of the node's HTTP endpoint (GET /metrics, Prometheus text
+ * format 0.0.4): http://HOST:PORT with the port actually bound (http_url
+ * may have asked for port 0).  NULL when http_url was NULL (or n is NULL).
+ * Owned by the node; static while it lives.  Thread-safe. */
+DG_API const char *dg_node_http_address(const dg_node *n);
 
 typedef struct dg_node_info {
 	uint64_t id;

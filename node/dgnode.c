@@ -13,9 +13,12 @@
  * key=value fields; values with spaces or quotes are quoted.
  *   level=info id=NODE-STARTING version="datagrid 0.1.0" cluster=... listen=...
  *   level=error id=NODE-START err="..."
+ *   level=error id=HTTP-LISTEN url=... err="..."   (the library's: --http-listen
+ *              cannot be served; the start fails)
  *   level=error id=CACHE-CREATE cache=... err="..."
  *   level=info id=NODE-READY node=<16 hex digits> address=<url> caches=<n>
  *       admin=<url dgctl dials, or none>
+ *       http=<url of GET /metrics' server, bound port>|none
  *   level=info id=NODE-LEAVING signal=SIGTERM [cause=dgctl-shutdown]
  *   level=info id=NODE-STOPPED node=<16 hex digits>
  *   level=info id=ALLOC-STATS allocs=<n> frees=<n> bytes=<n>   (on SIGUSR1)
@@ -203,9 +206,11 @@ int main(int argc, char **argv)
 	}
 	uint64_t id = dg_node_get_id(node);
 	const char *admin = dg_node_admin_address(node);
+	const char *http = dg_node_http_address(node);
 	logline(DGNODE_LOG_INFO, "NODE-READY", "node=%016" PRIx64 " address=%s "
-	    "caches=%ld admin=%s", id, logval(dg_node_address(node), q1, sizeof(q1)),
-	    ncaches, logval(admin ? admin : "none", q2, sizeof(q2)));
+	    "caches=%ld admin=%s http=%s", id, logval(dg_node_address(node), q1, sizeof(q1)),
+	    ncaches, logval(admin ? admin : "none", q2, sizeof(q2)),
+	    logval(http != NULL ? http : "none", q3, sizeof(q3)));
 
 	do {
 		if (sigwait(&stop, &sig) != 0)

@@ -6,11 +6,14 @@
  * caches), membership (join), grid attached to membership.  Stop is the
  * reverse, with the graceful part first: the node leaves the cluster (its
  * partitions are taken over by the nodes that own them next), then the
- * grid stops, then the transport.
+ * grid stops, then the transport.  The HTTP /metrics endpoint starts last,
+ * once the node is fully up, and stops first, so its handlers never see a
+ * node being built or torn down.
  */
 #include "datagrid.h"
 #include "cache/cache.h"
 #include "admin.h"
+#include "metrics_http.h"
 #include "node_int.h"
 #include "settings.h"
 #include "transport/transport_int.h"
@@ -34,6 +37,7 @@ struct dg_node {
 	uint64_t started_ms;        /* dgi_now_ms() at dg_node_start */
 	dgi_adminpeer *ap;          /* node-to-node admin messages */
 	dgi_admin *admin;           /* the dgctl endpoint, or NULL */
+	dgi_http *http;             /* GET /metrics; NULL: none */
 };
 
 void dg_node_config_init(dg_node_config *cfg)
@@ -119,6 +123,8 @@ static void node_stop(dg_node *n, bool graceful)
 {
 	if (n == NULL)
 		return;
+	dgi_http_stop(n->http);
+	n->http = NULL;
 	dgi_admin_stop(n->admin);   /* no dgctl request runs past here */
 	n->admin = NULL;
 	if (graceful && n->g != NULL && n->m != NULL)
@@ -151,6 +157,19 @@ void dgi_node_kill(dg_node *n);
 void dgi_node_kill(dg_node *n)
 {
 	node_stop(n, false);
+}
+
+/* The /metrics endpoint, when the config asks for one.  Its failure fails
+ * the start: an operator who asked for metrics wants to know at once. */
+static dg_err start_http(dg_node *n)
+{
+	if (n->cfg.http_url == NULL)
+		return DG_OK;
+	dg_err e = dgi_http_start(n, n->cfg.http_url, &n->http);
+	if (e != DG_OK)
+		fprintf(stderr, "level=error id=HTTP-LISTEN url=\"%s\" err=\"%s\"\n",
+		    n->cfg.http_url, dg_strerror(e));
+	return e;
 }
 
 dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
@@ -224,6 +243,8 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	if (n->cfg.admin_url != NULL &&
 	    (e = dgi_admin_start(n, n->cfg.admin_url, &n->admin)) != DG_OK)
 		goto fail;
+	if ((e = start_http(n)) != DG_OK)
+		goto fail;
 	*out = n;
 	return DG_OK;
 fail:
@@ -261,6 +282,11 @@ const char *dg_node_admin_address(const dg_node *n)
 const char *dg_node_address(const dg_node *n)
 {
 	return n ? dg_tp_address(n->tp) : NULL;
+}
+
+const char *dg_node_http_address(const dg_node *n)
+{
+	return n ? dgi_http_address(n->http) : NULL;
 }
 
 size_t dg_node_topology(dg_node *n, int64_t *version, dg_node_info *out, size_t cap)
