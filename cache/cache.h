@@ -303,6 +303,49 @@ dg_err dgi_cache_tx_copy(dg_cache *c, uint32_t part, uint64_t hash, const uint8_
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
     int64_t expire_ms, uint64_t tx_node, uint64_t tx_seq);
 
+/* ---- idle verify (dgctl idle-verify): compare the copies of a partition ----
+ * Every owner of a partition computes its digest; copies agree when their
+ * entries and digest are equal (run it while no writes are in flight: a
+ * write applied on the primary but not yet on a backup shows as a
+ * difference). */
+
+/* dgi_part_digest.state: the partition's state on this node, the values of
+ * cache_int.h's enum part_state (pinned there by static_assert). */
+enum {
+	DGI_PART_NONE = 0,      /* not an owner (may still hold data it is handing over) */
+	DGI_PART_OWNING = 1,    /* an owner with the whole partition */
+	DGI_PART_MOVING = 2,    /* a new owner still fetching it */
+	DGI_PART_LOST = 3,      /* an owner of a partition whose copies were all lost */
+};
+
+typedef struct dgi_part_digest {
+	int role;            /* 0 none, 1 primary, 2 backup (this node's role for the partition in the current topology) */
+	int state;           /* DGI_PART_* */
+	uint64_t entries;    /* live copies (expired or removed ones excluded) */
+	uint64_t digest;     /* order-independent: sum (mod 2^64) of a 64-bit hash of each live entry's key bytes, value bytes and version */
+	uint64_t bytes;      /* key + value bytes (encoded, as stored) */
+} dgi_part_digest;
+
+/* Digest of this node's copy of partition part.  Holds the partition's
+ * lock for one pass over its entries (like a reader; no other lock) and
+ * allocates nothing.  A partition this node holds nothing of gives
+ * entries 0 (role 0 when it is no owner); a non-owner can report entries
+ * while it keeps data for the new owners to fetch (state NONE).  Any
+ * thread.  DG_ERR_INVAL: c or out NULL, part >= partitions;
+ * DG_ERR_CLOSED: the cache was destroyed. */
+dg_err dgi_cache_part_digest(dg_cache *c, uint32_t part, dgi_part_digest *out);
+/* "NONE", "OWNING", "MOVING", "LOST", or "UNKNOWN" for another value
+ * (static strings). */
+const char *dgi_part_state_name(int state);
+
+/* Overwrites this node's copy of key (raw key bytes as dg_cache_put takes
+ * them, encoded the same way) with val, keeping its version, without
+ * telling any other owner.  Memory only: a persistent cache's record keeps
+ * the old value.  DG_ERR_NOT_FOUND when this node holds no copy (or only
+ * a removal's tombstone); DG_ERR_INVAL, DG_ERR_NOMEM.  For tests only. */
+dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen,
+    const void *val, size_t vlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -162,6 +162,8 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max);
 uint32_t dgi_part_expire_cb(dgi_part *p, int64_t now_ms, uint32_t max,
     void (*gone)(void *ctx, const dgi_entry *e), void *ctx);
+/* Visits every entry and tombstone in slot order (no allocation). */
+void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void *ctx);
 
 static inline const uint8_t *dgi_entry_key(const dgi_entry *e) { return e->data; }
 static inline const uint8_t *dgi_entry_val(const dgi_entry *e) { return e->data + e->klen; }

@@ -1436,6 +1436,36 @@ dg_err dg_cache_get_obj(dg_cache *c, const dg_desc *kd, const void *key, const d
 	return e;
 }
 
+/* ---- idle verify's test hook (cache.h, "idle verify") ---- */
+
+dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, const void *val,
+    size_t vlen)
+{
+	if (c == NULL)
+		return DG_ERR_INVAL;
+	ENC_KEY(key, klen);
+	ENC_VAL(val, vlen);
+	uint64_t hash = dgi_key_hash(kenc, kenc_len);
+	dgi_part *pt = &c->parts[dgi_part_of(hash, c->cfg.partitions)];
+	dg_err e = DG_OK;
+	pthread_mutex_lock(&pt->mu);
+	dgi_entry *en = dgi_part_find(pt, hash, kenc, (uint32_t)kenc_len);
+	if (en == NULL || (en->flags & DGI_ENTRY_TOMB)) {
+		e = DG_ERR_NOT_FOUND;
+	} else {
+		/* copies: the entry may be freed and replaced when val is bigger */
+		dgi_pver ver = en->ver;
+		int64_t expire = en->expire_ms;
+		uint64_t op_node = en->op_node, op_seq = en->op_seq;
+		if (!dgi_part_overwrite(pt, en, venc, (uint32_t)venc_len, &ver, expire, op_node,
+		    op_seq))
+			e = dgi_part_set(pt, hash, kenc, (uint32_t)kenc_len, venc, (uint32_t)venc_len,
+			    &ver, expire, op_node, op_seq, 0, NULL);
+	}
+	pthread_mutex_unlock(&pt->mu);
+	return e;
+}
+
 /* ---- what transactions use (cache.h, "what transactions (txn/) use") ---- */
 
 void dgi_grid_set_tx_hook(dgi_grid *g, dgi_tx_op_fn fn, void *ctx)

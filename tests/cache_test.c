@@ -1268,6 +1268,189 @@ static void test_multi_graceful_leave_hands_over(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- idle verify: partition digests ---- */
+
+/* The partition of a short raw key (encoded as dg_cache_put does). */
+static uint32_t part_of_key(dg_cache *c, const char *key)
+{
+	uint8_t enc[64];
+	size_t kl = strlen(key);
+	enc[0] = 0x0A;
+	enc[1] = (uint8_t)kl;
+	memcpy(enc + 2, key, kl);
+	uint64_t h;
+	return dgi_cache_key_part(c, enc, kl + 2, &h);
+}
+
+/* Sets key i of the store test below: "dk<i>" = "dv<i>" at version
+ * (1, i + 1, 1), the same whatever order the keys go in. */
+static void digest_set(dgi_part *p, int i, int64_t expire, uint32_t flags)
+{
+	char k[16], v[16];
+	snprintf(k, sizeof(k), "dk%d", i);
+	snprintf(v, sizeof(v), "dv%d", i);
+	dgi_pver ver = { 1, (uint64_t)i + 1, 1, 0 };
+	uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+	OK(dgi_part_set(p, h, (const uint8_t *)k, (uint32_t)strlen(k), (const uint8_t *)v,
+	    (uint32_t)strlen(v), &ver, expire, 0, 0, flags, NULL));
+}
+
+static void test_node_part_digest_order_and_liveness(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "digest1");
+	cc.partitions = 1;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	dgi_part *p = &c->parts[0];
+	dgi_part_digest d1, d2, d3;
+	/* the same entries inserted in opposite orders sit in other slots
+	 * (collisions, growth): the digest must not care */
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < 300; i++)
+		digest_set(p, i, 0, 0);
+	pthread_mutex_unlock(&p->mu);
+	OK(dgi_cache_part_digest(c, 0, &d1));
+	pthread_mutex_lock(&p->mu);
+	dgi_part_clear(p);
+	for (int i = 299; i >= 0; i--)
+		digest_set(p, i, 0, 0);
+	pthread_mutex_unlock(&p->mu);
+	OK(dgi_cache_part_digest(c, 0, &d2));
+	assert_int_equal(d1.entries, 300);
+	assert_int_equal(d2.entries, 300);
+	assert_true(d1.digest != 0);
+	assert_true(d1.digest == d2.digest);
+	assert_int_equal(d1.bytes, d2.bytes);
+	assert_int_equal(d1.role, 1); /* the only node: primary */
+	assert_int_equal(d1.state, DGI_PART_OWNING);
+	/* a tombstone and an expired entry are not live copies */
+	pthread_mutex_lock(&p->mu);
+	digest_set(p, 1000, dgi_wall_ms() + 60000, DGI_ENTRY_TOMB);
+	digest_set(p, 1001, 1, 0);
+	pthread_mutex_unlock(&p->mu);
+	OK(dgi_cache_part_digest(c, 0, &d3));
+	assert_int_equal(d3.entries, 300);
+	assert_true(d3.digest == d1.digest);
+	assert_int_equal(d3.bytes, d1.bytes);
+	/* a newer version of the same value is another copy */
+	pthread_mutex_lock(&p->mu);
+	dgi_entry *e = find_s(p, "dk5");
+	e->ver.counter += 1000;
+	pthread_mutex_unlock(&p->mu);
+	OK(dgi_cache_part_digest(c, 0, &d3));
+	assert_true(d3.digest != d1.digest);
+	/* bad arguments */
+	EXPECT(dgi_cache_part_digest(c, 1, &d3), DG_ERR_INVAL);
+	EXPECT(dgi_cache_part_digest(c, 0, NULL), DG_ERR_INVAL);
+	assert_string_equal(dgi_part_state_name(DGI_PART_NONE), "NONE");
+	assert_string_equal(dgi_part_state_name(DGI_PART_OWNING), "OWNING");
+	assert_string_equal(dgi_part_state_name(DGI_PART_MOVING), "MOVING");
+	assert_string_equal(dgi_part_state_name(DGI_PART_LOST), "LOST");
+	assert_string_equal(dgi_part_state_name(42), "UNKNOWN");
+	dg_node_stop(n);
+}
+
+/* Digests of partition p on the cluster's nodes. */
+static void digests_of(dg_cache **cs, int n, uint32_t p, dgi_part_digest *out)
+{
+	for (int j = 0; j < n; j++)
+		OK(dgi_cache_part_digest(cs[j], p, &out[j]));
+}
+
+static void test_multi_part_digest_idle_verify(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "idle");
+	cc.backups = 2;
+	cc.partitions = 32;
+	dg_cache *cs[4];
+	OK(dg_cache_create(cl.n[0], &cc, &cs[0]));
+	for (int j = 1; j < 4; j++)
+		cs[j] = cache_on(cl.n[j], "idle");
+	char k[16], v[16];
+	for (int i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		OK(dg_cache_put(cs[0], k, strlen(k), v, strlen(v))); /* FULL_SYNC */
+	}
+	/* every owner of every partition reports the same copy */
+	dgi_part_digest d[4];
+	uint64_t total = 0;
+	for (uint32_t p = 0; p < 32; p++) {
+		digests_of(cs, 4, p, d);
+		int prim = 0, back = 0;
+		for (int j = 0; j < 3; j++) {
+			prim += d[j].role == 1;
+			back += d[j].role == 2;
+			assert_int_equal(d[j].state, DGI_PART_OWNING);
+			assert_int_equal(d[j].entries, d[0].entries);
+			assert_true(d[j].digest == d[0].digest);
+			assert_int_equal(d[j].bytes, d[0].bytes);
+		}
+		assert_int_equal(prim, 1);
+		assert_int_equal(back, 2);
+		/* the client holds no copy */
+		assert_int_equal(d[3].role, 0);
+		assert_int_equal(d[3].state, DGI_PART_NONE);
+		assert_int_equal(d[3].entries, 0);
+		total += d[0].entries;
+	}
+	assert_int_equal(total, 300);
+	/* a new value changes the partition's digest on every owner alike */
+	uint32_t p7 = part_of_key(cs[0], "k7");
+	dgi_part_digest before[4], after[4];
+	digests_of(cs, 3, p7, before);
+	OK(dg_cache_put(cs[2], "k7", 2, "changed", 7));
+	digests_of(cs, 3, p7, after);
+	for (int j = 0; j < 3; j++) {
+		assert_true(after[j].digest != before[j].digest);
+		assert_true(after[j].digest == after[0].digest);
+		assert_int_equal(after[j].entries, before[j].entries);
+	}
+
+	/* the test hook corrupts node 1's copy only */
+	uint32_t p11 = part_of_key(cs[0], "k11");
+	digests_of(cs, 3, p11, before);
+	OK(dgi_cache_debug_put_local(cs[1], "k11", 3, "corrupt", 7));
+	digests_of(cs, 3, p11, after);
+	assert_true(after[1].digest != before[1].digest);
+	assert_true(after[1].digest != after[0].digest);
+	assert_true(after[0].digest == before[0].digest);
+	assert_true(after[2].digest == after[0].digest);
+	assert_int_equal(after[1].entries, after[0].entries);
+	/* node 1 owns a copy and reads it (read_from_backup): the bad value;
+	 * the others still have the good one */
+	dg_buf b;
+	dg_buf_init(&b);
+	OK(dg_cache_get(cs[1], "k11", 3, &b));
+	assert_int_equal(b.len, 7);
+	assert_memory_equal(b.data, "corrupt", 7);
+	for (int j = 0; j < 4; j += 2) {
+		b.len = 0;
+		OK(dg_cache_get(cs[j], "k11", 3, &b));
+		assert_int_equal(b.len, 3);
+		assert_memory_equal(b.data, "v11", 3);
+	}
+	EXPECT(dgi_cache_debug_put_local(cs[3], "k11", 3, "x", 1), DG_ERR_NOT_FOUND);
+	EXPECT(dgi_cache_debug_put_local(cs[1], "absent", 6, "x", 1), DG_ERR_NOT_FOUND);
+	/* a value bigger than the entry's memory: a new entry, same version */
+	char big[200];
+	memset(big, 'b', sizeof(big));
+	OK(dgi_cache_debug_put_local(cs[2], "k11", 3, big, sizeof(big)));
+	digests_of(cs, 3, p11, after);
+	assert_true(after[2].digest != after[0].digest);
+	/* encoded sizes: "v11" is tag, length, 3 bytes; big is tag, a 2-byte length, 200 */
+	assert_int_equal(after[2].bytes, after[0].bytes - (2 + 3) + (1 + 2 + sizeof(big)));
+	dg_buf_free(&b);
+	cluster_stop(&cl);
+}
+
 /* ---- persistence ---- */
 
 static char *tmpdir(void)
@@ -1573,6 +1756,8 @@ int main(void)
 		cmocka_unit_test(test_multi_lost_partitions),
 		cmocka_unit_test(test_multi_node_failure_keeps_writes),
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),
+		cmocka_unit_test(test_node_part_digest_order_and_liveness),
+		cmocka_unit_test(test_multi_part_digest_idle_verify),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
