@@ -197,6 +197,46 @@ DG_API dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out);
  * timeout_ms.  DG_ERR_TIMEOUT. */
 DG_API dg_err dg_cache_wait_rebalanced(dg_cache *c, uint32_t timeout_ms);
 
+/* ---- operation latency ----
+ * Per cache and per kind of operation, a histogram of how long the
+ * operations started on this node took, from call to return; cumulative
+ * since the cache was created on this node (destroyed and created again:
+ * from zero).  Kinds: DG_OP_GET counts get, contains and their _val/_obj
+ * forms; DG_OP_PUT put, put_if_absent, replace, get_and_put and their
+ * forms; DG_OP_REMOVE remove and remove_val.  A batch (put_all, get_all,
+ * remove_all and their _val forms) counts once per call, whatever its n.
+ * Every call counts whatever its result (NOT_FOUND, TIMEOUT, ...), except
+ * one rejected with DG_ERR_INVAL.  On a TRANSACTIONAL cache the time
+ * includes what the transaction layer did for the call: a write outside a
+ * transaction, its whole one-operation transaction; inside one, enlisting
+ * and locking, not the commit.  Recording costs two clock reads and two
+ * relaxed atomic increments: no lock, no allocation. */
+#define DG_LAT_BUCKETS 28
+typedef enum dg_cache_op_kind { DG_OP_GET, DG_OP_PUT, DG_OP_REMOVE, DG_OP__COUNT } dg_cache_op_kind;
+typedef struct dg_latency {
+	uint64_t count;                     /* ops: the sum of buckets[] */
+	uint64_t sum_us;                    /* their total time */
+	uint64_t buckets[DG_LAT_BUCKETS];   /* buckets[i]: ops that took <= dg_latency_bound_us(i)
+	                                       and more than the previous bound; the last is +Inf.
+	                                       Not cumulative: Prometheus' `le` buckets are
+	                                       running sums of these */
+} dg_latency;
+/* The upper bound of bucket i in microseconds: 1, 2, 5, 10, 20, 50, ...
+ * ({1, 2, 5}[i % 3] * 10^(i / 3)) up to 500 s for i = 26; UINT64_MAX
+ * (+Inf) for i >= DG_LAT_BUCKETS - 1.  Pure: any thread. */
+DG_API uint64_t dg_latency_bound_us(unsigned i);
+/* Copies the histogram of op on this node into *out (caller-owned).  Any
+ * thread, while others record: the counters are read one by one, so sum_us
+ * may include an op the buckets do not yet (count is always the buckets'
+ * total).  DG_ERR_INVAL: c or out NULL, op not a DG_OP_ kind. */
+DG_API dg_err dg_cache_get_latency(dg_cache *c, dg_cache_op_kind op, dg_latency *out);
+/* The upper bound (µs) of the bucket holding the q-quantile of l: the
+ * bucket where the running sum of buckets[] reaches ceil(q * total) (at
+ * least 1), q clamped to [0, 1].  l->count is not read: total is the
+ * buckets' sum.  0 when l is NULL or every bucket is 0; UINT64_MAX when
+ * the quantile is in the +Inf bucket.  Pure: any thread. */
+DG_API uint64_t dg_latency_quantile_us(const dg_latency *l, double q);
+
 /* ------------------------------------------------------------------------
  * The grid engine (library-internal): one per node, built by node/ on top
  * of the node's transport and membership.

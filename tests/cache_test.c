@@ -1413,6 +1413,12 @@ static void test_multi_part_digest_idle_verify(void **state)
 		assert_true(after[j].digest == after[0].digest);
 		assert_int_equal(after[j].entries, before[j].entries);
 	}
+	/* latency: the puts were started on node 0 only, whoever applied them */
+	dg_latency l0, l1;
+	OK(dg_cache_get_latency(cs[0], DG_OP_PUT, &l0));
+	OK(dg_cache_get_latency(cs[1], DG_OP_PUT, &l1));
+	assert_int_equal(l0.count, 300);
+	assert_int_equal(l1.count, 0);
 
 	/* the test hook corrupts node 1's copy only */
 	uint32_t p11 = part_of_key(cs[0], "k11");
@@ -1449,6 +1455,134 @@ static void test_multi_part_digest_idle_verify(void **state)
 	assert_int_equal(after[2].bytes, after[0].bytes - (2 + 3) + (1 + 2 + sizeof(big)));
 	dg_buf_free(&b);
 	cluster_stop(&cl);
+}
+
+/* ---- operation latency ---- */
+
+static void test_latency_buckets_and_quantile(void **state)
+{
+	(void)state;
+	assert_int_equal(dg_latency_bound_us(0), 1);
+	assert_int_equal(dg_latency_bound_us(1), 2);
+	assert_int_equal(dg_latency_bound_us(2), 5);
+	assert_int_equal(dg_latency_bound_us(3), 10);
+	assert_int_equal(dg_latency_bound_us(20), 5000000);
+	assert_int_equal(dg_latency_bound_us(26), 500000000);
+	assert_true(dg_latency_bound_us(DG_LAT_BUCKETS - 1) == UINT64_MAX);
+	assert_true(dg_latency_bound_us(1000) == UINT64_MAX);
+	for (unsigned i = 1; i < DG_LAT_BUCKETS; i++)
+		assert_true(dg_latency_bound_us(i) > dg_latency_bound_us(i - 1));
+	/* an op lands in the first bucket whose bound it does not exceed */
+	static const struct { uint64_t ns; unsigned bucket; } cases[] = {
+		{ 0, 0 }, { 1000, 0 }, { 1001, 1 }, { 2000, 1 }, { 5000, 2 }, { 5001, 3 },
+		{ 999999, 9 }, { 500000000000ull, 26 }, { 500000000001ull, 27 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		dgi_lat l;
+		memset(&l, 0, sizeof(l));
+		dgi_lat_add(&l, cases[i].ns);
+		for (unsigned j = 0; j < DG_LAT_BUCKETS; j++)
+			assert_int_equal(atomic_load(&l.buckets[j]), j == cases[i].bucket);
+		assert_int_equal(atomic_load(&l.sum_ns), cases[i].ns);
+	}
+	/* quantiles of a hand-built histogram: 10 ops <= 1 µs, 80 in (5, 10],
+	 * 10 in (50, 100] */
+	dg_latency h;
+	memset(&h, 0, sizeof(h));
+	assert_int_equal(dg_latency_quantile_us(&h, 0.5), 0);
+	assert_int_equal(dg_latency_quantile_us(NULL, 0.5), 0);
+	h.buckets[0] = 10;
+	h.buckets[3] = 80;
+	h.buckets[6] = 10;
+	h.count = 100;
+	assert_int_equal(dg_latency_quantile_us(&h, 0), 1);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.1), 1);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.11), 10);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.5), 10);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.9), 10);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.91), 100);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.99), 100);
+	assert_int_equal(dg_latency_quantile_us(&h, 1.0), 100);
+	assert_int_equal(dg_latency_quantile_us(&h, 7.0), 100);
+	assert_int_equal(dg_latency_quantile_us(&h, -1.0), 1);
+	h.buckets[DG_LAT_BUCKETS - 1] = 1000; /* mostly beyond the last bound */
+	assert_true(dg_latency_quantile_us(&h, 0.5) == UINT64_MAX);
+}
+
+static void expect_counts(dg_cache *c, uint64_t get, uint64_t put, uint64_t remove)
+{
+	const uint64_t want[DG_OP__COUNT] = { get, put, remove };
+	for (int k = 0; k < DG_OP__COUNT; k++) {
+		dg_latency l;
+		OK(dg_cache_get_latency(c, (dg_cache_op_kind)k, &l));
+		assert_int_equal(l.count, want[k]);
+		uint64_t sum = 0;
+		for (unsigned i = 0; i < DG_LAT_BUCKETS; i++)
+			sum += l.buckets[i];
+		assert_int_equal(sum, l.count);
+		assert_int_equal(l.buckets[DG_LAT_BUCKETS - 1], 0);
+	}
+}
+
+static void test_node_latency_counts(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "latency");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	expect_counts(c, 0, 0, 0);
+	enum { N = 500, M = 300 };
+	char k[16];
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "l%d", i);
+		OK(dg_cache_put(c, k, strlen(k), "value", 5));
+	}
+	dg_buf b;
+	dg_buf_init(&b);
+	for (int i = 0; i < M; i++) {
+		snprintf(k, sizeof(k), "l%d", i * 2); /* half of them miss: counted too */
+		b.len = 0;
+		dg_err e = dg_cache_get(c, k, strlen(k), &b);
+		assert_true(e == DG_OK || e == DG_ERR_NOT_FOUND);
+	}
+	expect_counts(c, M, N, 0);
+	dg_latency l;
+	OK(dg_cache_get_latency(c, DG_OP_PUT, &l));
+	assert_true(l.sum_us > 0);
+	assert_true(dg_latency_quantile_us(&l, 0.5) > 0);
+	OK(dg_cache_get_latency(c, DG_OP_GET, &l));
+	assert_true(l.sum_us > 0);
+	/* each single-key form counts once under its kind */
+	bool f;
+	OK(dg_cache_put_if_absent(c, "l1", 2, "x", 1, &f));
+	OK(dg_cache_replace(c, "l1", 2, "y", 1, &f));
+	b.len = 0;
+	OK(dg_cache_get_and_put(c, "l1", 2, "z", 1, &b, &f));
+	OK(dg_cache_contains(c, "l1", 2, &f));
+	OK(dg_cache_remove(c, "l1", 2, &f));
+	expect_counts(c, M + 1, N + 3, 1);
+	/* a batch counts once, whatever its size */
+	dg_kv kv[3] = { { "b1", 2, "v1", 2 }, { "b2", 2, "v2", 2 }, { "b3", 2, "v3", 2 } };
+	size_t cnt;
+	OK(dg_cache_put_all(c, kv, 3));
+	b.len = 0;
+	OK(dg_cache_get_all(c, kv, 3, &b, &cnt));
+	assert_int_equal(cnt, 3);
+	OK(dg_cache_remove_all(c, kv, 3, &cnt));
+	assert_int_equal(cnt, 3);
+	expect_counts(c, M + 2, N + 4, 2);
+	/* rejected arguments are no operation */
+	EXPECT(dg_cache_get(c, "l3", 2, NULL), DG_ERR_INVAL);
+	EXPECT(dg_cache_put_val(c, NULL, 1, (const uint8_t *)"x", 1), DG_ERR_INVAL);
+	EXPECT(dg_cache_put_all(c, NULL, 2), DG_ERR_INVAL);
+	expect_counts(c, M + 2, N + 4, 2);
+	EXPECT(dg_cache_get_latency(c, DG_OP__COUNT, &l), DG_ERR_INVAL);
+	EXPECT(dg_cache_get_latency(c, DG_OP_GET, NULL), DG_ERR_INVAL);
+	EXPECT(dg_cache_get_latency(NULL, DG_OP_GET, &l), DG_ERR_INVAL);
+	dg_buf_free(&b);
+	dg_node_stop(n);
 }
 
 /* ---- persistence ---- */
@@ -1758,6 +1892,8 @@ int main(void)
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),
 		cmocka_unit_test(test_node_part_digest_order_and_liveness),
 		cmocka_unit_test(test_multi_part_digest_idle_verify),
+		cmocka_unit_test(test_latency_buckets_and_quantile),
+		cmocka_unit_test(test_node_latency_counts),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
