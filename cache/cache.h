@@ -197,6 +197,46 @@ DG_API dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out);
  * timeout_ms.  DG_ERR_TIMEOUT. */
 DG_API dg_err dg_cache_wait_rebalanced(dg_cache *c, uint32_t timeout_ms);
 
+/* ---- operation latency ----
+ * Per cache and per kind of operation, a histogram of how long the
+ * operations started on this node took, from call to return; cumulative
+ * since the cache was created on this node (destroyed and created again:
+ * from zero).  Kinds: DG_OP_GET counts get, contains and their _val/_obj
+ * forms; DG_OP_PUT put, put_if_absent, replace, get_and_put and their
+ * forms; DG_OP_REMOVE remove and remove_val.  A batch (put_all, get_all,
+ * remove_all and their _val forms) counts once per call, whatever its n.
+ * Every call counts whatever its result (NOT_FOUND, TIMEOUT, ...), except
+ * one rejected with DG_ERR_INVAL.  On a TRANSACTIONAL cache the time
+ * includes what the transaction layer did for the call: a write outside a
+ * transaction, its whole one-operation transaction; inside one, enlisting
+ * and locking, not the commit.  Recording costs two clock reads and two
+ * relaxed atomic increments: no lock, no allocation. */
+#define DG_LAT_BUCKETS 28
+typedef enum dg_cache_op_kind { DG_OP_GET, DG_OP_PUT, DG_OP_REMOVE, DG_OP__COUNT } dg_cache_op_kind;
+typedef struct dg_latency {
+	uint64_t count;                     /* ops: the sum of buckets[] */
+	uint64_t sum_us;                    /* their total time */
+	uint64_t buckets[DG_LAT_BUCKETS];   /* buckets[i]: ops that took <= dg_latency_bound_us(i)
+	                                       and more than the previous bound; the last is +Inf.
+	                                       Not cumulative: Prometheus' `le` buckets are
+	                                       running sums of these */
+} dg_latency;
+/* The upper bound of bucket i in microseconds: 1, 2, 5, 10, 20, 50, ...
+ * ({1, 2, 5}[i % 3] * 10^(i / 3)) up to 500 s for i = 26; UINT64_MAX
+ * (+Inf) for i >= DG_LAT_BUCKETS - 1.  Pure: any thread. */
+DG_API uint64_t dg_latency_bound_us(unsigned i);
+/* Copies the histogram of op on this node into *out (caller-owned).  Any
+ * thread, while others record: the counters are read one by one, so sum_us
+ * may include an op the buckets do not yet (count is always the buckets'
+ * total).  DG_ERR_INVAL: c or out NULL, op not a DG_OP_ kind. */
+DG_API dg_err dg_cache_get_latency(dg_cache *c, dg_cache_op_kind op, dg_latency *out);
+/* The upper bound (µs) of the bucket holding the q-quantile of l: the
+ * bucket where the running sum of buckets[] reaches ceil(q * total) (at
+ * least 1), q clamped to [0, 1].  l->count is not read: total is the
+ * buckets' sum.  0 when l is NULL or every bucket is 0; UINT64_MAX when
+ * the quantile is in the +Inf bucket.  Pure: any thread. */
+DG_API uint64_t dg_latency_quantile_us(const dg_latency *l, double q);
+
 /* ------------------------------------------------------------------------
  * The grid engine (library-internal): one per node, built by node/ on top
  * of the node's transport and membership.
@@ -302,6 +342,49 @@ dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8
 dg_err dgi_cache_tx_copy(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
     int64_t expire_ms, uint64_t tx_node, uint64_t tx_seq);
+
+/* ---- idle verify (dgctl idle-verify): compare the copies of a partition ----
+ * Every owner of a partition computes its digest; copies agree when their
+ * entries and digest are equal (run it while no writes are in flight: a
+ * write applied on the primary but not yet on a backup shows as a
+ * difference). */
+
+/* dgi_part_digest.state: the partition's state on this node, the values of
+ * cache_int.h's enum part_state (pinned there by static_assert). */
+enum {
+	DGI_PART_NONE = 0,      /* not an owner (may still hold data it is handing over) */
+	DGI_PART_OWNING = 1,    /* an owner with the whole partition */
+	DGI_PART_MOVING = 2,    /* a new owner still fetching it */
+	DGI_PART_LOST = 3,      /* an owner of a partition whose copies were all lost */
+};
+
+typedef struct dgi_part_digest {
+	int role;            /* 0 none, 1 primary, 2 backup (this node's role for the partition in the current topology) */
+	int state;           /* DGI_PART_* */
+	uint64_t entries;    /* live copies (expired or removed ones excluded) */
+	uint64_t digest;     /* order-independent: sum (mod 2^64) of a 64-bit hash of each live entry's key bytes, value bytes and version */
+	uint64_t bytes;      /* key + value bytes (encoded, as stored) */
+} dgi_part_digest;
+
+/* Digest of this node's copy of partition part.  Holds the partition's
+ * lock for one pass over its entries (like a reader; no other lock) and
+ * allocates nothing.  A partition this node holds nothing of gives
+ * entries 0 (role 0 when it is no owner); a non-owner can report entries
+ * while it keeps data for the new owners to fetch (state NONE).  Any
+ * thread.  DG_ERR_INVAL: c or out NULL, part >= partitions;
+ * DG_ERR_CLOSED: the cache was destroyed. */
+dg_err dgi_cache_part_digest(dg_cache *c, uint32_t part, dgi_part_digest *out);
+/* "NONE", "OWNING", "MOVING", "LOST", or "UNKNOWN" for another value
+ * (static strings). */
+const char *dgi_part_state_name(int state);
+
+/* Overwrites this node's copy of key (raw key bytes as dg_cache_put takes
+ * them, encoded the same way) with val, keeping its version, without
+ * telling any other owner.  Memory only: a persistent cache's record keeps
+ * the old value.  DG_ERR_NOT_FOUND when this node holds no copy (or only
+ * a removal's tombstone); DG_ERR_INVAL, DG_ERR_NOMEM.  For tests only. */
+dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen,
+    const void *val, size_t vlen);
 
 #ifdef __cplusplus
 }

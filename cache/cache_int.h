@@ -40,6 +40,7 @@
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- hashing and affinity (affinity.c) ---- */
 
@@ -162,11 +163,44 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max);
 uint32_t dgi_part_expire_cb(dgi_part *p, int64_t now_ms, uint32_t max,
     void (*gone)(void *ctx, const dgi_entry *e), void *ctx);
+/* Visits every entry and tombstone in slot order (no allocation). */
+void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void *ctx);
 
 static inline const uint8_t *dgi_entry_key(const dgi_entry *e) { return e->data; }
 static inline const uint8_t *dgi_entry_val(const dgi_entry *e) { return e->data + e->klen; }
 
 int64_t dgi_wall_ms(void);
+
+/* ---- operation latency (latency.c; cache.h, "operation latency") ----
+ * One histogram per cache and kind: relaxed atomic counters bumped by the
+ * thread that ran the operation.  The count is not kept apart: it is the
+ * buckets' sum, one increment fewer per operation. */
+typedef struct dgi_lat {
+	_Atomic uint64_t sum_ns;
+	_Atomic uint64_t buckets[DG_LAT_BUCKETS];
+} dgi_lat;
+
+/* The finite bucket bounds in ns (dg_latency_bound_us * 1000): comparing
+ * the elapsed ns to them needs no division on the hot path. */
+extern const uint64_t dgi_lat_bounds_ns[DG_LAT_BUCKETS - 1];
+
+static inline uint64_t dgi_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Counts one operation of ns nanoseconds.  A loop from the smallest bound:
+ * most operations stop within the first few. */
+static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
+{
+	unsigned i = 0;
+	while (i < DG_LAT_BUCKETS - 1 && ns > dgi_lat_bounds_ns[i])
+		i++;
+	atomic_fetch_add_explicit(&l->buckets[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->sum_ns, ns, memory_order_relaxed);
+}
 
 /* ---- messages (msgs.c; PROTOCOL.md, "Cache messages") ---- */
 #define DGI_MSG_UPDATE ((dg_msg_type)(64))  /* originator -> primary, request */
@@ -299,6 +333,7 @@ struct dg_cache {
 	_Atomic uint64_t puts, removes, hits, misses, remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
 	bool rebal_pending;             /* rebalancer: partitions were moving */
+	dgi_lat lat[DG_OP__COUNT];      /* ops started here, by dg_cache_op_kind */
 };
 
 /* A caller waiting for an update: the primary's reply and, with FULL_SYNC,

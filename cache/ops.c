@@ -461,7 +461,17 @@ static bool retriable(dg_err e)
 	    e == DG_ERR_UNREACHABLE || e == DG_ERR_CLOSED;
 }
 
-static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
+/* Records an operation begun at t0 (dgi_now_ns) and passes its result
+ * on.  A call rejected for its arguments is no operation. */
+static dg_err timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e)
+{
+	if (c != NULL && e != DG_ERR_INVAL)
+		dgi_lat_add(&c->lat[kind], dgi_now_ns() - t0);
+	return e;
+}
+
+/* An update, untimed (timed: update below; batches time the whole call). */
+static dg_err update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old)
 {
 	if (c == NULL || key == NULL || klen == 0 || klen > DG_KEY_MAX || vlen > DG_VALUE_MAX)
@@ -575,6 +585,15 @@ static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 		if (wait_topology_change(g, seen, deadline) != DG_OK)
 			return DG_ERR_TIMEOUT;
 	}
+}
+
+/* An update started by a single-key call on this node, timed. */
+static dg_err update(dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old)
+{
+	uint64_t t0 = dgi_now_ns();
+	return timed(c, op == OP_REMOVE ? DG_OP_REMOVE : DG_OP_PUT, t0,
+	    update_op(c, op, key, klen, val, vlen, flag, old));
 }
 
 /* The grid whose future an UPDATE_RES completes: the callback's context is
@@ -911,8 +930,8 @@ static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t
 }
 
 /* Reads the encoded value of key into out (unwrap: the bytes inside a BYTES
- * value).  DG_ERR_NOT_FOUND. */
-static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
+ * value), untimed.  DG_ERR_NOT_FOUND. */
+static dg_err get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
 {
 	if (c == NULL || key == NULL || klen == 0 || klen > DG_KEY_MAX)
 		return DG_ERR_INVAL;
@@ -980,6 +999,13 @@ static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
 		if (wait_topology_change(g, seen, deadline) != DG_OK)
 			return DG_ERR_TIMEOUT;
 	}
+}
+
+/* A read started by a single-key call on this node, timed. */
+static dg_err get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
+{
+	uint64_t t0 = dgi_now_ns();
+	return timed(c, DG_OP_GET, t0, get_op(c, key, klen, out, unwrap));
 }
 
 /* A GET forwarded by a MOVING primary to its supplier: the answer goes
@@ -1325,51 +1351,90 @@ static dg_err remove_all_with(dg_cache *c, const dg_kv *kvs, size_t n, size_t *r
 	return DG_OK;
 }
 
-/* The encoded flavour with the raw flavour's signature. */
+/* One key of a batch, as the single-key calls do it but untimed: a batch
+ * is one operation (the encoded flavours with the raw flavour's signature). */
+static dg_err put_raw_one(dg_cache *c, const void *key, size_t klen, const void *val,
+    size_t vlen)
+{
+	ENC_KEY(key, klen);
+	ENC_VAL(val, vlen);
+	return update_op(c, OP_PUT, kenc, kenc_len, venc, venc_len, NULL, NULL);
+}
+
+static dg_err get_raw_one(dg_cache *c, const void *key, size_t klen, dg_buf *val)
+{
+	ENC_KEY(key, klen);
+	return get_op(c, kenc, kenc_len, val, true);
+}
+
+static dg_err remove_raw_one(dg_cache *c, const void *key, size_t klen, bool *removed)
+{
+	ENC_KEY(key, klen);
+	int64_t flag = 0;
+	dg_err e = update_op(c, OP_REMOVE, kenc, kenc_len, NULL, 0, &flag, NULL);
+	*removed = e == DG_OK && flag;
+	return e;
+}
+
 static dg_err put_val_one(dg_cache *c, const void *key, size_t klen, const void *val,
     size_t vlen)
 {
-	return dg_cache_put_val(c, key, klen, val, vlen);
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
+		return DG_ERR_INVAL;
+	return update_op(c, OP_PUT, key, klen, val, vlen, NULL, NULL);
 }
 
 static dg_err get_val_one(dg_cache *c, const void *key, size_t klen, dg_buf *val)
 {
-	return dg_cache_get_val(c, key, klen, val);
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK)
+		return DG_ERR_INVAL;
+	return get_op(c, key, klen, val, false);
 }
 
 static dg_err remove_val_one(dg_cache *c, const void *key, size_t klen, bool *removed)
 {
-	return dg_cache_remove_val(c, key, klen, removed);
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK)
+		return DG_ERR_INVAL;
+	int64_t flag = 0;
+	dg_err e = update_op(c, OP_REMOVE, key, klen, NULL, 0, &flag, NULL);
+	*removed = e == DG_OK && flag;
+	return e;
 }
 
 dg_err dg_cache_put_all(dg_cache *c, const dg_kv *kvs, size_t n)
 {
-	return put_all_with(c, kvs, n, dg_cache_put);
+	uint64_t t0 = dgi_now_ns();
+	return timed(c, DG_OP_PUT, t0, put_all_with(c, kvs, n, put_raw_one));
 }
 
 dg_err dg_cache_get_all(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
 {
-	return get_all_with(c, kvs, n, vals, found, dg_cache_get);
+	uint64_t t0 = dgi_now_ns();
+	return timed(c, DG_OP_GET, t0, get_all_with(c, kvs, n, vals, found, get_raw_one));
 }
 
 dg_err dg_cache_remove_all(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
 {
-	return remove_all_with(c, kvs, n, removed, dg_cache_remove);
+	uint64_t t0 = dgi_now_ns();
+	return timed(c, DG_OP_REMOVE, t0, remove_all_with(c, kvs, n, removed, remove_raw_one));
 }
 
 dg_err dg_cache_put_all_val(dg_cache *c, const dg_kv *kvs, size_t n)
 {
-	return put_all_with(c, kvs, n, put_val_one);
+	uint64_t t0 = dgi_now_ns();
+	return timed(c, DG_OP_PUT, t0, put_all_with(c, kvs, n, put_val_one));
 }
 
 dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
 {
-	return get_all_with(c, kvs, n, vals, found, get_val_one);
+	uint64_t t0 = dgi_now_ns();
+	return timed(c, DG_OP_GET, t0, get_all_with(c, kvs, n, vals, found, get_val_one));
 }
 
 dg_err dg_cache_remove_all_val(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
 {
-	return remove_all_with(c, kvs, n, removed, remove_val_one);
+	uint64_t t0 = dgi_now_ns();
+	return timed(c, DG_OP_REMOVE, t0, remove_all_with(c, kvs, n, removed, remove_val_one));
 }
 
 /* Encodes one struct with its descriptor into b (reset first). */
@@ -1433,6 +1498,36 @@ dg_err dg_cache_get_obj(dg_cache *c, const dg_desc *kd, const void *key, const d
 	if (kb.data != kst)
 		dg_buf_free(&kb);
 	dg_buf_free(&vb);
+	return e;
+}
+
+/* ---- idle verify's test hook (cache.h, "idle verify") ---- */
+
+dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, const void *val,
+    size_t vlen)
+{
+	if (c == NULL)
+		return DG_ERR_INVAL;
+	ENC_KEY(key, klen);
+	ENC_VAL(val, vlen);
+	uint64_t hash = dgi_key_hash(kenc, kenc_len);
+	dgi_part *pt = &c->parts[dgi_part_of(hash, c->cfg.partitions)];
+	dg_err e = DG_OK;
+	pthread_mutex_lock(&pt->mu);
+	dgi_entry *en = dgi_part_find(pt, hash, kenc, (uint32_t)kenc_len);
+	if (en == NULL || (en->flags & DGI_ENTRY_TOMB)) {
+		e = DG_ERR_NOT_FOUND;
+	} else {
+		/* copies: the entry may be freed and replaced when val is bigger */
+		dgi_pver ver = en->ver;
+		int64_t expire = en->expire_ms;
+		uint64_t op_node = en->op_node, op_seq = en->op_seq;
+		if (!dgi_part_overwrite(pt, en, venc, (uint32_t)venc_len, &ver, expire, op_node,
+		    op_seq))
+			e = dgi_part_set(pt, hash, kenc, (uint32_t)kenc_len, venc, (uint32_t)venc_len,
+			    &ver, expire, op_node, op_seq, 0, NULL);
+	}
+	pthread_mutex_unlock(&pt->mu);
 	return e;
 }
 

@@ -216,6 +216,13 @@ uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max)
 	return dgi_part_expire_cb(p, now_ms, max, NULL, NULL);
 }
 
+void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void *ctx)
+{
+	for (uint32_t i = 0; i < p->cap; i++)
+		if (p->slots[i].e != NULL)
+			fn(ctx, p->slots[i].e);
+}
+
 static int cmp_hash(const void *a, const void *b)
 {
 	uint64_t x = (*(dgi_entry *const *)a)->hash, y = (*(dgi_entry *const *)b)->hash;

@@ -1268,6 +1268,323 @@ static void test_multi_graceful_leave_hands_over(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- idle verify: partition digests ---- */
+
+/* The partition of a short raw key (encoded as dg_cache_put does). */
+static uint32_t part_of_key(dg_cache *c, const char *key)
+{
+	uint8_t enc[64];
+	size_t kl = strlen(key);
+	enc[0] = 0x0A;
+	enc[1] = (uint8_t)kl;
+	memcpy(enc + 2, key, kl);
+	uint64_t h;
+	return dgi_cache_key_part(c, enc, kl + 2, &h);
+}
+
+/* Sets key i of the store test below: "dk<i>" = "dv<i>" at version
+ * (1, i + 1, 1), the same whatever order the keys go in. */
+static void digest_set(dgi_part *p, int i, int64_t expire, uint32_t flags)
+{
+	char k[16], v[16];
+	snprintf(k, sizeof(k), "dk%d", i);
+	snprintf(v, sizeof(v), "dv%d", i);
+	dgi_pver ver = { 1, (uint64_t)i + 1, 1, 0 };
+	uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+	OK(dgi_part_set(p, h, (const uint8_t *)k, (uint32_t)strlen(k), (const uint8_t *)v,
+	    (uint32_t)strlen(v), &ver, expire, 0, 0, flags, NULL));
+}
+
+static void test_node_part_digest_order_and_liveness(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "digest1");
+	cc.partitions = 1;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	dgi_part *p = &c->parts[0];
+	dgi_part_digest d1, d2, d3;
+	/* the same entries inserted in opposite orders sit in other slots
+	 * (collisions, growth): the digest must not care */
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < 300; i++)
+		digest_set(p, i, 0, 0);
+	pthread_mutex_unlock(&p->mu);
+	OK(dgi_cache_part_digest(c, 0, &d1));
+	pthread_mutex_lock(&p->mu);
+	dgi_part_clear(p);
+	for (int i = 299; i >= 0; i--)
+		digest_set(p, i, 0, 0);
+	pthread_mutex_unlock(&p->mu);
+	OK(dgi_cache_part_digest(c, 0, &d2));
+	assert_int_equal(d1.entries, 300);
+	assert_int_equal(d2.entries, 300);
+	assert_true(d1.digest != 0);
+	assert_true(d1.digest == d2.digest);
+	assert_int_equal(d1.bytes, d2.bytes);
+	assert_int_equal(d1.role, 1); /* the only node: primary */
+	assert_int_equal(d1.state, DGI_PART_OWNING);
+	/* a tombstone and an expired entry are not live copies */
+	pthread_mutex_lock(&p->mu);
+	digest_set(p, 1000, dgi_wall_ms() + 60000, DGI_ENTRY_TOMB);
+	digest_set(p, 1001, 1, 0);
+	pthread_mutex_unlock(&p->mu);
+	OK(dgi_cache_part_digest(c, 0, &d3));
+	assert_int_equal(d3.entries, 300);
+	assert_true(d3.digest == d1.digest);
+	assert_int_equal(d3.bytes, d1.bytes);
+	/* a newer version of the same value is another copy */
+	pthread_mutex_lock(&p->mu);
+	dgi_entry *e = find_s(p, "dk5");
+	e->ver.counter += 1000;
+	pthread_mutex_unlock(&p->mu);
+	OK(dgi_cache_part_digest(c, 0, &d3));
+	assert_true(d3.digest != d1.digest);
+	/* bad arguments */
+	EXPECT(dgi_cache_part_digest(c, 1, &d3), DG_ERR_INVAL);
+	EXPECT(dgi_cache_part_digest(c, 0, NULL), DG_ERR_INVAL);
+	assert_string_equal(dgi_part_state_name(DGI_PART_NONE), "NONE");
+	assert_string_equal(dgi_part_state_name(DGI_PART_OWNING), "OWNING");
+	assert_string_equal(dgi_part_state_name(DGI_PART_MOVING), "MOVING");
+	assert_string_equal(dgi_part_state_name(DGI_PART_LOST), "LOST");
+	assert_string_equal(dgi_part_state_name(42), "UNKNOWN");
+	dg_node_stop(n);
+}
+
+/* Digests of partition p on the cluster's nodes. */
+static void digests_of(dg_cache **cs, int n, uint32_t p, dgi_part_digest *out)
+{
+	for (int j = 0; j < n; j++)
+		OK(dgi_cache_part_digest(cs[j], p, &out[j]));
+}
+
+static void test_multi_part_digest_idle_verify(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "idle");
+	cc.backups = 2;
+	cc.partitions = 32;
+	dg_cache *cs[4];
+	OK(dg_cache_create(cl.n[0], &cc, &cs[0]));
+	for (int j = 1; j < 4; j++)
+		cs[j] = cache_on(cl.n[j], "idle");
+	char k[16], v[16];
+	for (int i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		OK(dg_cache_put(cs[0], k, strlen(k), v, strlen(v))); /* FULL_SYNC */
+	}
+	/* every owner of every partition reports the same copy */
+	dgi_part_digest d[4];
+	uint64_t total = 0;
+	for (uint32_t p = 0; p < 32; p++) {
+		digests_of(cs, 4, p, d);
+		int prim = 0, back = 0;
+		for (int j = 0; j < 3; j++) {
+			prim += d[j].role == 1;
+			back += d[j].role == 2;
+			assert_int_equal(d[j].state, DGI_PART_OWNING);
+			assert_int_equal(d[j].entries, d[0].entries);
+			assert_true(d[j].digest == d[0].digest);
+			assert_int_equal(d[j].bytes, d[0].bytes);
+		}
+		assert_int_equal(prim, 1);
+		assert_int_equal(back, 2);
+		/* the client holds no copy */
+		assert_int_equal(d[3].role, 0);
+		assert_int_equal(d[3].state, DGI_PART_NONE);
+		assert_int_equal(d[3].entries, 0);
+		total += d[0].entries;
+	}
+	assert_int_equal(total, 300);
+	/* a new value changes the partition's digest on every owner alike */
+	uint32_t p7 = part_of_key(cs[0], "k7");
+	dgi_part_digest before[4], after[4];
+	digests_of(cs, 3, p7, before);
+	OK(dg_cache_put(cs[2], "k7", 2, "changed", 7));
+	digests_of(cs, 3, p7, after);
+	for (int j = 0; j < 3; j++) {
+		assert_true(after[j].digest != before[j].digest);
+		assert_true(after[j].digest == after[0].digest);
+		assert_int_equal(after[j].entries, before[j].entries);
+	}
+	/* latency: the puts were started on node 0 only, whoever applied them */
+	dg_latency l0, l1;
+	OK(dg_cache_get_latency(cs[0], DG_OP_PUT, &l0));
+	OK(dg_cache_get_latency(cs[1], DG_OP_PUT, &l1));
+	assert_int_equal(l0.count, 300);
+	assert_int_equal(l1.count, 0);
+
+	/* the test hook corrupts node 1's copy only */
+	uint32_t p11 = part_of_key(cs[0], "k11");
+	digests_of(cs, 3, p11, before);
+	OK(dgi_cache_debug_put_local(cs[1], "k11", 3, "corrupt", 7));
+	digests_of(cs, 3, p11, after);
+	assert_true(after[1].digest != before[1].digest);
+	assert_true(after[1].digest != after[0].digest);
+	assert_true(after[0].digest == before[0].digest);
+	assert_true(after[2].digest == after[0].digest);
+	assert_int_equal(after[1].entries, after[0].entries);
+	/* node 1 owns a copy and reads it (read_from_backup): the bad value;
+	 * the others still have the good one */
+	dg_buf b;
+	dg_buf_init(&b);
+	OK(dg_cache_get(cs[1], "k11", 3, &b));
+	assert_int_equal(b.len, 7);
+	assert_memory_equal(b.data, "corrupt", 7);
+	for (int j = 0; j < 4; j += 2) {
+		b.len = 0;
+		OK(dg_cache_get(cs[j], "k11", 3, &b));
+		assert_int_equal(b.len, 3);
+		assert_memory_equal(b.data, "v11", 3);
+	}
+	EXPECT(dgi_cache_debug_put_local(cs[3], "k11", 3, "x", 1), DG_ERR_NOT_FOUND);
+	EXPECT(dgi_cache_debug_put_local(cs[1], "absent", 6, "x", 1), DG_ERR_NOT_FOUND);
+	/* a value bigger than the entry's memory: a new entry, same version */
+	char big[200];
+	memset(big, 'b', sizeof(big));
+	OK(dgi_cache_debug_put_local(cs[2], "k11", 3, big, sizeof(big)));
+	digests_of(cs, 3, p11, after);
+	assert_true(after[2].digest != after[0].digest);
+	/* encoded sizes: "v11" is tag, length, 3 bytes; big is tag, a 2-byte length, 200 */
+	assert_int_equal(after[2].bytes, after[0].bytes - (2 + 3) + (1 + 2 + sizeof(big)));
+	dg_buf_free(&b);
+	cluster_stop(&cl);
+}
+
+/* ---- operation latency ---- */
+
+static void test_latency_buckets_and_quantile(void **state)
+{
+	(void)state;
+	assert_int_equal(dg_latency_bound_us(0), 1);
+	assert_int_equal(dg_latency_bound_us(1), 2);
+	assert_int_equal(dg_latency_bound_us(2), 5);
+	assert_int_equal(dg_latency_bound_us(3), 10);
+	assert_int_equal(dg_latency_bound_us(20), 5000000);
+	assert_int_equal(dg_latency_bound_us(26), 500000000);
+	assert_true(dg_latency_bound_us(DG_LAT_BUCKETS - 1) == UINT64_MAX);
+	assert_true(dg_latency_bound_us(1000) == UINT64_MAX);
+	for (unsigned i = 1; i < DG_LAT_BUCKETS; i++)
+		assert_true(dg_latency_bound_us(i) > dg_latency_bound_us(i - 1));
+	/* an op lands in the first bucket whose bound it does not exceed */
+	static const struct { uint64_t ns; unsigned bucket; } cases[] = {
+		{ 0, 0 }, { 1000, 0 }, { 1001, 1 }, { 2000, 1 }, { 5000, 2 }, { 5001, 3 },
+		{ 999999, 9 }, { 500000000000ull, 26 }, { 500000000001ull, 27 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		dgi_lat l;
+		memset(&l, 0, sizeof(l));
+		dgi_lat_add(&l, cases[i].ns);
+		for (unsigned j = 0; j < DG_LAT_BUCKETS; j++)
+			assert_int_equal(atomic_load(&l.buckets[j]), j == cases[i].bucket);
+		assert_int_equal(atomic_load(&l.sum_ns), cases[i].ns);
+	}
+	/* quantiles of a hand-built histogram: 10 ops <= 1 µs, 80 in (5, 10],
+	 * 10 in (50, 100] */
+	dg_latency h;
+	memset(&h, 0, sizeof(h));
+	assert_int_equal(dg_latency_quantile_us(&h, 0.5), 0);
+	assert_int_equal(dg_latency_quantile_us(NULL, 0.5), 0);
+	h.buckets[0] = 10;
+	h.buckets[3] = 80;
+	h.buckets[6] = 10;
+	h.count = 100;
+	assert_int_equal(dg_latency_quantile_us(&h, 0), 1);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.1), 1);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.11), 10);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.5), 10);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.9), 10);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.91), 100);
+	assert_int_equal(dg_latency_quantile_us(&h, 0.99), 100);
+	assert_int_equal(dg_latency_quantile_us(&h, 1.0), 100);
+	assert_int_equal(dg_latency_quantile_us(&h, 7.0), 100);
+	assert_int_equal(dg_latency_quantile_us(&h, -1.0), 1);
+	h.buckets[DG_LAT_BUCKETS - 1] = 1000; /* mostly beyond the last bound */
+	assert_true(dg_latency_quantile_us(&h, 0.5) == UINT64_MAX);
+}
+
+static void expect_counts(dg_cache *c, uint64_t get, uint64_t put, uint64_t remove)
+{
+	const uint64_t want[DG_OP__COUNT] = { get, put, remove };
+	for (int k = 0; k < DG_OP__COUNT; k++) {
+		dg_latency l;
+		OK(dg_cache_get_latency(c, (dg_cache_op_kind)k, &l));
+		assert_int_equal(l.count, want[k]);
+		uint64_t sum = 0;
+		for (unsigned i = 0; i < DG_LAT_BUCKETS; i++)
+			sum += l.buckets[i];
+		assert_int_equal(sum, l.count);
+		assert_int_equal(l.buckets[DG_LAT_BUCKETS - 1], 0);
+	}
+}
+
+static void test_node_latency_counts(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "latency");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	expect_counts(c, 0, 0, 0);
+	enum { N = 500, M = 300 };
+	char k[16];
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "l%d", i);
+		OK(dg_cache_put(c, k, strlen(k), "value", 5));
+	}
+	dg_buf b;
+	dg_buf_init(&b);
+	for (int i = 0; i < M; i++) {
+		snprintf(k, sizeof(k), "l%d", i * 2); /* half of them miss: counted too */
+		b.len = 0;
+		dg_err e = dg_cache_get(c, k, strlen(k), &b);
+		assert_true(e == DG_OK || e == DG_ERR_NOT_FOUND);
+	}
+	expect_counts(c, M, N, 0);
+	dg_latency l;
+	OK(dg_cache_get_latency(c, DG_OP_PUT, &l));
+	assert_true(l.sum_us > 0);
+	assert_true(dg_latency_quantile_us(&l, 0.5) > 0);
+	OK(dg_cache_get_latency(c, DG_OP_GET, &l));
+	assert_true(l.sum_us > 0);
+	/* each single-key form counts once under its kind */
+	bool f;
+	OK(dg_cache_put_if_absent(c, "l1", 2, "x", 1, &f));
+	OK(dg_cache_replace(c, "l1", 2, "y", 1, &f));
+	b.len = 0;
+	OK(dg_cache_get_and_put(c, "l1", 2, "z", 1, &b, &f));
+	OK(dg_cache_contains(c, "l1", 2, &f));
+	OK(dg_cache_remove(c, "l1", 2, &f));
+	expect_counts(c, M + 1, N + 3, 1);
+	/* a batch counts once, whatever its size */
+	dg_kv kv[3] = { { "b1", 2, "v1", 2 }, { "b2", 2, "v2", 2 }, { "b3", 2, "v3", 2 } };
+	size_t cnt;
+	OK(dg_cache_put_all(c, kv, 3));
+	b.len = 0;
+	OK(dg_cache_get_all(c, kv, 3, &b, &cnt));
+	assert_int_equal(cnt, 3);
+	OK(dg_cache_remove_all(c, kv, 3, &cnt));
+	assert_int_equal(cnt, 3);
+	expect_counts(c, M + 2, N + 4, 2);
+	/* rejected arguments are no operation */
+	EXPECT(dg_cache_get(c, "l3", 2, NULL), DG_ERR_INVAL);
+	EXPECT(dg_cache_put_val(c, NULL, 1, (const uint8_t *)"x", 1), DG_ERR_INVAL);
+	EXPECT(dg_cache_put_all(c, NULL, 2), DG_ERR_INVAL);
+	expect_counts(c, M + 2, N + 4, 2);
+	EXPECT(dg_cache_get_latency(c, DG_OP__COUNT, &l), DG_ERR_INVAL);
+	EXPECT(dg_cache_get_latency(c, DG_OP_GET, NULL), DG_ERR_INVAL);
+	EXPECT(dg_cache_get_latency(NULL, DG_OP_GET, &l), DG_ERR_INVAL);
+	dg_buf_free(&b);
+	dg_node_stop(n);
+}
+
 /* ---- persistence ---- */
 
 static char *tmpdir(void)
@@ -1573,6 +1890,10 @@ int main(void)
 		cmocka_unit_test(test_multi_lost_partitions),
 		cmocka_unit_test(test_multi_node_failure_keeps_writes),
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),
+		cmocka_unit_test(test_node_part_digest_order_and_liveness),
+		cmocka_unit_test(test_multi_part_digest_idle_verify),
+		cmocka_unit_test(test_latency_buckets_and_quantile),
+		cmocka_unit_test(test_node_latency_counts),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
