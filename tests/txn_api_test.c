@@ -1224,5 +1224,8 @@ int main(void)
 		cmocka_unit_test(test_tx_kill_from_other_node),
 		cmocka_unit_test(test_tx_kill_wakes_lock_waiter),
 	};
+	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
+	if (getenv("DG_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("DG_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
