@@ -257,7 +257,7 @@ typedef struct dgi_tx_info {
 	const char *state;      /* static string: the state name (dg_tx_state_name or the participant's state) */
 	int concurrency, isolation;   /* dg_tx_concurrency / dg_tx_isolation (near only; -1 otherwise) */
 	uint64_t age_ms;        /* since begin (near) or since the record was made (participant) */
-	uint32_t timeout_ms;    /* near: the tx's; participant: what was left of it when the record was made */
+	uint32_t timeout_ms;    /* near: the tx's; participant: its record's deadline, from when it was made */
 	uint32_t keys;          /* keys in the tx's entry set (near) or locked/prepared here (participant) */
 	char label[48];         /* the near tx's label, truncated; "" otherwise */
 } dgi_tx_info;
