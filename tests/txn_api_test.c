@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "node/datagrid.h"
+#include "node/node_int.h"
 #include "transport/transport.h"
 
 #include <pthread.h>
@@ -980,6 +981,235 @@ static void test_near_crash_after_one_commit_commits(void **state)
 	near_crash_case(2);
 }
 
+/* ---- the admin CLI: dgi_tx_list, dgi_tx_kill ---- */
+
+static uint64_t node_id(dg_node *n)
+{
+	return dgi_txsvc_self(dgi_node_txs(n));
+}
+
+/* A key (written into key) whose primary is node `primary`. */
+static void key_on(dg_cache *c, uint64_t primary, const char *prefix, char *key)
+{
+	for (int i = 0; i < 1000; i++) {
+		snprintf(key, 16, "%s%d", prefix, i);
+		dg_buf b;
+		dg_buf_init(&b);
+		dg_writer w;
+		dg_writer_init(&w, NULL, &b);
+		OK(dg_write_bytes(&w, key, strlen(key)));
+		uint64_t hash, own[8];
+		int64_t tv;
+		uint32_t part = dgi_cache_key_part(c, b.data, b.len, &hash);
+		uint32_t k = dgi_cache_owners(c, part, own, &tv);
+		dg_buf_free(&b);
+		if (k > 0 && own[0] == primary)
+			return;
+	}
+	fail_msg("no key on that primary");
+}
+
+/* The entry of role `role` listed on n for the near tx labelled label
+ * (role 0) or for tx (near, id) (other roles); false if none. */
+static bool listed(dg_node *n, int role, const char *label, uint64_t near, uint64_t id,
+    dgi_tx_info *out)
+{
+	dgi_tx_info info[64];
+	size_t k = dgi_tx_list(dgi_node_txs(n), info, 64);
+	assert_true(k <= 64);
+	for (size_t i = 0; i < k; i++) {
+		bool me = role == 0 ? strcmp(info[i].label, label) == 0 :
+		    info[i].near == near && info[i].id == id;
+		if (me && info[i].role == role) {
+			*out = info[i];
+			return true;
+		}
+	}
+	return false;
+}
+
+static void wait_waiters(dg_node *n, uint64_t want)
+{
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		dg_tx_metrics m;
+		OK(dg_tx_get_metrics(n, &m));
+		if (m.lock_waiters >= want)
+			return;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+}
+
+/* A PESSIMISTIC tx holding a lock is listed on its near node (role 0:
+ * state, key count, label, concurrency) and on the key's primary (role 1);
+ * once committed, nowhere. */
+static void test_tx_list(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "adm", 1);
+	char k[16], k2[16], kr[16];
+	key_on(c, node_id(cl.n[1]), "l", k);
+	key_on(c, node_id(cl.n[1]), "m", k2);
+	key_on(c, node_id(cl.n[2]), "r", kr);
+	const char *label = "listed-tx-with-a-label-longer-than-the-list-shows-it";
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 7000, label, &tx));
+	OK(tx_put_long(tx, c, k, 1));
+	OK(tx_put_long(tx, c, k2, 2));
+	long v;
+	EXPECT(tx_get_long(tx, c, kr, &v), DG_ERR_NOT_FOUND); /* a read locks too (on n2) */
+
+	dgi_tx_info near, prim;
+	char shown[48];
+	snprintf(shown, sizeof(shown), "%.47s", label);
+	assert_true(listed(cl.n[0], 0, shown, 0, 0, &near));
+	assert_int_equal(near.near, node_id(cl.n[0]));
+	assert_string_equal(near.state, "ACTIVE");
+	assert_int_equal(near.keys, 3);
+	assert_int_equal(near.concurrency, DG_PESSIMISTIC);
+	assert_int_equal(near.isolation, DG_REPEATABLE_READ);
+	assert_int_equal(near.timeout_ms, 7000);
+	assert_true(near.age_ms < 7000);
+	assert_true(listed(cl.n[1], 1, NULL, near.near, near.id, &prim));
+	assert_string_equal(prim.state, "ACTIVE");
+	assert_int_equal(prim.keys, 2); /* k and k2 are locked there */
+	assert_int_equal(prim.concurrency, -1);
+	assert_string_equal(prim.label, "");
+	assert_true(dgi_tx_list(dgi_node_txs(cl.n[0]), NULL, 0) >= 1); /* counts only */
+
+	OK(dg_tx_commit(tx));
+	assert_false(listed(cl.n[0], 0, shown, 0, 0, &near));
+	/* the records go: a FULL_SYNC primary answers the near once its
+	 * backups did, and unlinks its record just after */
+	uint64_t deadline = dgi_now_ms() + 2000;
+	for (int i = 0; i < 3; i++) {
+		while (listed(cl.n[i], 1, NULL, near.near, near.id, &prim) ||
+		    listed(cl.n[i], 2, NULL, near.near, near.id, &prim)) {
+			assert_true(dgi_now_ms() < deadline);
+			usleep(2 * 1000);
+		}
+	}
+	cluster_stop(&cl);
+}
+
+struct wait_arg {
+	dg_node *n;
+	dg_cache *c;
+	const char *key;
+	const char *label;
+	long val;
+	dg_err put, commit;
+	uint64_t ms;
+};
+
+/* Writes key in a tx (waiting for its lock), then commits. */
+static void *put_waiting(void *p)
+{
+	struct wait_arg *a = p;
+	dg_tx *tx;
+	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, a->label, &tx));
+	uint64_t t0 = dgi_now_ms();
+	a->put = tx_put_long(tx, a->c, a->key, a->val);
+	a->ms = dgi_now_ms() - t0;
+	a->commit = dg_tx_commit(tx);
+	return NULL;
+}
+
+/* Killed from a node that is not its near node, a tx holding a lock rolls
+ * back: its lock goes to the tx waiting for it, its next put and its
+ * commit fail with DG_ERR_TX_ROLLED_BACK; an unknown id is NOT_FOUND. */
+static void test_tx_kill_from_other_node(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "kill", 1);
+	dg_cache *c2 = cache_on(cl.n[2], "kill");
+	char k[16];
+	key_on(c, node_id(cl.n[1]), "k", k);
+	put_long(cl.n[0], c, k, 1);
+
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "victim", &tx));
+	OK(tx_put_long(tx, c, k, 2));
+	dgi_tx_info vi;
+	assert_true(listed(cl.n[0], 0, "victim", 0, 0, &vi));
+	struct wait_arg w = { cl.n[2], c2, k, "winner", 3, -1, -1, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, put_waiting, &w);
+	wait_waiters(cl.n[1], 1);
+
+	OK(dgi_tx_kill(dgi_node_txs(cl.n[2]), vi.near, vi.id));
+	pthread_join(t, NULL);
+	OK(w.put); /* the lock was freed: the waiter got it and committed */
+	OK(w.commit);
+	assert_true(w.ms < 5000);
+	EXPECT(tx_put_long(tx, c, k, 4), DG_ERR_TX_ROLLED_BACK);
+	EXPECT(dg_tx_commit(tx), DG_ERR_TX_ROLLED_BACK);
+	assert_int_equal(get_long(c, k), 3);
+
+	/* killed while idle: the commit itself fails */
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "idle", &tx));
+	OK(tx_put_long(tx, c, k, 5));
+	assert_true(listed(cl.n[0], 0, "idle", 0, 0, &vi));
+	OK(dgi_tx_kill(dgi_node_txs(cl.n[1]), vi.near, vi.id));
+	OK(dgi_tx_kill(dgi_node_txs(cl.n[1]), vi.near, vi.id)); /* again: still killed */
+	EXPECT(dg_tx_commit(tx), DG_ERR_TX_ROLLED_BACK);
+	assert_int_equal(get_long(c, k), 3);
+	EXPECT(dgi_tx_kill(dgi_node_txs(cl.n[1]), vi.near, vi.id), DG_ERR_NOT_FOUND); /* ended */
+
+	/* unknown ids: on another node's near, on this node's, on no node */
+	EXPECT(dgi_tx_kill(dgi_node_txs(cl.n[1]), node_id(cl.n[0]), 987654321), DG_ERR_NOT_FOUND);
+	EXPECT(dgi_tx_kill(dgi_node_txs(cl.n[1]), node_id(cl.n[1]), 987654321), DG_ERR_NOT_FOUND);
+	EXPECT(dgi_tx_kill(dgi_node_txs(cl.n[1]), 0x1234, 1), DG_ERR_NOT_FOUND);
+	dg_tx_metrics m;
+	for (int i = 0; i < 3; i++) {
+		OK(dg_tx_get_metrics(cl.n[i], &m));
+		assert_int_equal(m.locks_held, 0);
+		assert_int_equal(m.deadlocks, 0); /* a kill is not a deadlock */
+	}
+	cluster_stop(&cl);
+}
+
+/* A thread waiting for a lock for a killed tx wakes with
+ * DG_ERR_TX_ROLLED_BACK at once (not at its timeout); the holder goes on. */
+static void test_tx_kill_wakes_lock_waiter(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "wake", 1);
+	dg_cache *c2 = cache_on(cl.n[2], "wake");
+	char k[16];
+	key_on(c, node_id(cl.n[1]), "w", k);
+	dg_tx *holder;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "holder", &holder));
+	OK(tx_put_long(holder, c, k, 1));
+	struct wait_arg w = { cl.n[2], c2, k, "waiter", 2, -1, -1, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, put_waiting, &w);
+	wait_waiters(cl.n[1], 1);
+	dgi_tx_info wi;
+	assert_true(listed(cl.n[2], 0, "waiter", 0, 0, &wi));
+	OK(dgi_tx_kill(dgi_node_txs(cl.n[0]), wi.near, wi.id));
+	pthread_join(t, NULL);
+	EXPECT(w.put, DG_ERR_TX_ROLLED_BACK);
+	EXPECT(w.commit, DG_ERR_TX_ROLLED_BACK);
+	assert_true(w.ms < 5000); /* woken, not timed out (10 s) */
+	assert_false(listed(cl.n[2], 0, "waiter", 0, 0, &wi));
+	OK(tx_put_long(holder, c, k, 7));
+	OK(dg_tx_commit(holder));
+	assert_int_equal(get_long(c, k), 7);
+	dg_tx_metrics m;
+	OK(dg_tx_get_metrics(cl.n[1], &m));
+	assert_int_equal(m.lock_waiters, 0);
+	assert_int_equal(m.locks_held, 0);
+	cluster_stop(&cl);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -996,6 +1226,12 @@ int main(void)
 		cmocka_unit_test(test_near_crash_after_prepare_commits),
 		cmocka_unit_test(test_near_crash_before_all_prepared_rolls_back),
 		cmocka_unit_test(test_near_crash_after_one_commit_commits),
+		cmocka_unit_test(test_tx_list),
+		cmocka_unit_test(test_tx_kill_from_other_node),
+		cmocka_unit_test(test_tx_kill_wakes_lock_waiter),
 	};
+	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
+	if (getenv("DG_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("DG_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

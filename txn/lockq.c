@@ -793,6 +793,24 @@ dgi_txid dgi_lock_owner(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uin
 	return owner;
 }
 
+/* The tx list's links change only under its tx stripe; a request's state
+ * needs its key stripe, which cannot be taken here, so every request on
+ * the list counts. */
+uint32_t dgi_locks_tx_count(dgi_locks *l, const dgi_txid *tx)
+{
+	if (l == NULL || tx == NULL)
+		return 0;
+	uint64_t h = tx_hash(tx);
+	struct txstripe *t = txstripe_of(l, h);
+	uint32_t n = 0;
+	pthread_mutex_lock(&t->t_mu);
+	struct txslot *sl = txtab_find(t, h, tx);
+	for (const struct lreq *q = sl != NULL ? sl->head : NULL; q != NULL; q = q->q_txnext)
+		n++;
+	pthread_mutex_unlock(&t->t_mu);
+	return n;
+}
+
 /* Waiting requests are listed per stripe, not per tx (a tx list can't be
  * read under a key stripe without breaking the lock order), so this walks
  * every stripe's waiters: O(waiters on the node). */

@@ -83,6 +83,10 @@ uint32_t dgi_locks_expire(dgi_locks *l, uint64_t now_ms);
 dgi_txid dgi_lock_owner(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uint32_t klen,
     uint64_t hash);
 
+/* How many keys tx has asked for on this node and not released: held,
+ * waited for, or timed out (kept until release_all).  For dgctl tx list. */
+uint32_t dgi_locks_tx_count(dgi_locks *l, const dgi_txid *tx);
+
 /* Wait-for edges: the owners of the locks tx is queued on (on this node),
  * up to cap into out; returns how many there are (one per queued request,
  * so an owner may appear twice).  Walks every stripe's waiters: O(waiters

@@ -25,6 +25,11 @@
  * Memory: a tx struct (with its entry set and a reply buffer) is kept per
  * thread and reused: a steady stream of small txs allocates nothing on the
  * near node.
+ *
+ * The admin CLI sees a node's live txs through an intrusive list (linked at
+ * begin, unlinked when commit or rollback frees the tx, under the list's
+ * mutex); what it reads of a tx while its thread runs it — the state, the
+ * key count, whether it was killed — is mirrored in atomics.
  */
 #include "txn.h"
 #include "txentries.h"
@@ -70,6 +75,17 @@ struct dg_tx {
 	dg_buf val;
 	dg_buf wire;                /* PREPARE bodies */
 	uint64_t heap;              /* bytes this tx allocated */
+	/* the admin CLI's view (dgi_tx_list, dgi_tx_kill) */
+	struct dg_tx *live_prev, *live_next;  /* the service's live list */
+	_Atomic int fate;           /* FATE_*: killed, or past the point of no kill */
+	_Atomic int shown;          /* state, for other threads */
+	_Atomic uint32_t nkeys;     /* entries, for other threads */
+};
+
+enum {
+	FATE_NONE = 0,
+	FATE_KILLED,                /* dgi_tx_kill: every next call rolls back */
+	FATE_SEALED,                /* commit began: a kill is refused */
 };
 
 /* Tests only: make commit() stop as if the near node crashed —
@@ -156,6 +172,107 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
+/* ---- the live list (dgi_tx_list, dgi_tx_kill) ---- */
+
+/* Called with every field the list shows already set: the mutex publishes
+ * them to the listing thread. */
+static void live_link(dg_tx *tx)
+{
+	dgi_txnear_live *l = dgi_txsvc_live(tx->s);
+	pthread_mutex_lock(&l->mu);
+	tx->live_prev = NULL;
+	tx->live_next = l->head;
+	if (l->head != NULL)
+		l->head->live_prev = tx;
+	l->head = tx;
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void live_unlink(dg_tx *tx)
+{
+	dgi_txnear_live *l = dgi_txsvc_live(tx->s);
+	pthread_mutex_lock(&l->mu);
+	if (tx->live_prev != NULL)
+		tx->live_prev->live_next = tx->live_next;
+	else
+		l->head = tx->live_next;
+	if (tx->live_next != NULL)
+		tx->live_next->live_prev = tx->live_prev;
+	tx->live_prev = tx->live_next = NULL;
+	pthread_mutex_unlock(&l->mu);
+}
+
+static bool killed(const dg_tx *tx)
+{
+	return atomic_load_explicit(&tx->fate, memory_order_acquire) == FATE_KILLED;
+}
+
+static void near_info(const dg_tx *tx, uint64_t now, dgi_tx_info *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->id = tx->id.seq;
+	o->near = tx->id.node;
+	o->role = 0;
+	o->state = dgi_txs_name((dgi_txs)atomic_load_explicit(&tx->shown, memory_order_relaxed));
+	o->concurrency = tx->conc;
+	o->isolation = tx->iso;
+	uint64_t begun = tx->deadline - tx->timeout_ms;
+	o->age_ms = now > begun ? now - begun : 0;
+	o->timeout_ms = tx->timeout_ms;
+	o->keys = atomic_load_explicit(&tx->nkeys, memory_order_relaxed);
+	/* truncated on purpose (memset above left the terminator) */
+	memcpy(o->label, tx->label, strnlen(tx->label, sizeof(o->label) - 1));
+}
+
+size_t dgi_tx_near_list(dgi_txsvc *s, dgi_tx_info *out, size_t cap)
+{
+	dgi_txnear_live *l = dgi_txsvc_live(s);
+	uint64_t now = dgi_now_ms();
+	size_t n = 0;
+	pthread_mutex_lock(&l->mu);
+	for (const dg_tx *tx = l->head; tx != NULL; tx = tx->live_next) {
+		if (dgi_txs_final((dgi_txs)atomic_load_explicit(&tx->shown, memory_order_relaxed)))
+			continue; /* finished; commit or rollback is freeing it */
+		if (n < cap)
+			near_info(tx, now, &out[n]);
+		n++;
+	}
+	pthread_mutex_unlock(&l->mu);
+	return n;
+}
+
+/* The kill is decided under the list's mutex (the tx cannot be freed or
+ * reused meanwhile) by one compare-and-swap that commit races with its
+ * own: exactly one of them wins.  The release runs after, on the copied id. */
+dg_err dgi_tx_near_kill(dgi_txsvc *s, uint64_t id)
+{
+	dgi_txnear_live *l = dgi_txsvc_live(s);
+	dg_err e = DG_ERR_NOT_FOUND;
+	dgi_txid txid = { 0, 0 };
+	char label[DG_TX_LABEL_MAX] = "";
+	pthread_mutex_lock(&l->mu);
+	for (dg_tx *tx = l->head; tx != NULL; tx = tx->live_next) {
+		if (tx->id.seq != id)
+			continue;
+		int was = FATE_NONE;
+		if (atomic_compare_exchange_strong(&tx->fate, &was, FATE_KILLED)) {
+			e = DG_OK;
+			txid = tx->id;
+			snprintf(label, sizeof(label), "%s", tx->label);
+		} else {
+			e = was == FATE_KILLED ? DG_OK : DG_ERR_CONFLICT;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&l->mu);
+	if (txid.seq == 0)
+		return e;
+	fprintf(stderr, "level=warn id=TX-KILLED tx=%016llx:%llu label=\"%s\"\n",
+	    (unsigned long long)txid.node, (unsigned long long)txid.seq, label);
+	dgi_txsvc_kill(s, &txid, DGI_TXK_ADMIN);
+	return e;
+}
+
 /* ---- begin / free ---- */
 
 dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
@@ -204,6 +321,10 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 	tx->label[0] = 0;
 	if (label != NULL)
 		snprintf(tx->label, sizeof(tx->label), "%s", label);
+	atomic_store_explicit(&tx->fate, FATE_NONE, memory_order_relaxed);
+	atomic_store_explicit(&tx->shown, DGI_TXS_ACTIVE, memory_order_relaxed);
+	atomic_store_explicit(&tx->nkeys, 0, memory_order_relaxed);
+	live_link(tx);
 	atomic_fetch_add(&dgi_txsvc_near(s)->started, 1);
 	tl_current = tx;
 	*out = tx;
@@ -212,6 +333,7 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 
 static void tx_free(dg_tx *tx)
 {
+	live_unlink(tx);
 	size_t vcap = tx->val.cap, wcap = tx->wire.cap;
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->heap, tx->heap);
 	if (tl_current == tx)
@@ -342,6 +464,7 @@ static void step(dg_tx *tx, dgi_txe ev)
 	dgi_txs next;
 	if (dgi_txs_next(DGI_TX_NEAR, tx->state, ev, &next) == DG_OK) {
 		tx->state = next;
+		atomic_store_explicit(&tx->shown, next, memory_order_relaxed);
 		return;
 	}
 	fprintf(stderr, "level=error id=TX-STATE tx=%016llx:%llu state=%s event=%s\n",
@@ -353,6 +476,8 @@ static void step(dg_tx *tx, dgi_txe ev)
  * caller sees. */
 static dg_err fail_tx(dg_tx *tx, dg_err e)
 {
+	if (killed(tx))
+		e = DG_ERR_TX_ROLLED_BACK; /* whatever the kill made the call fail with */
 	if (dgi_txs_final(tx->state) || tx->state == DGI_TXS_ROLLING_BACK)
 		return e;
 	step(tx, e == DG_ERR_TIMEOUT ? DGI_TXE_TIMEOUT : DGI_TXE_PREPARE_FAILED);
@@ -413,6 +538,8 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			e = call.err;
 			if (locking && (e == DG_OK || !retriable(e)))
 				add_locked(tx, own[0]);
+			if (killed(tx))
+				return DG_ERR_TX_ROLLED_BACK; /* a lock granted after the kill goes too */
 			if (e == DG_OK && locking && tx->topver == 0)
 				tx->topver = tv;
 			if (e == DG_OK && node != NULL)
@@ -432,9 +559,17 @@ static dg_err check_cache(dg_tx *tx, dg_cache *c)
 		return DG_ERR_INVAL;
 	if (tx->state != DGI_TXS_ACTIVE)
 		return DG_ERR_STATE;
+	if (killed(tx))
+		return fail_tx(tx, DG_ERR_TX_ROLLED_BACK);
 	if (dg_cache_config_of(c)->atomicity != DG_TRANSACTIONAL)
 		return DG_ERR_UNSUPPORTED;
 	return DG_OK;
+}
+
+static void keys_changed(dg_tx *tx)
+{
+	atomic_store_explicit(&tx->nkeys, (uint32_t)dgi_txents_count(tx->ents),
+	    memory_order_relaxed);
 }
 
 /* Does an access to entry e (NULL: untouched) need the key's lock first? */
@@ -487,6 +622,7 @@ static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, d
 		    found ? tx->val.data : NULL, (uint32_t)tx->val.len, tx->ver.topver,
 		    tx->ver.counter, tx->ver.order, &en);
 		tx->heap += dgi_txents_bytes(tx->ents) - before;
+		keys_changed(tx);
 		if (e != DG_OK)
 			return fail_tx(tx, e);
 		if (lock) {
@@ -550,6 +686,7 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 	e = dgi_txents_write(tx->ents, cid, part, key, (uint32_t)klen, hash, val,
 	    (uint32_t)vlen, &en);
 	tx->heap += dgi_txents_bytes(tx->ents) - before;
+	keys_changed(tx);
 	if (e != DG_OK)
 		return fail_tx(tx, e);
 	if (tx->conc == DG_PESSIMISTIC) {
@@ -1022,10 +1159,23 @@ static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *g
 	}
 }
 
+/* Commit begins: from here a kill is refused (DG_ERR_CONFLICT) — unless
+ * one came first, and then the tx rolls back. */
+static bool seal(dg_tx *tx)
+{
+	int was = FATE_NONE;
+	return atomic_compare_exchange_strong(&tx->fate, &was, FATE_SEALED);
+}
+
 static dg_err commit(dg_tx *tx)
 {
 	if (tx->state != DGI_TXS_ACTIVE)
 		return tx->state == DGI_TXS_ROLLED_BACK ? DG_ERR_TX_ROLLED_BACK : DG_ERR_STATE;
+	if (!seal(tx)) {
+		dg_err k = fail_tx(tx, DG_ERR_TX_ROLLED_BACK);
+		dgi_txsvc_near_done(tx->s, &tx->id, false, true);
+		return k;
+	}
 	size_t n = dgi_txents_count(tx->ents);
 	struct ent_ref *refs = n <= 64 ? alloca(sizeof(*refs) * (n ? n : 1)) :
 	    dgi_alloc(sizeof(*refs) * n);

@@ -55,6 +55,7 @@ struct rec {
 	int st;                     /* enum rec_state */
 	int role;                   /* enum rec_role */
 	int64_t start_ms, topver;
+	uint64_t made_ms;           /* monotonic ms: when the record was made (dgctl) */
 	uint64_t deadline;          /* monotonic ms; 0 none */
 	int64_t flags;              /* DGI_TXP_* of the PREPARE */
 	uint64_t from;              /* backup: the primary that sent it;
@@ -113,7 +114,8 @@ struct dgi_txsvc {
 	dgi_wfg *wfg;
 	dgi_txid *edges;
 	size_t ecap;
-	dgi_txid victims[8];        /* being released as deadlock victims */
+	dgi_txid victims[8];        /* being released as deadlock (or operator) victims */
+	dg_err victim_err[8];       /* what their waits answer */
 	int nvictims;
 	struct rec *buckets[NBUCKETS];
 	struct rec *free_recs;
@@ -142,6 +144,7 @@ struct dgi_txsvc {
 	_Atomic uint64_t prepared, committed, rolled_back, conflicts;
 	_Atomic uint64_t backup_prepared, backup_committed;
 	dgi_txnear_stats near;
+	dgi_txnear_live live;
 };
 
 #define WAITER_KEY 120          /* keys up to this size fit a pooled waiter */
@@ -642,6 +645,7 @@ static struct rec *rec_new(dgi_txsvc *s, const dgi_txid *id, int st, int role, u
 	r->role = role;
 	r->from = from;
 	r->fail_idx = -1;
+	r->made_ms = dgi_now_ms();
 	struct rec **b = &s->buckets[mix(id) & (NBUCKETS - 1)];
 	r->next = *b;
 	*b = r;
@@ -705,18 +709,28 @@ static void add_backup(struct rec *r, uint64_t node)
 		r->bk[r->nbk++] = node;
 }
 
-static bool is_victim(dgi_txsvc *s, const dgi_txid *tx)
+/* What a wait of tx cancelled (DG_ERR_CLOSED) answers: DG_ERR_DEADLOCK
+ * or DG_ERR_TX_ROLLED_BACK while tx is being killed, else err. */
+static dg_err victim_err(dgi_txsvc *s, const dgi_txid *tx, dg_err err)
 {
-	bool v = false;
+	if (err != DG_ERR_CLOSED)
+		return err;
 	pthread_mutex_lock(&s->mu);
-	for (int i = 0; i < s->nvictims && !v; i++)
-		v = dgi_txid_eq(&s->victims[i], tx);
+	for (int i = 0; i < s->nvictims; i++)
+		if (dgi_txid_eq(&s->victims[i], tx)) {
+			err = s->victim_err[i];
+			break;
+		}
 	pthread_mutex_unlock(&s->mu);
-	return v;
+	return err;
 }
 
-/* Releases a deadlock victim here: its waits answer DG_ERR_DEADLOCK. */
-static void kill_victim(dgi_txsvc *s, const dgi_txid *victim)
+/* Releases a victim here — of a deadlock (why DG_ERR_DEADLOCK) or of an
+ * operator's kill (DG_ERR_TX_ROLLED_BACK): its waits answer why.  An
+ * operator's victim is also remembered as rolled back, so a lock request
+ * of it still on the way is refused instead of waiting (its near node
+ * decided: it will never commit). */
+static void kill_victim(dgi_txsvc *s, const dgi_txid *victim, dg_err why)
 {
 	pthread_mutex_lock(&s->mu);
 	/* A victim that prepared here, or is being committed (a takeover),
@@ -731,8 +745,12 @@ static void kill_victim(dgi_txsvc *s, const dgi_txid *victim)
 			return;
 		}
 	bool room = s->nvictims < (int)(sizeof(s->victims) / sizeof(s->victims[0]));
-	if (room)
+	if (room) {
+		s->victim_err[s->nvictims] = why;
 		s->victims[s->nvictims++] = *victim;
+	}
+	if (why == DG_ERR_TX_ROLLED_BACK)
+		dgi_txdone_put(s->done, victim, DGI_TXS_ROLLED_BACK, dgi_now_ms());
 	pthread_mutex_unlock(&s->mu);
 	dgi_lock_release_all(s->locks, victim);
 	pthread_mutex_lock(&s->mu);
@@ -742,7 +760,8 @@ static void kill_victim(dgi_txsvc *s, const dgi_txid *victim)
 			break;
 		}
 	pthread_mutex_unlock(&s->mu);
-	atomic_fetch_add_explicit(&s->deadlocks, 1, memory_order_relaxed);
+	if (why == DG_ERR_DEADLOCK)
+		atomic_fetch_add_explicit(&s->deadlocks, 1, memory_order_relaxed);
 }
 
 /* tx just started waiting: a cycle through it in this node's wait-for
@@ -812,7 +831,7 @@ static void check_deadlock(dgi_txsvc *s, const dgi_txid *tx)
 	format_cycle(msg, sizeof(msg), cycle, n, ed, ne2 < 64 ? ne2 : 64, sizeof(ed[0]));
 	fprintf(stderr, "level=warn id=TX-DEADLOCK scope=node txs=%s victim=%016llx:%llu\n", msg,
 	    (unsigned long long)victim.node, (unsigned long long)victim.seq);
-	kill_victim(s, &victim);
+	kill_victim(s, &victim, DG_ERR_DEADLOCK);
 }
 
 /* ---- finishing ---- */
@@ -1200,8 +1219,7 @@ static void on_lock_done(void *ctx, dg_err err)
 {
 	struct waiter *w = ctx;
 	dgi_txsvc *s = w->s;
-	if (err == DG_ERR_CLOSED && is_victim(s, &w->tx))
-		err = DG_ERR_DEADLOCK;
+	err = victim_err(s, &w->tx, err);
 	if (err == DG_OK)
 		STAT(s, granted);
 	else if (err == DG_ERR_TIMEOUT)
@@ -1387,8 +1405,7 @@ static void on_prep_lock(void *ctx, dg_err err)
 {
 	struct rec *r = ctx;
 	dgi_txsvc *s = r->s;
-	if (err == DG_ERR_CLOSED && is_victim(s, &r->id))
-		err = DG_ERR_DEADLOCK;
+	err = victim_err(s, &r->id, err);
 	lock_counted(s, r, err);
 }
 
@@ -2368,7 +2385,27 @@ static void h_kill(dgi_txsvc *s, const dg_msg_in *in)
 {
 	const dgi_msg_tx_ctl *m = in->body;
 	dgi_txid v = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
-	kill_victim(s, &v);
+	if (m->flags & DGI_TXK_NEAR) { /* an operator's kill, asked of the near node */
+		dg_err e = v.node == s->self ? dgi_tx_near_kill(s, v.seq) : DG_ERR_NOT_FOUND;
+		ack(s, in, e, -1);
+		return;
+	}
+	kill_victim(s, &v, m->flags & DGI_TXK_ADMIN ? DG_ERR_TX_ROLLED_BACK : DG_ERR_DEADLOCK);
+}
+
+void dgi_txsvc_kill(dgi_txsvc *s, const dgi_txid *tx, int64_t flags)
+{
+	uint64_t ids[FENCE_NODES];
+	uint32_t nids = 0;
+	pthread_mutex_lock(&s->fmu);
+	for (uint32_t i = 0; i < s->f.n; i++)
+		if (s->f.ids[i] != s->self)
+			ids[nids++] = s->f.ids[i];
+	pthread_mutex_unlock(&s->fmu);
+	dgi_msg_tx_ctl kill = { (int64_t)tx->node, (int64_t)tx->seq, flags, 0, 0 };
+	for (uint32_t j = 0; j < nids; j++)
+		dg_tp_send(s->tp, ids[j], DGI_MSG_TX_KILL, &kill);
+	kill_victim(s, tx, flags & DGI_TXK_ADMIN ? DG_ERR_TX_ROLLED_BACK : DG_ERR_DEADLOCK);
 }
 
 /* Appends the edges of an encoded list to *es. */
@@ -2464,10 +2501,7 @@ static void deadlock_tick(dgi_txsvc *s)
 		fprintf(stderr, "level=warn id=TX-DEADLOCK scope=cluster txs=%s victim=%016llx:%llu\n",
 		    msg, (unsigned long long)victim.node, (unsigned long long)victim.seq);
 		atomic_fetch_add(&s->global_deadlocks, 1);
-		dgi_msg_tx_ctl kill = { (int64_t)victim.node, (int64_t)victim.seq, 0, 0, 0 };
-		for (uint32_t j = 0; j < nids; j++)
-			dg_tp_send(s->tp, ids[j], DGI_MSG_TX_KILL, &kill);
-		kill_victim(s, &victim);
+		dgi_txsvc_kill(s, &victim, 0);
 		break; /* one victim a round: the next round sees what is left */
 	}
 	dgi_locks_get_stats(s->locks, &ls);
@@ -2539,6 +2573,7 @@ dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->lmu, NULL);
 	pthread_mutex_init(&s->fmu, NULL);
+	pthread_mutex_init(&s->live.mu, NULL);
 	dg_err e;
 	if ((e = dgi_locks_create(0, &s->locks)) != DG_OK || (e = dgi_wfg_create(&s->wfg)) != DG_OK ||
 	    (e = dgi_wfg_create(&s->gwfg)) != DG_OK ||
@@ -2610,6 +2645,7 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->lmu);
 	pthread_mutex_destroy(&s->fmu);
+	pthread_mutex_destroy(&s->live.mu);
 	dgi_free(s);
 }
 
@@ -2661,4 +2697,86 @@ uint64_t dgi_txsvc_self(dgi_txsvc *s)
 dgi_txnear_stats *dgi_txsvc_near(dgi_txsvc *s)
 {
 	return &s->near;
+}
+
+dgi_txnear_live *dgi_txsvc_live(dgi_txsvc *s)
+{
+	return &s->live;
+}
+
+/* ---- the admin CLI: dgctl tx list / tx kill ---- */
+
+static const char *rec_state_name(const struct rec *r)
+{
+	switch (r->st) {
+	case R_ACTIVE: return "ACTIVE";
+	case R_PREPARING: return "PREPARING";
+	case R_PREPARED: return "PREPARED";
+	case R_COMMITTING: return "COMMITTING";
+	case R_BACKUP: return "PREPARED"; /* keeps the entries until the commit */
+	default: return "UNKNOWN";
+	}
+}
+
+#define KEYS_FROM_LOCKS UINT32_MAX
+
+static void rec_info(const struct rec *r, uint64_t now, dgi_tx_info *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->id = r->id.seq;
+	o->near = r->id.node;
+	o->role = r->role == ROLE_BACKUP ? 2 : 1;
+	o->state = rec_state_name(r);
+	o->concurrency = o->isolation = -1;
+	o->age_ms = now > r->made_ms ? now - r->made_ms : 0;
+	o->timeout_ms = r->deadline > r->made_ms ? (uint32_t)(r->deadline - r->made_ms) : 0;
+	o->keys = KEYS_FROM_LOCKS; /* no entries yet: its locks say (outside s->mu) */
+	dgi_msg_tx_prepare m;
+	dg_reader rd;
+	uint32_t count;
+	if (r->body != NULL && ents_open(r->body, r->blen, &m, &rd, &count) == DG_OK)
+		o->keys = count;
+}
+
+/* The participant records, up to cap into out; returns how many there are. */
+static size_t list_records(dgi_txsvc *s, dgi_tx_info *out, size_t cap)
+{
+	size_t n = 0;
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t b = 0; b < NBUCKETS; b++)
+		for (const struct rec *r = s->buckets[b]; r != NULL; r = r->next, n++)
+			if (n < cap)
+				rec_info(r, now, &out[n]);
+	pthread_mutex_unlock(&s->mu);
+	for (size_t i = 0; i < n && i < cap; i++)
+		if (out[i].keys == KEYS_FROM_LOCKS) {
+			dgi_txid id = { out[i].near, out[i].id };
+			out[i].keys = dgi_locks_tx_count(s->locks, &id);
+		}
+	return n;
+}
+
+size_t dgi_tx_list(dgi_txsvc *s, dgi_tx_info *out, size_t cap)
+{
+	if (s == NULL || (out == NULL && cap > 0))
+		return 0;
+	size_t n = dgi_tx_near_list(s, out, cap);
+	return n + list_records(s, n < cap ? out + n : NULL, n < cap ? cap - n : 0);
+}
+
+/* How long a kill waits for the near node's answer. */
+#define KILL_WAIT_MS 5000
+
+dg_err dgi_tx_kill(dgi_txsvc *s, uint64_t near, uint64_t id)
+{
+	if (s == NULL || near == 0 || id == 0)
+		return DG_ERR_INVAL;
+	if (near == s->self)
+		return dgi_tx_near_kill(s, id);
+	if (!dgi_txsvc_alive(s, near))
+		return DG_ERR_NOT_FOUND; /* its txs are being finished by recovery */
+	dgi_msg_tx_ctl m = { (int64_t)near, (int64_t)id, DGI_TXK_NEAR, 0, 0 }, r;
+	dg_err e = dg_tp_call(s->tp, near, DGI_MSG_TX_KILL, &m, KILL_WAIT_MS, &r, NULL);
+	return e != DG_OK ? e : (dg_err)r.res;
 }

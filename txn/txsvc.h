@@ -44,6 +44,7 @@
 #include "transport/transport.h"
 #include "cache/cache.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define DGI_MSG_TX_LOCK ((dg_msg_type)(128))        /* request -> TX_LOCK_RES */
@@ -61,7 +62,16 @@
                                                        waiter node, seq, start, I64 owner
                                                        node, seq, start, I64 cache id, I64
                                                        key length, BYTES the key's first bytes */
-#define DGI_MSG_TX_KILL ((dg_msg_type)(140))        /* one-way (ctl): the deadlock victim */
+#define DGI_MSG_TX_KILL ((dg_msg_type)(140))        /* one-way (ctl): the victim; with
+                                                       DGI_TXK_NEAR a request -> TX_ACK */
+
+/* TX_KILL flags (ctl.flags; 0: a deadlock victim) */
+#define DGI_TXK_ADMIN 0x1       /* an operator's kill (dgi_tx_kill): the tx's
+                                   waits answer DG_ERR_TX_ROLLED_BACK, and its
+                                   later lock requests here are refused */
+#define DGI_TXK_NEAR 0x2        /* a request to the tx's near node: kill it
+                                   there (it answers TX_ACK: DG_OK,
+                                   DG_ERR_CONFLICT, DG_ERR_NOT_FOUND) */
 
 
 /* TX_QUERY's answer (TX_ACK value): what this node knows of the tx, one
@@ -234,5 +244,52 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag);
 void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out);
+
+/* ---- the admin CLI (dgctl tx list / tx kill) ----
+ * A tx is named by its protocol id: (near, id) = (the near node's id, the
+ * counter it gave the tx), printed "%016llx:%llu" in TX-* log lines.  Node
+ * ids are random 64-bit values, so the pair cannot fold into one integer
+ * without a collision risk. */
+typedef struct dgi_tx_info {
+	uint64_t id;            /* the tx's counter on its near node (the protocol's tx_seq) */
+	uint64_t near;          /* near node id (the protocol's tx_node) */
+	int role;               /* 0 near, 1 primary, 2 backup (participant records on this node) */
+	const char *state;      /* static string: the state name (dg_tx_state_name or the participant's state) */
+	int concurrency, isolation;   /* dg_tx_concurrency / dg_tx_isolation (near only; -1 otherwise) */
+	uint64_t age_ms;        /* since begin (near) or since the record was made (participant) */
+	uint32_t timeout_ms;    /* near: the tx's; participant: its record's deadline, from when it was made */
+	uint32_t keys;          /* keys in the tx's entry set (near) or locked/prepared here (participant) */
+	char label[48];         /* the near tx's label, truncated; "" otherwise */
+} dgi_tx_info;
+/* The txs running on this node: those it began (role 0; a finished one is
+ * never listed) and its participant records (1: primary, or a takeover of a
+ * left primary's keys; 2: backup).  Fills up to cap entries (near ones
+ * first); returns how many there are (may exceed cap).  Thread-safe; takes
+ * the near list's and the record table's locks briefly, one at a time. */
+size_t dgi_tx_list(dgi_txsvc *s, dgi_tx_info *out, size_t cap);
+/* Rolls back tx (near, id).  On its near node, if it has not begun
+ * committing: marks it so its next operation or commit returns
+ * DG_ERR_TX_ROLLED_BACK (a thread waiting for a lock for it is woken with
+ * that error) and releases its locks on every node (TX_KILL, as for a
+ * deadlock victim: a node where it already prepared keeps them).  Elsewhere
+ * the request goes to the near node (TX_KILL with DGI_TXK_NEAR) and this
+ * call waits for its answer (up to 5 s).  DG_OK (killed now, or already),
+ * DG_ERR_CONFLICT (it is committing: it finishes), DG_ERR_NOT_FOUND (the
+ * near node does not know it, or is not in the topology), transport errors
+ * (the near node could not be asked).  Blocks: not for a transport thread. */
+dg_err dgi_tx_kill(dgi_txsvc *s, uint64_t near, uint64_t id);
+
+/* The near side of those (txn.c): txs this node began, and not finished. */
+typedef struct dgi_txnear_live {
+	pthread_mutex_t mu;         /* taken at begin and end of each tx */
+	struct dg_tx *head;
+} dgi_txnear_live;
+dgi_txnear_live *dgi_txsvc_live(dgi_txsvc *s);
+size_t dgi_tx_near_list(dgi_txsvc *s, dgi_tx_info *out, size_t cap);
+/* Kills this node's tx `id` (no waiting: a transport thread may call it). */
+dg_err dgi_tx_near_kill(dgi_txsvc *s, uint64_t id);
+/* Releases tx everywhere (TX_KILL with flags to every node of the topology,
+ * and here): what the deadlock detector does with a victim. */
+void dgi_txsvc_kill(dgi_txsvc *s, const dgi_txid *tx, int64_t flags);
 
 #endif
