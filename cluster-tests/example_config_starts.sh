@@ -6,7 +6,10 @@
 # log-level debug it logs every setting, and every other value must be the
 # example's (so each line of the file parsed and took effect).  Both caches
 # are created, a client writes and reads keys of `accounts` with the
-# secret, and SIGTERM stops the node with exit 0.
+# secret, and SIGTERM stops the node with exit 0.  Then the example's
+# commented TLS lines, uncommented, with certificates made by the openssl
+# commands of node/DEPLOY.md: a TLS node starts on them (without the
+# openssl binary that part is skipped).
 set -euo pipefail
 source "$(dirname "$0")/cachelib.sh"
 
@@ -54,5 +57,43 @@ client verify1 20000 --seed "${URL[n1]}" --cache accounts --secret-file "$WORK/s
 check "verify1: 100 keys read back" test "$CLIENT_RC" = 0
 check "the data dir holds LMDB files" eval "[[ -n \$(ls -A '$WORK/data') ]]"
 
+stop_all_checked
+
+# The commented TLS lines of the example, uncommented, with certificates
+# made by node/DEPLOY.md's openssl commands: a node starts on them.
+command -v openssl >/dev/null || { log "no openssl binary: TLS part skipped"; finish; }
+mkdir "$WORK/tls"
+(
+	cd "$WORK/tls"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-keyout ca.key -out ca.pem -days 3650 -subj "/CN=datagrid CA" \
+		-addext "basicConstraints=critical,CA:TRUE" \
+		-addext "keyUsage=critical,keyCertSign,cRLSign"
+	printf '%s\n' "basicConstraints=CA:FALSE" "subjectAltName=DNS:datagrid" \
+		"keyUsage=critical,digitalSignature" \
+		"extendedKeyUsage=serverAuth,clientAuth" >datagrid-cert.ext
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-keyout node.key -out node.csr -subj "/CN=datagrid"
+	openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+		-days 825 -extfile datagrid-cert.ext -out node.crt
+	cat node.crt node.key >node.pem
+	chmod 600 node.key node.pem
+) >"$WORK/tls.log" 2>&1 || die "openssl failed: $(tail -n 3 "$WORK/tls.log")"
+sed -e 's/^#\(listen = tls+tcp:\)/\1/' -e 's/^#\(tls-[a-z-]* = \)/\1/' \
+	-e "s#/etc/datagrid/tls/#$WORK/tls/#" "$EXAMPLE" >"$WORK/tls.conf"
+check "the example has three commented TLS lines" \
+	test "$(diff "$EXAMPLE" "$WORK/tls.conf" | grep -c '^>')" = 3
+while :; do
+	free_port
+	port_in_use $((PORT + 100)) || port_in_use $((PORT + 200)) || break
+done
+start_proc t1 "$DGNODE" --config "$WORK/tls.conf" --listen "tls+tcp://127.0.0.1:$PORT" \
+	--seed= --secret-file "$WORK/secret" --data-dir "$WORK/data" --log-level debug
+wait_dgnode t1
+check "t1 listens with TLS" test "${ADDR[t1]}" = "tls+tcp://127.0.0.1:$PORT"
+check "t1 took tls-cert-key from the file" \
+	has_log t1 " id=SETTING name=tls-cert-key value=$WORK/tls/node.pem\$"
+check "t1 took tls-ca from the file" \
+	has_log t1 " id=SETTING name=tls-ca value=$WORK/tls/ca.pem\$"
 stop_all_checked
 finish
