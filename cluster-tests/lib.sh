@@ -13,7 +13,9 @@
 #   - free_port: a free TCP port, for a node restarted on the same address;
 #   - wait_until: polls a predicate against a deadline (never a bare sleep);
 #   - check / finish: record every check, print it, fail at the end.
-# Everything listens on 127.0.0.1 only.
+# Everything listens on 127.0.0.1 only (netns_three_hosts.sh: inside its own
+# network namespaces).  A test that makes more than processes defines
+# cleanup_extra: the EXIT trap calls it after stopping every process.
 # shellcheck disable=SC2034  # variables set here are read by the test scripts
 set -euo pipefail
 export LC_ALL=C   # EPOCHREALTIME with a '.', plain sort order
@@ -293,6 +295,11 @@ cleanup() {
 		kill -KILL "${PID[$name]}" 2>/dev/null
 		reap "$name"
 	done
+	# A test's own teardown (namespaces, links, ...), after its processes
+	# are gone: the function cleanup_extra, when the test defines one.
+	if declare -F cleanup_extra >/dev/null; then
+		cleanup_extra
+	fi
 	if ((rc != 0 && rc != 77)); then
 		for name in "${NODES[@]}"; do
 			echo "----- $name (exit ${RC[$name]:-?}) stdout, without STATS -----"
