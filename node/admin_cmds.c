@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define FANOUT_MS 10000
 
@@ -505,8 +506,19 @@ static dg_err cmd_cache_scan(call *c)
 
 static void put_latency(cJSON *o, dg_cache *h)
 {
-	(void)o;
-	(void)h;   /* latency histograms: filled when cache/ has them */
+	static const char *const ops[DG_OP__COUNT] = { "get", "put", "remove" };
+	for (int op = 0; op < DG_OP__COUNT; op++) {
+		dg_latency l;
+		if (dg_cache_get_latency(h, (dg_cache_op_kind)op, &l) != DG_OK)
+			continue;
+		cJSON *k = cJSON_AddObjectToObject(o, ops[op]);
+		uint64_t p50 = dg_latency_quantile_us(&l, 0.5), p99 = dg_latency_quantile_us(&l, 0.99);
+		cJSON_AddNumberToObject(k, "count", (double)l.count);
+		cJSON_AddNumberToObject(k, "mean_us", l.count ? (double)l.sum_us / (double)l.count : 0);
+		/* bucket upper bounds; the last bucket (no bound) as -1 */
+		cJSON_AddNumberToObject(k, "p50_us", p50 == UINT64_MAX ? -1 : (double)p50);
+		cJSON_AddNumberToObject(k, "p99_us", p99 == UINT64_MAX ? -1 : (double)p99);
+	}
 }
 
 static dg_err cmd_metrics(call *c)
@@ -583,6 +595,328 @@ static dg_err cmd_metrics(call *c)
 	return DG_OK;
 }
 
+/* ---- idle-verify ---- */
+
+typedef struct copy {
+	uint32_t part;
+	uint32_t node;            /* index into the fan-out's results */
+	int role;
+	const char *state;        /* views into the fan-out's cJSON */
+	double entries, bytes;
+	const char *digest;
+} copy;
+
+static int copy_cmp(const void *a, const void *b)
+{
+	const copy *x = a, *y = b;
+	return x->part != y->part ? (x->part < y->part ? -1 : 1) :
+	    (x->node < y->node ? -1 : x->node > y->node);
+}
+
+/* Collects every owner's row of every node's answer; *unanswered counts
+ * the nodes that gave none. */
+static copy *gather(dgi_fanres *r, size_t nr, size_t *count, int *unanswered)
+{
+	size_t n = 0, cap = 0;
+	copy *all = NULL;
+	*unanswered = 0;
+	for (size_t i = 0; i < nr; i++) {
+		if (r[i].err != DG_OK) {
+			(*unanswered)++;
+			continue;
+		}
+		const cJSON *row;
+		cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(r[i].result, "parts")) {
+			if (cJSON_GetArraySize(row) != 6)
+				continue;
+			if (n == cap) {
+				cap = cap ? 2 * cap : 1024;
+				copy *g = dgi_realloc(all, cap * sizeof(*all));
+				if (g == NULL) {
+					dgi_free(all);
+					return NULL;
+				}
+				all = g;
+			}
+			copy *c = &all[n++];
+			c->part = (uint32_t)cJSON_GetArrayItem(row, 0)->valuedouble;
+			c->node = (uint32_t)i;
+			c->role = cJSON_GetArrayItem(row, 1)->valueint;
+			c->state = cJSON_GetStringValue(cJSON_GetArrayItem(row, 2));
+			c->entries = cJSON_GetArrayItem(row, 3)->valuedouble;
+			c->digest = cJSON_GetStringValue(cJSON_GetArrayItem(row, 4));
+			c->bytes = cJSON_GetArrayItem(row, 5)->valuedouble;
+			if (c->state == NULL || c->digest == NULL)
+				n--;
+		}
+	}
+	if (n > 1)
+		qsort(all, n, sizeof(*all), copy_cmp);
+	*count = n;
+	return all ? all : dgi_calloc(1, sizeof(copy));
+}
+
+/* Whether the OWNING copies of one partition (g[0..n)) disagree; *owning:
+ * how many OWNING copies there are. */
+static bool diverges(const copy *g, size_t n, int *owning)
+{
+	const copy *first = NULL;
+	bool differ = false;
+	*owning = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(g[i].state, "OWNING") != 0)
+			continue;
+		(*owning)++;
+		if (first == NULL)
+			first = &g[i];
+		else if (first->entries != g[i].entries || strcmp(first->digest, g[i].digest) != 0)
+			differ = true;
+	}
+	return differ;
+}
+
+typedef struct verify_round {
+	dgi_fanres *r;
+	size_t nr;
+	copy *copies;
+	size_t ncopies;
+	int unanswered;
+} verify_round;
+
+static void round_free(verify_round *v)
+{
+	dgi_fanout_free(v->r, v->nr);
+	dgi_free(v->copies);
+	memset(v, 0, sizeof(*v));
+}
+
+static dg_err verify_round_run(call *c, const char *cache, verify_round *v)
+{
+	cJSON *args = cJSON_CreateObject();
+	if (args == NULL)
+		return DG_ERR_NOMEM;
+	cJSON_AddStringToObject(args, "cache", cache);
+	dg_err e = dgi_fanout(c->n, "local.digests", args, FANOUT_MS, &v->r, &v->nr, NULL);
+	cJSON_Delete(args);
+	if (e != DG_OK)
+		return e;
+	v->copies = gather(v->r, v->nr, &v->ncopies, &v->unanswered);
+	return v->copies ? DG_OK : DG_ERR_NOMEM;
+}
+
+/* Whether partition p diverged in round v. */
+static bool round_diverges(const verify_round *v, uint32_t p)
+{
+	size_t i = 0;
+	while (i < v->ncopies && v->copies[i].part < p)
+		i++;
+	size_t j = i;
+	while (j < v->ncopies && v->copies[j].part == p)
+		j++;
+	int owning;
+	return diverges(v->copies + i, j - i, &owning);
+}
+
+static void report_partition(cJSON *div, const char *cache, const verify_round *v,
+    const copy *g, size_t n)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddItemToArray(div, o);
+	cJSON_AddStringToObject(o, "cache", cache);
+	cJSON_AddNumberToObject(o, "partition", g[0].part);
+	cJSON *arr = cJSON_AddArrayToObject(o, "copies");
+	for (size_t i = 0; i < n; i++) {
+		cJSON *k = cJSON_CreateObject();
+		cJSON_AddItemToArray(arr, k);
+		add_hex(k, "node", v->r[g[i].node].id);
+		cJSON_AddStringToObject(k, "address", v->r[g[i].node].address);
+		cJSON_AddStringToObject(k, "role", g[i].role == 1 ? "primary" : "backup");
+		cJSON_AddStringToObject(k, "state", g[i].state);
+		cJSON_AddNumberToObject(k, "entries", g[i].entries);
+		cJSON_AddStringToObject(k, "digest", g[i].digest);
+		cJSON_AddNumberToObject(k, "bytes", g[i].bytes);
+	}
+}
+
+/* One cache: a partition is reported when its OWNING copies disagree in
+ * three checks 200 ms apart (a write in flight between the owners makes
+ * one check disagree, not three: "idle" verify). */
+static dg_err verify_cache(call *c, const char *cache, cJSON *div, double *checked,
+    double *skipped, int *unanswered)
+{
+	verify_round first = { 0 }, again = { 0 };
+	dg_err e = verify_round_run(c, cache, &first);
+	if (e != DG_OK)
+		return e;
+	*unanswered += first.unanswered;
+	/* the divergent partitions of the first round, re-checked */
+	uint32_t *sus = dgi_calloc(first.ncopies + 1, sizeof(*sus));
+	size_t nsus = 0;
+	if (sus == NULL) {
+		round_free(&first);
+		return DG_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < first.ncopies; ) {
+		size_t j = i;
+		while (j < first.ncopies && first.copies[j].part == first.copies[i].part)
+			j++;
+		int owning;
+		if (diverges(first.copies + i, j - i, &owning))
+			sus[nsus++] = first.copies[i].part;
+		if (owning == 0)
+			(*skipped)++;
+		else
+			(*checked)++;
+		i = j;
+	}
+	for (int round = 0; round < 2 && nsus > 0 && e == DG_OK; round++) {
+		struct timespec ts = { 0, 200 * 1000000L };
+		nanosleep(&ts, NULL);
+		if ((e = verify_round_run(c, cache, &again)) != DG_OK)
+			break;
+		size_t keep = 0;
+		for (size_t k = 0; k < nsus; k++)
+			if (round_diverges(&again, sus[k]))
+				sus[keep++] = sus[k];
+		nsus = keep;
+		round_free(&again);
+	}
+	for (size_t k = 0; k < nsus && e == DG_OK; k++) {
+		size_t i = 0;
+		while (i < first.ncopies && first.copies[i].part != sus[k])
+			i++;
+		size_t j = i;
+		while (j < first.ncopies && first.copies[j].part == sus[k])
+			j++;
+		report_partition(div, cache, &first, first.copies + i, j - i);
+	}
+	dgi_free(sus);
+	round_free(&first);
+	return e;
+}
+
+static dg_err cmd_idle_verify(call *c)
+{
+	const cJSON *want = cJSON_GetObjectItemCaseSensitive(c->args, "caches");
+	dg_cache_config *cc;
+	size_t nc = dgi_admin_caches(c->n, &cc);
+	if (cc == NULL)
+		return DG_ERR_NOMEM;
+	const cJSON *w;
+	cJSON_ArrayForEach(w, want) {
+		bool found = false;
+		for (size_t i = 0; i < nc && !found; i++)
+			found = cJSON_IsString(w) && strcmp(cc[i].name, w->valuestring) == 0;
+		if (!found) {
+			snprintf(c->why, sizeof(c->why), "no cache named \"%s\"",
+			    cJSON_IsString(w) ? w->valuestring : "?");
+			dgi_free(cc);
+			return DG_ERR_NOT_FOUND;
+		}
+	}
+	cJSON *names = cJSON_AddArrayToObject(c->result, "caches");
+	cJSON *div = cJSON_AddArrayToObject(c->result, "divergent");
+	double checked = 0, skipped = 0;
+	int unanswered = 0;
+	dg_err e = DG_OK;
+	for (size_t i = 0; i < nc && e == DG_OK; i++) {
+		bool asked = cJSON_GetArraySize(want) == 0;
+		cJSON_ArrayForEach(w, want)
+			asked |= strcmp(cc[i].name, w->valuestring) == 0;
+		if (!asked)
+			continue;
+		cJSON_AddItemToArray(names, cJSON_CreateString(cc[i].name));
+		e = verify_cache(c, cc[i].name, div, &checked, &skipped, &unanswered);
+	}
+	dgi_free(cc);
+	cJSON_AddNumberToObject(c->result, "partitions_checked", checked);
+	cJSON_AddNumberToObject(c->result, "partitions_skipped", skipped);
+	cJSON_AddNumberToObject(c->result, "nodes_unanswered", unanswered);
+	cJSON_AddNumberToObject(c->result, "divergent_count", cJSON_GetArraySize(div));
+	return e;
+}
+
+/* ---- transactions ---- */
+
+static dg_err cmd_tx_list(call *c)
+{
+	dgi_fanres *r;
+	size_t nr;
+	double min_age = 0;
+	arg_num(c, "min_age_ms", &min_age);
+	dg_err e = dgi_fanout(c->n, "local.txs", NULL, FANOUT_MS, &r, &nr, NULL);
+	if (e != DG_OK)
+		return e;
+	cJSON *arr = cJSON_AddArrayToObject(c->result, "txs");
+	int unanswered = 0;
+	for (size_t i = 0; i < nr && arr; i++) {
+		if (r[i].err != DG_OK) {
+			unanswered++;
+			continue;
+		}
+		const cJSON *t;
+		cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(r[i].result, "txs")) {
+			const cJSON *age = cJSON_GetObjectItemCaseSensitive(t, "age_ms");
+			if (cJSON_IsNumber(age) && age->valuedouble < min_age)
+				continue;
+			cJSON *o = cJSON_Duplicate(t, true);
+			if (o == NULL)
+				break;
+			add_hex(o, "node", r[i].id);
+			cJSON_AddStringToObject(o, "address", r[i].address);
+			cJSON_AddItemToArray(arr, o);
+		}
+	}
+	cJSON_AddNumberToObject(c->result, "nodes_unanswered", unanswered);
+	dgi_fanout_free(r, nr);
+	return arr ? DG_OK : DG_ERR_NOMEM;
+}
+
+static dg_err cmd_tx_kill(call *c)
+{
+	const char *id;
+	dg_err e = need(c, "id", &id);
+	if (e != DG_OK)
+		return e;
+	unsigned long long near, seq;
+	char rest;
+	if (sscanf(id, "%16llx:%llu%c", &near, &seq, &rest) != 2) {
+		snprintf(c->why, sizeof(c->why), "\"%s\": a tx id is NEAR:SEQ as tx list "
+		    "prints it (16 hex digits, a colon, a number)", id);
+		return DG_ERR_INVAL;
+	}
+	e = dgi_tx_kill(dgi_node_txs(c->n), near, seq);
+	if (e == DG_ERR_NOT_FOUND)
+		snprintf(c->why, sizeof(c->why), "no running transaction %s", id);
+	else if (e == DG_ERR_CONFLICT)
+		snprintf(c->why, sizeof(c->why), "transaction %s is already committing: it "
+		    "finishes", id);
+	if (e == DG_OK)
+		cJSON_AddStringToObject(c->result, "killed", id);
+	return e;
+}
+
+/* ---- test hooks (DG_ADMIN_TEST_HOOKS=1) ---- */
+
+static dg_err cmd_debug_put_local(call *c)
+{
+	const char *hooks = getenv("DG_ADMIN_TEST_HOOKS");
+	if (hooks == NULL || strcmp(hooks, "1") != 0) {
+		snprintf(c->why, sizeof(c->why), "test hooks are off (DG_ADMIN_TEST_HOOKS=1 "
+		    "in the node's environment turns them on)");
+		return DG_ERR_UNSUPPORTED;
+	}
+	dg_cache *h;
+	const char *k, *v;
+	dg_err e;
+	if ((e = open_cache(c, &h)) != DG_OK || (e = need(c, "key", &k)) != DG_OK ||
+	    (e = need(c, "value", &v)) != DG_OK)
+		return e;
+	fprintf(stderr, "level=warn id=ADMIN-TEST-CORRUPT cache=\"%s\" why=\"a test "
+	    "overwrote this node's copy of a key\"\n", dg_cache_config_of(h)->name);
+	return dgi_cache_debug_put_local(h, k, strlen(k), v, strlen(v));
+}
+
 /* ---- shutdown ---- */
 
 static dg_err cmd_shutdown(call *c)
@@ -646,6 +980,10 @@ static const struct {
 	{ "metrics", cmd_metrics },
 	{ "rebalance", cmd_rebalance },
 	{ "shutdown", cmd_shutdown },
+	{ "idle-verify", cmd_idle_verify },
+	{ "tx.list", cmd_tx_list },
+	{ "tx.kill", cmd_tx_kill },
+	{ "debug.put-local", cmd_debug_put_local },
 };
 
 /* "DG_ERR_NOT_FOUND" out of "DG_ERR_NOT_FOUND: no such ..." */

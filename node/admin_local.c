@@ -117,6 +117,94 @@ static dg_err local_shutdown(dg_node *n, const cJSON *args, cJSON *r, char *why,
 	return DG_OK;
 }
 
+/* This node's digest of every partition of one cache it holds a copy of
+ * as an owner: "parts": [[part, role, state, entries, "digest", bytes], ...]
+ * (arrays, not objects: 1024 partitions per cache). */
+static dg_err local_digests(dg_node *n, const cJSON *args, cJSON *r, char *why, size_t wl)
+{
+	const cJSON *name = cJSON_GetObjectItemCaseSensitive(args, "cache");
+	dg_cache *c;
+	if (!cJSON_IsString(name) || dg_cache_get_by_name(n, name->valuestring, &c) != DG_OK) {
+		snprintf(why, wl, "no cache named \"%s\" on this node",
+		    cJSON_IsString(name) ? name->valuestring : "");
+		return DG_ERR_NOT_FOUND;
+	}
+	uint32_t parts = dg_cache_config_of(c)->partitions;
+	cJSON *arr = cJSON_AddArrayToObject(r, "parts");
+	for (uint32_t p = 0; p < parts && arr; p++) {
+		dgi_part_digest d;
+		dg_err e = dgi_cache_part_digest(c, p, &d);
+		if (e != DG_OK)
+			return e;
+		if (d.role == 0)
+			continue;   /* not an owner: a copy being handed over is not compared */
+		char hex[17];
+		dgi_admin_hex64(d.digest, hex);
+		cJSON *row = cJSON_CreateArray();
+		if (row == NULL)
+			return DG_ERR_NOMEM;
+		cJSON_AddItemToArray(arr, row);
+		cJSON_AddItemToArray(row, cJSON_CreateNumber(p));
+		cJSON_AddItemToArray(row, cJSON_CreateNumber(d.role));
+		cJSON_AddItemToArray(row, cJSON_CreateString(dgi_part_state_name(d.state)));
+		cJSON_AddItemToArray(row, cJSON_CreateNumber((double)d.entries));
+		cJSON_AddItemToArray(row, cJSON_CreateString(hex));
+		cJSON_AddItemToArray(row, cJSON_CreateNumber((double)d.bytes));
+	}
+	return arr ? DG_OK : DG_ERR_NOMEM;
+}
+
+static const char *conc_name(int c)
+{
+	return c == DG_PESSIMISTIC ? "PESSIMISTIC" : c == DG_OPTIMISTIC ? "OPTIMISTIC" : "";
+}
+
+static const char *iso_name(int i)
+{
+	return i == DG_READ_COMMITTED ? "READ_COMMITTED" : i == DG_REPEATABLE_READ ?
+	    "REPEATABLE_READ" : i == DG_SERIALIZABLE ? "SERIALIZABLE" : "";
+}
+
+/* The transactions this node knows: near ones and participant records. */
+static dg_err local_txs(dg_node *n, cJSON *r)
+{
+	size_t cap = 256, count;
+	dgi_tx_info *tx = NULL;
+	for (;;) {
+		dgi_free(tx);
+		if ((tx = dgi_calloc(cap, sizeof(*tx))) == NULL)
+			return DG_ERR_NOMEM;
+		count = dgi_tx_list(dgi_node_txs(n), tx, cap);
+		if (count <= cap)
+			break;
+		cap = count + 64;
+	}
+	static const char *const roles[] = { "near", "primary", "backup" };
+	cJSON *arr = cJSON_AddArrayToObject(r, "txs");
+	for (size_t i = 0; i < count && arr; i++) {
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL)
+			break;
+		cJSON_AddItemToArray(arr, o);
+		char id[48];
+		snprintf(id, sizeof(id), "%016llx:%llu", (unsigned long long)tx[i].near,
+		    (unsigned long long)tx[i].id);
+		cJSON_AddStringToObject(o, "id", id);
+		add_hex(o, "near", tx[i].near);
+		cJSON_AddStringToObject(o, "role", tx[i].role >= 0 && tx[i].role <= 2 ?
+		    roles[tx[i].role] : "?");
+		cJSON_AddStringToObject(o, "state", tx[i].state ? tx[i].state : "?");
+		cJSON_AddStringToObject(o, "concurrency", conc_name(tx[i].concurrency));
+		cJSON_AddStringToObject(o, "isolation", iso_name(tx[i].isolation));
+		cJSON_AddNumberToObject(o, "age_ms", (double)tx[i].age_ms);
+		cJSON_AddNumberToObject(o, "timeout_ms", tx[i].timeout_ms);
+		cJSON_AddNumberToObject(o, "keys", tx[i].keys);
+		cJSON_AddStringToObject(o, "label", tx[i].label);
+	}
+	dgi_free(tx);
+	return arr ? DG_OK : DG_ERR_NOMEM;
+}
+
 dg_err dgi_admin_local(dg_node *n, const char *cmd, const cJSON *args, cJSON **result,
     char *why, size_t whylen, bool *stop_after)
 {
@@ -128,6 +216,10 @@ dg_err dgi_admin_local(dg_node *n, const char *cmd, const cJSON *args, cJSON **r
 		e = local_info(n, r);
 	else if (strcmp(cmd, "local.rebalance") == 0)
 		e = local_rebalance(n, r);
+	else if (strcmp(cmd, "local.digests") == 0)
+		e = local_digests(n, args, r, why, whylen);
+	else if (strcmp(cmd, "local.txs") == 0)
+		e = local_txs(n, r);
 	else if (strcmp(cmd, "local.shutdown") == 0)
 		e = local_shutdown(n, args, r, why, whylen, stop_after);
 	else {

@@ -783,6 +783,110 @@ static void do_shutdown(const cmdline *c)
 	cJSON_Delete(r);
 }
 
+static void do_idle_verify(const cmdline *c)
+{
+	cJSON *args = cJSON_CreateObject();
+	cJSON *names = cJSON_AddArrayToObject(args, "caches");
+	for (int i = 0; i < c->argc; i++)
+		cJSON_AddItemToArray(names, cJSON_CreateString(c->argv[i]));
+	cJSON *r = request("idle-verify", args);
+	int ndiv = (int)jnum(r, "divergent_count"), unanswered = (int)jnum(r, "nodes_unanswered");
+	if (opt.json) {
+		print_json(r, false);
+	} else {
+		char b[3][32];
+		printf("idle-verify: %s partitions checked in %d caches, %s skipped (no OWNING "
+		    "copy: rebalancing or lost)\n", num(jnum(r, "partitions_checked"), b[0]),
+		    cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "caches")),
+		    num(jnum(r, "partitions_skipped"), b[1]));
+		if (ndiv == 0) {
+			printf("no divergence: every partition's copies agree\n");
+		} else {
+			printf("%d partitions diverge:\n", ndiv);
+			table t = { .ncols = 8, .right = { [1] = true, [5] = true, [7] = true } };
+			t_row(&t, "CACHE", "PARTITION", "NODE", "ADDRESS", "ROLE", "ENTRIES", "DIGEST",
+			    "BYTES");
+			const cJSON *d, *k;
+			cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(r, "divergent"))
+				cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(d, "copies"))
+					t_row(&t, jstr(d, "cache"), num(jnum(d, "partition"), b[0]),
+					    jstr(k, "node"), jstr(k, "address"), jstr(k, "role"),
+					    num(jnum(k, "entries"), b[1]), jstr(k, "digest"),
+					    num(jnum(k, "bytes"), b[2]));
+			t_print(&t);
+		}
+	}
+	cJSON_Delete(r);
+	if (unanswered > 0)
+		fail("idle-verify: %d nodes did not answer: the check is incomplete", unanswered);
+	if (ndiv > 0)
+		fail("idle-verify: %d partitions diverge between their copies", ndiv);
+}
+
+static void do_tx(const cmdline *c)
+{
+	if (c->argc >= 1 && strcmp(c->argv[0], "list") == 0 && c->argc == 1) {
+		cJSON *args = cJSON_CreateObject();
+		if (opt.min_age)
+			cJSON_AddNumberToObject(args, "min_age_ms",
+			    (double)duration_arg("min-age", opt.min_age));
+		cJSON *r = request("tx.list", args);
+		if (opt.json) {
+			print_json(r, false);
+		} else {
+			table t = { .ncols = 8, .right = { [4] = true, [5] = true } };
+			t_row(&t, "ID", "NODE", "ROLE", "STATE", "AGE", "KEYS", "MODE", "LABEL");
+			const cJSON *o;
+			cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "txs")) {
+				char b[2][32], mode[64];
+				const char *cc = jstr(o, "concurrency"), *iso = jstr(o, "isolation");
+				snprintf(mode, sizeof(mode), "%s%s%s", cc ? cc : "",
+				    cc && cc[0] && iso && iso[0] ? " " : "", iso ? iso : "");
+				t_row(&t, jstr(o, "id"), jstr(o, "address"), jstr(o, "role"),
+				    jstr(o, "state"), human_ms(jnum(o, "age_ms"), b[0]),
+				    num(jnum(o, "keys"), b[1]), mode, jstr(o, "label"));
+			}
+			t_print(&t);
+			printf("(%d rows: each transaction once on its near node and once per "
+			    "node where it holds locks or copies)\n",
+			    cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "txs")));
+		}
+		cJSON_Delete(r);
+		return;
+	}
+	if (c->argc == 2 && strcmp(c->argv[0], "kill") == 0) {
+		if (opt.min_age)
+			usage_error("tx kill does not take --min-age");
+		cJSON *args = cJSON_CreateObject();
+		cJSON_AddStringToObject(args, "id", c->argv[1]);
+		cJSON *r = request("tx.kill", args);
+		if (opt.json)
+			print_json(r, false);
+		else
+			printf("rolled back %s\n", c->argv[1]);
+		cJSON_Delete(r);
+		return;
+	}
+	usage_error("usage: dgctl tx list [--min-age DURATION] | dgctl tx kill ID");
+}
+
+/* Test hooks: served only by nodes started with DG_ADMIN_TEST_HOOKS=1. */
+static void do_debug(const cmdline *c)
+{
+	if (c->argc != 4 || strcmp(c->argv[0], "put-local") != 0)
+		usage_error("usage: dgctl debug put-local CACHE KEY VALUE");
+	cJSON *args = cJSON_CreateObject();
+	cJSON_AddStringToObject(args, "cache", c->argv[1]);
+	cJSON_AddStringToObject(args, "key", c->argv[2]);
+	cJSON_AddStringToObject(args, "value", c->argv[3]);
+	cJSON *r = request("debug.put-local", args);
+	if (opt.json)
+		print_json(r, false);
+	else
+		printf("overwrote this node's copy of %s (no other copy changed)\n", c->argv[2]);
+	cJSON_Delete(r);
+}
+
 static void do_unimplemented(const char *what) __attribute__((noreturn));
 static void do_unimplemented(const char *what)
 {
@@ -861,8 +965,21 @@ static const struct {
 	  "connected node gracefully: it hands its partitions over,\nleaves the cluster and "
 	  "exits.  --cluster: every node of the cluster, this\none last (nodes embedded in "
 	  "an application refuse: they stop when\nthe application stops them).\n" },
-	{ "idle-verify", "", NULL, "dgctl idle-verify [CACHE...]\n" },
-	{ "tx", "min-age", NULL, "dgctl tx list [--min-age DURATION]\ndgctl tx kill ID\n" },
+	{ "idle-verify", "", do_idle_verify, "dgctl idle-verify [CACHE...]\n\nCompares the "
+	  "copies of every partition (all caches, or those named):\neach owner's entry count "
+	  "and digest of keys, values and versions.\nA partition is reported when its "
+	  "OWNING copies disagree in three\nchecks 200 ms apart (run it while the cache is "
+	  "idle).  Exit 0: no\ndivergence; 1: some partitions diverge (listed), or a node "
+	  "did not\nanswer.\n" },
+	{ "tx", "min-age", do_tx, "dgctl tx list [--min-age DURATION]\ndgctl tx kill ID\n\n"
+	  "list: the transactions running on every node: id (NEAR:SEQ),\nnode, role (near, "
+	  "primary, backup), state, age, keys, mode, label.\nkill: rolls the transaction "
+	  "back (its next operation or commit fails\nwith DG_ERR_TX_ROLLED_BACK and its "
+	  "locks are released); one\nalready committing finishes (exit 1).\n" },
+	{ "debug", "", do_debug, "dgctl debug put-local CACHE KEY VALUE\n\nTest hook: "
+	  "overwrites the connected node's own copy of KEY without\ntelling the other "
+	  "owners (idle-verify then reports the partition).\nServed only by a node started "
+	  "with DG_ADMIN_TEST_HOOKS=1.\n" },
 	{ "baseline", "", NULL, "dgctl baseline [show]\ndgctl baseline set|add|remove ADDR...\n" },
 };
 

@@ -34,6 +34,8 @@
  *   datagrid_cache_rebalance_partitions_left                       gauge
  *   datagrid_cache_rebalance_bytes_total, datagrid_cache_expired_total,
  *   datagrid_cache_remaps_total                                    counters
+ *   datagrid_cache_op_duration_seconds{cache,op="get"|"put"|"remove"}  histogram:
+ *       _bucket{le=...} (1-2-5 bounds from 1 µs, +Inf), _sum, _count
  * Transactions (dg_tx_get_metrics)
  *   datagrid_tx_started_total, datagrid_tx_committed_total, datagrid_tx_rolled_back_total,
  *   datagrid_tx_conflicts_total, datagrid_tx_deadlocks_total, datagrid_tx_timeouts_total,
@@ -354,12 +356,41 @@ typedef struct cache_row {
 	dg_cache *cr_cache;
 } cache_row;
 
-/* filled when cache latency histograms land */
+/* One histogram family, datagrid_cache_op_duration_seconds, labelled by
+ * cache and op, from the cache's latency buckets (dg_cache_get_latency):
+ * cumulative _bucket{le} series (seconds), _sum and _count. */
 static void put_latencies(mtext *t, const cache_row *rows, size_t n)
 {
-	(void)t;
-	(void)rows;
-	(void)n;
+	static const char *const ops[DG_OP__COUNT] = { "get", "put", "remove" };
+	const char *name = "datagrid_cache_op_duration_seconds";
+	put_family(t, name, "histogram", "Time of the cache operations started on "
+	    "this node (single-key calls; a batch counts once).");
+	for (size_t i = 0; i < n; i++) {
+		for (int op = 0; op < DG_OP__COUNT; op++) {
+			dg_latency l;
+			if (dg_cache_get_latency(rows[i].cr_cache, (dg_cache_op_kind)op, &l) != DG_OK)
+				continue;
+			uint64_t cum = 0;
+			for (unsigned b = 0; b < DG_LAT_BUCKETS; b++) {
+				cum += l.buckets[b];
+				uint64_t us = dg_latency_bound_us(b);
+				char le[32];
+				if (us == UINT64_MAX)
+					snprintf(le, sizeof(le), "+Inf");
+				else
+					snprintf(le, sizeof(le), "%g", (double)us / 1e6);
+				label ls[] = { { "cache", rows[i].cr_name }, { "op", ops[op] },
+					{ "le", le } };
+				put_series(t, "datagrid_cache_op_duration_seconds_bucket", ls, 3);
+				put_fmt(t, " %llu\n", (unsigned long long)cum);
+			}
+			label ls[] = { { "cache", rows[i].cr_name }, { "op", ops[op] } };
+			put_series(t, "datagrid_cache_op_duration_seconds_sum", ls, 2);
+			put_fmt(t, " %.6f\n", (double)l.sum_us / 1e6);
+			put_series(t, "datagrid_cache_op_duration_seconds_count", ls, 2);
+			put_fmt(t, " %llu\n", (unsigned long long)cum);
+		}
+	}
 }
 
 static void put_caches(mtext *t, dg_node *n)
