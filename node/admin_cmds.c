@@ -523,7 +523,9 @@ static void put_latency(cJSON *o, dg_cache *h)
 
 static dg_err cmd_metrics(call *c)
 {
-	static _Thread_local dg_msg_metric mm[DG_MSG__COUNT];
+	dg_msg_metric *mm = dgi_calloc(DG_MSG__COUNT, sizeof(*mm));
+	if (mm == NULL)
+		return DG_ERR_NOMEM;
 	size_t nm = dg_tp_metrics(dgi_node_tp(c->n), mm, DG_MSG__COUNT);
 	bool all = arg_bool(c, "all");
 	add_hex(c->result, "node", dg_node_get_id(c->n));
@@ -543,6 +545,7 @@ static dg_err cmd_metrics(call *c)
 		cJSON_AddNumberToObject(o, "bytes_received", (double)k->bytes_recv);
 		cJSON_AddNumberToObject(o, "failures", (double)k->failures);
 	}
+	dgi_free(mm);
 	dg_cache_config *cc;
 	size_t nc = dgi_admin_caches(c->n, &cc);
 	cJSON *caches = cJSON_AddArrayToObject(c->result, "caches");
