@@ -708,6 +708,9 @@ static void do_rebalance(const cmdline *c)
 	bool tty = isatty(STDOUT_FILENO) && !opt.json;
 	if (opt.watch)
 		signal(SIGINT, on_sigint);
+	/* the bar counts this rebalancing only: done and bytes since the first
+	 * poll, over what was left then plus what was added since */
+	double done0 = -1, bytes0 = 0;
 	for (;;) {
 		cJSON *r = request("rebalance", NULL);
 		bool complete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "complete"));
@@ -718,15 +721,20 @@ static void do_rebalance(const cmdline *c)
 			left += jnum(o, "left");
 			bytes += jnum(o, "bytes");
 		}
+		if (done0 < 0) {
+			done0 = done;
+			bytes0 = bytes;
+		}
 		if (opt.json) {
 			print_json(r, opt.watch);
 		} else if (opt.watch) {
-			char bar[41], b1[32], b2[32], b3[32];
-			double total = done + left;
-			draw_bar(total > 0 ? done / total : 1.0, bar, 40);
+			char bar[41], b1[32], b2[32], b3[32], b4[32];
+			double now = done - done0, total = now + left;
+			draw_bar(total > 0 ? now / total : 1.0, bar, 40);
 			printf("%s[%s] %s/%s partitions, %s received, %s moving%s",
-			    tty ? "\r" : "", bar, num(done, b1), num(total, b2), human_bytes(bytes, b3),
-			    num(jnum(r, "partitions_moving"), b1), tty ? "   " : "\n");
+			    tty ? "\r" : "", bar, num(now, b1), num(total, b2),
+			    human_bytes(bytes - bytes0, b3), num(jnum(r, "partitions_moving"), b4),
+			    tty ? "   " : "\n");
 			fflush(stdout);
 		} else {
 			char b[5][32];
@@ -870,6 +878,46 @@ static void do_tx(const cmdline *c)
 	usage_error("usage: dgctl tx list [--min-age DURATION] | dgctl tx kill ID");
 }
 
+static void do_baseline(const cmdline *c)
+{
+	const char *op = c->argc == 0 ? "show" : c->argv[0];
+	bool show = strcmp(op, "show") == 0;
+	if (!show && strcmp(op, "set") != 0 && strcmp(op, "add") != 0 &&
+	    strcmp(op, "remove") != 0)
+		usage_error("usage: dgctl baseline [show] | dgctl baseline set|add|remove ADDR...");
+	if (show && c->argc > 1)
+		usage_error("usage: dgctl baseline [show]");
+	if (!show && c->argc < 2)
+		usage_error("usage: dgctl baseline %s ADDR... (node cluster addresses, as "
+		    "dgctl nodes prints them)", op);
+	cJSON *args = cJSON_CreateObject();
+	cJSON_AddStringToObject(args, "op", op);
+	cJSON *nodes = cJSON_AddArrayToObject(args, "nodes");
+	for (int i = 1; i < c->argc; i++)
+		cJSON_AddItemToArray(nodes, cJSON_CreateString(c->argv[i]));
+	cJSON *r = request("baseline", args);
+	if (opt.json) {
+		print_json(r, false);
+		cJSON_Delete(r);
+		return;
+	}
+	char b[32];
+	bool is_auto = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "auto"));
+	printf("topology version %s; baseline: %s\n", num(jnum(r, "topology_version"), b),
+	    is_auto ? "auto (every server node owns data)" : "set");
+	table t = { .ncols = 3 };
+	t_row(&t, "ADDRESS", "STATE", "ID");
+	const cJSON *o;
+	cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "baseline"))
+		t_row(&t, jstr(o, "address"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o,
+		    "online")) ? "online" : "offline", jstr(o, "id"));
+	cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "standby"))
+		t_row(&t, jstr(o, "address"), "standby (not in the baseline: owns no data)",
+		    jstr(o, "id"));
+	t_print(&t);
+	cJSON_Delete(r);
+}
+
 /* Test hooks: served only by nodes started with DG_ADMIN_TEST_HOOKS=1. */
 static void do_debug(const cmdline *c)
 {
@@ -887,11 +935,7 @@ static void do_debug(const cmdline *c)
 	cJSON_Delete(r);
 }
 
-static void do_unimplemented(const char *what) __attribute__((noreturn));
-static void do_unimplemented(const char *what)
-{
-	fail("%s: not available in this version", what);
-}
+
 
 /* ---- main ---- */
 
@@ -980,7 +1024,13 @@ static const struct {
 	  "overwrites the connected node's own copy of KEY without\ntelling the other "
 	  "owners (idle-verify then reports the partition).\nServed only by a node started "
 	  "with DG_ADMIN_TEST_HOOKS=1.\n" },
-	{ "baseline", "", NULL, "dgctl baseline [show]\ndgctl baseline set|add|remove ADDR...\n" },
+	{ "baseline", "", do_baseline, "dgctl baseline [show]\n"
+	  "dgctl baseline set|add|remove ADDR...\n\nThe baseline: the server nodes (by "
+	  "cluster address) that own data.\nUnset (auto), every server node does.  A server "
+	  "node outside a set\nbaseline is standby: it stays in the cluster and owns no "
+	  "partitions.\nadd: the nodes get partitions (rebalancing starts); remove: their\n"
+	  "partitions move to the others first (a decommission).  Offline\nbaseline nodes "
+	  "stay listed; their partitions are served by the\nonline ones meanwhile.\n" },
 };
 
 static bool allowed(const char *opts, const char *name)
@@ -1079,8 +1129,6 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nused; i++)
 		if (!allowed(commands[which].opts, used[i]))
 			usage_error("%s does not take --%s", words[0], used[i]);
-	if (commands[which].fn == NULL)
-		do_unimplemented(words[0]);
 	signal(SIGPIPE, SIG_IGN);
 	dial();
 	authenticate();
