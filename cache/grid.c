@@ -139,13 +139,20 @@ static void cfg_from_msg(const dgi_msg_cfg *m, dg_cache_config *c)
 
 /* ---- affinity and partition states ---- */
 
-/* Server nodes (no client bit) of t, in order. */
+/* Nodes that own data: neither clients nor STANDBY (servers outside the
+ * baseline, transport.h). */
+static bool owns_data(const dg_topology_node *n)
+{
+	return !(n->attrs & (DG_NODE_CLIENT | DG_NODE_STANDBY));
+}
+
+/* The nodes of t that own data, in order: the affinity's nodes. */
 static uint32_t servers_of(const dg_topology *t, dg_node_id *ids, int64_t *orders,
     dg_node_id without)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; t != NULL && i < t->count; i++) {
-		if (t->nodes[i].attrs & DG_NODE_CLIENT || t->nodes[i].id == without)
+		if (!owns_data(&t->nodes[i]) || t->nodes[i].id == without)
 			continue;
 		ids[n] = t->nodes[i].id;
 		orders[n] = t->nodes[i].order;
@@ -163,6 +170,12 @@ static dgi_aff *aff_for(const dg_cache *c, const dg_topology *t, dg_node_id with
 	return dgi_aff_build(t ? t->version : 0, c->cfg.partitions, copies, ids, orders, n);
 }
 
+/* Whether id is a server still in t, so it can supply the copies it
+ * holds.  A STANDBY server counts: a node just taken out of the baseline
+ * owns nothing under t but holds its old partitions, and its new owners
+ * fetch them from it (as from any old owner) — taking it for gone would
+ * mark its partitions lost.  Its copies stay for RENT_GRACE_MS, as any
+ * rented partition's. */
 static bool is_server(const dg_topology *t, dg_node_id id)
 {
 	const dg_topology_node *n = dg_topology_find(t, id);

@@ -844,11 +844,11 @@ static void test_msg_define(void **state)
 	static const char *const names[] = { "UNKNOWN", "HELLO", "CHALLENGE", "PROOF",
 		"WELCOME", "REJECT", "PING", "HEARTBEAT", "JOIN", "JOIN_ACK", "TOPOLOGY",
 		"NODE_FAILED", "TYPE_PROPOSE", "TYPE_ANNOUNCE", "TYPES_SNAPSHOT", "LEAVE",
-		"ECHO" };
-	for (int t = 0; t <= DG_MSG_ECHO; t++)
+		"ECHO", "BASELINE", "BASELINE_ACK" };
+	for (int t = 0; t <= DG_MSG_BASELINE_ACK; t++)
 		assert_string_equal(dg_msg_name((dg_msg_type)t), names[t]);
 	assert_null(dg_msg_row_of(DG_MSG_UNKNOWN)); /* a name, but no codec */
-	assert_string_equal(dg_msg_name((dg_msg_type)(DG_MSG_ECHO + 1)), "?");
+	assert_string_equal(dg_msg_name((dg_msg_type)(DG_MSG_BASELINE_ACK + 1)), "?");
 	assert_string_equal(dg_msg_name((dg_msg_type)T_UNUSED), "?");
 	assert_string_equal(dg_msg_name(DG_MSG__COUNT), "?");
 	assert_string_equal(dg_msg_name((dg_msg_type)70000), "?");
