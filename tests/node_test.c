@@ -1,6 +1,7 @@
 /*
  * node_test.c — the node module's unit tests: the dgnode settings table
- * (tests/node_settings_test.c).
+ * (tests/node_settings_test.c) and the baseline admin command
+ * (tests/node_baseline_test.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,8 +9,11 @@
 #include <cmocka.h>
 
 int dgt_settings_tests(void);
+int dgt_admin_baseline_tests(void);
 
 int main(void)
 {
-	return dgt_settings_tests() ? 1 : 0;
+	int failed = dgt_settings_tests();
+	failed += dgt_admin_baseline_tests();
+	return failed ? 1 : 0;
 }
