@@ -980,10 +980,33 @@ void dgi_grid_stop(dgi_grid *g)
 	dgi_free(g);
 }
 
+/* Every server of t but `without`, STANDBY ones included. */
+static dgi_aff *aff_all_servers(const dg_cache *c, const dg_topology *t, dg_node_id without)
+{
+	dg_node_id ids[1024];
+	int64_t orders[1024];
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < t->count && n < 1024; i++) {
+		if (t->nodes[i].attrs & DG_NODE_CLIENT || t->nodes[i].id == without)
+			continue;
+		ids[n] = t->nodes[i].id;
+		orders[n++] = t->nodes[i].order;
+	}
+	uint32_t copies = c->cfg.mode == DG_REPLICATED ? n : 1 + c->cfg.backups;
+	return dgi_aff_build(t->version, c->cfg.partitions, copies, ids, orders, n);
+}
+
 dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c)
 {
 	pthread_mutex_lock(&g->mu);
 	dgi_aff *a = g->topo != NULL ? aff_for(c, g->topo, g->self) : NULL;
+	if (a != NULL && a->nnodes == 0) {
+		/* the last baseline node leaving: the coordinator then lets
+		 * every server own data (PROTOCOL.md, "Baseline"), so the
+		 * STANDBY servers are the next owners to hand over to */
+		dgi_aff_free(a);
+		a = aff_all_servers(c, g->topo, g->self);
+	}
 	pthread_mutex_unlock(&g->mu);
 	return a;
 }

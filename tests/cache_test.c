@@ -1544,6 +1544,31 @@ static void test_baseline_refused(void **state)
 	cluster_stop(&cl);
 }
 
+/* The only baseline node stops gracefully: with no baseline node online
+ * every server owns data, so it hands its partitions to the STANDBY one. */
+static void test_baseline_last_member_leaves(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache *c0 = create_on(cl.n[0], "bllast", 0);
+	const char *one[] = { dg_node_address(cl.n[0]) };
+	OK(dg_node_baseline_change(cl.n[1], DG_BASELINE_OP_SET, one, 1, 0, NULL, 0));
+	wait_agree(cl.n, 2);
+	rebalanced(cl.n, 2, "bllast");
+	put_keys(c0, "z", 500);
+	dg_cache *c1 = cache_on(cl.n[1], "bllast");
+	assert_int_equal(roles_of(c1, cl.n[1]), 0);
+	dg_node_stop(cl.n[0]);
+	cl.n[0] = cl.n[1];
+	cl.count = 1;
+	wait_agree(cl.n, 1);
+	assert_false(standby_in(cl.n[0], cl.n[0]));
+	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), 0);
+	all_keys_readable(c1, "z", 500);
+	cluster_stop(&cl);
+}
+
 /* ---- persistence ---- */
 
 static char *tmpdir(void)
@@ -1854,6 +1879,7 @@ int main(void)
 		cmocka_unit_test(test_baseline_joiner_standby),
 		cmocka_unit_test(test_baseline_survives_coordinator),
 		cmocka_unit_test(test_baseline_refused),
+		cmocka_unit_test(test_baseline_last_member_leaves),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
