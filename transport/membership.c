@@ -8,6 +8,11 @@
  * version is newer.  One thread per node sends heartbeats every heartbeat_ms
  * and checks, every heartbeat_ms, when each member was last heard from (any
  * frame counts): detection takes at most failure_timeout_ms + heartbeat_ms.
+ *
+ * The baseline (PROTOCOL.md, "Baseline") lives in the topology itself: the
+ * coordinator changes it like the node list (BASELINE, change_apply),
+ * recomputing every node's STANDBY bit at each new version, and every
+ * TOPOLOGY carries it, so the next coordinator has it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "transport_int.h"
