@@ -139,13 +139,20 @@ static void cfg_from_msg(const dgi_msg_cfg *m, dg_cache_config *c)
 
 /* ---- affinity and partition states ---- */
 
-/* Server nodes (no client bit) of t, in order. */
+/* Nodes that own data: neither clients nor STANDBY (servers outside the
+ * baseline, transport.h). */
+static bool owns_data(const dg_topology_node *n)
+{
+	return !(n->attrs & (DG_NODE_CLIENT | DG_NODE_STANDBY));
+}
+
+/* The nodes of t that own data, in order: the affinity's nodes. */
 static uint32_t servers_of(const dg_topology *t, dg_node_id *ids, int64_t *orders,
     dg_node_id without)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; t != NULL && i < t->count; i++) {
-		if (t->nodes[i].attrs & DG_NODE_CLIENT || t->nodes[i].id == without)
+		if (!owns_data(&t->nodes[i]) || t->nodes[i].id == without)
 			continue;
 		ids[n] = t->nodes[i].id;
 		orders[n] = t->nodes[i].order;
@@ -163,6 +170,12 @@ static dgi_aff *aff_for(const dg_cache *c, const dg_topology *t, dg_node_id with
 	return dgi_aff_build(t ? t->version : 0, c->cfg.partitions, copies, ids, orders, n);
 }
 
+/* Whether id is a server still in t, so it can supply the copies it
+ * holds.  A STANDBY server counts: a node just taken out of the baseline
+ * owns nothing under t but holds its old partitions, and its new owners
+ * fetch them from it (as from any old owner) — taking it for gone would
+ * mark its partitions lost.  Its copies stay for RENT_GRACE_MS, as any
+ * rented partition's. */
 static bool is_server(const dg_topology *t, dg_node_id id)
 {
 	const dg_topology_node *n = dg_topology_find(t, id);
@@ -967,10 +980,33 @@ void dgi_grid_stop(dgi_grid *g)
 	dgi_free(g);
 }
 
+/* Every server of t but `without`, STANDBY ones included. */
+static dgi_aff *aff_all_servers(const dg_cache *c, const dg_topology *t, dg_node_id without)
+{
+	dg_node_id ids[1024];
+	int64_t orders[1024];
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < t->count && n < 1024; i++) {
+		if (t->nodes[i].attrs & DG_NODE_CLIENT || t->nodes[i].id == without)
+			continue;
+		ids[n] = t->nodes[i].id;
+		orders[n++] = t->nodes[i].order;
+	}
+	uint32_t copies = c->cfg.mode == DG_REPLICATED ? n : 1 + c->cfg.backups;
+	return dgi_aff_build(t->version, c->cfg.partitions, copies, ids, orders, n);
+}
+
 dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c)
 {
 	pthread_mutex_lock(&g->mu);
 	dgi_aff *a = g->topo != NULL ? aff_for(c, g->topo, g->self) : NULL;
+	if (a != NULL && a->nnodes == 0) {
+		/* the last baseline node leaving: the coordinator then lets
+		 * every server own data (PROTOCOL.md, "Baseline"), so the
+		 * STANDBY servers are the next owners to hand over to */
+		dgi_aff_free(a);
+		a = aff_all_servers(c, g->topo, g->self);
+	}
 	pthread_mutex_unlock(&g->mu);
 	return a;
 }

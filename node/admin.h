@@ -43,6 +43,7 @@ typedef struct dgi_fanres {
 	uint64_t id;
 	int64_t order;
 	bool client;
+	bool standby;            /* a server outside the baseline: owns no data */
 	char address[128];
 	dg_err err;              /* DG_OK: result holds the node's answer */
 	char errmsg[160];        /* the node's error text, when it sent one */

@@ -9,6 +9,7 @@
  * transport thread.
  */
 #include "admin.h"
+#include "admin_baseline.h"
 #include "node_int.h"
 
 #include <stdio.h>
@@ -152,6 +153,7 @@ static dg_err cmd_nodes(call *c)
 		add_hex(o, "id", r[i].id);
 		cJSON_AddStringToObject(o, "address", r[i].address);
 		cJSON_AddStringToObject(o, "role", r[i].client ? "client" : "server");
+		cJSON_AddBoolToObject(o, "standby", r[i].standby);
 		cJSON_AddBoolToObject(o, "coordinator", r[i].order == lowest);
 		const cJSON *res = r[i].result;
 		const cJSON *up = cJSON_GetObjectItemCaseSensitive(res, "uptime_ms");
@@ -243,15 +245,19 @@ static dg_err cmd_state(call *c)
 	dg_topology *t = dg_member_topology(dgi_node_member(c->n));
 	if (t == NULL)
 		return DG_ERR_NOT_READY;
-	uint32_t servers = 0, clients = 0;
-	for (uint32_t i = 0; i < t->count; i++)
+	uint32_t servers = 0, clients = 0, standby = 0;
+	for (uint32_t i = 0; i < t->count; i++) {
 		(t->nodes[i].attrs & DG_NODE_CLIENT) ? clients++ : servers++;
+		standby += (t->nodes[i].attrs & DG_NODE_STANDBY) != 0;
+	}
 	uint64_t cid = 0;
 	coordinator(t, &cid);
 	cJSON_AddStringToObject(c->result, "cluster", dgi_node_config(c->n)->cluster_name);
 	cJSON_AddNumberToObject(c->result, "topology_version", (double)t->version);
 	cJSON_AddNumberToObject(c->result, "servers", servers);
 	cJSON_AddNumberToObject(c->result, "clients", clients);
+	cJSON_AddNumberToObject(c->result, "standby", standby);
+	cJSON_AddBoolToObject(c->result, "baseline_set", t->baseline_set);
 	add_hex(c->result, "coordinator", cid);
 	for (uint32_t i = 0; i < t->count; i++)
 		if (t->nodes[i].id == cid)
@@ -965,6 +971,13 @@ static dg_err cmd_shutdown(call *c)
 	return DG_OK;
 }
 
+/* ---- baseline (admin_baseline.c) ---- */
+
+static dg_err cmd_baseline(call *c)
+{
+	return dgi_admin_cmd_baseline(c->n, c->args, c->result, c->why, sizeof(c->why));
+}
+
 /* ---- the table ---- */
 
 static const struct {
@@ -986,6 +999,7 @@ static const struct {
 	{ "idle-verify", cmd_idle_verify },
 	{ "tx.list", cmd_tx_list },
 	{ "tx.kill", cmd_tx_kill },
+	{ "baseline", cmd_baseline },
 	{ "debug.put-local", cmd_debug_put_local },
 };
 

@@ -310,6 +310,7 @@ dg_err dgi_fanout(dg_node *n, const char *cmd, const cJSON *args, uint32_t timeo
 		r->id = t->nodes[i].id;
 		r->order = t->nodes[i].order;
 		r->client = (t->nodes[i].attrs & DG_NODE_CLIENT) != 0;
+		r->standby = (t->nodes[i].attrs & DG_NODE_STANDBY) != 0;
 		snprintf(r->address, sizeof(r->address), "%s", t->nodes[i].url);
 		if (r->id == self)
 			continue;

@@ -143,6 +143,8 @@ typedef struct dg_node_info {
 	uint64_t id;
 	int64_t order;                /* join order; the smallest coordinates */
 	bool client;
+	bool standby;                 /* a server outside the baseline: owns no
+	                                 data (dg_node_baseline_get) */
 	char address[128];
 } dg_node_info;
 
@@ -150,6 +152,57 @@ typedef struct dg_node_info {
  * the number of nodes.  Allocates nothing. */
 DG_API size_t dg_node_topology(dg_node *n, int64_t *version,
     dg_node_info *out, size_t cap);
+
+/* ------------------------------------------------------------------------
+ * Baseline topology: the server addresses that own data
+ *
+ * Not set ("auto", the default): every server node owns data.  Once set, a
+ * server whose address (dg_node_address, as it advertises it) is not in the
+ * set is STANDBY: it stays in the topology and serves requests like a
+ * client node, but owns no partition of any cache.  A change moves every
+ * node to the new affinity at one new topology version; the caches'
+ * rebalancing then moves the data (a node taken out hands its partitions
+ * over as any old owner does: it supplies them until the new owners have
+ * them).  Addresses of nodes that are down stay in the set (listed
+ * offline); meanwhile the online members own their partitions.  When no
+ * member of the set is online, every server owns data until one is back.
+ * The set survives the coordinator's failure (it travels in every
+ * topology) but not a restart of the whole cluster.
+ * ------------------------------------------------------------------------ */
+typedef enum dg_baseline_op {
+	DG_BASELINE_OP_SET = 0,       /* exactly these addresses */
+	DG_BASELINE_OP_ADD = 1,       /* these too */
+	DG_BASELINE_OP_REMOVE = 2     /* all but these; with no set yet, add and
+	                                 remove start from every server online */
+} dg_baseline_op;
+
+typedef struct dg_baseline_node {
+	char address[128];
+	bool online;                  /* a server node with this address is in
+	                                 the topology */
+	uint64_t id;                  /* that node's id; 0 when offline */
+} dg_baseline_node;
+
+/* The baseline of the current topology (one snapshot): *is_set (false:
+ * auto), its version in *version (may be NULL), and up to cap addresses,
+ * sorted, into out.  Returns how many addresses the set holds (0 when
+ * auto).  Allocates nothing. */
+DG_API size_t dg_node_baseline_get(dg_node *n, bool *is_set, int64_t *version,
+    dg_baseline_node *out, size_t cap);
+
+/* Changes the baseline (see above): the coordinator applies it and every
+ * node moves to the new topology version; returns once this node has it
+ * (at once when nothing changes).  Returns before the data has moved: watch
+ * the caches' rebalancing (dg_cache_wait_rebalanced).  Blocks up to
+ * timeout_ms (0: request_timeout_ms); not from a callback.  addrs are
+ * copied.  why (may be NULL) receives the reason of a refusal.  Errors:
+ * DG_ERR_INVAL (bad op, an address empty or of 128 bytes or more, or a set
+ * that leaves no online server node owning data), DG_ERR_TIMEOUT (the
+ * change may still be applied), DG_ERR_STATE (not in a cluster),
+ * DG_ERR_NOMEM, transport errors reaching the coordinator. */
+DG_API dg_err dg_node_baseline_change(dg_node *n, dg_baseline_op op,
+    const char *const *addrs, size_t naddrs, uint32_t timeout_ms, char *why,
+    size_t whylen);
 
 /* ------------------------------------------------------------------------
  * Caches of a node (the operations on a dg_cache: cache/cache.h)

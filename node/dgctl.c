@@ -459,6 +459,11 @@ static void do_state(const cmdline *c)
 		printf("topology version:  %s\n", num(jnum(r, "topology_version"), b));
 		printf("server nodes:      %s\n", num(jnum(r, "servers"), b));
 		printf("client nodes:      %s\n", num(jnum(r, "clients"), b));
+		printf("baseline:          %s", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r,
+		    "baseline_set")) ? "set" : "auto (every server node owns data)");
+		if (jnum(r, "standby") > 0)
+			printf(", %s standby server nodes", num(jnum(r, "standby"), b));
+		putchar('\n');
 		printf("coordinator:       %s %s\n", jstr(r, "coordinator"),
 		    jstr(r, "coordinator_address") ? jstr(r, "coordinator_address") : "");
 		printf("caches:            %s\n", num(jnum(r, "caches_count"), b));
@@ -486,7 +491,8 @@ static void do_nodes(const cmdline *c)
 	cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(r, "nodes")) {
 		char role[48];
 		const char *id = jstr(n, "id");
-		snprintf(role, sizeof(role), "%s%s%s", jstr(n, "role"),
+		snprintf(role, sizeof(role), "%s%s%s%s", jstr(n, "role"),
+		    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(n, "standby")) ? ",standby" : "",
 		    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(n, "coordinator")) ?
 		    ",coordinator" : "", self && id && strcmp(self, id) == 0 ? " (this)" : "");
 		const cJSON *up = cJSON_GetObjectItemCaseSensitive(n, "uptime_ms");

@@ -302,11 +302,62 @@ size_t dg_node_topology(dg_node *n, int64_t *version, dg_node_info *out, size_t 
 		out[i].id = t->nodes[i].id;
 		out[i].order = t->nodes[i].order;
 		out[i].client = (t->nodes[i].attrs & DG_NODE_CLIENT) != 0;
+		out[i].standby = (t->nodes[i].attrs & DG_NODE_STANDBY) != 0;
 		snprintf(out[i].address, sizeof(out[i].address), "%s", t->nodes[i].url);
 	}
 	size_t count = t->count;
 	dg_topology_release(t);
 	return count;
+}
+
+/* ---- baseline ---- */
+
+_Static_assert(DG_BASELINE_OP_SET == DG_BASELINE_SET && DG_BASELINE_OP_ADD == DG_BASELINE_ADD &&
+    DG_BASELINE_OP_REMOVE == DG_BASELINE_REMOVE, "the public ops are membership's");
+
+/* The server of t advertising addr, or NULL. */
+static const dg_topology_node *server_at(const dg_topology *t, const char *addr)
+{
+	for (uint32_t i = 0; i < t->count; i++)
+		if (!(t->nodes[i].attrs & DG_NODE_CLIENT) && strcmp(t->nodes[i].url, addr) == 0)
+			return &t->nodes[i];
+	return NULL;
+}
+
+size_t dg_node_baseline_get(dg_node *n, bool *is_set, int64_t *version,
+    dg_baseline_node *out, size_t cap)
+{
+	dg_topology *t = n != NULL && n->m != NULL ? dg_member_topology(n->m) : NULL;
+	if (is_set != NULL)
+		*is_set = t != NULL && t->baseline_set;
+	if (version != NULL)
+		*version = t != NULL ? t->version : 0;
+	if (t == NULL)
+		return 0;
+	for (uint32_t i = 0; i < t->nbaseline && i < cap; i++) {
+		const dg_topology_node *s = server_at(t, t->baseline[i]);
+		snprintf(out[i].address, sizeof(out[i].address), "%s", t->baseline[i]);
+		out[i].online = s != NULL;
+		out[i].id = s != NULL ? s->id : 0;
+	}
+	size_t count = t->nbaseline;
+	dg_topology_release(t);
+	return count;
+}
+
+dg_err dg_node_baseline_change(dg_node *n, dg_baseline_op op, const char *const *addrs,
+    size_t naddrs, uint32_t timeout_ms, char *why, size_t whylen)
+{
+	const char *w = NULL;
+	if (why != NULL && whylen > 0)
+		why[0] = 0;
+	if (n == NULL || n->m == NULL)
+		return DG_ERR_INVAL;
+	dg_err e = dgi_member_set_baseline(n->m, (int)op, addrs, naddrs,
+	    timeout_ms ? timeout_ms : n->cfg.request_timeout_ms, &w);
+	if (e != DG_OK && w != NULL && why != NULL && whylen > 0)
+		snprintf(why, whylen, "%s", w);
+	return e;
 }
 
 dg_err dg_cache_create(dg_node *n, const dg_cache_config *cfg, dg_cache **out)

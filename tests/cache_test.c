@@ -1585,6 +1585,307 @@ static void test_node_latency_counts(void **state)
 	dg_node_stop(n);
 }
 
+/* ---- baseline topology ---- */
+
+/* Every node of cl (count k) on one topology version of k nodes. */
+static void wait_agree(dg_node **n, int k)
+{
+	uint64_t deadline = dgi_now_ms() + 10000;
+	for (;;) {
+		int64_t v0 = 0, v;
+		bool same = true;
+		for (int i = 0; i < k; i++) {
+			dg_node_info info[8];
+			size_t c = dg_node_topology(n[i], &v, info, 8);
+			if (i == 0)
+				v0 = v;
+			same &= c == (size_t)k && v == v0;
+		}
+		if (same)
+			return;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+}
+
+/* Whether node `who` is STANDBY in n's current topology. */
+static bool standby_in(dg_node *n, dg_node *who)
+{
+	dg_node_info info[8];
+	size_t c = dg_node_topology(n, NULL, info, 8);
+	for (size_t i = 0; i < c && i < 8; i++)
+		if (info[i].id == dg_node_get_id(who))
+			return info[i].standby;
+	fail_msg("node not in the topology");
+	return false;
+}
+
+/* Partitions c's current affinity gives node `who` (any role). */
+static uint32_t roles_of(dg_cache *c, dg_node *who)
+{
+	dgi_aff *aff = atomic_load(&c->aff);
+	uint32_t n = 0;
+	for (uint32_t p = 0; p < c->cfg.partitions; p++)
+		n += dgi_aff_role(aff, p, dg_node_get_id(who)) >= 0;
+	return n;
+}
+
+static void rebalanced(dg_node **n, int k, const char *cache)
+{
+	for (int i = 0; i < k; i++)
+		OK(dg_cache_wait_rebalanced(cache_on(n[i], cache), 10000));
+}
+
+static void put_keys(dg_cache *c, const char *prefix, int count)
+{
+	for (int i = 0; i < count; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "%s%d", prefix, i);
+		OK(dg_cache_put(c, k, strlen(k), k, strlen(k)));
+	}
+}
+
+static void all_keys_readable(dg_cache *c, const char *prefix, int count)
+{
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < count; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "%s%d", prefix, i);
+		v.len = 0;
+		OK(dg_cache_get(c, k, strlen(k), &v));
+		assert_int_equal(v.len, strlen(k));
+		assert_memory_equal(v.data, k, strlen(k));
+	}
+	dg_buf_free(&v);
+}
+
+static dg_cache *create_on(dg_node *n, const char *name, uint32_t backups)
+{
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, name);
+	cc.backups = backups;
+	cc.partitions = 128;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	return c;
+}
+
+/* Auto by default; a baseline of two nodes makes the third STANDBY (it
+ * keeps nothing, no key is lost); adding it back gives it partitions. */
+static void test_baseline_standby_and_back(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	bool set = true;
+	dg_baseline_node bl[4];
+	assert_int_equal(dg_node_baseline_get(cl.n[2], &set, NULL, bl, 4), 0);
+	assert_false(set);
+	dg_cache *c0 = create_on(cl.n[0], "bl", 1);
+	dg_cache *c2 = cache_on(cl.n[2], "bl");
+	for (int i = 0; i < 3; i++) {
+		assert_false(standby_in(cl.n[0], cl.n[i]));
+		assert_true(roles_of(c0, cl.n[i]) > 0); /* auto: every server owns data */
+	}
+	put_keys(c0, "b", 1000);
+
+	const char *two[] = { dg_node_address(cl.n[0]), dg_node_address(cl.n[1]) };
+	char why[160];
+	OK(dg_node_baseline_change(cl.n[1], DG_BASELINE_OP_SET, two, 2, 0, why, sizeof(why)));
+	wait_agree(cl.n, 3);
+	for (int i = 0; i < 3; i++)
+		assert_true(standby_in(cl.n[i], cl.n[2]) && !standby_in(cl.n[i], cl.n[0]));
+	int64_t v;
+	assert_int_equal(dg_node_baseline_get(cl.n[2], &set, &v, bl, 4), 2);
+	assert_true(set && bl[0].online && bl[1].online);
+	rebalanced(cl.n, 3, "bl");
+	dg_cache_metrics m;
+	OK(dg_cache_get_metrics(c2, &m));
+	assert_int_equal(roles_of(c2, cl.n[2]), 0);
+	assert_int_equal(m.primary_entries, 0);
+	assert_int_equal(m.partitions_owning + m.partitions_moving, 0);
+	all_keys_readable(c2, "b", 1000);   /* served to a STANDBY node like a client */
+	all_keys_readable(cache_on(cl.n[1], "bl"), "b", 1000);
+	uint64_t size;
+	OK(dg_cache_size(c0, &size));
+	assert_int_equal(size, 1000);
+
+	const char *third[] = { dg_node_address(cl.n[2]) };
+	OK(dg_node_baseline_change(cl.n[2], DG_BASELINE_OP_ADD, third, 1, 0, NULL, 0));
+	wait_agree(cl.n, 3);
+	assert_false(standby_in(cl.n[0], cl.n[2]));
+	rebalanced(cl.n, 3, "bl");
+	OK(dg_cache_get_metrics(c2, &m));
+	assert_true(roles_of(c2, cl.n[2]) > 0 && m.partitions_owning > 0 && m.primary_entries > 0);
+	all_keys_readable(c0, "b", 1000);
+	cluster_stop(&cl);
+}
+
+/* backups=0: a node taken out of the baseline holds the only copy of its
+ * partitions; the new owners fetch them from it, so once rebalanced even
+ * its crash loses nothing. */
+static void test_baseline_remove_hands_over(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	dg_cache *c0 = create_on(cl.n[0], "blrm", 0);
+	put_keys(c0, "r", 1000);
+	assert_true(roles_of(c0, cl.n[2]) > 0);
+	const char *out[] = { dg_node_address(cl.n[2]) };
+	OK(dg_node_baseline_change(cl.n[0], DG_BASELINE_OP_REMOVE, out, 1, 0, NULL, 0));
+	wait_agree(cl.n, 3);
+	all_keys_readable(cache_on(cl.n[1], "blrm"), "r", 1000); /* even while moving */
+	rebalanced(cl.n, 3, "blrm");
+	assert_int_equal(roles_of(c0, cl.n[2]), 0);
+	assert_int_equal(dg_cache_lost_partitions(c0, NULL, 0), 0);
+	dgi_node_kill(cl.n[2]);
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	all_keys_readable(c0, "r", 1000);
+	all_keys_readable(cache_on(cl.n[1], "blrm"), "r", 1000);
+	assert_int_equal(dg_cache_lost_partitions(c0, NULL, 0), 0);
+	cluster_stop(&cl);
+}
+
+/* A node joining later is STANDBY unless its address is in the set. */
+static void test_baseline_joiner_standby(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache *c0 = create_on(cl.n[0], "bljoin", 1);
+	put_keys(c0, "j", 300);
+	const char *two[] = { dg_node_address(cl.n[0]), dg_node_address(cl.n[1]) };
+	OK(dg_node_baseline_change(cl.n[0], DG_BASELINE_OP_SET, two, 2, 0, NULL, 0));
+	cl.n[2] = start_node(&cl.seed, 1, false, NULL);
+	cl.count = 3;
+	wait_agree(cl.n, 3);
+	assert_true(standby_in(cl.n[0], cl.n[2]) && standby_in(cl.n[2], cl.n[2]));
+	dg_cache *c2 = cache_on(cl.n[2], "bljoin");
+	assert_int_equal(roles_of(c2, cl.n[2]), 0);
+	all_keys_readable(c2, "j", 300);
+	const char *third[] = { dg_node_address(cl.n[2]) };
+	OK(dg_node_baseline_change(cl.n[1], DG_BASELINE_OP_ADD, third, 1, 0, NULL, 0));
+	wait_agree(cl.n, 3);
+	assert_false(standby_in(cl.n[2], cl.n[2]));
+	rebalanced(cl.n, 3, "bljoin");
+	assert_true(roles_of(c2, cl.n[2]) > 0);
+	all_keys_readable(c2, "j", 300);
+	cluster_stop(&cl);
+}
+
+/* The set travels with the topology: the next coordinator has it. */
+static void test_baseline_survives_coordinator(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	char a0[128], a1[128];
+	snprintf(a0, sizeof(a0), "%s", dg_node_address(cl.n[0]));
+	snprintf(a1, sizeof(a1), "%s", dg_node_address(cl.n[1]));
+	const char *two[] = { a0, a1 };
+	OK(dg_node_baseline_change(cl.n[2], DG_BASELINE_OP_SET, two, 2, 0, NULL, 0));
+	wait_agree(cl.n, 3);
+	dgi_node_kill(cl.n[0]); /* the coordinator */
+	cl.n[0] = cl.n[1];
+	cl.n[1] = cl.n[2];
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	dg_baseline_node bl[4];
+	bool set = false;
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(dg_node_baseline_get(cl.n[i], &set, NULL, bl, 4), 2);
+		assert_true(set);
+		/* sorted by address; the dead coordinator is listed offline */
+		for (int k = 0; k < 2; k++) {
+			bool dead = strcmp(bl[k].address, a0) == 0;
+			assert_true(dead || strcmp(bl[k].address, a1) == 0);
+			assert_int_equal(bl[k].online, !dead);
+			assert_int_equal(bl[k].id, dead ? 0 : dg_node_get_id(cl.n[0]));
+		}
+	}
+	assert_true(standby_in(cl.n[0], cl.n[1]));
+	/* the new coordinator takes changes */
+	const char *third[] = { dg_node_address(cl.n[1]) };
+	OK(dg_node_baseline_change(cl.n[1], DG_BASELINE_OP_ADD, third, 1, 0, NULL, 0));
+	assert_int_equal(dg_node_baseline_get(cl.n[0], &set, NULL, bl, 4), 3);
+	assert_false(standby_in(cl.n[0], cl.n[1]));
+	cluster_stop(&cl);
+}
+
+/* A baseline without an online server owning data is refused, with a
+ * reason, and changes nothing. */
+static void test_baseline_refused(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 1);
+	int64_t v0, v;
+	dg_node_topology(cl.n[0], &v0, NULL, 0);
+	char why[160];
+	EXPECT(dg_node_baseline_change(cl.n[1], DG_BASELINE_OP_SET, NULL, 0, 0, why, sizeof(why)),
+	    DG_ERR_INVAL);
+	assert_non_null(strstr(why, "no online server"));
+	const char *nobody[] = { "tcp://127.0.0.1:1" };
+	EXPECT(dg_node_baseline_change(cl.n[0], DG_BASELINE_OP_SET, nobody, 1, 0, why, sizeof(why)),
+	    DG_ERR_INVAL);
+	/* a client's address owns nothing either */
+	const char *client[] = { dg_node_address(cl.n[2]) };
+	EXPECT(dg_node_baseline_change(cl.n[2], DG_BASELINE_OP_SET, client, 1, 0, why, sizeof(why)),
+	    DG_ERR_INVAL);
+	const char *both[] = { dg_node_address(cl.n[0]), dg_node_address(cl.n[1]) };
+	EXPECT(dg_node_baseline_change(cl.n[0], DG_BASELINE_OP_REMOVE, both, 2, 0, why, sizeof(why)),
+	    DG_ERR_INVAL);
+	char longer[200];
+	memset(longer, 'a', sizeof(longer) - 1);
+	longer[sizeof(longer) - 1] = 0;
+	const char *bad[] = { longer };
+	EXPECT(dg_node_baseline_change(cl.n[0], DG_BASELINE_OP_ADD, bad, 1, 0, why, sizeof(why)),
+	    DG_ERR_INVAL);
+	assert_non_null(strstr(why, "address"));
+	EXPECT(dg_node_baseline_change(cl.n[0], (dg_baseline_op)7, both, 2, 0, why, sizeof(why)),
+	    DG_ERR_INVAL);
+	bool set = true;
+	assert_int_equal(dg_node_baseline_get(cl.n[1], &set, NULL, NULL, 0), 0);
+	assert_false(set);
+	dg_node_topology(cl.n[1], &v, NULL, 0);
+	assert_int_equal(v, v0);
+	/* the same set again installs nothing new */
+	OK(dg_node_baseline_change(cl.n[0], DG_BASELINE_OP_SET, both, 2, 0, NULL, 0));
+	dg_node_topology(cl.n[0], &v0, NULL, 0);
+	OK(dg_node_baseline_change(cl.n[1], DG_BASELINE_OP_ADD, both, 2, 0, NULL, 0));
+	dg_node_topology(cl.n[0], &v, NULL, 0);
+	assert_int_equal(v, v0);
+	cluster_stop(&cl);
+}
+
+/* The only baseline node stops gracefully: with no baseline node online
+ * every server owns data, so it hands its partitions to the STANDBY one. */
+static void test_baseline_last_member_leaves(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache *c0 = create_on(cl.n[0], "bllast", 0);
+	const char *one[] = { dg_node_address(cl.n[0]) };
+	OK(dg_node_baseline_change(cl.n[1], DG_BASELINE_OP_SET, one, 1, 0, NULL, 0));
+	wait_agree(cl.n, 2);
+	rebalanced(cl.n, 2, "bllast");
+	put_keys(c0, "z", 500);
+	dg_cache *c1 = cache_on(cl.n[1], "bllast");
+	assert_int_equal(roles_of(c1, cl.n[1]), 0);
+	dg_node_stop(cl.n[0]);
+	cl.n[0] = cl.n[1];
+	cl.count = 1;
+	wait_agree(cl.n, 1);
+	assert_false(standby_in(cl.n[0], cl.n[0]));
+	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), 0);
+	all_keys_readable(c1, "z", 500);
+	cluster_stop(&cl);
+}
+
 /* ---- persistence ---- */
 
 static char *tmpdir(void)
@@ -1894,6 +2195,12 @@ int main(void)
 		cmocka_unit_test(test_multi_part_digest_idle_verify),
 		cmocka_unit_test(test_latency_buckets_and_quantile),
 		cmocka_unit_test(test_node_latency_counts),
+		cmocka_unit_test(test_baseline_standby_and_back),
+		cmocka_unit_test(test_baseline_remove_hands_over),
+		cmocka_unit_test(test_baseline_joiner_standby),
+		cmocka_unit_test(test_baseline_survives_coordinator),
+		cmocka_unit_test(test_baseline_refused),
+		cmocka_unit_test(test_baseline_last_member_leaves),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),

@@ -1,7 +1,8 @@
 /*
  * node_test.c — the node module's unit tests: the dgnode settings table
- * (tests/node_settings_test.c) and the HTTP /metrics endpoint
- * (tests/node_metrics_test.c).
+ * (tests/node_settings_test.c), the HTTP /metrics endpoint
+ * (tests/node_metrics_test.c) and the baseline admin command
+ * (tests/node_baseline_test.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,10 +11,12 @@
 
 int dgt_settings_tests(void);
 int dgt_metrics_tests(void);
+int dgt_admin_baseline_tests(void);
 
 int main(void)
 {
 	int failed = dgt_settings_tests();
 	failed += dgt_metrics_tests();
+	failed += dgt_admin_baseline_tests();
 	return failed ? 1 : 0;
 }

@@ -844,11 +844,11 @@ static void test_msg_define(void **state)
 	static const char *const names[] = { "UNKNOWN", "HELLO", "CHALLENGE", "PROOF",
 		"WELCOME", "REJECT", "PING", "HEARTBEAT", "JOIN", "JOIN_ACK", "TOPOLOGY",
 		"NODE_FAILED", "TYPE_PROPOSE", "TYPE_ANNOUNCE", "TYPES_SNAPSHOT", "LEAVE",
-		"ECHO" };
-	for (int t = 0; t <= DG_MSG_ECHO; t++)
+		"ECHO", "BASELINE", "BASELINE_ACK" };
+	for (int t = 0; t <= DG_MSG_BASELINE_ACK; t++)
 		assert_string_equal(dg_msg_name((dg_msg_type)t), names[t]);
 	assert_null(dg_msg_row_of(DG_MSG_UNKNOWN)); /* a name, but no codec */
-	assert_string_equal(dg_msg_name((dg_msg_type)(DG_MSG_ECHO + 1)), "?");
+	assert_string_equal(dg_msg_name((dg_msg_type)(DG_MSG_BASELINE_ACK + 1)), "?");
 	assert_string_equal(dg_msg_name((dg_msg_type)T_UNUSED), "?");
 	assert_string_equal(dg_msg_name(DG_MSG__COUNT), "?");
 	assert_string_equal(dg_msg_name((dg_msg_type)70000), "?");
@@ -2684,6 +2684,74 @@ static void test_membership(void **state)
 	mnode_stop(&n[1], false);
 }
 
+/* STANDBY bit of node `who` in n's topology. */
+static bool mstandby(struct mnode *n, struct mnode *who)
+{
+	dg_topology *t = dg_member_topology(n->m);
+	const dg_topology_node *x = dg_topology_find(t, dg_tp_self(who->tp));
+	bool s = x != NULL && (x->attrs & DG_NODE_STANDBY) != 0;
+	dg_topology_release(t);
+	return s;
+}
+
+/* The baseline: set through a member (sent to the coordinator), one new
+ * version with the STANDBY bits on every node, carried by TOPOLOGY so the
+ * next coordinator keeps it and applies it to a joiner; refusals change
+ * nothing. */
+static void test_membership_baseline(void **state)
+{
+	(void)state;
+	struct mnode n[4];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	char out[4][DG_BASELINE_ADDR_MAX];
+	bool set = true;
+	assert_int_equal(dg_member_baseline(n[1].m, out, 4, &set), 0);
+	assert_false(set);
+	int64_t v = mversion(&n[0]);
+	const char *two[] = { dg_tp_address(n[1].tp), dg_tp_address(n[0].tp) };
+	OK(dg_member_set_baseline(n[2].m, DG_BASELINE_SET, two, 2, 5000));
+	assert_true(mversion(&n[2]) == v + 1); /* installed here before returning */
+	WAIT_FOR(magree(n, 3, 3));
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(dg_member_baseline(n[i].m, out, 4, &set), 2);
+		assert_true(set);
+		assert_true(strcmp(out[0], out[1]) < 0); /* sorted */
+		assert_true(mstandby(&n[i], &n[2]) && !mstandby(&n[i], &n[0]) &&
+		    !mstandby(&n[i], &n[1]));
+	}
+	/* nothing to change: no new version */
+	OK(dg_member_set_baseline(n[0].m, DG_BASELINE_ADD, two, 1, 5000));
+	assert_int_equal(mversion(&n[0]), v + 1);
+	/* refused: nobody online would own data */
+	const char *gone[] = { "tcp://127.0.0.1:9" };
+	EXPECT(dg_member_set_baseline(n[1].m, DG_BASELINE_SET, gone, 1, 5000), DG_ERR_INVAL);
+	EXPECT(dg_member_set_baseline(n[1].m, DG_BASELINE_REMOVE, two, 2, 5000), DG_ERR_INVAL);
+	EXPECT(dg_member_set_baseline(n[1].m, 3, two, 2, 5000), DG_ERR_INVAL);
+	assert_int_equal(mversion(&n[0]), v + 1);
+
+	/* the coordinator crashes: n[1] coordinates with the same set */
+	mnode_stop(&n[0], true);
+	WAIT_FOR(magree(n, 3, 2));
+	assert_int_equal(dg_member_baseline(n[1].m, out, 4, &set), 2);
+	assert_true(set && mstandby(&n[1], &n[2]));
+	/* a joiner outside the set is STANDBY; one named in it is not */
+	mnode_start(&n[3], "tcp://127.0.0.1:0", dg_tp_address(n[1].tp), 1000);
+	WAIT_FOR(magree(n, 4, 3));
+	assert_true(mstandby(&n[3], &n[3]) && mstandby(&n[1], &n[3]));
+	const char *four[] = { dg_tp_address(n[3].tp) };
+	OK(dg_member_set_baseline(n[3].m, DG_BASELINE_ADD, four, 1, 5000));
+	assert_false(mstandby(&n[3], &n[3]));
+	WAIT_FOR(!mstandby(&n[2], &n[3]));
+	assert_int_equal(dg_member_baseline(n[2].m, out, 4, &set), 3);
+	mnode_stop(&n[3], false);
+	mnode_stop(&n[2], false);
+	mnode_stop(&n[1], false);
+}
+
 typedef struct mpt {
 	int32_t x;
 	dg_str s;
@@ -3220,6 +3288,7 @@ int main(void)
 		cmocka_unit_test(test_stop_with_requests_in_flight),
 		cmocka_unit_test(test_membership),
 		cmocka_unit_test(test_membership_types),
+		cmocka_unit_test(test_membership_baseline),
 		cmocka_unit_test(test_membership_refused),
 		cmocka_unit_test(test_tcp_partial_writes),
 		FX(test_tcp_peer_closes_mid_frame),

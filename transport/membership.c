@@ -8,10 +8,16 @@
  * version is newer.  One thread per node sends heartbeats every heartbeat_ms
  * and checks, every heartbeat_ms, when each member was last heard from (any
  * frame counts): detection takes at most failure_timeout_ms + heartbeat_ms.
+ *
+ * The baseline (PROTOCOL.md, "Baseline") lives in the topology itself: the
+ * coordinator changes it like the node list (BASELINE, change_apply),
+ * recomputing every node's STANDBY bit at each new version, and every
+ * TOPOLOGY carries it, so the next coordinator has it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "transport_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -76,20 +82,76 @@ const dg_topology_node *dg_topology_find(const dg_topology *t, dg_node_id id)
 	return NULL;
 }
 
-/* One allocation: header, nodes (sorted by order), URL strings. */
-static dg_topology *topo_new(int64_t version, const dg_topology_node *nodes,
-    uint32_t n)
+/* A baseline being built or read: views (into a topology, a frame or the
+ * caller's strings), valid while it is used.  Kept sorted (strcmp), no
+ * duplicates, so equal sets compare equal. */
+struct bl {
+	bool set;
+	uint32_t n;
+	dg_str a[DG_BASELINE_MAX];
+};
+
+static int str_cmp(dg_str a, dg_str b)
 {
+	int c = memcmp(a.ptr, b.ptr, a.len < b.len ? a.len : b.len);
+	return c != 0 ? c : (a.len > b.len) - (a.len < b.len);
+}
+
+static int str_qcmp(const void *a, const void *b)
+{
+	return str_cmp(*(const dg_str *)a, *(const dg_str *)b);
+}
+
+static dg_str str_of(const char *s)
+{
+	return (dg_str){ s, (uint32_t)strlen(s) };
+}
+
+static bool bl_has(const struct bl *b, const char *url)
+{
+	dg_str u = str_of(url);
+	return b->n > 0 && bsearch(&u, b->a, b->n, sizeof(b->a[0]), str_qcmp) != NULL;
+}
+
+static void bl_normalize(struct bl *b)
+{
+	qsort(b->a, b->n, sizeof(b->a[0]), str_qcmp);
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < b->n; i++)
+		if (k == 0 || str_cmp(b->a[k - 1], b->a[i]) != 0)
+			b->a[k++] = b->a[i];
+	b->n = k;
+}
+
+/* The baseline t carries (views into t). */
+static void bl_of(struct bl *b, const dg_topology *t)
+{
+	b->set = t != NULL && t->baseline_set;
+	b->n = 0;
+	for (uint32_t i = 0; b->set && i < t->nbaseline; i++)
+		b->a[b->n++] = str_of(t->baseline[i]);
+}
+
+/* One allocation: header, nodes (sorted by order), the baseline's
+ * pointers, then the strings (URLs, baseline addresses). */
+static dg_topology *topo_new(int64_t version, const dg_topology_node *nodes,
+    uint32_t n, const struct bl *bl)
+{
+	uint32_t nb = bl != NULL && bl->set ? bl->n : 0;
 	size_t strs = 0;
 	for (uint32_t i = 0; i < n; i++)
 		strs += strlen(nodes[i].url) + 1;
-	dg_topology *t = dgi_alloc(sizeof(*t) + n * sizeof(t->nodes[0]) + strs);
+	for (uint32_t i = 0; i < nb; i++)
+		strs += bl->a[i].len + 1;
+	dg_topology *t = dgi_alloc(sizeof(*t) + n * sizeof(t->nodes[0]) +
+	    nb * sizeof(char *) + strs);
 	if (t == NULL)
 		return NULL;
 	t->version = version;
 	t->count = n;
 	atomic_init(&t->refs, 1);
-	char *s = (char *)&t->nodes[n];
+	const char **bls = (const char **)(void *)&t->nodes[n];
+	char *s = (char *)&bls[nb];
 	for (uint32_t i = 0; i < n; i++) {
 		/* insertion by order keeps the list sorted */
 		uint32_t j = i;
@@ -105,6 +167,15 @@ static dg_topology *topo_new(int64_t version, const dg_topology_node *nodes,
 		t->nodes[j].attrs = nodes[i].attrs;
 		s += l;
 	}
+	for (uint32_t i = 0; i < nb; i++) {
+		memcpy(s, bl->a[i].ptr, bl->a[i].len);
+		s[bl->a[i].len] = 0;
+		bls[i] = s;
+		s += bl->a[i].len + 1;
+	}
+	t->baseline_set = bl != NULL && bl->set;
+	t->nbaseline = nb;
+	t->baseline = bls;
 	return t;
 }
 
@@ -216,39 +287,71 @@ static void install(dg_member *m, dg_topology *t)
 	dg_topology_release(t);
 }
 
-/* TOPOLOGY body: one LIST — version, then id, order, url, attrs per node. */
+/* TOPOLOGY body (PROTOCOL.md): one LIST — I64 version, I64 node count n,
+ * n × (I64 id, I64 order, STRING url, I64 attrs), I64 baseline (-1: not
+ * set, else its size k), k × STRING address. */
 static dg_err topo_encode_reg(dg_member *m, const dg_topology *t, dg_buf *b)
 {
 	dg_writer w;
 	dg_writer_init(&w, m->reg, b);
-	dg_write_list_begin(&w, 1 + 4 * t->count);
+	dg_write_list_begin(&w, 3 + 4 * t->count + t->nbaseline);
 	dg_write_i64(&w, t->version);
+	dg_write_i64(&w, t->count);
 	for (uint32_t i = 0; i < t->count; i++) {
 		dg_write_i64(&w, (int64_t)t->nodes[i].id);
 		dg_write_i64(&w, t->nodes[i].order);
 		dg_write_str(&w, t->nodes[i].url, strlen(t->nodes[i].url));
 		dg_write_i64(&w, t->nodes[i].attrs);
 	}
+	dg_write_i64(&w, t->baseline_set ? (int64_t)t->nbaseline : -1);
+	for (uint32_t i = 0; i < t->nbaseline; i++)
+		dg_write_str(&w, t->baseline[i], strlen(t->baseline[i]));
 	dg_write_end(&w);
 	return dg_writer_finish(&w);
+}
+
+/* The baseline at the end of a TOPOLOGY list: k views into the frame. */
+static dg_err bl_decode(dg_reader *r, uint32_t left, struct bl *b)
+{
+	int64_t k;
+	dg_err e;
+	if ((e = dg_read_i64(r, &k)) != DG_OK)
+		return e;
+	if (k < -1 || k > DG_BASELINE_MAX || (k == -1 ? 0 : (uint32_t)k) != left - 1)
+		return DG_ERR_BAD_LENGTH;
+	b->set = k >= 0;
+	b->n = 0;
+	for (int64_t i = 0; i < k; i++) {
+		dg_str a;
+		if ((e = dg_read_str(r, &a, NULL)) != DG_OK)
+			return e;
+		if (a.ptr == NULL || a.len == 0 || a.len >= DG_BASELINE_ADDR_MAX)
+			return DG_ERR_BAD_LENGTH;
+		b->a[b->n++] = a;
+	}
+	bl_normalize(b); /* a hostile sender's order must not break lookups */
+	return DG_OK;
 }
 
 static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
 {
 	dg_topology_node nodes[1024];
 	char urls[1024][256];
+	struct bl bl;
 	dg_reader r;
 	uint32_t count;
-	int64_t version;
+	int64_t version, nn;
 	dg_err e;
 	dg_reader_init(&r, m->reg, raw->ptr, raw->len);
 	if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK)
 		return e;
-	if (count < 1 || (count - 1) % 4 != 0 || (count - 1) / 4 > 1024)
+	if (count < 3)
 		return DG_ERR_BAD_LENGTH;
-	if ((e = dg_read_i64(&r, &version)) != DG_OK)
+	if ((e = dg_read_i64(&r, &version)) != DG_OK || (e = dg_read_i64(&r, &nn)) != DG_OK)
 		return e;
-	uint32_t n = (count - 1) / 4;
+	if (nn < 0 || nn > 1024 || (uint64_t)count < 3 + 4 * (uint64_t)nn)
+		return DG_ERR_BAD_LENGTH;
+	uint32_t n = (uint32_t)nn;
 	for (uint32_t i = 0; i < n; i++) {
 		int64_t id, order, attrs;
 		dg_str url;
@@ -266,7 +369,9 @@ static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
 		nodes[i].url = urls[i];
 		nodes[i].attrs = (uint32_t)attrs;
 	}
-	*out = topo_new(version, nodes, n);
+	if ((e = bl_decode(&r, count - 2 - 4 * n, &bl)) != DG_OK)
+		return e;
+	*out = topo_new(version, nodes, n, &bl);
 	return *out ? DG_OK : DG_ERR_NOMEM;
 }
 
@@ -284,60 +389,194 @@ static void broadcast(dg_member *m, const dg_topology *t)
 	dg_buf_free(&b);
 }
 
-/* Coordinator: a new version from the current one without `drop` (n ids)
- * and with `add` (or NULL).  Installs and broadcasts it. */
-static dg_err change(dg_member *m, const dg_node_id *drop, size_t ndrop,
-    const dg_msg_join *add, int64_t *version, int64_t *order)
+/* ---- the baseline (PROTOCOL.md, "Baseline") ---- */
+
+/* Whether some server of nodes is in b (what the coordinator keeps true
+ * for a change it accepts; failures can still break it, see standby_bits). */
+static bool bl_any_owner(const struct bl *b, const dg_topology_node *nodes, uint32_t n)
 {
-	dg_topology_node nodes[1025];
-	char url[256];
-	pthread_mutex_lock(&m->mu);
-	dg_topology *cur = m->topo;
+	for (uint32_t i = 0; i < n; i++)
+		if (!(nodes[i].attrs & DG_NODE_CLIENT) && bl_has(b, nodes[i].url))
+			return true;
+	return false;
+}
+
+/* Applies op to b (which holds the current set; with none, the servers of
+ * nodes stand for it).  Returns why it is refused, or NULL. */
+static const char *bl_apply(struct bl *b, const dg_topology_node *nodes, uint32_t n,
+    int op, const dg_str *addrs, uint32_t naddrs)
+{
+	if (op < DG_BASELINE_SET || op > DG_BASELINE_REMOVE)
+		return "unknown operation (set, add or remove)";
+	for (uint32_t i = 0; i < naddrs; i++)
+		if (addrs[i].ptr == NULL || addrs[i].len == 0 || addrs[i].len >= DG_BASELINE_ADDR_MAX)
+			return "an address is empty or longer than 127 bytes";
+	if (op != DG_BASELINE_SET && !b->set) {
+		b->n = 0; /* auto: the baseline is every server online now */
+		for (uint32_t i = 0; i < n && b->n < DG_BASELINE_MAX; i++)
+			if (!(nodes[i].attrs & DG_NODE_CLIENT))
+				b->a[b->n++] = str_of(nodes[i].url);
+	}
+	if (op == DG_BASELINE_SET)
+		b->n = 0;
+	if (op == DG_BASELINE_REMOVE) {
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < b->n; i++) {
+			bool drop = false;
+			for (uint32_t j = 0; j < naddrs && !drop; j++)
+				drop = str_cmp(b->a[i], addrs[j]) == 0;
+			if (!drop)
+				b->a[k++] = b->a[i];
+		}
+		b->n = k;
+	} else {
+		for (uint32_t i = 0; i < naddrs; i++) {
+			if (b->n == DG_BASELINE_MAX)
+				return "more than 1024 addresses";
+			b->a[b->n++] = addrs[i];
+		}
+	}
+	b->set = true;
+	bl_normalize(b);
+	if (!bl_any_owner(b, nodes, n))
+		return "no online server node would own data (a baseline needs at least one)";
+	return NULL;
+}
+
+/* Sets the STANDBY bit of every server outside b; returns whether a bit
+ * changed.  When no online server is in b (its nodes failed or left), no
+ * node is STANDBY: the servers there own the data rather than nobody,
+ * until a baseline node is back. */
+static bool standby_bits(const struct bl *b, dg_topology_node *nodes, uint32_t n)
+{
+	bool any = b->set && bl_any_owner(b, nodes, n), changed = false;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t a = nodes[i].attrs & ~DG_NODE_STANDBY;
+		if (any && !(a & DG_NODE_CLIENT) && !bl_has(b, nodes[i].url))
+			a |= DG_NODE_STANDBY;
+		changed |= a != nodes[i].attrs;
+		nodes[i].attrs = a;
+	}
+	return changed;
+}
+
+static bool bl_same(const struct bl *b, const dg_topology *t)
+{
+	if (b->set != t->baseline_set || (b->set && b->n != t->nbaseline))
+		return false;
+	for (uint32_t i = 0; b->set && i < b->n; i++)
+		if (str_cmp(b->a[i], str_of(t->baseline[i])) != 0)
+			return false;
+	return true;
+}
+
+/* ---- topology changes (coordinator) ---- */
+
+struct change {
+	const dg_node_id *drop;   /* nodes to remove (ndrop) */
+	size_t ndrop;
+	const dg_msg_join *add;   /* a joiner, or NULL */
+	bool rebase;              /* apply op/addrs to the baseline */
+	int op;
+	const dg_str *addrs;
+	uint32_t naddrs;
+	/* out */
+	int64_t version;          /* the version installed (or the current one) */
+	int64_t order;            /* the joiner's */
+	bool changed;
+	const char *why;          /* DG_ERR_INVAL: the reason */
+};
+
+/* The nodes of cur without ch->drop, plus ch->add (url: its storage). */
+static uint32_t next_nodes(const dg_topology *cur, struct change *ch,
+    dg_topology_node *nodes, char *url)
+{
 	uint32_t n = 0;
 	int64_t max_order = 0;
 	for (uint32_t i = 0; i < cur->count && n < 1024; i++) {
 		bool gone = false;
-		for (size_t k = 0; k < ndrop; k++)
-			gone |= cur->nodes[i].id == drop[k];
+		for (size_t k = 0; k < ch->ndrop; k++)
+			gone |= cur->nodes[i].id == ch->drop[k];
 		if (cur->nodes[i].order > max_order)
 			max_order = cur->nodes[i].order;
 		if (!gone)
 			nodes[n++] = cur->nodes[i];
 	}
-	if (add == NULL && n == cur->count) {
-		/* already gone (a report raced the coordinator's own check) */
-		pthread_mutex_unlock(&m->mu);
-		return DG_OK;
-	}
+	const dg_msg_join *add = ch->add;
 	if (add != NULL) {
-		if (add->address.len >= sizeof(url)) {
-			pthread_mutex_unlock(&m->mu);
-			return DG_ERR_INVAL;
-		}
 		memcpy(url, add->address.ptr, add->address.len);
 		url[add->address.len] = 0;
 		nodes[n].id = (dg_node_id)add->node_id;
 		nodes[n].order = max_order + 1;
-		nodes[n].attrs = add->attrs < 0 || add->attrs > UINT32_MAX ? 0 : (uint32_t)add->attrs;
+		/* STANDBY is the coordinator's to set, never the joiner's */
+		nodes[n].attrs = add->attrs < 0 || add->attrs > UINT32_MAX ? 0 :
+		    (uint32_t)add->attrs & ~DG_NODE_STANDBY;
 		nodes[n].url = url;
-		if (order)
-			*order = nodes[n].order;
+		ch->order = nodes[n].order;
 		n++;
 	}
-	int64_t next = cur->version + 1;
-	if (add != NULL && add->floor >= next && add->floor < INT64_MAX / 2)
-		next = add->floor + 1;
-	dg_topology *t = topo_new(next, nodes, n);
+	return n;
+}
+
+/* Coordinator: the next version from the current one, as ch says, with
+ * every node's STANDBY bit recomputed.  Installs and broadcasts it when
+ * something changed (ch->changed); nothing to change is DG_OK. */
+static dg_err change_apply(dg_member *m, struct change *ch)
+{
+	dg_topology_node nodes[1025];
+	char url[256];
+	struct bl *bl = dgi_alloc(sizeof(*bl));
+	if (bl == NULL)
+		return DG_ERR_NOMEM;
+	if (ch->add != NULL && ch->add->address.len >= sizeof(url)) {
+		dgi_free(bl);
+		return DG_ERR_INVAL;
+	}
+	pthread_mutex_lock(&m->mu);
+	dg_topology *cur = m->topo;
+	uint32_t n = next_nodes(cur, ch, nodes, url);
+	bl_of(bl, cur);
+	ch->version = cur->version;
+	if (ch->rebase &&
+	    (ch->why = bl_apply(bl, nodes, n, ch->op, ch->addrs, ch->naddrs)) != NULL) {
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		return DG_ERR_INVAL;
+	}
+	bool bits = standby_bits(bl, nodes, n);
+	ch->changed = ch->add != NULL || n != cur->count || bits || !bl_same(bl, cur);
+	dg_topology *t = NULL;
+	if (ch->changed) {
+		int64_t next = cur->version + 1;
+		if (ch->add != NULL && ch->add->floor >= next && ch->add->floor < INT64_MAX / 2)
+			next = ch->add->floor + 1;
+		t = topo_new(next, nodes, n, bl);
+	}
 	pthread_mutex_unlock(&m->mu);
+	dgi_free(bl);
+	if (!ch->changed)
+		return DG_OK; /* e.g. a failure report raced the coordinator's own check */
 	if (t == NULL)
 		return DG_ERR_NOMEM;
-	if (version)
-		*version = t->version;
+	ch->version = t->version;
 	hold(t);
 	install(m, t);
 	broadcast(m, t);
 	dg_topology_release(t);
 	return DG_OK;
+}
+
+/* change_apply for joins and removals. */
+static dg_err change(dg_member *m, const dg_node_id *drop, size_t ndrop,
+    const dg_msg_join *add, int64_t *version, int64_t *order)
+{
+	struct change ch = { .drop = drop, .ndrop = ndrop, .add = add };
+	dg_err e = change_apply(m, &ch);
+	if (e == DG_OK && version)
+		*version = ch.version;
+	if (e == DG_OK && order)
+		*order = ch.order;
+	return e;
 }
 
 /* ---- handlers ---- */
@@ -351,11 +590,30 @@ static void fwd_done(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	struct fwd *f = ctx;
 	if (err == DG_OK)
-		dg_tp_reply(f->m->tp, &f->req, DG_MSG_JOIN_ACK, reply->body);
+		dg_tp_reply(f->m->tp, &f->req, dg_msg_row_of(f->req.type)->reply, reply->body);
 	else
 		dg_tp_reply_error(f->m->tp, &f->req, err);
 	member_put(f->m);
 	dgi_free(f);
+}
+
+/* Passes a request (JOIN, BASELINE) on to the coordinator; its answer goes
+ * back to the requester from fwd_done. */
+static void forward(dg_member *m, const dg_msg_in *in, dg_node_id coord, uint32_t timeout_ms)
+{
+	struct fwd *f = dgi_alloc(sizeof(*f));
+	if (f == NULL) {
+		dg_tp_reply_error(m->tp, in, DG_ERR_NOMEM);
+		return;
+	}
+	f->m = member_get(m);
+	f->req = *in;
+	dg_err e = dg_tp_request(m->tp, coord, in->type, in->body, timeout_ms, fwd_done, f);
+	if (e != DG_OK) {
+		member_put(m);
+		dgi_free(f);
+		dg_tp_reply_error(m->tp, in, e);
+	}
 }
 
 static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
@@ -375,20 +633,7 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		atomic_load_explicit(&m->hb_ms, memory_order_relaxed) };
 	pthread_mutex_unlock(&m->mu);
 	if (coord != dg_tp_self(tp)) {
-		struct fwd *f = dgi_alloc(sizeof(*f));
-		if (f == NULL) {
-			dg_tp_reply_error(tp, in, DG_ERR_NOMEM);
-			return;
-		}
-		f->m = member_get(m);
-		f->req = *in;
-		dg_err e = dg_tp_request(tp, coord, DG_MSG_JOIN, j, m->cfg.join_timeout_ms,
-		    fwd_done, f);
-		if (e != DG_OK) {
-			member_put(m);
-			dgi_free(f);
-			dg_tp_reply_error(tp, in, e);
-		}
+		forward(m, in, coord, m->cfg.join_timeout_ms);
 		return;
 	}
 	if (have == NULL) {
@@ -414,6 +659,88 @@ static void on_topology(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		install(m, t);
 	else
 		dgi_log("warn", "TOPOLOGY-BAD", "from=%016llx", (unsigned long long)in->from);
+}
+
+/* The STRINGs of a BASELINE body's list, as views into the frame. */
+static dg_err addrs_decode(dg_member *m, const dg_raw *list, dg_str *out, uint32_t *n)
+{
+	dg_reader r;
+	uint32_t count;
+	dg_err e;
+	dg_reader_init(&r, m->reg, list->ptr, list->len);
+	if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK)
+		return e;
+	if (count > DG_BASELINE_MAX)
+		return DG_ERR_LIMIT;
+	for (uint32_t i = 0; i < count; i++)
+		if ((e = dg_read_str(&r, &out[i], NULL)) != DG_OK)
+			return e;
+	*n = count;
+	return DG_OK;
+}
+
+static void log_baseline(dg_member *m, const struct change *ch)
+{
+	dg_topology *t = dg_member_topology(m);
+	uint32_t standby = 0;
+	for (uint32_t i = 0; t != NULL && i < t->count; i++)
+		standby += (t->nodes[i].attrs & DG_NODE_STANDBY) != 0;
+	dgi_log("info", "BASELINE-CHANGED", "op=%s version=%lld baseline=%u standby=%u changed=%s",
+	    ch->op == DG_BASELINE_SET ? "set" : ch->op == DG_BASELINE_ADD ? "add" : "remove",
+	    (long long)ch->version, t != NULL ? t->nbaseline : 0, standby,
+	    ch->changed ? "yes" : "no");
+	dg_topology_release(t);
+}
+
+/* Coordinator: applies a baseline change (addrs: views valid meanwhile). */
+static dg_err rebase(dg_member *m, int op, const dg_str *addrs, uint32_t n,
+    dg_msg_baseline_ack *ack, const char **why)
+{
+	struct change ch = { .rebase = true, .op = op, .addrs = addrs, .naddrs = n };
+	dg_err e = change_apply(m, &ch);
+	if (e == DG_ERR_INVAL && ch.why != NULL) {
+		dgi_log("warn", "BASELINE-REFUSED", "why=\"%s\"", ch.why);
+		if (why != NULL)
+			*why = ch.why;
+	}
+	if (e == DG_OK) {
+		log_baseline(m, &ch);
+		ack->topology_version = ch.version;
+		ack->changed = ch.changed;
+	}
+	return e;
+}
+
+static void on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_baseline *b = in->body;
+	pthread_mutex_lock(&m->mu);
+	bool ready = m->topo != NULL && m->joined && !m->stopping;
+	dg_node_id coord = ready ? coordinator_locked(m, dgi_now_ms()) : 0;
+	pthread_mutex_unlock(&m->mu);
+	if (!ready) {
+		dg_tp_reply_error(tp, in, DG_ERR_STATE);
+		return;
+	}
+	if (coord != dg_tp_self(tp)) {
+		forward(m, in, coord, m->cfg.join_timeout_ms);
+		return;
+	}
+	dg_str *addrs = dgi_alloc(DG_BASELINE_MAX * sizeof(*addrs));
+	uint32_t n = 0;
+	dg_msg_baseline_ack ack = { 0, 0 };
+	dg_err e = addrs == NULL ? DG_ERR_NOMEM : addrs_decode(m, &b->addrs, addrs, &n);
+	if (e == DG_OK && (b->op < INT32_MIN || b->op > INT32_MAX))
+		e = DG_ERR_INVAL;
+	if (e == DG_OK)
+		e = rebase(m, (int)b->op, addrs, n, &ack, NULL);
+	dgi_free(addrs);
+	if (e != DG_OK) {
+		dg_tp_reply_error(tp, in, e);
+		return;
+	}
+	dg_tp_reply(tp, in, DG_MSG_BASELINE_ACK, &ack);
 }
 
 static void on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
@@ -785,9 +1112,10 @@ static dg_err join(dg_member *m)
 			break; /* a TOPOLOGY with this node arrived meanwhile */
 		if (e == DG_ERR_UNREACHABLE) {
 			/* no seed is in a cluster, none smaller is waiting: form one */
-			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp), m->cfg.attrs };
+			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp),
+				m->cfg.attrs & ~DG_NODE_STANDBY };
 			dg_topology *t = topo_new(m->cfg.version_floor > 0 ?
-			    m->cfg.version_floor + 1 : 1, &self, 1);
+			    m->cfg.version_floor + 1 : 1, &self, 1, NULL);
 			if (t == NULL)
 				return DG_ERR_NOMEM;
 			install(m, t);
@@ -808,6 +1136,136 @@ static dg_err join(dg_member *m)
 	pthread_mutex_unlock(&m->mu);
 	sync_types(m, coord);
 	return DG_OK;
+}
+
+/* ---- changing the baseline ---- */
+
+/* The BASELINE body's list of addresses. */
+static dg_err addrs_encode(dg_member *m, const char *const *addrs, size_t n, dg_buf *b)
+{
+	dg_writer w;
+	dg_writer_init(&w, m->reg, b);
+	dg_write_list_begin(&w, (uint32_t)n);
+	for (size_t i = 0; i < n; i++)
+		dg_write_str(&w, addrs[i], strlen(addrs[i]));
+	dg_write_end(&w);
+	return dg_writer_finish(&w);
+}
+
+/* The change checked against this node's topology first, so a refusal
+ * names its reason here (the coordinator checks again: it decides). */
+static dg_err precheck(dg_member *m, int op, const char *const *addrs, size_t n,
+    const char **why)
+{
+	*why = NULL;
+	if (n > DG_BASELINE_MAX) {
+		*why = "more than 1024 addresses";
+		return DG_ERR_INVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (addrs[i] == NULL) {
+			*why = "an address is NULL";
+			return DG_ERR_INVAL;
+		}
+	struct bl *b = dgi_alloc(sizeof(*b));
+	dg_str *a = dgi_alloc((n ? n : 1) * sizeof(*a));
+	dg_err e = b == NULL || a == NULL ? DG_ERR_NOMEM : DG_OK;
+	for (size_t i = 0; e == DG_OK && i < n; i++)
+		a[i] = str_of(addrs[i]);
+	pthread_mutex_lock(&m->mu);
+	if (e == DG_OK && (m->topo == NULL || !m->joined)) {
+		*why = "not in a cluster";
+		e = DG_ERR_STATE;
+	}
+	if (e == DG_OK) {
+		bl_of(b, m->topo);
+		*why = bl_apply(b, m->topo->nodes, m->topo->count, op, a, (uint32_t)n);
+		e = *why != NULL ? DG_ERR_INVAL : DG_OK;
+	}
+	pthread_mutex_unlock(&m->mu);
+	dgi_free(a);
+	dgi_free(b);
+	return e;
+}
+
+/* One attempt: the coordinator applies it (this node, or by BASELINE). */
+static dg_err baseline_once(dg_member *m, int op, const char *const *addrs, size_t n,
+    const dg_msg_baseline *body, uint32_t timeout_ms, dg_msg_baseline_ack *ack,
+    const char **why)
+{
+	pthread_mutex_lock(&m->mu);
+	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
+	pthread_mutex_unlock(&m->mu);
+	if (coord != dg_tp_self(m->tp))
+		return dg_tp_call(m->tp, coord, DG_MSG_BASELINE, body, timeout_ms, ack, NULL);
+	dg_str *a = dgi_alloc((n ? n : 1) * sizeof(*a));
+	if (a == NULL)
+		return DG_ERR_NOMEM;
+	for (size_t i = 0; i < n; i++)
+		a[i] = str_of(addrs[i]);
+	dg_err e = rebase(m, op, a, (uint32_t)n, ack, why);
+	dgi_free(a);
+	return e;
+}
+
+dg_err dgi_member_set_baseline(dg_member *m, int op, const char *const *addrs,
+    size_t n, uint32_t timeout_ms, const char **why)
+{
+	const char *w = NULL;
+	if (why == NULL)
+		why = &w;
+	*why = NULL;
+	if (m == NULL || (n > 0 && addrs == NULL))
+		return DG_ERR_INVAL;
+	dg_err e = precheck(m, op, addrs, n, why);
+	if (e != DG_OK)
+		return e;
+	dg_buf b;
+	dg_buf_init(&b);
+	e = addrs_encode(m, addrs, n, &b);
+	dg_msg_baseline body = { op, { b.data, (uint32_t)b.len } };
+	dg_msg_baseline_ack ack = { 0, 0 };
+	uint64_t deadline = dgi_now_ms() + timeout_ms;
+	while (e == DG_OK) {
+		uint64_t now = dgi_now_ms();
+		if (now >= deadline) {
+			e = DG_ERR_TIMEOUT;
+			break;
+		}
+		e = baseline_once(m, op, addrs, n, &body, (uint32_t)(deadline - now), &ack, why);
+		if (e != DG_ERR_CONN_BROKEN && e != DG_ERR_UNREACHABLE && e != DG_ERR_STATE)
+			break;
+		/* the coordinator is changing hands: ask the next one */
+		e = DG_OK;
+		struct timespec ts = { 0, 50 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	dg_buf_free(&b);
+	if (e == DG_ERR_INVAL && *why == NULL)
+		*why = "refused by the coordinator (its log says why)";
+	if (e == DG_OK && !wait_version(m, ack.topology_version, deadline))
+		e = DG_ERR_TIMEOUT;
+	return e;
+}
+
+dg_err dg_member_set_baseline(dg_member *m, int op, const char *const *addrs,
+    size_t n, uint32_t timeout_ms)
+{
+	return dgi_member_set_baseline(m, op, addrs, n, timeout_ms, NULL);
+}
+
+size_t dg_member_baseline(dg_member *m, char (*out)[DG_BASELINE_ADDR_MAX], size_t cap,
+    bool *is_set)
+{
+	pthread_mutex_lock(&m->mu);
+	const dg_topology *t = m->topo;
+	size_t n = t != NULL ? t->nbaseline : 0;
+	if (is_set != NULL)
+		*is_set = t != NULL && t->baseline_set;
+	for (size_t i = 0; i < n && i < cap; i++)
+		snprintf(out[i], DG_BASELINE_ADDR_MAX, "%s", t->baseline[i]);
+	pthread_mutex_unlock(&m->mu);
+	return n;
 }
 
 /* ---- heartbeats and failure detection ---- */
@@ -959,6 +1417,7 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	dg_tp_handle(tp, DG_MSG_TYPE_PROPOSE, on_type_propose, m);
 	dg_tp_handle(tp, DG_MSG_TYPE_ANNOUNCE, on_type_announce, m);
 	dg_tp_handle(tp, DG_MSG_TYPES_SNAPSHOT, on_types_snapshot, m);
+	dg_tp_handle(tp, DG_MSG_BASELINE, on_baseline, m);
 	dg_registry_set_hook(m->reg, propose, m);
 	dg_err e = join(m);
 	if (e == DG_OK && pthread_create(&m->thread, NULL, member_thread, m) != 0)
@@ -1004,6 +1463,7 @@ static void member_stop(dg_member *m, bool leave)
 	 * running; requests in flight hold their own reference */
 	for (int type = DG_MSG_HEARTBEAT; type <= DG_MSG_LEAVE; type++)
 		dg_tp_handle(m->tp, (dg_msg_type)type, NULL, NULL);
+	dg_tp_handle(m->tp, DG_MSG_BASELINE, NULL, NULL);
 	dg_tp_quiesce(m->tp);
 	member_put(m);
 }

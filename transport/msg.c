@@ -210,8 +210,23 @@ dg_err dg_msg_raw_decode(dg_reader *r, void *body)
 	return dg_msg_list_get(r, &((dg_msg_raw *)body)->list);
 }
 
-_Static_assert(sizeof(dg_msg_heartbeat) == 16 && sizeof(dg_msg_node_failed) == 16,
-    "two-I64 bodies are two int64_t");
+_Static_assert(sizeof(dg_msg_heartbeat) == 16 && sizeof(dg_msg_node_failed) == 16 &&
+    sizeof(dg_msg_baseline_ack) == 16, "two-I64 bodies are two int64_t");
+
+static dg_err enc_baseline(dg_writer *w, const void *body)
+{
+	const dg_msg_baseline *m = body;
+	W(dg_write_i64(w, m->op));
+	return dg_msg_list_put(w, &m->addrs);
+}
+
+/* The addresses stay one LIST (a view): the handler reads each. */
+static dg_err dec_baseline(dg_reader *r, void *body)
+{
+	dg_msg_baseline *m = body;
+	W(read_i64(r, &m->op));
+	return dg_msg_list_get(r, &m->addrs);
+}
 _Static_assert(sizeof(dg_msg_join_ack) == 32, "JOIN_ACK is four int64_t");
 
 static dg_err enc_four_i64(dg_writer *w, const void *body)
@@ -248,6 +263,8 @@ static dg_msg_row rows[DG_MSG__COUNT] = {
 	[DG_MSG_TYPES_SNAPSHOT] = { "TYPES_SNAPSHOT", sizeof(dg_msg_raw), dg_msg_raw_encode, dg_msg_raw_decode, DG_MSG_UNKNOWN },
 	[DG_MSG_LEAVE] = { "LEAVE", 0, enc_none, dec_none, DG_MSG_UNKNOWN },
 	[DG_MSG_ECHO] = { "ECHO", sizeof(dg_msg_bytes), enc_bytes, dec_bytes, DG_MSG_UNKNOWN },
+	[DG_MSG_BASELINE] = { "BASELINE", sizeof(dg_msg_baseline), enc_baseline, dec_baseline, DG_MSG_BASELINE_ACK },
+	[DG_MSG_BASELINE_ACK] = { "BASELINE_ACK", sizeof(dg_msg_baseline_ack), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
 };
 
 dg_err dg_msg_define(dg_msg_type type, const dg_msg_row *row)

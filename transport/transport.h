@@ -63,6 +63,8 @@ typedef enum dg_msg_type {
 	DG_MSG_TYPES_SNAPSHOT = 14,
 	DG_MSG_LEAVE = 15,
 	DG_MSG_ECHO = 16,
+	DG_MSG_BASELINE = 17,
+	DG_MSG_BASELINE_ACK = 18,
 	DG_MSG_TRANSPORT_LAST = 63,   /* 64..127 cache, 128..191 txn, 192..255 node */
 	DG_MSG__COUNT = 256
 } dg_msg_type;
@@ -204,6 +206,19 @@ typedef struct dg_msg_node_failed {
 	int64_t node_id;
 	int64_t topology_version;
 } dg_msg_node_failed;
+
+/* BASELINE: a change of the baseline, to the coordinator.  The addresses
+ * are one LIST of STRING, read by the handler (views into the frame). */
+typedef struct dg_msg_baseline {
+	int64_t op;             /* DG_BASELINE_SET, _ADD, _REMOVE */
+	dg_raw addrs;
+} dg_msg_baseline;
+
+typedef struct dg_msg_baseline_ack {
+	int64_t topology_version; /* the version carrying the new set (or the
+	                             current one when nothing changed) */
+	int64_t changed;          /* 1: a new version was installed */
+} dg_msg_baseline_ack;
 
 typedef struct dg_msg_raw {     /* TOPOLOGY, TYPES_SNAPSHOT: a list, read by the handler */
 	dg_raw list;
@@ -356,19 +371,36 @@ dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
  * ------------------------------------------------------------------------ */
 
 #define DG_NODE_CLIENT 0x1u   /* attrs: a client node (owns no partitions) */
+#define DG_NODE_STANDBY 0x2u  /* attrs: a server outside the baseline: owns
+                                 no partitions (set by the coordinator only;
+                                 a joiner's own bit is ignored) */
 
 typedef struct dg_topology_node {
 	dg_node_id id;
 	int64_t order;          /* join order: the smallest is the coordinator */
 	const char *url;        /* where it listens */
-	uint32_t attrs;         /* DG_NODE_* bits, as the node joined with */
+	uint32_t attrs;         /* DG_NODE_* bits: the node's own (CLIENT) and
+	                           the coordinator's (STANDBY) */
 } dg_topology_node;
+
+/* The baseline (PROTOCOL.md, "Baseline"): the server addresses that own
+ * data.  Not set ("auto"): every server owns data.  It travels in every
+ * TOPOLOGY, so whichever node coordinates next has it; it is not kept
+ * across a restart of the whole cluster. */
+#define DG_BASELINE_SET 0
+#define DG_BASELINE_ADD 1
+#define DG_BASELINE_REMOVE 2
+#define DG_BASELINE_ADDR_MAX 128  /* an address in the set: < 128 bytes */
+#define DG_BASELINE_MAX 1024      /* addresses in the set */
 
 /* An immutable snapshot.  Hold it with dg_topology_release when done. */
 typedef struct dg_topology {
 	int64_t version;
 	uint32_t count;
 	_Atomic int refs;       /* private */
+	bool baseline_set;      /* false: auto (and nbaseline 0) */
+	uint32_t nbaseline;
+	const char *const *baseline; /* nbaseline addresses, sorted (strcmp) */
 	dg_topology_node nodes[]; /* ordered by order */
 } dg_topology;
 
@@ -420,6 +452,28 @@ dg_topology *dg_member_topology(dg_member *m);
 /* Adds a listener; up to 16.  DG_ERR_LIMIT. */
 dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx);
 bool dg_member_is_coordinator(dg_member *m);
+
+/* Changes the baseline: op DG_BASELINE_SET (exactly addrs), _ADD or
+ * _REMOVE (from the set; with no set yet, from every server now in the
+ * topology).  Sent to the coordinator, which applies it, recomputes every
+ * node's STANDBY bit and installs a new topology version carrying the set;
+ * returns once this node installed that version (nothing to change: at
+ * once).  Blocks up to timeout_ms; not from a handler or listener.  addrs
+ * are copied.  Errors: DG_ERR_INVAL (an address empty or too long, more
+ * than DG_BASELINE_MAX, an unknown op, or a set that leaves no online server
+ * owning data — *why, when not NULL, names the reason as a static string),
+ * DG_ERR_TIMEOUT, DG_ERR_STATE (not in a cluster), DG_ERR_NOMEM, transport
+ * errors reaching the coordinator. */
+dg_err dg_member_set_baseline(dg_member *m, int op, const char *const *addrs,
+    size_t n, uint32_t timeout_ms);
+/* The same, with the reason for DG_ERR_INVAL in *why (static string). */
+dg_err dgi_member_set_baseline(dg_member *m, int op, const char *const *addrs,
+    size_t n, uint32_t timeout_ms, const char **why);
+/* The baseline of the current topology: up to cap addresses into out, in
+ * order; returns how many the set holds (0 when not set).  *is_set (may be
+ * NULL) says whether one is set.  Thread-safe; allocates nothing. */
+size_t dg_member_baseline(dg_member *m, char (*out)[DG_BASELINE_ADDR_MAX], size_t cap,
+    bool *is_set);
 
 #ifdef __cplusplus
 }
