@@ -10,6 +10,7 @@
  */
 #include "admin.h"
 #include "admin_baseline.h"
+#include "metrics.h"
 #include "node_int.h"
 
 #include <stdio.h>
@@ -510,6 +511,11 @@ static dg_err cmd_cache_scan(call *c)
 
 /* ---- metrics ---- */
 
+static void add_number(void *ctx, const char *name, uint64_t v)
+{
+	cJSON_AddNumberToObject(ctx, name, (double)v);
+}
+
 static void put_latency(cJSON *o, dg_cache *h)
 {
 	static const char *const ops[DG_OP__COUNT] = { "get", "put", "remove" };
@@ -564,43 +570,18 @@ static dg_err cmd_metrics(call *c)
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddItemToArray(caches, o);
 		cJSON_AddStringToObject(o, "cache", cc[i].name);
-		cJSON_AddNumberToObject(o, "puts", (double)m.puts);
-		cJSON_AddNumberToObject(o, "gets", (double)m.gets);
-		cJSON_AddNumberToObject(o, "removes", (double)m.removes);
-		cJSON_AddNumberToObject(o, "hits", (double)m.hits);
-		cJSON_AddNumberToObject(o, "misses", (double)m.misses);
-		cJSON_AddNumberToObject(o, "entries", (double)m.entries);
-		cJSON_AddNumberToObject(o, "primary_entries", (double)m.primary_entries);
-		cJSON_AddNumberToObject(o, "bytes", (double)m.bytes);
-		cJSON_AddNumberToObject(o, "expired", (double)m.expired);
-		cJSON_AddNumberToObject(o, "remaps", (double)m.remaps);
+		dgi_metrics_each(DGI_METRICS_CACHE, &m, add_number, o);
 		put_latency(o, h);
 	}
 	dgi_free(cc);
 	dg_tx_metrics tm;
-	if (dg_tx_get_metrics(c->n, &tm) == DG_OK) {
-		cJSON *o = cJSON_AddObjectToObject(c->result, "tx");
-		cJSON_AddNumberToObject(o, "started", (double)tm.started);
-		cJSON_AddNumberToObject(o, "committed", (double)tm.committed);
-		cJSON_AddNumberToObject(o, "rolled_back", (double)tm.rolled_back);
-		cJSON_AddNumberToObject(o, "conflicts", (double)tm.conflicts);
-		cJSON_AddNumberToObject(o, "deadlocks", (double)tm.deadlocks);
-		cJSON_AddNumberToObject(o, "timeouts", (double)tm.timeouts);
-		cJSON_AddNumberToObject(o, "one_phase", (double)tm.one_phase);
-		cJSON_AddNumberToObject(o, "locks_held", (double)tm.locks_held);
-		cJSON_AddNumberToObject(o, "lock_waiters", (double)tm.lock_waiters);
-	}
+	if (dg_tx_get_metrics(c->n, &tm) == DG_OK)
+		dgi_metrics_each(DGI_METRICS_TX, &tm, add_number,
+		    cJSON_AddObjectToObject(c->result, "tx"));
 	dg_tp_stats st;
 	dg_tp_get_stats(dgi_node_tp(c->n), &st);
-	cJSON *o = cJSON_AddObjectToObject(c->result, "transport");
-	cJSON_AddNumberToObject(o, "frames_sent", (double)st.frames_sent);
-	cJSON_AddNumberToObject(o, "frames_received", (double)st.frames_recv);
-	cJSON_AddNumberToObject(o, "bytes_sent", (double)st.bytes_sent);
-	cJSON_AddNumberToObject(o, "bytes_received", (double)st.bytes_recv);
-	cJSON_AddNumberToObject(o, "connects", (double)st.connects);
-	cJSON_AddNumberToObject(o, "disconnects", (double)st.disconnects);
-	cJSON_AddNumberToObject(o, "auth_failures", (double)st.auth_failures);
-	cJSON_AddNumberToObject(o, "dropped", (double)st.dropped);
+	dgi_metrics_each(DGI_METRICS_TRANSPORT, &st, add_number,
+	    cJSON_AddObjectToObject(c->result, "transport"));
 	return DG_OK;
 }
 

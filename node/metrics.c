@@ -155,6 +155,7 @@ static void put_one(mtext *t, const char *name, const char *type, const char *he
 /* ---- tables: one row per family (or per labelled sample of a family) ---- */
 
 typedef struct field {
+	const char *f_member;    /* the struct member: dgctl metrics' JSON name */
 	const char *f_name;
 	const char *f_type;      /* "counter" or "gauge" */
 	const char *f_help;
@@ -165,9 +166,11 @@ typedef struct field {
 } field;
 
 #define FIELD(st, member, name, type, help) \
-	{ name, type, help, NULL, NULL, offsetof(st, member), sizeof(((st *)0)->member) }
+	{ #member, name, type, help, NULL, NULL, offsetof(st, member), \
+	  sizeof(((st *)0)->member) }
 #define FIELD_L(st, member, name, type, help, lk, lv) \
-	{ name, type, help, lk, lv, offsetof(st, member), sizeof(((st *)0)->member) }
+	{ #member, name, type, help, lk, lv, offsetof(st, member), \
+	  sizeof(((st *)0)->member) }
 
 static uint64_t field_value(const void *base, const field *f)
 {
@@ -470,4 +473,17 @@ dg_err dgi_node_metrics_text(dg_node *n, dg_buf *out)
 	put_caches(&t, n);
 	put_tx(&t, n);
 	return t.t_err;
+}
+
+/* ---- the same fields for dgctl metrics (metrics.h) ---- */
+
+void dgi_metrics_each(dgi_metrics_kind kind, const void *stats,
+    void (*fn)(void *ctx, const char *name, uint64_t v), void *ctx)
+{
+	const field *f = kind == DGI_METRICS_CACHE ? cache_fields :
+	    kind == DGI_METRICS_TX ? tx_fields : tp_fields;
+	size_t n = kind == DGI_METRICS_CACHE ? NELEM(cache_fields) :
+	    kind == DGI_METRICS_TX ? NELEM(tx_fields) : NELEM(tp_fields);
+	for (size_t i = 0; i < n; i++)
+		fn(ctx, f[i].f_member, field_value(stats, &f[i]));
 }

@@ -21,4 +21,13 @@
  * (growing out), DG_ERR_INVAL (NULL argument). */
 dg_err dgi_node_metrics_text(dg_node *n, dg_buf *out);
 
+/* The counters of one metrics struct (dg_cache_metrics, dg_tx_metrics or
+ * dg_tp_stats), each as fn(ctx, member name, value) in the order
+ * /metrics lists them: dgctl metrics' JSON uses the same fields. */
+typedef enum dgi_metrics_kind {
+	DGI_METRICS_CACHE, DGI_METRICS_TX, DGI_METRICS_TRANSPORT
+} dgi_metrics_kind;
+void dgi_metrics_each(dgi_metrics_kind kind, const void *stats,
+    void (*fn)(void *ctx, const char *name, uint64_t v), void *ctx);
+
 #endif
