@@ -49,7 +49,8 @@ wait_admin_node() {
 }
 
 # ctl_raw dgctl-args...: runs dgctl (at most CTL_LIMIT_S seconds, default
-# 30); CRC, OUT, ERR, CTL_MS.  Never fails (set -e).
+# 30); CRC, OUT, ERR, CTL_MS.  Never fails (set -e).  Logs the command and
+# its outcome (CTL_QUIET=1: only when it failed).
 CTL_N=0
 ctl_raw() {
 	local t0
@@ -63,7 +64,8 @@ ctl_raw() {
 	CTL_MS=$((NOW - t0))
 	OUT=$(<"$WORK/ctl$CTL_N.out")
 	ERR=$(<"$WORK/ctl$CTL_N.err")
-	log "dgctl $* -> exit $CRC, ${CTL_MS} ms${ERR:+, stderr: ${ERR//$'\n'/ | }}"
+	[[ ${CTL_QUIET:-0} == 1 && $CRC == 0 ]] ||
+		log "dgctl $* -> exit $CRC, ${CTL_MS} ms${ERR:+, stderr: ${ERR//$'\n'/ | }}"
 }
 
 # ctl_port PORT dgctl-args...: dgctl against the admin endpoint on PORT.
