@@ -14,6 +14,14 @@
  *                               wrong or failed keys and "verified ..."
  *                               counts; exit 0 only when all N match
  *   size                        prints "size <n>" (dg_cache_size)
+ *   tx-hold --key K [--duration S] [--label L] [--timeout-ms MS]
+ *                               begins a PESSIMISTIC REPEATABLE_READ tx,
+ *                               puts K in it, prints "HOLDING key=K" and
+ *                               keeps it open (a tx get of K every 100 ms
+ *                               notices a `dgctl tx kill`) until S seconds
+ *                               passed (then commits) or SIGTERM (then
+ *                               commits); prints "tx-hold result=<error>";
+ *                               exit 0 when it committed
  *   bank-init, bank-run, bank-verify
  *                               the bank workload over a TRANSACTIONAL
  *                               cache (bank.h, bank.c): transfers between
@@ -53,6 +61,8 @@ static void usage(FILE *f)
 	    "usage: cacheclient --seed URL --cache NAME [options] put --count N [--round R]\n"
 	    "       cacheclient --seed URL --cache NAME [options] verify --count N --round R\n"
 	    "       cacheclient --seed URL --cache NAME [options] size\n"
+	    "       cacheclient --seed URL --cache NAME [options] tx-hold --key K\n"
+	    "                   [--duration S] [--label L]\n"
 	    "       cacheclient --seed URL --cache NAME [options] bank-init\n"
 	    "       cacheclient --seed URL --cache NAME [options] bank-run --duration S\n"
 	    "                   --mode pess-rr|opt-ser --client-id ID [--ok-log PATH]\n"
@@ -67,6 +77,13 @@ static void usage(FILE *f)
 	    "            exit 0 only when every put is acknowledged (DG_OK)\n"
 	    "  verify    get every k<i>, check it is v<i>-r<R>; exit 0 only when all match\n"
 	    "  size      print the cache's size (primary copies, cluster-wide)\n"
+	    "  tx-hold   begin a PESSIMISTIC REPEATABLE_READ tx labelled --label (default\n"
+	    "            tx-hold), put --key = held in it, print \"HOLDING key=K\", keep it\n"
+	    "            open (a tx get of the key every 100 ms) for --duration seconds\n"
+	    "            (default 30) or until SIGTERM, then commit; print \"tx-hold\n"
+	    "            result=<error>\" (DG_OK, DG_ERR_TX_ROLLED_BACK after a `dgctl tx\n"
+	    "            kill`, ...); exit 0 only when it committed.  Its tx timeout\n"
+	    "            (--timeout-ms, default 2000) is raised to outlast --duration\n"
 	    "\n");
 	fprintf(f,
 	    "Bank commands (the cache must be TRANSACTIONAL; print VIOLATION lines,\n"
@@ -201,7 +218,8 @@ static int read_secret(const char *path, uint8_t *buf, size_t *len)
 
 /* ---- the commands: T threads, thread t takes keys t, t+T, t+2T, ... ---- */
 
-enum cmd { CMD_PUT, CMD_VERIFY, CMD_SIZE, CMD_BANK_INIT, CMD_BANK_RUN, CMD_BANK_VERIFY };
+enum cmd { CMD_PUT, CMD_VERIFY, CMD_SIZE, CMD_TX_HOLD, CMD_BANK_INIT, CMD_BANK_RUN,
+	CMD_BANK_VERIFY };
 
 struct job {
 	dg_cache *cache;
@@ -333,6 +351,57 @@ static dg_err find_cache(dg_node *node, const char *name, uint32_t wait_ms,
 	}
 }
 
+static volatile sig_atomic_t hold_stop;
+static void on_hold_signal(int sig)
+{
+	(void)sig;
+	hold_stop = 1;
+}
+
+/* tx-hold: one open PESSIMISTIC tx holding key's lock, for the admin tests
+ * (dgctl tx list shows it, dgctl tx kill rolls it back). */
+static int tx_hold(dg_node *node, dg_cache *cache, const char *key, const char *label,
+    uint64_t duration_s, uint64_t timeout_ms)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_hold_signal;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	uint64_t tmo = duration_s * 1000 + 5000;
+	if (timeout_ms > tmo)
+		tmo = timeout_ms;
+	dg_tx *tx;
+	dg_err e = dg_tx_begin(node, DG_PESSIMISTIC, DG_REPEATABLE_READ, (uint32_t)tmo, label, &tx);
+	if (e != DG_OK) {
+		printf("tx-hold result=%s (begin)\n", dg_strerror(e));
+		return 1;
+	}
+	if ((e = dg_tx_put(tx, cache, key, strlen(key), "held", 4)) != DG_OK) {
+		dg_tx_rollback(tx);
+		printf("tx-hold result=%s (put)\n", dg_strerror(e));
+		return 1;
+	}
+	printf("HOLDING key=%s label=%s\n", key, label);
+	fflush(stdout);
+	uint64_t end = now_ms() + duration_s * 1000;
+	dg_buf v;
+	dg_buf_init(&v);
+	while (!hold_stop && now_ms() < end) {
+		struct timespec ts = { 0, 100 * 1000000 };
+		nanosleep(&ts, NULL);
+		if ((e = dg_tx_get(tx, cache, key, strlen(key), &v)) != DG_OK)
+			break;
+	}
+	dg_buf_free(&v);
+	if (e == DG_OK)
+		e = dg_tx_commit(tx);
+	else
+		dg_tx_rollback(tx);
+	printf("tx-hold result=%s\n", dg_strerror(e));
+	return e == DG_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -362,6 +431,8 @@ int main(int argc, char **argv)
 		{ "ordered", no_argument, NULL, 'o' },
 		{ "audit-pause-ms", required_argument, NULL, 'P' },
 		{ "stall-ms", required_argument, NULL, 'S' },
+		{ "key", required_argument, NULL, 'K' },
+		{ "label", required_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -375,7 +446,7 @@ int main(int argc, char **argv)
 	uint64_t accounts = 10, balance = 100, duration = 30, timeout_ms = 2000, audit_pause = 100,
 	    stall_ms = 10000;
 	uint64_t rand_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32), lose_every = 0;
-	const char *mode = NULL, *client_id = NULL;
+	const char *mode = NULL, *client_id = NULL, *hold_key = NULL, *label = "tx-hold";
 	const char *ok_logs[BANK_MAX_LOGS], *fail_logs[BANK_MAX_LOGS];
 	size_t nok = 0, nfail = 0;
 	static uint8_t secret[SECRET_MAX + 1];
@@ -458,6 +529,8 @@ int main(int argc, char **argv)
 		case 'o': ordered = true; break;
 		case 'P': bad = parse_u64("--audit-pause-ms", optarg, 0, 3600000, &audit_pause); break;
 		case 'S': bad = parse_u64("--stall-ms", optarg, 0, 3600000, &stall_ms); break;
+		case 'K': hold_key = optarg; break;
+		case 'a': label = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -466,7 +539,7 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc - 1) {
 		fprintf(stderr, "cacheclient: %s\n", optind == argc ?
-		    "no command (put, verify, size, bank-init, bank-run or bank-verify)" :
+		    "no command (put, verify, size, tx-hold, bank-init, bank-run or bank-verify)" :
 		    "one command only");
 		usage(stderr);
 		return 2;
@@ -480,6 +553,8 @@ int main(int argc, char **argv)
 		job.cmd = CMD_VERIFY;
 	} else if (strcmp(cmd_name, "size") == 0) {
 		job.cmd = CMD_SIZE;
+	} else if (strcmp(cmd_name, "tx-hold") == 0) {
+		job.cmd = CMD_TX_HOLD;
 	} else if (strcmp(cmd_name, "bank-init") == 0) {
 		job.cmd = CMD_BANK_INIT;
 	} else if (strcmp(cmd_name, "bank-run") == 0) {
@@ -493,7 +568,8 @@ int main(int argc, char **argv)
 	}
 	bool bank = job.cmd >= CMD_BANK_INIT;
 	const char *missing = nseeds == 0 ? "--seed" : cache_name == NULL ? "--cache" :
-	    !bank && job.cmd != CMD_SIZE && !have_count ? "--count" :
+	    job.cmd == CMD_TX_HOLD && hold_key == NULL ? "--key" :
+	    !bank && job.cmd != CMD_SIZE && job.cmd != CMD_TX_HOLD && !have_count ? "--count" :
 	    job.cmd == CMD_VERIFY && !have_round ? "--round" :
 	    job.cmd == CMD_BANK_RUN && !have_duration ? "--duration" :
 	    job.cmd == CMD_BANK_RUN && mode == NULL ? "--mode" :
@@ -503,7 +579,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if ((job.cmd == CMD_SIZE || bank) && (have_count || have_round)) {
+	if ((job.cmd == CMD_SIZE || job.cmd == CMD_TX_HOLD || bank) && (have_count || have_round)) {
 		fprintf(stderr, "cacheclient: %s takes no --count or --round\n", cmd_name);
 		return 2;
 	}
@@ -575,6 +651,8 @@ int main(int argc, char **argv)
 			printf("size %" PRIu64 "\n", size);
 			rc = 0;
 		}
+	} else if (job.cmd == CMD_TX_HOLD) {
+		rc = tx_hold(node, cache, hold_key, label, have_duration ? duration : 30, timeout_ms);
 	} else if (bank) {
 		struct bank_opts bo = {
 			.node = node, .cache = cache, .accounts = (unsigned)accounts,

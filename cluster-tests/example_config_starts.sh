@@ -47,7 +47,7 @@ check "both caches of the file" has_log n1 \
 	' id=SETTING name=cache value="accounts,backups=2,sync=full_sync,atomicity=transactional,persistence=true; sessions,backups=1,sync=primary_sync,ttl=30m"$'
 check "cache accounts created" has_log n1 ' id=CACHE-READY cache=accounts$'
 check "cache sessions created" has_log n1 ' id=CACHE-READY cache=sessions$'
-check "NODE-READY says 2 caches" has_log n1 ' id=NODE-READY .* caches=2$'
+check "NODE-READY says 2 caches" has_log n1 ' id=NODE-READY .* caches=2( |$)'
 
 client put1 20000 --seed "${URL[n1]}" --cache accounts --secret-file "$WORK/secret" \
 	put --count 100 --round 1

@@ -313,10 +313,19 @@ static void authenticate(void)
 	cJSON_Delete(hello);
 }
 
+static bool connected;
+
 /* Sends {"cmd", "args"} (args consumed) and returns the result; the node's
- * error ends dgctl with exit 1. */
+ * error ends dgctl with exit 1.  The first request connects: a command
+ * checks its arguments before it, so a usage error exits 2 whether or not
+ * the node is reachable. */
 static cJSON *request(const char *cmd, cJSON *args)
 {
+	if (!connected) {
+		dial();
+		authenticate();
+		connected = true;
+	}
 	cJSON *req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "cmd", cmd);
 	if (args != NULL)
@@ -1136,12 +1145,12 @@ int main(int argc, char **argv)
 		if (!allowed(commands[which].opts, used[i]))
 			usage_error("%s does not take --%s", words[0], used[i]);
 	signal(SIGPIPE, SIG_IGN);
-	dial();
-	authenticate();
 	cmdline c = { nwords - 1, words + 1 };
 	commands[which].fn(&c);
-	dgi_aconn_close(&conn);
-	nng_stream_dialer_free(dialer);
+	if (connected)
+		dgi_aconn_close(&conn);
+	if (dialer)
+		nng_stream_dialer_free(dialer);
 	if (tls)
 		nng_tls_config_free(tls);
 	return 0;

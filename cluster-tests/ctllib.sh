@@ -1,0 +1,93 @@
+# ctllib.sh — shared by the dgctl / admin / metrics tests (sourced, not run).
+#
+# A test is run by ctest as `bash <test>.sh <dgnode> <cacheclient> <dgctl>`.
+# This file sources cachelib.sh (and so lib.sh: work directory, EXIT trap,
+# wait_until, check / finish, dgnode and cacheclient helpers) and adds:
+#   - start_admin_node NAME dgnode-args...: a dgnode on free ports for its
+#     cluster, admin (--admin-listen) and http (--http-listen) endpoints,
+#     all given explicitly so that nothing collides (PORT_OF, APORT, HPORT);
+#   - wait_admin_node NAME: wait_dgnode, and the admin= and http= URLs its
+#     NODE-READY line printed (READY_ADMIN, READY_HTTP);
+#   - ctl NODE dgctl-args... / ctl_port PORT ... / ctl_raw ...: one dgctl
+#     run, bounded by `timeout`; CRC (exit status), OUT, ERR, CTL_MS;
+#   - jout [jq-args...] FILTER: jq -e over OUT (the last dgctl's stdout);
+#   - expect_rc WANT WHAT: a check that the last dgctl exited WANT.
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # variables set here are read by the test scripts
+# shellcheck source=cachelib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cachelib.sh"
+
+DGCTL=${3:?usage: $0 /path/to/dgnode /path/to/cacheclient /path/to/dgctl}
+[[ -x $DGCTL ]] || die "dgctl not executable: $DGCTL"
+command -v jq >/dev/null || skip "no jq (apt-get install jq)"
+command -v timeout >/dev/null || skip "no timeout (coreutils)"
+declare -A PORT_OF=() APORT=() HPORT=() READY_ADMIN=() READY_HTTP=()
+
+# start_admin_node NAME dgnode-args...
+start_admin_node() {
+	local name=$1
+	shift
+	free_port
+	PORT_OF[$name]=$PORT
+	free_port
+	APORT[$name]=$PORT
+	free_port
+	HPORT[$name]=$PORT
+	start_dgnode "$name" "${PORT_OF[$name]}" \
+		--admin-listen "tcp://127.0.0.1:${APORT[$name]}" \
+		--http-listen "http://127.0.0.1:${HPORT[$name]}" "$@"
+}
+
+# wait_admin_node NAME [TIMEOUT_MS]
+wait_admin_node() {
+	local name=$1 line
+	wait_dgnode "$@"
+	line=$(grep -m1 ' id=NODE-READY ' "$WORK/$name.err")
+	[[ $line =~ \ admin=([^ ]+)\ http=([^ ]+) ]] || die "$name: no admin=/http= in: $line"
+	READY_ADMIN[$name]=${BASH_REMATCH[1]}
+	READY_HTTP[$name]=${BASH_REMATCH[2]}
+}
+
+# ctl_raw dgctl-args...: runs dgctl (at most CTL_LIMIT_S seconds, default
+# 30); CRC, OUT, ERR, CTL_MS.  Never fails (set -e).  Logs the command and
+# its outcome (CTL_QUIET=1: only when it failed).
+CTL_N=0
+ctl_raw() {
+	local t0
+	CTL_N=$((CTL_N + 1))
+	now_ms
+	t0=$NOW
+	CRC=0
+	timeout -k 2 "${CTL_LIMIT_S:-30}" "$DGCTL" "$@" >"$WORK/ctl$CTL_N.out" \
+		2>"$WORK/ctl$CTL_N.err" </dev/null || CRC=$?
+	now_ms
+	CTL_MS=$((NOW - t0))
+	OUT=$(<"$WORK/ctl$CTL_N.out")
+	ERR=$(<"$WORK/ctl$CTL_N.err")
+	[[ ${CTL_QUIET:-0} == 1 && $CRC == 0 ]] ||
+		log "dgctl $* -> exit $CRC, ${CTL_MS} ms${ERR:+, stderr: ${ERR//$'\n'/ | }}"
+}
+
+# ctl_port PORT dgctl-args...: dgctl against the admin endpoint on PORT.
+ctl_port() {
+	local port=$1
+	shift
+	ctl_raw --port "$port" "$@"
+}
+
+# ctl NODE dgctl-args...: dgctl against NODE's admin endpoint.
+ctl() {
+	local name=$1
+	shift
+	ctl_port "${APORT[$name]}" "$@"
+}
+
+# jout [jq-args...] FILTER: jq -e over the last dgctl's stdout (the filter last).
+jout() { jq -e "$@" >/dev/null 2>&1 <<<"$OUT"; }
+
+# expect_rc WANT WHAT: checks the last dgctl's exit status.
+expect_rc() { check "$2 (exit $CRC, want $1)" test "$CRC" = "$1"; }
+
+# out_has ERE / err_has ERE: the last dgctl's stdout / stderr has a match.
+out_has() { grep -q -E -- "$1" <<<"$OUT"; }
+err_has() { grep -q -E -- "$1" <<<"$ERR"; }
