@@ -37,6 +37,8 @@ dg_err dgi_aconn_init(dgi_aconn *c, nng_stream *s, uint32_t timeout_ms)
 {
 	c->s = s;
 	c->timeout_ms = timeout_ms;
+	/* small request/answer frames: no Nagle delay (nng's default is off) */
+	(void)nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
 	if (nng_aio_alloc(&c->aio, NULL, NULL) != 0) {
 		c->aio = NULL;
 		return DG_ERR_NOMEM;
@@ -65,15 +67,21 @@ void dgi_aconn_close(dgi_aconn *c)
 	}
 }
 
-/* Moves all of [p, p + n) in one direction; the deadline covers the whole. */
-static dg_err xfer(dgi_aconn *c, uint8_t *p, size_t n, bool send, uint64_t deadline)
+/* Moves all of the n iov entries' bytes in one direction (one sendmsg for
+ * a header and its body: no Nagle wait between them); the deadline
+ * covers the whole.  iov is consumed. */
+static dg_err xfer(dgi_aconn *c, nng_iov *iov, unsigned n, bool send, uint64_t deadline)
 {
 	while (n > 0) {
+		if (iov[0].iov_len == 0) {
+			iov++;
+			n--;
+			continue;
+		}
 		uint64_t now = dgi_now_ms();
 		if (now >= deadline)
 			return DG_ERR_TIMEOUT;
-		nng_iov iov = { p, n };
-		nng_aio_set_iov(c->aio, 1, &iov);
+		nng_aio_set_iov(c->aio, n, iov);
 		nng_aio_set_timeout(c->aio, (nng_duration)(deadline - now));
 		if (send)
 			nng_stream_send(c->s, c->aio);
@@ -86,8 +94,16 @@ static dg_err xfer(dgi_aconn *c, uint8_t *p, size_t n, bool send, uint64_t deadl
 		size_t got = nng_aio_count(c->aio);
 		if (got == 0)
 			return DG_ERR_CONN_BROKEN;
-		p += got;
-		n -= got;
+		for (; got > 0 && n > 0; ) {
+			size_t take = got < iov[0].iov_len ? got : iov[0].iov_len;
+			iov[0].iov_buf = (uint8_t *)iov[0].iov_buf + take;
+			iov[0].iov_len -= take;
+			got -= take;
+			if (iov[0].iov_len == 0) {
+				iov++;
+				n--;
+			}
+		}
 	}
 	return DG_OK;
 }
@@ -96,18 +112,18 @@ dg_err dgi_aconn_send(dgi_aconn *c, const char *json, size_t len)
 {
 	if (len > DGI_ADMIN_FRAME_MAX)
 		return DG_ERR_LIMIT;
-	uint64_t deadline = dgi_now_ms() + c->timeout_ms;
 	uint8_t h[4] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
 		(uint8_t)len };
-	dg_err e = xfer(c, h, 4, true, deadline);
-	return e != DG_OK ? e : xfer(c, (uint8_t *)(uintptr_t)json, len, true, deadline);
+	nng_iov iov[2] = { { h, 4 }, { (void *)(uintptr_t)json, len } };
+	return xfer(c, iov, 2, true, dgi_now_ms() + c->timeout_ms);
 }
 
 dg_err dgi_aconn_recv(dgi_aconn *c, char **out, size_t *len)
 {
 	uint64_t deadline = dgi_now_ms() + c->timeout_ms;
 	uint8_t h[4];
-	dg_err e = xfer(c, h, 4, false, deadline);
+	nng_iov hv = { h, 4 };
+	dg_err e = xfer(c, &hv, 1, false, deadline);
 	if (e != DG_OK)
 		return e;
 	uint32_t n = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
@@ -117,7 +133,8 @@ dg_err dgi_aconn_recv(dgi_aconn *c, char **out, size_t *len)
 	if (p == NULL)
 		return DG_ERR_NOMEM;
 	/* the body's own deadline: a large reply is not cut by the header's */
-	if ((e = xfer(c, (uint8_t *)p, n, false, dgi_now_ms() + c->timeout_ms)) != DG_OK) {
+	nng_iov bv = { p, n };
+	if ((e = xfer(c, &bv, 1, false, dgi_now_ms() + c->timeout_ms)) != DG_OK) {
 		dgi_free(p);
 		return e;
 	}
