@@ -721,12 +721,12 @@ static void do_rebalance(const cmdline *c)
 		if (opt.json) {
 			print_json(r, opt.watch);
 		} else if (opt.watch) {
-			char bar[41], b1[32], b2[32], b3[32];
+			char bar[41], b1[32], b2[32], b3[32], b4[32];
 			double total = done + left;
 			draw_bar(total > 0 ? done / total : 1.0, bar, 40);
 			printf("%s[%s] %s/%s partitions, %s received, %s moving%s",
 			    tty ? "\r" : "", bar, num(done, b1), num(total, b2), human_bytes(bytes, b3),
-			    num(jnum(r, "partitions_moving"), b1), tty ? "   " : "\n");
+			    num(jnum(r, "partitions_moving"), b4), tty ? "   " : "\n");
 			fflush(stdout);
 		} else {
 			char b[5][32];
