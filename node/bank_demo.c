@@ -275,6 +275,8 @@ static int cmd_run(void)
 	for (unsigned s = 1; s <= opt.seconds && !stop_sig; s++) {
 		while (now_ms() < t0 + 1000u * s && !stop_sig)
 			sleep_ms(20);
+		if (stop_sig)
+			break;
 		uint64_t c = atomic_load(&committed), r = atomic_load(&retries);
 		uint64_t e = atomic_load(&errors);
 		printf("[dgbank] %3us  %6" PRIu64 " tx/s  retries %4" PRIu64 "  errors %" PRIu64

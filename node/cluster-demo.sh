@@ -18,7 +18,8 @@
 # itself; 1 otherwise (the nodes' logs are kept, and their path printed);
 # 77 when the ports are taken (--base-port auto found none free); 130 on
 # Ctrl-C.  On exit, however it happens, every process the script started
-# is stopped (SIGTERM, then SIGKILL after 10 s) and reaped.
+# is stopped (SIGTERM, then SIGKILL after 10 s for the workload and 15 s
+# for the nodes) and reaped.
 set -uo pipefail
 export LC_ALL=C
 
@@ -84,45 +85,65 @@ OK=0
 
 alive_pids() {
 	local p
-	for p in "$CHILD" "$BANK_PID" "${NODE_PID[@]}"; do
+	for p in "$@"; do
 		[[ -n $p ]] && kill -0 "$p" 2>/dev/null && echo "$p"
 	done
 }
 
+# stop SECONDS PID...: SIGTERM, up to SECONDS for them to exit, then SIGKILL;
+# reaps them.
+stop() {
+	local secs=$1 p i pids
+	shift
+	pids=$(alive_pids "$@")
+	[[ -n $pids ]] || return 0
+	# shellcheck disable=SC2086
+	kill -TERM $pids 2>/dev/null
+	for ((i = 0; i < secs * 10; i++)); do
+		[[ -z $(alive_pids $pids) ]] && break
+		sleep 0.1
+	done
+	for p in $(alive_pids $pids); do
+		echo "   pid $p did not stop within $secs s: SIGKILL"
+		kill -KILL "$p" 2>/dev/null
+	done
+	# shellcheck disable=SC2086
+	wait $pids 2>/dev/null
+}
+
+# The workload first (the nodes leave more quickly with no transaction in
+# flight), then the nodes.
 cleanup() {
-	local rc=$? pids p i
+	local rc=$? n
 	trap '' INT TERM   # the cleanup is bounded: let it finish
-	pids=$(alive_pids)
-	if [[ -n $pids ]]; then
-		echo "== stopping $(echo $pids | wc -w) process(es) the demo started"
-		# shellcheck disable=SC2086
-		kill -TERM $pids 2>/dev/null
-		for ((i = 0; i < 100; i++)); do
-			[[ -z $(alive_pids) ]] && break
-			sleep 0.1
-		done
-		for p in $(alive_pids); do
-			echo "   pid $p did not stop within 10 s: SIGKILL"
-			kill -KILL "$p" 2>/dev/null
-		done
-		# shellcheck disable=SC2086
-		wait $pids 2>/dev/null
+	n=$(alive_pids "$CHILD" "$BANK_PID" "${NODE_PID[@]}" | wc -l)
+	if ((n > 0)); then
+		echo "== stopping the $n process(es) the demo started"
+		stop 10 "$CHILD" "$BANK_PID"
+		stop 15 "${NODE_PID[@]}"
 	fi
-	if ((OK)); then
+	if ((OK || INTERRUPTED)); then
 		rm -rf "$WORK"
+		((OK)) || echo "== interrupted: every process the demo started is stopped"
 	else
 		echo "== FAILED (exit $rc); the nodes' and clients' logs are in $WORK" >&2
 	fi
 }
 trap cleanup EXIT
-trap 'echo; echo "== interrupted"; exit 130' INT
-trap 'echo; echo "== terminated"; exit 143' TERM
+INTERRUPTED=0
+trap 'echo; echo "== interrupted"; INTERRUPTED=1; exit 130' INT
+trap 'echo; echo "== terminated"; INTERRUPTED=1; exit 143' TERM
 
 T0=$SECONDS
 hdr() { printf '\n== [%2ds] %s\n' $((SECONDS - T0)) "$*"; }
 die() { echo "cluster-demo: $*" >&2; exit 1; }
 
-# fg CMD...: runs CMD as a job and waits for it, so that Ctrl-C runs the
+# The nodes and the workload run in sessions of their own (setsid, which
+# keeps the pid: a background job is no process group leader), so Ctrl-C
+# reaches the script alone and its trap stops them in order; the steps in
+# the foreground get it too and end.
+#
+# fg CMD...: runs CMD as a job and waits for it, so that a signal runs the
 # trap at once (bash delays traps until a foreground command ends).
 fg() {
 	"$@" &
@@ -136,17 +157,14 @@ pause() { fg sleep "$1"; }
 
 port_of() { echo $((BASE + 10 * ($1 - 1))); }
 url_of() { echo "tcp://127.0.0.1:$(port_of "$1")"; }
-ctl() { local i=$1; shift; "$BIN/dgctl" --port $(($(port_of "$i") + 100)) --timeout 3s "$@"; }
-bank() {
-	"$BIN/dgbank" --seed "$(url_of 1)" --seed "$(url_of 3)" --cache bank \
-	    --accounts $ACCOUNTS --balance $BALANCE \
-	    --failure-detection-timeout $FD_TIMEOUT_MS "$@"
-}
+ctl() { local i=$1; shift; fg "$BIN/dgctl" --port $(($(port_of "$i") + 100)) --timeout 3s "$@"; }
+BANK=("$BIN/dgbank" --seed "$(url_of 1)" --seed "$(url_of 3)" --cache bank
+    --accounts $ACCOUNTS --balance $BALANCE --failure-detection-timeout $FD_TIMEOUT_MS)
 
 start_node() {
 	local i=$1 seed=()
 	((i > 1)) && seed=(--seed "$(url_of 1)")
-	"$BIN/dgnode" --listen "$(url_of "$i")" "${seed[@]}" --cache "$CACHE_SPEC" \
+	setsid "$BIN/dgnode" --listen "$(url_of "$i")" "${seed[@]}" --cache "$CACHE_SPEC" \
 	    --failure-detection-timeout $FD_TIMEOUT_MS >>"$WORK/node$i.log" 2>&1 &
 	NODE_PID[$i]=$!
 }
@@ -191,10 +209,10 @@ ctl 1 nodes || die "dgctl nodes failed"
 ctl 1 cache list || die "dgctl cache list failed"
 
 hdr "dgbank init: $ACCOUNTS accounts of $BALANCE in one transaction"
-fg bank init 2>>"$WORK/dgbank-init.log" || die "dgbank init failed (log: $WORK/dgbank-init.log)"
+fg "${BANK[@]}" init 2>>"$WORK/dgbank-init.log" || die "dgbank init failed (log: $WORK/dgbank-init.log)"
 
 hdr "dgbank run: $RUN_S s of transfers (4 threads, PESSIMISTIC REPEATABLE_READ)"
-bank run --seconds "$RUN_S" --threads 4 2>>"$WORK/dgbank-run.log" &
+setsid "${BANK[@]}" run --seconds "$RUN_S" --threads 4 2>>"$WORK/dgbank-run.log" &
 BANK_PID=$!
 pause 5
 
@@ -229,7 +247,7 @@ BANK_PID=""
 ((rc == 0)) || die "dgbank run failed: exit $rc (log: $WORK/dgbank-run.log)"
 
 hdr "dgbank total: one transaction reads every account"
-fg bank total 2>>"$WORK/dgbank-total.log" || die "the total is not balanced"
+fg "${BANK[@]}" total 2>>"$WORK/dgbank-total.log" || die "the total is not balanced"
 
 hdr "dgctl state"
 ctl 1 state || die "dgctl state failed"
@@ -237,7 +255,7 @@ ctl 1 state || die "dgctl state failed"
 hdr "dgctl shutdown --cluster"
 STOPPING=1
 ctl 1 shutdown --cluster || die "dgctl shutdown failed"
-wait_for 60 "every node to exit" eval '[[ -z $(alive_pids) ]]'
+wait_for 60 "every node to exit" eval '[[ -z $(alive_pids "${NODE_PID[@]}") ]]'
 for i in 1 2 3; do
 	wait "${NODE_PID[i]}"
 	rc=$?
