@@ -155,16 +155,18 @@ fg() {
 }
 pause() { fg sleep "$1"; }
 
-port_of() { echo $((BASE + 10 * ($1 - 1))); }
-url_of() { echo "tcp://127.0.0.1:$(port_of "$1")"; }
-ctl() { local i=$1; shift; fg "$BIN/dgctl" --port $(($(port_of "$i") + 100)) --timeout 3s "$@"; }
-BANK=("$BIN/dgbank" --seed "$(url_of 1)" --seed "$(url_of 3)" --cache bank
+# No command substitution past the trap: bash may drop a SIGINT that ends
+# one (the assignment fails, the trap does not run).
+PORT=("" $BASE $((BASE + 10)) $((BASE + 20)))
+URL=("" tcp://127.0.0.1:${PORT[1]} tcp://127.0.0.1:${PORT[2]} tcp://127.0.0.1:${PORT[3]})
+ctl() { local i=$1; shift; fg "$BIN/dgctl" --port $((PORT[i] + 100)) --timeout 3s "$@"; }
+BANK=("$BIN/dgbank" --seed "${URL[1]}" --seed "${URL[3]}" --cache bank
     --accounts $ACCOUNTS --balance $BALANCE --failure-detection-timeout $FD_TIMEOUT_MS)
 
 start_node() {
 	local i=$1 seed=()
-	((i > 1)) && seed=(--seed "$(url_of 1)")
-	setsid "$BIN/dgnode" --listen "$(url_of "$i")" "${seed[@]}" --cache "$CACHE_SPEC" \
+	((i > 1)) && seed=(--seed "${URL[1]}")
+	setsid "$BIN/dgnode" --listen "${URL[i]}" "${seed[@]}" --cache "$CACHE_SPEC" \
 	    --failure-detection-timeout $FD_TIMEOUT_MS >>"$WORK/node$i.log" 2>&1 &
 	NODE_PID[$i]=$!
 }
@@ -187,18 +189,28 @@ wait_for() {
 }
 
 settled() {
-	local s
-	s=$(ctl "$1" state) || return 1
-	grep -q "^server nodes: *$2\$" <<<"$s" && grep -q '^state: *ACTIVE$' <<<"$s" &&
-	    grep -q '^partitions moving: *0$' <<<"$s"
+	local s=$WORK/state
+	ctl "$1" state >"$s" 2>/dev/null || return 1
+	grep -q "^server nodes: *$2\$" "$s" && grep -q '^state: *ACTIVE$' "$s" &&
+	    grep -q '^partitions moving: *0$' "$s"
 }
-servers() { ctl "$1" state 2>/dev/null | grep -q "^server nodes: *$2\$"; }
-rebalance_watch() { fg timeout --foreground "$2" "$BIN/dgctl" --port $(($(port_of "$1") + 100)) \
+servers() {
+	ctl "$1" state >"$WORK/state" 2>/dev/null && grep -q "^server nodes: *$2\$" "$WORK/state"
+}
+# every node process exited
+nodes_gone() {
+	local p
+	for p in "${NODE_PID[@]}"; do
+		[[ -n $p ]] && kill -0 "$p" 2>/dev/null && return 1
+	done
+	return 0
+}
+rebalance_watch() { fg timeout --foreground "$2" "$BIN/dgctl" --port $((PORT[$1] + 100)) \
     --timeout 3s rebalance status --watch --interval 1s; }
 
 # ---- the demo ----
 
-hdr "starting 3 dgnodes on 127.0.0.1:$(port_of 1),$(port_of 2),$(port_of 3) (dgctl: +100), cache $CACHE_SPEC"
+hdr "starting 3 dgnodes on 127.0.0.1:${PORT[1]},${PORT[2]},${PORT[3]} (dgctl: +100), cache $CACHE_SPEC"
 start_node 1
 wait_for 15 "node 1 to start" ctl 1 state
 start_node 2
@@ -217,11 +229,11 @@ BANK_PID=$!
 pause 5
 
 hdr "dgctl metrics (node 1; transaction messages, caches, transactions)"
-m=$(ctl 1 metrics) || die "dgctl metrics failed"
-grep -E '^(MESSAGE TYPE|TX_)' <<<"$m"
-sed -n '/^CACHE  /,$p' <<<"$m"
+ctl 1 metrics >"$WORK/metrics" || die "dgctl metrics failed"
+grep -E '^(MESSAGE TYPE|TX_)' "$WORK/metrics"
+sed -n '/^CACHE  /,$p' "$WORK/metrics"
 
-hdr "killing node 2 ($(url_of 2), pid ${NODE_PID[2]}) with SIGKILL"
+hdr "killing node 2 (${URL[2]}, pid ${NODE_PID[2]}) with SIGKILL"
 kill -KILL "${NODE_PID[2]}"
 wait "${NODE_PID[2]}" 2>/dev/null
 NODE_PID[2]=""
@@ -255,7 +267,7 @@ ctl 1 state || die "dgctl state failed"
 hdr "dgctl shutdown --cluster"
 STOPPING=1
 ctl 1 shutdown --cluster || die "dgctl shutdown failed"
-wait_for 60 "every node to exit" eval '[[ -z $(alive_pids "${NODE_PID[@]}") ]]'
+wait_for 60 "every node to exit" nodes_gone
 for i in 1 2 3; do
 	wait "${NODE_PID[i]}"
 	rc=$?
