@@ -235,7 +235,7 @@ sed -n '/^CACHE  /,$p' "$WORK/metrics"
 
 hdr "killing node 2 (${URL[2]}, pid ${NODE_PID[2]}) with SIGKILL"
 kill -KILL "${NODE_PID[2]}"
-wait "${NODE_PID[2]}" 2>/dev/null
+{ wait "${NODE_PID[2]}"; } 2>/dev/null   # no "Killed" line from bash
 NODE_PID[2]=""
 wait_for 20 "node 1 to see 2 server nodes" servers 1 2
 hdr "node 2's failure detected: 2 nodes"
