@@ -798,8 +798,8 @@ static void do_shutdown(const cmdline *c)
 	} else {
 		const cJSON *o;
 		cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "stopping")) {
-			const char *err = jstr(o, "error");
-			printf("%s %s: %s\n", jstr(o, "id"), jstr(o, "address"),
+			const char *err = jstr(o, "error"), *id = jstr(o, "id"), *a = jstr(o, "address");
+			printf("%s %s: %s\n", id ? id : "?", a ? a : "?",
 			    err ? err : "stopping (hands its partitions over, then exits)");
 		}
 	}
