@@ -137,7 +137,9 @@ DG_API dg_tx_state dg_tx_get_state(const dg_tx *tx);
 /* "ACTIVE", "COMMITTED", ... (static). */
 DG_API const char *dg_tx_state_name(dg_tx_state s);
 
-/* Transaction counters of a node (every tx this node began or took part in). */
+/* Transaction counters of a node: started .. heap_bytes count the txs this
+ * node began (was the near node of); participant_*, locks and recoveries
+ * what it did for txs begun anywhere. */
 typedef struct dg_tx_metrics {
 	uint64_t started, committed, rolled_back;   /* began on this node */
 	uint64_t conflicts, deadlocks, timeouts;    /* of those, failed with */
