@@ -825,6 +825,334 @@ static void test_idle_verify(void **state)
 	cli_close(&k);
 }
 
+/* ---- transactions ---- */
+
+typedef struct holder {
+	dg_node *n;
+	dg_cache *c;
+	const char *key;
+	atomic_bool ready, go;
+	dg_err put, commit;
+} holder;
+
+/* Begins a PESSIMISTIC tx, locks key by a put, waits for go, commits. */
+static void *hold_tx(void *arg)
+{
+	holder *h = arg;
+	dg_tx *tx;
+	h->put = dg_tx_begin(h->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 20000, "held-by-test", &tx);
+	if (h->put == DG_OK)
+		h->put = dg_tx_put(tx, h->c, h->key, strlen(h->key), "tx-value", 8);
+	h->ready = true;
+	uint64_t end = now_ms() + 15000;
+	while (!h->go && now_ms() < end)
+		sleep_ms(5);
+	h->commit = h->put == DG_OK ? dg_tx_commit(tx) : dg_tx_rollback(tx);
+	return NULL;
+}
+
+/* The tx.list entry with this role (and id, when not NULL) on node id. */
+static const cJSON *find_tx(const cJSON *list, const char *role, const char *node,
+    const char *id)
+{
+	const cJSON *t;
+	cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(list, "txs"))
+		if (strcmp(jstr(t, "role"), role) == 0 && strcmp(jstr(t, "node"), node) == 0 &&
+		    (id == NULL || strcmp(jstr(t, "id"), id) == 0))
+			return t;
+	return NULL;
+}
+
+static void test_tx_list_and_kill(void **state)
+{
+	(void)state;
+	cli k0, k1, k2;
+	cli_open(&k0, nodes[0]);
+	cJSON *a = sargs("cache", "admtx", "atomicity", "transactional", NULL);
+	cJSON_AddNumberToObject(a, "backups", 1);
+	cJSON *r = cli_ok(&k0, "cache.create", a);
+	cJSON_Delete(r);
+	dg_cache *c0 = NULL;
+	for (int i = 0; i < NNODES; i++) {
+		dg_cache *c;
+		uint64_t end = now_ms() + 5000;
+		while (dg_cache_get_by_name(nodes[i], "admtx", &c) != DG_OK && now_ms() < end)
+			sleep_ms(20);
+		OK(dg_cache_get_by_name(nodes[i], "admtx", &c));
+		OK(dg_cache_wait_rebalanced(c, 10000));
+		if (i == 0)
+			c0 = c;
+	}
+	/* a key whose primary is not node 0 (the near node) */
+	static char key[16];
+	uint64_t owners[8];
+	int primary = 0;
+	for (int i = 0; primary == 0 && i < 100; i++) {
+		snprintf(key, sizeof(key), "tx%d", i);
+		owners_of(c0, key, owners);
+		primary = index_of(owners[0]);
+	}
+	assert_int_not_equal(primary, 0);
+	int other = 3 - primary;              /* neither near nor primary */
+
+	holder h = { .n = nodes[0], .c = c0, .key = key };
+	pthread_t thr;
+	assert_int_equal(pthread_create(&thr, NULL, hold_tx, &h), 0);
+	uint64_t end = now_ms() + 5000;
+	while (!h.ready && now_ms() < end)
+		sleep_ms(5);
+	assert_true(h.ready);
+	OK(h.put);
+
+	char near_id[17], prim_id[17];
+	hex64(dg_node_get_id(nodes[0]), near_id);
+	hex64(dg_node_get_id(nodes[primary]), prim_id);
+	cli_open(&k1, nodes[primary]);
+	r = cli_ok(&k1, "tx.list", NULL);
+	const cJSON *nt = find_tx(result(r), "near", near_id, NULL);
+	assert_non_null(nt);
+	assert_string_equal(jstr(nt, "concurrency"), "PESSIMISTIC");
+	assert_string_equal(jstr(nt, "isolation"), "REPEATABLE_READ");
+	assert_string_equal(jstr(nt, "label"), "held-by-test");
+	assert_string_equal(jstr(nt, "near"), near_id);
+	assert_string_equal(jstr(nt, "address"), dg_node_address(nodes[0]));
+	assert_true(jnum(nt, "keys") == 1);
+	char id[64];
+	snprintf(id, sizeof(id), "%s", jstr(nt, "id"));
+	assert_int_equal(strncmp(id, near_id, 16), 0);
+	assert_non_null(find_tx(result(r), "primary", prim_id, id));
+	assert_true(jnum(result(r), "nodes_unanswered") == 0);
+	cJSON_Delete(r);
+
+	/* killed from the third node: the holder's commit is rolled back */
+	cli_open(&k2, nodes[other]);
+	r = cli_err(&k2, "tx.kill", sargs("id", "not-an-id", NULL), "DG_ERR_INVAL");
+	cJSON_Delete(r);
+	char ghost[64];
+	snprintf(ghost, sizeof(ghost), "%s:999999999", near_id);
+	r = cli_err(&k2, "tx.kill", sargs("id", ghost, NULL), "DG_ERR_NOT_FOUND");
+	cJSON_Delete(r);
+	r = cli_ok(&k2, "tx.kill", sargs("id", id, NULL));
+	assert_string_equal(jstr(result(r), "killed"), id);
+	cJSON_Delete(r);
+	h.go = true;
+	pthread_join(thr, NULL);
+	assert_int_equal(h.commit, DG_ERR_TX_ROLLED_BACK);
+
+	/* nothing written; the tx is gone from every node (locks released) */
+	r = cli_err(&k2, "cache.get", sargs("cache", "admtx", "key", key, NULL),
+	    "DG_ERR_NOT_FOUND");
+	cJSON_Delete(r);
+	end = now_ms() + 5000;
+	for (;;) {
+		r = cli_ok(&k2, "tx.list", NULL);
+		bool left = false;
+		const cJSON *t;
+		cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(result(r), "txs"))
+			left |= strcmp(jstr(t, "id"), id) == 0;
+		cJSON_Delete(r);
+		if (!left)
+			break;
+		assert_true(now_ms() < end);
+		sleep_ms(20);
+	}
+	r = cli_ok(&k1, "cache.put", sargs("cache", "admtx", "key", key, "value", "after", NULL));
+	cJSON_Delete(r);
+	cli_close(&k0);
+	cli_close(&k1);
+	cli_close(&k2);
+}
+
+/* ---- shutdown ---- */
+
+static void wait_calls(int want)
+{
+	uint64_t end = now_ms() + 5000;
+	while (shutdown_calls < want && now_ms() < end)
+		sleep_ms(5);
+	assert_int_equal(shutdown_calls, want);
+}
+
+static void test_shutdown(void **state)
+{
+	(void)state;
+	cli k;
+	/* an embedded node without on_shutdown refuses */
+	cli_open(&k, nodes[1]);
+	cJSON *r = cli_err(&k, "shutdown", NULL, "DG_ERR_UNSUPPORTED");
+	cJSON_Delete(r);
+	cli_close(&k);
+	assert_int_equal(shutdown_calls, 0);
+
+	/* node 0 has one: called once, after its client has the reply */
+	reply_seen = false;
+	seen_in_callback = false;
+	cli_open(&k, nodes[0]);
+	r = cli_ok(&k, "shutdown", NULL);
+	reply_seen = true;
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(result(r), "stopping");
+	assert_int_equal(cJSON_GetArraySize(st), 1);
+	char me[17];
+	hex64(dg_node_get_id(nodes[0]), me);
+	assert_string_equal(jstr(cJSON_GetArrayItem(st, 0), "id"), me);
+	cJSON_Delete(r);
+	wait_calls(1);
+	r = cli_ok(&k, "state", NULL);     /* the callback returned */
+	cJSON_Delete(r);
+	assert_true(seen_in_callback);
+	sleep_ms(100);
+	assert_int_equal(shutdown_calls, 1);
+
+	/* --cluster: the others refuse (embedded), this one stops once more */
+	reply_seen = false;
+	seen_in_callback = false;
+	cJSON *a = cJSON_CreateObject();
+	cJSON_AddTrueToObject(a, "cluster");
+	r = cli_ok(&k, "shutdown", a);
+	reply_seen = true;
+	st = cJSON_GetObjectItemCaseSensitive(result(r), "stopping");
+	assert_int_equal(cJSON_GetArraySize(st), NNODES);
+	const cJSON *o;
+	cJSON_ArrayForEach(o, st) {
+		if (strcmp(jstr(o, "id"), me) == 0)
+			assert_null(cJSON_GetObjectItemCaseSensitive(o, "error"));
+		else
+			assert_non_null(strstr(jstr(o, "error"), "embedded"));
+	}
+	cJSON_Delete(r);
+	wait_calls(2);
+	r = cli_ok(&k, "state", NULL);
+	cJSON_Delete(r);
+	assert_true(seen_in_callback);
+	cli_close(&k);
+}
+
+/* ---- limits ---- */
+
+/* Dials n: true and the connection authenticated when served, false when
+ * refused as busy (and closed). */
+static bool try_open(cli *k, dg_node *n)
+{
+	cli_dial(k, dg_node_admin_address(n));
+	cJSON *h = cli_recv(k);
+	if (jstr(h, "proto") == NULL) {
+		assert_false(jok(h));
+		assert_string_equal(jstr(h, "error"), "too many admin connections");
+		cJSON_Delete(h);
+		cli_expect_closed(k);
+		cli_close(k);
+		return false;
+	}
+	cJSON_Delete(h);
+	cli_close(k);
+	cli_open(k, n);
+	return true;
+}
+
+static void test_connection_limit(void **state)
+{
+	(void)state;
+	cli k[DGI_ADMIN_CONNS], extra;
+	for (int i = 0; i < DGI_ADMIN_CONNS; i++) {
+		cli_dial(&k[i], dg_node_admin_address(nodes[2]));
+		cli_hello(&k[i], nodes[2]);     /* each one has its slot */
+	}
+	assert_false(try_open(&extra, nodes[2]));
+	assert_false(try_open(&extra, nodes[2]));
+	/* the slots serve: one authenticates and runs a command meanwhile */
+	char proof[65], mine[65];
+	cJSON *w = cli_auth(&k[3], SECRET, CLUSTER, proof, mine);
+	assert_true(jok(w));
+	cJSON_Delete(w);
+	cJSON *r = cli_ok(&k[3], "state", NULL);
+	cJSON_Delete(r);
+	for (int i = 0; i < DGI_ADMIN_CONNS; i++)
+		cli_close(&k[i]);
+	/* the node notices the closes by itself: a new client is served */
+	uint64_t end = now_ms() + 3000;
+	int tries = 1;
+	while (!try_open(&extra, nodes[2])) {
+		assert_true(now_ms() < end);
+		sleep_ms(20);
+		tries++;
+	}
+	r = cli_ok(&extra, "state", NULL);
+	cJSON_Delete(r);
+	cli_close(&extra);
+	print_message("served after %d tries\n", tries);
+	/* and all the slots again */
+	for (int i = 0; i < DGI_ADMIN_CONNS; i++) {
+		end = now_ms() + 3000;
+		while (!try_open(&k[i], nodes[2])) {
+			assert_true(now_ms() < end);
+			sleep_ms(20);
+		}
+	}
+	for (int i = 0; i < DGI_ADMIN_CONNS; i++)
+		cli_close(&k[i]);
+}
+
+/* ---- stop ---- */
+
+static void test_stop_with_idle_clients(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, false);
+	cli idle, silent;
+	cli_open(&idle, n);
+	cJSON *r = cli_ok(&idle, "state", NULL);
+	cJSON_Delete(r);
+	cli_dial(&silent, dg_node_admin_address(n));
+	sleep_ms(50);
+	uint64_t t0 = now_ms();
+	dg_node_stop(n);
+	uint64_t took = now_ms() - t0;
+	print_message("dg_node_stop took %" PRIu64 " ms\n", took);
+	assert_true(took < 2000);
+	cli_expect_closed(&idle);
+	cli_hello(&silent, NULL);          /* sent before the stop */
+	cli_expect_closed(&silent);
+	cli_close(&idle);
+	cli_close(&silent);
+}
+
+/* ---- fan-out to a node that died ---- */
+
+static void test_nodes_after_kill(void **state)
+{
+	(void)state;
+	cli k;
+	cli_open(&k, nodes[0]);
+	uint64_t dead = dg_node_get_id(nodes[2]);
+	char dead_id[17];
+	hex64(dead, dead_id);
+	dgi_node_kill(nodes[2]);
+	nodes[2] = NULL;
+	uint64_t t0 = now_ms();
+	cJSON *r = cli_ok(&k, "nodes", NULL);
+	uint64_t took = now_ms() - t0;
+	print_message("nodes after a kill took %" PRIu64 " ms\n", took);
+	assert_true(took < 10000 + 2000);         /* the fan-out's bound, FANOUT_MS */
+	const cJSON *o;
+	int live = 0;
+	cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(result(r), "nodes")) {
+		if (strcmp(jstr(o, "id"), dead_id) == 0) {
+			assert_non_null(jstr(o, "error"));
+		} else {
+			assert_null(cJSON_GetObjectItemCaseSensitive(o, "error"));
+			live++;
+		}
+	}
+	assert_int_equal(live, NNODES - 1);
+	cJSON_Delete(r);
+	/* and state, which fans out too */
+	t0 = now_ms();
+	r = cli_ok(&k, "state", NULL);
+	assert_true(now_ms() - t0 < 10000 + 2000);
+	cJSON_Delete(r);
+	cli_close(&k);
+}
+
 /* ---- test table ---- */
 
 int main(void)
@@ -840,6 +1168,11 @@ int main(void)
 		cmocka_unit_test(test_nodes),
 		cmocka_unit_test(test_cache_commands),
 		cmocka_unit_test(test_idle_verify),
+		cmocka_unit_test(test_tx_list_and_kill),
+		cmocka_unit_test(test_shutdown),
+		cmocka_unit_test(test_connection_limit),
+		cmocka_unit_test(test_stop_with_idle_clients),
+		cmocka_unit_test(test_nodes_after_kill),
 	};
 	return cmocka_run_group_tests_name("admin", tests, group_setup, group_teardown);
 }
