@@ -455,6 +455,15 @@ static void test_handshake_garbage(void **state)
 	cli_close(&k);
 	still_serves(nodes[0]);
 
+	/* before AUTH no frame is large: 1 MiB announced is refused at once
+	 * (not allocated and waited for, 8 connections x 64 MiB) */
+	cli_dial(&k, dg_node_admin_address(nodes[0]));
+	cli_hello(&k, nodes[0]);
+	uint8_t mib[4] = { 0, 0x10, 0, 0 };
+	raw_send(&k, mib, 4);
+	cli_expect_closed(&k);
+	cli_close(&k);
+
 	/* an HTTP request (no framing at all): "GET " is a 1.1 GB header */
 	cli_dial(&k, dg_node_admin_address(nodes[0]));
 	raw_send(&k, "GET / HTTP/1.1\r\n\r\n", 18);
