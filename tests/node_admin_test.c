@@ -1159,6 +1159,7 @@ static void test_nodes_after_kill(void **state)
 	cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(result(r), "nodes")) {
 		if (strcmp(S(jstr(o, "id")), dead_id) == 0) {
 			assert_non_null(jstr(o, "error"));
+			print_message("the dead node: \"%s\"\n", jstr(o, "error"));
 		} else {
 			assert_null(cJSON_GetObjectItemCaseSensitive(o, "error"));
 			live++;
