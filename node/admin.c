@@ -139,9 +139,11 @@ static dg_err handshake(dgi_admin *a, dgi_aconn *c)
 static void serve(dgi_admin *a, dgi_aconn *c)
 {
 	c->timeout_ms = DGI_ADMIN_AUTH_MS;
+	c->max_frame = DGI_ADMIN_AUTH_FRAME_MAX;
 	if (handshake(a, c) != DG_OK)
 		return;
 	c->timeout_ms = DGI_ADMIN_IDLE_MS;
+	c->max_frame = DGI_ADMIN_FRAME_MAX;
 	while (!a->stopping) {
 		char *raw;
 		size_t len;

@@ -39,6 +39,7 @@ dg_err dgi_aconn_init(dgi_aconn *c, nng_stream *s, uint32_t timeout_ms)
 	c->timeout_ms = timeout_ms;
 	/* small request/answer frames: no Nagle delay (nng's default is off) */
 	(void)nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
+	c->max_frame = DGI_ADMIN_FRAME_MAX;
 	if (nng_aio_alloc(&c->aio, NULL, NULL) != 0) {
 		c->aio = NULL;
 		return DG_ERR_NOMEM;
@@ -127,7 +128,7 @@ dg_err dgi_aconn_recv(dgi_aconn *c, char **out, size_t *len)
 	if (e != DG_OK)
 		return e;
 	uint32_t n = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
-	if (n > DGI_ADMIN_FRAME_MAX)
+	if (n > DGI_ADMIN_FRAME_MAX || n > c->max_frame)
 		return DG_ERR_LIMIT;
 	char *p = dgi_alloc((size_t)n + 1);
 	if (p == NULL)

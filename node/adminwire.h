@@ -22,14 +22,19 @@
 
 #define DGI_ADMIN_PROTO "datagrid-admin/1"
 #define DGI_ADMIN_FRAME_MAX (64u << 20)   /* largest frame either side accepts */
+/* largest frame the node accepts before the client proved the secret (AUTH
+ * is ~150 bytes): an unauthenticated client makes it allocate no more */
+#define DGI_ADMIN_AUTH_FRAME_MAX 4096u
 
 typedef struct dgi_aconn {
 	nng_stream *s;
 	nng_aio *aio;
 	uint32_t timeout_ms;
+	uint32_t max_frame;      /* dgi_aconn_recv refuses larger frames */
 } dgi_aconn;
 
-/* Takes ownership of s (closed and freed by dgi_aconn_close).  DG_ERR_NOMEM. */
+/* Takes ownership of s (closed and freed by dgi_aconn_close); max_frame
+ * DGI_ADMIN_FRAME_MAX.  DG_ERR_NOMEM. */
 dg_err dgi_aconn_init(dgi_aconn *c, nng_stream *s, uint32_t timeout_ms);
 void dgi_aconn_close(dgi_aconn *c);
 /* Aborts the pending I/O from another thread (stop). */
@@ -39,7 +44,8 @@ void dgi_aconn_abort(dgi_aconn *c);
  * DG_ERR_CONN_BROKEN, DG_ERR_CLOSED. */
 dg_err dgi_aconn_send(dgi_aconn *c, const char *json, size_t len);
 /* Receives one frame into *out (NUL-terminated, dgi_alloc'ed: dgi_free it).
- * DG_ERR_LIMIT (a frame too large: the connection is no longer usable),
+ * DG_ERR_LIMIT (a frame above c->max_frame: the connection is no longer
+ * usable),
  * DG_ERR_TIMEOUT, DG_ERR_CONN_BROKEN, DG_ERR_CLOSED, DG_ERR_NOMEM. */
 dg_err dgi_aconn_recv(dgi_aconn *c, char **out, size_t *len);
 
