@@ -208,7 +208,8 @@ static void accept_one(dgi_admin *a, nng_stream *st)
 		pthread_mutex_unlock(&a->mu);
 		dgi_aconn c;
 		if (dgi_aconn_init(&c, st, 1000) == DG_OK) {
-			send_refusal(&c, "too many admin connections");
+			send_refusal(&c, s == NULL ? "too many admin connections" :
+			    "the node is stopping");
 			dgi_aconn_close(&c);
 		} else {
 			nng_stream_free(st);

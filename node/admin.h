@@ -73,6 +73,9 @@ cJSON *dgi_admin_dispatch(dg_node *n, const cJSON *req, bool *stop_after);
 /* Calls the node's on_shutdown (logged). */
 void dgi_admin_stop_node(dg_node *n);
 
+/* "DG_ERR_NOT_FOUND" out of dg_strerror's "DG_ERR_NOT_FOUND: no such ...":
+ * the "code" of an error answer. */
+void dgi_admin_err_code(dg_err e, char *out, size_t n);
 /* v as 16 hex digits (ids, digests: JSON numbers stop at 2^53). */
 void dgi_admin_hex64(uint64_t v, char out[17]);
 /* The node's caches' configs, dgi_alloc'ed into *out (NULL when out of

@@ -984,8 +984,7 @@ static const struct {
 	{ "debug.put-local", cmd_debug_put_local },
 };
 
-/* "DG_ERR_NOT_FOUND" out of "DG_ERR_NOT_FOUND: no such ..." */
-static void err_code(dg_err e, char *out, size_t n)
+void dgi_admin_err_code(dg_err e, char *out, size_t n)
 {
 	const char *s = dg_strerror(e);
 	const char *colon = strchr(s, ':');
@@ -1024,7 +1023,7 @@ cJSON *dgi_admin_dispatch(dg_node *n, const cJSON *req, bool *stop_after)
 	}
 	cJSON_Delete(c.result);
 	char code[64];
-	err_code(e, code, sizeof(code));
+	dgi_admin_err_code(e, code, sizeof(code));
 	cJSON_AddFalseToObject(rep, "ok");
 	cJSON_AddStringToObject(rep, "error", c.why[0] ? c.why : dg_strerror(e));
 	cJSON_AddStringToObject(rep, "code", code);

@@ -71,7 +71,9 @@ static cJSON *error_reply(dg_err e, const char *why)
 		return NULL;
 	cJSON_AddFalseToObject(o, "ok");
 	cJSON_AddStringToObject(o, "error", why && why[0] ? why : dg_strerror(e));
-	cJSON_AddStringToObject(o, "code", dg_strerror(e));
+	char code[64];
+	dgi_admin_err_code(e, code, sizeof(code));
+	cJSON_AddStringToObject(o, "code", code);
 	return o;
 }
 

@@ -86,9 +86,12 @@ typedef struct dg_node_config {
 	                                 port (dg_node_http_address); NULL: none
 	                                 (the default) */
 	void (*on_shutdown)(void *ctx); /* dgctl shutdown asked this node to stop:
-	                                 called once from an admin thread, which
-	                                 must not stop the node itself (dgnode
-	                                 raises SIGTERM); NULL: refused */
+	                                 called from an admin thread after the
+	                                 answer went out, once per request
+	                                 accepted (a second dgctl shutdown calls
+	                                 it again); it must not stop the node
+	                                 itself (dgnode raises SIGTERM); NULL:
+	                                 refused */
 	void *shutdown_ctx;
 	dg_registry *registry;        /* NULL: the node creates one (dg_node_registry) */
 	void (*on_event)(void *ctx, const dg_event *ev);
