@@ -18,7 +18,11 @@
 #include <string.h>
 #include <time.h>
 
+/* A request's fan-outs end by its deadline: the client's "timeout_ms"
+ * (dgctl sends its --timeout) less a fifth for the answer's way back, or
+ * FANOUT_MS when the client says nothing. */
 #define FANOUT_MS 10000
+#define FANOUT_MIN_MS 100
 
 
 typedef struct call {
@@ -27,7 +31,16 @@ typedef struct call {
 	cJSON *result;             /* the command fills it */
 	char why[512];             /* error text, when the command sets one */
 	bool stop_after;           /* stop this node once the reply is sent */
+	uint64_t deadline;         /* dgi_now_ms() by which fan-outs end */
 } call;
+
+/* How long the next fan-out may wait: what is left of the deadline. */
+static uint32_t fan_ms(const call *c)
+{
+	uint64_t now = dgi_now_ms();
+	uint64_t left = c->deadline > now ? c->deadline - now : 0;
+	return left < FANOUT_MIN_MS ? FANOUT_MIN_MS : (uint32_t)left;
+}
 
 typedef dg_err (*cmd_fn)(call *c);
 
@@ -135,7 +148,7 @@ static dg_err cmd_nodes(call *c)
 	dgi_fanres *r;
 	size_t nr;
 	int64_t ver;
-	dg_err e = dgi_fanout(c->n, "local.info", NULL, FANOUT_MS, &r, &nr, &ver);
+	dg_err e = dgi_fanout(c->n, "local.info", NULL, fan_ms(c), &r, &nr, &ver);
 	if (e != DG_OK)
 		return e;
 	int64_t lowest = -1;
@@ -183,7 +196,7 @@ static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost)
 	dgi_fanres *r;
 	size_t nr;
 	int64_t ver;
-	dg_err e = dgi_fanout(c->n, "local.rebalance", NULL, FANOUT_MS, &r, &nr, &ver);
+	dg_err e = dgi_fanout(c->n, "local.rebalance", NULL, fan_ms(c), &r, &nr, &ver);
 	if (e != DG_OK)
 		return e;
 	*moving = *lost = 0;
@@ -686,7 +699,7 @@ static dg_err verify_round_run(call *c, const char *cache, verify_round *v)
 	if (args == NULL)
 		return DG_ERR_NOMEM;
 	cJSON_AddStringToObject(args, "cache", cache);
-	dg_err e = dgi_fanout(c->n, "local.digests", args, FANOUT_MS, &v->r, &v->nr, NULL);
+	dg_err e = dgi_fanout(c->n, "local.digests", args, fan_ms(c), &v->r, &v->nr, NULL);
 	cJSON_Delete(args);
 	if (e != DG_OK)
 		return e;
@@ -834,7 +847,7 @@ static dg_err cmd_tx_list(call *c)
 	size_t nr;
 	double min_age = 0;
 	arg_num(c, "min_age_ms", &min_age);
-	dg_err e = dgi_fanout(c->n, "local.txs", NULL, FANOUT_MS, &r, &nr, NULL);
+	dg_err e = dgi_fanout(c->n, "local.txs", NULL, fan_ms(c), &r, &nr, NULL);
 	if (e != DG_OK)
 		return e;
 	cJSON *arr = cJSON_AddArrayToObject(c->result, "txs");
@@ -927,7 +940,7 @@ static dg_err cmd_shutdown(call *c)
 		cJSON_AddStringToObject(args, "skip", me);
 		dgi_fanres *r;
 		size_t nr;
-		dg_err e = dgi_fanout(c->n, "local.shutdown", args, FANOUT_MS, &r, &nr, NULL);
+		dg_err e = dgi_fanout(c->n, "local.shutdown", args, fan_ms(c), &r, &nr, NULL);
 		cJSON_Delete(args);
 		if (e != DG_OK)
 			return e;
@@ -995,6 +1008,11 @@ cJSON *dgi_admin_dispatch(dg_node *n, const cJSON *req, bool *stop_after)
 {
 	const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd");
 	call c = { .n = n, .args = cJSON_GetObjectItemCaseSensitive(req, "args") };
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(req, "timeout_ms");
+	uint64_t budget = FANOUT_MS;
+	if (cJSON_IsNumber(t) && t->valuedouble >= 1 && t->valuedouble <= 3600000)
+		budget = (uint64_t)t->valuedouble * 4 / 5;
+	c.deadline = dgi_now_ms() + budget;
 	cJSON *rep = cJSON_CreateObject();
 	if (rep == NULL)
 		return NULL;

@@ -328,6 +328,8 @@ static cJSON *request(const char *cmd, cJSON *args)
 	}
 	cJSON *req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "cmd", cmd);
+	/* the node ends its fan-outs in time for the answer to arrive */
+	cJSON_AddNumberToObject(req, "timeout_ms", opt.timeout_ms);
 	if (args != NULL)
 		cJSON_AddItemToObject(req, "args", args);
 	send_json(req, cmd);
@@ -1029,7 +1031,7 @@ static const struct {
 	  "and digest of keys, values and versions.\nA partition is reported when its "
 	  "OWNING copies disagree in three\nchecks 200 ms apart (run it while the cache is "
 	  "idle).  Exit 0: no\ndivergence; 1: some partitions diverge (listed), or a node "
-	  "did not\nanswer.\n" },
+	  "did not\nanswer in time (large caches: raise --timeout).\n" },
 	{ "tx", "min-age", do_tx, "dgctl tx list [--min-age DURATION]\ndgctl tx kill ID\n\n"
 	  "list: the transactions running on every node: id (NEAR:SEQ),\nnode, role (near, "
 	  "primary, backup), state, age, keys, mode, label.\nkill: rolls the transaction "
