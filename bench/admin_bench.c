@@ -81,7 +81,8 @@
 #define VLEN 100
 #define NKEYS 100000
 #define NKEYS_QUICK 20000
-#define FILL_BATCH 1000
+#define FILL_BATCH 250
+#define FILL_THREADS 8
 #define EMB_CACHES 3
 #define EMB_KEYS 1000
 #define LOAD_THREADS 4
@@ -490,21 +491,46 @@ static void ready_field(int i, const char *key, char *out, size_t cap)
 	out[n] = 0;
 }
 
-static void fill(void)
+/* Fill thread t: batches t, t + FILL_THREADS, ... of FILL_BATCH keys. */
+static void *fill_main(void *arg)
 {
-	static dg_kv kv[FILL_BATCH];
 	static uint8_t val[VLEN];
-	uint64_t t0 = dgb_now_ns();
-	for (unsigned i = 0; i < VLEN; i++)
-		val[i] = (uint8_t)('a' + i % 26);
-	for (unsigned i = 0; i < nkeys; i += FILL_BATCH) {
+	unsigned t = (unsigned)(uintptr_t)arg;
+	dg_kv *kv = calloc(FILL_BATCH, sizeof *kv);
+	if (kv == NULL)
+		return (void *)(uintptr_t)DG_ERR_NOMEM;
+	dg_err e = DG_OK;
+	for (unsigned i = t * FILL_BATCH; i < nkeys && e == DG_OK;
+	    i += FILL_THREADS * FILL_BATCH) {
 		size_t n = nkeys - i < FILL_BATCH ? nkeys - i : FILL_BATCH;
 		for (size_t k = 0; k < n; k++)
 			kv[k] = (dg_kv){ keys[i + k], KLEN, val, VLEN };
-		DG_DO(dg_cache_put_all(C.dg.cache, kv, n));
+		e = dg_cache_put_all(C.dg.cache, kv, n);
 	}
-	dgb_note("admin: %u entries put in %.0f ms", nkeys,
-	    (double)(dgb_now_ns() - t0) / 1e6);
+	free(kv);
+	return (void *)(uintptr_t)e;
+}
+
+/* NKEYS entries, put by FILL_THREADS threads in batches (one put_all
+ * waits for every node it touched: in parallel it goes ~4x faster). */
+static void fill(void)
+{
+	pthread_t th[FILL_THREADS];
+	uint64_t t0 = dgb_now_ns();
+	for (unsigned t = 0; t < FILL_THREADS; t++)
+		if (pthread_create(&th[t], NULL, fill_main, (void *)(uintptr_t)t) != 0)
+			dgb_die("pthread_create failed");
+	dg_err first = DG_OK;
+	for (unsigned t = 0; t < FILL_THREADS; t++) {
+		void *r;
+		pthread_join(th[t], &r);
+		if (first == DG_OK)
+			first = (dg_err)(uintptr_t)r;
+	}
+	if (first != DG_OK)
+		dgb_die("admin: filling the cache: %s", dg_strerror(first));
+	dgb_note("admin: %u entries put in %.0f ms (%d threads, put_all of %d)",
+	    nkeys, (double)(dgb_now_ns() - t0) / 1e6, FILL_THREADS, FILL_BATCH);
 }
 
 static void cluster_start(void)
