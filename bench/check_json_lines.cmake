@@ -4,7 +4,7 @@
 # JSON object (parsed by CMake's string(JSON)) with string fields suite
 # (= SUITE), case and impl, a number ns_per_op, any other field one of
 # DESIGN.md's numbers, and a datagrid line for every case in EXPECT (comma
-# separated).  No timing assertion: benchmarks are not tests.
+# separated; an element CASE/IMPL asks for that implementation's line).  No timing assertion: benchmarks are not tests.
 #
 #   cmake -DDGBENCH=path/to/dgbench -DSUITE=marshal -DEXPECT=a,b -P check_json_lines.cmake
 cmake_minimum_required(VERSION 3.19) # string(JSON)
@@ -107,6 +107,7 @@ while(NOT rest STREQUAL "")
   if(v_impl STREQUAL "datagrid")
     list(APPEND seen "${v_case}")
   endif()
+  list(APPEND seen "${v_case}/${v_impl}")
 endwhile()
 
 if(nlines EQUAL 0)
@@ -116,7 +117,7 @@ if(EXPECT)
   string(REPLACE "," ";" expect "${EXPECT}")
   foreach(c IN LISTS expect)
     if(NOT c IN_LIST seen)
-      message(FATAL_ERROR "no datagrid line for case '${c}'")
+      message(FATAL_ERROR "no datagrid line for case '${c}' (CASE/IMPL: no such line)")
     endif()
   endforeach()
 endif()

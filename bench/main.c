@@ -24,6 +24,7 @@
 int dgb_transport_suite(const dgb_opts *o);
 int dgb_cache_suite(const dgb_opts *o); /* cache_bench.c: the same */
 int dgb_txn_suite(const dgb_opts *o);   /* txn_bench.c: the same */
+int dgb_admin_suite(const dgb_opts *o); /* admin_bench.c: the same */
 unsigned dgb_own_lines;
 
 static const struct suite {
@@ -39,6 +40,8 @@ static const struct suite {
 	  "cache puts and gets: embedded vs LMDB; FULL_SYNC, 3 dgnodes vs Redis" },
 	{ "txn", dgb_txn_suite,
 	  "2-key transfers in transactions, 3 dgnodes vs Redis MULTI/EXEC + WAIT" },
+	{ "admin", dgb_admin_suite,
+	  "/metrics text and scrapes, dgctl round trips; cache load under admin work" },
 };
 #define NSUITES (sizeof suites / sizeof suites[0])
 
@@ -51,14 +54,14 @@ static void usage(FILE *f)
 	    "  --json   one JSON object per line per case and implementation:\n"
 	    "           {\"suite\":..,\"case\":..,\"impl\":..,\"ns_per_op\":..,"
 	    "\"bytes\":..,\"allocs_per_op\":..}\n"
-	    "           (transport, cache and txn add ops_per_s, p50_us, p99_us\n"
-	    "           where they apply; txn also heap_bytes_per_op, retries,\n"
+	    "           (transport, cache, txn and admin add ops_per_s, p50_us,\n"
+	    "           p99_us where they apply; txn also heap_bytes_per_op, retries,\n"
 	    "           failed)\n"
 	    "  --quick  ~20 ms x 3 repetitions per case instead of ~100 ms x 5\n"
 	    "  --case=NAME, --impl=NAME\n"
 	    "           only that case / implementation (for profiling)\n"
 	    "  --dgnode PATH\n"
-	    "           the dgnode binary the cache and txn suites start (else\n"
+	    "           the dgnode binary the cache, txn and admin suites start (else\n"
 	    "           $DG_DGNODE, else next to dgbench: ./dgnode, ../node/dgnode)\n"
 	    "  --help   this text\n"
 	    "\n"
