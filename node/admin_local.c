@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 size_t dgi_admin_caches(dg_node *n, dg_cache_config **out)
 {
@@ -117,6 +118,32 @@ static dg_err local_shutdown(dg_node *n, const cJSON *args, cJSON *r, char *why,
 	return DG_OK;
 }
 
+/* Each partition's digest holds its lock while it hashes the entries; a
+ * scan that runs flat out is preempted at the end of its time slice, most
+ * likely inside such a hold, and the transport thread (which applies every
+ * message of this node) then waits for it to be scheduled again — ms of
+ * stall (dgbench admin, cache_under_admin).  Sleeping briefly between
+ * partitions every SCAN_RUN_NS gives the CPU back at a point where no lock
+ * is held, so the slice rarely ends inside one. */
+#define SCAN_RUN_NS 200000
+#define SCAN_PAUSE_NS 100000
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void pause_now_and_then(uint64_t *ran)
+{
+	if (mono_ns() - *ran < SCAN_RUN_NS)
+		return;
+	struct timespec ts = { 0, SCAN_PAUSE_NS };
+	nanosleep(&ts, NULL);
+	*ran = mono_ns();
+}
+
 /* This node's digest of every partition of one cache it holds a copy of
  * as an owner: "parts": [[part, role, state, entries, "digest", bytes], ...]
  * (arrays, not objects: 1024 partitions per cache). */
@@ -131,11 +158,13 @@ static dg_err local_digests(dg_node *n, const cJSON *args, cJSON *r, char *why, 
 	}
 	uint32_t parts = dg_cache_config_of(c)->partitions;
 	cJSON *arr = cJSON_AddArrayToObject(r, "parts");
+	uint64_t ran = mono_ns();
 	for (uint32_t p = 0; p < parts && arr; p++) {
 		dgi_part_digest d;
 		dg_err e = dgi_cache_part_digest(c, p, &d);
 		if (e != DG_OK)
 			return e;
+		pause_now_and_then(&ran);
 		if (d.role == 0)
 			continue;   /* not an owner: a copy being handed over is not compared */
 		char hex[17];
