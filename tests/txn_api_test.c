@@ -927,12 +927,17 @@ static void near_crash_case(int point)
 	EXPECT(dg_tx_commit(tx), DG_ERR_TX_UNKNOWN);
 	atomic_store(&dgi_tx_crash_point, 0);
 	dgi_node_kill(near);
-	/* the failure is detected: a new topology without it */
+	/* the failure is detected: a new topology without it, installed by
+	 * every node (a tx begun while one still had the old one would be
+	 * rolled back by the topology fence) */
 	uint64_t deadline = dgi_now_ms() + 10000;
 	for (;;) {
-		int64_t ver;
+		int64_t ver[3];
 		dg_node_info info[8];
-		if (dg_node_topology(cl.n[1], &ver, info, 8) == 3)
+		bool agreed = true;
+		for (int i = 0; i < 3; i++)
+			agreed &= dg_node_topology(cl.n[i], &ver[i], info, 8) == 3;
+		if (agreed && ver[0] == ver[1] && ver[1] == ver[2])
 			break;
 		assert_true(dgi_now_ms() < deadline);
 		usleep(20 * 1000);
