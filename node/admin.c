@@ -7,8 +7,9 @@
  * DGI_ADMIN_CONNS slots: it runs the handshake (HELLO, AUTH, WELCOME —
  * the client proves the cluster secret first, then the node), then serves
  * requests one at a time, each as a blocking call into the node's API.
- * Cache traffic never waits for it: the admin threads are not the
- * transport's, and what they call is what any application thread calls.
+ * No admin work runs on a transport thread: what the admin threads call
+ * is what any application thread calls (ADMIN.md says what idle-verify's
+ * partition locks cost cache traffic).
  * A connection idle for DGI_ADMIN_IDLE_MS is closed.
  */
 #include "admin.h"
