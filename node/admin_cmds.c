@@ -189,6 +189,28 @@ static dg_err cmd_nodes(call *c)
 	return arr ? DG_OK : DG_ERR_NOMEM;
 }
 
+/* The per-cache numbers of local.rebalance that rebalance_totals sums. */
+static const char *const sums[] = { "moving", "lost", "done", "left", "bytes" };
+#define NSUMS (sizeof(sums) / sizeof(sums[0]))
+
+/* The totals object of cache `name` in caches, made (zeroed) if absent. */
+static cJSON *cache_total(cJSON *caches, const char *name)
+{
+	cJSON *it;
+	cJSON_ArrayForEach(it, caches)
+		if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "cache")),
+		    name) == 0)
+			return it;
+	cJSON *tot = cJSON_CreateObject();
+	if (tot == NULL)
+		return NULL;
+	cJSON_AddItemToArray(caches, tot);
+	cJSON_AddStringToObject(tot, "cache", name);
+	for (size_t k = 0; k < NSUMS; k++)
+		cJSON_AddNumberToObject(tot, sums[k], 0);
+	return tot;
+}
+
 /* Sums every node's local.rebalance into per-cache totals; adds a
  * per-node array when per_node. */
 static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost)
@@ -215,23 +237,10 @@ static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost)
 			const cJSON *name = cJSON_GetObjectItemCaseSensitive(one, "cache");
 			if (!cJSON_IsString(name))
 				continue;
-			cJSON *tot = NULL, *it;
-			cJSON_ArrayForEach(it, caches)
-				if (strcmp(cJSON_GetObjectItemCaseSensitive(it, "cache")->valuestring,
-				    name->valuestring) == 0)
-					tot = it;
-			if (tot == NULL) {
-				tot = cJSON_CreateObject();
-				cJSON_AddItemToArray(caches, tot);
-				cJSON_AddStringToObject(tot, "cache", name->valuestring);
-				static const char *const keys[] = { "moving", "lost", "done", "left", "bytes" };
-				for (size_t k = 0; k < 5; k++)
-					cJSON_AddNumberToObject(tot, keys[k], 0);
-			}
-			static const char *const keys[] = { "moving", "lost", "done", "left", "bytes" };
-			for (size_t k = 0; k < 5; k++) {
-				const cJSON *v = cJSON_GetObjectItemCaseSensitive(one, keys[k]);
-				cJSON *t = cJSON_GetObjectItemCaseSensitive(tot, keys[k]);
+			cJSON *tot = cache_total(caches, name->valuestring);
+			for (size_t k = 0; tot != NULL && k < NSUMS; k++) {
+				const cJSON *v = cJSON_GetObjectItemCaseSensitive(one, sums[k]);
+				cJSON *t = cJSON_GetObjectItemCaseSensitive(tot, sums[k]);
 				if (cJSON_IsNumber(v) && t != NULL)
 					cJSON_SetNumberValue(t, t->valuedouble + v->valuedouble);
 			}
@@ -248,7 +257,6 @@ static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost)
 			cJSON_AddItemToObject(o, "caches", cJSON_Duplicate(arr, true));
 		}
 	}
-	/* lost partitions are counted by every node that knows: report once */
 	cJSON_AddNumberToObject(c->result, "nodes_unanswered", unanswered);
 	dgi_fanout_free(r, nr);
 	return caches ? DG_OK : DG_ERR_NOMEM;
