@@ -8,6 +8,7 @@
 #     all given explicitly so that nothing collides (PORT_OF, APORT, HPORT);
 #   - wait_admin_node NAME: wait_dgnode, and the admin= and http= URLs its
 #     NODE-READY line printed (READY_ADMIN, READY_HTTP);
+#   - start_three ARGS...: servers n1, n2, n3 up and agreeing;
 #   - ctl NODE dgctl-args... / ctl_port PORT ... / ctl_raw ...: one dgctl
 #     run, bounded by `timeout`; CRC (exit status), OUT, ERR, CTL_MS;
 #   - jout [jq-args...] FILTER: jq -e over OUT (the last dgctl's stdout);
@@ -36,6 +37,18 @@ start_admin_node() {
 	start_dgnode "$name" "${PORT_OF[$name]}" \
 		--admin-listen "tcp://127.0.0.1:${APORT[$name]}" \
 		--http-listen "http://127.0.0.1:${HPORT[$name]}" "$@"
+}
+
+# start_three ARGS...: servers n1, n2, n3 (n2 and n3 seeded by n1) started
+# with ARGS, ready, agreeing on one 3-node topology.
+start_three() {
+	start_admin_node n1 "$@"
+	wait_admin_node n1
+	start_admin_node n2 "$@" --seed "${URL[n1]}"
+	start_admin_node n3 "$@" --seed "${URL[n1]}"
+	wait_admin_node n2
+	wait_admin_node n3
+	wait_until 10000 "n1, n2, n3 agree on 3 nodes" agree_nodes 3 n1 n2 n3
 }
 
 # wait_admin_node NAME [TIMEOUT_MS]

@@ -26,13 +26,7 @@ NODE_ARGS=(--failure-detection-timeout "$FT" --cache "kv,backups=0")
 CLIENT_ARGS=(--cache kv --failure-detection-timeout "$FT")
 
 log "1. three servers, $KEYS keys"
-start_admin_node n1 "${NODE_ARGS[@]}"
-wait_admin_node n1
-start_admin_node n2 "${NODE_ARGS[@]}" --seed "${URL[n1]}"
-start_admin_node n3 "${NODE_ARGS[@]}" --seed "${URL[n1]}"
-wait_admin_node n2
-wait_admin_node n3
-wait_until 10000 "n1, n2, n3 agree on 3 nodes" agree_nodes 3 n1 n2 n3
+start_three "${NODE_ARGS[@]}"
 seeds_of n1 n2 n3
 client put1 60000 "${SEEDS[@]}" "${CLIENT_ARGS[@]}" put --count "$KEYS"
 [[ $CLIENT_RC == 0 ]] || die "the puts failed: nothing to test"

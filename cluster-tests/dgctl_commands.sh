@@ -40,13 +40,7 @@ NODE_ARGS=(--failure-detection-timeout "$FT" --rebalance-batch 4k
 	--cache "$BANK,mode=partitioned,backups=2,sync=full_sync,atomicity=transactional")
 
 log "0. three servers"
-start_admin_node n1 "${NODE_ARGS[@]}"
-wait_admin_node n1
-start_admin_node n2 "${NODE_ARGS[@]}" --seed "${URL[n1]}"
-start_admin_node n3 "${NODE_ARGS[@]}" --seed "${URL[n1]}"
-wait_admin_node n2
-wait_admin_node n3
-wait_until 10000 "n1, n2, n3 agree on 3 nodes" agree_nodes 3 n1 n2 n3
+start_three "${NODE_ARGS[@]}"
 log "cluster up: version=$AGREED_V"
 for n in n1 n2 n3; do
 	check "$n: NODE-READY admin=${READY_ADMIN[$n]} is the --admin-listen given" \

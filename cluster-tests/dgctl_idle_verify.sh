@@ -23,13 +23,7 @@ NODE_ARGS=(--failure-detection-timeout "$FT"
 CLIENT_ARGS=(--cache "$BANK" --failure-detection-timeout "$FT")
 
 log "1. three servers with test hooks"
-start_admin_node n1 "${NODE_ARGS[@]}"
-wait_admin_node n1
-start_admin_node n2 "${NODE_ARGS[@]}" --seed "${URL[n1]}"
-start_admin_node n3 "${NODE_ARGS[@]}" --seed "${URL[n1]}"
-wait_admin_node n2
-wait_admin_node n3
-wait_until 10000 "n1, n2, n3 agree on 3 nodes" agree_nodes 3 n1 n2 n3
+start_three "${NODE_ARGS[@]}"
 
 log "2. the bank workload"
 seeds_of n1 n2 n3
