@@ -849,6 +849,35 @@ static dg_err cmd_idle_verify(call *c)
 
 /* ---- transactions ---- */
 
+/* A participant row knows its tx's id, not its label or mode: take them
+ * from the near row of the same id, when the near node answered. */
+static void fill_from_near(cJSON *txs)
+{
+	static const char *const from_near[] = { "label", "concurrency", "isolation" };
+	cJSON *t, *n;
+	cJSON_ArrayForEach(t, txs) {
+		const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "id"));
+		const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "role"));
+		if (id == NULL || role == NULL || strcmp(role, "near") == 0)
+			continue;
+		cJSON_ArrayForEach(n, txs) {
+			const char *nid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(n, "id"));
+			const char *nrole = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(n,
+			    "role"));
+			if (nid == NULL || nrole == NULL || strcmp(nrole, "near") != 0 ||
+			    strcmp(nid, id) != 0)
+				continue;
+			for (size_t k = 0; k < 3; k++) {
+				const cJSON *v = cJSON_GetObjectItemCaseSensitive(n, from_near[k]);
+				if (cJSON_IsString(v))
+					cJSON_ReplaceItemInObjectCaseSensitive(t, from_near[k],
+					    cJSON_CreateString(v->valuestring));
+			}
+			break;
+		}
+	}
+}
+
 static dg_err cmd_tx_list(call *c)
 {
 	dgi_fanres *r;
@@ -878,6 +907,7 @@ static dg_err cmd_tx_list(call *c)
 			cJSON_AddItemToArray(arr, o);
 		}
 	}
+	fill_from_near(arr);
 	cJSON_AddNumberToObject(c->result, "nodes_unanswered", unanswered);
 	dgi_fanout_free(r, nr);
 	return arr ? DG_OK : DG_ERR_NOMEM;

@@ -942,7 +942,11 @@ static void test_tx_list_and_kill(void **state)
 	char id[64];
 	snprintf(id, sizeof(id), "%s", jstr(nt, "id"));
 	assert_int_equal(strncmp(id, near_id, 16), 0);
-	assert_non_null(find_tx(result(r), "primary", prim_id, id));
+	const cJSON *pt = find_tx(result(r), "primary", prim_id, id);
+	assert_non_null(pt);
+	/* the participant row borrows the near row's label and mode */
+	assert_string_equal(S(jstr(pt, "label")), "held-by-test");
+	assert_string_equal(S(jstr(pt, "concurrency")), "PESSIMISTIC");
 	assert_true(jnum(result(r), "nodes_unanswered") == 0);
 	cJSON_Delete(r);
 
