@@ -241,10 +241,12 @@ wait_until 20000 "the holder holds its tx" eval 'has_line hold "^HOLDING " || ! 
 has_line hold '^HOLDING ' || die "the holder exited: $(cat "$WORK/hold.out" "$WORK/hold.err" | tail -n 5)"
 ctl n2 tx list --json
 expect_rc 0 "tx list --json"
-TXID=$(jq -r --arg l "$LABEL" '[.txs[] | select(.label == $l)][0].id // empty' <<<"$OUT")
+TXID=$(jq -r --arg l "$LABEL" '[.txs[] | select(.label == $l and .role == "near")][0].id // empty' <<<"$OUT")
 log "the held tx: $TXID"
 check "tx list --json: one near row with the label, PESSIMISTIC REPEATABLE_READ, 1 key" \
-	jout --arg l "$LABEL" '[.txs[] | select(.label == $l)] | length == 1 and .[0].role == "near" and .[0].concurrency == "PESSIMISTIC" and .[0].isolation == "REPEATABLE_READ" and .[0].keys == 1 and .[0].state == "ACTIVE"'
+	jout --arg l "$LABEL" '[.txs[] | select(.label == $l and .role == "near")] | length == 1 and .[0].concurrency == "PESSIMISTIC" and .[0].isolation == "REPEATABLE_READ" and .[0].keys == 1 and .[0].state == "ACTIVE"'
+check "tx list --json: its participant rows carry the near row's label and mode" \
+	jout --arg l "$LABEL" '[.txs[] | select(.role != "near" and .label == $l and .concurrency == "PESSIMISTIC")] | length >= 1'
 check "tx list --json: a primary row for it on a server" \
 	jout --arg id "$TXID" --arg a "${URL[n1]} ${URL[n2]} ${URL[n3]}" \
 	'[.txs[] | select(.id == $id and .role == "primary")] | length == 1 and (.[0].address as $x | $a | split(" ") | index($x) != null)'
