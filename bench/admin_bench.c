@@ -89,7 +89,6 @@
 #define ADMIN_TIMEOUT_MS 30000   /* an admin answer arrives within */
 #define HTTP_IO_TIMEOUT_S 10
 
-extern unsigned dgb_own_lines;
 int dgb_admin_suite(const dgb_opts *o);
 
 static uint8_t keys[NKEYS][KLEN];
@@ -102,46 +101,6 @@ static void make_keys(void)
 		snprintf(tmp, sizeof tmp, "bench-key-%06u", i);
 		memcpy(keys[i], tmp, KLEN);
 	}
-}
-
-/* ------------------------------------------------------------------------
- * The lines this suite prints itself.  A field < 0 is not reported.
- * ------------------------------------------------------------------------ */
-typedef struct aline {
-	const char *name, *impl;
-	double ns_per_op, ops_per_s, p50_us, p99_us, allocs_per_op;
-	long long bytes;
-} aline;
-
-static void aprint(const dgb_opts *o, const aline *l)
-{
-	static bool header;
-	if (o->json) {
-		printf("{\"suite\":\"%s\",\"case\":\"%s\",\"impl\":\"%s\","
-		    "\"ns_per_op\":%.1f", SUITE, l->name, l->impl, l->ns_per_op);
-		if (l->ops_per_s >= 0)
-			printf(",\"ops_per_s\":%.0f", l->ops_per_s);
-		if (l->p50_us >= 0)
-			printf(",\"p50_us\":%.1f,\"p99_us\":%.1f", l->p50_us, l->p99_us);
-		if (l->bytes >= 0)
-			printf(",\"bytes\":%lld", l->bytes);
-		if (l->allocs_per_op >= 0)
-			printf(",\"allocs_per_op\":%.6g", l->allocs_per_op);
-		printf("}\n");
-	} else {
-		if (!header) {
-			printf("\nsuite %s, round trips and loads (%s)\n", SUITE,
-			    o->quick ? "quick" : "full");
-			printf("%-20s %-17s %12s %10s %9s %9s %8s\n", "case", "impl",
-			    "ns/op", "ops/s", "p50_us", "p99_us", "bytes");
-			header = true;
-		}
-		printf("%-20s %-17s %12.1f %10.0f %9.1f %9.1f %8lld\n", l->name,
-		    l->impl, l->ns_per_op, l->ops_per_s, l->p50_us, l->p99_us,
-		    l->bytes);
-	}
-	fflush(stdout);
-	dgb_own_lines++;
 }
 
 /* ------------------------------------------------------------------------
@@ -546,11 +505,13 @@ static void cluster_start(void)
 	fill();
 }
 
-static aline hist_line(const char *name, const dgb_hist *h, uint64_t n,
+static dgb_line hist_line(const char *name, const dgb_hist *h, uint64_t n,
     uint64_t total_ns, long long bytes)
 {
-	return (aline){ name, "datagrid", n ? (double)total_ns / (double)n : 0, -1,
-		dgb_hist_pct_us(h, 0.50), dgb_hist_pct_us(h, 0.99), -1, bytes };
+	return (dgb_line){ .name = name, .impl = "datagrid",
+		.ns_per_op = n ? (double)total_ns / (double)n : 0, .ops_per_s = -1,
+		.p50_us = dgb_hist_pct_us(h, 0.50), .p99_us = dgb_hist_pct_us(h, 0.99),
+		.bytes = bytes, .allocs_per_op = -1 };
 }
 
 /* ------------------------------------------------------------------------
@@ -584,8 +545,8 @@ static void scrape_case(const dgb_opts *o)
 		dgb_note("metrics_scrape: the server closed the kept-alive "
 		    "connection %u times", h.connects - 1);
 	hconn_free(&h);
-	aline l = hist_line("metrics_scrape", &H[0], n, total, body);
-	aprint(o, &l);
+	dgb_line l = hist_line("metrics_scrape", &H[0], n, total, body);
+	dgb_print_line(o, SUITE, &l);
 	dgb_note("metrics_scrape: %u scrapes of dgnode1 on one connection", n);
 }
 
@@ -675,8 +636,8 @@ static void admin_cases(const dgb_opts *o)
 	aclient_close(&a);
 	for (int c = 0; c < 3; c++)
 		if (sel[c]) {
-			aline l = hist_line(names[c], &H[c], count[c], total[c], -1);
-			aprint(o, &l);
+			dgb_line l = hist_line(names[c], &H[c], count[c], total[c], -1);
+			dgb_print_line(o, SUITE, &l);
 		}
 	dgb_note("admin: %llu state, %llu cache.get round trips on one connection "
 	    "to dgnode1; %llu connect+handshake+state+close", (unsigned long long)count[0],
@@ -828,9 +789,10 @@ static void under_admin_case(const dgb_opts *o)
 		ops[c] = dgb_load_ops_per_s(l);
 		p50[c] = dgb_load_pct_us(l, 0.50);
 		p99[c] = dgb_load_pct_us(l, 0.99);
-		aline line = { "cache_under_admin", cond_name[c], 1e9 / ops[c], ops[c],
-			p50[c], p99[c], -1, -1 };
-		aprint(o, &line);
+		dgb_line line = { .name = "cache_under_admin", .impl = cond_name[c],
+			.ns_per_op = 1e9 / ops[c], .ops_per_s = ops[c], .p50_us = p50[c],
+			.p99_us = p99[c], .bytes = -1, .allocs_per_op = -1 };
+		dgb_print_line(o, SUITE, &line);
 		dgb_note("cache_under_admin/%s: %u threads, %d x %.1f s (+ %.1f s "
 		    "warm-up): %llu ops timed, %llu errors", cond_name[c], LOAD_THREADS,
 		    l->reps, (double)window / 1e9, (double)warm / 1e9,

@@ -323,3 +323,42 @@ dgb_result dgb_run(const dgb_opts *o, const dgb_bench *b)
 	dgb_run_group(o, b, 1, &r);
 	return r;
 }
+
+void dgb_print_line(const dgb_opts *o, const char *suite, const dgb_line *l)
+{
+	static const char *header_done;   /* the suite whose header is out */
+	const char *nsfmt = l->ns_per_op < 10 ? "%.2f" : "%.1f";
+	if (o->json) {
+		printf("{\"suite\":\"%s\",\"case\":\"%s\",\"impl\":\"%s\",\"ns_per_op\":",
+		    suite, l->name, l->impl);
+		printf(nsfmt, l->ns_per_op);
+		if (l->ops_per_s >= 0)
+			printf(",\"ops_per_s\":%.0f", l->ops_per_s);
+		if (l->p50_us >= 0)
+			printf(",\"p50_us\":%.1f,\"p99_us\":%.1f", l->p50_us, l->p99_us);
+		if (l->bytes >= 0)
+			printf(",\"bytes\":%lld", l->bytes);
+		if (l->allocs_per_op >= 0)
+			printf(",\"allocs_per_op\":%.6g", l->allocs_per_op);
+		printf("}\n");
+	} else {
+		char ns[32], ops[32], p50[32], p99[32], bytes[32], allocs[32];
+		if (header_done != suite) {
+			printf("suite %s (%s)\n", suite, o->quick ? "quick" : "full");
+			printf("%-20s %-17s %12s %10s %9s %9s %6s %10s\n", "case", "impl",
+			    "ns/op", "ops/s", "p50_us", "p99_us", "bytes", "allocs/op");
+			header_done = suite;
+		}
+		snprintf(ns, sizeof ns, nsfmt, l->ns_per_op);
+		snprintf(ops, sizeof ops, l->ops_per_s >= 0 ? "%.0f" : "-", l->ops_per_s);
+		snprintf(p50, sizeof p50, l->p50_us >= 0 ? "%.1f" : "-", l->p50_us);
+		snprintf(p99, sizeof p99, l->p99_us >= 0 ? "%.1f" : "-", l->p99_us);
+		snprintf(bytes, sizeof bytes, l->bytes >= 0 ? "%lld" : "-", l->bytes);
+		snprintf(allocs, sizeof allocs, l->allocs_per_op >= 0 ? "%.6g" : "n/a",
+		    l->allocs_per_op);
+		printf("%-20s %-17s %12s %10s %9s %9s %6s %10s\n", l->name, l->impl, ns,
+		    ops, p50, p99, bytes, allocs);
+	}
+	fflush(stdout);
+	dgb_own_lines++;
+}

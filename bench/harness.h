@@ -87,6 +87,21 @@ dgb_result dgb_run(const dgb_opts *o, const dgb_bench *b);
 /* Prints the table header of a suite (nothing with --json). */
 void dgb_begin_suite(const dgb_opts *o, const char *suite);
 
+/* A line a suite measures itself (not through dgb_run): a field < 0 is not
+ * reported. */
+typedef struct dgb_line {
+	const char *name, *impl;
+	double ns_per_op;
+	double ops_per_s;
+	double p50_us, p99_us;
+	long long bytes;
+	double allocs_per_op;
+} dgb_line;
+/* Prints it: a JSON object with --json, else a table row (its header once
+ * per suite).  Counts it in dgb_own_lines. */
+void dgb_print_line(const dgb_opts *o, const char *suite, const dgb_line *l);
+extern unsigned dgb_own_lines;
+
 /* Notes for humans: stderr, prefixed "dgbench: ". */
 void dgb_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Fatal error: message on stderr, exit status 1. */

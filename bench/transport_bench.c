@@ -106,7 +106,6 @@
 
 /* Lines this suite prints itself (main.c): latency and throughput do not fit
  * the harness's ns_per_op rows. */
-extern unsigned dgb_own_lines;
 int dgb_transport_suite(const dgb_opts *o);
 
 #define NNG_DO(expr)                                                       \
@@ -695,55 +694,6 @@ static void child_start(bool tls, srv_addrs *a)
 /* ------------------------------------------------------------------------
  * Reporting (the harness's format, with the fields that apply).
  * ------------------------------------------------------------------------ */
-typedef struct tline {
-	const char *name, *impl;
-	double ns_per_op;
-	double ops_per_s;       /* < 0: not reported */
-	double p50_us, p99_us;  /* < 0: not reported */
-	long long bytes;        /* < 0: not reported */
-	double allocs_per_op;   /* < 0: not reported */
-} tline;
-
-static bool table_header_done;
-
-static void tprint(const dgb_opts *o, const tline *l)
-{
-	const char *nsfmt = l->ns_per_op < 10 ? "%.2f" : "%.1f";
-	if (o->json) {
-		printf("{\"suite\":\"%s\",\"case\":\"%s\",\"impl\":\"%s\",\"ns_per_op\":",
-		    SUITE, l->name, l->impl);
-		printf(nsfmt, l->ns_per_op);
-		if (l->ops_per_s >= 0)
-			printf(",\"ops_per_s\":%.0f", l->ops_per_s);
-		if (l->p50_us >= 0)
-			printf(",\"p50_us\":%.1f,\"p99_us\":%.1f", l->p50_us, l->p99_us);
-		if (l->bytes >= 0)
-			printf(",\"bytes\":%lld", l->bytes);
-		if (l->allocs_per_op >= 0)
-			printf(",\"allocs_per_op\":%.6g", l->allocs_per_op);
-		printf("}\n");
-	} else {
-		char ns[32], ops[32], p50[32], p99[32], bytes[32], allocs[32];
-		if (!table_header_done) {
-			printf("suite %s (%s)\n", SUITE, o->quick ? "quick" : "full");
-			printf("%-16s %-12s %12s %10s %9s %9s %6s %10s\n", "case", "impl",
-			    "ns/op", "ops/s", "p50_us", "p99_us", "bytes", "allocs/op");
-			table_header_done = true;
-		}
-		snprintf(ns, sizeof ns, nsfmt, l->ns_per_op);
-		snprintf(ops, sizeof ops, l->ops_per_s >= 0 ? "%.0f" : "-", l->ops_per_s);
-		snprintf(p50, sizeof p50, l->p50_us >= 0 ? "%.1f" : "-", l->p50_us);
-		snprintf(p99, sizeof p99, l->p99_us >= 0 ? "%.1f" : "-", l->p99_us);
-		snprintf(bytes, sizeof bytes, l->bytes >= 0 ? "%lld" : "-", l->bytes);
-		snprintf(allocs, sizeof allocs, l->allocs_per_op >= 0 ? "%.6g" : "n/a",
-		    l->allocs_per_op);
-		printf("%-16s %-12s %12s %10s %9s %9s %6s %10s\n", l->name, l->impl, ns,
-		    ops, p50, p99, bytes, allocs);
-	}
-	fflush(stdout);
-	dgb_own_lines++;
-}
-
 /* ------------------------------------------------------------------------
  * The client (parent) side.
  * ------------------------------------------------------------------------ */
@@ -976,11 +926,11 @@ static void rt_case(const char *name, struct rt_run *r, unsigned n)
 		uint64_t cli = r[k].dg ? r[k].cli_allocs : r[k].cli_heap;
 		uint64_t srv = r[k].dg ? r[k].srv_allocs : r[k].srv_heap;
 		bool counted = r[k].dg || dgb_heap_counting(); /* sanitizers: no hook */
-		tline l = { name, r[k].impl, r[k].best_mean_ns, -1,
+		dgb_line l = { name, r[k].impl, r[k].best_mean_ns, -1,
 			pct_us(r[k].samples, r[k].nsamples, 0.50),
 			pct_us(r[k].samples, r[k].nsamples, 0.99), r[k].bytes,
 			counted ? (double)(cli > srv ? cli : srv) / ops : -1 };
-		tprint(T.o, &l);
+		dgb_print_line(T.o, SUITE, &l);
 		if (r[k].dg)
 			dgb_note("%s/%s: per round trip: dgi_alloc client %.4g server %.4g; "
 			    "malloc calls (nng included) client %.4g server %.4g",
@@ -1072,10 +1022,10 @@ static void ow_case(const char *name, dg_tp *tp, dg_node_id peer)
 	double ops = (double)n * T.reps;
 	uint64_t worst = sum.cli_allocs > sum.srv_allocs ? sum.cli_allocs :
 	    sum.srv_allocs;
-	tline l = { name, "datagrid", (double)best / (double)n,
+	dgb_line l = { name, "datagrid", (double)best / (double)n,
 		(double)n * 1e9 / (double)best, -1, -1, frame_bytes(tp, DG_MSG_ECHO),
 		(double)worst / ops };
-	tprint(T.o, &l);
+	dgb_print_line(T.o, SUITE, &l);
 	dgb_note("%s/datagrid: %llu messages x %d repetitions; DG_ERR_BUSY "
 	    "retries %llu; per message: dgi_alloc client %.4g server %.4g; "
 	    "malloc calls client %.4g server %.4g", name, (unsigned long long)n,
