@@ -66,6 +66,7 @@ static const char usage_text[] =
 "  metrics [--all]                the node's message, cache and tx metrics\n"
 "  rebalance status [--watch] [--interval DURATION]\n"
 "  shutdown [--cluster]           stop the node (or every node) gracefully\n"
+"  debug put-local CACHE KEY VALUE  test hook (nodes with DG_ADMIN_TEST_HOOKS=1)\n"
 "\n"
 "Options:\n"
 "  --host HOST           node host (default 127.0.0.1)\n"
