@@ -86,6 +86,13 @@ static dg_err open_cache(call *c, dg_cache **out)
 	return e;
 }
 
+/* The cache and key arguments of put, get, remove and the test hook. */
+static dg_err open_key(call *c, dg_cache **h, const char **key)
+{
+	dg_err e = open_cache(c, h);
+	return e != DG_OK ? e : need(c, "key", key);
+}
+
 static cJSON *add_hex(cJSON *o, const char *name, uint64_t v)
 {
 	char h[17];
@@ -433,8 +440,7 @@ static dg_err cmd_cache_put(call *c)
 	dg_cache *h;
 	const char *k, *v;
 	dg_err e;
-	if ((e = open_cache(c, &h)) != DG_OK || (e = need(c, "key", &k)) != DG_OK ||
-	    (e = need(c, "value", &v)) != DG_OK)
+	if ((e = open_key(c, &h, &k)) != DG_OK || (e = need(c, "value", &v)) != DG_OK)
 		return e;
 	return dg_cache_put(h, k, strlen(k), v, strlen(v));
 }
@@ -444,7 +450,7 @@ static dg_err cmd_cache_get(call *c)
 	dg_cache *h;
 	const char *k;
 	dg_err e;
-	if ((e = open_cache(c, &h)) != DG_OK || (e = need(c, "key", &k)) != DG_OK)
+	if ((e = open_key(c, &h, &k)) != DG_OK)
 		return e;
 	dg_buf v;
 	dg_buf_init(&v);
@@ -466,7 +472,7 @@ static dg_err cmd_cache_remove(call *c)
 	dg_cache *h;
 	const char *k;
 	dg_err e;
-	if ((e = open_cache(c, &h)) != DG_OK || (e = need(c, "key", &k)) != DG_OK)
+	if ((e = open_key(c, &h, &k)) != DG_OK)
 		return e;
 	bool removed = false;
 	e = dg_cache_remove(h, k, strlen(k), &removed);
@@ -950,8 +956,7 @@ static dg_err cmd_debug_put_local(call *c)
 	dg_cache *h;
 	const char *k, *v;
 	dg_err e;
-	if ((e = open_cache(c, &h)) != DG_OK || (e = need(c, "key", &k)) != DG_OK ||
-	    (e = need(c, "value", &v)) != DG_OK)
+	if ((e = open_key(c, &h, &k)) != DG_OK || (e = need(c, "value", &v)) != DG_OK)
 		return e;
 	fprintf(stderr, "level=warn id=ADMIN-TEST-CORRUPT cache=\"%s\" why=\"a test "
 	    "overwrote this node's copy of a key\"\n", dg_cache_config_of(h)->name);
