@@ -57,6 +57,38 @@ struct cluster {
 	int count;
 };
 
+/* Wait (5 s at most) until the first count nodes of n agree on a topology
+ * of count nodes, every one's tx fence is open at it and every cache of
+ * caches (ncaches, one per node, may be 0) maps on it.  dg_node_topology
+ * shows a version before the caches and the tx service have installed it:
+ * a tx begun in between maps on the old one and the fence rolls it back. */
+static void wait_settled(dg_node **n, int count, dg_cache **caches, int ncaches)
+{
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		int64_t v0 = 0, v;
+		bool same = true;
+		for (int i = 0; i < count; i++) {
+			dg_node_info info[8];
+			size_t k = dg_node_topology(n[i], &v, info, 8);
+			if (i == 0)
+				v0 = v;
+			same &= k == (size_t)count && v == v0;
+		}
+		for (int i = 0; i < count && same; i++)
+			same &= dgi_txsvc_fence_open(dgi_node_txs(n[i]), v0);
+		for (int i = 0; i < ncaches && same; i++) {
+			uint64_t own[8];
+			int64_t tv;
+			same &= dgi_cache_owners(caches[i], 0, own, &tv) > 0 && tv == v0;
+		}
+		if (same)
+			return;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+}
+
 static void cluster_start(struct cluster *cl, int count)
 {
 	memset(cl, 0, sizeof(*cl));
@@ -65,22 +97,7 @@ static void cluster_start(struct cluster *cl, int count)
 	for (int i = 1; i < count; i++)
 		cl->n[i] = start_node(&seed, 1);
 	cl->count = count;
-	uint64_t deadline = dgi_now_ms() + 5000;
-	for (;;) {
-		int64_t v0 = 0, v;
-		bool same = true;
-		for (int i = 0; i < count; i++) {
-			dg_node_info info[8];
-			size_t k = dg_node_topology(cl->n[i], &v, info, 8);
-			if (i == 0)
-				v0 = v;
-			same &= k == (size_t)count && v == v0;
-		}
-		if (same)
-			break;
-		assert_true(dgi_now_ms() < deadline);
-		usleep(10 * 1000);
-	}
+	wait_settled(cl->n, count, NULL, 0);
 }
 
 static void cluster_stop(struct cluster *cl)
@@ -928,20 +945,9 @@ static void near_crash_case(int point)
 	atomic_store(&dgi_tx_crash_point, 0);
 	dgi_node_kill(near);
 	/* the failure is detected: a new topology without it, installed by
-	 * every node (a tx begun while one still had the old one would be
-	 * rolled back by the topology fence) */
-	uint64_t deadline = dgi_now_ms() + 10000;
-	for (;;) {
-		int64_t ver[3];
-		dg_node_info info[8];
-		bool agreed = true;
-		for (int i = 0; i < 3; i++)
-			agreed &= dg_node_topology(cl.n[i], &ver[i], info, 8) == 3;
-		if (agreed && ver[0] == ver[1] && ver[1] == ver[2])
-			break;
-		assert_true(dgi_now_ms() < deadline);
-		usleep(20 * 1000);
-	}
+	 * every node's caches and tx service (a tx begun while one still had
+	 * the old one would be rolled back by the topology fence) */
+	wait_settled(cl.n, 3, c, 3);
 	/* the participants finish it and release its locks: a tx on both
 	 * keys gets through */
 	dg_tx *after;
@@ -1215,25 +1221,40 @@ static void test_tx_kill_wakes_lock_waiter(void **state)
 	cluster_stop(&cl);
 }
 
+/* After a failed test: end the tx it left open on this thread (the next
+ * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
+ * settings a test changes, so one failure is not reported five times. */
+static int after_test(void **state)
+{
+	(void)state;
+	dg_tx *tx = dg_tx_current();
+	if (tx != NULL)
+		(void)dg_tx_rollback(tx);
+	atomic_store(&dgi_tx_crash_point, 0);
+	start_client = false;
+	topology_timeout_ms = 1000;
+	return 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_basics_one_node),
-		cmocka_unit_test(test_no_dirty_reads),
-		cmocka_unit_test(test_repeatable_reads),
-		cmocka_unit_test(test_commit_reaches_backups),
-		cmocka_unit_test(test_deadlock_detected),
-		cmocka_unit_test(test_deadlock_across_nodes),
-		cmocka_unit_test(test_bank_pessimistic_rr),
-		cmocka_unit_test(test_bank_optimistic_serializable),
-		cmocka_unit_test(test_steady_state_allocations),
-		cmocka_unit_test(test_topology_change_waits_for_txs),
-		cmocka_unit_test(test_near_crash_after_prepare_commits),
-		cmocka_unit_test(test_near_crash_before_all_prepared_rolls_back),
-		cmocka_unit_test(test_near_crash_after_one_commit_commits),
-		cmocka_unit_test(test_tx_list),
-		cmocka_unit_test(test_tx_kill_from_other_node),
-		cmocka_unit_test(test_tx_kill_wakes_lock_waiter),
+		cmocka_unit_test_teardown(test_basics_one_node, after_test),
+		cmocka_unit_test_teardown(test_no_dirty_reads, after_test),
+		cmocka_unit_test_teardown(test_repeatable_reads, after_test),
+		cmocka_unit_test_teardown(test_commit_reaches_backups, after_test),
+		cmocka_unit_test_teardown(test_deadlock_detected, after_test),
+		cmocka_unit_test_teardown(test_deadlock_across_nodes, after_test),
+		cmocka_unit_test_teardown(test_bank_pessimistic_rr, after_test),
+		cmocka_unit_test_teardown(test_bank_optimistic_serializable, after_test),
+		cmocka_unit_test_teardown(test_steady_state_allocations, after_test),
+		cmocka_unit_test_teardown(test_topology_change_waits_for_txs, after_test),
+		cmocka_unit_test_teardown(test_near_crash_after_prepare_commits, after_test),
+		cmocka_unit_test_teardown(test_near_crash_before_all_prepared_rolls_back, after_test),
+		cmocka_unit_test_teardown(test_near_crash_after_one_commit_commits, after_test),
+		cmocka_unit_test_teardown(test_tx_list, after_test),
+		cmocka_unit_test_teardown(test_tx_kill_from_other_node, after_test),
+		cmocka_unit_test_teardown(test_tx_kill_wakes_lock_waiter, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)
