@@ -222,7 +222,9 @@ static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
 #define DGI_MSG_LOST_RESET ((dg_msg_type)(80))  /* request: clear the lost marks on a node */
 #define DGI_MSG_PUSH ((dg_msg_type)(81))  /* request: a leaving node hands a partition over */
 #define DGI_MSG_HANDOFF ((dg_msg_type)(82))  /* request to all: partitions handed over (a LIST of I64) */
-#define DGI_MSG_CACHE_LAST ((dg_msg_type)(83))
+#define DGI_MSG_OWNED ((dg_msg_type)(83))  /* request: which of these partitions do you own? */
+#define DGI_MSG_OWNED_RES ((dg_msg_type)(84))  /* response: the ones it owns (a LIST of I64) */
+#define DGI_MSG_CACHE_LAST ((dg_msg_type)(85))
 
 enum { OP_PUT = DGI_CACHE_OP_PUT, OP_REMOVE = DGI_CACHE_OP_REMOVE,
 	OP_PUT_IF_ABSENT = DGI_CACHE_OP_PUT_IF_ABSENT, OP_REPLACE = DGI_CACHE_OP_REPLACE,
@@ -288,7 +290,9 @@ typedef struct dgi_msg_page_req {   /* DEMAND, SCAN */
 	int64_t max;                /* DEMAND: bytes, SCAN: entries */
 } dgi_msg_page_req;
 
-typedef struct dgi_msg_push {  /* PUSH; HANDOFF (part: unused, list: I64 partitions) */
+/* PUSH; HANDOFF (part: unused, list: I64 partitions); OWNED (part: the
+ * asker's topology version, list: I64 partitions) */
+typedef struct dgi_msg_push {
 	int64_t cache_id, part;
 	dg_raw list;                /* entries as in SUPPLY */
 } dgi_msg_push;
@@ -440,6 +444,17 @@ dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
 /* rebalance.c */
 void *dgi_rebalancer(void *arg);
 void dgi_rebalance_register(dgi_grid *g);
+/* Drops the copies this node still holds of partitions it no longer owns
+ * (kept for their new owners to fetch) once they have been held for the
+ * rent grace and every current owner answers that it OWNS the partition
+ * (REBALANCE_OWNED).  Sweeper thread; takes partition locks one at a time,
+ * no grid lock. */
+void dgi_rent_sweep(dgi_grid *g);
+/* Test hooks: the rent grace (ms, default 30000) and a pause of every
+ * rebalancer thread in the process (a new owner fetches nothing while
+ * set). */
+extern _Atomic uint32_t dgi_rent_grace_ms;
+extern _Atomic bool dgi_rebalance_paused;
 /* Encodes entries of a partition page (SUPPLY, SCAN_RES) into b. */
 dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
     bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b);

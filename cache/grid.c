@@ -24,8 +24,6 @@
 #include <string.h>
 #include <time.h>
 
-#define RENT_GRACE_MS 30000
-
 _Atomic int64_t dgi_tomb_ttl_ms = DGI_TOMB_TTL_MS_DEFAULT;
 
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
@@ -174,8 +172,8 @@ static dgi_aff *aff_for(const dg_cache *c, const dg_topology *t, dg_node_id with
  * holds.  A STANDBY server counts: a node just taken out of the baseline
  * owns nothing under t but holds its old partitions, and its new owners
  * fetch them from it (as from any old owner) — taking it for gone would
- * mark its partitions lost.  Its copies stay for RENT_GRACE_MS, as any
- * rented partition's. */
+ * mark its partitions lost.  It keeps its copies as any rented partition's
+ * (until every new owner has it: dgi_rent_sweep). */
 static bool is_server(const dg_topology *t, dg_node_id id)
 {
 	const dg_topology_node *n = dg_topology_find(t, id);
@@ -815,7 +813,6 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 	(void)key;
 	for (uint32_t p = 0; p < c->cfg.partitions && !atomic_load(&c->dead); p++) {
 		dgi_part *pt = &c->parts[p];
-		bool drop = false;
 		pthread_mutex_lock(&pt->mu);
 		if ((c->cfg.ttl_ms != 0 && pt->count > 0) || pt->count > pt->live) {
 			/* expired entries and tombstones past their time; a
@@ -825,14 +822,7 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 			    c->cfg.persistence ? forget_persisted : NULL, &(struct forget){ s->g, c, p });
 			atomic_fetch_add_explicit(&c->expired, n, memory_order_relaxed);
 		}
-		if (atomic_load(&pt->state) == P_NONE && pt->count > 0 &&
-		    s->mono - pt->rented_ms > RENT_GRACE_MS) {
-			dgi_part_clear(pt);
-			drop = true;
-		}
 		pthread_mutex_unlock(&pt->mu);
-		if (drop && c->cfg.persistence && s->g->ps != NULL)
-			dgi_pstore_drop(s->g->ps, c->id, p);
 	}
 }
 
@@ -849,6 +839,7 @@ static void *sweeper(void *arg)
 		pthread_mutex_unlock(&g->mu);
 		struct sweep_ctx s = { g, dgi_wall_ms(), dgi_now_ms() };
 		dgi_intmap_each(&g->caches, sweep_cache, &s);
+		dgi_rent_sweep(g);
 		pthread_mutex_lock(&g->mu);
 	}
 	pthread_mutex_unlock(&g->mu);

@@ -117,6 +117,8 @@ static void define_rows(void)
 	ROW(DGI_MSG_LOST_RESET, "CACHE_LOST_RESET", dgi_msg_ack, ack, DGI_MSG_ACK);
 	ROW(DGI_MSG_PUSH, "REBALANCE_PUSH", dgi_msg_push, push, DGI_MSG_ACK);
 	ROW(DGI_MSG_HANDOFF, "REBALANCE_HANDOFF", dgi_msg_push, push, DGI_MSG_ACK);
+	ROW(DGI_MSG_OWNED, "REBALANCE_OWNED", dgi_msg_push, push, DGI_MSG_OWNED_RES);
+	ROW(DGI_MSG_OWNED_RES, "REBALANCE_OWNED_RES", dg_msg_raw, list, NONE);
 }
 
 void dgi_cache_msgs_define(void)

@@ -361,6 +361,13 @@ void *dgi_rebalancer(void *arg)
 			break;
 		}
 		uint64_t gen = g->rebal_gen;
+		if (atomic_load(&dgi_rebalance_paused)) { /* a test holds new owners back */
+			struct timespec ts;
+			dgi_abstime_in(&ts, 10);
+			pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+			pthread_mutex_unlock(&g->mu);
+			continue;
+		}
 		pthread_mutex_unlock(&g->mu);
 		cc.n = 0;
 		dgi_intmap_each(&g->caches, collect, &cc);
@@ -705,10 +712,12 @@ dg_err dg_scan_next(dg_scan *s, const uint8_t **key, size_t *klen, const uint8_t
 
 static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx);
 static void on_handoff(dg_tp *tp, const dg_msg_in *in, void *ctx);
+static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx);
 
 void dgi_rebalance_register(dgi_grid *g)
 {
 	dg_tp_handle(g->tp, DGI_MSG_PUSH, on_push, g);
+	dg_tp_handle(g->tp, DGI_MSG_OWNED, on_owned, g);
 	dg_tp_handle(g->tp, DGI_MSG_HANDOFF, on_handoff, g);
 	dg_tp_handle(g->tp, DGI_MSG_DEMAND, on_page_req, g);
 	dg_tp_handle(g->tp, DGI_MSG_SCAN, on_page_req, g);
@@ -820,6 +829,8 @@ static dg_err push_part(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id to, 
 	return DG_OK;
 }
 
+static uint32_t rent_push(dgi_grid *g, dg_cache *c, dg_buf *b);
+
 void dgi_grid_leave(dgi_grid *g)
 {
 	if (g->cfg.client)
@@ -832,8 +843,10 @@ void dgi_grid_leave(dgi_grid *g)
 	dg_buf_init(&parts);
 	uint64_t t0 = dgi_now_ms();
 	size_t handed_total = 0;
+	size_t rented_total = 0;
 	for (int i = 0; i < l.n; i++) {
 		dg_cache *c = l.c[i];
+		rented_total += rent_push(g, c, &b);
 		dgi_aff *aff = atomic_load(&c->aff);
 		dgi_aff *next = dgi_grid_aff_without_self(g, c);
 		if (aff == NULL || next == NULL || next->nnodes == 0) {
@@ -889,8 +902,272 @@ void dgi_grid_leave(dgi_grid *g)
 		}
 		handed_total += nh;
 	}
-	dgi_grid_log("info", "HANDOFF-DONE", "partitions=%zu ms=%llu", handed_total,
-	    (unsigned long long)(dgi_now_ms() - t0));
+	dgi_grid_log("info", "HANDOFF-DONE", "partitions=%zu rented=%zu ms=%llu", handed_total,
+	    rented_total, (unsigned long long)(dgi_now_ms() - t0));
 	dg_buf_free(&b);
 	dg_buf_free(&parts);
+}
+
+/* ---- rented copies: dropped once every new owner has the partition ---- */
+
+_Atomic uint32_t dgi_rent_grace_ms = 30000;
+_Atomic bool dgi_rebalance_paused = false;
+
+/* OWNED: which of the listed partitions this node OWNS (has whole).  Not
+ * answered before this node has the asker's topology version: under an
+ * older one its states are not the ones the asker counts on. */
+static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_push *m = in->body;
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
+	if (c == NULL) {
+		dg_tp_reply_error(tp, in, DG_ERR_NOT_FOUND);
+		return;
+	}
+	if (atomic_load(&g->topver) < m->part) {
+		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY);
+		return;
+	}
+	dg_reader r;
+	uint32_t count = 0;
+	dg_reader_init(&r, g->reg, m->list.ptr, m->list.len);
+	dg_err e = dg_read_begin(&r, DG_LIST, &count);
+	if (e == DG_OK && count > c->cfg.partitions)
+		e = DG_ERR_INVAL;
+	int64_t *own = NULL;
+	uint32_t n = 0;
+	if (e == DG_OK && count > 0 && (own = dgi_alloc(count * sizeof(*own))) == NULL)
+		e = DG_ERR_NOMEM;
+	for (uint32_t i = 0; e == DG_OK && i < count; i++) {
+		int64_t p;
+		if ((e = dg_read_i64(&r, &p)) == DG_OK && p >= 0 && (uint64_t)p < c->cfg.partitions &&
+		    atomic_load(&c->parts[p].state) == P_OWNING)
+			own[n++] = p;
+	}
+	dg_buf b;
+	dg_buf_init(&b);
+	if (e == DG_OK) {
+		dg_writer w;
+		dg_writer_init(&w, g->reg, &b);
+		dg_write_list_begin(&w, n);
+		for (uint32_t i = 0; i < n; i++)
+			dg_write_i64(&w, own[i]);
+		dg_write_end(&w);
+		e = dg_writer_finish(&w);
+	}
+	if (e == DG_OK) {
+		dg_msg_raw body = { { b.data, (uint32_t)b.len } };
+		e = dg_tp_reply(tp, in, DGI_MSG_OWNED_RES, &body);
+	}
+	if (e != DG_OK)
+		dg_tp_reply_error(tp, in, e);
+	dg_buf_free(&b);
+	dgi_free(own);
+}
+
+#define RENT_ASK_NODES 64
+
+/* Asks `to` which of the candidates (cand[0..nc), sorted) it owns under
+ * aff and counts each yes in got[]. */
+static void rent_ask(dgi_grid *g, dg_cache *c, const dgi_aff *aff, dg_node_id to,
+    const uint32_t *cand, uint32_t nc, uint8_t *got, dg_buf *list, dg_buf *reply)
+{
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < nc; k++)
+		for (uint32_t i = 0; i < aff->copies; i++)
+			if (dgi_aff_owner(aff, cand[k], i) == to) {
+				n++;
+				break;
+			}
+	dg_writer w;
+	list->len = 0;
+	dg_writer_init(&w, g->reg, list);
+	dg_write_list_begin(&w, n);
+	for (uint32_t k = 0; k < nc; k++)
+		for (uint32_t i = 0; i < aff->copies; i++)
+			if (dgi_aff_owner(aff, cand[k], i) == to) {
+				dg_write_i64(&w, cand[k]);
+				break;
+			}
+	dg_write_end(&w);
+	if (dg_writer_finish(&w) != DG_OK)
+		return;
+	dgi_msg_push body = { c->id, aff->topver, { list->data, (uint32_t)list->len } };
+	if (call_list(g, to, DGI_MSG_OWNED, &body, reply) != DG_OK)
+		return; /* asked again at the next sweep */
+	dg_reader r;
+	uint32_t count;
+	dg_reader_init(&r, g->reg, reply->data, reply->len);
+	if (dg_read_begin(&r, DG_LIST, &count) != DG_OK)
+		return;
+	for (uint32_t i = 0; i < count; i++) {
+		int64_t p;
+		if (dg_read_i64(&r, &p) != DG_OK)
+			return;
+		uint32_t lo = 0, hi = nc; /* cand is sorted */
+		while (lo < hi) {
+			uint32_t mid = (lo + hi) / 2;
+			if (cand[mid] < p)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo < nc && cand[lo] == p && got[lo] < UINT8_MAX)
+			got[lo]++;
+	}
+}
+
+/* The partitions c holds without owning them, rented for at least grace
+ * ms (cand, sorted), how many current owners each has besides this node
+ * (need; UINT8_MAX: more than could be asked) and how many of them said
+ * they OWN it (got). */
+struct rent_check {
+	dgi_aff *aff;
+	uint32_t *cand;
+	uint8_t *need, *got;
+	uint32_t nc;
+};
+
+static void rent_check_free(struct rent_check *rc)
+{
+	dgi_free(rc->cand);
+	dgi_free(rc->need);
+}
+
+static bool rent_confirmed(const struct rent_check *rc, uint32_t k)
+{
+	return rc->need[k] != 0 && rc->need[k] != UINT8_MAX && rc->got[k] >= rc->need[k];
+}
+
+/* false: nothing rented that long (or no memory). */
+static bool rent_check(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_check *rc)
+{
+	uint32_t parts = c->cfg.partitions;
+	uint64_t now = dgi_now_ms();
+	memset(rc, 0, sizeof(*rc));
+	for (uint32_t p = 0; p < parts && !atomic_load(&c->dead); p++) {
+		dgi_part *pt = &c->parts[p];
+		if (atomic_load(&pt->state) != P_NONE)
+			continue; /* owned: no lock taken */
+		pthread_mutex_lock(&pt->mu);
+		bool due = atomic_load(&pt->state) == P_NONE && pt->count > 0 &&
+		    now - pt->rented_ms >= grace;
+		pthread_mutex_unlock(&pt->mu);
+		if (!due)
+			continue;
+		if (rc->cand == NULL && (rc->cand = dgi_alloc(parts * sizeof(*rc->cand))) == NULL)
+			return false;
+		rc->cand[rc->nc++] = p;
+	}
+	rc->aff = atomic_load(&c->aff);
+	if (rc->nc == 0 || rc->aff == NULL || (rc->need = dgi_calloc(2, rc->nc)) == NULL) {
+		rent_check_free(rc);
+		return false;
+	}
+	rc->got = rc->need + rc->nc;
+	const dgi_aff *aff = rc->aff;
+	dg_node_id ids[RENT_ASK_NODES];
+	uint32_t nids = 0;
+	for (uint32_t k = 0; k < rc->nc; k++) {
+		for (uint32_t i = 0; i < aff->copies; i++) {
+			dg_node_id o = dgi_aff_owner(aff, rc->cand[k], i);
+			if (o == 0 || o == g->self)
+				continue;
+			uint32_t j = 0;
+			while (j < nids && ids[j] != o)
+				j++;
+			if (j == nids) {
+				if (nids == RENT_ASK_NODES) {
+					rc->need[k] = UINT8_MAX; /* an owner not asked */
+					continue;
+				}
+				ids[nids++] = o;
+			}
+			if (rc->need[k] < UINT8_MAX)
+				rc->need[k]++;
+		}
+	}
+	dg_buf list, reply;
+	dg_buf_init(&list);
+	dg_buf_init(&reply);
+	/* bounded well inside the time a retired affinity is kept */
+	for (uint32_t j = 0; j < nids && dgi_now_ms() - now < 2ull * g->cfg.request_timeout_ms; j++) {
+		pthread_mutex_lock(&g->mu);
+		bool stopping = g->stopping;
+		pthread_mutex_unlock(&g->mu);
+		if (stopping)
+			break;
+		rent_ask(g, c, aff, ids[j], rc->cand, rc->nc, rc->got, &list, &reply);
+	}
+	dg_buf_free(&list);
+	dg_buf_free(&reply);
+	return true;
+}
+
+static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
+{
+	struct rent_check rc;
+	if (!rent_check(g, c, grace, &rc))
+		return;
+	uint32_t dropped = 0;
+	for (uint32_t k = 0; k < rc.nc; k++) {
+		if (!rent_confirmed(&rc, k))
+			continue; /* no owner to take it, or one without it yet */
+		dgi_part *pt = &c->parts[rc.cand[k]];
+		bool drop = false;
+		pthread_mutex_lock(&pt->mu);
+		/* not owned again, or pushed to, meanwhile; same affinity */
+		if (atomic_load(&pt->state) == P_NONE && pt->count > 0 &&
+		    dgi_now_ms() - pt->rented_ms >= grace && atomic_load(&c->aff) == rc.aff) {
+			dgi_part_clear(pt);
+			drop = true;
+		}
+		pthread_mutex_unlock(&pt->mu);
+		if (drop && c->cfg.persistence && g->ps != NULL)
+			dgi_pstore_drop(g->ps, c->id, rc.cand[k]);
+		dropped += drop;
+	}
+	if (dropped > 0)
+		dgi_grid_log("info", "RENT-DROPPED", "cache=\"%s\" partitions=%u", c->cfg.name, dropped);
+	rent_check_free(&rc);
+}
+
+/* Leaving: the rented partitions an owner does not have whole yet go to
+ * every current owner (a decommissioned node stopped before its new
+ * owners fetched from it).  Returns how many were pushed. */
+static uint32_t rent_push(dgi_grid *g, dg_cache *c, dg_buf *b)
+{
+	struct rent_check rc;
+	if (!rent_check(g, c, 0, &rc))
+		return 0;
+	uint32_t pushed = 0;
+	for (uint32_t k = 0; k < rc.nc; k++) {
+		if (rc.need[k] == 0 || rent_confirmed(&rc, k))
+			continue;
+		bool ok = true;
+		for (uint32_t i = 0; i < rc.aff->copies; i++) {
+			dg_node_id o = dgi_aff_owner(rc.aff, rc.cand[k], i);
+			if (o == 0 || o == g->self)
+				continue;
+			dg_err e = push_part(g, c, rc.cand[k], o, b);
+			if (e != DG_OK) {
+				ok = false;
+				dgi_grid_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u rented=1 err=\"%s\"",
+				    c->cfg.name, rc.cand[k], dg_strerror(e));
+			}
+		}
+		pushed += ok;
+	}
+	rent_check_free(&rc);
+	return pushed;
+}
+
+void dgi_rent_sweep(dgi_grid *g)
+{
+	struct cache_list l = { .n = 0 };
+	dgi_intmap_each(&g->caches, list_caches, &l);
+	uint64_t grace = atomic_load(&dgi_rent_grace_ms);
+	for (int i = 0; i < l.n; i++)
+		rent_sweep_cache(g, l.c[i], grace);
 }

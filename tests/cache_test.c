@@ -1901,6 +1901,122 @@ static void test_baseline_last_member_leaves(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- rented copies ---- */
+
+/* Partitions c holds without owning them (rented for their new owners). */
+static uint32_t rented_parts(dg_cache *c)
+{
+	uint32_t n = 0;
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		pthread_mutex_lock(&c->parts[p].mu);
+		n += atomic_load(&c->parts[p].state) == P_NONE && c->parts[p].count > 0;
+		pthread_mutex_unlock(&c->parts[p].mu);
+	}
+	return n;
+}
+
+/* Every node's cache on its topology's affinity (without waiting for the
+ * rebalancing, which a test may hold back). */
+static void on_affinity(dg_node **n, int k, const char *cache)
+{
+	uint64_t deadline = dgi_now_ms() + 10000;
+	for (int i = 0; i < k; i++) {
+		dg_cache *c = cache_on(n[i], cache);
+		for (;;) {
+			int64_t v;
+			dg_node_info info[8];
+			dg_node_topology(n[i], &v, info, 8);
+			if (atomic_load(&c->aff)->topver >= v)
+				break;
+			assert_true(dgi_now_ms() < deadline);
+			usleep(10 * 1000);
+		}
+	}
+}
+
+static int rent_teardown(void **state)
+{
+	(void)state;
+	atomic_store(&dgi_rebalance_paused, false);
+	atomic_store(&dgi_rent_grace_ms, 30000);
+	return 0;
+}
+
+/* A rebalancing slower than the rent grace loses nothing: the old owners
+ * keep their copies until the new owner OWNS the partition (it asks with
+ * REBALANCE_OWNED), then drop them.  backups=0, so the old owner's copy is
+ * the only one. */
+static void test_rent_kept_until_owners_have_it(void **state)
+{
+	(void)state;
+	atomic_store(&dgi_rent_grace_ms, 100);
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache *c0 = create_on(cl.n[0], "rent", 0);
+	put_keys(c0, "q", 1000);
+	atomic_store(&dgi_rebalance_paused, true); /* the joiner fetches nothing yet */
+	cl.n[2] = start_node(&cl.seed, 1, false, NULL);
+	cl.count = 3;
+	wait_agree(cl.n, 3);
+	on_affinity(cl.n, 3, "rent");
+	dg_cache *c[3] = { c0, cache_on(cl.n[1], "rent"), cache_on(cl.n[2], "rent") };
+	uint32_t moved = roles_of(c[2], cl.n[2]);
+	assert_true(moved > 0);
+	usleep(2500 * 1000); /* two sweeps past the grace */
+	uint32_t rented = rented_parts(c[0]) + rented_parts(c[1]);
+	assert_true(rented > 0);
+	assert_true(rented <= moved);
+	atomic_store(&dgi_rebalance_paused, false);
+	rebalanced(cl.n, 3, "rent");
+	for (int i = 0; i < 3; i++)
+		all_keys_readable(c[i], "q", 1000);
+	dg_cache_metrics m;
+	OK(dg_cache_get_metrics(c[2], &m));
+	assert_int_equal(m.partitions_owning, moved);
+	/* now that the joiner OWNS them, the old owners let them go */
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (rented_parts(c[0]) + rented_parts(c[1]) > 0) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(50 * 1000);
+	}
+	for (int i = 0; i < 3; i++)
+		all_keys_readable(c[i], "q", 1000);
+	uint64_t size;
+	OK(dg_cache_size(c0, &size));
+	assert_int_equal(size, 1000);
+	cluster_stop(&cl);
+}
+
+/* backups=0: a node taken out of the baseline and stopped (gracefully)
+ * before its partitions' new owners fetched them pushes them on its way
+ * out: nothing lost, no partition LOST. */
+static void test_baseline_removed_then_stopped_pushes(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	dg_cache *c0 = create_on(cl.n[0], "blstop", 0);
+	put_keys(c0, "s", 1000);
+	uint32_t had = roles_of(c0, cl.n[2]);
+	assert_true(had > 0);
+	atomic_store(&dgi_rebalance_paused, true);
+	const char *out[] = { dg_node_address(cl.n[2]) };
+	OK(dg_node_baseline_change(cl.n[0], DG_BASELINE_OP_REMOVE, out, 1, 0, NULL, 0));
+	wait_agree(cl.n, 3);
+	on_affinity(cl.n, 3, "blstop");
+	uint32_t rented = rented_parts(cache_on(cl.n[2], "blstop"));
+	assert_true(rented > 0 && rented <= had);
+	dg_node_stop(cl.n[2]);
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	atomic_store(&dgi_rebalance_paused, false);
+	rebalanced(cl.n, 2, "blstop");
+	assert_int_equal(dg_cache_lost_partitions(c0, NULL, 0), 0);
+	all_keys_readable(c0, "s", 1000);
+	all_keys_readable(cache_on(cl.n[1], "blstop"), "s", 1000);
+	cluster_stop(&cl);
+}
+
 /* ---- persistence ---- */
 
 static char *tmpdir(void)
@@ -2216,11 +2332,16 @@ int main(void)
 		cmocka_unit_test(test_baseline_survives_coordinator),
 		cmocka_unit_test(test_baseline_refused),
 		cmocka_unit_test(test_baseline_last_member_leaves),
+		cmocka_unit_test_teardown(test_rent_kept_until_owners_have_it, rent_teardown),
+		cmocka_unit_test_teardown(test_baseline_removed_then_stopped_pushes, rent_teardown),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
 		cmocka_unit_test(test_persist_cluster_restart),
 	};
+	/* DG_TEST_FILTER=test_rent_* runs the matching tests only */
+	if (getenv("DG_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("DG_TEST_FILTER"));
 	int failed = cmocka_run_group_tests_name("cache", tests, NULL, NULL);
 #ifdef DGT_HAVE_INTMAP
 	failed += dgt_intmap_tests();
