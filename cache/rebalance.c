@@ -971,8 +971,10 @@ static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
 /* Asks `to` which of the candidates (cand[0..nc), sorted) it owns under
  * aff and counts each yes in got[]. */
 static void rent_ask(dgi_grid *g, dg_cache *c, const dgi_aff *aff, dg_node_id to,
-    const uint32_t *cand, uint32_t nc, uint8_t *got, dg_buf *list, dg_buf *reply)
+    const uint32_t *cand, uint32_t nc, uint8_t *got, uint8_t *seen, dg_buf *list,
+    dg_buf *reply)
 {
+	memset(seen, 0, nc);
 	uint32_t n = 0;
 	for (uint32_t k = 0; k < nc; k++)
 		for (uint32_t i = 0; i < aff->copies; i++)
@@ -1013,26 +1015,36 @@ static void rent_ask(dgi_grid *g, dg_cache *c, const dgi_aff *aff, dg_node_id to
 			else
 				hi = mid;
 		}
-		if (lo < nc && cand[lo] == p && got[lo] < UINT8_MAX)
-			got[lo]++;
+		if (lo == nc || cand[lo] != p || seen[lo])
+			continue; /* not asked of it, or said twice */
+		for (uint32_t j = 0; j < aff->copies; j++)
+			if (dgi_aff_owner(aff, cand[lo], j) == to) {
+				seen[lo] = 1;
+				if (got[lo] < UINT8_MAX)
+					got[lo]++;
+				break;
+			}
 	}
 }
 
 /* The partitions c holds without owning them, rented for at least grace
  * ms (cand, sorted), how many current owners each has besides this node
- * (need; UINT8_MAX: more than could be asked) and how many of them said
- * they OWN it (got). */
+ * (need; UINT8_MAX: more than could be asked), how many of them said they
+ * OWN it (got) and those owners' ids (owners[k * copies + i], 0: none),
+ * copied while the affinity they come from is certainly alive. */
 struct rent_check {
 	dgi_aff *aff;
 	uint32_t *cand;
-	uint8_t *need, *got;
-	uint32_t nc;
+	uint8_t *need, *got;        /* need: 3 * nc bytes (need, got, scratch) */
+	dg_node_id *owners;
+	uint32_t nc, copies;
 };
 
 static void rent_check_free(struct rent_check *rc)
 {
 	dgi_free(rc->cand);
 	dgi_free(rc->need);
+	dgi_free(rc->owners);
 }
 
 static bool rent_confirmed(const struct rent_check *rc, uint32_t k)
@@ -1051,8 +1063,9 @@ static bool rent_check(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_che
 		if (atomic_load(&pt->state) != P_NONE)
 			continue; /* owned: no lock taken */
 		pthread_mutex_lock(&pt->mu);
+		uint64_t t = dgi_now_ms(); /* rented_ms may be newer than `now` */
 		bool due = atomic_load(&pt->state) == P_NONE && pt->count > 0 &&
-		    now - pt->rented_ms >= grace;
+		    t >= pt->rented_ms && t - pt->rented_ms >= grace;
 		pthread_mutex_unlock(&pt->mu);
 		if (!due)
 			continue;
@@ -1061,12 +1074,20 @@ static bool rent_check(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_che
 		rc->cand[rc->nc++] = p;
 	}
 	rc->aff = atomic_load(&c->aff);
-	if (rc->nc == 0 || rc->aff == NULL || (rc->need = dgi_calloc(2, rc->nc)) == NULL) {
+	if (rc->nc == 0 || rc->aff == NULL || (rc->need = dgi_calloc(3, rc->nc)) == NULL) {
 		rent_check_free(rc);
 		return false;
 	}
 	rc->got = rc->need + rc->nc;
 	const dgi_aff *aff = rc->aff;
+	rc->copies = aff->copies;
+	if ((rc->owners = dgi_calloc((size_t)rc->nc * aff->copies, sizeof(*rc->owners))) == NULL) {
+		rent_check_free(rc);
+		return false;
+	}
+	for (uint32_t k = 0; k < rc->nc; k++)
+		for (uint32_t i = 0; i < aff->copies; i++)
+			rc->owners[(size_t)k * aff->copies + i] = dgi_aff_owner(aff, rc->cand[k], i);
 	dg_node_id ids[RENT_ASK_NODES];
 	uint32_t nids = 0;
 	for (uint32_t k = 0; k < rc->nc; k++) {
@@ -1098,7 +1119,8 @@ static bool rent_check(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_che
 		pthread_mutex_unlock(&g->mu);
 		if (stopping)
 			break;
-		rent_ask(g, c, aff, ids[j], rc->cand, rc->nc, rc->got, &list, &reply);
+		rent_ask(g, c, aff, ids[j], rc->cand, rc->nc, rc->got, rc->got + rc->nc, &list,
+		    &reply);
 	}
 	dg_buf_free(&list);
 	dg_buf_free(&reply);
@@ -1118,14 +1140,17 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 		bool drop = false;
 		pthread_mutex_lock(&pt->mu);
 		/* not owned again, or pushed to, meanwhile; same affinity */
-		if (atomic_load(&pt->state) == P_NONE && pt->count > 0 &&
-		    dgi_now_ms() - pt->rented_ms >= grace && atomic_load(&c->aff) == rc.aff) {
+		uint64_t t = dgi_now_ms();
+		if (atomic_load(&pt->state) == P_NONE && pt->count > 0 && t >= pt->rented_ms &&
+		    t - pt->rented_ms >= grace && atomic_load(&c->aff) == rc.aff) {
 			dgi_part_clear(pt);
+			/* under the lock, as every persisted write of the
+			 * partition: none of a new ownership can slip between */
+			if (c->cfg.persistence && g->ps != NULL)
+				dgi_pstore_drop(g->ps, c->id, rc.cand[k]);
 			drop = true;
 		}
 		pthread_mutex_unlock(&pt->mu);
-		if (drop && c->cfg.persistence && g->ps != NULL)
-			dgi_pstore_drop(g->ps, c->id, rc.cand[k]);
 		dropped += drop;
 	}
 	if (dropped > 0)
@@ -1142,17 +1167,26 @@ static uint32_t rent_push(dgi_grid *g, dg_cache *c, dg_buf *b)
 	if (!rent_check(g, c, 0, &rc))
 		return 0;
 	uint32_t pushed = 0;
+	dg_node_id failed[8];
+	uint32_t nfailed = 0;
 	for (uint32_t k = 0; k < rc.nc; k++) {
 		if (rc.need[k] == 0 || rent_confirmed(&rc, k))
 			continue;
 		bool ok = true;
-		for (uint32_t i = 0; i < rc.aff->copies; i++) {
-			dg_node_id o = dgi_aff_owner(rc.aff, rc.cand[k], i);
-			if (o == 0 || o == g->self)
+		for (uint32_t i = 0; i < rc.copies; i++) {
+			dg_node_id o = rc.owners[(size_t)k * rc.copies + i];
+			uint32_t f = 0;
+			while (f < nfailed && failed[f] != o)
+				f++;
+			if (o == 0 || o == g->self || f < nfailed) {
+				ok &= f == nfailed; /* an owner that failed once is not waited for again */
 				continue;
+			}
 			dg_err e = push_part(g, c, rc.cand[k], o, b);
 			if (e != DG_OK) {
 				ok = false;
+				if (nfailed < 8)
+					failed[nfailed++] = o;
 				dgi_grid_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u rented=1 err=\"%s\"",
 				    c->cfg.name, rc.cand[k], dg_strerror(e));
 			}

@@ -1943,23 +1943,23 @@ static int rent_teardown(void **state)
 }
 
 /* A rebalancing slower than the rent grace loses nothing: the old owners
- * keep their copies until the new owner OWNS the partition (it asks with
- * REBALANCE_OWNED), then drop them.  backups=0, so the old owner's copy is
- * the only one. */
-static void test_rent_kept_until_owners_have_it(void **state)
+ * keep their copies until every current owner OWNS the partition (they ask
+ * with REBALANCE_OWNED), then drop them.  backups=0: the old owner's copy
+ * is the only one; backups=1: one current owner already OWNS it, the
+ * joiner does not yet (one yes of two needed is not enough). */
+static void rent_case(uint32_t backups, const char *name)
 {
-	(void)state;
 	atomic_store(&dgi_rent_grace_ms, 100);
 	struct cluster cl;
 	cluster_start(&cl, 2, 0);
-	dg_cache *c0 = create_on(cl.n[0], "rent", 0);
+	dg_cache *c0 = create_on(cl.n[0], name, backups);
 	put_keys(c0, "q", 1000);
 	atomic_store(&dgi_rebalance_paused, true); /* the joiner fetches nothing yet */
 	cl.n[2] = start_node(&cl.seed, 1, false, NULL);
 	cl.count = 3;
 	wait_agree(cl.n, 3);
-	on_affinity(cl.n, 3, "rent");
-	dg_cache *c[3] = { c0, cache_on(cl.n[1], "rent"), cache_on(cl.n[2], "rent") };
+	on_affinity(cl.n, 3, name);
+	dg_cache *c[3] = { c0, cache_on(cl.n[1], name), cache_on(cl.n[2], name) };
 	uint32_t moved = roles_of(c[2], cl.n[2]);
 	assert_true(moved > 0);
 	usleep(2500 * 1000); /* two sweeps past the grace */
@@ -1967,14 +1967,14 @@ static void test_rent_kept_until_owners_have_it(void **state)
 	assert_true(rented > 0);
 	assert_true(rented <= moved);
 	atomic_store(&dgi_rebalance_paused, false);
-	rebalanced(cl.n, 3, "rent");
+	rebalanced(cl.n, 3, name);
 	for (int i = 0; i < 3; i++)
 		all_keys_readable(c[i], "q", 1000);
 	dg_cache_metrics m;
 	OK(dg_cache_get_metrics(c[2], &m));
 	assert_int_equal(m.partitions_owning, moved);
 	/* now that the joiner OWNS them, the old owners let them go */
-	uint64_t deadline = dgi_now_ms() + 5000;
+	uint64_t deadline = dgi_now_ms() + 8000;
 	while (rented_parts(c[0]) + rented_parts(c[1]) > 0) {
 		assert_true(dgi_now_ms() < deadline);
 		usleep(50 * 1000);
@@ -1985,6 +1985,18 @@ static void test_rent_kept_until_owners_have_it(void **state)
 	OK(dg_cache_size(c0, &size));
 	assert_int_equal(size, 1000);
 	cluster_stop(&cl);
+}
+
+static void test_rent_kept_until_owners_have_it(void **state)
+{
+	(void)state;
+	rent_case(0, "rent0");
+}
+
+static void test_rent_kept_until_every_owner_has_it(void **state)
+{
+	(void)state;
+	rent_case(1, "rent1");
 }
 
 /* backups=0: a node taken out of the baseline and stopped (gracefully)
@@ -2333,6 +2345,7 @@ int main(void)
 		cmocka_unit_test(test_baseline_refused),
 		cmocka_unit_test(test_baseline_last_member_leaves),
 		cmocka_unit_test_teardown(test_rent_kept_until_owners_have_it, rent_teardown),
+		cmocka_unit_test_teardown(test_rent_kept_until_every_owner_has_it, rent_teardown),
 		cmocka_unit_test_teardown(test_baseline_removed_then_stopped_pushes, rent_teardown),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_map_full),

@@ -2684,6 +2684,36 @@ static void test_membership(void **state)
 	mnode_stop(&n[1], false);
 }
 
+/* A member reports as failed a node the coordinator's topology does not
+ * have, at the coordinator's version or later: their topologies of one
+ * version differ (two nodes coordinated it when a coordinator left while
+ * another node saw it gone).  The coordinator issues a new version above
+ * the reporter's, and every node installs it; a report from an older
+ * version changes nothing. */
+static void test_membership_resync_on_unknown_report(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	int64_t v = mversion(&n[0]);
+	assert_true(dg_member_is_coordinator(n[0].m));
+	dg_msg_node_failed stale = { 0x5eed0001, v - 1 };
+	OK(dg_tp_send(n[1].tp, dg_tp_self(n[0].tp), DG_MSG_NODE_FAILED, &stale));
+	sleep_ms(300);
+	assert_int_equal(mversion(&n[0]), v);
+	dg_msg_node_failed f = { 0x5eed0002, v + 5 };
+	OK(dg_tp_send(n[1].tp, dg_tp_self(n[0].tp), DG_MSG_NODE_FAILED, &f));
+	WAIT_FOR(magree(n, 3, 3) && mversion(&n[2]) > v + 5);
+	assert_int_equal(mversion(&n[0]), v + 6);
+	mnode_stop(&n[2], false);
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+}
+
 /* STANDBY bit of node `who` in n's topology. */
 static bool mstandby(struct mnode *n, struct mnode *who)
 {
@@ -3289,11 +3319,15 @@ int main(void)
 		cmocka_unit_test(test_membership),
 		cmocka_unit_test(test_membership_types),
 		cmocka_unit_test(test_membership_baseline),
+		cmocka_unit_test(test_membership_resync_on_unknown_report),
 		cmocka_unit_test(test_membership_refused),
 		cmocka_unit_test(test_tcp_partial_writes),
 		FX(test_tcp_peer_closes_mid_frame),
 		cmocka_unit_test(test_tcp_dials),
 		cmocka_unit_test(test_tcp_stop_with_pending_writes),
 	};
+	/* DG_TEST_FILTER=test_membership* runs the matching tests only */
+	if (getenv("DG_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("DG_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

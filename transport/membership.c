@@ -477,6 +477,8 @@ struct change {
 	size_t ndrop;
 	const dg_msg_join *add;   /* a joiner, or NULL */
 	bool rebase;              /* apply op/addrs to the baseline */
+	bool force;               /* a new version even if nothing changed */
+	int64_t floor;            /* force: the new version is above this */
 	int op;
 	const dg_str *addrs;
 	uint32_t naddrs;
@@ -533,6 +535,13 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		return DG_ERR_INVAL;
 	}
 	pthread_mutex_lock(&m->mu);
+	if (m->stopping) {
+		/* a node on its way out (LEAVE sent) coordinates nothing: the
+		 * others, seeing it gone, may already be choosing another */
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		return DG_ERR_CLOSED;
+	}
 	dg_topology *cur = m->topo;
 	uint32_t n = next_nodes(cur, ch, nodes, url);
 	bl_of(bl, cur);
@@ -544,12 +553,15 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		return DG_ERR_INVAL;
 	}
 	bool bits = standby_bits(bl, nodes, n);
-	ch->changed = ch->add != NULL || n != cur->count || bits || !bl_same(bl, cur);
+	ch->changed = ch->add != NULL || n != cur->count || bits || !bl_same(bl, cur) ||
+	    ch->force;
 	dg_topology *t = NULL;
 	if (ch->changed) {
 		int64_t next = cur->version + 1;
 		if (ch->add != NULL && ch->add->floor >= next && ch->add->floor < INT64_MAX / 2)
 			next = ch->add->floor + 1;
+		if (ch->force && ch->floor >= next && ch->floor < INT64_MAX / 2)
+			next = ch->floor + 1;
 		t = topo_new(next, nodes, n, bl);
 	}
 	pthread_mutex_unlock(&m->mu);
@@ -758,15 +770,28 @@ static void on_node_failed(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_node_id id = (dg_node_id)f->node_id;
 	uint64_t now = dgi_now_ms();
 	pthread_mutex_lock(&m->mu);
-	bool act = m->topo != NULL && coordinator_locked(m, now) == dg_tp_self(tp) &&
-	    dg_topology_find(m->topo, id) != NULL &&
+	bool coord = m->topo != NULL && coordinator_locked(m, now) == dg_tp_self(tp);
+	bool known = coord && dg_topology_find(m->topo, id) != NULL;
+	bool act = known &&
 	    /* trust the report only if this node has not heard it lately either */
 	    now > dg_tp_last_heard(tp, id) + 2 * (uint64_t)atomic_load_explicit(&m->hb_ms, memory_order_relaxed);
+	/* The reporter has, at this version or a later one, a node this
+	 * coordinator's topology does not: two nodes coordinated the same
+	 * version (a coordinator leaving while another node saw it gone).
+	 * A new version, above the reporter's, puts everyone on this one. */
+	bool resync = coord && !known && f->topology_version >= m->topo->version;
+	int64_t mine = m->topo != NULL ? m->topo->version : 0;
 	pthread_mutex_unlock(&m->mu);
 	if (act) {
 		dgi_log("warn", "NODE-FAILED", "node=%016llx reported_by=%016llx",
 		    (unsigned long long)id, (unsigned long long)in->from);
 		change(m, &id, 1, NULL, NULL, NULL);
+	} else if (resync) {
+		dgi_log("warn", "TOPOLOGY-RESYNC", "reported_by=%016llx node=%016llx "
+		    "their_version=%lld version=%lld", (unsigned long long)in->from,
+		    (unsigned long long)id, (long long)f->topology_version, (long long)mine);
+		struct change ch = { .force = true, .floor = f->topology_version };
+		change_apply(m, &ch);
 	}
 }
 
@@ -1447,16 +1472,17 @@ static void member_stop(dg_member *m, bool leave)
 {
 	if (m == NULL)
 		return;
+	/* stopping first: from the LEAVE on, this node coordinates nothing */
+	pthread_mutex_lock(&m->mu);
+	m->stopping = true;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
 	dg_topology *t = leave ? dg_member_topology(m) : NULL;
 	for (uint32_t i = 0; t != NULL && i < t->count; i++)
 		if (t->nodes[i].id != dg_tp_self(m->tp))
 			dg_tp_send(m->tp, t->nodes[i].id, DG_MSG_LEAVE, NULL);
 	dg_topology_release(t);
 	dg_registry_set_hook(m->reg, NULL, NULL);
-	pthread_mutex_lock(&m->mu);
-	m->stopping = true;
-	pthread_cond_broadcast(&m->cv);
-	pthread_mutex_unlock(&m->mu);
 	if (m->thread_started)
 		pthread_join(m->thread, NULL);
 	/* no handler may run on m after this: unset them and wait out any
