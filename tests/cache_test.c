@@ -1631,9 +1631,9 @@ static uint32_t roles_of(dg_cache *c, dg_node *who)
 }
 
 /* Every node's cache on its topology's affinity (the grid's listener
- * moves it there just after the topology is installed), then owning all it
- * should. */
-static void rebalanced(dg_node **n, int k, const char *cache)
+ * moves it there just after the topology is installed), without waiting
+ * for the rebalancing (which a test may hold back). */
+static void on_affinity(dg_node **n, int k, const char *cache)
 {
 	uint64_t deadline = dgi_now_ms() + 10000;
 	for (int i = 0; i < k; i++) {
@@ -1647,8 +1647,15 @@ static void rebalanced(dg_node **n, int k, const char *cache)
 			assert_true(dgi_now_ms() < deadline);
 			usleep(10 * 1000);
 		}
-		OK(dg_cache_wait_rebalanced(c, 10000));
 	}
+}
+
+/* on_affinity, then every node owning all it should. */
+static void rebalanced(dg_node **n, int k, const char *cache)
+{
+	on_affinity(n, k, cache);
+	for (int i = 0; i < k; i++)
+		OK(dg_cache_wait_rebalanced(cache_on(n[i], cache), 10000));
 }
 
 static void put_keys(dg_cache *c, const char *prefix, int count)
@@ -1913,25 +1920,6 @@ static uint32_t rented_parts(dg_cache *c)
 		pthread_mutex_unlock(&c->parts[p].mu);
 	}
 	return n;
-}
-
-/* Every node's cache on its topology's affinity (without waiting for the
- * rebalancing, which a test may hold back). */
-static void on_affinity(dg_node **n, int k, const char *cache)
-{
-	uint64_t deadline = dgi_now_ms() + 10000;
-	for (int i = 0; i < k; i++) {
-		dg_cache *c = cache_on(n[i], cache);
-		for (;;) {
-			int64_t v;
-			dg_node_info info[8];
-			dg_node_topology(n[i], &v, info, 8);
-			if (atomic_load(&c->aff)->topver >= v)
-				break;
-			assert_true(dgi_now_ms() < deadline);
-			usleep(10 * 1000);
-		}
-	}
 }
 
 static int rent_teardown(void **state)
