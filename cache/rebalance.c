@@ -968,6 +968,14 @@ static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
 
 #define RENT_ASK_NODES 64
 
+static bool owned_by(const dgi_aff *aff, uint32_t p, dg_node_id to)
+{
+	for (uint32_t i = 0; i < aff->copies; i++)
+		if (dgi_aff_owner(aff, p, i) == to)
+			return true;
+	return false;
+}
+
 /* Asks `to` which of the candidates (cand[0..nc), sorted) it owns under
  * aff and counts each yes in got[]. */
 static void rent_ask(dgi_grid *g, dg_cache *c, const dgi_aff *aff, dg_node_id to,
@@ -977,21 +985,14 @@ static void rent_ask(dgi_grid *g, dg_cache *c, const dgi_aff *aff, dg_node_id to
 	memset(seen, 0, nc);
 	uint32_t n = 0;
 	for (uint32_t k = 0; k < nc; k++)
-		for (uint32_t i = 0; i < aff->copies; i++)
-			if (dgi_aff_owner(aff, cand[k], i) == to) {
-				n++;
-				break;
-			}
+		n += owned_by(aff, cand[k], to);
 	dg_writer w;
 	list->len = 0;
 	dg_writer_init(&w, g->reg, list);
 	dg_write_list_begin(&w, n);
 	for (uint32_t k = 0; k < nc; k++)
-		for (uint32_t i = 0; i < aff->copies; i++)
-			if (dgi_aff_owner(aff, cand[k], i) == to) {
-				dg_write_i64(&w, cand[k]);
-				break;
-			}
+		if (owned_by(aff, cand[k], to))
+			dg_write_i64(&w, cand[k]);
 	dg_write_end(&w);
 	if (dg_writer_finish(&w) != DG_OK)
 		return;
@@ -1015,15 +1016,11 @@ static void rent_ask(dgi_grid *g, dg_cache *c, const dgi_aff *aff, dg_node_id to
 			else
 				hi = mid;
 		}
-		if (lo == nc || cand[lo] != p || seen[lo])
+		if (lo == nc || cand[lo] != p || seen[lo] || !owned_by(aff, cand[lo], to))
 			continue; /* not asked of it, or said twice */
-		for (uint32_t j = 0; j < aff->copies; j++)
-			if (dgi_aff_owner(aff, cand[lo], j) == to) {
-				seen[lo] = 1;
-				if (got[lo] < UINT8_MAX)
-					got[lo]++;
-				break;
-			}
+		seen[lo] = 1;
+		if (got[lo] < UINT8_MAX)
+			got[lo]++;
 	}
 }
 
