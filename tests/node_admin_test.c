@@ -630,6 +630,23 @@ static void test_nodes(void **state)
 	cli_close(&k);
 }
 
+/* The cache `name` on every node, rebalanced; node 0's handle. */
+static dg_cache *cache_everywhere(const char *name)
+{
+	dg_cache *first = NULL;
+	for (int i = 0; i < NNODES; i++) {
+		dg_cache *c;
+		uint64_t end = now_ms() + 5000;
+		while (dg_cache_get_by_name(nodes[i], name, &c) != DG_OK && now_ms() < end)
+			sleep_ms(20);
+		OK(dg_cache_get_by_name(nodes[i], name, &c));
+		OK(dg_cache_wait_rebalanced(c, 10000));
+		if (i == 0)
+			first = c;
+	}
+	return first;
+}
+
 /* The cache "adm" (backups 1) made through node 0's endpoint, rebalanced. */
 static void make_cache(cli *k)
 {
@@ -638,14 +655,7 @@ static void make_cache(cli *k)
 	cJSON *r = cli_ok(k, "cache.create", a);
 	assert_string_equal(S(jstr(result(r), "created")), "adm");
 	cJSON_Delete(r);
-	for (int i = 0; i < NNODES; i++) {
-		dg_cache *c;
-		uint64_t end = now_ms() + 5000;
-		while (dg_cache_get_by_name(nodes[i], "adm", &c) != DG_OK && now_ms() < end)
-			sleep_ms(20);
-		OK(dg_cache_get_by_name(nodes[i], "adm", &c));
-		OK(dg_cache_wait_rebalanced(c, 10000));
-	}
+	cache_everywhere("adm");
 }
 
 static void test_cache_commands(void **state)
@@ -894,17 +904,7 @@ static void test_tx_list_and_kill(void **state)
 	cJSON_AddNumberToObject(a, "backups", 1);
 	cJSON *r = cli_ok(&k0, "cache.create", a);
 	cJSON_Delete(r);
-	dg_cache *c0 = NULL;
-	for (int i = 0; i < NNODES; i++) {
-		dg_cache *c;
-		uint64_t end = now_ms() + 5000;
-		while (dg_cache_get_by_name(nodes[i], "admtx", &c) != DG_OK && now_ms() < end)
-			sleep_ms(20);
-		OK(dg_cache_get_by_name(nodes[i], "admtx", &c));
-		OK(dg_cache_wait_rebalanced(c, 10000));
-		if (i == 0)
-			c0 = c;
-	}
+	dg_cache *c0 = cache_everywhere("admtx");
 	/* a key whose primary is not node 0 (the near node) */
 	static char key[16];
 	uint64_t owners[8];

@@ -2393,15 +2393,22 @@ static void h_kill(dgi_txsvc *s, const dg_msg_in *in)
 	kill_victim(s, &v, m->flags & DGI_TXK_ADMIN ? DG_ERR_TX_ROLLED_BACK : DG_ERR_DEADLOCK);
 }
 
-void dgi_txsvc_kill(dgi_txsvc *s, const dgi_txid *tx, int64_t flags)
+/* The other nodes of the current topology (as the fence knows them). */
+static uint32_t other_nodes(dgi_txsvc *s, uint64_t ids[FENCE_NODES])
 {
-	uint64_t ids[FENCE_NODES];
-	uint32_t nids = 0;
+	uint32_t n = 0;
 	pthread_mutex_lock(&s->fmu);
 	for (uint32_t i = 0; i < s->f.n; i++)
 		if (s->f.ids[i] != s->self)
-			ids[nids++] = s->f.ids[i];
+			ids[n++] = s->f.ids[i];
 	pthread_mutex_unlock(&s->fmu);
+	return n;
+}
+
+void dgi_txsvc_kill(dgi_txsvc *s, const dgi_txid *tx, int64_t flags)
+{
+	uint64_t ids[FENCE_NODES];
+	uint32_t nids = other_nodes(s, ids);
 	dgi_msg_tx_ctl kill = { (int64_t)tx->node, (int64_t)tx->seq, flags, 0, 0 };
 	for (uint32_t j = 0; j < nids; j++)
 		dg_tp_send(s->tp, ids[j], DGI_MSG_TX_KILL, &kill);
@@ -2465,12 +2472,7 @@ static void deadlock_tick(dgi_txsvc *s)
 		decode_edges(b->data, (uint32_t)b->len, &es, &n, &ecap);
 	nlocal = n;
 	uint64_t ids[FENCE_NODES];
-	uint32_t nids = 0;
-	pthread_mutex_lock(&s->fmu);
-	for (uint32_t i = 0; i < s->f.n; i++)
-		if (s->f.ids[i] != s->self)
-			ids[nids++] = s->f.ids[i];
-	pthread_mutex_unlock(&s->fmu);
+	uint32_t nids = other_nodes(s, ids);
 	for (uint32_t i = 0; i < nids; i++) {
 		dgi_msg_tx_ctl q = { 0, 0, 0, 0, 0 };
 		dg_msg_raw r;
