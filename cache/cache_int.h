@@ -319,7 +319,7 @@ static inline void dgi_cfg_to_msg(const dg_cache_config *c, dgi_msg_cfg *m)
 	m->ttl_ms = (int64_t)c->ttl_ms;
 }
 
-/* ---- caches and the grid (grid.c, ops.c, rebalance.c) ---- */
+/* ---- caches and the grid (grid.c, the operations, rebalance.c) ---- */
 
 struct dg_cache {
 	dgi_grid *g;
@@ -401,7 +401,7 @@ struct dgi_grid {
 	int64_t persisted_topver;      /* highest topology version written to meta */
 	struct fut_stripe futs[FUT_STRIPES];
 	_Atomic uint64_t next_fut, next_seq;
-	int slot;                      /* in ops.c's grid table: fut ids' top byte */
+	int slot;                      /* in fut.c's grid table: fut ids' top byte */
 	/* worker pool */
 	pthread_mutex_t jmu;
 	pthread_cond_t jcv;
@@ -428,12 +428,103 @@ dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ops.c: message handlers and the update protocol */
+/* ---- the operations (update.c, primary.c, read.c, fut.c, api.c, txapi.c) ---- */
+
+/* update.c: the message handlers of every operation (and the grid's slot
+ * in the future table), registered on the grid's transport. */
 void dgi_ops_register(dgi_grid *g);
 void dgi_ops_unregister(dgi_grid *g);
+void dgi_primary_register(dgi_grid *g);    /* primary.c: UPDATE, BACKUP, BACKUP_ACK */
+void dgi_read_register(dgi_grid *g);       /* read.c: GET */
+/* Runs a job of the worker pool (an UPDATE or BACKUP of a persistent cache). */
 void dgi_ops_run_job(dgi_grid *g, struct job *j);
+
+/* fut.c: futures.  The stripe of id; init (a new id, old: where a
+ * GET_AND_PUT's previous value goes), link, unlink and find (stripe
+ * locked), complete when all arrived (stripe locked), an ack from a
+ * backup, the backups the primary named, and the wait until deadline
+ * (monotonic ms; unlinks on timeout: DG_ERR_TIMEOUT). */
+struct fut_stripe *dgi_fut_stripe(dgi_grid *g, uint64_t id);
+void dgi_fut_init(dgi_grid *g, struct fut *f, dg_buf *old);
+void dgi_fut_add(dgi_grid *g, struct fut *f);
+void dgi_fut_unlink(struct fut_stripe *s, struct fut *f);
+struct fut *dgi_fut_find(struct fut_stripe *s, uint64_t id);
+void dgi_fut_check(struct fut_stripe *s, struct fut *f);
+void dgi_fut_ack(struct fut *f, dg_node_id from);
+void dgi_fut_expect(struct fut *f, const dg_node_id *ids, uint32_t n);
+dg_err dgi_fut_wait(dgi_grid *g, struct fut *f, uint64_t deadline);
 /* A topology dropped nodes: futures stop waiting for their acks. */
 void dgi_futs_forget(dgi_grid *g, const dg_topology *now);
+/* The process-wide table of grids that future ids name (top byte). */
+void dgi_fut_grid_register(dgi_grid *g);
+void dgi_fut_grid_unregister(dgi_grid *g);
+dgi_grid *dgi_fut_grid(uint64_t id);
+
+/* One update as the primary sees it (primary.c), built by the originator
+ * (local primary) or from an UPDATE message. */
+struct upd {
+	int op;
+	dg_write_sync sync;
+	uint64_t hash;
+	uint32_t part;
+	int64_t topver;              /* the sender's */
+	const uint8_t *key;
+	uint32_t klen;
+	const uint8_t *val;
+	uint32_t vlen;
+	uint64_t op_node, op_seq;
+	uint64_t fut;                /* at op_node; 0: no acks */
+	/* results */
+	int64_t flag;
+	dg_buf *old;                 /* the previous value (encoded), or NULL */
+	bool had;
+	uint32_t nbackups;
+	dg_node_id backups[DGI_MAX_COPIES];
+};
+
+/* An entry that is neither a tombstone nor expired at wall (ms; 0: do
+ * not look at expiry times). */
+static inline bool dgi_entry_live(const dgi_entry *e, int64_t wall)
+{
+	return e != NULL && !(e->flags & DGI_ENTRY_TOMB) &&
+	    (e->expire_ms == 0 || e->expire_ms > wall);
+}
+
+/* primary.c.  Applies an update as the primary: DG_ERR_REMAP when this
+ * node is not the primary under the sender's topology version. */
+dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u);
+/* Writes key's next version as its primary (partition locked; e: the key's
+ * entry or NULL; val NULL: a removal, kept as a tombstone): persists
+ * first, then applies; *ver and *expire: the new version and expiry. */
+dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry *e,
+    int64_t topver, uint64_t hash, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire);
+
+/* update.c: the originator.  dgi_update_op runs an update (OP_*) from this
+ * node, retrying after remaps up to request_timeout_ms; dgi_update is the
+ * same, timed in the cache's latency histogram. */
+dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old);
+dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old);
+/* After a remap: a short pause (the topology this node maps on is behind
+ * or ahead of the primary's).  DG_ERR_TIMEOUT past deadline. */
+dg_err dgi_wait_topology_change(dgi_grid *g, int64_t seen, uint64_t deadline);
+/* Errors after which an operation maps its key again and retries. */
+bool dgi_retriable(dg_err e);
+/* Records an operation of kind begun at t0 (dgi_now_ns) in c's latency
+ * histogram, unless e is DG_ERR_INVAL (no operation); returns e. */
+dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e);
+
+/* read.c: reads the encoded value of key into out (unwrap: the bytes
+ * inside a BYTES value); dgi_get_enc is the same, timed.  DG_ERR_NOT_FOUND. */
+dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap);
+dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap);
+
+/* api.c: appends p/n to out (out NULL: nothing); appends the byte string
+ * inside an encoded BYTES value to out. */
+dg_err dgi_append(dg_buf *out, const uint8_t *p, size_t n);
+dg_err dgi_unwrap_to(const uint8_t *enc, size_t len, dg_buf *out);
 /* Applies a copy (backup, rebalancing): only when newer; tombstone when
  * val is NULL and the partition is MOVING, else a removal.  Persists.
  * Caller holds no lock. */

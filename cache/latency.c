@@ -1,7 +1,7 @@
 /*
  * latency.c — operation latency histograms (cache.h, "operation latency"):
  * the bucket bounds, reading a cache's counters, quantiles.  Recording is
- * dgi_lat_add (cache_int.h), inlined into the operations in ops.c.
+ * dgi_lat_add (cache_int.h), inlined into the operations (update.c, read.c, api.c).
  */
 #include "cache_int.h"
 

@@ -1,0 +1,252 @@
+/*
+ * read.c — reads: local when this node owns a copy (the primary, or a
+ * backup when read_from_backup allows), else from the primary.  A MOVING
+ * owner answers what it holds and asks its supplier for the rest.
+ */
+#include "cache_int.h"
+#include "marshal/marshal_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- reads ---- */
+
+/* Appends a stored value to out: whole, or (unwrap) the byte string inside
+ * its BYTES encoding — what the raw API returns, copied once. */
+static dg_err put_value(dg_buf *out, const uint8_t *v, uint32_t n, bool unwrap)
+{
+	if (out == NULL)
+		return DG_OK;
+	return unwrap ? dgi_unwrap_to(v, n, out) : dgi_append(out, v, n);
+}
+
+
+
+struct get_wait {
+	sem_t sem;
+	dg_err err;
+	bool found;
+	dg_buf *out;
+	bool unwrap;
+};
+
+static void on_get_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct get_wait *w = ctx;
+	if (err == DG_OK) {
+		const dgi_msg_get_res *r = reply->body;
+		w->found = r->found != 0;
+		if (w->found && r->val.ptr != NULL)
+			err = put_value(w->out, r->val.ptr, r->val.len, w->unwrap);
+	}
+	w->err = err;
+	sem_post(&w->sem);
+}
+
+static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_buf *out,
+    uint64_t deadline, bool unwrap)
+{
+	struct get_wait w = { .err = DG_OK, .found = false, .out = out, .unwrap = unwrap };
+	uint64_t now = dgi_now_ms();
+	if (now >= deadline)
+		return DG_ERR_TIMEOUT;
+	sem_init(&w.sem, 0, 0);
+	dg_err e = dg_tp_request(g->tp, to, DGI_MSG_GET, m, (uint32_t)(deadline - now),
+	    on_get_res, &w);
+	if (e == DG_OK) {
+		while (sem_wait(&w.sem) != 0)
+			;
+		e = w.err;
+	}
+	sem_destroy(&w.sem);
+	if (e == DG_OK && !w.found)
+		e = DG_ERR_NOT_FOUND;
+	return e;
+}
+
+/* Local read of an owned copy.  DG_ERR_NOT_READY: MOVING and not held. */
+static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, dg_buf *out, bool supplier, bool unwrap)
+{
+	dgi_part *pt = &c->parts[part];
+	dg_err e;
+	pthread_mutex_lock(&pt->mu);
+	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
+	if (st == P_LOST && !supplier) {
+		e = DG_ERR_PARTITION_LOST;
+	} else if (st == P_NONE && !supplier) {
+		e = DG_ERR_REMAP;
+	} else {
+		dgi_entry *en = dgi_part_find(pt, hash, key, klen);
+		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
+		if (st == P_MOVING && !supplier && (en == NULL || en->ver.topver < pt->moving_topver))
+			e = DG_ERR_NOT_READY; /* the supplier has it, or a newer copy of it */
+		else if (dgi_entry_live(en, wall))
+			e = put_value(out, dgi_entry_val(en), en->vlen, unwrap);
+		else
+			e = DG_ERR_NOT_FOUND;
+	}
+	pthread_mutex_unlock(&pt->mu);
+	return e;
+}
+
+/* Reads the encoded value of key into out (unwrap: the bytes inside a BYTES
+ * value), untimed.  DG_ERR_NOT_FOUND. */
+dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
+{
+	if (c == NULL || key == NULL || klen == 0 || klen > DG_KEY_MAX)
+		return DG_ERR_INVAL;
+	dgi_grid *g = c->g;
+	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) {
+		dg_err te = g->tx_hook(g->tx_hook_ctx, c, DGI_CACHE_OP_GET, key, klen, NULL, 0, out,
+		    unwrap, NULL);
+		if (te != DG_ERR__COUNT)
+			return te; /* read inside the thread's tx */
+	}
+	uint64_t hash = dgi_key_hash(key, klen);
+	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
+	uint64_t deadline = 0;
+	size_t len0 = out != NULL ? out->len : 0;
+	for (;;) {
+		if (atomic_load_explicit(&c->dead, memory_order_relaxed))
+			return DG_ERR_CLOSED;
+		if (atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+			return DG_ERR_PARTITION_LOST;
+		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+		int64_t seen = atomic_load(&g->topver);
+		dg_err e = DG_ERR_NOT_READY;
+		if (out != NULL)
+			out->len = len0;
+		if (aff != NULL) {
+			int role = dgi_aff_role(aff, part, g->self);
+			dg_node_id primary = dgi_aff_owner(aff, part, 0);
+			e = DG_ERR_REMAP;
+			if (role == 0 || (role > 0 && c->cfg.read_from_backup))
+				e = local_get(c, part, hash, key, (uint32_t)klen, out, false, unwrap);
+			if (e == DG_ERR_NOT_READY) {
+				/* MOVING: the supplier has what this copy lacks */
+				dgi_part *pt = &c->parts[part];
+				pthread_mutex_lock(&pt->mu);
+				dg_node_id sup = pt->supplier;
+				pthread_mutex_unlock(&pt->mu);
+				if (deadline == 0)
+					deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
+				dgi_msg_get m = { c->id, part, aff->topver, DGI_GET_SUPPLIER,
+					{ key, (uint32_t)klen } };
+				e = sup != 0 ? remote_get(g, sup, &m, out, deadline, unwrap) :
+				    DG_ERR_NOT_READY;
+			} else if (e == DG_ERR_REMAP && primary != 0 && primary != g->self) {
+				if (deadline == 0)
+					deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
+				dgi_msg_get m = { c->id, part, aff->topver, 0, { key, (uint32_t)klen } };
+				e = remote_get(g, primary, &m, out, deadline, unwrap);
+			}
+		}
+		if (e == DG_OK) {
+			atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
+			return DG_OK;
+		}
+		if (e == DG_ERR_NOT_FOUND) {
+			atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
+			return e;
+		}
+		if (!dgi_retriable(e) && e != DG_ERR_TIMEOUT)
+			return e;
+		if (deadline == 0)
+			deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
+		if (e == DG_ERR_TIMEOUT || dgi_now_ms() >= deadline)
+			return DG_ERR_TIMEOUT;
+		atomic_fetch_add_explicit(&c->remaps, 1, memory_order_relaxed);
+		if (dgi_wait_topology_change(g, seen, deadline) != DG_OK)
+			return DG_ERR_TIMEOUT;
+	}
+}
+
+/* A read started by a single-key call on this node, timed. */
+dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
+{
+	uint64_t t0 = dgi_now_ns();
+	return dgi_timed(c, DG_OP_GET, t0, dgi_get_op(c, key, klen, out, unwrap));
+}
+
+/* A GET forwarded by a MOVING primary to its supplier: the answer goes
+ * back to the original requester. */
+struct fwd {
+	dgi_grid *g;
+	dg_msg_in in;
+};
+
+static void on_fwd_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct fwd *f = ctx;
+	if (err == DG_OK)
+		dg_tp_reply(f->g->tp, &f->in, DGI_MSG_GET_RES, reply->body);
+	else
+		dg_tp_reply_error(f->g->tp, &f->in, err == DG_ERR_NOT_FOUND ? err : DG_ERR_NOT_READY);
+	dgi_free(f);
+}
+
+static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_get *m = in->body;
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
+	if (c == NULL || m->key.ptr == NULL || m->key.len == 0 || m->part < 0 ||
+	    (uint64_t)m->part >= c->cfg.partitions) {
+		/* an unknown cache: this node joined and has not learnt it yet
+		 * (not "no such key"): the reader retries */
+		dg_tp_reply_error(tp, in, c == NULL ? DG_ERR_NOT_READY : DG_ERR_INVAL);
+		return;
+	}
+	uint32_t part = (uint32_t)m->part;
+	uint64_t hash = dgi_key_hash(m->key.ptr, m->key.len);
+	dgi_part *pt = &c->parts[part];
+	dgi_msg_get_res r = { 0, { NULL, 0 } };
+	dg_err e;
+	bool supplier = (m->flags & DGI_GET_SUPPLIER) != 0;
+	pthread_mutex_lock(&pt->mu);
+	int st = atomic_load(&pt->state);
+	dg_node_id sup = pt->supplier;
+	if (st == P_LOST && !supplier) {
+		e = DG_ERR_PARTITION_LOST;
+	} else if (st == P_NONE && !supplier) {
+		e = DG_ERR_REMAP;
+	} else {
+		dgi_entry *en = dgi_part_find(pt, hash, m->key.ptr, m->key.len);
+		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
+		e = DG_OK;
+		if (dgi_entry_live(en, wall)) {
+			r.found = 1;
+			r.val = (dg_bytes){ dgi_entry_val(en), en->vlen };
+		} else if (en == NULL && st == P_MOVING && !supplier) {
+			e = DG_ERR_NOT_READY;
+		}
+	}
+	if (e == DG_OK)
+		dg_tp_reply(tp, in, DGI_MSG_GET_RES, &r); /* encoded under the lock: r views the entry */
+	pthread_mutex_unlock(&pt->mu);
+	if (e == DG_ERR_NOT_READY && sup != 0) {
+		struct fwd *f = dgi_alloc(sizeof(*f));
+		dgi_msg_get fm = *m;
+		fm.flags = DGI_GET_SUPPLIER;
+		if (f != NULL) {
+			f->g = g;
+			f->in = *in;
+			f->in.body = NULL;
+			if (dg_tp_request(tp, sup, DGI_MSG_GET, &fm, g->cfg.request_timeout_ms,
+			    on_fwd_res, f) == DG_OK)
+				return;
+			dgi_free(f);
+		}
+	}
+	if (e != DG_OK)
+		dg_tp_reply_error(tp, in, e);
+}
+
+void dgi_read_register(dgi_grid *g)
+{
+	dg_tp_handle(g->tp, DGI_MSG_GET, on_get, g);
+}
+

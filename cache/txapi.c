@@ -1,0 +1,138 @@
+/*
+ * txapi.c — what transactions (txn/) use of the grid (cache.h, "what
+ * transactions use"): keys' partitions and owners, reads, writes and
+ * copies on a primary or backup under the partition lock.
+ */
+#include "cache_int.h"
+#include "marshal/marshal_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void dgi_grid_set_tx_hook(dgi_grid *g, dgi_tx_op_fn fn, void *ctx)
+{
+	g->tx_hook_ctx = ctx;
+	g->tx_hook = fn;
+}
+
+dg_cache *dgi_grid_cache_by_id(dgi_grid *g, uint32_t id)
+{
+	return dgi_grid_cache(g, id);
+}
+
+uint64_t dgi_grid_self(const dgi_grid *g)
+{
+	return g->self;
+}
+
+int64_t dgi_grid_topver(const dgi_grid *g)
+{
+	return atomic_load(&((dgi_grid *)g)->topver);
+}
+
+uint32_t dgi_cache_id_of(const dg_cache *c)
+{
+	return c->id;
+}
+
+uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
+    uint64_t *hash)
+{
+	*hash = dgi_key_hash(key, klen);
+	return dgi_part_of(*hash, c->cfg.partitions);
+}
+
+uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver)
+{
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	*topver = 0;
+	if (aff == NULL || part >= aff->parts)
+		return 0;
+	*topver = aff->topver;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < aff->copies && n < DGI_MAX_COPIES; i++) {
+		dg_node_id o = dgi_aff_owner(aff, part, i);
+		if (o != 0)
+			out[n++] = o;
+	}
+	return n;
+}
+
+dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
+{
+	dgi_grid *g = c->g;
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	*found = false;
+	*ver = (dgi_pver){ 0, 0, 0, 0 };
+	if (part >= c->cfg.partitions)
+		return DG_ERR_INVAL;
+	bool any_role = topver == 0;
+	if (!any_role && (aff == NULL || aff->topver != topver ||
+	    dgi_aff_owner(aff, part, 0) != g->self))
+		return DG_ERR_REMAP;
+	if (!any_role && atomic_load_explicit(&g->leaving, memory_order_relaxed))
+		return DG_ERR_NOT_READY;
+	dgi_part *pt = &c->parts[part];
+	dg_err err = DG_OK;
+	pthread_mutex_lock(&pt->mu);
+	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
+	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
+	if (st == P_LOST || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+		err = DG_ERR_PARTITION_LOST;
+	else if (st == P_NONE && !(any_role && e != NULL))
+		err = any_role ? DG_ERR_NOT_READY : DG_ERR_REMAP;
+	else if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver))
+		err = DG_ERR_NOT_READY; /* the supplier may hold it, or a newer copy:
+		                           retry once it arrived */
+	if (err == DG_OK && e != NULL) {
+		*ver = e->ver;
+		if (dgi_entry_live(e, dgi_wall_ms())) {
+			*found = true;
+			err = dgi_append(val, dgi_entry_val(e), e->vlen);
+		}
+	}
+	pthread_mutex_unlock(&pt->mu);
+	return err;
+}
+
+dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
+    dgi_pver *ver, int64_t *expire_ms)
+{
+	dgi_grid *g = c->g;
+	if (part >= c->cfg.partitions)
+		return DG_ERR_INVAL;
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	int64_t topver = aff != NULL ? aff->topver : atomic_load(&g->topver);
+	dgi_part *pt = &c->parts[part];
+	pthread_mutex_lock(&pt->mu);
+	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
+	dg_err err = DG_OK;
+	if (e != NULL && e->op_node == tx_node && e->op_seq == tx_seq) {
+		*ver = e->ver; /* this tx's write, applied already */
+		*expire_ms = e->expire_ms;
+	} else {
+		err = dgi_write_new_version(g, c, part, e, topver, hash, key, klen, val, vlen, tx_node,
+		    tx_seq, ver, expire_ms);
+	}
+	if (val != NULL)
+		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&pt->mu);
+	return err;
+}
+
+dg_err dgi_cache_tx_copy(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
+    int64_t expire_ms, uint64_t tx_node, uint64_t tx_seq)
+{
+	if (part >= c->cfg.partitions)
+		return DG_ERR_INVAL;
+	return dgi_apply_copy(c->g, c, part, hash, key, klen, val, vlen, ver, expire_ms, tx_node,
+	    tx_seq);
+}
+
