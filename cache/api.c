@@ -45,7 +45,7 @@ dg_err dg_bytes_of(const uint8_t *enc, size_t len, const uint8_t **p, size_t *n)
 
 /* A BYTES encoding of p/n in stack memory when it fits, else in a
  * per-thread buffer reused by later calls. */
-static _Thread_local dg_buf tl_bufs[2];
+static _Thread_local dg_buf tl_bufs[3]; /* key, value, expected value */
 
 static const uint8_t *enc_in(int which, uint8_t *stack, size_t cap, const void *p,
     size_t n, size_t *len)
@@ -116,7 +116,7 @@ dg_err dg_cache_put(dg_cache *c, const void *key, size_t klen, const void *val, 
 {
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
-	return dgi_update(c, OP_PUT, kenc, kenc_len, venc, venc_len, NULL, NULL);
+	return dgi_update(c, OP_PUT, kenc, kenc_len, NULL, 0, venc, venc_len, NULL, NULL);
 }
 
 dg_err dg_cache_put_if_absent(dg_cache *c, const void *key, size_t klen, const void *val,
@@ -125,7 +125,7 @@ dg_err dg_cache_put_if_absent(dg_cache *c, const void *key, size_t klen, const v
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_PUT_IF_ABSENT, kenc, kenc_len, venc, venc_len, &flag, NULL);
+	dg_err e = dgi_update(c, OP_PUT_IF_ABSENT, kenc, kenc_len, NULL, 0, venc, venc_len, &flag, NULL);
 	if (put != NULL)
 		*put = e == DG_OK && flag;
 	return e;
@@ -137,7 +137,7 @@ dg_err dg_cache_replace(dg_cache *c, const void *key, size_t klen, const void *v
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REPLACE, kenc, kenc_len, venc, venc_len, &flag, NULL);
+	dg_err e = dgi_update(c, OP_REPLACE, kenc, kenc_len, NULL, 0, venc, venc_len, &flag, NULL);
 	if (replaced != NULL)
 		*replaced = e == DG_OK && flag;
 	return e;
@@ -151,7 +151,7 @@ dg_err dg_cache_get_and_put(dg_cache *c, const void *key, size_t klen, const voi
 	int64_t flag = 0;
 	dg_buf tmp;
 	dg_buf_init(&tmp);
-	dg_err e = dgi_update(c, OP_GET_AND_PUT, kenc, kenc_len, venc, venc_len, &flag, &tmp);
+	dg_err e = dgi_update(c, OP_GET_AND_PUT, kenc, kenc_len, NULL, 0, venc, venc_len, &flag, &tmp);
 	if (had != NULL)
 		*had = e == DG_OK && flag;
 	if (e == DG_OK && flag && old != NULL)
@@ -164,10 +164,49 @@ dg_err dg_cache_remove(dg_cache *c, const void *key, size_t klen, bool *removed)
 {
 	ENC_KEY(key, klen);
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REMOVE, kenc, kenc_len, NULL, 0, &flag, NULL);
+	dg_err e = dgi_update(c, OP_REMOVE, kenc, kenc_len, NULL, 0, NULL, 0, &flag, NULL);
 	if (removed != NULL)
 		*removed = e == DG_OK && flag;
 	return e;
+}
+
+#define ENC_EXP(exp, elen)                                                     \
+	uint8_t est[VAL_STACK];                                                \
+	size_t eenc_len;                                                       \
+	if ((exp == NULL && elen != 0) || elen > DG_VALUE_MAX - 8)             \
+		return DG_ERR_INVAL;                                           \
+	const uint8_t *eenc = enc_in(2, est, sizeof(est), exp ? exp : (const void *)"", \
+	    elen, &eenc_len);                                                  \
+	if (eenc == NULL)                                                      \
+		return DG_ERR_NOMEM
+
+/* A compare-and-set (OP_REPLACE_IF_EQ, OP_REMOVE_IF_EQ) of encoded values:
+ * *done (optional) is the flag. */
+static dg_err cas(dg_cache *c, int op, const uint8_t *key, size_t klen, const uint8_t *exp,
+    size_t elen, const uint8_t *val, size_t vlen, bool *done)
+{
+	int64_t flag = 0;
+	dg_err e = dgi_update(c, op, key, klen, exp, elen, val, vlen, &flag, NULL);
+	if (done != NULL)
+		*done = e == DG_OK && flag;
+	return e;
+}
+
+dg_err dg_cache_replace_if_equals(dg_cache *c, const void *key, size_t klen,
+    const void *expected, size_t elen, const void *val, size_t vlen, bool *replaced)
+{
+	ENC_KEY(key, klen);
+	ENC_EXP(expected, elen);
+	ENC_VAL(val, vlen);
+	return cas(c, OP_REPLACE_IF_EQ, kenc, kenc_len, eenc, eenc_len, venc, venc_len, replaced);
+}
+
+dg_err dg_cache_remove_if_equals(dg_cache *c, const void *key, size_t klen,
+    const void *expected, size_t elen, bool *removed)
+{
+	ENC_KEY(key, klen);
+	ENC_EXP(expected, elen);
+	return cas(c, OP_REMOVE_IF_EQ, kenc, kenc_len, eenc, eenc_len, NULL, 0, removed);
 }
 
 dg_err dg_cache_get(dg_cache *c, const void *key, size_t klen, dg_buf *val)
@@ -200,7 +239,7 @@ dg_err dg_cache_put_val(dg_cache *c, const uint8_t *key, size_t klen, const uint
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	return dgi_update(c, OP_PUT, key, klen, val, vlen, NULL, NULL);
+	return dgi_update(c, OP_PUT, key, klen, NULL, 0, val, vlen, NULL, NULL);
 }
 
 dg_err dg_cache_get_val(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *val)
@@ -215,7 +254,7 @@ dg_err dg_cache_remove_val(dg_cache *c, const uint8_t *key, size_t klen, bool *r
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK)
 		return DG_ERR_INVAL;
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REMOVE, key, klen, NULL, 0, &flag, NULL);
+	dg_err e = dgi_update(c, OP_REMOVE, key, klen, NULL, 0, NULL, 0, &flag, NULL);
 	if (removed != NULL)
 		*removed = e == DG_OK && flag;
 	return e;
@@ -227,7 +266,7 @@ dg_err dg_cache_put_if_absent_val(dg_cache *c, const uint8_t *key, size_t klen,
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_PUT_IF_ABSENT, key, klen, val, vlen, &flag, NULL);
+	dg_err e = dgi_update(c, OP_PUT_IF_ABSENT, key, klen, NULL, 0, val, vlen, &flag, NULL);
 	if (put != NULL)
 		*put = e == DG_OK && flag;
 	return e;
@@ -239,7 +278,7 @@ dg_err dg_cache_replace_val(dg_cache *c, const uint8_t *key, size_t klen,
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REPLACE, key, klen, val, vlen, &flag, NULL);
+	dg_err e = dgi_update(c, OP_REPLACE, key, klen, NULL, 0, val, vlen, &flag, NULL);
 	if (replaced != NULL)
 		*replaced = e == DG_OK && flag;
 	return e;
@@ -254,7 +293,7 @@ dg_err dg_cache_get_and_put_val(dg_cache *c, const uint8_t *key, size_t klen,
 	size_t len0 = old != NULL ? old->len : 0;
 	dg_buf tmp;
 	dg_buf_init(&tmp);
-	dg_err e = dgi_update(c, OP_GET_AND_PUT, key, klen, val, vlen, &flag, old != NULL ? old : &tmp);
+	dg_err e = dgi_update(c, OP_GET_AND_PUT, key, klen, NULL, 0, val, vlen, &flag, old != NULL ? old : &tmp);
 	if (old != NULL && (e != DG_OK || !flag))
 		old->len = len0;
 	dg_buf_free(&tmp);
@@ -270,6 +309,24 @@ dg_err dg_cache_contains_val(dg_cache *c, const uint8_t *key, size_t klen, bool 
 	dg_err e = dgi_get_enc(c, key, klen, NULL, false);
 	*present = e == DG_OK;
 	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
+}
+
+dg_err dg_cache_replace_if_equals_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *expected, size_t elen, const uint8_t *val, size_t vlen, bool *replaced)
+{
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK ||
+	    check_val(expected, elen, DG_VALUE_MAX) != DG_OK)
+		return DG_ERR_INVAL;
+	return cas(c, OP_REPLACE_IF_EQ, key, klen, expected, elen, val, vlen, replaced);
+}
+
+dg_err dg_cache_remove_if_equals_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *expected, size_t elen, bool *removed)
+{
+	if (check_val(key, klen, DG_KEY_MAX) != DG_OK ||
+	    check_val(expected, elen, DG_VALUE_MAX) != DG_OK)
+		return DG_ERR_INVAL;
+	return cas(c, OP_REMOVE_IF_EQ, key, klen, expected, elen, NULL, 0, removed);
 }
 
 /* ---- batches: one operation per key, through the raw or encoded flavour ---- */
@@ -345,7 +402,7 @@ static dg_err put_raw_one(dg_cache *c, const void *key, size_t klen, const void 
 {
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
-	return dgi_update_op(c, OP_PUT, kenc, kenc_len, venc, venc_len, NULL, NULL);
+	return dgi_update_op(c, OP_PUT, kenc, kenc_len, NULL, 0, venc, venc_len, NULL, NULL);
 }
 
 static dg_err get_raw_one(dg_cache *c, const void *key, size_t klen, dg_buf *val)
@@ -358,7 +415,7 @@ static dg_err remove_raw_one(dg_cache *c, const void *key, size_t klen, bool *re
 {
 	ENC_KEY(key, klen);
 	int64_t flag = 0;
-	dg_err e = dgi_update_op(c, OP_REMOVE, kenc, kenc_len, NULL, 0, &flag, NULL);
+	dg_err e = dgi_update_op(c, OP_REMOVE, kenc, kenc_len, NULL, 0, NULL, 0, &flag, NULL);
 	*removed = e == DG_OK && flag;
 	return e;
 }
@@ -368,7 +425,7 @@ static dg_err put_val_one(dg_cache *c, const void *key, size_t klen, const void 
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	return dgi_update_op(c, OP_PUT, key, klen, val, vlen, NULL, NULL);
+	return dgi_update_op(c, OP_PUT, key, klen, NULL, 0, val, vlen, NULL, NULL);
 }
 
 static dg_err get_val_one(dg_cache *c, const void *key, size_t klen, dg_buf *val)
@@ -383,7 +440,7 @@ static dg_err remove_val_one(dg_cache *c, const void *key, size_t klen, bool *re
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK)
 		return DG_ERR_INVAL;
 	int64_t flag = 0;
-	dg_err e = dgi_update_op(c, OP_REMOVE, key, klen, NULL, 0, &flag, NULL);
+	dg_err e = dgi_update_op(c, OP_REMOVE, key, klen, NULL, 0, NULL, 0, &flag, NULL);
 	*removed = e == DG_OK && flag;
 	return e;
 }
@@ -434,6 +491,26 @@ static dg_err enc_obj(dgi_grid *g, const dg_desc *d, const void *obj, dg_buf *b)
 	return dg_writer_finish(&w);
 }
 
+/* Encodes obj into b: in st (cap bytes) when it fits, else on the heap
+ * (obj_buf_free frees it). */
+static dg_err enc_obj_in(dgi_grid *g, const dg_desc *d, const void *obj, dg_buf *b,
+    uint8_t *st, size_t cap)
+{
+	dg_buf_init_fixed(b, st, cap);
+	dg_err e = enc_obj(g, d, obj, b);
+	if (e == DG_ERR_NOSPACE) {
+		dg_buf_init(b);
+		e = enc_obj(g, d, obj, b);
+	}
+	return e;
+}
+
+static void obj_buf_free(dg_buf *b, const uint8_t *st)
+{
+	if (b->data != st)
+		dg_buf_free(b);
+}
+
 dg_err dg_cache_put_obj(dg_cache *c, const dg_desc *kd, const void *key, const dg_desc *vd,
     const void *val)
 {
@@ -441,26 +518,14 @@ dg_err dg_cache_put_obj(dg_cache *c, const dg_desc *kd, const void *key, const d
 		return DG_ERR_INVAL;
 	uint8_t kst[KEY_STACK], vst[VAL_STACK];
 	dg_buf kb, vb;
-	dg_buf_init_fixed(&kb, kst, sizeof(kst));
-	dg_buf_init_fixed(&vb, vst, sizeof(vst));
-	dg_err e = enc_obj(c->g, kd, key, &kb);
-	if (e == DG_ERR_NOSPACE) {
-		dg_buf_init(&kb);
-		e = enc_obj(c->g, kd, key, &kb);
-	}
-	if (e == DG_OK) {
-		e = enc_obj(c->g, vd, val, &vb);
-		if (e == DG_ERR_NOSPACE) {
-			dg_buf_init(&vb);
-			e = enc_obj(c->g, vd, val, &vb);
-		}
-	}
+	dg_err e = enc_obj_in(c->g, kd, key, &kb, kst, sizeof(kst));
+	dg_err ve = enc_obj_in(c->g, vd, val, &vb, vst, sizeof(vst));
+	if (e == DG_OK)
+		e = ve;
 	if (e == DG_OK)
 		e = dg_cache_put_val(c, kb.data, kb.len, vb.data, vb.len);
-	if (kb.data != kst)
-		dg_buf_free(&kb);
-	if (vb.data != vst)
-		dg_buf_free(&vb);
+	obj_buf_free(&kb, kst);
+	obj_buf_free(&vb, vst);
 	return e;
 }
 
@@ -471,21 +536,54 @@ dg_err dg_cache_get_obj(dg_cache *c, const dg_desc *kd, const void *key, const d
 		return DG_ERR_INVAL;
 	uint8_t kst[KEY_STACK];
 	dg_buf kb, vb;
-	dg_buf_init_fixed(&kb, kst, sizeof(kst));
-	dg_err e = enc_obj(c->g, kd, key, &kb);
-	if (e == DG_ERR_NOSPACE) {
-		dg_buf_init(&kb);
-		e = enc_obj(c->g, kd, key, &kb);
-	}
+	dg_err e = enc_obj_in(c->g, kd, key, &kb, kst, sizeof(kst));
 	dg_buf_init(&vb);
 	if (e == DG_OK)
 		e = dgi_get_enc(c, kb.data, kb.len, &vb, false);
 	if (e == DG_OK)
 		e = dg_decode_object(c->g->reg, vd, vb.data, vb.len, val, arena);
-	if (kb.data != kst)
-		dg_buf_free(&kb);
+	obj_buf_free(&kb, kst);
 	dg_buf_free(&vb);
 	return e;
+}
+
+/* The compare-and-set calls on structs: key, expected and (val NULL: a
+ * removal) the new value, each encoded once. */
+static dg_err cas_obj(dg_cache *c, int op, const dg_desc *kd, const void *key,
+    const dg_desc *vd, const void *expected, const void *val, bool *done)
+{
+	if (c == NULL || kd == NULL || key == NULL || vd == NULL || expected == NULL ||
+	    (op == OP_REPLACE_IF_EQ && val == NULL))
+		return DG_ERR_INVAL;
+	uint8_t kst[KEY_STACK], est[VAL_STACK], vst[VAL_STACK];
+	dg_buf kb, eb, vb;
+	dg_err e = enc_obj_in(c->g, kd, key, &kb, kst, sizeof(kst));
+	dg_err ee = enc_obj_in(c->g, vd, expected, &eb, est, sizeof(est));
+	dg_err ve = DG_OK;
+	dg_buf_init_fixed(&vb, vst, sizeof(vst));
+	if (val != NULL)
+		ve = enc_obj_in(c->g, vd, val, &vb, vst, sizeof(vst));
+	if (e == DG_OK)
+		e = ee != DG_OK ? ee : ve;
+	if (e == DG_OK)
+		e = cas(c, op, kb.data, kb.len, eb.data, eb.len, val != NULL ? vb.data : NULL,
+		    vb.len, done);
+	obj_buf_free(&kb, kst);
+	obj_buf_free(&eb, est);
+	obj_buf_free(&vb, vst);
+	return e;
+}
+
+dg_err dg_cache_replace_if_equals_obj(dg_cache *c, const dg_desc *kd, const void *key,
+    const dg_desc *vd, const void *expected, const void *val, bool *replaced)
+{
+	return cas_obj(c, OP_REPLACE_IF_EQ, kd, key, vd, expected, val, replaced);
+}
+
+dg_err dg_cache_remove_if_equals_obj(dg_cache *c, const dg_desc *kd, const void *key,
+    const dg_desc *vd, const void *expected, bool *removed)
+{
+	return cas_obj(c, OP_REMOVE_IF_EQ, kd, key, vd, expected, NULL, removed);
 }
 
 /* ---- idle verify's test hook (cache.h, "idle verify") ---- */

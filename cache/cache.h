@@ -95,6 +95,25 @@ DG_API dg_err dg_cache_get_and_put(dg_cache *c, const void *key, size_t klen,
 DG_API dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen,
     bool *present);
 
+/* Compare-and-set: puts val only when the key holds exactly expected (the
+ * same bytes; an absent key equals nothing); *replaced (optional) says
+ * whether it did.  The compare and the write are one atomic step on the
+ * key's primary, and the write reaches the backups like any put (FULL_SYNC:
+ * every owner applied it before the call returns).  On a TRANSACTIONAL
+ * cache it joins the thread's transaction (or runs as a one-operation
+ * one), comparing under the key's lock.  A retry inside the call (after a
+ * topology change or a primary's failure) is applied at most once and
+ * reports the same flag.  expected: 0..DG_VALUE_MAX-8 bytes, val as put's.
+ * Errors: as dg_cache_put.  Of a write's errors, DG_ERR_TIMEOUT (and
+ * DG_ERR_TX_UNKNOWN on a TRANSACTIONAL cache) leave the outcome unknown;
+ * every other error means nothing was written. */
+DG_API dg_err dg_cache_replace_if_equals(dg_cache *c, const void *key, size_t klen,
+    const void *expected, size_t elen, const void *val, size_t vlen, bool *replaced);
+/* Removes the key only when it holds exactly expected; *removed (optional)
+ * says whether it did.  Atomic and retried as dg_cache_replace_if_equals. */
+DG_API dg_err dg_cache_remove_if_equals(dg_cache *c, const void *key, size_t klen,
+    const void *expected, size_t elen, bool *removed);
+
 /* Batches: n keys (and values); keys[i] of klens[i] bytes. */
 typedef struct dg_kv {
 	const void *key;
@@ -138,6 +157,12 @@ DG_API dg_err dg_cache_get_and_put_val(dg_cache *c, const uint8_t *key, size_t k
     const uint8_t *val, size_t vlen, dg_buf *old, bool *had);
 DG_API dg_err dg_cache_contains_val(dg_cache *c, const uint8_t *key, size_t klen,
     bool *present);
+/* Compare-and-set on encoded values: expected is an encoded value compared
+ * byte for byte with the stored one (equal values have equal encodings). */
+DG_API dg_err dg_cache_replace_if_equals_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *expected, size_t elen, const uint8_t *val, size_t vlen, bool *replaced);
+DG_API dg_err dg_cache_remove_if_equals_val(dg_cache *c, const uint8_t *key, size_t klen,
+    const uint8_t *expected, size_t elen, bool *removed);
 DG_API dg_err dg_cache_put_all_val(dg_cache *c, const dg_kv *kvs, size_t n);
 DG_API dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals,
     size_t *found);
@@ -151,6 +176,13 @@ DG_API dg_err dg_cache_put_obj(dg_cache *c, const dg_desc *kd, const void *key,
  * arena).  DG_ERR_NOT_FOUND, DG_ERR_TYPE_MISMATCH, DG_ERR_NOSPACE (arena). */
 DG_API dg_err dg_cache_get_obj(dg_cache *c, const dg_desc *kd, const void *key,
     const dg_desc *vd, void *val, dg_arena *arena);
+/* Compare-and-set on registered structs: *expected and *val are written
+ * with vd and compared as encoded values (the same struct contents, the
+ * same bytes). */
+DG_API dg_err dg_cache_replace_if_equals_obj(dg_cache *c, const dg_desc *kd, const void *key,
+    const dg_desc *vd, const void *expected, const void *val, bool *replaced);
+DG_API dg_err dg_cache_remove_if_equals_obj(dg_cache *c, const dg_desc *kd, const void *key,
+    const dg_desc *vd, const void *expected, bool *removed);
 
 /* ---- scan: every entry, a page at a time ----
  * A cursor walks the partitions in order, fetching up to page_size entries
@@ -302,10 +334,13 @@ int dgi_pver_cmp(const dgi_pver *a, const dgi_pver *b);
  * bytes inside a BYTES value); *flag: removed / put / replaced / had. */
 enum {
 	DGI_CACHE_OP_GET = 0, DGI_CACHE_OP_PUT, DGI_CACHE_OP_REMOVE,
-	DGI_CACHE_OP_PUT_IF_ABSENT, DGI_CACHE_OP_REPLACE, DGI_CACHE_OP_GET_AND_PUT
+	DGI_CACHE_OP_PUT_IF_ABSENT, DGI_CACHE_OP_REPLACE, DGI_CACHE_OP_GET_AND_PUT,
+	DGI_CACHE_OP_REPLACE_IF_EQ, DGI_CACHE_OP_REMOVE_IF_EQ
 };
+/* exp/elen: the expected encoded value of the *_IF_EQ ops (else NULL, 0). */
 typedef dg_err (*dgi_tx_op_fn)(void *ctx, dg_cache *c, int op, const uint8_t *key,
-    size_t klen, const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag);
+    size_t klen, const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen,
+    dg_buf *out, bool unwrap, int64_t *flag);
 void dgi_grid_set_tx_hook(dgi_grid *g, dgi_tx_op_fn fn, void *ctx);
 
 /* ---- what transactions (txn/) use of the grid ----

@@ -228,7 +228,8 @@ static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
 
 enum { OP_PUT = DGI_CACHE_OP_PUT, OP_REMOVE = DGI_CACHE_OP_REMOVE,
 	OP_PUT_IF_ABSENT = DGI_CACHE_OP_PUT_IF_ABSENT, OP_REPLACE = DGI_CACHE_OP_REPLACE,
-	OP_GET_AND_PUT = DGI_CACHE_OP_GET_AND_PUT };
+	OP_GET_AND_PUT = DGI_CACHE_OP_GET_AND_PUT, OP_REPLACE_IF_EQ = DGI_CACHE_OP_REPLACE_IF_EQ,
+	OP_REMOVE_IF_EQ = DGI_CACHE_OP_REMOVE_IF_EQ };
 
 typedef struct dgi_msg_update {
 	int64_t cache_id, part, topver;
@@ -237,6 +238,7 @@ typedef struct dgi_msg_update {
 	int64_t op_node, op_seq;    /* originator and its update counter */
 	int64_t fut;                /* originator's future awaiting backup acks; 0 none */
 	dg_bytes key, val;          /* val.ptr NULL: no value (remove) */
+	dg_bytes exp;               /* the *_IF_EQ ops: the expected value */
 } dgi_msg_update;
 
 typedef struct dgi_msg_update_res {
@@ -472,6 +474,8 @@ struct upd {
 	uint32_t klen;
 	const uint8_t *val;
 	uint32_t vlen;
+	const uint8_t *exp;          /* the *_IF_EQ ops: the expected value */
+	uint32_t elen;
 	uint64_t op_node, op_seq;
 	uint64_t fut;                /* at op_node; 0: no acks */
 	/* results */
@@ -504,9 +508,11 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
  * node, retrying after remaps up to request_timeout_ms; dgi_update is the
  * same, timed in the cache's latency histogram. */
 dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
-    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old);
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
+    dg_buf *old);
 dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
-    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old);
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
+    dg_buf *old);
 /* After a remap: a short pause (the topology this node maps on is behind
  * or ahead of the primary's).  DG_ERR_TIMEOUT past deadline. */
 dg_err dgi_wait_topology_change(dgi_grid *g, int64_t seen, uint64_t deadline);

@@ -46,7 +46,7 @@ static dg_err dec_run(dg_reader *r, void *body, int ni, size_t boff, int nb)
 		return dec_run(r, body, ni, offsetof(type, bfield), nb);              \
 	}
 
-RUN_CODEC(update, dgi_msg_update, 8, key, 2)
+RUN_CODEC(update, dgi_msg_update, 8, key, 3)
 RUN_CODEC(update_res, dgi_msg_update_res, 3 + DGI_MAX_COPIES - 1, old, 1)
 RUN_CODEC(backup, dgi_msg_backup, 10, key, 2)
 RUN_CODEC(backup_ack, dgi_msg_backup_ack, 2, res, 0)

@@ -126,6 +126,13 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 			u->flag = present;
 			write = present;
 			break;
+		case OP_REPLACE_IF_EQ:
+		case OP_REMOVE_IF_EQ:
+			u->flag = present && e->vlen == u->elen &&
+			    (u->elen == 0 || memcmp(dgi_entry_val(e), u->exp, u->elen) == 0);
+			write = u->flag;
+			removal = u->op == OP_REMOVE_IF_EQ;
+			break;
 		case OP_GET_AND_PUT:
 			u->flag = present;
 			u->had = present;
@@ -221,6 +228,8 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 	u.klen = m->key.len;
 	u.val = m->val.ptr;
 	u.vlen = m->val.len;
+	u.exp = m->exp.ptr;
+	u.elen = m->exp.len;
 	u.op_node = (uint64_t)m->op_node;
 	u.op_seq = (uint64_t)m->op_seq;
 	u.fut = (uint64_t)m->fut;
@@ -232,7 +241,9 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 	dg_buf old;
 	dg_buf_init(&old);
 	u.old = u.op == OP_GET_AND_PUT ? &old : NULL;
-	if (u.op != OP_REMOVE && u.val == NULL)
+	bool is_rm = u.op == OP_REMOVE || u.op == OP_REMOVE_IF_EQ;
+	bool is_cas = u.op == OP_REPLACE_IF_EQ || u.op == OP_REMOVE_IF_EQ;
+	if ((!is_rm && u.val == NULL) || (is_cas && u.exp == NULL))
 		r.res = DG_ERR_INVAL;
 	else
 		r.res = dgi_primary_apply(g, c, &u);

@@ -100,7 +100,8 @@ dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, boo
 		return DG_ERR_INVAL;
 	dgi_grid *g = c->g;
 	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) {
-		dg_err te = g->tx_hook(g->tx_hook_ctx, c, DGI_CACHE_OP_GET, key, klen, NULL, 0, out,
+		dg_err te = g->tx_hook(g->tx_hook_ctx, c, DGI_CACHE_OP_GET, key, klen, NULL, 0, NULL, 0,
+		    out,
 		    unwrap, NULL);
 		if (te != DG_ERR__COUNT)
 			return te; /* read inside the thread's tx */

@@ -78,9 +78,11 @@ dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e)
 
 /* An update, untimed (timed: update below; batches time the whole call). */
 dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
-    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old)
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
+    dg_buf *old)
 {
-	if (c == NULL || key == NULL || klen == 0 || klen > DG_KEY_MAX || vlen > DG_VALUE_MAX)
+	if (c == NULL || key == NULL || klen == 0 || klen > DG_KEY_MAX || vlen > DG_VALUE_MAX ||
+	    elen > DG_VALUE_MAX)
 		return DG_ERR_INVAL;
 	dgi_grid *g = c->g;
 	if (atomic_load_explicit(&c->dead, memory_order_relaxed))
@@ -88,7 +90,8 @@ dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
 	if (c->cfg.persistence && klen > DG_PERSIST_KEY_MAX)
 		return DG_ERR_INVAL;
 	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL)
-		return g->tx_hook(g->tx_hook_ctx, c, op, key, klen, val, vlen, old, false, flag);
+		return g->tx_hook(g->tx_hook_ctx, c, op, key, klen, exp, elen, val, vlen, old, false,
+		    flag);
 	struct upd u = { 0 };
 	u.op = op;
 	u.sync = c->cfg.write_sync;
@@ -98,9 +101,11 @@ dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
 	u.klen = (uint32_t)klen;
 	u.val = val;
 	u.vlen = (uint32_t)vlen;
+	u.exp = exp;
+	u.elen = (uint32_t)elen;
 	u.op_node = g->self;
 	u.op_seq = next_op_seq();
-	if (op == OP_REMOVE)
+	if (op == OP_REMOVE || op == OP_REMOVE_IF_EQ)
 		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
 	else
 		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
@@ -150,7 +155,8 @@ dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
 			if (deadline == 0)
 				deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 			dgi_msg_update m = { c->id, u.part, u.topver, op, u.sync, (int64_t)u.op_node,
-				(int64_t)u.op_seq, 0, { key, (uint32_t)klen }, { val, (uint32_t)vlen } };
+				(int64_t)u.op_seq, 0, { key, (uint32_t)klen }, { val, (uint32_t)vlen },
+				{ exp, (uint32_t)elen } };
 			if (u.sync == DG_FULL_ASYNC) {
 				e = dg_tp_send(g->tp, primary, DGI_MSG_UPDATE, &m);
 				if (e == DG_OK)
@@ -195,11 +201,13 @@ dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
 
 /* An update started by a single-key call on this node, timed. */
 dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
-    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old)
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
+    dg_buf *old)
 {
 	uint64_t t0 = dgi_now_ns();
-	return dgi_timed(c, op == OP_REMOVE ? DG_OP_REMOVE : DG_OP_PUT, t0,
-	    dgi_update_op(c, op, key, klen, val, vlen, flag, old));
+	bool rm = op == OP_REMOVE || op == OP_REMOVE_IF_EQ;
+	return dgi_timed(c, rm ? DG_OP_REMOVE : DG_OP_PUT, t0,
+	    dgi_update_op(c, op, key, klen, exp, elen, val, vlen, flag, old));
 }
 
 static void on_update_res(void *ctx, dg_err err, const dg_msg_in *reply)

@@ -21,12 +21,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-int dgt_intmap_tests(void);
-void dgi_node_kill(dg_node *n);
-int dgt_pstore_tests(void);
+#include "cache_test.h"
 
-#define OK(x) assert_int_equal((x), DG_OK)
-#define EXPECT(x, e) assert_int_equal((x), (e))
 
 /* ---- the partition store ---- */
 
@@ -249,7 +245,7 @@ static void on_event(void *ctx, const dg_event *ev)
 		atomic_fetch_add(&rebalanced_events, 1);
 }
 
-static dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
+dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
     const char *dir)
 {
 	dg_node_config cfg;
@@ -590,7 +586,6 @@ static void test_node_config_errors(void **state)
 	EXPECT(dg_node_start(&cfg, &n), DG_ERR_INVAL);
 }
 
-static dg_cache *cache_on(dg_node *n, const char *name);
 
 static void test_node_config_file(void **state)
 {
@@ -704,13 +699,7 @@ static void test_multi_threads_share_a_cache(void **state)
 
 /* ---- several nodes in one process ---- */
 
-struct cluster {
-	dg_node *n[5];
-	int count;
-	const char *seed;
-};
-
-static void cluster_start(struct cluster *cl, int servers, int clients)
+void cluster_start(struct cluster *cl, int servers, int clients)
 {
 	memset(cl, 0, sizeof(*cl));
 	cl->n[0] = start_node(NULL, 0, false, NULL);
@@ -737,13 +726,13 @@ static void cluster_start(struct cluster *cl, int servers, int clients)
 	}
 }
 
-static void cluster_stop(struct cluster *cl)
+void cluster_stop(struct cluster *cl)
 {
 	for (int i = cl->count - 1; i >= 0; i--)
 		dg_node_stop(cl->n[i]);
 }
 
-static dg_cache *cache_on(dg_node *n, const char *name)
+dg_cache *cache_on(dg_node *n, const char *name)
 {
 	dg_cache *c = NULL;
 	uint64_t deadline = dgi_now_ms() + 5000;
@@ -2350,5 +2339,6 @@ int main(void)
 #ifdef DGT_HAVE_PSTORE
 	failed += dgt_pstore_tests();
 #endif
+	failed += dgt_cas_tests();
 	return failed ? 1 : 0;
 }

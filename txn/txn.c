@@ -101,6 +101,7 @@ static _Thread_local dg_tx *tl_current;
 struct near_tls {
 	dg_tx *spare;
 	dg_buf kenc, venc;
+	dg_buf cas;                 /* a compare-and-set's current value */
 };
 
 static pthread_key_t near_key;
@@ -114,6 +115,7 @@ static void near_tls_free(void *p)
 		tx_destroy(t->spare);
 	dg_buf_free(&t->kenc);
 	dg_buf_free(&t->venc);
+	dg_buf_free(&t->cas);
 	dgi_free(t);
 }
 
@@ -700,7 +702,8 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 /* ---- the plain operations of TRANSACTIONAL caches (cache.h's hook) ---- */
 
 static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_t klen,
-    const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag)
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, dg_buf *out,
+    bool unwrap, int64_t *flag)
 {
 	bool found = false;
 	dg_err e;
@@ -727,6 +730,20 @@ static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_
 		if (op == DGI_CACHE_OP_PUT_IF_ABSENT)
 			found = !found;
 		break;
+	case DGI_CACHE_OP_REPLACE_IF_EQ:
+	case DGI_CACHE_OP_REMOVE_IF_EQ: {
+		dg_buf *cur = &near_tls()->cas;
+		cur->len = 0;
+		e = tx_read(tx, c, key, klen, cur, false, &found);
+		if (e != DG_OK && e != DG_ERR_NOT_FOUND)
+			return e;
+		e = DG_OK;
+		found = found && cur->len == elen && (elen == 0 || memcmp(cur->data, exp, elen) == 0);
+		if (found)
+			e = tx_write(tx, c, key, klen, op == DGI_CACHE_OP_REPLACE_IF_EQ ? val : NULL,
+			    op == DGI_CACHE_OP_REPLACE_IF_EQ ? vlen : 0, NULL);
+		break;
+	}
 	default:
 		return DG_ERR_INVAL;
 	}
@@ -739,17 +756,19 @@ static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_
  * else (writes) as a one-operation PESSIMISTIC REPEATABLE_READ tx, so it
  * takes the key's lock like any tx. */
 dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_t klen,
-    const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag)
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, dg_buf *out,
+    bool unwrap, int64_t *flag)
 {
 	if (tl_current != NULL)
-		return plain_op(tl_current, c, op, key, klen, val, vlen, out, unwrap, flag);
+		return plain_op(tl_current, c, op, key, klen, exp, elen, val, vlen, out, unwrap,
+		    flag);
 	if (op == DGI_CACHE_OP_GET)
 		return DG_ERR__COUNT; /* outside a tx: the committed value, as any read */
 	dg_tx *tx;
 	dg_err e = dgi_tx_begin(ctx, DG_PESSIMISTIC, DG_REPEATABLE_READ, 0, "implicit", &tx);
 	if (e != DG_OK)
 		return e;
-	e = plain_op(tx, c, op, key, klen, val, vlen, out, unwrap, flag);
+	e = plain_op(tx, c, op, key, klen, exp, elen, val, vlen, out, unwrap, flag);
 	if (e == DG_OK)
 		return dg_tx_commit(tx);
 	dg_tx_rollback(tx);

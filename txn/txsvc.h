@@ -242,7 +242,8 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
     uint32_t timeout_ms, const char *label, dg_tx **out);
 /* cache.h's dgi_tx_op_fn for the node's grid (ctx: the service). */
 dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_t klen,
-    const uint8_t *val, size_t vlen, dg_buf *out, bool unwrap, int64_t *flag);
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, dg_buf *out,
+    bool unwrap, int64_t *flag);
 void dgi_tx_near_stats(dgi_txsvc *s, dg_tx_metrics *out);
 
 /* ---- the admin CLI (dgctl tx list / tx kill) ----

@@ -1,0 +1,39 @@
+/*
+ * cache_test.h — what the groups of the cache_test executable share
+ * (defined in cache_test.c): nodes started in this process, a cluster of
+ * them, and each group's entry point (run from cache_test.c's main).
+ */
+#ifndef DGT_CACHE_TEST_H
+#define DGT_CACHE_TEST_H
+
+#include "node/datagrid.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define OK(x) assert_int_equal((x), DG_OK)
+#define EXPECT(x, e) assert_int_equal((x), (e))
+
+/* A node on 127.0.0.1 (failure timeout 1 s, request timeout 5 s), joined
+ * through seeds; client: owns no partitions; dir: persistence (or NULL). */
+dg_node *start_node(const char *const *seeds, size_t nseeds, bool client, const char *dir);
+
+/* servers + clients nodes (at most 5) in this process, every one on the
+ * same topology when cluster_start returns. */
+struct cluster {
+	dg_node *n[5];
+	int count;
+	const char *seed;
+};
+void cluster_start(struct cluster *cl, int servers, int clients);
+void cluster_stop(struct cluster *cl);
+/* The cache name on node n, once n has learnt it (waits up to 5 s). */
+dg_cache *cache_on(dg_node *n, const char *name);
+
+void dgi_node_kill(dg_node *n);   /* node.c: stop without leaving (a crash) */
+
+int dgt_intmap_tests(void);
+int dgt_pstore_tests(void);
+int dgt_cas_tests(void);
+
+#endif
