@@ -123,3 +123,16 @@ int dgi_aff_role(const dgi_aff *a, uint32_t p, dg_node_id node)
 	}
 	return -1;
 }
+
+uint64_t dgi_aff_owners_hash(const dgi_aff *a, uint32_t p)
+{
+	if (a == NULL || a->nnodes == 0 || p >= a->parts)
+		return 0;
+	uint64_t h = mix64(dgi_aff_owner(a, p, 0) ^ 0x5ca1ab1eull);
+	for (uint32_t i = 1; i < a->copies; i++) {
+		dg_node_id o = dgi_aff_owner(a, p, i);
+		if (o != 0)
+			h += mix64(o); /* backups in any order */
+	}
+	return h;
+}

@@ -5,14 +5,16 @@
  * -------
  * dgi_grid   one per node: the caches (an int map by cache id, published
  *            copy-on-write: lock-free lookup by id), the current topology
- *            and server-node list, pending update futures, the LMDB store,
+ *            and server-node list, the LMDB store,
  *            a worker pool for persistent writes, the rebalancer and the
  *            expiry sweeper.
  * dg_cache   one cache on this node: its config, id, partitions and the
  *            current affinity (published atomically per topology version).
  * part       one partition's copy on this node: a lock, an open-addressing
  *            table of entries (store.c), the version counter it assigns as
- *            primary, and its state (NONE, OWNING, MOVING, LOST).
+ *            primary, its state (NONE, OWNING, MOVING, LOST), the FULL_SYNC
+ *            writes it waits on as primary (pending.c) and the last update
+ *            id of every thread that wrote to it (dedup.c).
  * entry      key and value bytes (marshalled) inline after the header, the
  *            version, the expiry time and the id of the last update applied
  *            (a retried update is applied once).
@@ -22,11 +24,12 @@
  * rebalancing and persistence all apply that one rule (dgi_pver_cmp).
  *
  * Threads.  Local operations run in the caller's thread under the
- * partition's lock; remote ones are sent and the caller waits on its future
- * (a semaphore).  Handlers run on the transport's threads and never block,
- * except that writes to persistent caches are handed to the worker pool
- * (they wait for LMDB's group commit).  Lock order: grid->mu, then a
- * partition's mu, then a future stripe.
+ * partition's lock; remote ones are sent and the caller waits for the
+ * reply callback (a semaphore), a local FULL_SYNC write or a read of a
+ * pending entry for its pending write (pending.c).  Handlers run on the
+ * transport's threads and never block, except that writes to persistent
+ * caches are handed to the worker pool (they wait for LMDB's group
+ * commit).  Lock order: grid->mu, then a partition's mu.
  */
 #ifndef DG_CACHE_INT_H
 #define DG_CACHE_INT_H
@@ -82,10 +85,17 @@ static inline dg_node_id dgi_aff_owner(const dgi_aff *a, uint32_t p, uint32_t i)
 }
 /* Position of node among the owners of p (0 primary), or -1. */
 int dgi_aff_role(const dgi_aff *a, uint32_t p, dg_node_id node);
+/* A 64-bit digest of p's owner set: the primary, and the backups in any
+ * order.  Equal digests: the same primary and backups (BACKUP carries the
+ * sender's, so a backup sees whether it agrees with the primary on who
+ * holds the partition). */
+uint64_t dgi_aff_owners_hash(const dgi_aff *a, uint32_t p);
 
 /* ---- entries and the partition store (store.c) ---- */
 
 #define DGI_ENTRY_TOMB 0x1u     /* a removal, remembered until expire_ms */
+#define DGI_ENTRY_PENDING 0x2u  /* primary: a FULL_SYNC write not yet on every
+                                   backup (pending.c): readers wait */
 
 /* How long a removal is remembered (as a tombstone, in memory and in LMDB):
  * a copy older than it that arrives within that time — a late backup
@@ -131,12 +141,19 @@ typedef struct dgi_part {
 	                               served until the partition is OWNING */
 	dg_node_id supplier;        /* MOVING: the node it fetches from */
 	uint64_t rented_ms;         /* NONE with data: when it stopped owning */
+	struct pw *pending;         /* FULL_SYNC writes awaiting backups (pending.c) */
+	struct pw *pw_free;         /* records kept for reuse */
+	uint32_t pw_nfree;
+	uint32_t dd_cap, dd_count;  /* the update-id table (dedup.c) */
+	struct dgi_dd *dd;
 } dgi_part;
 
 void dgi_part_init(dgi_part *p);
 void dgi_part_free(dgi_part *p);        /* entries and table */
 /* Lookups and updates; the caller holds p->mu. */
 dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
+/* The entry with that hash and exactly that version, or NULL. */
+dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver);
 /* Makes the entry for key hold val (NULL + tomb: a tombstone), reusing its
  * memory when it fits.  *slot_entry is the entry after the call.
  * DG_ERR_NOMEM (unchanged). */
@@ -206,7 +223,7 @@ static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
 #define DGI_MSG_UPDATE ((dg_msg_type)(64))  /* originator -> primary, request */
 #define DGI_MSG_UPDATE_RES ((dg_msg_type)(65))  /* response */
 #define DGI_MSG_BACKUP ((dg_msg_type)(66))  /* primary -> backups, one-way */
-#define DGI_MSG_BACKUP_ACK ((dg_msg_type)(67))  /* backup -> originator, one-way */
+#define DGI_MSG_BACKUP_ACK ((dg_msg_type)(67))  /* backup -> primary, one-way */
 #define DGI_MSG_GET ((dg_msg_type)(68))  /* request */
 #define DGI_MSG_GET_RES ((dg_msg_type)(69))  /* response */
 #define DGI_MSG_CACHE_CREATE ((dg_msg_type)(70))  /* request, to every node */
@@ -236,7 +253,7 @@ typedef struct dgi_msg_update {
 	int64_t op;                 /* OP_* */
 	int64_t sync;               /* dg_write_sync */
 	int64_t op_node, op_seq;    /* originator and its update counter */
-	int64_t fut;                /* originator's future awaiting backup acks; 0 none */
+	int64_t unused;
 	dg_bytes key, val;          /* val.ptr NULL: no value (remove) */
 	dg_bytes exp;               /* the *_IF_EQ ops: the expected value */
 } dgi_msg_update;
@@ -244,8 +261,8 @@ typedef struct dgi_msg_update {
 typedef struct dgi_msg_update_res {
 	int64_t res;                /* dg_err */
 	int64_t flag;               /* removed / put / replaced / had */
-	int64_t nbackups;           /* backups the primary forwarded to (acks expected) */
-	int64_t backups[DGI_MAX_COPIES - 1];
+	int64_t applied;            /* res != DG_OK, yet the primary applied it
+	                               (not confirmed by every backup) */
 	dg_bytes old;               /* OP_GET_AND_PUT: the previous value, or null */
 } dgi_msg_update_res;
 
@@ -254,12 +271,14 @@ typedef struct dgi_msg_backup {
 	int64_t ver_topver, ver_counter, ver_order;
 	int64_t expire_ms;
 	int64_t op_node, op_seq;
-	int64_t fut;                /* ack to op_node with this id; 0: no ack */
+	int64_t pw;                 /* ack to the sender with this id; 0: no ack */
+	int64_t flag;               /* the update's flag (the update-id table's) */
+	int64_t owners;             /* dgi_aff_owners_hash of the sender's affinity */
 	dg_bytes key, val;          /* val.ptr NULL: removal */
 } dgi_msg_backup;
 
 typedef struct dgi_msg_backup_ack {
-	int64_t fut, res;
+	int64_t cache_id, part, pw, res;
 } dgi_msg_backup_ack;
 
 #define DGI_GET_SUPPLIER 0x1    /* serve from the store whatever its state */
@@ -342,34 +361,6 @@ struct dg_cache {
 	dgi_lat lat[DG_OP__COUNT];      /* ops started here, by dg_cache_op_kind */
 };
 
-/* A caller waiting for an update: the primary's reply and, with FULL_SYNC,
- * every backup's ack (straight to this node).  Lives on the caller's stack,
- * found by id in a striped table; completion posts the semaphore. */
-struct fut {
-	uint64_t id;
-	struct fut *next;
-	sem_t sem;
-	bool done;                     /* posted */
-	bool primary_done;
-	bool want_acks;                /* FULL_SYNC: wait for the backups too */
-	dg_err err;
-	int64_t flag;
-	uint32_t nexpect;              /* backups named by the primary */
-	dg_node_id expect[DGI_MAX_COPIES];
-	bool acked[DGI_MAX_COPIES];
-	uint32_t nearly;               /* acks that came before the primary's reply */
-	dg_node_id early[DGI_MAX_COPIES];
-	dg_buf *old;                   /* OP_GET_AND_PUT: where the old value goes */
-	bool had;
-};
-
-#define FUT_STRIPES 64
-
-struct fut_stripe {
-	pthread_mutex_t mu;
-	struct fut *head;
-} __attribute__((aligned(64)));
-
 /* A unit of work for the worker pool (writes to persistent caches). */
 struct job {
 	struct job *next;
@@ -401,9 +392,7 @@ struct dgi_grid {
 	uint64_t rebal_gen;            /* bumped on every topology: rebalancer restarts */
 	dgi_pstore *ps;
 	int64_t persisted_topver;      /* highest topology version written to meta */
-	struct fut_stripe futs[FUT_STRIPES];
-	_Atomic uint64_t next_fut, next_seq;
-	int slot;                      /* in fut.c's grid table: fut ids' top byte */
+	_Atomic uint64_t next_pw;      /* pending-write record ids (pending.c) */
 	/* worker pool */
 	pthread_mutex_t jmu;
 	pthread_cond_t jcv;
@@ -430,37 +419,106 @@ dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- the operations (update.c, primary.c, read.c, fut.c, api.c, txapi.c) ---- */
+/* ---- the operations (update.c, primary.c, pending.c, read.c, api.c, txapi.c) ---- */
 
-/* update.c: the message handlers of every operation (and the grid's slot
- * in the future table), registered on the grid's transport. */
+/* update.c: the message handlers of every operation, registered on the
+ * grid's transport. */
 void dgi_ops_register(dgi_grid *g);
-void dgi_ops_unregister(dgi_grid *g);
 void dgi_primary_register(dgi_grid *g);    /* primary.c: UPDATE, BACKUP, BACKUP_ACK */
 void dgi_read_register(dgi_grid *g);       /* read.c: GET */
 /* Runs a job of the worker pool (an UPDATE or BACKUP of a persistent cache). */
 void dgi_ops_run_job(dgi_grid *g, struct job *j);
 
-/* fut.c: futures.  The stripe of id; init (a new id, old: where a
- * GET_AND_PUT's previous value goes), link, unlink and find (stripe
- * locked), complete when all arrived (stripe locked), an ack from a
- * backup, the backups the primary named, and the wait until deadline
- * (monotonic ms; unlinks on timeout: DG_ERR_TIMEOUT). */
-struct fut_stripe *dgi_fut_stripe(dgi_grid *g, uint64_t id);
-void dgi_fut_init(dgi_grid *g, struct fut *f, dg_buf *old);
-void dgi_fut_add(dgi_grid *g, struct fut *f);
-void dgi_fut_unlink(struct fut_stripe *s, struct fut *f);
-struct fut *dgi_fut_find(struct fut_stripe *s, uint64_t id);
-void dgi_fut_check(struct fut_stripe *s, struct fut *f);
-void dgi_fut_ack(struct fut *f, dg_node_id from);
-void dgi_fut_expect(struct fut *f, const dg_node_id *ids, uint32_t n);
-dg_err dgi_fut_wait(dgi_grid *g, struct fut *f, uint64_t deadline);
-/* A topology dropped nodes: futures stop waiting for their acks. */
-void dgi_futs_forget(dgi_grid *g, const dg_topology *now);
-/* The process-wide table of grids that future ids name (top byte). */
-void dgi_fut_grid_register(dgi_grid *g);
-void dgi_fut_grid_unregister(dgi_grid *g);
-dgi_grid *dgi_fut_grid(uint64_t id);
+/* ---- pending FULL_SYNC writes on the primary (pending.c) ---- */
+
+/* Someone waiting for a pending write: a local caller (sem) or a request
+ * to answer (remote).  PWW_WRITE: an update (its flag, and for a remote
+ * GET_AND_PUT the old value in val); PWW_READ: a read that found the
+ * entry pending (remote: the value to answer with, copied when it
+ * parked). */
+enum { PWW_WRITE = 1, PWW_READ = 2 };
+struct pw_wait {
+	struct pw_wait *next;
+	int kind;
+	bool remote;
+	bool done;                  /* local: answered (partition locked) */
+	bool applied;               /* a write answered with an error: applied here */
+	bool found, has_old;
+	dg_err err;
+	int64_t flag;
+	sem_t sem;                  /* local */
+	dg_msg_in in;               /* remote: the request */
+	dg_buf val;                 /* remote: a read's value, a GET_AND_PUT's old one */
+};
+
+#define DGI_PW_INLINE 7             /* backups a record names without allocating */
+
+/* A pending write (pending.c's header comment): the version of one key
+ * this primary sent to its backups and waits to hear back about. */
+struct pw {
+	struct pw *next;            /* the partition's pending list, or free list */
+	uint64_t id;                /* named in BACKUP and BACKUP_ACK */
+	uint64_t hash;
+	dgi_pver ver;
+	int64_t flag;               /* the update's flag (sent with the copy) */
+	int64_t topver;             /* the affinity it was sent under */
+	uint64_t deadline;          /* sent: monotonic ms */
+	int state;
+	uint32_t nexpect, nacked, cap;
+	dg_err err;                 /* the first refusal */
+	dg_node_id *expect;         /* expect_in, or heap (cap ids, then cap acked bytes) */
+	uint8_t *acked;
+	dg_node_id expect_in[DGI_PW_INLINE];
+	uint8_t acked_in[DGI_PW_INLINE];
+	bool has_owner;             /* owner (a remote update's answer) in use */
+	struct pw_wait owner;
+	struct pw_wait *waiters;
+};
+
+/* All of these run with the partition locked. */
+/* Starts replicating e (just written as primary under aff, flag: its
+ * update's) or joins the record already sending that version: sets the
+ * entry's PENDING flag and returns the record to wait on.  NULL: nothing
+ * to wait for (no backup: committed), or *err (DG_ERR_NOMEM).  A record
+ * whose sends failed comes back idle with *err set (applied, not
+ * replicated: the caller answers the error). */
+struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *aff,
+    dgi_entry *e, int64_t flag, dg_err *err);
+/* The record replicating (hash, ver), or NULL. */
+struct pw *dgi_pw_find(dgi_part *pt, uint64_t hash, const dgi_pver *ver);
+void dgi_pw_attach(struct pw *w, struct pw_wait *x);
+bool dgi_pw_detach(struct pw *w, struct pw_wait *x);
+/* A waiter for a request answered later: the record's own owner slot for
+ * the first write, else allocated (NULL: DG_ERR_NOMEM).  Free it with
+ * dgi_pw_waiter_free only if it was never attached. */
+struct pw_wait *dgi_pw_remote_waiter(struct pw *w, int kind);
+void dgi_pw_waiter_free(struct pw *w, struct pw_wait *x);
+/* A local caller waits on x (attached to w) until answered or deadline
+ * (monotonic ms): unlocks pt first.  DG_ERR_TIMEOUT (x->applied for a
+ * write: applied here, not confirmed). */
+dg_err dgi_pw_wait(dgi_part *pt, struct pw *w, struct pw_wait *x, uint64_t deadline);
+/* Events: a backup's answer (locks the partition itself); a new affinity
+ * (records kept when the owners are the same, else sent again or ended);
+ * the sweeper's tick (deadlines, idle records sent again); the cache going
+ * away (every waiter answered err). */
+void dgi_pw_ack(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t id, dg_node_id from,
+    dg_err res);
+void dgi_pw_retopo(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now);
+void dgi_pw_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms);
+void dgi_pw_forget_all(dgi_grid *g, dg_cache *c, dg_err err);
+void dgi_pw_free_part(dgi_part *pt);   /* the free list (no record pending) */
+
+/* ---- the update-id table (dedup.c) ---- */
+struct dgi_dd {
+	uint64_t node, seq;         /* node 0: empty */
+	int64_t flag;
+	uint64_t t_ms;              /* monotonic, when recorded */
+};
+#define DGI_DEDUP_KEEP_MS (5u * 60 * 1000)
+/* Whether (node, seq) is the last update its thread applied here; *flag. */
+bool dgi_dedup_find(const dgi_part *p, uint64_t node, uint64_t seq, int64_t *flag);
+void dgi_dedup_put(dgi_part *p, uint64_t node, uint64_t seq, int64_t flag, uint64_t now_ms);
+void dgi_dedup_free(dgi_part *p);
 
 /* One update as the primary sees it (primary.c), built by the originator
  * (local primary) or from an UPDATE message. */
@@ -477,13 +535,13 @@ struct upd {
 	const uint8_t *exp;          /* the *_IF_EQ ops: the expected value */
 	uint32_t elen;
 	uint64_t op_node, op_seq;
-	uint64_t fut;                /* at op_node; 0: no acks */
 	/* results */
 	int64_t flag;
 	dg_buf *old;                 /* the previous value (encoded), or NULL */
 	bool had;
-	uint32_t nbackups;
-	dg_node_id backups[DGI_MAX_COPIES];
+	bool applied;                /* an error, yet applied here (not replicated) */
+	struct pw *pw;               /* FULL_SYNC: the pending write to wait on, or
+	                                NULL (answered now); partition still locked */
 };
 
 /* An entry that is neither a tombstone nor expired at wall (ms; 0: do
@@ -494,15 +552,43 @@ static inline bool dgi_entry_live(const dgi_entry *e, int64_t wall)
 	    (e->expire_ms == 0 || e->expire_ms > wall);
 }
 
+/* What partition part in state st (pt locked) lets this node do with its
+ * copy e of a key (NULL: none) — the one rule of every read and every
+ * primary's update:
+ *   DG_OK                  serve it, update it;
+ *   DG_ERR_PARTITION_LOST  every copy of the partition is gone;
+ *   DG_ERR_REMAP           not an owner (NONE): the sender maps again;
+ *   DG_ERR_NOT_READY       MOVING and this copy is missing or older than
+ *                          the move (kept from an earlier ownership): the
+ *                          supplier may hold a newer one.
+ * A blind put on a MOVING primary needs no copy (its version is newer
+ * than any the supplier has): callers that may write without one check
+ * the error themselves. */
+static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, uint32_t part,
+    int st, const dgi_entry *e)
+{
+	if (st == P_LOST || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+		return DG_ERR_PARTITION_LOST;
+	if (st == P_NONE)
+		return DG_ERR_REMAP;
+	if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver))
+		return DG_ERR_NOT_READY;
+	return DG_OK;
+}
+
 /* primary.c.  Applies an update as the primary: DG_ERR_REMAP when this
- * node is not the primary under the sender's topology version. */
+ * node is not the primary under the sender's topology version.  With
+ * DG_OK and u->pw set, the answer waits for that pending write: the
+ * partition stays locked (attach a waiter, then unlock); otherwise the
+ * partition is unlocked on return. */
 dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u);
 /* Writes key's next version as its primary (partition locked; e: the key's
  * entry or NULL; val NULL: a removal, kept as a tombstone): persists
  * first, then applies; *ver and *expire: the new version and expiry. */
 dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry *e,
     int64_t topver, uint64_t hash, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire);
+    uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire,
+    dgi_entry **out);
 
 /* update.c: the originator.  dgi_update_op runs an update (OP_*) from this
  * node, retrying after remaps up to request_timeout_ms; dgi_update is the

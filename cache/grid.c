@@ -256,6 +256,8 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			atomic_store(&pt->state, ns);
 			pt->state_topver = t->version;
 		}
+		if (pt->pending != NULL)
+			dgi_pw_retopo(g, c, p, now); /* FULL_SYNC writes in flight */
 		pthread_mutex_unlock(&pt->mu);
 	}
 	dgi_aff_free(guess);
@@ -328,7 +330,6 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
 
-	dgi_futs_forget(g, now);
 	/* every node tells new nodes every cache it has: a cache created
 	 * while a node joined reaches it one way or the other */
 	const dg_topology *before = prev != NULL ? prev : old;
@@ -348,8 +349,13 @@ static void cache_free(dg_cache *c)
 {
 	if (c == NULL)
 		return;
-	for (uint32_t p = 0; c->parts != NULL && p < c->cfg.partitions; p++)
+	if (c->parts != NULL)
+		dgi_pw_forget_all(c->g, c, DG_ERR_CLOSED);
+	for (uint32_t p = 0; c->parts != NULL && p < c->cfg.partitions; p++) {
+		dgi_pw_free_part(&c->parts[p]);
+		dgi_dedup_free(&c->parts[p]);
 		dgi_part_free(&c->parts[p]);
+	}
 	dgi_free(c->parts);
 	dgi_free(c->lost);
 	dgi_free(c->handed);
@@ -458,6 +464,7 @@ static void local_destroy(dgi_grid *g, dg_cache *c)
 		dgi_pstore_drop(g->ps, c->id, UINT32_MAX);
 	}
 	/* the memory goes now; the handle stays valid (dead) until stop */
+	dgi_pw_forget_all(g, c, DG_ERR_CLOSED);
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
 		pthread_mutex_lock(&c->parts[p].mu);
 		dgi_part_clear(&c->parts[p]);
@@ -814,6 +821,8 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 	for (uint32_t p = 0; p < c->cfg.partitions && !atomic_load(&c->dead); p++) {
 		dgi_part *pt = &c->parts[p];
 		pthread_mutex_lock(&pt->mu);
+		if (pt->pending != NULL)
+			dgi_pw_tick(s->g, c, p, s->mono); /* deadlines, records to send again */
 		if ((c->cfg.ttl_ms != 0 && pt->count > 0) || pt->count > pt->live) {
 			/* expired entries and tombstones past their time; a
 			 * persistent cache's records of them go too (the rule
@@ -874,10 +883,7 @@ dg_err dgi_grid_start(dg_tp *tp, dg_registry *reg, const dgi_grid_config *cfg,
 	pthread_cond_init(&g->cv, NULL);
 	pthread_mutex_init(&g->jmu, NULL);
 	pthread_cond_init(&g->jcv, NULL);
-	for (int i = 0; i < FUT_STRIPES; i++)
-		pthread_mutex_init(&g->futs[i].mu, NULL);
-	atomic_init(&g->next_fut, 1);
-	atomic_init(&g->next_seq, 1);
+	atomic_init(&g->next_pw, 1);
 	dg_err e = dgi_intmap_init(&g->caches);
 	if (e != DG_OK) {
 		dgi_free(g);
@@ -943,7 +949,6 @@ void dgi_grid_stop(dgi_grid *g)
 	for (unsigned t = DGI_MSG_UPDATE; t < DGI_MSG_CACHE_LAST; t++)
 		dg_tp_handle(g->tp, (dg_msg_type)t, NULL, NULL);
 	dg_tp_quiesce(g->tp);
-	dgi_ops_unregister(g);
 	pthread_mutex_lock(&g->mu);
 	g->stopping = true;
 	pthread_cond_broadcast(&g->cv);

@@ -47,9 +47,9 @@ static dg_err dec_run(dg_reader *r, void *body, int ni, size_t boff, int nb)
 	}
 
 RUN_CODEC(update, dgi_msg_update, 8, key, 3)
-RUN_CODEC(update_res, dgi_msg_update_res, 3 + DGI_MAX_COPIES - 1, old, 1)
-RUN_CODEC(backup, dgi_msg_backup, 10, key, 2)
-RUN_CODEC(backup_ack, dgi_msg_backup_ack, 2, res, 0)
+RUN_CODEC(update_res, dgi_msg_update_res, 3, old, 1)
+RUN_CODEC(backup, dgi_msg_backup, 12, key, 2)
+RUN_CODEC(backup_ack, dgi_msg_backup_ack, 4, cache_id, 0)
 RUN_CODEC(get, dgi_msg_get, 4, key, 1)
 RUN_CODEC(get_res, dgi_msg_get_res, 1, val, 1)
 RUN_CODEC(ack, dgi_msg_ack, 2, res, 0)

@@ -1,8 +1,20 @@
 /*
  * primary.c — the primary's and the backups' side of the ATOMIC update
- * protocol (update.c has the originator's and the message flow): the
- * primary applies an update under the partition lock and forwards the new
- * version to the backups; a backup applies a copy only when it is newer.
+ * protocol (update.c has the originator's and the message flow).
+ *
+ * The primary evaluates an update under the partition lock, records its
+ * id in the partition's update-id table (dedup.c), writes the new version
+ * and sends it to every backup.  FULL_SYNC: the copy names a pending-write
+ * record (pending.c) and every backup answers BACKUP_ACK to the primary;
+ * the originator is answered once all of them applied it.  PRIMARY_SYNC
+ * and FULL_ASYNC copies ask for no answer.
+ *
+ * A backup acknowledges a copy only when it agrees with the sender on who
+ * owns the partition (BACKUP carries a digest of the owner set) and it
+ * applied the copy (or holds a newer version): otherwise it answers
+ * DG_ERR_REMAP (its topology is ahead: the update is retried under it and
+ * reaches the owners the sender did not know) or DG_ERR_NOT_READY (it is
+ * behind, or does not know the cache yet) — never a silent DG_OK.
  * Writes to persistent caches run on the grid's worker pool.
  */
 #include "cache_int.h"
@@ -15,37 +27,33 @@
 
 /* ---- the primary ---- */
 
-/* Sends the entry's current copy to every backup owner (partition locked).
- * Returns how many sends failed (a full queue, a peer being redialled). */
-static uint32_t send_backups(dgi_grid *g, dg_cache *c, const dgi_aff *aff, struct upd *u,
-    const dgi_pver *ver, int64_t expire, bool removal, dg_node_id skip)
+/* Sends a copy that asks for no answer (PRIMARY_SYNC, FULL_ASYNC) of entry
+ * e to every backup owner under aff (partition locked). */
+static void send_copies(dgi_grid *g, dg_cache *c, const dgi_aff *aff, uint32_t part,
+    const dgi_entry *e, int64_t flag)
 {
+	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
 	dgi_msg_backup b = {
-		c->id, u->part, aff->topver, ver->topver, (int64_t)ver->counter, ver->order,
-		expire, (int64_t)u->op_node, (int64_t)u->op_seq,
-		u->sync == DG_FULL_SYNC ? (int64_t)u->fut : 0,
-		{ u->key, u->klen }, { removal ? NULL : u->val, u->vlen }
+		c->id, part, aff->topver, e->ver.topver, (int64_t)e->ver.counter, e->ver.order,
+		e->expire_ms, (int64_t)e->op_node, (int64_t)e->op_seq, 0, flag,
+		(int64_t)dgi_aff_owners_hash(aff, part),
+		{ dgi_entry_key(e), e->klen }, { tomb ? NULL : dgi_entry_val(e), e->vlen }
 	};
-	u->nbackups = 0;
-	uint32_t failed = 0;
 	for (uint32_t i = 0; i < aff->copies; i++) {
-		dg_node_id o = dgi_aff_owner(aff, u->part, i);
-		if (o == 0 || o == g->self || o == skip)
-			continue;
-		if (dg_tp_send(g->tp, o, DGI_MSG_BACKUP, &b) == DG_OK)
-			u->backups[u->nbackups++] = o;
-		else
-			failed++;
+		dg_node_id o = dgi_aff_owner(aff, part, i);
+		if (o != 0 && o != g->self)
+			dg_tp_send(g->tp, o, DGI_MSG_BACKUP, &b);
 	}
-	return failed;
 }
 
 /* Writes key's next version as its primary (partition locked; e: the key's
  * entry or NULL; val NULL: a removal, kept as a tombstone so an older copy
- * arriving later cannot revive the key): persists first, then applies. */
+ * arriving later cannot revive the key): persists first, then applies;
+ * *out (optional): the entry written. */
 dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry *e,
     int64_t topver, uint64_t hash, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire)
+    uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire,
+    dgi_entry **out)
 {
 	dgi_part *pt = &c->parts[part];
 	uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order, memory_order_relaxed);
@@ -67,18 +75,69 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
 		return err;
 	if (removal)
 		return dgi_part_set(pt, hash, key, klen, NULL, 0, ver, *expire, op_node, op_seq,
-		    DGI_ENTRY_TOMB, NULL);
-	if (e != NULL && dgi_part_overwrite(pt, e, val, vlen, ver, *expire, op_node, op_seq))
+		    DGI_ENTRY_TOMB, out);
+	if (e != NULL && dgi_part_overwrite(pt, e, val, vlen, ver, *expire, op_node, op_seq)) {
+		if (out != NULL)
+			*out = e;
 		return DG_OK;
+	}
 	return dgi_part_set(pt, hash, key, klen, val, vlen, ver, *expire, op_node, op_seq, 0,
-	    NULL);
+	    out);
 }
 
-/* Applies an update as the primary.  DG_ERR_REMAP when this node is not
- * the primary under the sender's topology version; DG_ERR_NOT_READY for a
- * conditional update on a partition still MOVING without the key. */
+/* Evaluates u against the key's current entry e (present: live): sets
+ * u->flag, *write and *removal; a GET_AND_PUT's old value goes to u->old. */
+static dg_err evaluate(struct upd *u, const dgi_entry *e, bool present, bool *write,
+    bool *removal)
+{
+	*write = true;
+	*removal = false;
+	switch (u->op) {
+	case OP_PUT:
+		u->flag = 1;
+		return DG_OK;
+	case OP_REMOVE:
+		u->flag = present;
+		*write = present;
+		*removal = true;
+		return DG_OK;
+	case OP_PUT_IF_ABSENT:
+		u->flag = !present;
+		*write = !present;
+		return DG_OK;
+	case OP_REPLACE:
+		u->flag = present;
+		*write = present;
+		return DG_OK;
+	case OP_REPLACE_IF_EQ:
+	case OP_REMOVE_IF_EQ:
+		u->flag = present && e->vlen == u->elen &&
+		    (u->elen == 0 || memcmp(dgi_entry_val(e), u->exp, u->elen) == 0);
+		*write = u->flag;
+		*removal = u->op == OP_REMOVE_IF_EQ;
+		return DG_OK;
+	case OP_GET_AND_PUT:
+		u->flag = present;
+		u->had = present;
+		if (present && u->old != NULL)
+			return dgi_append(u->old, dgi_entry_val(e), e->vlen);
+		return DG_OK;
+	default:
+		return DG_ERR_INVAL;
+	}
+}
+
+/* Applies an update as the primary (cache_int.h).  A retry of an update
+ * this partition has seen (the update-id table, or the id the entry
+ * carries) is not applied again: it reports the recorded flag once the
+ * key's current version is on every backup — sent again if need be, which
+ * also repairs a copy a failed primary did not finish sending.  An update
+ * whose answer depends on a version not yet on every backup (a write, or
+ * a conditional one that wrote nothing) waits for that version. */
 dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 {
+	u->pw = NULL;
+	u->applied = false;
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	if (aff == NULL || aff->topver != u->topver || dgi_aff_owner(aff, u->part, 0) != g->self)
 		return DG_ERR_REMAP;
@@ -87,83 +146,64 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	dgi_part *pt = &c->parts[u->part];
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
-	dg_err err = DG_OK;
-	if (st == P_LOST || atomic_load_explicit(&c->lost[u->part], memory_order_relaxed)) {
-		err = DG_ERR_PARTITION_LOST;
-		goto out;
-	}
-	if (st == P_NONE) {
-		err = DG_ERR_REMAP;
-		goto out;
-	}
-	int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
 	dgi_entry *e = dgi_part_find(pt, u->hash, u->key, u->klen);
-	bool present = dgi_entry_live(e, wall);
-	bool dup = e != NULL && e->op_node == u->op_node && e->op_seq == u->op_seq;
-	if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver) && u->op != OP_PUT) {
-		err = DG_ERR_NOT_READY; /* the supplier may hold the key */
-		goto out;
+	dg_err err = dgi_part_may_serve(c, pt, u->part, st, e);
+	bool full = u->sync == DG_FULL_SYNC && aff->copies > 1;
+	int64_t flag = 0;
+	bool dup = dgi_dedup_find(pt, u->op_node, u->op_seq, &flag);
+	if (!dup && e != NULL && e->op_node == u->op_node && e->op_seq == u->op_seq) {
+		dup = true; /* an entry that came with its id (rebalanced, reloaded) */
+		flag = 1;
 	}
-	bool write = true, removal = false;
-	if (dup) {
-		u->flag = 1; /* a retry of an update applied already */
-		write = false;
-	} else {
-		switch (u->op) {
-		case OP_PUT:
-			u->flag = 1;
-			break;
-		case OP_REMOVE:
-			u->flag = present;
-			write = present;
-			removal = true;
-			break;
-		case OP_PUT_IF_ABSENT:
-			u->flag = !present;
-			write = !present;
-			break;
-		case OP_REPLACE:
-			u->flag = present;
-			write = present;
-			break;
-		case OP_REPLACE_IF_EQ:
-		case OP_REMOVE_IF_EQ:
-			u->flag = present && e->vlen == u->elen &&
-			    (u->elen == 0 || memcmp(dgi_entry_val(e), u->exp, u->elen) == 0);
-			write = u->flag;
-			removal = u->op == OP_REMOVE_IF_EQ;
-			break;
-		case OP_GET_AND_PUT:
-			u->flag = present;
-			u->had = present;
-			if (present && u->old != NULL &&
-			    (err = dgi_append(u->old, dgi_entry_val(e), e->vlen)) != DG_OK)
-				goto out;
-			break;
-		default:
-			err = DG_ERR_INVAL;
+	if (dup && err != DG_ERR_PARTITION_LOST && err != DG_ERR_REMAP) {
+		/* applied already: answer what it answered, once the key's
+		 * current version is on every backup */
+		u->flag = flag;
+		err = DG_OK;
+		if (u->op == OP_GET_AND_PUT && flag) {
+			/* applied, but the previous value it read is gone */
+			err = DG_ERR_TIMEOUT;
+			u->applied = true;
 			goto out;
 		}
-	}
-	if (!write && !dup)
+		if (full && e != NULL)
+			u->pw = dgi_pw_start(g, c, u->part, aff, e, flag, &err);
 		goto out;
+	}
+	if (err == DG_ERR_NOT_READY && u->op == OP_PUT)
+		err = DG_OK; /* a blind put needs no older copy */
+	if (err != DG_OK)
+		goto out;
+	int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
+	bool write, removal;
+	if ((err = evaluate(u, e, dgi_entry_live(e, wall), &write, &removal)) != DG_OK)
+		goto out;
+	dgi_dedup_put(pt, u->op_node, u->op_seq, u->flag, dgi_now_ms());
+	if (!write) {
+		/* the answer rests on what the key holds: wait until that is
+		 * on every backup */
+		if (full && e != NULL && (e->flags & DGI_ENTRY_PENDING))
+			u->pw = dgi_pw_start(g, c, u->part, aff, e, 0, &err);
+		goto out;
+	}
 	dgi_pver ver;
 	int64_t expire;
-	if (dup) {
-		ver = e->ver;
-		expire = e->expire_ms;
-		removal = (e->flags & DGI_ENTRY_TOMB) != 0;
-	} else if ((err = dgi_write_new_version(g, c, u->part, e, aff->topver, u->hash, u->key,
-	    u->klen, removal ? NULL : u->val, u->vlen, u->op_node, u->op_seq, &ver,
-	    &expire)) != DG_OK) {
+	dgi_entry *ne = NULL;
+	if ((err = dgi_write_new_version(g, c, u->part, e, aff->topver, u->hash, u->key, u->klen,
+	    removal ? NULL : u->val, u->vlen, u->op_node, u->op_seq, &ver, &expire, &ne)) != DG_OK)
 		goto out;
+	if (full) {
+		u->pw = dgi_pw_start(g, c, u->part, aff, ne, u->flag, &err);
+		if (err != DG_OK)
+			u->applied = true; /* here, not on every backup: the originator retries */
+	} else if (aff->copies > 1) {
+		send_copies(g, c, aff, u->part, ne, u->flag);
 	}
-	if (aff->copies > 1 && send_backups(g, c, aff, u, &ver, expire, removal, 0) > 0 &&
-	    u->sync == DG_FULL_SYNC)
-		err = DG_ERR_CONN_BROKEN; /* applied here, not on every backup: the
-		                             originator retries (same update id) */
 out:
-	pthread_mutex_unlock(&pt->mu);
+	if (err != DG_OK)
+		u->pw = NULL;
+	if (u->pw == NULL)
+		pthread_mutex_unlock(&pt->mu);
 	return err;
 }
 
@@ -212,16 +252,9 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 		dg_tp_reply(g->tp, in, DGI_MSG_UPDATE_RES, &r);
 		return;
 	}
-	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || m->key.ptr == NULL ||
-	    m->key.len == 0) {
-		r.res = DG_ERR_INVAL;
-		dg_tp_reply(g->tp, in, DGI_MSG_UPDATE_RES, &r);
-		return;
-	}
 	struct upd u = { 0 };
 	u.op = (int)m->op;
 	u.sync = (dg_write_sync)m->sync;
-	u.hash = dgi_key_hash(m->key.ptr, m->key.len);
 	u.part = (uint32_t)m->part;
 	u.topver = m->topver;
 	u.key = m->key.ptr;
@@ -232,8 +265,11 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 	u.elen = m->exp.len;
 	u.op_node = (uint64_t)m->op_node;
 	u.op_seq = (uint64_t)m->op_seq;
-	u.fut = (uint64_t)m->fut;
-	if (dgi_part_of(u.hash, c->cfg.partitions) != u.part) {
+	bool is_rm = u.op == OP_REMOVE || u.op == OP_REMOVE_IF_EQ;
+	bool is_cas = u.op == OP_REPLACE_IF_EQ || u.op == OP_REMOVE_IF_EQ;
+	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || u.key == NULL ||
+	    u.klen == 0 || (!is_rm && u.val == NULL) || (is_cas && u.exp == NULL) ||
+	    dgi_part_of(u.hash = dgi_key_hash(u.key, u.klen), c->cfg.partitions) != u.part) {
 		r.res = DG_ERR_INVAL;
 		dg_tp_reply(g->tp, in, DGI_MSG_UPDATE_RES, &r);
 		return;
@@ -241,17 +277,29 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 	dg_buf old;
 	dg_buf_init(&old);
 	u.old = u.op == OP_GET_AND_PUT ? &old : NULL;
-	bool is_rm = u.op == OP_REMOVE || u.op == OP_REMOVE_IF_EQ;
-	bool is_cas = u.op == OP_REPLACE_IF_EQ || u.op == OP_REMOVE_IF_EQ;
-	if ((!is_rm && u.val == NULL) || (is_cas && u.exp == NULL))
-		r.res = DG_ERR_INVAL;
-	else
-		r.res = dgi_primary_apply(g, c, &u);
+	r.res = dgi_primary_apply(g, c, &u);
+	if (u.pw != NULL) {
+		/* answered when the backups have it (partition still locked) */
+		struct pw_wait *x = dgi_pw_remote_waiter(u.pw, PWW_WRITE);
+		if (x != NULL) {
+			x->in = *in;
+			x->in.body = NULL;
+			x->flag = u.flag;
+			x->has_old = u.had;
+			if (u.had && dgi_append(&x->val, old.data, old.len) != DG_OK)
+				x->has_old = false;
+			dgi_pw_attach(u.pw, x);
+			pthread_mutex_unlock(&c->parts[u.part].mu);
+			dg_buf_free(&old);
+			return;
+		}
+		pthread_mutex_unlock(&c->parts[u.part].mu);
+		r.res = DG_ERR_TIMEOUT; /* no memory to wait with: applied, unconfirmed */
+		u.applied = true;
+	}
 	r.flag = u.flag;
-	r.nbackups = u.nbackups;
-	for (uint32_t i = 0; i < u.nbackups; i++)
-		r.backups[i] = (int64_t)u.backups[i];
-	if (u.had)
+	r.applied = r.res != DG_OK && u.applied;
+	if (u.had && r.res == DG_OK)
 		r.old = (dg_bytes){ old.data ? old.data : (const uint8_t *)"", (uint32_t)old.len };
 	dg_tp_reply(g->tp, in, DGI_MSG_UPDATE_RES, &r);
 	dg_buf_free(&old);
@@ -298,43 +346,68 @@ out:
 	return e;
 }
 
-static void backup_acked(dgi_grid *g, uint64_t fut, int64_t res, dg_node_id from);
+/* A backup's answer to a copy (handle_backup): DG_OK only when it holds the
+ * copy's version (or a newer one) and agrees with the sender on the owner
+ * set; see the header comment. */
+static dg_err backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m)
+{
+	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || m->key.ptr == NULL ||
+	    m->key.len == 0)
+		return DG_ERR_INVAL;
+	uint32_t part = (uint32_t)m->part;
+	uint64_t hash = dgi_key_hash(m->key.ptr, m->key.len);
+	if (dgi_part_of(hash, c->cfg.partitions) != part)
+		return DG_ERR_INVAL;
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	int64_t mine = aff != NULL ? aff->topver : 0;
+	bool agree = aff != NULL && (uint64_t)m->owners == dgi_aff_owners_hash(aff, part) &&
+	    dgi_aff_role(aff, part, g->self) > 0;
+	int st = atomic_load(&c->parts[part].state);
+	dg_err e = DG_OK;
+	if (st != P_NONE || agree) {
+		dgi_pver ver = { m->ver_topver, (uint64_t)m->ver_counter, (uint32_t)m->ver_order, 0 };
+		e = dgi_apply_copy(g, c, part, hash, m->key.ptr, m->key.len, m->val.ptr, m->val.len,
+		    &ver, m->expire_ms, (uint64_t)m->op_node, (uint64_t)m->op_seq);
+		if (e == DG_OK) {
+			dgi_part *pt = &c->parts[part];
+			pthread_mutex_lock(&pt->mu);
+			dgi_dedup_put(pt, (uint64_t)m->op_node, (uint64_t)m->op_seq, m->flag,
+			    dgi_now_ms());
+			pthread_mutex_unlock(&pt->mu);
+		}
+	}
+	if (e != DG_OK)
+		return e;
+	if (st == P_LOST || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+		return DG_ERR_PARTITION_LOST;
+	if (agree)
+		return DG_OK;
+	return mine > m->topver ? DG_ERR_REMAP : DG_ERR_NOT_READY;
+}
 
 static void handle_backup(dgi_grid *g, const dg_msg_in *in, const dgi_msg_backup *m)
 {
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
-	dg_err e = DG_ERR_NOT_FOUND;
-	if (c != NULL && m->part >= 0 && (uint64_t)m->part < c->cfg.partitions &&
-	    m->key.ptr != NULL && m->key.len > 0) {
-		uint32_t part = (uint32_t)m->part;
-		uint64_t hash = dgi_key_hash(m->key.ptr, m->key.len);
-		dgi_pver ver = { m->ver_topver, (uint64_t)m->ver_counter, (uint32_t)m->ver_order, 0 };
-		e = DG_OK;
-		if (dgi_part_of(hash, c->cfg.partitions) != part)
-			e = DG_ERR_INVAL;
-		else if (atomic_load(&c->parts[part].state) != P_NONE)
-			e = dgi_apply_copy(g, c, part, hash, m->key.ptr, m->key.len, m->val.ptr,
-			    m->val.len, &ver, m->expire_ms, (uint64_t)m->op_node, (uint64_t)m->op_seq);
-		/* Sent under an older topology: owners that joined since were
-		 * not among its targets.  Forward to them (versions make the
-		 * duplicates harmless). */
-		dgi_aff *aff = atomic_load(&c->aff);
-		if (e == DG_OK && aff != NULL && m->topver < aff->topver) {
-			dgi_msg_backup fw = *m;
-			fw.fut = 0;
-			fw.topver = aff->topver;
-			for (uint32_t i = 0; i < aff->copies; i++) {
-				dg_node_id o = dgi_aff_owner(aff, part, i);
-				if (o != 0 && o != g->self && o != in->from)
-					dg_tp_send(g->tp, o, DGI_MSG_BACKUP, &fw);
-			}
-		}
+	/* a node that has not learnt the cache yet holds nothing of it */
+	dg_err e = c != NULL ? backup_apply(g, c, m) : DG_ERR_NOT_READY;
+	if (m->pw != 0) {
+		dgi_msg_backup_ack ack = { m->cache_id, m->part, m->pw, e };
+		dg_tp_send(g->tp, in->from, DGI_MSG_BACKUP_ACK, &ack);
+		return;
 	}
-	if (m->fut != 0 && (dg_node_id)m->op_node == g->self) {
-		backup_acked(g, (uint64_t)m->fut, e, g->self); /* the originator is a backup */
-	} else if (m->fut != 0) {
-		dgi_msg_backup_ack ack = { m->fut, e };
-		dg_tp_send(g->tp, (dg_node_id)m->op_node, DGI_MSG_BACKUP_ACK, &ack);
+	/* A copy that asks for no answer (PRIMARY_SYNC, FULL_ASYNC), sent
+	 * under an older topology: owners that joined since were not among
+	 * its targets.  Forward to them (versions make duplicates harmless). */
+	dgi_aff *aff = c != NULL ? atomic_load(&c->aff) : NULL;
+	if (e != DG_ERR_INVAL && aff != NULL && m->topver < aff->topver) {
+		dgi_msg_backup fw = *m;
+		fw.topver = aff->topver;
+		fw.owners = (int64_t)dgi_aff_owners_hash(aff, (uint32_t)m->part);
+		for (uint32_t i = 0; i < aff->copies; i++) {
+			dg_node_id o = dgi_aff_owner(aff, (uint32_t)m->part, i);
+			if (o != 0 && o != g->self && o != in->from)
+				dg_tp_send(g->tp, o, DGI_MSG_BACKUP, &fw);
+		}
 	}
 }
 
@@ -350,25 +423,14 @@ static void on_backup(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		handle_backup(g, in, m);
 }
 
-static void backup_acked(dgi_grid *g, uint64_t fut, int64_t res, dg_node_id from)
-{
-	struct fut_stripe *s = dgi_fut_stripe(g, fut);
-	pthread_mutex_lock(&s->mu);
-	struct fut *f = dgi_fut_find(s, fut);
-	if (f != NULL) {
-		if (res != DG_OK && res != DG_ERR_NOT_FOUND)
-			f->err = (dg_err)res;
-		dgi_fut_ack(f, from);
-		dgi_fut_check(s, f);
-	}
-	pthread_mutex_unlock(&s->mu);
-}
-
 static void on_backup_ack(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
+	dgi_grid *g = ctx;
 	const dgi_msg_backup_ack *m = in->body;
 	(void)tp;
-	backup_acked(ctx, (uint64_t)m->fut, m->res, in->from);
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
+	if (c != NULL && m->part >= 0 && (uint64_t)m->part < c->cfg.partitions)
+		dgi_pw_ack(g, c, (uint32_t)m->part, (uint64_t)m->pw, in->from, (dg_err)m->res);
 }
 
 void dgi_ops_run_job(dgi_grid *g, struct job *j)

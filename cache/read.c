@@ -66,30 +66,70 @@ static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_bu
 	return e;
 }
 
-/* Local read of an owned copy.  DG_ERR_NOT_READY: MOVING and not held. */
+/* A read that found its entry pending on this primary (pt locked, the
+ * value already copied out): waits until that version is on every backup
+ * (pending.c).  Unlocks pt.  DG_ERR_NOT_READY when the write failed (read
+ * again), DG_ERR_TIMEOUT past deadline. */
+static dg_err wait_pending(dgi_grid *g, dg_cache *c, dgi_part *pt, dgi_entry *en,
+    uint64_t *deadline)
+{
+	struct pw *w = dgi_pw_find(pt, en->hash, &en->ver);
+	if (w == NULL) {
+		en->flags &= ~DGI_ENTRY_PENDING; /* nobody replicates it: never left pending */
+		pthread_mutex_unlock(&pt->mu);
+		return DG_OK;
+	}
+	(void)c;
+	if (*deadline == 0)
+		*deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
+	struct pw_wait x;
+	memset(&x, 0, sizeof(x));
+	x.kind = PWW_READ;
+	sem_init(&x.sem, 0, 0);
+	dgi_pw_attach(w, &x);
+	dg_err e = dgi_pw_wait(pt, w, &x, *deadline);
+	sem_destroy(&x.sem);
+	return e;
+}
+
+/* Local read of this node's copy (dgi_part_may_serve's rule):
+ * DG_ERR_NOT_READY when MOVING without a current copy.  A FULL_SYNC write
+ * still pending here is read once every backup has it. */
 static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
-    uint32_t klen, dg_buf *out, bool supplier, bool unwrap)
+    uint32_t klen, dg_buf *out, bool unwrap, uint64_t *deadline)
 {
 	dgi_part *pt = &c->parts[part];
-	dg_err e;
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
-	if (st == P_LOST && !supplier) {
-		e = DG_ERR_PARTITION_LOST;
-	} else if (st == P_NONE && !supplier) {
-		e = DG_ERR_REMAP;
-	} else {
-		dgi_entry *en = dgi_part_find(pt, hash, key, klen);
+	dgi_entry *en = dgi_part_find(pt, hash, key, klen);
+	dg_err e = dgi_part_may_serve(c, pt, part, st, en);
+	if (e == DG_OK) {
 		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
-		if (st == P_MOVING && !supplier && (en == NULL || en->ver.topver < pt->moving_topver))
-			e = DG_ERR_NOT_READY; /* the supplier has it, or a newer copy of it */
-		else if (dgi_entry_live(en, wall))
+		if (dgi_entry_live(en, wall))
 			e = put_value(out, dgi_entry_val(en), en->vlen, unwrap);
 		else
 			e = DG_ERR_NOT_FOUND;
+		if (en != NULL && (en->flags & DGI_ENTRY_PENDING) && e != DG_ERR_NOMEM &&
+		    e != DG_ERR_TYPE_MISMATCH) {
+			dg_err we = wait_pending(c->g, c, pt, en, deadline); /* unlocks */
+			return we != DG_OK ? we : e;
+		}
 	}
 	pthread_mutex_unlock(&pt->mu);
 	return e;
+}
+
+/* An answer from primary that came back after this node installed a newer
+ * topology in which primary no longer is the partition's primary: it may
+ * come from a node that was paused or cut off meanwhile, while the new
+ * primary took writes — read again. */
+static bool stale_answer(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id primary,
+    int64_t seen)
+{
+	if (atomic_load(&g->topver) == seen)
+		return false;
+	dgi_aff *now = atomic_load_explicit(&c->aff, memory_order_acquire);
+	return now == NULL || dgi_aff_owner(now, part, 0) != primary;
 }
 
 /* Reads the encoded value of key into out (unwrap: the bytes inside a BYTES
@@ -125,7 +165,7 @@ dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, boo
 			dg_node_id primary = dgi_aff_owner(aff, part, 0);
 			e = DG_ERR_REMAP;
 			if (role == 0 || (role > 0 && c->cfg.read_from_backup))
-				e = local_get(c, part, hash, key, (uint32_t)klen, out, false, unwrap);
+				e = local_get(c, part, hash, key, (uint32_t)klen, out, unwrap, &deadline);
 			if (e == DG_ERR_NOT_READY) {
 				/* MOVING: the supplier has what this copy lacks */
 				dgi_part *pt = &c->parts[part];
@@ -143,6 +183,9 @@ dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, boo
 					deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 				dgi_msg_get m = { c->id, part, aff->topver, 0, { key, (uint32_t)klen } };
 				e = remote_get(g, primary, &m, out, deadline, unwrap);
+				if ((e == DG_OK || e == DG_ERR_NOT_FOUND) && stale_answer(g, c, part, primary,
+				    seen))
+					e = DG_ERR_REMAP;
 			}
 		}
 		if (e == DG_OK) {
@@ -189,6 +232,33 @@ static void on_fwd_res(void *ctx, dg_err err, const dg_msg_in *reply)
 	dgi_free(f);
 }
 
+/* A remote read that found its entry pending here: parks with a copy of
+ * the value until every backup has it (pt locked; unlocks).  False when
+ * it cannot wait (no memory): the caller answers at once. */
+static bool park_read(dgi_grid *g, dgi_part *pt, const dg_msg_in *in, dgi_entry *en,
+    bool found)
+{
+	struct pw *w = dgi_pw_find(pt, en->hash, &en->ver);
+	if (w == NULL) {
+		en->flags &= ~DGI_ENTRY_PENDING; /* nobody replicates it: never left pending */
+		return false;
+	}
+	struct pw_wait *x = dgi_pw_remote_waiter(w, PWW_READ);
+	if (x == NULL)
+		return false;
+	x->in = *in;
+	x->in.body = NULL;
+	x->found = found;
+	if (found && dgi_append(&x->val, dgi_entry_val(en), en->vlen) != DG_OK) {
+		dgi_pw_waiter_free(w, x);
+		return false;
+	}
+	dgi_pw_attach(w, x);
+	pthread_mutex_unlock(&pt->mu);
+	(void)g;
+	return true;
+}
+
 static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
 	dgi_grid *g = ctx;
@@ -205,28 +275,24 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	uint64_t hash = dgi_key_hash(m->key.ptr, m->key.len);
 	dgi_part *pt = &c->parts[part];
 	dgi_msg_get_res r = { 0, { NULL, 0 } };
-	dg_err e;
 	bool supplier = (m->flags & DGI_GET_SUPPLIER) != 0;
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load(&pt->state);
 	dg_node_id sup = pt->supplier;
-	if (st == P_LOST && !supplier) {
-		e = DG_ERR_PARTITION_LOST;
-	} else if (st == P_NONE && !supplier) {
-		e = DG_ERR_REMAP;
-	} else {
-		dgi_entry *en = dgi_part_find(pt, hash, m->key.ptr, m->key.len);
+	dgi_entry *en = dgi_part_find(pt, hash, m->key.ptr, m->key.len);
+	/* a supplier read serves the store whatever the partition's state */
+	dg_err e = supplier ? DG_OK : dgi_part_may_serve(c, pt, part, st, en);
+	if (e == DG_OK) {
 		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
-		e = DG_OK;
 		if (dgi_entry_live(en, wall)) {
 			r.found = 1;
 			r.val = (dg_bytes){ dgi_entry_val(en), en->vlen };
-		} else if (en == NULL && st == P_MOVING && !supplier) {
-			e = DG_ERR_NOT_READY;
 		}
-	}
-	if (e == DG_OK)
+		if (!supplier && en != NULL && (en->flags & DGI_ENTRY_PENDING) &&
+		    park_read(g, pt, in, en, r.found))
+			return; /* answered once every backup has it */
 		dg_tp_reply(tp, in, DGI_MSG_GET_RES, &r); /* encoded under the lock: r views the entry */
+	}
 	pthread_mutex_unlock(&pt->mu);
 	if (e == DG_ERR_NOT_READY && sup != 0) {
 		struct fwd *f = dgi_alloc(sizeof(*f));

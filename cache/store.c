@@ -61,6 +61,17 @@ dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_
 	return p->slots[find_slot(p, hash, key, klen)].e;
 }
 
+dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
+{
+	if (p->cap == 0)
+		return NULL;
+	uint32_t mask = p->cap - 1;
+	for (uint32_t i = (uint32_t)hash & mask; p->slots[i].e != NULL; i = (i + 1) & mask)
+		if (p->slots[i].hash == hash && dgi_pver_cmp(&p->slots[i].e->ver, ver) == 0)
+			return p->slots[i].e;
+	return NULL;
+}
+
 static dg_err grow(dgi_part *p)
 {
 	uint32_t ncap = p->cap ? p->cap * 2 : 16;

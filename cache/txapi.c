@@ -116,7 +116,7 @@ dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8
 		*expire_ms = e->expire_ms;
 	} else {
 		err = dgi_write_new_version(g, c, part, e, topver, hash, key, klen, val, vlen, tx_node,
-		    tx_seq, ver, expire_ms);
+		    tx_seq, ver, expire_ms, NULL);
 	}
 	if (val != NULL)
 		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);

@@ -1,23 +1,29 @@
 /*
  * update.c — the originator's side of the ATOMIC update protocol.
  *
- * Update (PROTOCOL.md, "Cache messages"):
+ * Update (PROTOCOL.md, "Cache messages", "The ATOMIC update"):
  *   originator --UPDATE--> primary: checks it owns the partition under the
- *     sender's topology version (else REMAP), assigns the entry version
- *     (topology version, partition counter, its node order), persists (for
- *     persistent caches, before anything else), applies, and — under the
- *     partition lock, so every backup sees one key's updates in the order
- *     the primary applied them — sends BACKUP to every other owner
- *     (primary.c);
- *   primary --UPDATE_RES--> originator: the result and the backups named;
- *   backups --BACKUP_ACK--> originator (FULL_SYNC only): straight back, so a
- *     FULL_SYNC write costs three one-way hops, not four.
- * FULL_SYNC returns when the primary and every named backup answered;
- * PRIMARY_SYNC when the primary did; FULL_ASYNC after sending.  A local
- * primary is the same without the first and second hops.  Retries after a
- * topology change (REMAP, a primary that left) carry the same update id
- * (originator, sequence): an entry remembers the id of the last update
- * applied to it, so a retry is applied once.
+ *     sender's topology version (else REMAP), recognises a retry by its
+ *     update id, evaluates, assigns the entry version (topology version,
+ *     partition counter, its node order), persists (persistent caches,
+ *     before anything else), applies, and — under the partition lock, so
+ *     every backup sees one key's updates in the order the primary applied
+ *     them — sends BACKUP to every other owner (primary.c);
+ *   backups --BACKUP_ACK--> primary (FULL_SYNC only);
+ *   primary --UPDATE_RES--> originator: with FULL_SYNC once every backup
+ *     applied the write (pending.c), so nobody — reader or writer — learns
+ *     of a value before every owner holds it.
+ * PRIMARY_SYNC returns once the primary applied; FULL_ASYNC after sending.
+ * A local primary is the same without the first and last hops.
+ *
+ * Retries.  REMAP, NOT_READY, a broken connection or an unreachable
+ * primary make the originator map the key again and retry with the same
+ * update id (originator, sequence); the primary recognises an update it
+ * (or, as a backup, the previous primary) applied and answers its first
+ * flag.  Errors tell the truth: once an attempt may have been applied (a
+ * broken connection, no answer, or the primary's "applied, not on every
+ * backup"), the call ends DG_OK or DG_ERR_TIMEOUT — never an error that
+ * says "not applied".
  */
 #include "cache_int.h"
 #include "marshal/marshal_int.h"
@@ -44,8 +50,6 @@ static uint64_t next_op_seq(void)
 }
 
 /* ---- the originator ---- */
-
-static void on_update_res(void *ctx, dg_err err, const dg_msg_in *reply);
 
 dg_err dgi_wait_topology_change(dgi_grid *g, int64_t seen, uint64_t deadline)
 {
@@ -76,7 +80,80 @@ dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e)
 	return e;
 }
 
-/* An update, untimed (timed: update below; batches time the whole call). */
+/* A remote attempt: the caller waits for the reply callback, which the
+ * transport runs exactly once (reply, DG_ERR_TIMEOUT, DG_ERR_CONN_BROKEN,
+ * DG_ERR_CLOSED). */
+struct upd_wait {
+	sem_t sem;
+	dg_err err;
+	int64_t flag;
+	bool applied;               /* may have been applied (see update.c) */
+	dg_buf *old;
+};
+
+static void on_update_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct upd_wait *w = ctx;
+	if (err == DG_OK) {
+		const dgi_msg_update_res *r = reply->body;
+		err = (dg_err)r->res;
+		w->flag = r->flag;
+		w->applied = r->applied != 0;
+		if (err == DG_OK && w->old != NULL && r->old.ptr != NULL)
+			err = dgi_append(w->old, r->old.ptr, r->old.len);
+	} else if (err == DG_ERR_TIMEOUT || err == DG_ERR_CONN_BROKEN) {
+		w->applied = true; /* it may have reached the primary */
+	}
+	w->err = err;
+	sem_post(&w->sem);
+}
+
+/* One attempt on a remote primary. */
+static dg_err remote_attempt(dgi_grid *g, dg_node_id primary, const dgi_msg_update *m,
+    uint64_t deadline, dg_buf *old, int64_t *flag, bool *applied)
+{
+	if (m->sync == DG_FULL_ASYNC)
+		return dg_tp_send(g->tp, primary, DGI_MSG_UPDATE, m);
+	struct upd_wait w = { .err = DG_OK, .old = old };
+	uint64_t now = dgi_now_ms();
+	if (now >= deadline)
+		return DG_ERR_TIMEOUT;
+	sem_init(&w.sem, 0, 0);
+	dg_err e = dg_tp_request(g->tp, primary, DGI_MSG_UPDATE, m, (uint32_t)(deadline - now),
+	    on_update_res, &w);
+	if (e == DG_OK) {
+		while (sem_wait(&w.sem) != 0)
+			;
+		e = w.err;
+		*flag = w.flag;
+		*applied = w.applied;
+	}
+	sem_destroy(&w.sem);
+	return e;
+}
+
+/* One attempt with this node as the primary: FULL_SYNC waits here for the
+ * pending write. */
+static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t deadline,
+    bool *applied)
+{
+	dg_err e = dgi_primary_apply(g, c, u);
+	*applied = u->applied;
+	if (e != DG_OK || u->pw == NULL)
+		return e;
+	struct pw_wait x;
+	memset(&x, 0, sizeof(x));
+	x.kind = PWW_WRITE;
+	x.flag = u->flag;
+	sem_init(&x.sem, 0, 0);
+	dgi_pw_attach(u->pw, &x);
+	e = dgi_pw_wait(&c->parts[u->part], u->pw, &x, deadline); /* unlocks */
+	sem_destroy(&x.sem);
+	*applied = x.applied;
+	return e;
+}
+
+/* An update, untimed (timed: dgi_update below; batches time the whole call). */
 dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
     dg_buf *old)
@@ -109,15 +186,18 @@ dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
 		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
 	else
 		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
-	uint64_t deadline = 0; /* taken when first needed: a local update needs none */
+	uint64_t deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 	size_t old_len0 = old != NULL ? old->len : 0;
+	bool maybe = false; /* an attempt may have been applied */
 	for (;;) {
 		dg_err e;
+		bool applied = false;
+		int64_t f = 0;
 		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 		if (atomic_load_explicit(&c->dead, memory_order_relaxed))
-			return DG_ERR_CLOSED;
+			return maybe ? DG_ERR_TIMEOUT : DG_ERR_CLOSED;
 		if (atomic_load_explicit(&c->lost[u.part], memory_order_relaxed))
-			return DG_ERR_PARTITION_LOST;
+			return maybe ? DG_ERR_TIMEOUT : DG_ERR_PARTITION_LOST;
 		dg_node_id primary = aff != NULL ? dgi_aff_owner(aff, u.part, 0) : 0;
 		int64_t seen = atomic_load(&g->topver);
 		if (old != NULL)
@@ -126,74 +206,25 @@ dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
 			e = DG_ERR_NOT_READY; /* no server node (yet) */
 		} else if (primary == g->self) {
 			u.topver = aff->topver;
-			struct fut f;
-			bool acks = u.sync == DG_FULL_SYNC && aff->copies > 1;
-			if (acks && deadline == 0)
-				deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
-			if (acks) {
-				dgi_fut_init(g, &f, NULL);
-				u.fut = f.id;
-				f.primary_done = false;
-				dgi_fut_add(g, &f);
-			}
 			u.old = old;
-			e = dgi_primary_apply(g, c, &u);
-			if (acks) {
-				struct fut_stripe *s = dgi_fut_stripe(g, f.id);
-				pthread_mutex_lock(&s->mu);
-				if (e != DG_OK && !f.done)
-					f.err = e;
-				dgi_fut_expect(&f, u.backups, u.nbackups);
-				dgi_fut_check(s, &f);
-				pthread_mutex_unlock(&s->mu);
-				dg_err we = dgi_fut_wait(g, &f, deadline);
-				if (e == DG_OK)
-					e = we;
-			}
+			e = local_attempt(g, c, &u, deadline, &applied);
+			f = u.flag;
 		} else {
 			u.topver = aff->topver;
-			if (deadline == 0)
-				deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 			dgi_msg_update m = { c->id, u.part, u.topver, op, u.sync, (int64_t)u.op_node,
 				(int64_t)u.op_seq, 0, { key, (uint32_t)klen }, { val, (uint32_t)vlen },
 				{ exp, (uint32_t)elen } };
-			if (u.sync == DG_FULL_ASYNC) {
-				e = dg_tp_send(g->tp, primary, DGI_MSG_UPDATE, &m);
-				if (e == DG_OK)
-					return DG_OK;
-			} else {
-				struct fut f;
-				dgi_fut_init(g, &f, old);
-				f.want_acks = u.sync == DG_FULL_SYNC;
-				m.fut = (int64_t)f.id;
-				dgi_fut_add(g, &f);
-				uint64_t now = dgi_now_ms();
-				uint32_t left = now < deadline ? (uint32_t)(deadline - now) : 1;
-				e = dg_tp_request(g->tp, primary, DGI_MSG_UPDATE, &m, left, on_update_res,
-				    (void *)(uintptr_t)f.id);
-				if (e != DG_OK) {
-					struct fut_stripe *s = dgi_fut_stripe(g, f.id);
-					pthread_mutex_lock(&s->mu);
-					dgi_fut_unlink(s, &f);
-					pthread_mutex_unlock(&s->mu);
-					sem_destroy(&f.sem);
-				} else {
-					e = dgi_fut_wait(g, &f, deadline);
-				}
-				if (e == DG_OK && flag != NULL)
-					*flag = f.flag;
-			}
+			e = remote_attempt(g, primary, &m, deadline, old, &f, &applied);
 		}
 		if (e == DG_OK) {
-			if (flag != NULL && primary == g->self)
-				*flag = u.flag;
+			if (flag != NULL)
+				*flag = f;
 			return DG_OK;
 		}
+		maybe |= applied;
 		if (!dgi_retriable(e) || (e == DG_ERR_CLOSED && atomic_load(&c->dead)))
-			return e;
+			return maybe ? DG_ERR_TIMEOUT : e;
 		atomic_fetch_add_explicit(&c->remaps, 1, memory_order_relaxed);
-		if (deadline == 0)
-			deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 		if (dgi_wait_topology_change(g, seen, deadline) != DG_OK)
 			return DG_ERR_TIMEOUT;
 	}
@@ -210,46 +241,8 @@ dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
 	    dgi_update_op(c, op, key, klen, exp, elen, val, vlen, flag, old));
 }
 
-static void on_update_res(void *ctx, dg_err err, const dg_msg_in *reply)
-{
-	uint64_t id = (uint64_t)(uintptr_t)ctx;
-	dgi_grid *g = dgi_fut_grid(id);
-	if (g == NULL)
-		return;
-	struct fut_stripe *s = dgi_fut_stripe(g, id);
-	pthread_mutex_lock(&s->mu);
-	struct fut *f = dgi_fut_find(s, id);
-	if (f != NULL) {
-		const dgi_msg_update_res *r = err == DG_OK ? reply->body : NULL;
-		if (err != DG_OK) {
-			f->err = err;
-		} else if (r->res != DG_OK) {
-			f->err = (dg_err)r->res;
-		} else {
-			dg_node_id ids[DGI_MAX_COPIES];
-			uint32_t n = r->nbackups < 0 || r->nbackups > DGI_MAX_COPIES - 1 ?
-			    0 : (uint32_t)r->nbackups;
-			for (uint32_t k = 0; k < n; k++)
-				ids[k] = (dg_node_id)r->backups[k];
-			f->flag = r->flag;
-			if (f->old != NULL && r->old.ptr != NULL &&
-			    dgi_append(f->old, r->old.ptr, r->old.len) != DG_OK)
-				f->err = DG_ERR_NOMEM;
-			dgi_fut_expect(f, ids, f->want_acks ? n : 0);
-		}
-		dgi_fut_check(s, f);
-	}
-	pthread_mutex_unlock(&s->mu);
-}
-
 void dgi_ops_register(dgi_grid *g)
 {
-	dgi_fut_grid_register(g);
 	dgi_primary_register(g);
 	dgi_read_register(g);
-}
-
-void dgi_ops_unregister(dgi_grid *g)
-{
-	dgi_fut_grid_unregister(g);
 }

@@ -1,0 +1,463 @@
+/*
+ * pending.c — FULL_SYNC writes awaiting their backups, on the primary.
+ *
+ * A FULL_SYNC write (ATOMIC caches, one or more backups) is applied by the
+ * primary and then *pending*: its entry carries DGI_ENTRY_PENDING and a
+ * pending-write record (struct pw, in the partition's `pending` list)
+ * names the backups the copy went to.  Each backup answers BACKUP_ACK to
+ * the primary.  When every one said DG_OK the write is *committed*: the
+ * flag is cleared and everyone waiting on it is answered — the update's
+ * originator, later retries of the same update, and reads that found the
+ * entry pending.  So nobody is told about a value (not even a reader)
+ * before every owner holds it: a primary that dies after applying a write
+ * but before its backups have it cannot have shown that write to anyone.
+ *
+ * A record fails (a backup refused, the topology moved the partition, no
+ * answer before the deadline): its waiters are answered — writes with the
+ * error and `applied` (the originator maps again and retries with the same
+ * update id; the new primary recognises it), reads with DG_ERR_NOT_READY
+ * (they read again) — and the record stays, idle, until it is sent again
+ * (at the next topology this node installs, the sweeper's next tick, or a
+ * retry of its update), while this node is still the partition's primary
+ * and the entry still holds its version.  A newer version of the key, or
+ * this node losing the primary role, ends the record (the flag goes with
+ * it: the entry is no longer this node's to vouch for).
+ *
+ * Invariant (partition locked): an entry carries DGI_ENTRY_PENDING only
+ * while a record for its (hash, version) is in the partition's list.
+ *
+ * Everything here runs under the partition's lock, the records included:
+ * BACKUP_ACK names the cache and partition, so the handler finds its
+ * record in the partition's short list.  No other lock; records come from
+ * a small free list per partition, so a steady state allocates nothing.
+ */
+#include "cache_int.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#define PW_FREE_MAX 8           /* records kept for reuse per partition */
+
+enum { PW_SENT = 1, PW_IDLE = 2 };
+
+static struct pw *pw_get(dgi_part *pt)
+{
+	struct pw *w = pt->pw_free;
+	if (w != NULL) {
+		pt->pw_free = w->next;
+		pt->pw_nfree--;
+	} else if ((w = dgi_calloc(1, sizeof(*w))) == NULL) {
+		return NULL;
+	} else {
+		dg_buf_init(&w->owner.val);
+	}
+	dg_buf owner_val = w->owner.val;
+	dg_node_id *heap = w->expect != w->expect_in ? w->expect : NULL;
+	uint32_t heap_cap = heap != NULL ? w->cap : 0;
+	memset(w, 0, sizeof(*w));
+	w->owner.val = owner_val;
+	w->owner.val.len = 0;
+	w->expect = heap != NULL ? heap : w->expect_in;
+	w->cap = heap != NULL ? heap_cap : DGI_PW_INLINE;
+	return w;
+}
+
+static void pw_put(dgi_part *pt, struct pw *w)
+{
+	if (pt->pw_nfree < PW_FREE_MAX) {
+		w->next = pt->pw_free;
+		pt->pw_free = w;
+		pt->pw_nfree++;
+		return;
+	}
+	if (w->expect != w->expect_in)
+		dgi_free(w->expect);
+	dg_buf_free(&w->owner.val);
+	dgi_free(w);
+}
+
+static void unlink_pw(dgi_part *pt, struct pw *w)
+{
+	for (struct pw **pp = &pt->pending; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			return;
+		}
+}
+
+struct pw *dgi_pw_find(dgi_part *pt, uint64_t hash, const dgi_pver *ver)
+{
+	for (struct pw *w = pt->pending; w != NULL; w = w->next)
+		if (w->hash == hash && dgi_pver_cmp(&w->ver, ver) == 0)
+			return w;
+	return NULL;
+}
+
+static struct pw *find_id(dgi_part *pt, uint64_t id)
+{
+	for (struct pw *w = pt->pending; w != NULL; w = w->next)
+		if (w->id == id)
+			return w;
+	return NULL;
+}
+
+/* The entry a record replicates, when the partition still holds that
+ * version of it. */
+static dgi_entry *entry_of(dgi_part *pt, const struct pw *w)
+{
+	return dgi_part_find_ver(pt, w->hash, &w->ver);
+}
+
+/* ---- answering waiters ---- */
+
+static void answer(dgi_grid *g, struct pw_wait *x, dg_err err)
+{
+	x->err = err;
+	if (!x->remote) {
+		x->done = true;
+		sem_post(&x->sem); /* the last touch: the waiter may return now */
+		return;
+	}
+	if (x->kind == PWW_READ) {
+		if (err != DG_OK) {
+			dg_tp_reply_error(g->tp, &x->in, err);
+		} else {
+			dgi_msg_get_res r = { x->found, { x->found ? x->val.data : NULL,
+				(uint32_t)x->val.len } };
+			if (r.val.ptr == NULL && x->found)
+				r.val.ptr = (const uint8_t *)"";
+			dg_tp_reply(g->tp, &x->in, DGI_MSG_GET_RES, &r);
+		}
+	} else {
+		dgi_msg_update_res r = { err, x->flag, err != DG_OK && x->applied,
+			{ NULL, 0 } };
+		if (err == DG_OK && x->has_old)
+			r.old = (dg_bytes){ x->val.data ? x->val.data : (const uint8_t *)"",
+				(uint32_t)x->val.len };
+		dg_tp_reply(g->tp, &x->in, DGI_MSG_UPDATE_RES, &r);
+	}
+}
+
+/* Answers and releases every waiter of w (the owner included).  A write
+ * that failed was applied here (it is pending): `applied` goes with it. */
+static void answer_all(dgi_grid *g, struct pw *w, dg_err err)
+{
+	struct pw_wait *x = w->waiters;
+	w->waiters = NULL;
+	while (x != NULL) {
+		struct pw_wait *next = x->next;
+		bool heap = x->remote && x != &w->owner;
+		if (x->kind == PWW_WRITE)
+			x->applied = true;
+		answer(g, x, x->kind == PWW_READ && err != DG_OK ? DG_ERR_NOT_READY : err);
+		if (heap) {
+			dg_buf_free(&x->val);
+			dgi_free(x);
+		}
+		x = next;
+	}
+	w->has_owner = false;
+}
+
+void dgi_pw_attach(struct pw *w, struct pw_wait *x)
+{
+	x->next = w->waiters;
+	w->waiters = x;
+}
+
+bool dgi_pw_detach(struct pw *w, struct pw_wait *x)
+{
+	for (struct pw_wait **pp = &w->waiters; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			return true;
+		}
+	return false;
+}
+
+struct pw_wait *dgi_pw_remote_waiter(struct pw *w, int kind)
+{
+	struct pw_wait *x;
+	if (kind == PWW_WRITE && !w->has_owner) {
+		x = &w->owner;
+		w->has_owner = true;
+	} else if ((x = dgi_alloc(sizeof(*x))) != NULL) {
+		dg_buf_init(&x->val);
+	} else {
+		return NULL;
+	}
+	dg_buf val = x->val;
+	memset(x, 0, sizeof(*x));
+	x->val = val;
+	x->val.len = 0;
+	x->kind = kind;
+	x->remote = true;
+	return x;
+}
+
+void dgi_pw_waiter_free(struct pw *w, struct pw_wait *x)
+{
+	if (x == &w->owner) {
+		w->has_owner = false;
+		return;
+	}
+	dg_buf_free(&x->val);
+	dgi_free(x);
+}
+
+/* ---- sending ---- */
+
+/* Sends the entry e (w's version) to every backup of part under aff and
+ * arms w to wait for them (partition locked).  A send that fails fails
+ * the record at once. */
+static void send(dgi_grid *g, dg_cache *c, uint32_t part, struct pw *w, const dgi_aff *aff,
+    const dgi_entry *e, int64_t flag)
+{
+	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
+	dgi_msg_backup b = {
+		c->id, part, aff->topver, e->ver.topver, (int64_t)e->ver.counter, e->ver.order,
+		e->expire_ms, (int64_t)e->op_node, (int64_t)e->op_seq, (int64_t)w->id, flag,
+		(int64_t)dgi_aff_owners_hash(aff, part),
+		{ dgi_entry_key(e), e->klen }, { tomb ? NULL : dgi_entry_val(e), e->vlen }
+	};
+	uint32_t n = aff->copies > 0 ? aff->copies - 1 : 0;
+	if (n > w->cap) {
+		dg_node_id *ids = dgi_alloc(n * (sizeof(*ids) + 1));
+		if (ids == NULL) {
+			w->state = PW_IDLE;
+			w->err = DG_ERR_NOMEM;
+			return;
+		}
+		if (w->expect != w->expect_in)
+			dgi_free(w->expect);
+		w->expect = ids;
+		w->cap = n;
+	}
+	uint8_t *acked = w->expect == w->expect_in ? w->acked_in : (uint8_t *)(w->expect + w->cap);
+	w->acked = acked;
+	w->nexpect = w->nacked = 0;
+	w->err = DG_OK;
+	w->topver = aff->topver;
+	w->deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
+	w->state = PW_SENT;
+	dg_err err = DG_OK;
+	for (uint32_t i = 0; i < aff->copies; i++) {
+		dg_node_id o = dgi_aff_owner(aff, part, i);
+		if (o == 0 || o == g->self)
+			continue;
+		dg_err se = dg_tp_send(g->tp, o, DGI_MSG_BACKUP, &b);
+		if (se != DG_OK && err == DG_OK)
+			err = se;
+		w->expect[w->nexpect] = o;
+		acked[w->nexpect++] = 0;
+	}
+	if (err != DG_OK) {
+		w->state = PW_IDLE;
+		w->err = err == DG_ERR_BUSY ? DG_ERR_NOT_READY : DG_ERR_CONN_BROKEN;
+	}
+}
+
+/* Commits w (every backup has its version): the flag goes, waiters are
+ * answered, the record is freed. */
+static void commit(dgi_grid *g, dgi_part *pt, struct pw *w)
+{
+	dgi_entry *e = entry_of(pt, w);
+	if (e != NULL)
+		e->flags &= ~DGI_ENTRY_PENDING;
+	unlink_pw(pt, w);
+	answer_all(g, w, DG_OK);
+	pw_put(pt, w);
+}
+
+/* Ends w without a commit: waiters answered with err, the entry's flag
+ * cleared (nobody vouches for it any more), the record freed. */
+static void drop(dgi_grid *g, dgi_part *pt, struct pw *w, dg_err err)
+{
+	dgi_entry *e = entry_of(pt, w);
+	if (e != NULL)
+		e->flags &= ~DGI_ENTRY_PENDING;
+	unlink_pw(pt, w);
+	answer_all(g, w, err);
+	pw_put(pt, w);
+}
+
+/* The record failed: answer its waiters, keep it idle for a resend. */
+static void fail(dgi_grid *g, struct pw *w, dg_err err)
+{
+	w->state = PW_IDLE;
+	answer_all(g, w, err);
+}
+
+struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *aff,
+    dgi_entry *e, int64_t flag, dg_err *err)
+{
+	dgi_part *pt = &c->parts[part];
+	*err = DG_OK;
+	struct pw *w = dgi_pw_find(pt, e->hash, &e->ver);
+	if (w != NULL && w->state == PW_SENT)
+		return w; /* on its way already: wait for it */
+	if (w == NULL) {
+		if ((w = pw_get(pt)) == NULL) {
+			*err = DG_ERR_NOMEM;
+			return NULL;
+		}
+		w->id = atomic_fetch_add_explicit(&g->next_pw, 1, memory_order_relaxed);
+		w->hash = e->hash;
+		w->ver = e->ver;
+		w->flag = flag;
+		w->next = pt->pending;
+		pt->pending = w;
+	}
+	e->flags |= DGI_ENTRY_PENDING;
+	send(g, c, part, w, aff, e, w->flag);
+	if (w->state == PW_SENT && w->nexpect == 0) {
+		commit(g, pt, w); /* no backup to wait for */
+		return NULL;
+	}
+	if (w->state == PW_IDLE)
+		*err = w->err;
+	return w;
+}
+
+/* ---- events ---- */
+
+void dgi_pw_ack(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t id, dg_node_id from,
+    dg_err res)
+{
+	dgi_part *pt = &c->parts[part];
+	pthread_mutex_lock(&pt->mu);
+	struct pw *w = find_id(pt, id);
+	if (w != NULL && w->state == PW_SENT) {
+		for (uint32_t i = 0; i < w->nexpect; i++)
+			if (w->expect[i] == from && !w->acked[i]) {
+				w->acked[i] = 1;
+				w->nacked++;
+				if (res != DG_OK && w->err == DG_OK)
+					w->err = res;
+			}
+		if (w->err != DG_OK)
+			fail(g, w, w->err);
+		else if (w->nacked == w->nexpect)
+			commit(g, pt, w);
+	}
+	pthread_mutex_unlock(&pt->mu);
+}
+
+/* Whether this node is the partition's primary under aff. */
+static bool primary_under(dgi_grid *g, const dgi_aff *aff, uint32_t part)
+{
+	return aff != NULL && aff->nnodes > 0 && dgi_aff_owner(aff, part, 0) == g->self;
+}
+
+/* Sends an idle record again, or ends it when its version is gone or
+ * this node is no longer the primary (partition locked). */
+static void resend(dgi_grid *g, dg_cache *c, uint32_t part, struct pw *w, const dgi_aff *aff)
+{
+	dgi_part *pt = &c->parts[part];
+	dgi_entry *e = entry_of(pt, w);
+	if (!primary_under(g, aff, part)) {
+		drop(g, pt, w, DG_ERR_REMAP);
+		return;
+	}
+	if (e == NULL) {
+		/* superseded or gone: the key's newer version (its own
+		 * record, if pending) is what counts now */
+		drop(g, pt, w, DG_ERR_REMAP);
+		return;
+	}
+	send(g, c, part, w, aff, e, w->flag);
+	if (w->state == PW_SENT && w->nexpect == 0)
+		commit(g, pt, w);
+	else if (w->state == PW_IDLE)
+		fail(g, w, w->err);
+}
+
+void dgi_pw_retopo(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now)
+{
+	dgi_part *pt = &c->parts[part];
+	for (struct pw *w = pt->pending, *next; w != NULL; w = next) {
+		next = w->next;
+		if (w->state == PW_SENT && primary_under(g, now, part)) {
+			/* still waiting: keep it when the owners are the same */
+			bool same = now->copies - 1 == w->nexpect;
+			for (uint32_t i = 0; same && i < w->nexpect; i++)
+				same = dgi_aff_role(now, part, w->expect[i]) > 0;
+			if (same)
+				continue;
+			fail(g, w, DG_ERR_REMAP);
+		}
+		resend(g, c, part, w, now);
+	}
+}
+
+void dgi_pw_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms)
+{
+	dgi_part *pt = &c->parts[part];
+	const dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	for (struct pw *w = pt->pending, *next; w != NULL; w = next) {
+		next = w->next;
+		if (w->state == PW_SENT && now_ms >= w->deadline)
+			fail(g, w, DG_ERR_TIMEOUT);
+		if (w->state == PW_IDLE)
+			resend(g, c, part, w, aff);
+	}
+}
+
+void dgi_pw_forget_all(dgi_grid *g, dg_cache *c, dg_err err)
+{
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		dgi_part *pt = &c->parts[p];
+		pthread_mutex_lock(&pt->mu);
+		while (pt->pending != NULL)
+			drop(g, pt, pt->pending, err);
+		pthread_mutex_unlock(&pt->mu);
+	}
+}
+
+void dgi_pw_free_part(dgi_part *pt)
+{
+	while (pt->pw_free != NULL) {
+		struct pw *w = pt->pw_free;
+		pt->pw_free = w->next;
+		if (w->expect != w->expect_in)
+			dgi_free(w->expect);
+		dg_buf_free(&w->owner.val);
+		dgi_free(w);
+	}
+	pt->pw_nfree = 0;
+}
+
+/* ---- a local caller waiting (partition locked on entry; unlocks) ---- */
+
+dg_err dgi_pw_wait(dgi_part *pt, struct pw *w, struct pw_wait *x, uint64_t deadline)
+{
+	(void)w;
+	pthread_mutex_unlock(&pt->mu);
+	for (;;) {
+		uint64_t now = dgi_now_ms();
+		if (now >= deadline)
+			break;
+		struct timespec ts;
+		dgi_abstime_in(&ts, deadline - now);
+		if (sem_timedwait(&x->sem, &ts) == 0)
+			return x->err;
+		if (errno != EINTR && errno != ETIMEDOUT)
+			break;
+	}
+	/* timed out: leave the record, unless it answered meanwhile */
+	pthread_mutex_lock(&pt->mu);
+	bool done = x->done;
+	if (!done) {
+		for (struct pw *r = pt->pending; r != NULL; r = r->next)
+			if (dgi_pw_detach(r, x))
+				break;
+	}
+	pthread_mutex_unlock(&pt->mu);
+	if (done) {
+		sem_wait(&x->sem); /* posted: consume it */
+		return x->err;
+	}
+	x->applied = x->kind == PWW_WRITE;
+	return DG_ERR_TIMEOUT;
+}
