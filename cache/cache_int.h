@@ -353,7 +353,8 @@ struct dg_cache {
 	dgi_aff *retired;               /* older affinities (grid->mu) */
 	_Atomic uint8_t *lost;          /* a byte per partition: lost (grid->mu writes) */
 	_Atomic uint8_t *handed;        /* a byte per partition: its sole owner left
-	                                   gracefully and handed it over (not lost) */
+	                                   gracefully and handed it over (not lost),
+	                                   or pushed all of it here (REBALANCE_PUSH) */
 	bool fresh;                     /* created here, cluster-wide: no data to fetch */
 	_Atomic uint64_t puts, removes, hits, misses, remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
@@ -639,6 +640,10 @@ void dgi_rent_sweep(dgi_grid *g);
  * set). */
 extern _Atomic uint32_t dgi_rent_grace_ms;
 extern _Atomic bool dgi_rebalance_paused;
+/* Test hook: the node with this id ignores FULL_SYNC copies (BACKUP with a
+ * pending-write id): no apply, no answer — a backup that stopped
+ * answering, without a topology change.  0: off. */
+extern _Atomic uint64_t dgi_test_drop_backups_at;
 /* Encodes entries of a partition page (SUPPLY, SCAN_RES) into b. */
 dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
     bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b);

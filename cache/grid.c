@@ -245,6 +245,18 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		} else if (supplier != 0) {
 			ns = P_MOVING;
 			pt->supplier = supplier;
+		} else if (st == P_MOVING && guess == NULL &&
+		    atomic_exchange_explicit(&c->handed[p], 0, memory_order_relaxed)) {
+			ns = P_OWNING; /* its last holder left and pushed it here whole */
+		} else if (st == P_MOVING && guess == NULL) {
+			/* it was still fetching and every copy it fetched from is
+			 * gone: it holds part of the partition at most, which is
+			 * lost — not a partial copy served as the whole */
+			ns = P_LOST;
+			atomic_store_explicit(&c->lost[p], 1, memory_order_relaxed);
+			dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld "
+			    "why=supplier-gone", c->cfg.name, p, (long long)t->version);
+			dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, p);
 		} else {
 			/* this node held the only surviving copy (or, as a guess,
 			 * nobody else has it): it owns what it has */

@@ -385,8 +385,13 @@ static dg_err backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m)
 	return mine > m->topver ? DG_ERR_REMAP : DG_ERR_NOT_READY;
 }
 
+_Atomic uint64_t dgi_test_drop_backups_at;
+
 static void handle_backup(dgi_grid *g, const dg_msg_in *in, const dgi_msg_backup *m)
 {
+	if (m->pw != 0 && atomic_load_explicit(&dgi_test_drop_backups_at, memory_order_relaxed) ==
+	    g->self)
+		return;
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
 	/* a node that has not learnt the cache yet holds nothing of it */
 	dg_err e = c != NULL ? backup_apply(g, c, m) : DG_ERR_NOT_READY;

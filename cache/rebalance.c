@@ -751,6 +751,8 @@ static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		bool more;
 		uint64_t last;
 		e = page_decode(g, &m->list, &more, &last, push_one, &a);
+		if (e == DG_OK && !more) /* the last page (the sender stops at an error): */
+			atomic_store_explicit(&c->handed[a.part], 1, memory_order_relaxed); /* whole */
 		dgi_part *pt = &c->parts[a.part];
 		pthread_mutex_lock(&pt->mu);
 		pt->rented_ms = dgi_now_ms(); /* held for the coming topology */

@@ -2340,5 +2340,6 @@ int main(void)
 	failed += dgt_pstore_tests();
 #endif
 	failed += dgt_cas_tests();
+	failed += dgt_sync_tests();
 	return failed ? 1 : 0;
 }

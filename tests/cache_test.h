@@ -35,5 +35,6 @@ void dgi_node_kill(dg_node *n);   /* node.c: stop without leaving (a crash) */
 int dgt_intmap_tests(void);
 int dgt_pstore_tests(void);
 int dgt_cas_tests(void);
+int dgt_sync_tests(void);
 
 #endif

@@ -1,0 +1,547 @@
+/*
+ * cache_sync_test.c — the ATOMIC FULL_SYNC protocol's guarantees (issue 12,
+ * defects 1, 2, 3 and 5; cache/pending.c, cache/primary.c, cache/dedup.c):
+ *   - a backup that cannot apply a copy, or disagrees on the owners, never
+ *     answers DG_OK;
+ *   - nobody reads a write before every backup holds it, and the primary
+ *     finishes it once the backup answers again;
+ *   - a retried update is applied once, even after other updates changed
+ *     the key and after its primary failed;
+ *   - a MOVING primary serves no copy older than its move to remote
+ *     readers;
+ *   - a lost partition is lost on every path.
+ * A group of the cache_test executable (run from cache_test.c's main).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "cache/cache_int.h"
+#include "cache_test.h"
+#include "marshal/marshal_int.h"
+#include "node/node_int.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The BYTES encoding of a short raw string (what the raw API stores). */
+static size_t enc_raw(const char *s, uint8_t *out)
+{
+	size_t n = strlen(s);
+	out[0] = TAG_BYTES;
+	out[1] = (uint8_t)n;
+	memcpy(out + 2, s, n);
+	return n + 2;
+}
+
+static uint32_t part_of(dg_cache *c, const char *key, uint64_t *hash)
+{
+	uint8_t k[64];
+	size_t kl = enc_raw(key, k);
+	return dgi_cache_key_part(c, k, kl, hash);
+}
+
+/* Owner i (0: primary) of key's partition under c's affinity. */
+static dg_node_id owner_of(dg_cache *c, const char *key, uint32_t i)
+{
+	uint64_t h;
+	dgi_aff *aff = atomic_load(&c->aff);
+	return dgi_aff_owner(aff, part_of(c, key, &h), i);
+}
+
+static int index_of(struct cluster *cl, dg_node_id id)
+{
+	for (int i = 0; i < cl->count; i++)
+		if (cl->n[i] != NULL && dg_node_get_id(cl->n[i]) == id)
+			return i;
+	return -1;
+}
+
+/* A key "<prefix><i>" whose primary is node want, into out. */
+static void key_with_primary(dg_cache *c, dg_node_id want, const char *prefix, char *out,
+    size_t cap)
+{
+	for (int i = 0; i < 100000; i++) {
+		snprintf(out, cap, "%s%d", prefix, i);
+		if (owner_of(c, out, 0) == want)
+			return;
+	}
+	fail_msg("no key with that primary");
+}
+
+/* The raw value of key, "" when absent, "!<err>" on an error. */
+static const char *get_s(dg_cache *c, const char *key, char *buf, size_t cap)
+{
+	dg_buf v;
+	dg_buf_init(&v);
+	dg_err e = dg_cache_get(c, key, strlen(key), &v);
+	if (e == DG_OK)
+		snprintf(buf, cap, "%.*s", (int)v.len, (const char *)v.data);
+	else if (e == DG_ERR_NOT_FOUND)
+		snprintf(buf, cap, "%s", "");
+	else
+		snprintf(buf, cap, "!%d", (int)e);
+	dg_buf_free(&v);
+	return buf;
+}
+
+/* ---- defect 1: a backup never acknowledges what it did not apply ---- */
+
+static _Atomic int64_t ack_res = -1;
+
+static void test_ack_handler(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)tp;
+	(void)ctx;
+	const dgi_msg_backup_ack *m = in->body;
+	atomic_store(&ack_res, m->res);
+}
+
+/* Sends a crafted FULL_SYNC copy from node `from` to node `to` and returns
+ * the answer (the client's own ack handler is swapped for the test's). */
+static dg_err backup_answer(dg_node *from, dg_node *to, dgi_msg_backup *m)
+{
+	atomic_store(&ack_res, -1);
+	OK(dg_tp_send(dgi_node_tp(from), dg_node_get_id(to), DGI_MSG_BACKUP, m));
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (atomic_load(&ack_res) == -1) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(1000);
+	}
+	return (dg_err)atomic_load(&ack_res);
+}
+
+static void test_backup_refuses_what_it_cannot_apply(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 4, 1); /* 4 servers: a backup=1 partition misses two */
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "refuse");
+	cc.backups = 1;
+	cc.partitions = 64;
+	dg_cache *cli;
+	OK(dg_cache_create(cl.n[4], &cc, &cli));
+	dg_cache *c1 = cache_on(cl.n[1], "refuse");
+	OK(dg_cache_wait_rebalanced(c1, 5000));
+	dg_tp *ctp = dgi_node_tp(cl.n[4]);
+	OK(dg_tp_handle(ctp, DGI_MSG_BACKUP_ACK, test_ack_handler, NULL));
+	dgi_aff *aff = atomic_load(&c1->aff);
+	dg_node_id b = dg_node_get_id(cl.n[1]);
+	/* a partition node 1 backs up, and one it does not own at all */
+	uint32_t mine = UINT32_MAX, other = UINT32_MAX;
+	for (uint32_t p = 0; p < 64; p++) {
+		if (dgi_aff_role(aff, p, b) == 1 && mine == UINT32_MAX)
+			mine = p;
+		if (dgi_aff_role(aff, p, b) < 0 && other == UINT32_MAX)
+			other = p;
+	}
+	assert_true(mine != UINT32_MAX && other != UINT32_MAX);
+	char key[32];
+	uint8_t k[64];
+	for (int i = 0;; i++) {
+		snprintf(key, sizeof(key), "r%d", i);
+		uint64_t h;
+		if (part_of(c1, key, &h) == mine)
+			break;
+	}
+	size_t kl = enc_raw(key, k);
+	uint8_t v[16];
+	size_t vl = enc_raw("val", v);
+	dgi_msg_backup m = { c1->id, mine, aff->topver, aff->topver, 1000, 1, 0,
+		(int64_t)dg_node_get_id(cl.n[4]), 77, 5, 1, (int64_t)dgi_aff_owners_hash(aff, mine),
+		{ k, (uint32_t)kl }, { v, (uint32_t)vl } };
+	/* the right owners, this topology: applied, DG_OK */
+	EXPECT(backup_answer(cl.n[4], cl.n[1], &m), DG_OK);
+	/* an owner set it does not agree with: never DG_OK */
+	dgi_msg_backup bad = m;
+	bad.owners ^= 1;
+	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_NOT_READY);
+	bad.topver = aff->topver - 1; /* the sender is behind: retry under the newer one */
+	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_REMAP);
+	bad.topver = aff->topver + 1; /* the backup is behind */
+	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_NOT_READY);
+	/* a partition it does not own (before: skipped, and acknowledged) */
+	for (int i = 0;; i++) {
+		snprintf(key, sizeof(key), "o%d", i);
+		uint64_t h;
+		if (part_of(c1, key, &h) == other)
+			break;
+	}
+	kl = enc_raw(key, k);
+	dgi_msg_backup none = m;
+	none.part = other;
+	none.key = (dg_bytes){ k, (uint32_t)kl };
+	none.owners = (int64_t)dgi_aff_owners_hash(aff, other);
+	assert_int_not_equal(backup_answer(cl.n[4], cl.n[1], &none), DG_OK);
+	/* a cache it does not know (before: DG_ERR_NOT_FOUND, counted as done) */
+	dgi_msg_backup unknown = m;
+	unknown.cache_id = (int64_t)dgi_cache_id("no-such-cache");
+	EXPECT(backup_answer(cl.n[4], cl.n[1], &unknown), DG_ERR_NOT_READY);
+	dgi_primary_register(dgi_node_grid(cl.n[4]));
+	cluster_stop(&cl);
+}
+
+/* ---- nobody reads a FULL_SYNC write before every backup has it ---- */
+
+struct putter {
+	dg_cache *c;
+	const char *key, *val;
+	dg_err err;
+};
+
+static void *put_thread(void *arg)
+{
+	struct putter *p = arg;
+	p->err = dg_cache_put(p->c, p->key, strlen(p->key), p->val, strlen(p->val));
+	return NULL;
+}
+
+static void test_no_read_before_every_backup(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "gate");
+	cc.backups = 2;
+	cc.partitions = 32;
+	dg_cache *cli;
+	OK(dg_cache_create(cl.n[3], &cc, &cli));
+	dg_cache *c0 = cache_on(cl.n[0], "gate");
+	OK(dg_cache_wait_rebalanced(c0, 5000));
+	char key[32], buf[32];
+	key_with_primary(cli, dg_node_get_id(cl.n[0]), "g", key, sizeof(key));
+	OK(dg_cache_put(cli, key, strlen(key), "v1", 2));
+	/* a backup stops answering FULL_SYNC copies (no topology change) */
+	atomic_store(&dgi_test_drop_backups_at, dg_node_get_id(cl.n[2]));
+	struct putter p = { cli, key, "v2", DG_OK };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, put_thread, &p), 0);
+	usleep(300 * 1000);
+	/* the primary applied v2; neither a remote nor a local reader may see
+	 * it while node 2 lacks it (they wait, and give up) */
+	get_s(cli, key, buf, sizeof(buf));
+	assert_string_not_equal(buf, "v2");
+	get_s(c0, key, buf, sizeof(buf));
+	assert_string_not_equal(buf, "v2");
+	pthread_join(th, NULL);
+	EXPECT(p.err, DG_ERR_TIMEOUT); /* applied on the primary: outcome unknown */
+	/* the backup answers again: the primary sends the copy again and
+	 * finishes the write by itself */
+	atomic_store(&dgi_test_drop_backups_at, 0);
+	uint64_t deadline = dgi_now_ms() + 8000;
+	while (strcmp(get_s(cli, key, buf, sizeof(buf)), "v2") != 0) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(50 * 1000);
+	}
+	get_s(cache_on(cl.n[2], "gate"), key, buf, sizeof(buf));
+	assert_string_equal(buf, "v2"); /* every owner has it */
+	cluster_stop(&cl);
+}
+
+/* ---- a retry is applied once ---- */
+
+/* Runs one update with a given id on node n as the primary (waiting for
+ * its backups like a local originator); *flag. */
+static dg_err apply_with_id(dg_cache *c, int op, const char *key, const char *exp,
+    const char *val, uint64_t op_node, uint64_t op_seq, int64_t *flag)
+{
+	uint8_t k[64], e[64], v[64];
+	struct upd u;
+	memset(&u, 0, sizeof(u));
+	u.op = op;
+	u.sync = c->cfg.write_sync;
+	u.key = k;
+	u.klen = (uint32_t)enc_raw(key, k);
+	u.hash = dgi_key_hash(k, u.klen);
+	u.part = dgi_part_of(u.hash, c->cfg.partitions);
+	if (exp != NULL) {
+		u.exp = e;
+		u.elen = (uint32_t)enc_raw(exp, e);
+	}
+	if (val != NULL) {
+		u.val = v;
+		u.vlen = (uint32_t)enc_raw(val, v);
+	}
+	u.op_node = op_node;
+	u.op_seq = op_seq;
+	u.topver = atomic_load(&c->aff)->topver;
+	dg_err err = dgi_primary_apply(c->g, c, &u);
+	if (err == DG_OK && u.pw != NULL) {
+		struct pw_wait x;
+		memset(&x, 0, sizeof(x));
+		x.kind = PWW_WRITE;
+		sem_init(&x.sem, 0, 0);
+		dgi_pw_attach(u.pw, &x);
+		err = dgi_pw_wait(&c->parts[u.part], u.pw, &x, dgi_now_ms() + 5000);
+		sem_destroy(&x.sem);
+	}
+	*flag = u.flag;
+	return err;
+}
+
+static void test_retry_applied_once_after_other_writes(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "dedup1");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	char buf[32];
+	uint64_t self = dg_node_get_id(n), seq = (77ull << 40) | 1;
+	int64_t flag = 0;
+	OK(dg_cache_put(c, "a", 1, "1", 1));
+	OK(apply_with_id(c, OP_REPLACE_IF_EQ, "a", "1", "2", self, seq, &flag));
+	assert_int_equal(flag, 1);
+	OK(dg_cache_put(c, "a", 1, "1", 1)); /* another update changes the key back */
+	/* the retry of the first: recognised, its flag, nothing written */
+	OK(apply_with_id(c, OP_REPLACE_IF_EQ, "a", "1", "2", self, seq, &flag));
+	assert_int_equal(flag, 1);
+	assert_string_equal(get_s(c, "a", buf, sizeof(buf)), "1");
+	/* a retry of an update that wrote nothing answers what it answered */
+	uint64_t seq2 = (78ull << 40) | 1;
+	OK(apply_with_id(c, OP_PUT_IF_ABSENT, "a", NULL, "x", self, seq2, &flag));
+	assert_int_equal(flag, 0);
+	OK(apply_with_id(c, OP_PUT_IF_ABSENT, "a", NULL, "x", self, seq2, &flag));
+	assert_int_equal(flag, 0);
+	/* the thread's next update is a new one */
+	OK(apply_with_id(c, OP_REPLACE_IF_EQ, "a", "1", "3", self, seq + 1, &flag));
+	assert_int_equal(flag, 1);
+	assert_string_equal(get_s(c, "a", buf, sizeof(buf)), "3");
+	dg_node_stop(n);
+}
+
+static void test_retry_applied_once_after_failover(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "dedup3");
+	cc.backups = 2;
+	cc.partitions = 32;
+	dg_cache *cli;
+	OK(dg_cache_create(cl.n[3], &cc, &cli));
+	dg_cache *c0 = cache_on(cl.n[0], "dedup3");
+	OK(dg_cache_wait_rebalanced(c0, 5000));
+	char key[32], buf[32];
+	key_with_primary(cli, dg_node_get_id(cl.n[0]), "f", key, sizeof(key));
+	OK(dg_cache_put(cli, key, strlen(key), "1", 1));
+	bool done = false;
+	OK(dg_cache_replace_if_equals(cli, key, strlen(key), "1", 1, "2", 1, &done));
+	assert_true(done);
+	/* the compare-and-set's update id, as the primary recorded it */
+	uint8_t k[64];
+	size_t kl = enc_raw(key, k);
+	uint64_t h = dgi_key_hash(k, kl);
+	dgi_part *pt = &c0->parts[dgi_part_of(h, 32)];
+	pthread_mutex_lock(&pt->mu);
+	dgi_entry *e = dgi_part_find(pt, h, k, (uint32_t)kl);
+	assert_non_null(e);
+	uint64_t op_node = e->op_node, op_seq = e->op_seq;
+	pthread_mutex_unlock(&pt->mu);
+	/* another writer (a thread runs one update at a time: its own next
+	 * update would come after the retry) changes the key back */
+	OK(dg_cache_put(cache_on(cl.n[1], "dedup3"), key, strlen(key), "1", 1));
+	/* its primary dies; the retry reaches the next primary */
+	dgi_node_kill(cl.n[0]);
+	cl.n[0] = NULL;
+	uint64_t deadline = dgi_now_ms() + 8000;
+	dg_cache *np = NULL;
+	for (;;) {
+		assert_true(dgi_now_ms() < deadline);
+		dg_node_id pid = owner_of(cli, key, 0);
+		int at = index_of(&cl, pid);
+		if (at > 0) {
+			np = cache_on(cl.n[at], "dedup3");
+			dgi_aff *a = atomic_load(&np->aff);
+			if (a != NULL && dgi_aff_owner(a, dgi_part_of(h, 32), 0) == pid)
+				break;
+		}
+		usleep(20 * 1000);
+	}
+	int64_t flag = -1;
+	dg_err err;
+	while ((err = apply_with_id(np, OP_REPLACE_IF_EQ, key, "1", "2", op_node, op_seq,
+	    &flag)) == DG_ERR_REMAP || err == DG_ERR_NOT_READY) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	OK(err);
+	assert_int_equal(flag, 1); /* what it answered the first time */
+	assert_string_equal(get_s(cli, key, buf, sizeof(buf)), "1"); /* not applied twice */
+	for (int i = 0; i < 4; i++)
+		if (cl.n[i] != NULL)
+			dg_node_stop(cl.n[i]);
+}
+
+/* ---- defect 2: a MOVING primary serves no copy older than its move ---- */
+
+static void test_moving_primary_serves_no_stale_copy(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "moving");
+	cc.backups = 1;
+	cc.partitions = 16;
+	dg_cache *cli;
+	OK(dg_cache_create(cl.n[2], &cc, &cli));
+	dg_cache *c0 = cache_on(cl.n[0], "moving");
+	OK(dg_cache_wait_rebalanced(c0, 5000));
+	char key[32], buf[32];
+	key_with_primary(cli, dg_node_get_id(cl.n[0]), "m", key, sizeof(key));
+	OK(dg_cache_put(cli, key, strlen(key), "new", 3));
+	/* node 0's copy is one kept from an earlier ownership: older than the
+	 * move it is making now (node 1, its supplier, has the current one) */
+	OK(dgi_cache_debug_put_local(c0, key, strlen(key), "old", 3));
+	uint64_t h;
+	dgi_part *pt = &c0->parts[part_of(c0, key, &h)];
+	pthread_mutex_lock(&pt->mu);
+	int64_t vt = 0;
+	for (uint32_t i = 0; i < pt->cap; i++)
+		if (pt->slots[i].e != NULL && pt->slots[i].hash == h)
+			vt = pt->slots[i].e->ver.topver;
+	pt->moving_topver = vt + 1;
+	pt->supplier = dg_node_get_id(cl.n[1]);
+	atomic_store(&pt->state, P_MOVING);
+	pthread_mutex_unlock(&pt->mu);
+	/* a remote reader gets the supplier's copy, not the stale one */
+	assert_string_equal(get_s(cli, key, buf, sizeof(buf)), "new");
+	/* and so does a local one (this path checked it already) */
+	assert_string_equal(get_s(c0, key, buf, sizeof(buf)), "new");
+	pthread_mutex_lock(&pt->mu);
+	atomic_store(&pt->state, P_OWNING);
+	pthread_mutex_unlock(&pt->mu);
+	cluster_stop(&cl);
+}
+
+/* ---- defect 5: lost means lost on every path ---- */
+
+static void expect_lost_everywhere(dg_cache *c, const char *key)
+{
+	dg_buf v;
+	dg_buf_init(&v);
+	bool f;
+	EXPECT(dg_cache_get(c, key, strlen(key), &v), DG_ERR_PARTITION_LOST);
+	EXPECT(dg_cache_contains(c, key, strlen(key), &f), DG_ERR_PARTITION_LOST);
+	EXPECT(dg_cache_put(c, key, strlen(key), "w", 1), DG_ERR_PARTITION_LOST);
+	EXPECT(dg_cache_remove(c, key, strlen(key), &f), DG_ERR_PARTITION_LOST);
+	EXPECT(dg_cache_put_if_absent(c, key, strlen(key), "w", 1, &f), DG_ERR_PARTITION_LOST);
+	EXPECT(dg_cache_replace_if_equals(c, key, strlen(key), "v", 1, "w", 1, &f),
+	    DG_ERR_PARTITION_LOST);
+	dg_kv kv = { key, strlen(key), NULL, 0 };
+	size_t found;
+	EXPECT(dg_cache_get_all(c, &kv, 1, &v, &found), DG_ERR_PARTITION_LOST);
+	dg_buf_free(&v);
+}
+
+static void lost_case(dg_atomicity atomicity)
+{
+	struct cluster cl;
+	cluster_start(&cl, 2, 1);
+	dg_cache_config cc;
+	const char *name = atomicity == DG_TRANSACTIONAL ? "lost5tx" : "lost5";
+	dg_cache_config_init(&cc, name);
+	cc.backups = 0;
+	cc.partitions = 16;
+	cc.atomicity = atomicity;
+	dg_cache *cli;
+	OK(dg_cache_create(cl.n[2], &cc, &cli));
+	dg_cache *c0 = cache_on(cl.n[0], name);
+	OK(dg_cache_wait_rebalanced(c0, 5000));
+	char key[32];
+	key_with_primary(cli, dg_node_get_id(cl.n[1]), "x", key, sizeof(key));
+	OK(dg_cache_put(cli, key, strlen(key), "v", 1));
+	dgi_node_kill(cl.n[1]);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (dg_cache_lost_partitions(cli, NULL, 0) == 0 ||
+	    dg_cache_lost_partitions(c0, NULL, 0) == 0) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	expect_lost_everywhere(cli, key); /* a client node */
+	expect_lost_everywhere(c0, key);  /* the surviving server */
+	/* a client that joined after the loss knows nothing of it but the owner */
+	dg_node *late = start_node(&cl.seed, 1, true, NULL);
+	expect_lost_everywhere(cache_on(late, name), key);
+	dg_node_stop(late);
+	dg_node_stop(cl.n[2]);
+	dg_node_stop(cl.n[0]);
+}
+
+static void test_lost_on_every_path_atomic(void **state)
+{
+	(void)state;
+	lost_case(DG_ATOMIC);
+}
+
+/* A new owner still fetching a partition whose every other copy dies holds
+ * part of it at most: the partition is lost, not a partial one served as
+ * whole (keys it had not fetched read as absent before). */
+static void test_moving_without_supplier_is_lost(void **state)
+{
+	(void)state;
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(a);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "halfmoved");
+	cc.backups = 0;
+	cc.partitions = 16;
+	dg_cache *ca;
+	OK(dg_cache_create(a, &cc, &ca));
+	char key[32];
+	for (int i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "h%d", i);
+		OK(dg_cache_put(ca, key, strlen(key), "v", 1));
+	}
+	atomic_store(&dgi_rebalance_paused, true); /* the joiner fetches nothing */
+	dg_node *n = start_node(&seed, 1, false, NULL);
+	dg_cache *cn = cache_on(n, "halfmoved");
+	uint64_t deadline = dgi_now_ms() + 5000;
+	dgi_aff *aff;
+	while ((aff = atomic_load(&cn->aff)) == NULL || aff->nnodes < 2) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	/* a key of a partition the joiner now owns (MOVING: nothing fetched) */
+	char moved[32];
+	key_with_primary(cn, dg_node_get_id(n), "h", moved, sizeof(moved));
+	dgi_node_kill(a);
+	deadline = dgi_now_ms() + 5000;
+	while ((aff = atomic_load(&cn->aff)) == NULL || aff->nnodes != 1) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	dg_buf v;
+	dg_buf_init(&v);
+	EXPECT(dg_cache_get(cn, moved, strlen(moved), &v), DG_ERR_PARTITION_LOST);
+	EXPECT(dg_cache_put(cn, moved, strlen(moved), "w", 1), DG_ERR_PARTITION_LOST);
+	dg_buf_free(&v);
+	atomic_store(&dgi_rebalance_paused, false);
+	/* reset: the partition serves again, with what this node holds */
+	OK(dg_cache_reset_lost(cn));
+	OK(dg_cache_put(cn, moved, strlen(moved), "w", 1));
+	dg_node_stop(n);
+}
+
+int dgt_sync_tests(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_backup_refuses_what_it_cannot_apply),
+		cmocka_unit_test(test_no_read_before_every_backup),
+		cmocka_unit_test(test_retry_applied_once_after_other_writes),
+		cmocka_unit_test(test_retry_applied_once_after_failover),
+		cmocka_unit_test(test_moving_primary_serves_no_stale_copy),
+		cmocka_unit_test(test_lost_on_every_path_atomic),
+		cmocka_unit_test(test_moving_without_supplier_is_lost),
+	};
+	return cmocka_run_group_tests_name("cache_sync", tests, NULL, NULL);
+}
