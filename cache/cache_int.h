@@ -477,14 +477,14 @@ struct pw {
 };
 
 /* All of these run with the partition locked. */
-/* Starts replicating e (just written as primary under aff, flag: its
- * update's) or joins the record already sending that version: sets the
- * entry's PENDING flag and returns the record to wait on.  NULL: nothing
+/* Starts replicating e (just written as primary under aff) or joins the
+ * record already sending that version: sets the entry's PENDING flag and
+ * returns the record to wait on.  NULL: nothing
  * to wait for (no backup: committed), or *err (DG_ERR_NOMEM).  A record
  * whose sends failed comes back idle with *err set (applied, not
  * replicated: the caller answers the error). */
 struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *aff,
-    dgi_entry *e, int64_t flag, dg_err *err);
+    dgi_entry *e, dg_err *err);
 /* The record replicating (hash, ver), or NULL. */
 struct pw *dgi_pw_find(dgi_part *pt, uint64_t hash, const dgi_pver *ver);
 void dgi_pw_attach(struct pw *w, struct pw_wait *x);

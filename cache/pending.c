@@ -290,7 +290,7 @@ static void fail(dgi_grid *g, struct pw *w, dg_err err)
 }
 
 struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *aff,
-    dgi_entry *e, int64_t flag, dg_err *err)
+    dgi_entry *e, dg_err *err)
 {
 	dgi_part *pt = &c->parts[part];
 	*err = DG_OK;
@@ -305,7 +305,11 @@ struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *
 		w->id = atomic_fetch_add_explicit(&g->next_pw, 1, memory_order_relaxed);
 		w->hash = e->hash;
 		w->ver = e->ver;
-		w->flag = flag;
+		/* the flag of the update that wrote this version, for the
+		 * backups' update-id tables (a write is recorded before it
+		 * applies; a version that came otherwise: it wrote, 1) */
+		if (!dgi_dedup_find(pt, e->op_node, e->op_seq, &w->flag))
+			w->flag = 1;
 		w->next = pt->pending;
 		pt->pending = w;
 	}

@@ -167,7 +167,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 			goto out;
 		}
 		if (full && e != NULL)
-			u->pw = dgi_pw_start(g, c, u->part, aff, e, flag, &err);
+			u->pw = dgi_pw_start(g, c, u->part, aff, e, &err);
 		goto out;
 	}
 	if (err == DG_ERR_NOT_READY && u->op == OP_PUT)
@@ -183,7 +183,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 		/* the answer rests on what the key holds: wait until that is
 		 * on every backup */
 		if (full && e != NULL && (e->flags & DGI_ENTRY_PENDING))
-			u->pw = dgi_pw_start(g, c, u->part, aff, e, 0, &err);
+			u->pw = dgi_pw_start(g, c, u->part, aff, e, &err);
 		goto out;
 	}
 	dgi_pver ver;
@@ -193,7 +193,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	    removal ? NULL : u->val, u->vlen, u->op_node, u->op_seq, &ver, &expire, &ne)) != DG_OK)
 		goto out;
 	if (full) {
-		u->pw = dgi_pw_start(g, c, u->part, aff, ne, u->flag, &err);
+		u->pw = dgi_pw_start(g, c, u->part, aff, ne, &err);
 		if (err != DG_OK)
 			u->applied = true; /* here, not on every backup: the originator retries */
 	} else if (aff->copies > 1) {
