@@ -58,7 +58,12 @@ typedef struct dg_cache_config {
 	dg_atomicity atomicity;        /* default DG_ATOMIC */
 	uint32_t partitions;           /* default 1024, 1..65536 */
 	bool read_from_backup;         /* default true: a node that holds an
-	                                  owning copy reads it locally */
+	                                  owning copy reads it locally.  A backup
+	                                  copy may hold a FULL_SYNC write before
+	                                  every owner does (only the primary
+	                                  waits for all of them): false makes
+	                                  every read go to the primary, and
+	                                  reads linearizable */
 	bool persistence;              /* default false: needs the node's data_dir */
 	uint64_t ttl_ms;               /* 0: entries never expire */
 } dg_cache_config;
