@@ -193,8 +193,9 @@ DG_API dg_err dg_cache_remove_if_equals_obj(dg_cache *c, const dg_desc *kd, cons
  * A cursor walks the partitions in order, fetching up to page_size entries
  * per request from each partition's primary, so a large cache never builds
  * one huge reply.  Every entry present for the whole scan is returned once;
- * entries written or removed during it may or may not be.  Not thread-safe:
- * one thread per cursor. */
+ * entries written or removed during it may or may not be (including a
+ * FULL_SYNC write not yet on every backup: a scan does not wait for
+ * pending writes as reads do).  Not thread-safe: one thread per cursor. */
 typedef struct dg_scan dg_scan;
 /* page_size 0: 256.  *out owned by the caller (dg_scan_close). */
 DG_API dg_err dg_scan_open(dg_cache *c, uint32_t page_size, dg_scan **out);
