@@ -144,10 +144,12 @@ stamp() {
 	((MONO_OFF_MS == 0)) || STAMP+=" mono_ns=$(((WALL - MONO_OFF_MS) * 1000000))"
 }
 EVENTS=()   # the nemesis events, for the summary at the end
+EV_MONO=()  # their mono_ns (0: before the clients started)
 nemlog() {
 	stamp
 	log "nemesis: $* $STAMP"
 	EVENTS+=("+$(((NOW - T0) / 1000))s $* $STAMP")
+	EV_MONO+=($((MONO_OFF_MS == 0 ? 0 : (WALL - MONO_OFF_MS) * 1000000)))
 }
 FINDINGS=()
 finding() {
@@ -357,9 +359,21 @@ linz() {
 	now_ms
 	log "dglinz $cache ($step, ${#files[@]} histories, $(cat "${files[@]}" | wc -l) events):" \
 		"exit $rc after $((NOW - t0)) ms"
-	head -n 60 "$WORK/linz.$cache.$step.out" | while IFS= read -r line; do
+	head -n 80 "$WORK/linz.$cache.$step.out" | while IFS= read -r line; do
 		log "  dglinz: $line"
 	done
+	# dglinz's times are relative to the histories' first event: the
+	# nemesis events on that clock
+	local base j rel
+	base=$(head -q -n 1 "${files[@]}" | cut -d' ' -f1 | sort -n | head -n 1)
+	if ((rc != 0)) && [[ $base =~ ^[0-9]+$ ]]; then
+		log "  the nemesis on dglinz's clock (+0 = mono_ns $base):"
+		for ((j = 0; j < ${#EVENTS[@]}; j++)); do
+			((EV_MONO[j] != 0)) || continue
+			rel=$((EV_MONO[j] - base))
+			log "    $(printf '%s%d.%03ds' "$( ((rel < 0)) && echo -)" $(((rel < 0 ? -rel : rel) / 1000000000)) $((((rel < 0 ? -rel : rel) / 1000000) % 1000))) ${EVENTS[j]#* }"
+		done
+	fi
 	case $rc in
 	0) log "ok: $cache ($step): linearizable" ;;
 	1) finding "$cache ($step): NOT linearizable (dglinz above)" ;;
