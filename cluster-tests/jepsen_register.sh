@@ -359,7 +359,10 @@ linz() {
 	now_ms
 	log "dglinz $cache ($step, ${#files[@]} histories, $(cat "${files[@]}" | wc -l) events):" \
 		"exit $rc after $((NOW - t0)) ms"
-	head -n 80 "$WORK/linz.$cache.$step.out" | while IFS= read -r line; do
+	# the first anomaly in full, then every key's verdict line and the
+	# summary (all of it: $WORK/linz.<cache>.<step>.out)
+	awk '/^key /{k++} k<=1 && n<50 {print; n++; next} /^(key |dglinz:)/' \
+		"$WORK/linz.$cache.$step.out" | while IFS= read -r line; do
 		log "  dglinz: $line"
 	done
 	# dglinz's times are relative to the histories' first event: the
