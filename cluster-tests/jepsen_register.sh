@@ -52,6 +52,8 @@
 #   DG_JEPSEN_THREADS=T, DG_JEPSEN_KEYS=K, DG_JEPSEN_PAUSE_US=US,
 #   DG_JEPSEN_MIX=R:W:C     per register client (default 4, 10, 5000, 2:1:1)
 #   DG_JEPSEN_PERSIST=0     no step 5
+#   DG_JEPSEN_BACK_MS=MS    how long a paused server may take to be back in
+#                           the cluster (default 20000)
 #   DG_JEPSEN_CHECK_S=S     the checker's bound per cache (default 60)
 #   DG_JEPSEN_BREAK=K       testing the test: client a of every register
 #                           cache logs every K-th write ok without making
@@ -116,6 +118,7 @@ SEED=${DG_JEPSEN_SEED:-$(((RANDOM << 15) | RANDOM))}
 REG_CACHES=(reg_atomic reg_tx reg_persist)
 REG_SIDES=(a b)
 SETTLE_MS=${DG_JEPSEN_SETTLE_MS:-30000}
+BACK_MS=${DG_JEPSEN_BACK_MS:-20000} # a paused server's time to be back
 REQUEST_MS=5000 # the clients' op bound: an op hung past +5 s is STUCK
 CACHE_ARGS=(
 	--cache reg_atomic,mode=partitioned,backups=2,sync=full_sync,atomicity=atomic
@@ -250,11 +253,15 @@ soft_wait() {
 	done
 }
 
-# node_story NAME: what NAME's log says about membership (for a FINDING).
+# node_story NAME: what NAME's log says about membership (for a FINDING):
+# how many nodes it declared failed, its SEGMENTED and error lines, its
+# last topology.
 node_story() {
-	local line
-	grep -E ' id=(SEGMENTED|TOPOLOGY|NODE-FAILED|NODE-REMOVED|JOIN[A-Z-]*) |level=error' \
-		"$WORK/$1.err" 2>/dev/null | tail -n 6 | while IFS= read -r line; do
+	local line nf
+	nf=$(grep -c ' id=NODE-FAILED ' "$WORK/$1.err" 2>/dev/null) || true
+	log "    $1 declared $nf node(s) failed (NODE-FAILED lines); its last membership lines:"
+	grep -E ' id=(SEGMENTED|TOPOLOGY|NODE-REMOVED|NODE-JOINED|JOIN[A-Z-]*) |level=error' \
+		"$WORK/$1.err" 2>/dev/null | tail -n 4 | while IFS= read -r line; do
 		log "    $1: $line"
 	done || true
 }
@@ -308,14 +315,14 @@ pause_slot() {
 	kill -CONT "${PID[$name]}"
 	PAUSED=""
 	nemlog "#$EVENT: SIGCONT $name"
-	if soft_wait 20000 "$name back in the cluster after its pause (${SRV[*]} agree)" \
+	if soft_wait "$BACK_MS" "$name back in the cluster after its pause (${SRV[*]} agree)" \
 		servers_agree "${SRV[@]}" &&
 		soft_wait 30000 "rebalancing done (dgctl state on $name)" settled "$name"; then
 		now_ms
 		nemlog "#$EVENT: $name back (version=$AGREED_V), $((NOW - t_ev)) ms after the SIGSTOP"
 		return 0
 	fi
-	finding "$name (slot $((slot + 1))) did not come back into the cluster within 20 s of" \
+	finding "$name (slot $((slot + 1))) did not come back into the cluster within $((BACK_MS / 1000)) s of" \
 		"SIGCONT after a $ms ms pause (SIGSTOP at +$(((t_ev - T0) / 1000)) s); its last" \
 		"membership lines and the others' views:"
 	local n
@@ -384,6 +391,45 @@ linz() {
 	124 | 137) finding "$cache ($step): the checker ran out of its ${CHECK_S} s" ;;
 	*) finding "$cache ($step): the checker failed (exit $rc)" ;;
 	esac
+}
+
+# lost_acks CACHE: after the restart of every server, the final read of
+# each key (hist.CACHE.final) must not be older than an acknowledged
+# write: a value v is lost-over when some ok write or cas=true was invoked
+# after v's write completed.  A diagnostic beside dglinz (whose verdict
+# per key stops at its first anomaly, maybe one from the run): it names
+# the acknowledged writes the restart lost.
+lost_acks() {
+	local cache=$1 out
+	out=$(awk '
+		FILENAME ~ /\.final$/ { if ($3 == "ok") final[$4] = $6; next }
+		$3 == "invoke" { inv[$2] = $1; next }
+		$3 == "ok" && ($5 == "write" || ($5 == "cas" && $8 == "true")) {
+			v = ($5 == "write") ? $6 : $7
+			ret[$4, v] = $1; n[$4]++; I[$4, n[$4]] = inv[$2]; V[$4, n[$4]] = v; R[$4, n[$4]] = $1
+			next
+		}
+		$3 == "info" && ($5 == "write" || $5 == "cas") {
+			v = ($5 == "write") ? $6 : $7; unknown[$4, v] = 1
+		}
+		END {
+			for (k in final) {
+				v = final[k]
+				if (unknown[k, v]) continue
+				r = ((k, v) in ret) ? ret[k, v] : 0
+				c = 0; last = ""
+				for (i = 1; i <= n[k]; i++)
+					if (I[k, i] > r) { c++; if (last == "" || R[k, i] > lr) { last = V[k, i]; lr = R[k, i] } }
+				if (c > 0)
+					printf "%s: read %s after the restart; %d acknowledged writes began after %s, the last %s\n", k, v, c, (r ? "its write completed" : "the start"), last
+			}
+		}' "$WORK"/hist."$cache".*) || true
+	if [[ -z $out ]]; then
+		log "ok: $cache: no acknowledged write lost by the restart (each final read is a value no acknowledged write overwrote)"
+		return 0
+	fi
+	finding "$cache: acknowledged writes lost by the restart of every server:"
+	while IFS= read -r line; do log "    $line"; done <<<"$out"
 }
 
 # idle_verify NODE [CACHE...]: no divergent partition.
@@ -620,6 +666,7 @@ if [[ ${DG_JEPSEN_PERSIST:-1} == 1 ]]; then
 		register-read-all --keys "$KEYS" --client-id final --history "$WORK/hist.reg_persist.final"
 	check "register-read-all: every key of reg_persist read" test "$CLIENT_RC" = 0
 	linz reg_persist restart
+	lost_acks reg_persist
 	idle_verify "${SRV[0]}" reg_persist || true
 fi
 
