@@ -665,7 +665,8 @@ linz_err linz_history_finish(linz_history *h, char *err, size_t errlen)
 	uint32_t *keyidx = xcalloc(h->h_str.st_n, sizeof(*keyidx));
 	if (pending == NULL || keyidx == NULL)
 		goto out;
-	qsort(h->h_ev, h->h_nev, sizeof(*h->h_ev), ev_cmp);
+	if (h->h_nev > 0)
+		qsort(h->h_ev, h->h_nev, sizeof(*h->h_ev), ev_cmp);
 	if ((rc = pair_events(h, pending, keyidx, err, errlen)) != LINZ_OK ||
 	    (rc = index_keys(h)) != LINZ_OK)
 		goto out;
@@ -1657,7 +1658,8 @@ static linz_err search_init(struct search *s, struct prep *p, const linz_config 
 	    (s->s_used = xcalloc(p->p_nclass + 1, sizeof(*s->s_used))) == NULL ||
 	    (s->s_gstack = xalloc(p->p_nghost, sizeof(*s->s_gstack))) == NULL ||
 	    (s->s_holes = xalloc(n, sizeof(*s->s_holes))) == NULL ||
-	    (s->s_gsorted = xalloc(p->p_nghost, sizeof(*s->s_gsorted))) == NULL)
+	    (s->s_gsorted = xalloc(p->p_nghost, sizeof(*s->s_gsorted))) == NULL ||
+	    !GROW(s->s_cache.c_arena, s->s_cache.c_acap, 1))   /* never NULL */
 		return LINZ_ERR_NOMEM;
 	s->s_value = p->p_init;
 	s->s_real = VAL_NIL;
