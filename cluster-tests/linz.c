@@ -665,7 +665,8 @@ linz_err linz_history_finish(linz_history *h, char *err, size_t errlen)
 	uint32_t *keyidx = xcalloc(h->h_str.st_n, sizeof(*keyidx));
 	if (pending == NULL || keyidx == NULL)
 		goto out;
-	qsort(h->h_ev, h->h_nev, sizeof(*h->h_ev), ev_cmp);
+	if (h->h_nev > 0)
+		qsort(h->h_ev, h->h_nev, sizeof(*h->h_ev), ev_cmp);
 	if ((rc = pair_events(h, pending, keyidx, err, errlen)) != LINZ_OK ||
 	    (rc = index_keys(h)) != LINZ_OK)
 		goto out;
@@ -1284,8 +1285,8 @@ struct search {
 	bool s_have_best;
 	uint64_t s_best_depth;
 	uint32_t s_best_real;
-	uint32_t s_best_tail[LINZ_REPORT_MAX], s_nbest_tail;
-	uint32_t s_best_stuck[LINZ_REPORT_MAX], s_nbest_stuck;
+	uint32_t s_best_tail[LINZ_REPORT_TAIL], s_nbest_tail;
+	uint32_t s_best_stuck[LINZ_REPORT_STUCK], s_nbest_stuck;
 	size_t s_best_stuck_total;
 	int64_t s_best_blocking;    /* op index, or -1 */
 };
@@ -1460,7 +1461,7 @@ static void note_dead_end(struct search *s)
 	s->s_have_best = true;
 	s->s_best_depth = s->s_sp;
 	s->s_best_real = s->s_real;
-	uint32_t from = s->s_sp > LINZ_REPORT_MAX ? s->s_sp - LINZ_REPORT_MAX : 0;
+	uint32_t from = s->s_sp > LINZ_REPORT_TAIL ? s->s_sp - LINZ_REPORT_TAIL : 0;
 	s->s_nbest_tail = 0;
 	for (uint32_t i = from; i < s->s_sp; i++)
 		s->s_best_tail[s->s_nbest_tail++] = s->s_st[i].f_op;
@@ -1469,7 +1470,7 @@ static void note_dead_end(struct search *s)
 	s->s_best_blocking = -1;
 	int32_t x = s->s_next[s->s_head];
 	for (; x != NIL && !(x & 1); x = s->s_next[x]) {
-		if (s->s_nbest_stuck < LINZ_REPORT_MAX)
+		if (s->s_nbest_stuck < LINZ_REPORT_STUCK)
 			s->s_best_stuck[s->s_nbest_stuck++] = (uint32_t)x >> 1;
 		s->s_best_stuck_total++;
 	}
@@ -1657,7 +1658,8 @@ static linz_err search_init(struct search *s, struct prep *p, const linz_config 
 	    (s->s_used = xcalloc(p->p_nclass + 1, sizeof(*s->s_used))) == NULL ||
 	    (s->s_gstack = xalloc(p->p_nghost, sizeof(*s->s_gstack))) == NULL ||
 	    (s->s_holes = xalloc(n, sizeof(*s->s_holes))) == NULL ||
-	    (s->s_gsorted = xalloc(p->p_nghost, sizeof(*s->s_gsorted))) == NULL)
+	    (s->s_gsorted = xalloc(p->p_nghost, sizeof(*s->s_gsorted))) == NULL ||
+	    !GROW(s->s_cache.c_arena, s->s_cache.c_acap, 1))   /* never NULL */
 		return LINZ_ERR_NOMEM;
 	s->s_value = p->p_init;
 	s->s_real = VAL_NIL;
@@ -1823,11 +1825,15 @@ void linz_result_print(const linz_result *r, bool details, FILE *f)
 	fprintf(f, "  longest linearisable prefix: %llu of %llu operations, then the register holds %s\n",
 	    (unsigned long long)r->depth, (unsigned long long)r->ops, r->value);
 	if (r->ntail > 0)
-		fprintf(f, "  its last %zu operations, in linearisation order:\n", r->ntail);
+		fprintf(f, "  %s, in linearisation order:\n",
+		    r->ntail == 1 ? "its last operation" : "its last operations");
 	for (size_t i = 0; i < r->ntail; i++)
 		print_op(f, &r->tail[i], "");
-	fprintf(f, "  none of the %zu operations that had to come next is legal on %s:\n",
-	    r->nstuck_total, r->value);
+	if (r->nstuck_total == 1)
+		fprintf(f, "  the operation that had to come next is not legal on %s:\n", r->value);
+	else
+		fprintf(f, "  none of the %zu operations that had to come next is legal on %s:\n",
+		    r->nstuck_total, r->value);
 	for (size_t i = 0; i < r->nstuck; i++)
 		print_op(f, &r->stuck[i], i == r->blocking ? "  <- completed first" : "");
 	if (r->nstuck < r->nstuck_total)

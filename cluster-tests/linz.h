@@ -118,8 +118,9 @@
 /* linz_config.max_states by default: a configuration costs about 110
  * bytes of memo, so about 220 MB at worst. */
 #define LINZ_DEFAULT_MAX_STATES 2000000u
-/* At most this many operations in linz_result.tail and .stuck. */
-#define LINZ_REPORT_MAX 32
+/* At most this many operations in linz_result.tail, and in .stuck. */
+#define LINZ_REPORT_TAIL 10
+#define LINZ_REPORT_STUCK 32
 
 typedef enum linz_err {
 	LINZ_OK = 0,
@@ -230,11 +231,11 @@ typedef struct linz_result {
 	                           prefix found */
 	const char *value;      /* the register after that prefix ("nil": absent) */
 	size_t ntail;           /* the prefix's last ntail operations, in order */
-	linz_op tail[LINZ_REPORT_MAX];
+	linz_op tail[LINZ_REPORT_TAIL];
 	size_t nstuck_total;    /* operations that had to come next; none of
 	                           them was legal on value */
 	size_t nstuck;          /* the first nstuck of them, in invoke order */
-	linz_op stuck[LINZ_REPORT_MAX];
+	linz_op stuck[LINZ_REPORT_STUCK];
 	size_t blocking;        /* index in stuck of the one whose completion
 	                           ended the search's window (it completed
 	                           first), or SIZE_MAX */
