@@ -26,6 +26,11 @@
  *                               the bank workload over a TRANSACTIONAL
  *                               cache (bank.h, bank.c): transfers between
  *                               accounts whose total must never change
+ *   register-run, register-read-all
+ *                               the register workload (register.h,
+ *                               register.c): reads, writes and
+ *                               compare-and-sets logged to a history that
+ *                               a linearizability checker judges
  *
  * Exit status: 0 success, 1 a failed command (or the node cannot start, or
  * the cache never shows up), 2 a usage error.  Result lines go to stdout;
@@ -36,6 +41,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "datagrid.h"
 #include "bank.h"
+#include "register.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -69,6 +75,10 @@ static void usage(FILE *f)
 	    "                   [--fail-log PATH]\n"
 	    "       cacheclient --seed URL --cache NAME [options] bank-verify\n"
 	    "                   [--ok-log PATH]... [--fail-log PATH]...\n"
+	    "       cacheclient --seed URL --cache NAME [options] register-run --duration S\n"
+	    "                   --client-id ID --history PATH\n"
+	    "       cacheclient --seed URL --cache NAME [options] register-read-all\n"
+	    "                   --history PATH\n"
 	    "A datagrid client node for the cluster tests: joins the cluster (owning\n"
 	    "no partitions), waits for the cache, runs one command, leaves.\n"
 	    "\n"
@@ -105,6 +115,28 @@ static void usage(FILE *f)
 	    "               what the records in the cache moved; each account's records\n"
 	    "               chain up (each balance read as often as written)\n"
 	    "\n");
+	fprintf(f,
+	    "Register commands (register.h: the history's format; exit 1 only when the\n"
+	    "workload could not run: linearizability is the checker's verdict):\n"
+	    "  register-run       --threads threads (default 10) for --duration seconds,\n"
+	    "                     each op on a random key of --keys: a read, a write of a\n"
+	    "                     unique value <client-id>.<thread>.<n>, or a compare-and-set\n"
+	    "                     from the value the thread last read or wrote for the key;\n"
+	    "                     every invoke and completion appended to --history\n"
+	    "  register-read-all  one read of every key (each retried until it succeeds or\n"
+	    "                     --duration passes), appended to --history\n"
+	    "  --keys K                keys <prefix>0..<prefix><K-1> (default 10, 1..%d)\n"
+	    "  --key-prefix P          [A-Za-z0-9_]{1,%d} (default r)\n"
+	    "  --mix R:W:C             relative weights of read, write, cas (default 2:1:1)\n"
+	    "  --pause-us US           after each op a pause of 0..US microseconds (default\n"
+	    "                          1000)\n"
+	    "  --history PATH          the history file, appended to (required)\n"
+	    "  --client-id ID          names the procs <ID>-<thread> and the values\n"
+	    "                          (register-run: required; register-read-all: default\n"
+	    "                          final)\n"
+	    "  --break-every K         register-run, testing the checker: every K-th write of\n"
+	    "                          a thread is logged ok without being made\n"
+	    "\n", REG_MAX_KEYS, REG_PREFIX_MAX);
 	fprintf(f,
 	    "Options:\n"
 	    "  --seed URL              a server node to join through (repeatable, required)\n"
@@ -219,7 +251,7 @@ static int read_secret(const char *path, uint8_t *buf, size_t *len)
 /* ---- the commands: T threads, thread t takes keys t, t+T, t+2T, ... ---- */
 
 enum cmd { CMD_PUT, CMD_VERIFY, CMD_SIZE, CMD_TX_HOLD, CMD_BANK_INIT, CMD_BANK_RUN,
-	CMD_BANK_VERIFY };
+	CMD_BANK_VERIFY, CMD_REG_RUN, CMD_REG_READ_ALL };
 
 struct job {
 	dg_cache *cache;
@@ -433,6 +465,12 @@ int main(int argc, char **argv)
 		{ "stall-ms", required_argument, NULL, 'S' },
 		{ "key", required_argument, NULL, 'K' },
 		{ "label", required_argument, NULL, 'a' },
+		{ "keys", required_argument, NULL, 'Y' },
+		{ "key-prefix", required_argument, NULL, 'X' },
+		{ "mix", required_argument, NULL, 'm' },
+		{ "pause-us", required_argument, NULL, 'u' },
+		{ "history", required_argument, NULL, 'H' },
+		{ "break-every", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -449,6 +487,10 @@ int main(int argc, char **argv)
 	const char *mode = NULL, *client_id = NULL, *hold_key = NULL, *label = "tx-hold";
 	const char *ok_logs[BANK_MAX_LOGS], *fail_logs[BANK_MAX_LOGS];
 	size_t nok = 0, nfail = 0;
+	uint64_t keys = 10, pause_us = 1000, break_every = 0;
+	unsigned mix_r = 2, mix_w = 1, mix_c = 1;
+	const char *key_prefix = "r", *history = NULL;
+	bool have_threads = false;
 	static uint8_t secret[SECRET_MAX + 1];
 	size_t secret_len = 0;
 	int c;
@@ -472,7 +514,10 @@ int main(int argc, char **argv)
 			bad = parse_u64("--round", optarg, 0, UINT64_MAX, &round);
 			have_round = true;
 			break;
-		case 't': bad = parse_u64("--threads", optarg, 1, MAX_THREADS, &threads); break;
+		case 't':
+			bad = parse_u64("--threads", optarg, 1, MAX_THREADS, &threads);
+			have_threads = true;
+			break;
 		case 'l': listen_url = optarg; break;
 		case 'N': cluster = optarg; break;
 		case 'k': secret_file = optarg; break;
@@ -531,6 +576,30 @@ int main(int argc, char **argv)
 		case 'S': bad = parse_u64("--stall-ms", optarg, 0, 3600000, &stall_ms); break;
 		case 'K': hold_key = optarg; break;
 		case 'a': label = optarg; break;
+		case 'Y': bad = parse_u64("--keys", optarg, 1, REG_MAX_KEYS, &keys); break;
+		case 'X':
+			if (optarg[0] == 0 || strlen(optarg) > REG_PREFIX_MAX ||
+			    strspn(optarg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			    "0123456789_") != strlen(optarg)) {
+				fprintf(stderr, "cacheclient: --key-prefix: [A-Za-z0-9_]{1,%d}, not '%s'\n",
+				    REG_PREFIX_MAX, optarg);
+				bad = -1;
+			}
+			key_prefix = optarg;
+			break;
+		case 'm': {
+			int used = -1;
+			if (sscanf(optarg, "%3u:%3u:%3u%n", &mix_r, &mix_w, &mix_c, &used) != 3 ||
+			    used < 0 || optarg[used] != 0 || mix_r + mix_w + mix_c == 0) {
+				fprintf(stderr, "cacheclient: --mix: R:W:C (weights 0..999, not all 0),"
+				    " not '%s'\n", optarg);
+				bad = -1;
+			}
+			break;
+		}
+		case 'u': bad = parse_u64("--pause-us", optarg, 0, 10000000, &pause_us); break;
+		case 'H': history = optarg; break;
+		case 'b': bad = parse_u64("--break-every", optarg, 1, UINT64_MAX, &break_every); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -539,7 +608,8 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc - 1) {
 		fprintf(stderr, "cacheclient: %s\n", optind == argc ?
-		    "no command (put, verify, size, tx-hold, bank-init, bank-run or bank-verify)" :
+		    "no command (put, verify, size, tx-hold, bank-init, bank-run, bank-verify,"
+		    " register-run or register-read-all)" :
 		    "one command only");
 		usage(stderr);
 		return 2;
@@ -561,25 +631,35 @@ int main(int argc, char **argv)
 		job.cmd = CMD_BANK_RUN;
 	} else if (strcmp(cmd_name, "bank-verify") == 0) {
 		job.cmd = CMD_BANK_VERIFY;
+	} else if (strcmp(cmd_name, "register-run") == 0) {
+		job.cmd = CMD_REG_RUN;
+	} else if (strcmp(cmd_name, "register-read-all") == 0) {
+		job.cmd = CMD_REG_READ_ALL;
 	} else {
 		fprintf(stderr, "cacheclient: unknown command '%s'\n", cmd_name);
 		usage(stderr);
 		return 2;
 	}
-	bool bank = job.cmd >= CMD_BANK_INIT;
+	bool bank = job.cmd >= CMD_BANK_INIT && job.cmd <= CMD_BANK_VERIFY;
+	bool reg = job.cmd == CMD_REG_RUN || job.cmd == CMD_REG_READ_ALL;
 	const char *missing = nseeds == 0 ? "--seed" : cache_name == NULL ? "--cache" :
 	    job.cmd == CMD_TX_HOLD && hold_key == NULL ? "--key" :
-	    !bank && job.cmd != CMD_SIZE && job.cmd != CMD_TX_HOLD && !have_count ? "--count" :
+	    !bank && !reg && job.cmd != CMD_SIZE && job.cmd != CMD_TX_HOLD && !have_count ?
+	    "--count" :
 	    job.cmd == CMD_VERIFY && !have_round ? "--round" :
 	    job.cmd == CMD_BANK_RUN && !have_duration ? "--duration" :
 	    job.cmd == CMD_BANK_RUN && mode == NULL ? "--mode" :
-	    job.cmd == CMD_BANK_RUN && client_id == NULL ? "--client-id" : NULL;
+	    job.cmd == CMD_BANK_RUN && client_id == NULL ? "--client-id" :
+	    job.cmd == CMD_REG_RUN && !have_duration ? "--duration" :
+	    job.cmd == CMD_REG_RUN && client_id == NULL ? "--client-id" :
+	    reg && history == NULL ? "--history" : NULL;
 	if (missing != NULL) {
 		fprintf(stderr, "cacheclient: %s: %s is required\n", cmd_name, missing);
 		usage(stderr);
 		return 2;
 	}
-	if ((job.cmd == CMD_SIZE || job.cmd == CMD_TX_HOLD || bank) && (have_count || have_round)) {
+	if ((job.cmd == CMD_SIZE || job.cmd == CMD_TX_HOLD || bank || reg) &&
+	    (have_count || have_round)) {
 		fprintf(stderr, "cacheclient: %s takes no --count or --round\n", cmd_name);
 		return 2;
 	}
@@ -671,6 +751,18 @@ int main(int argc, char **argv)
 		memcpy(bo.fail_logs, fail_logs, nfail * sizeof(fail_logs[0]));
 		rc = job.cmd == CMD_BANK_INIT ? bank_init(&bo) :
 		    job.cmd == CMD_BANK_RUN ? bank_run(&bo) : bank_verify(&bo);
+	} else if (reg) {
+		struct reg_opts ro = {
+			.node = node, .cache = cache, .cache_name = cache_name,
+			.threads = have_threads ? (unsigned)threads : 10, .duration_s = duration,
+			.keys = (unsigned)keys, .key_prefix = key_prefix,
+			.client_id = client_id != NULL ? client_id : "final", .history = history,
+			.mix_read = mix_r, .mix_write = mix_w, .mix_cas = mix_c,
+			.pause_us = (uint32_t)pause_us, .rand_seed = rand_seed,
+			.op_bound_ms = (uint32_t)(request_ms != 0 ? request_ms : 10000) + 5000,
+			.break_every = break_every,
+		};
+		rc = job.cmd == CMD_REG_RUN ? register_run(&ro) : register_read_all(&ro);
 	} else {
 		job.cache = cache;
 		job.count = count;
