@@ -298,10 +298,13 @@ typedef struct dgi_msg_push {
 } dgi_msg_push;
 
 /* SUPPLY, SCAN_RES, CACHE_CONFIGS: one LIST read by the handler
- * (dg_msg_raw).  SUPPLY and SCAN_RES: I64 more, I64 last hash, then per
- * entry BYTES key, BYTES value (null: tombstone), I64 ver topver, I64
- * counter, I64 order, I64 expire.  CACHE_CONFIGS: per cache the fields of
- * CACHE_CREATE in order. */
+ * (dg_msg_raw).  SUPPLY and SCAN_RES (and PUSH's list): I64 more, I64 last
+ * hash, then per entry DGI_PAGE_ENTRY_VALUES values: BYTES key, BYTES value
+ * (null: tombstone), I64 ver topver, I64 counter, I64 order, I64 expire,
+ * I64 op node, I64 op seq (the id of the last update applied to the entry:
+ * it travels with the entry, so a retry reaching the new owner is applied
+ * once).  CACHE_CONFIGS: per cache the fields of CACHE_CREATE in order. */
+#define DGI_PAGE_ENTRY_VALUES 8
 
 void dgi_cache_msgs_define(void);
 
@@ -421,10 +424,12 @@ dg_cache *dgi_grid_cache(dgi_grid *g, uint32_t id);   /* live cache or NULL */
 dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c);
 void dgi_grid_event(dgi_grid *g, dg_event_kind kind, const char *cache, uint32_t part);
 /* Persists a copy: a value, a tombstone (tomb: kept as a record with the
- * tombstone flag until it expires), or (val NULL, !tomb) a deletion. */
+ * tombstone flag until it expires), or (val NULL, !tomb) a deletion.
+ * op_node, op_seq: the id of the update the copy comes from (the entry's),
+ * kept in the record so a retry after a restart is still applied once. */
 dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
-    int64_t expire_ms, bool tomb);
+    int64_t expire_ms, bool tomb, uint64_t op_node, uint64_t op_seq);
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -684,11 +684,11 @@ static void on_configs(dg_tp *tp, const dg_msg_in *in, void *ctx)
 
 dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
-    int64_t expire_ms, bool tomb)
+    int64_t expire_ms, bool tomb, uint64_t op_node, uint64_t op_seq)
 {
 	if (!c->cfg.persistence || g->ps == NULL)
 		return DG_OK;
-	dgi_prec rec = { c->id, part, key, klen, val, vlen, *ver, expire_ms };
+	dgi_prec rec = { c->id, part, key, klen, val, vlen, *ver, expire_ms, op_node, op_seq };
 	if (tomb) { /* a record with no value bytes and the flag */
 		rec.val = (const uint8_t *)"";
 		rec.vlen = 0;
@@ -715,7 +715,8 @@ static dg_err load_rec(void *ctx, const dgi_prec *rec)
 	ver.flags = 0;
 	pthread_mutex_lock(&pt->mu);
 	dg_err e = dgi_part_set(pt, h, rec->key, rec->klen, tomb ? NULL : rec->val,
-	    tomb ? 0 : rec->vlen, &ver, rec->expire_ms, 0, 0, tomb ? DGI_ENTRY_TOMB : 0, NULL);
+	    tomb ? 0 : rec->vlen, &ver, rec->expire_ms, rec->op_node, rec->op_seq,
+	    tomb ? DGI_ENTRY_TOMB : 0, NULL);
 	pthread_mutex_unlock(&pt->mu);
 	l->n++;
 	return e;
@@ -803,7 +804,8 @@ struct forget {
 static void forget_persisted(void *ctx, const dgi_entry *e)
 {
 	struct forget *f = ctx;
-	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), e->klen, NULL, 0, &e->ver, 0, false);
+	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), e->klen, NULL, 0, &e->ver, 0, false,
+	    0, 0);
 }
 
 static void sweep_cache(void *ctx, uint32_t key, void *value)

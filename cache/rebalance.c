@@ -42,8 +42,10 @@ static bool page_one(void *ctx, const dgi_entry *e)
 	dg_write_i64(p->w, (int64_t)e->ver.counter);
 	dg_write_i64(p->w, e->ver.order);
 	dg_write_i64(p->w, e->expire_ms);
+	dg_write_i64(p->w, (int64_t)e->op_node);
+	dg_write_i64(p->w, (int64_t)e->op_seq);
 	p->n++;
-	p->bytes += e->klen + e->vlen + 24;
+	p->bytes += e->klen + e->vlen + 40;
 	return true;
 }
 
@@ -73,7 +75,8 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 		/* LIST header (FORMAT.md: tag, count), the two I64, then the
 		 * entries, already encoded as values, appended as they are */
 		b->data[b->len++] = TAG_LIST;
-		b->len = (size_t)(dgi_put_uvarint(b->data + b->len, 2 + 6 * (uint64_t)pc.n) - b->data);
+		b->len = (size_t)(dgi_put_uvarint(b->data + b->len,
+		    2 + DGI_PAGE_ENTRY_VALUES * (uint64_t)pc.n) - b->data);
 		dg_writer lw;
 		dg_writer_init(&lw, g->reg, b);
 		dg_write_i64(&lw, more);
@@ -89,7 +92,8 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 }
 
 typedef dg_err (*page_fn)(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire);
+    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire, uint64_t op_node,
+    uint64_t op_seq);
 
 /* Reads a page list; calls fn per entry. */
 static dg_err page_decode(dgi_grid *g, const dg_raw *list, bool *more, uint64_t *last,
@@ -102,24 +106,26 @@ static dg_err page_decode(dgi_grid *g, const dg_raw *list, bool *more, uint64_t 
 	dg_reader_init(&r, g->reg, list->ptr, list->len);
 	if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK)
 		return e;
-	if (count < 2 || (count - 2) % 6 != 0)
+	if (count < 2 || (count - 2) % DGI_PAGE_ENTRY_VALUES != 0)
 		return DG_ERR_BAD_LENGTH;
 	if ((e = dg_read_i64(&r, &m)) != DG_OK || (e = dg_read_i64(&r, &l)) != DG_OK)
 		return e;
 	*more = m != 0;
 	*last = (uint64_t)l;
-	for (uint32_t i = 0; i < (count - 2) / 6; i++) {
+	for (uint32_t i = 0; i < (count - 2) / DGI_PAGE_ENTRY_VALUES; i++) {
 		dg_bytes k, v;
-		int64_t t, cn, o, x;
+		int64_t t, cn, o, x, on, os;
 		if ((e = dg_read_bytes(&r, &k, NULL)) != DG_OK ||
 		    (e = dg_read_bytes(&r, &v, NULL)) != DG_OK || (e = dg_read_i64(&r, &t)) != DG_OK ||
 		    (e = dg_read_i64(&r, &cn)) != DG_OK || (e = dg_read_i64(&r, &o)) != DG_OK ||
-		    (e = dg_read_i64(&r, &x)) != DG_OK)
+		    (e = dg_read_i64(&r, &x)) != DG_OK || (e = dg_read_i64(&r, &on)) != DG_OK ||
+		    (e = dg_read_i64(&r, &os)) != DG_OK)
 			return e;
 		if (k.ptr == NULL || k.len == 0)
 			return DG_ERR_BAD_LENGTH;
 		dgi_pver ver = { t, (uint64_t)cn, (uint32_t)o, 0 };
-		if ((e = fn(ctx, k.ptr, k.len, v.ptr, v.len, v.ptr == NULL, &ver, x)) != DG_OK)
+		if ((e = fn(ctx, k.ptr, k.len, v.ptr, v.len, v.ptr == NULL, &ver, x, (uint64_t)on,
+		    (uint64_t)os)) != DG_OK)
 			return e;
 	}
 	return DG_OK;
@@ -184,8 +190,11 @@ struct apply_ctx {
 	uint64_t bytes;
 };
 
+/* One entry of a SUPPLY or PUSH page: applied with its update id, so a
+ * retry of that update reaching this node (its new owner) is applied once. */
 static dg_err apply_one(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire)
+    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire, uint64_t op_node,
+    uint64_t op_seq)
 {
 	struct apply_ctx *a = ctx;
 	uint64_t h = dgi_key_hash(key, klen);
@@ -193,7 +202,7 @@ static dg_err apply_one(void *ctx, const uint8_t *key, uint32_t klen, const uint
 		return DG_ERR_INVAL;
 	a->bytes += klen + vlen;
 	return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, tomb ? NULL : val, vlen, ver,
-	    expire, 0, 0);
+	    expire, op_node, op_seq);
 }
 
 struct page_wait {
@@ -657,9 +666,9 @@ static dg_err scan_fetch(dg_scan *s)
 			    (e = dg_read_i64(&s->r, &more)) != DG_OK ||
 			    (e = dg_read_i64(&s->r, &last)) != DG_OK)
 				return e;
-			if (count < 2 || (count - 2) % 6 != 0)
+			if (count < 2 || (count - 2) % DGI_PAGE_ENTRY_VALUES != 0)
 				return DG_ERR_BAD_LENGTH;
-			s->left = (count - 2) / 6;
+			s->left = (count - 2) / DGI_PAGE_ENTRY_VALUES;
 			s->more = more != 0;
 			s->after = (uint64_t)last;
 			s->first = false;
@@ -699,7 +708,7 @@ dg_err dg_scan_next(dg_scan *s, const uint8_t **key, size_t *klen, const uint8_t
 	if ((e = dg_read_bytes(&s->r, &k, NULL)) != DG_OK ||
 	    (e = dg_read_bytes(&s->r, &v, NULL)) != DG_OK)
 		return e;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < DGI_PAGE_ENTRY_VALUES - 2; i++)
 		if ((e = dg_read_i64(&s->r, &x)) != DG_OK)
 			return e;
 	s->left--;
@@ -728,18 +737,6 @@ void dgi_rebalance_register(dgi_grid *g)
 
 /* ---- graceful leave: handing over partitions held by this node alone ---- */
 
-static dg_err push_one(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire)
-{
-	struct apply_ctx *a = ctx;
-	uint64_t h = dgi_key_hash(key, klen);
-	if (dgi_part_of(h, a->c->cfg.partitions) != a->part)
-		return DG_ERR_INVAL;
-	a->bytes += klen + vlen;
-	return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, tomb ? NULL : val, vlen, ver,
-	    expire, 0, 0);
-}
-
 static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
 	dgi_grid *g = ctx;
@@ -750,7 +747,7 @@ static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		struct apply_ctx a = { g, c, (uint32_t)m->part, 0 };
 		bool more;
 		uint64_t last;
-		e = page_decode(g, &m->list, &more, &last, push_one, &a);
+		e = page_decode(g, &m->list, &more, &last, apply_one, &a);
 		dgi_part *pt = &c->parts[a.part];
 		pthread_mutex_lock(&pt->mu);
 		pt->rented_ms = dgi_now_ms(); /* held for the coming topology */

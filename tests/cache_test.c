@@ -23,6 +23,7 @@
 
 int dgt_intmap_tests(void);
 void dgi_node_kill(dg_node *n);
+struct dg_tp *dgi_node_tp(dg_node *n);
 int dgt_pstore_tests(void);
 
 #define OK(x) assert_int_equal((x), DG_OK)
@@ -2017,6 +2018,145 @@ static void test_baseline_removed_then_stopped_pushes(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- update ids travel with their entries ---- */
+
+/* A short raw key or value as dg_cache_put encodes it (a BYTES value). */
+static uint32_t enc_raw(uint8_t *out, const char *s)
+{
+	size_t n = strlen(s);
+	out[0] = 0x0A;
+	out[1] = (uint8_t)n;
+	memcpy(out + 2, s, n);
+	return (uint32_t)n + 2;
+}
+
+/* The update id node c's copy of key remembers; false: no copy. */
+static bool ids_of(dg_cache *c, const char *key, uint64_t *node, uint64_t *seq)
+{
+	uint8_t enc[64];
+	uint32_t n = enc_raw(enc, key);
+	uint64_t h = dgi_key_hash(enc, n);
+	dgi_part *p = &c->parts[dgi_part_of(h, c->cfg.partitions)];
+	pthread_mutex_lock(&p->mu);
+	dgi_entry *e = dgi_part_find(p, h, enc, n);
+	if (e != NULL) {
+		*node = e->op_node;
+		*seq = e->op_seq;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return e != NULL;
+}
+
+static dg_node_id primary_of(dg_cache *c, const char *key)
+{
+	return dgi_aff_owner(atomic_load(&c->aff), part_of_key(c, key), 0);
+}
+
+/* What an originator retrying an update sends: CACHE_UPDATE (op: OP_*;
+ * a put-if-absent puts "v") with the update id (op_node, op_seq) of the
+ * first try, from `from` to `to`, the key's primary under to's affinity
+ * (c_to: its cache).  Returns the flag the primary answers: 1 applied — or
+ * recognised as a retry of an update applied already —, 0 not applied
+ * (put-if-absent: the key is there; remove: it is not). */
+static int64_t retry_update(dg_node *from, dg_node *to, dg_cache *c_to, int op,
+    const char *key, uint64_t op_node, uint64_t op_seq)
+{
+	uint8_t k[64], v[8];
+	uint32_t kl = enc_raw(k, key), vl = enc_raw(v, "v");
+	dgi_aff *aff = atomic_load(&c_to->aff);
+	uint32_t part = part_of_key(c_to, key);
+	assert_true(dgi_aff_owner(aff, part, 0) == dg_node_get_id(to));
+	dgi_msg_update m = { c_to->id, part, aff->topver, op, DG_FULL_SYNC, (int64_t)op_node,
+		(int64_t)op_seq, 0, { k, kl }, { op == OP_REMOVE ? NULL : v, op == OP_REMOVE ? 0 : vl } };
+	dgi_msg_update_res r;
+	memset(&r, 0, sizeof(r));
+	OK(dg_tp_call(dgi_node_tp(from), dg_node_get_id(to), DGI_MSG_UPDATE, &m, 5000, &r, NULL));
+	OK(r.res);
+	return r.flag;
+}
+
+static int64_t retry_put_if_absent(dg_node *from, dg_node *to, dg_cache *c_to,
+    const char *key, uint64_t op_node, uint64_t op_seq)
+{
+	return retry_update(from, to, c_to, OP_PUT_IF_ABSENT, key, op_node, op_seq);
+}
+
+/* A put-if-absent applied on A, its entry moved to B by rebalancing
+ * (REBALANCE_SUPPLY), then retried at B with the same update id: B knows
+ * it for a retry (flag 1) — with the id lost on the move, B would run it
+ * again and answer "not put".  The same for entries B hands back to A
+ * when it leaves (REBALANCE_PUSH). */
+static void test_update_ids_move_with_entries(void **state)
+{
+	(void)state;
+	enum { N = 200 };
+	struct cluster cl;
+	cluster_start(&cl, 1, 1);
+	dg_node *a = cl.n[0], *cn = cl.n[1];
+	dg_cache *ca = create_on(a, "ids", 0);
+	static uint64_t node[N], seq[N];
+	static bool on_b[N];
+	char k[32];
+	bool put;
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "u%d", i);
+		OK(dg_cache_put_if_absent(ca, k, strlen(k), "v", 1, &put));
+		assert_true(put);
+		assert_true(ids_of(ca, k, &node[i], &seq[i]));
+		assert_true(node[i] == dg_node_get_id(a) && seq[i] != 0);
+	}
+	cl.n[2] = start_node(&cl.seed, 1, false, NULL);
+	cl.count = 3;
+	wait_agree(cl.n, 3);
+	rebalanced(cl.n, 3, "ids");
+	dg_node *b = cl.n[2];
+	dg_cache *cb = cache_on(b, "ids");
+	int moved = 0;
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "u%d", i);
+		if (primary_of(cb, k) != dg_node_get_id(b))
+			continue;
+		assert_int_equal(retry_put_if_absent(cn, b, cb, k, node[i], seq[i]), 1);
+		assert_int_equal(retry_put_if_absent(cn, b, cb, k, node[i], seq[i] + 1), 0);
+		uint64_t on = 0, os = 0;
+		assert_true(ids_of(cb, k, &on, &os));
+		assert_true(on == node[i] && os == seq[i]);
+		moved++;
+	}
+	assert_true(moved > 0);
+
+	/* written while B is their primary, handed to A when B leaves */
+	dg_cache *cc = cache_on(cn, "ids");
+	moved = 0;
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "w%d", i);
+		OK(dg_cache_put_if_absent(cc, k, strlen(k), "v", 1, &put));
+		assert_true(put);
+		on_b[i] = primary_of(cb, k) == dg_node_get_id(b);
+		if (on_b[i]) {
+			assert_true(ids_of(cb, k, &node[i], &seq[i]));
+			assert_true(node[i] == dg_node_get_id(cn));
+			moved++;
+		}
+	}
+	assert_true(moved > 0);
+	dg_node_stop(b);
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	rebalanced(cl.n, 2, "ids");
+	assert_int_equal(dg_cache_lost_partitions(ca, NULL, 0), 0);
+	for (int i = 0; i < N; i++) {
+		if (!on_b[i])
+			continue;
+		snprintf(k, sizeof(k), "w%d", i);
+		assert_int_equal(retry_put_if_absent(cn, a, ca, k, node[i], seq[i]), 1);
+		uint64_t on = 0, os = 0;
+		assert_true(ids_of(ca, k, &on, &os));
+		assert_true(on == node[i] && os == seq[i]);
+	}
+	cluster_stop(&cl);
+}
+
 /* ---- persistence ---- */
 
 static char *tmpdir(void)
@@ -2115,6 +2255,72 @@ static void test_persist_restart(void **state)
 	EXPECT(dg_cache_get_by_name(n, "durable", &c), DG_ERR_NOT_FOUND);
 	dg_node_stop(n);
 	dg_buf_free(&v);
+	rmtree(dir);
+	free(dir);
+}
+
+/* Entries loaded from LMDB at a restart keep the update ids they were
+ * written with: a put-if-absent and a removal, retried after the restart
+ * with their first try's ids (from a client), are recognised as retries —
+ * loaded with the id (0, 0), the put-if-absent would answer "not put" and
+ * the removal "not there". */
+static void test_persist_reload_keeps_update_ids(void **state)
+{
+	(void)state;
+	enum { N = 50 };
+	char *dir = tmpdir();
+	dg_node *a = start_persistent(dir, 0, NULL, 0, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "pids");
+	cc.persistence = true;
+	cc.partitions = 16;
+	dg_cache *c;
+	OK(dg_cache_create(a, &cc, &c));
+	uint64_t node[N], seq[N];
+	char k[32];
+	bool done;
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "p%d", i);
+		if (i % 2 == 0) {
+			OK(dg_cache_put_if_absent(c, k, strlen(k), "v", 1, &done));
+		} else {
+			OK(dg_cache_put(c, k, strlen(k), "old", 3));
+			OK(dg_cache_remove(c, k, strlen(k), &done));
+		}
+		assert_true(done);
+		assert_true(ids_of(c, k, &node[i], &seq[i]));
+		assert_true(node[i] == dg_node_get_id(a));
+	}
+	dgi_node_kill(a);
+
+	a = start_persistent(dir, 0, NULL, 0, NULL);
+	OK(dg_cache_get_by_name(a, "pids", &c));
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	const char *seed = dg_node_address(a);
+	cfg.listen_url = "tcp://127.0.0.1:0";
+	cfg.cluster_name = "cache-persist";
+	cfg.seeds = &seed;
+	cfg.nseeds = 1;
+	cfg.failure_timeout_ms = 1000;
+	cfg.heartbeat_ms = 100;
+	cfg.request_timeout_ms = 5000;
+	cfg.client = true;
+	dg_node *cl[2] = { a, NULL };
+	OK(dg_node_start(&cfg, &cl[1]));
+	wait_agree(cl, 2);
+	on_affinity(cl, 2, "pids");
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "p%d", i);
+		int op = i % 2 == 0 ? OP_PUT_IF_ABSENT : OP_REMOVE;
+		assert_int_equal(retry_update(cl[1], a, c, op, k, node[i], seq[i]), 1);
+		assert_int_equal(retry_update(cl[1], a, c, op, k, node[i], seq[i] + 1), 0);
+		uint64_t on = 0, os = 0;
+		assert_true(ids_of(c, k, &on, &os));
+		assert_true(on == node[i] && os == seq[i]);
+	}
+	dg_node_stop(cl[1]);
+	dg_node_stop(a);
 	rmtree(dir);
 	free(dir);
 }
@@ -2335,7 +2541,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_rent_kept_until_owners_have_it, rent_teardown),
 		cmocka_unit_test_teardown(test_rent_kept_until_every_owner_has_it, rent_teardown),
 		cmocka_unit_test_teardown(test_baseline_removed_then_stopped_pushes, rent_teardown),
+		cmocka_unit_test(test_update_ids_move_with_entries),
 		cmocka_unit_test(test_persist_restart),
+		cmocka_unit_test(test_persist_reload_keeps_update_ids),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
 		cmocka_unit_test(test_persist_cluster_restart),
