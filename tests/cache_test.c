@@ -2018,6 +2018,171 @@ static void test_baseline_removed_then_stopped_pushes(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- ownership moving twice before a fetch ends ---- */
+
+/* Every node's rented copies dropped (the sweepers let go of all they
+ * hold once every owner says it OWNS), within 8 s. */
+static void rent_all_dropped(dg_cache **c, int n)
+{
+	uint64_t deadline = dgi_now_ms() + 8000;
+	for (;;) {
+		uint32_t left = 0;
+		for (int i = 0; i < n; i++)
+			left += rented_parts(c[i]);
+		if (left == 0)
+			return;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(50 * 1000);
+	}
+}
+
+/* Partitions whose owner went A -> X -> Y: X joined and owned them but
+ * had fetched nothing (rebalancers paused) — it only took the writes made
+ * under its topology — when Y joined and took them from X.  backups = 0:
+ * A holds the only whole copy.  Y fetches X's part and must also fetch
+ * A's before it OWNS them; A may drop its copy only then.  Without that
+ * Y OWNS X's part alone and A, asked, drops the rest: keys lost. */
+/* A (cl->n[0]) with 1000 keys "a" in cache `name` (backups = 0, 128
+ * partitions), then, rebalancers paused, X joins (n[1]), 500 keys "x" are
+ * written (X takes those of its partitions as a MOVING primary), and Y
+ * joins (n[2]).  twice[p] (optional): p went A -> X -> Y.  Returns with
+ * the rebalancers still paused, past the rent grace. */
+static void double_move(struct cluster *cl, const char *name, dg_cache **c, bool *twice_p)
+{
+	atomic_store(&dgi_rent_grace_ms, 100);
+	cluster_start(cl, 1, 0);
+	c[0] = create_on(cl->n[0], name, 0);
+	put_keys(c[0], "a", 1000);
+	atomic_store(&dgi_rebalance_paused, true);
+	cl->n[1] = start_node(&cl->seed, 1, false, NULL);
+	cl->count = 2;
+	wait_agree(cl->n, 2);
+	on_affinity(cl->n, 2, name);
+	put_keys(c[0], "x", 500);
+	cl->n[2] = start_node(&cl->seed, 1, false, NULL);
+	cl->count = 3;
+	wait_agree(cl->n, 3);
+	on_affinity(cl->n, 3, name);
+	c[1] = cache_on(cl->n[1], name);
+	c[2] = cache_on(cl->n[2], name);
+	dg_node_id x = dg_node_get_id(cl->n[1]), y = dg_node_get_id(cl->n[2]);
+	uint32_t twice = 0;     /* partitions that went A -> X -> Y */
+	for (uint32_t p = 0; p < c[0]->cfg.partitions; p++) {
+		dgi_aff *now = atomic_load(&c[2]->aff), *before = c[1]->retired;
+		bool t = dgi_aff_owner(now, p, 0) == y && before != NULL &&
+		    dgi_aff_owner(before, p, 0) == x;
+		if (twice_p != NULL)
+			twice_p[p] = t;
+		twice += t;
+	}
+	assert_true(twice > 0);
+	usleep(300 * 1000);         /* past the rent grace: sweepers ask */
+}
+
+/* Every key of double_move readable on every node of cl, none LOST, the
+ * size right, once rebalanced and every rented copy dropped. */
+static void double_move_check(struct cluster *cl, const char *name, dg_cache **c)
+{
+	rebalanced(cl->n, cl->count, name);
+	rent_all_dropped(c, cl->count);
+	for (int i = 0; i < cl->count; i++) {
+		assert_int_equal(dg_cache_lost_partitions(c[i], NULL, 0), 0);
+		all_keys_readable(c[i], "a", 1000);
+		all_keys_readable(c[i], "x", 500);
+	}
+	uint64_t size;
+	OK(dg_cache_size(c[0], &size));
+	assert_int_equal(size, 1500);
+}
+
+static void test_double_move_loses_nothing(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	dg_cache *c[3];
+	double_move(&cl, "dbl", c, NULL);
+	atomic_store(&dgi_rebalance_paused, false);
+	double_move_check(&cl, "dbl", c);
+	cluster_stop(&cl);
+}
+
+/* The same, and X stops (gracefully) before anyone fetched: it pushes its
+ * part to Y, naming A as the node holding the rest, so Y, left without
+ * a previous owner to fetch from, fetches from A before it OWNS.  Without
+ * the name Y owns X's part alone and A drops the rest. */
+static void test_double_move_middle_leaves(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	dg_cache *c[3];
+	double_move(&cl, "dblx", c, NULL);
+	dg_node_stop(cl.n[1]);
+	cl.n[1] = cl.n[2];
+	c[1] = c[2];
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	on_affinity(cl.n, 2, "dblx");
+	atomic_store(&dgi_rebalance_paused, false);
+	double_move_check(&cl, "dblx", c);
+	cluster_stop(&cl);
+}
+
+/* The same, and X fails (killed) before anyone fetched: what X alone took
+ * is lost — the partitions it owned are LOST, the keys written to it in
+ * the ones Y took are gone — but every key A held in a partition Y took
+ * from X is still there.  Y owns those with what it could fetch (nothing:
+ * its source is gone), broken, and completes itself from A's rented copy
+ * when A asks it (REBALANCE_OWNED); A drops its copy only then.  Without
+ * that Y says it owns them and A drops its copy at once. */
+static void test_double_move_middle_fails(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	dg_cache *c[3];
+	bool twice[128];
+	double_move(&cl, "dblk", c, twice);
+	dgi_node_kill(cl.n[1]);
+	cl.n[1] = cl.n[2];
+	c[1] = c[2];
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	on_affinity(cl.n, 2, "dblk");
+	atomic_store(&dgi_rebalance_paused, false);
+	rebalanced(cl.n, 2, "dblk");
+	uint64_t deadline = dgi_now_ms() + 8000;
+	for (uint32_t p = 0; p < 128; p++) {
+		if (!twice[p])
+			continue;
+		assert_false(atomic_load(&c[1]->lost[p]));
+		dgi_part *pt = &c[0]->parts[p];
+		for (;;) { /* A lets its copy go once Y took it */
+			pthread_mutex_lock(&pt->mu);
+			uint32_t n = pt->count;
+			pthread_mutex_unlock(&pt->mu);
+			if (n == 0)
+				break;
+			assert_true(dgi_now_ms() < deadline);
+			usleep(50 * 1000);
+		}
+	}
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 1000; k++) {
+			char key[32];
+			snprintf(key, sizeof(key), "a%d", k);
+			uint32_t p = part_of_key(c[i], key);
+			v.len = 0;
+			dg_err e = dg_cache_get(c[i], key, strlen(key), &v);
+			if (atomic_load(&c[i]->lost[p]))
+				EXPECT(e, DG_ERR_PARTITION_LOST);
+			else
+				OK(e);
+		}
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
 /* ---- update ids travel with their entries ---- */
 
 /* A short raw key or value as dg_cache_put encodes it (a BYTES value). */
@@ -2542,6 +2707,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_rent_kept_until_every_owner_has_it, rent_teardown),
 		cmocka_unit_test_teardown(test_baseline_removed_then_stopped_pushes, rent_teardown),
 		cmocka_unit_test(test_update_ids_move_with_entries),
+		cmocka_unit_test_teardown(test_double_move_loses_nothing, rent_teardown),
+		cmocka_unit_test_teardown(test_double_move_middle_leaves, rent_teardown),
+		cmocka_unit_test_teardown(test_double_move_middle_fails, rent_teardown),
 		cmocka_unit_test(test_persist_restart),
 		cmocka_unit_test(test_persist_reload_keeps_update_ids),
 		cmocka_unit_test(test_persist_map_full),
