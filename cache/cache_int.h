@@ -580,7 +580,8 @@ void dgi_rebalance_register(dgi_grid *g);
 /* Drops the copies this node still holds of partitions it no longer owns
  * (kept for their new owners to fetch) once they have been held for the
  * rent grace and every current owner answers that it OWNS the partition
- * (REBALANCE_OWNED).  Sweeper thread; takes partition locks one at a time
+ * whole, or has taken this node's copy (REBALANCE_OWNED; rebalance.c,
+ * "Whole copies").  Sweeper thread; takes partition locks one at a time
  * and the grid lock only to read `stopping`; asks for at most
  * 2 * request_timeout_ms per cache. */
 void dgi_rent_sweep(dgi_grid *g);
