@@ -117,6 +117,11 @@ typedef struct dgi_entry {
 
 enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
 
+/* Sources a copy that is not whole remembers (dgi_part.srcs: its
+ * supplier, plus the older ones of a copy that was itself partial), and
+ * nodes an OWNING copy that is not whole took rented copies from. */
+#define DGI_PART_SRCS 4
+
 /* A slot keeps the hash next to the pointer: a probe compares hashes
  * without touching the entry (one cache miss per lookup, not one per
  * probe). */
@@ -146,6 +151,29 @@ typedef struct dgi_part {
 	uint32_t pw_nfree;
 	uint32_t dd_cap, dd_count;  /* the update-id table (dedup.c) */
 	struct dgi_dd *dd;
+	/* Whole copies (rebalance.c, "Whole copies"); written under mu,
+	 * whole is also read without it by the rebalancer's scan.
+	 * whole:  the copy holds every entry of the partition — it owned it
+	 *         from the start or fetched it from every source — and kept
+	 *         them since; a copy rented out stays whole (its new owners
+	 *         took the writes after it).
+	 * srcs:   not whole: nodes holding what it lacks (the suppliers it was
+	 *         fetching from, supplier first; for an OWNING copy, nodes
+	 *         with a rented copy that asked it); a node fetching from this
+	 *         copy fetches from those too.  None known and not broken: it
+	 *         never owned the partition (or was loaded from LMDB).
+	 * broken: not whole, and some of what it lacks was held by a node
+	 *         that left: it can never be made whole (unless its supplier,
+	 *         an owner under the previous topology, holds it whole).
+	 * taken:  OWNING, not whole: nodes whose rented copies it fetched in
+	 *         full since it owns the partition (they may drop them). */
+	_Atomic bool whole;
+	bool broken;
+	bool sup_owner;             /* MOVING: the supplier owned it under the
+	                               previous topology (whole, it has it all) */
+	uint8_t nsrcs, ntaken;
+	dg_node_id srcs[DGI_PART_SRCS];
+	dg_node_id taken[DGI_PART_SRCS];
 } dgi_part;
 
 void dgi_part_init(dgi_part *p);
@@ -319,10 +347,19 @@ typedef struct dgi_msg_push {
 } dgi_msg_push;
 
 /* SUPPLY, SCAN_RES, CACHE_CONFIGS: one LIST read by the handler
- * (dg_msg_raw).  SUPPLY and SCAN_RES: I64 more, I64 last hash, then per
- * entry BYTES key, BYTES value (null: tombstone), I64 ver topver, I64
- * counter, I64 order, I64 expire.  CACHE_CONFIGS: per cache the fields of
+ * (dg_msg_raw).  SUPPLY and SCAN_RES (and PUSH's list), a page: I64 more,
+ * I64 last hash, I64 copy (DGI_COPY_*: the sender's copy of the
+ * partition), I64 n, n x I64 the sender's sources (not whole: the nodes
+ * holding what it lacks; n <= DGI_PART_SRCS), then per entry
+ * DGI_PAGE_ENTRY_VALUES values:
+ * BYTES key, BYTES value (null: tombstone), I64 ver topver, I64 counter,
+ * I64 order, I64 expire, I64 op node, I64 op seq (the id of the last update
+ * applied to the entry: it travels with the entry, so a retry reaching the
+ * new owner is applied once).  CACHE_CONFIGS: per cache the fields of
  * CACHE_CREATE in order. */
+#define DGI_PAGE_HEAD_VALUES 4
+enum { DGI_COPY_PARTIAL = 0, DGI_COPY_WHOLE = 1, DGI_COPY_BROKEN = 2 };
+#define DGI_PAGE_ENTRY_VALUES 8
 
 void dgi_cache_msgs_define(void);
 
@@ -408,15 +445,20 @@ struct dgi_grid {
 
 /* grid.c */
 dg_cache *dgi_grid_cache(dgi_grid *g, uint32_t id);   /* live cache or NULL */
+/* Whether id is a server (STANDBY included) of the current topology: a
+ * node whose copies can still be fetched.  Takes grid->mu. */
+bool dgi_grid_has_server(dgi_grid *g, dg_node_id id);
 /* The affinity of c over the current topology without this node (what a
  * leave will make); NULL on NOMEM or before the first topology. */
 dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c);
 void dgi_grid_event(dgi_grid *g, dg_event_kind kind, const char *cache, uint32_t part);
 /* Persists a copy: a value, a tombstone (tomb: kept as a record with the
- * tombstone flag until it expires), or (val NULL, !tomb) a deletion. */
+ * tombstone flag until it expires), or (val NULL, !tomb) a deletion.
+ * op_node, op_seq: the id of the update the copy comes from (the entry's),
+ * kept in the record so a retry after a restart is still applied once. */
 dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
-    int64_t expire_ms, bool tomb);
+    int64_t expire_ms, bool tomb, uint64_t op_node, uint64_t op_seq);
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -631,7 +673,8 @@ void dgi_rebalance_register(dgi_grid *g);
 /* Drops the copies this node still holds of partitions it no longer owns
  * (kept for their new owners to fetch) once they have been held for the
  * rent grace and every current owner answers that it OWNS the partition
- * (REBALANCE_OWNED).  Sweeper thread; takes partition locks one at a time
+ * whole, or has taken this node's copy (REBALANCE_OWNED; rebalance.c,
+ * "Whole copies").  Sweeper thread; takes partition locks one at a time
  * and the grid lock only to read `stopping`; asks for at most
  * 2 * request_timeout_ms per cache. */
 void dgi_rent_sweep(dgi_grid *g);
@@ -644,6 +687,13 @@ extern _Atomic bool dgi_rebalance_paused;
  * pending-write id): no apply, no answer — a backup that stopped
  * answering, without a topology change.  0: off. */
 extern _Atomic uint64_t dgi_test_drop_backups_at;
+/* Adds id to a partition's node list (srcs, taken; partition locked)
+ * unless there; false when the list is full (not added). */
+bool dgi_part_node_add(dg_node_id *list, uint8_t *n, dg_node_id id);
+static inline bool dgi_part_src_add(dgi_part *p, dg_node_id src)
+{
+	return dgi_part_node_add(p->srcs, &p->nsrcs, src);
+}
 /* Encodes entries of a partition page (SUPPLY, SCAN_RES) into b. */
 dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
     bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b);

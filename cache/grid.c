@@ -13,7 +13,10 @@
  *   LOST    an owner of a partition whose every previous copy is gone:
  *           reads and writes fail with DG_ERR_PARTITION_LOST until reset;
  *   NONE    not an owner.  Data left from owning it ("rented") is served
- *           to the new owners' demands and dropped after a grace period.
+ *           to the new owners' demands and dropped after a grace period,
+ *           once every owner holds the partition whole.
+ * Apart from the state, each copy is whole or partial (with the sources of
+ * what it lacks) or broken: rebalance.c, "Whole copies".
  */
 #include "cache_int.h"
 
@@ -180,6 +183,75 @@ static bool is_server(const dg_topology *t, dg_node_id id)
 	return n != NULL && !(n->attrs & DG_NODE_CLIENT);
 }
 
+bool dgi_grid_has_server(dgi_grid *g, dg_node_id id)
+{
+	pthread_mutex_lock(&g->mu);
+	bool r = g->topo != NULL && is_server(g->topo, id);
+	pthread_mutex_unlock(&g->mu);
+	return r;
+}
+
+/* The partition starts fetching from sup (partition locked; sup_owner:
+ * sup owned it under the previous topology).  A whole copy now lacks what
+ * sup and its sources hold; a partial one also still lacks what its
+ * earlier sources hold, so it keeps those still servers of t — and one
+ * that left may have taken what only it held along: the copy is broken
+ * unless sup has it whole (rebalance.c, "Whole copies"). */
+static void moving_from(dg_cache *c, uint32_t p, dgi_part *pt, const dg_topology *t,
+    dg_node_id sup, bool sup_owner)
+{
+	uint8_t n = 0;
+	if (atomic_load(&pt->whole))
+		pt->broken = false;
+	for (uint8_t i = 0; !atomic_load(&pt->whole) && i < pt->nsrcs; i++) {
+		if (pt->srcs[i] == sup)
+			continue;
+		if (is_server(t, pt->srcs[i]))
+			pt->srcs[n++] = pt->srcs[i];
+		else
+			pt->broken = true;
+	}
+	if (n == DGI_PART_SRCS) {
+		n--;
+		dgi_grid_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u forgotten=%016llx why=\"more than %d sources\"",
+		    c->cfg.name, p, (unsigned long long)pt->srcs[n], DGI_PART_SRCS);
+		pt->broken = true;
+	}
+	memmove(pt->srcs + 1, pt->srcs, n * sizeof(pt->srcs[0]));
+	pt->srcs[0] = sup;
+	pt->nsrcs = (uint8_t)(n + 1);
+	pt->ntaken = 0;
+	atomic_store(&pt->whole, false);
+	pt->supplier = sup;
+	pt->sup_owner = sup_owner;
+}
+
+/* The partition is OWNING with what this node has (partition locked):
+ * whole if the copy was, or if it knows of nothing it lacks (it never
+ * owned the partition: say, a graceful leaver's handoff just arrived);
+ * broken if what it lacked was on nodes that left. */
+static void owning_as_is(dg_cache *c, uint32_t p, dgi_part *pt)
+{
+	if (!atomic_load(&pt->whole) && (pt->nsrcs > 0 || pt->broken)) {
+		pt->broken = true;
+		dgi_grid_log("warn", "REBALANCE-BROKEN", "cache=\"%s\" partition=%u why=\"the nodes holding what its copy lacked left: it owns what it has and takes the rented copies that ask it\"",
+		    c->cfg.name, p);
+	} else {
+		atomic_store(&pt->whole, true);
+		pt->broken = false;
+	}
+	pt->nsrcs = pt->ntaken = 0;
+}
+
+/* The first source of a partial copy still a server of t; 0: none. */
+static dg_node_id live_source(const dgi_part *pt, const dg_topology *t)
+{
+	for (uint8_t i = 0; !atomic_load(&pt->whole) && i < pt->nsrcs; i++)
+		if (is_server(t, pt->srcs[i]))
+			return pt->srcs[i];
+	return 0;
+}
+
 /* Moves c to the affinity of topology t (grid->mu held).  old: the
  * affinity the partitions' copies were placed by (NULL: none known). */
 static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
@@ -229,6 +301,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		pthread_mutex_lock(&pt->mu);
 		int st = atomic_load(&pt->state);
 		int ns = st;
+		dg_node_id src;
 		if (rn < 0) {
 			ns = P_NONE;
 			if (st != P_NONE)
@@ -239,28 +312,37 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			ns = P_OWNING;
 		} else if (st == P_MOVING && is_server(t, pt->supplier)) {
 			ns = P_MOVING;
-		} else if (old == NULL || old->nnodes == 0 || (dgi_aff_role(old, p, g->self) >= 0 &&
-		    st == P_OWNING)) {
-			ns = P_OWNING; /* nothing to fetch from anyone */
+		} else if (old == NULL || old->nnodes == 0) {
+			ns = P_OWNING; /* nothing to fetch from anyone: whole */
+			atomic_store(&pt->whole, true);
+			pt->broken = false;
+			pt->nsrcs = pt->ntaken = 0;
 		} else if (supplier != 0) {
 			ns = P_MOVING;
-			pt->supplier = supplier;
-		} else if (st == P_MOVING && guess == NULL &&
-		    atomic_exchange_explicit(&c->handed[p], 0, memory_order_relaxed)) {
-			ns = P_OWNING; /* its last holder left and pushed it here whole */
-		} else if (st == P_MOVING && guess == NULL) {
-			/* it was still fetching and every copy it fetched from is
-			 * gone: it holds part of the partition at most, which is
-			 * lost — not a partial copy served as the whole */
+			moving_from(c, p, pt, t, supplier, true);
+		} else if ((src = live_source(pt, t)) != 0) {
+			/* no old owner left to fetch from, but this copy is
+			 * partial and knows a node holding what it lacks */
+			ns = P_MOVING;
+			moving_from(c, p, pt, t, src, false);
+		} else if (guess == NULL && !atomic_load(&pt->whole) &&
+		    (pt->nsrcs > 0 || pt->broken)) {
+			/* a partial copy whose every source is gone: what it
+			 * lacked is lost — the partition is LOST (issue 12,
+			 * "lost means lost on every path"), not a partial copy
+			 * served as the whole; after dg_cache_reset_lost it owns
+			 * what it has (and takes the rented copies that ask) */
 			ns = P_LOST;
+			owning_as_is(c, p, pt);
 			atomic_store_explicit(&c->lost[p], 1, memory_order_relaxed);
 			dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld "
-			    "why=supplier-gone", c->cfg.name, p, (long long)t->version);
+			    "why=\"sources of a partial copy gone\"", c->cfg.name, p, (long long)t->version);
 			dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, p);
 		} else {
 			/* this node held the only surviving copy (or, as a guess,
 			 * nobody else has it): it owns what it has */
 			ns = P_OWNING;
+			owning_as_is(c, p, pt);
 		}
 		if (ns != st || ns == P_MOVING) {
 			if (ns == P_MOVING && st != P_MOVING)
@@ -703,11 +785,11 @@ static void on_configs(dg_tp *tp, const dg_msg_in *in, void *ctx)
 
 dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
-    int64_t expire_ms, bool tomb)
+    int64_t expire_ms, bool tomb, uint64_t op_node, uint64_t op_seq)
 {
 	if (!c->cfg.persistence || g->ps == NULL)
 		return DG_OK;
-	dgi_prec rec = { c->id, part, key, klen, val, vlen, *ver, expire_ms };
+	dgi_prec rec = { c->id, part, key, klen, val, vlen, *ver, expire_ms, op_node, op_seq };
 	if (tomb) { /* a record with no value bytes and the flag */
 		rec.val = (const uint8_t *)"";
 		rec.vlen = 0;
@@ -734,7 +816,8 @@ static dg_err load_rec(void *ctx, const dgi_prec *rec)
 	ver.flags = 0;
 	pthread_mutex_lock(&pt->mu);
 	dg_err e = dgi_part_set(pt, h, rec->key, rec->klen, tomb ? NULL : rec->val,
-	    tomb ? 0 : rec->vlen, &ver, rec->expire_ms, 0, 0, tomb ? DGI_ENTRY_TOMB : 0, NULL);
+	    tomb ? 0 : rec->vlen, &ver, rec->expire_ms, rec->op_node, rec->op_seq,
+	    tomb ? DGI_ENTRY_TOMB : 0, NULL);
 	pthread_mutex_unlock(&pt->mu);
 	l->n++;
 	return e;
@@ -822,7 +905,8 @@ struct forget {
 static void forget_persisted(void *ctx, const dgi_entry *e)
 {
 	struct forget *f = ctx;
-	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), e->klen, NULL, 0, &e->ver, 0, false);
+	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), e->klen, NULL, 0, &e->ver, 0, false,
+	    0, 0);
 }
 
 static void sweep_cache(void *ctx, uint32_t key, void *value)

@@ -71,7 +71,7 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
 		*expire = c->cfg.ttl_ms ? dgi_wall_ms() + (int64_t)c->cfg.ttl_ms : 0;
 	dg_err err;
 	if (c->cfg.persistence && (err = dgi_grid_persist(g, c, part, key, klen, val, vlen, ver,
-	    *expire, removal)) != DG_OK)
+	    *expire, removal, op_node, op_seq)) != DG_OK)
 		return err;
 	if (removal)
 		return dgi_part_set(pt, hash, key, klen, NULL, 0, ver, *expire, op_node, op_seq,
@@ -331,7 +331,7 @@ dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
 		expire_ms = dgi_wall_ms() + DGI_TOMB_TTL_MS; /* a sender without one */
 	if (c->cfg.persistence &&
 	    (e = dgi_grid_persist(g, c, part, key, klen, val, vlen, ver, expire_ms,
-	    val == NULL)) != DG_OK)
+	    val == NULL, op_node, op_seq)) != DG_OK)
 		goto out;
 	if (val == NULL) /* a tombstone, even for a key we never had: its put may come later */
 		e = dgi_part_set(pt, hash, key, klen, NULL, 0, ver, expire_ms, op_node, op_seq,

@@ -32,6 +32,11 @@
  * MDB_MAP_FULL before committing.  Removals, drops and meta deletes may use
  * the reserve, so a full store can always be emptied and used again.
  *
+ * Record formats (pstore.h): every write stores format 2 (the update id
+ * after the expiry, marked by DGI_PREC_FORMAT2 in the stored flags); loads
+ * read both, so records written before the update id was kept load with
+ * the id (0, 0) and are rewritten in format 2 by their next write.
+ *
  * Values are written in place with MDB_RESERVE and keys are built on the
  * stack (an LMDB key is at most 511 bytes), so the write path allocates
  * nothing; loads hand out pointers into the map.
@@ -50,7 +55,8 @@
 
 #define KEY_HDR 6u              /* be32 cache id | be16 partition */
 #define VER_LEN 24u             /* dgi_pver, little-endian */
-#define VAL_HDR 32u             /* dgi_pver | expire_ms i64 LE */
+#define VAL_HDR 32u             /* format 1: dgi_pver | expire_ms i64 LE */
+#define VAL_HDR2 48u            /* format 2: ... | op_node u64 LE | op_seq u64 LE */
 #define PART_LIMIT 65536u
 #define MAX_KEY 511u            /* LMDB's compile-time default maxkeysize */
 #define DEFAULT_MAP ((size_t)1 << 30)
@@ -337,15 +343,19 @@ static int apply_rec(dgi_pstore *ps, MDB_txn *txn, const dgi_prec *r, op *o)
 	}
 	if (r->val == NULL)
 		return stored ? mdb_del(txn, ps->ps_entries, &k, NULL) : 0;
-	v.mv_size = VAL_HDR + (size_t)r->vlen;
+	v.mv_size = VAL_HDR2 + (size_t)r->vlen;
 	v.mv_data = NULL;
 	if ((rc = mdb_put(txn, ps->ps_entries, &k, &v, MDB_RESERVE)) != 0)
 		return rc;
 	uint8_t *p = v.mv_data;
-	put_ver(p, &r->ver);
+	dgi_pver ver = r->ver;
+	ver.flags |= DGI_PREC_FORMAT2;
+	put_ver(p, &ver);
 	put_le(p + VER_LEN, (uint64_t)r->expire_ms, 8);
+	put_le(p + VAL_HDR, r->op_node, 8);
+	put_le(p + VAL_HDR + 8, r->op_seq, 8);
 	if (r->vlen > 0)
-		memcpy(p + VAL_HDR, r->val, r->vlen);
+		memcpy(p + VAL_HDR2, r->val, r->vlen);
 	return 0;
 }
 
@@ -595,7 +605,7 @@ dg_err dgi_pstore_write(dgi_pstore *ps, const dgi_prec *recs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		const dgi_prec *r = &recs[i];
 		if (r->part >= PART_LIMIT || r->key == NULL || r->klen == 0 ||
-		    r->klen > ps->ps_max_key - KEY_HDR)
+		    r->klen > ps->ps_max_key - KEY_HDR || (r->ver.flags & DGI_PREC_FORMAT2))
 			return DG_ERR_INVAL;
 	}
 	if (n == 0)
@@ -682,11 +692,22 @@ dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
 			.part = (uint32_t)kp[4] << 8 | kp[5],
 			.key = kp + KEY_HDR,
 			.klen = (uint32_t)(k.mv_size - KEY_HDR),
-			.val = vp + VAL_HDR,
-			.vlen = (uint32_t)(v.mv_size - VAL_HDR),
 			.expire_ms = (int64_t)get_le(vp + VER_LEN, 8),
 		};
 		get_ver(vp, &r.ver);
+		size_t hdr = VAL_HDR;   /* format 1: no update id, (0, 0) */
+		if (r.ver.flags & DGI_PREC_FORMAT2) {
+			if (v.mv_size < VAL_HDR2) {
+				err = corrupt("load", &k, &v);
+				break;
+			}
+			r.ver.flags &= ~DGI_PREC_FORMAT2;
+			r.op_node = get_le(vp + VAL_HDR, 8);
+			r.op_seq = get_le(vp + VAL_HDR + 8, 8);
+			hdr = VAL_HDR2;
+		}
+		r.val = vp + hdr;
+		r.vlen = (uint32_t)(v.mv_size - hdr);
 		if ((err = fn(ctx, &r)) != DG_OK)
 			break;
 		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);

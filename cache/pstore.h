@@ -3,9 +3,23 @@
  *
  * One LMDB environment per node (a directory), holding two databases:
  *   "entries": key   = be32 cache_id | be16 partition | key bytes (marshalled)
- *              value = dgi_pver (24 bytes, little-endian: topver i64,
- *                      counter u64, order u32, flags u32) | expire_ms i64 LE |
- *                      value bytes (marshalled)
+ *              value, format 2 (written since the update id is kept):
+ *                    bytes  0..23  dgi_pver, little-endian: topver i64,
+ *                                  counter u64, order u32, flags u32 —
+ *                                  flags bit 31 (DGI_PREC_FORMAT2) set
+ *                    bytes 24..31  expire_ms i64 LE
+ *                    bytes 32..39  op_node u64 LE  } the id of the last update
+ *                    bytes 40..47  op_seq u64 LE   } applied to the entry
+ *                    bytes 48..    value bytes (marshalled)
+ *              value, format 1 (older builds; still read): bytes 0..31 as
+ *                    above with flags bit 31 clear, then the value bytes
+ *                    from byte 32 — no update id: it loads as (0, 0).
+ *              The format bit sits where format 1 kept only entry flags
+ *              (bit 0, the tombstone), so it tells the two apart record by
+ *              record; a format-1 record is rewritten as format 2 by its
+ *              next write.  A build older than format 2 cannot read format
+ *              2 records (it would take the id for value bytes): no
+ *              downgrade once a node has written with this build.
  *              Big-endian prefixes keep one partition's entries contiguous,
  *              so loading, rebalancing and dropping a partition are range
  *              operations.
@@ -50,6 +64,10 @@
 
 #include "cache/cache.h"    /* dgi_pver */
 
+/* Bit 31 of a stored record's flags: the record has format 2.  pstore's
+ * own; a record handed to dgi_pstore_write must not set it. */
+#define DGI_PREC_FORMAT2 0x80000000u
+
 typedef struct dgi_prec {
 	uint32_t cache_id;
 	uint32_t part;             /* < 65536 */
@@ -57,8 +75,10 @@ typedef struct dgi_prec {
 	uint32_t klen;
 	const uint8_t *val;        /* NULL: removal */
 	uint32_t vlen;
-	dgi_pver ver;
+	dgi_pver ver;              /* flags: the caller's, bit 31 excepted */
 	int64_t expire_ms;         /* wall clock ms; 0 = never */
+	uint64_t op_node, op_seq;  /* the last update applied (a retry is applied
+	                              once); (0, 0) from a format-1 record */
 } dgi_prec;
 
 typedef struct dgi_pstore_config {
@@ -84,18 +104,21 @@ void dgi_pstore_close(dgi_pstore *ps);
 /* Durably applies n records (see Versions) — group-committed with other
  * threads' writes.  Blocks until committed; the records are read in place
  * (not copied) while the call blocks.  All or nothing for this call's
- * records; n == 0 is DG_OK.  Allocates nothing.  DG_ERR_STORAGE_FULL,
- * DG_ERR_STORAGE, DG_ERR_INVAL (part >= 65536, key NULL or empty, key longer
- * than LMDB's key limit less the 6-byte prefix: 505 bytes), DG_ERR_CLOSED
- * (called while dgi_pstore_close runs). */
+ * records; n == 0 is DG_OK.  Allocates nothing.  Writes format 2.
+ * DG_ERR_STORAGE_FULL, DG_ERR_STORAGE, DG_ERR_INVAL (part >= 65536, key NULL
+ * or empty, key longer than LMDB's key limit less the 6-byte prefix: 505
+ * bytes, flags with DGI_PREC_FORMAT2), DG_ERR_CLOSED (called while
+ * dgi_pstore_close runs). */
 dg_err dgi_pstore_write(dgi_pstore *ps, const dgi_prec *recs, size_t n);
 
 /* Calls fn for every stored record of cache_id (all partitions, in key
  * order) inside one read transaction; fn returning non-DG_OK stops and is
  * returned.  Record pointers are valid during the call only (they point
- * into the map).  DG_ERR_INVAL (fn NULL), DG_ERR_STORAGE (LMDB error, or a
- * corrupt record: key without bytes after the prefix, value shorter than
- * 32 bytes — the records before it were handed to fn). */
+ * into the map).  Both formats load; fn sees the caller's flags (without
+ * DGI_PREC_FORMAT2) and, for a format-1 record, the update id (0, 0).
+ * DG_ERR_INVAL (fn NULL), DG_ERR_STORAGE (LMDB error, or a corrupt record:
+ * key without bytes after the prefix, value shorter than 32 bytes, or than
+ * 48 for format 2 — the records before it were handed to fn). */
 dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
     dg_err (*fn)(void *ctx, const dgi_prec *rec), void *ctx);
 

@@ -5,11 +5,13 @@
  *
  * A new owner (MOVING) asks its supplier for the partition a batch at a
  * time (DEMAND: after this hash, up to so many bytes; SUPPLY: entries in
- * hash order, the last hash, whether more remain).  Each entry is applied
- * with the one rule — only a newer version replaces a copy — so writes the
- * new owner received meanwhile (it is already a backup or the primary) win
- * over older copies.  When the last batch is in and the topology did not
- * change meanwhile, the partition becomes OWNING.  One rebalancer thread
+ * hash order, the last hash, whether more remain, and whether the sender's
+ * copy is whole — else the sources of what it lacks, which are asked too:
+ * "Whole copies" below).  Each entry is applied with the one rule — only a
+ * newer version replaces a copy — so writes the new owner received
+ * meanwhile (it is already a backup or the primary) win over older
+ * copies.  When the last batch is in and the topology did not change
+ * meanwhile, the partition becomes OWNING.  One rebalancer thread
  * per node fetches partitions one after another; writes and reads of every
  * partition go on meanwhile.
  */
@@ -42,8 +44,10 @@ static bool page_one(void *ctx, const dgi_entry *e)
 	dg_write_i64(p->w, (int64_t)e->ver.counter);
 	dg_write_i64(p->w, e->ver.order);
 	dg_write_i64(p->w, e->expire_ms);
+	dg_write_i64(p->w, (int64_t)e->op_node);
+	dg_write_i64(p->w, (int64_t)e->op_seq);
 	p->n++;
-	p->bytes += e->klen + e->vlen + 24;
+	p->bytes += e->klen + e->vlen + 40;
 	return true;
 }
 
@@ -67,17 +71,28 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 		cap = k < 16 ? 16 : k > 65536 ? 65536 : (uint32_t)k;
 	}
 	uint64_t last = dgi_part_scan(pt, after, first, cap, page_one, &pc, &more);
+	/* read with the entries: the mark holds for what this page carries */
+	bool whole = atomic_load(&pt->whole);
+	int64_t copy = whole ? DGI_COPY_WHOLE : pt->broken ? DGI_COPY_BROKEN : DGI_COPY_PARTIAL;
+	uint8_t nsrcs = whole ? 0 : pt->nsrcs;
+	dg_node_id srcs[DGI_PART_SRCS];
+	memcpy(srcs, pt->srcs, nsrcs * sizeof(srcs[0]));
 	pthread_mutex_unlock(&pt->mu);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(b, 11)) == DG_OK) {
-		/* LIST header (FORMAT.md: tag, count), the two I64, then the
-		 * entries, already encoded as values, appended as they are */
+		/* LIST header (FORMAT.md: tag, count), the head values, then
+		 * the entries, already encoded as values, appended as they are */
 		b->data[b->len++] = TAG_LIST;
-		b->len = (size_t)(dgi_put_uvarint(b->data + b->len, 2 + 6 * (uint64_t)pc.n) - b->data);
+		b->len = (size_t)(dgi_put_uvarint(b->data + b->len, DGI_PAGE_HEAD_VALUES +
+		    (uint64_t)nsrcs + DGI_PAGE_ENTRY_VALUES * (uint64_t)pc.n) - b->data);
 		dg_writer lw;
 		dg_writer_init(&lw, g->reg, b);
 		dg_write_i64(&lw, more);
 		dg_write_i64(&lw, (int64_t)last);
+		dg_write_i64(&lw, copy);
+		dg_write_i64(&lw, nsrcs);
+		for (uint8_t i = 0; i < nsrcs; i++)
+			dg_write_i64(&lw, (int64_t)srcs[i]);
 		e = dg_writer_finish(&lw);
 		if (e == DG_OK && body.len > 0 && (e = dg_buf_reserve(b, body.len)) == DG_OK) {
 			memcpy(b->data + b->len, body.data, body.len);
@@ -89,37 +104,77 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 }
 
 typedef dg_err (*page_fn)(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire);
+    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire, uint64_t op_node,
+    uint64_t op_seq);
 
-/* Reads a page list; calls fn per entry. */
-static dg_err page_decode(dgi_grid *g, const dg_raw *list, bool *more, uint64_t *last,
-    page_fn fn, void *ctx)
+/* A page's head (PROTOCOL.md, "Entry pages"). */
+struct page_head {
+	bool more;                  /* entries after this page */
+	uint64_t last;              /* hash to continue after */
+	bool whole;                 /* the sender holds the partition whole */
+	bool broken;                /* not whole, and can never be */
+	uint8_t nsrcs;              /* not whole: who holds what it lacks */
+	dg_node_id srcs[DGI_PART_SRCS];
+	uint32_t entries;           /* entries that follow */
+};
+
+/* Reads the LIST header and the head values of a page; r is left at its
+ * first entry. */
+static dg_err page_head_read(dg_reader *r, struct page_head *h)
+{
+	uint32_t count;
+	int64_t v[DGI_PAGE_HEAD_VALUES];
+	dg_err e = dg_read_begin(r, DG_LIST, &count);
+	if (e != DG_OK)
+		return e;
+	if (count < DGI_PAGE_HEAD_VALUES)
+		return DG_ERR_BAD_LENGTH;
+	for (int i = 0; i < DGI_PAGE_HEAD_VALUES; i++)
+		if ((e = dg_read_i64(r, &v[i])) != DG_OK)
+			return e;
+	uint32_t left = count - DGI_PAGE_HEAD_VALUES;
+	if (v[2] < DGI_COPY_PARTIAL || v[2] > DGI_COPY_BROKEN || v[3] < 0 ||
+	    v[3] > DGI_PART_SRCS || (uint32_t)v[3] > left ||
+	    (left - (uint32_t)v[3]) % DGI_PAGE_ENTRY_VALUES != 0)
+		return DG_ERR_BAD_LENGTH;
+	h->more = v[0] != 0;
+	h->last = (uint64_t)v[1];
+	h->whole = v[2] == DGI_COPY_WHOLE;
+	h->broken = v[2] == DGI_COPY_BROKEN;
+	h->nsrcs = (uint8_t)v[3];
+	for (uint8_t i = 0; i < h->nsrcs; i++) {
+		int64_t id;
+		if ((e = dg_read_i64(r, &id)) != DG_OK)
+			return e;
+		h->srcs[i] = (dg_node_id)id;
+	}
+	h->entries = (left - h->nsrcs) / DGI_PAGE_ENTRY_VALUES;
+	return DG_OK;
+}
+
+/* Reads a page list into h; calls fn per entry. */
+static dg_err page_decode(dgi_grid *g, const dg_raw *list, struct page_head *h, page_fn fn,
+    void *ctx)
 {
 	dg_reader r;
-	uint32_t count;
-	int64_t m, l;
 	dg_err e;
 	dg_reader_init(&r, g->reg, list->ptr, list->len);
-	if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK)
+	if ((e = page_head_read(&r, h)) != DG_OK)
 		return e;
-	if (count < 2 || (count - 2) % 6 != 0)
-		return DG_ERR_BAD_LENGTH;
-	if ((e = dg_read_i64(&r, &m)) != DG_OK || (e = dg_read_i64(&r, &l)) != DG_OK)
-		return e;
-	*more = m != 0;
-	*last = (uint64_t)l;
-	for (uint32_t i = 0; i < (count - 2) / 6; i++) {
+	for (uint32_t i = 0; i < h->entries; i++) {
 		dg_bytes k, v;
-		int64_t t, cn, o, x;
+		int64_t t, cn, o, x, on, os;
 		if ((e = dg_read_bytes(&r, &k, NULL)) != DG_OK ||
 		    (e = dg_read_bytes(&r, &v, NULL)) != DG_OK || (e = dg_read_i64(&r, &t)) != DG_OK ||
 		    (e = dg_read_i64(&r, &cn)) != DG_OK || (e = dg_read_i64(&r, &o)) != DG_OK ||
-		    (e = dg_read_i64(&r, &x)) != DG_OK)
+		    (e = dg_read_i64(&r, &x)) != DG_OK || (e = dg_read_i64(&r, &on)) != DG_OK ||
+		    (e = dg_read_i64(&r, &os)) != DG_OK)
 			return e;
 		if (k.ptr == NULL || k.len == 0)
 			return DG_ERR_BAD_LENGTH;
 		dgi_pver ver = { t, (uint64_t)cn, (uint32_t)o, 0 };
-		if ((e = fn(ctx, k.ptr, k.len, v.ptr, v.len, v.ptr == NULL, &ver, x)) != DG_OK)
+		if ((e = fn(ctx, k.ptr, k.len, v.ptr, v.len, v.ptr == NULL, &ver, x, (uint64_t)on,
+		    (uint64_t)os)) != DG_OK)
 			return e;
 	}
 	return DG_OK;
@@ -184,8 +239,11 @@ struct apply_ctx {
 	uint64_t bytes;
 };
 
+/* One entry of a SUPPLY or PUSH page: applied with its update id, so a
+ * retry of that update reaching this node (its new owner) is applied once. */
 static dg_err apply_one(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire)
+    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire, uint64_t op_node,
+    uint64_t op_seq)
 {
 	struct apply_ctx *a = ctx;
 	uint64_t h = dgi_key_hash(key, klen);
@@ -193,7 +251,7 @@ static dg_err apply_one(void *ctx, const uint8_t *key, uint32_t klen, const uint
 		return DG_ERR_INVAL;
 	a->bytes += klen + vlen;
 	return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, tomb ? NULL : val, vlen, ver,
-	    expire, 0, 0);
+	    expire, op_node, op_seq);
 }
 
 struct page_wait {
@@ -240,54 +298,234 @@ static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void
 	return e;
 }
 
-/* Fetches one MOVING partition.  DG_OK when it became OWNING. */
+/* ---- whole copies ----
+ *
+ * A copy is whole when it holds every entry of the partition: it owned it
+ * from the start, or fetched it from every source, and kept every entry
+ * since.  A copy rented out (NONE) stays whole: the writes after it went
+ * to its new owners, which fetch from it.  A MOVING copy is not, nor one
+ * that stopped owning while MOVING; such a copy remembers its sources —
+ * the supplier it was fetching from and, for a copy already partial when
+ * it started moving, the older ones — which hold what it lacks.
+ *
+ * A new owner fetches from its supplier and, whenever a page says its
+ * sender is not whole, from the sources the page names, and so on (each
+ * node once, this one excepted: what it holds is its own): the sources
+ * lead back through every earlier owner that took writes to one that held
+ * the partition whole, so the copies fetched hold everything.  Only then
+ * is the partition OWNING and whole; REBALANCE_OWNED says yes for whole
+ * copies, so a rented copy is dropped only once every owner has it all.
+ *
+ * A source that left the cluster is passed over: what only it held is
+ * lost (backups = 0, as when any sole owner fails), and so may be the
+ * link to an older whole copy, which is still rented out somewhere.  The
+ * partition is then OWNING but broken — as is one a node owns with what it
+ * has because no earlier owner and no source is left (grid.c,
+ * retopo_cache) — and a broken copy makes every copy fetched from it
+ * broken.  A broken owner can never say it is whole; it completes itself
+ * from the rented copies instead: every node that asks it
+ * REBALANCE_OWNED about the partition becomes a source it fetches from
+ * (with the sources that one names) while it goes on serving, and once
+ * it has taken that node's copy in full it answers that node yes (taken),
+ * so the copy is dropped only when the owner has it. */
+
+bool dgi_part_node_add(dg_node_id *list, uint8_t *n, dg_node_id id)
+{
+	for (uint8_t i = 0; i < *n; i++)
+		if (list[i] == id)
+			return true;
+	if (*n == DGI_PART_SRCS)
+		return false;
+	list[(*n)++] = id;
+	return true;
+}
+
+/* Most nodes one fetch of a partition visits: a chain of owners each of
+ * which lost the partition before it had it whole. */
+#define FETCH_NODES 16
+
+struct fetch {
+	dgi_grid *g;
+	dg_cache *c;
+	uint32_t part;
+	int64_t topver;             /* the state's */
+	uint64_t gen;
+	dg_node_id q[FETCH_NODES];  /* to visit: the supplier, the sources */
+	bool got[FETCH_NODES];      /* fetched in full (else: gone) */
+	uint32_t nq;
+	bool broken;                /* a page from a broken copy */
+	struct apply_ctx a;
+	dg_buf reply;
+};
+
+/* Queues a node to fetch from, once (never this node).  false: the queue
+ * is full. */
+static bool fetch_queue(struct fetch *f, dg_node_id id)
+{
+	if (id == 0 || id == f->g->self)
+		return true;
+	for (uint32_t i = 0; i < f->nq; i++)
+		if (f->q[i] == id)
+			return true;
+	if (f->nq == FETCH_NODES)
+		return false;
+	f->q[f->nq++] = id;
+	return true;
+}
+
+/* A page from a copy that is not whole: its sources are fetched from too,
+ * and this copy remembers them (while it is still in the same state), so
+ * a fetch cut short by a topology change still knows them. */
+static dg_err fetch_sources(struct fetch *f, const struct page_head *h)
+{
+	dgi_part *pt = &f->c->parts[f->part];
+	f->broken |= h->broken;
+	for (uint8_t i = 0; i < h->nsrcs; i++)
+		if (!fetch_queue(f, h->srcs[i])) {
+			dgi_grid_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u why=\"more than %d nodes to fetch from\"",
+			    f->c->cfg.name, f->part, FETCH_NODES);
+			return DG_ERR_RANGE;
+		}
+	pthread_mutex_lock(&pt->mu);
+	if (pt->state_topver == f->topver && !atomic_load(&pt->whole))
+		for (uint8_t i = 0; i < h->nsrcs; i++)
+			if (h->srcs[i] != f->g->self)
+				dgi_part_src_add(pt, h->srcs[i]);
+	pthread_mutex_unlock(&pt->mu);
+	return DG_OK;
+}
+
+/* Every page of the partition from one node, applied; *whole: every page
+ * said the node holds it whole. */
+static dg_err fetch_from(struct fetch *f, dg_node_id from, bool *whole)
+{
+	dgi_grid *g = f->g;
+	uint64_t after = 0;
+	bool first = true, more = true;
+	*whole = true;
+	while (more) {
+		pthread_mutex_lock(&g->mu);
+		bool stale = g->stopping || g->rebal_gen != f->gen;
+		pthread_mutex_unlock(&g->mu);
+		if (stale || atomic_load(&f->c->dead))
+			return DG_ERR_STATE;
+		dgi_msg_page_req m = { f->c->id, f->part, f->topver, (int64_t)after, first,
+			g->cfg.rebalance_batch_bytes };
+		dg_err e = call_list(g, from, DGI_MSG_DEMAND, &m, &f->reply);
+		if (e != DG_OK)
+			return e;
+		dg_raw list = { f->reply.data, (uint32_t)f->reply.len };
+		struct page_head h;
+		if ((e = page_decode(g, &list, &h, apply_one, &f->a)) != DG_OK)
+			return e;
+		if (!h.whole && (e = fetch_sources(f, &h)) != DG_OK)
+			return e;
+		*whole &= h.whole;
+		more = h.more;
+		after = h.last;
+		first = false;
+	}
+	return DG_OK;
+}
+
+/* After a fetch (partition locked): the sources it visited are done with
+ * (those left were added meanwhile); a copy not whole after it has taken
+ * the ones it reached.  Returns how many sources are left. */
+static uint8_t sources_done(dgi_part *pt, const struct fetch *f)
+{
+	uint8_t n = 0;
+	for (uint8_t i = 0; i < pt->nsrcs; i++) {
+		bool done = false;
+		for (uint32_t k = 0; k < f->nq && !done; k++)
+			done = f->q[k] == pt->srcs[i];
+		if (!done)
+			pt->srcs[n++] = pt->srcs[i];
+	}
+	pt->nsrcs = n;
+	for (uint32_t k = 0; k < f->nq; k++)
+		if (f->got[k] && !dgi_part_node_add(pt->taken, &pt->ntaken, f->q[k])) {
+			/* the oldest goes: if it asks again it is fetched again */
+			memmove(pt->taken, pt->taken + 1, (DGI_PART_SRCS - 1) * sizeof(pt->taken[0]));
+			pt->taken[DGI_PART_SRCS - 1] = f->q[k];
+		}
+	return n;
+}
+
+/* Fetches one partition from its supplier and the sources (above): a
+ * MOVING one, which then becomes OWNING, or an OWNING one that is not
+ * whole and has sources (it stays OWNING).  The copy is whole when its
+ * supplier owned the partition under the previous topology and held it
+ * whole (the rest is not needed then), or when it was not broken, no
+ * source was gone, no page came from a broken copy and no source was
+ * added meanwhile.  DG_OK when done. */
 static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 {
 	dgi_part *pt = &c->parts[part];
+	struct fetch f = { .g = g, .c = c, .part = part, .gen = gen, .a = { g, c, part, 0 } };
 	pthread_mutex_lock(&pt->mu);
-	dg_node_id sup = pt->supplier;
-	int64_t topver = pt->state_topver;
-	bool moving = atomic_load(&pt->state) == P_MOVING;
+	int st = atomic_load(&pt->state);
+	dg_node_id sup = st == P_MOVING ? pt->supplier : 0;
+	bool sup_owner = st == P_MOVING && pt->sup_owner;
+	bool repair = st == P_OWNING && !atomic_load(&pt->whole) && pt->nsrcs > 0;
+	f.topver = pt->state_topver;
+	fetch_queue(&f, sup);
+	for (uint8_t i = 0; i < pt->nsrcs; i++)
+		fetch_queue(&f, pt->srcs[i]);
 	pthread_mutex_unlock(&pt->mu);
-	if (!moving)
+	if (st != P_MOVING && !repair)
 		return DG_OK;
-	dg_buf reply;
-	dg_buf_init(&reply);
-	uint64_t after = 0;
-	bool first = true, more = true;
+	dg_buf_init(&f.reply);
 	dg_err e = DG_OK;
-	struct apply_ctx a = { g, c, part, 0 };
-	while (more) {
-		pthread_mutex_lock(&g->mu);
-		bool stale = g->stopping || g->rebal_gen != gen;
-		pthread_mutex_unlock(&g->mu);
-		if (stale || atomic_load(&c->dead)) {
-			e = DG_ERR_STATE;
-			break;
-		}
-		dgi_msg_page_req m = { c->id, part, topver, (int64_t)after, first,
-			g->cfg.rebalance_batch_bytes };
-		e = call_list(g, sup, DGI_MSG_DEMAND, &m, &reply);
-		if (e != DG_OK)
-			break;
-		dg_raw list = { reply.data, (uint32_t)reply.len };
-		if ((e = page_decode(g, &list, &more, &after, apply_one, &a)) != DG_OK)
-			break;
-		first = false;
+	uint32_t gone = 0;
+	bool sup_whole = false;
+	for (uint32_t i = 0; i < f.nq && e == DG_OK && !sup_whole; i++) {
+		bool whole = false;
+		if (!dgi_grid_has_server(g, f.q[i]))
+			gone++; /* left the cluster: its copy went with it */
+		else if ((e = fetch_from(&f, f.q[i], &whole)) == DG_OK)
+			f.got[i] = true;
+		sup_whole = f.got[i] && f.q[i] == sup && sup_owner && whole;
 	}
-	atomic_fetch_add_explicit(&c->rebal_bytes, a.bytes, memory_order_relaxed);
-	dg_buf_free(&reply);
+	atomic_fetch_add_explicit(&c->rebal_bytes, f.a.bytes, memory_order_relaxed);
+	dg_buf_free(&f.reply);
 	if (e != DG_OK)
 		return e;
+	bool whole = false, lost = false;
 	pthread_mutex_lock(&pt->mu);
-	if (atomic_load(&pt->state) == P_MOVING && pt->state_topver == topver &&
-	    pt->supplier == sup) {
-		atomic_store(&pt->state, P_OWNING); /* tombstones stay until they expire */
-		atomic_fetch_add_explicit(&c->rebal_parts_done, 1, memory_order_relaxed);
-	} else {
+	if (atomic_load(&pt->state) != st || pt->state_topver != f.topver ||
+	    (st == P_MOVING && pt->supplier != sup)) {
 		e = DG_ERR_STATE;
+	} else {
+		pt->broken |= gone > 0 || f.broken;
+		uint8_t left = sources_done(pt, &f);
+		whole = sup_whole || (!pt->broken && left == 0);
+		atomic_store(&pt->whole, whole);
+		if (whole) {
+			pt->broken = false;
+			pt->nsrcs = pt->ntaken = 0;
+		}
+		if (st == P_MOVING && !whole && pt->broken) {
+			/* what a source that left held is lost with it: the
+			 * partition is LOST until dg_cache_reset_lost (then it
+			 * owns what it has and completes itself from the rented
+			 * copies that ask) — never a partial copy served as whole */
+			lost = !atomic_exchange_explicit(&c->lost[part], 1, memory_order_relaxed);
+			atomic_store(&pt->state, P_LOST);
+			atomic_fetch_add_explicit(&c->rebal_parts_done, 1, memory_order_relaxed);
+		} else if (st == P_MOVING) {
+			atomic_store(&pt->state, P_OWNING); /* tombstones stay until they expire */
+			atomic_fetch_add_explicit(&c->rebal_parts_done, 1, memory_order_relaxed);
+		}
 	}
 	pthread_mutex_unlock(&pt->mu);
+	if (lost) {
+		dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u why=\"a source of its copy left before it was fetched\"",
+		    c->cfg.name, part);
+		dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, part);
+	}
+	if (e == DG_OK && gone > 0 && !whole)
+		dgi_grid_log("warn", "REBALANCE-SOURCE-GONE", "cache=\"%s\" partition=%u nodes=%u why=\"a node holding part of it left before it was fetched: completed from the rented copies that ask\"",
+		    c->cfg.name, part, gone);
 	return e;
 }
 
@@ -309,9 +547,20 @@ static void collect(void *ctx, uint32_t key, void *value)
 	if (atomic_load(&c->dead))
 		return;
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
-		if (atomic_load(&c->parts[p].state) != P_MOVING)
+		dgi_part *pt = &c->parts[p];
+		int st = atomic_load(&pt->state);
+		if (st == P_OWNING && !atomic_load(&pt->whole)) {
+			/* a repair, when some node offered its copy */
+			pthread_mutex_lock(&pt->mu);
+			bool srcs = pt->nsrcs > 0;
+			pthread_mutex_unlock(&pt->mu);
+			if (!srcs)
+				continue;
+		} else if (st != P_MOVING) {
 			continue;
-		c->rebal_pending = true;
+		} else {
+			c->rebal_pending = true;
+		}
 		if (cc->n == cc->cap) {
 			size_t nc = cc->cap ? cc->cap * 2 : 256;
 			struct todo *t = dgi_realloc(cc->t, nc * sizeof(*t));
@@ -435,8 +684,16 @@ static void local_reset_lost(dgi_grid *g, dg_cache *c)
 			continue;
 		atomic_store_explicit(&c->lost[p], 0, memory_order_relaxed);
 		pthread_mutex_lock(&c->parts[p].mu);
-		if (atomic_load(&c->parts[p].state) == P_LOST)
+		if (atomic_load(&c->parts[p].state) == P_LOST) {
+			/* what it has: whole, unless it is a broken partial copy
+			 * (its sources left): that one still completes itself
+			 * from the rented copies that ask it */
 			atomic_store(&c->parts[p].state, P_OWNING);
+			if (!c->parts[p].broken) {
+				atomic_store(&c->parts[p].whole, true);
+				c->parts[p].nsrcs = c->parts[p].ntaken = 0;
+			}
+		}
 		pthread_mutex_unlock(&c->parts[p].mu);
 	}
 	pthread_mutex_unlock(&g->mu);
@@ -650,18 +907,13 @@ static dg_err scan_fetch(dg_scan *s)
 			e = call_list(g, primary, DGI_MSG_SCAN, &m, &s->buf);
 		}
 		if (e == DG_OK) {
-			uint32_t count;
-			int64_t more, last;
+			struct page_head h;
 			dg_reader_init(&s->r, g->reg, s->buf.data, s->buf.len);
-			if ((e = dg_read_begin(&s->r, DG_LIST, &count)) != DG_OK ||
-			    (e = dg_read_i64(&s->r, &more)) != DG_OK ||
-			    (e = dg_read_i64(&s->r, &last)) != DG_OK)
+			if ((e = page_head_read(&s->r, &h)) != DG_OK)
 				return e;
-			if (count < 2 || (count - 2) % 6 != 0)
-				return DG_ERR_BAD_LENGTH;
-			s->left = (count - 2) / 6;
-			s->more = more != 0;
-			s->after = (uint64_t)last;
+			s->left = h.entries;
+			s->more = h.more;
+			s->after = h.last;
 			s->first = false;
 			return DG_OK;
 		}
@@ -699,7 +951,7 @@ dg_err dg_scan_next(dg_scan *s, const uint8_t **key, size_t *klen, const uint8_t
 	if ((e = dg_read_bytes(&s->r, &k, NULL)) != DG_OK ||
 	    (e = dg_read_bytes(&s->r, &v, NULL)) != DG_OK)
 		return e;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < DGI_PAGE_ENTRY_VALUES - 2; i++)
 		if ((e = dg_read_i64(&s->r, &x)) != DG_OK)
 			return e;
 	s->left--;
@@ -728,18 +980,6 @@ void dgi_rebalance_register(dgi_grid *g)
 
 /* ---- graceful leave: handing over partitions held by this node alone ---- */
 
-static dg_err push_one(void *ctx, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, bool tomb, const dgi_pver *ver, int64_t expire)
-{
-	struct apply_ctx *a = ctx;
-	uint64_t h = dgi_key_hash(key, klen);
-	if (dgi_part_of(h, a->c->cfg.partitions) != a->part)
-		return DG_ERR_INVAL;
-	a->bytes += klen + vlen;
-	return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, tomb ? NULL : val, vlen, ver,
-	    expire, 0, 0);
-}
-
 static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
 	dgi_grid *g = ctx;
@@ -748,14 +988,30 @@ static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_err e = DG_ERR_NOT_FOUND;
 	if (c != NULL && m->part >= 0 && (uint64_t)m->part < c->cfg.partitions) {
 		struct apply_ctx a = { g, c, (uint32_t)m->part, 0 };
-		bool more;
-		uint64_t last;
-		e = page_decode(g, &m->list, &more, &last, push_one, &a);
-		if (e == DG_OK && !more) /* the last page (the sender stops at an error): */
-			atomic_store_explicit(&c->handed[a.part], 1, memory_order_relaxed); /* whole */
+		struct page_head h;
+		e = page_decode(g, &m->list, &h, apply_one, &a);
 		dgi_part *pt = &c->parts[a.part];
 		pthread_mutex_lock(&pt->mu);
 		pt->rented_ms = dgi_now_ms(); /* held for the coming topology */
+		/* a pusher that was not whole: the nodes holding what it lacked
+		 * are where this copy, not whole either, finds the rest (the
+		 * pusher is leaving) */
+		bool take = e == DG_OK && !h.whole && !atomic_load(&pt->whole);
+		pt->broken |= take && h.broken;
+		for (uint8_t i = 0; take && i < h.nsrcs; i++)
+			if (h.srcs[i] != g->self && !dgi_part_src_add(pt, h.srcs[i]))
+				dgi_grid_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u why=\"more than %d sources\"",
+				    c->cfg.name, a.part, DGI_PART_SRCS);
+		/* the last page (pages come in order, the pusher stops at the
+		 * first failure): this copy now holds the pusher's, so the
+		 * pusher is no source any more — its leaving breaks nothing */
+		for (uint8_t i = 0; e == DG_OK && !h.more && i < pt->nsrcs; i++)
+			if (pt->srcs[i] == in->from) {
+				memmove(pt->srcs + i, pt->srcs + i + 1,
+				    (size_t)(pt->nsrcs - i - 1) * sizeof(pt->srcs[0]));
+				pt->nsrcs--;
+				break;
+			}
 		pthread_mutex_unlock(&pt->mu);
 		atomic_fetch_add_explicit(&c->rebal_bytes, a.bytes, memory_order_relaxed);
 	}
@@ -811,14 +1067,12 @@ static dg_err push_part(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id to, 
 		if (e != DG_OK)
 			return e;
 		dg_reader r;
-		uint32_t count;
-		int64_t m, l;
+		struct page_head h;
 		dg_reader_init(&r, g->reg, b->data, b->len);
-		if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK ||
-		    (e = dg_read_i64(&r, &m)) != DG_OK || (e = dg_read_i64(&r, &l)) != DG_OK)
+		if ((e = page_head_read(&r, &h)) != DG_OK)
 			return e;
-		more = m != 0;
-		after = (uint64_t)l;
+		more = h.more;
+		after = h.last;
 		first = false;
 		dgi_msg_push body = { c->id, part, { b->data, (uint32_t)b->len } };
 		dgi_msg_ack ack = { 0, 0 };
@@ -915,9 +1169,12 @@ void dgi_grid_leave(dgi_grid *g)
 _Atomic uint32_t dgi_rent_grace_ms = 30000;
 _Atomic bool dgi_rebalance_paused = false;
 
-/* OWNED: which of the listed partitions this node OWNS (has whole).  Not
- * answered before this node has the asker's topology version: under an
- * older one its states are not the ones the asker counts on. */
+/* OWNED: which of the listed partitions this node OWNS and holds whole —
+ * or, not whole, has taken the asker's copy of.  One it OWNS without
+ * either takes the asker (which holds a rented copy) as a source to fetch
+ * from ("Whole copies").  Not answered
+ * before this node has the asker's topology version: under an older one
+ * its states are not the ones the asker counts on. */
 static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
 	dgi_grid *g = ctx;
@@ -941,11 +1198,33 @@ static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	uint32_t n = 0;
 	if (e == DG_OK && count > 0 && (own = dgi_alloc(count * sizeof(*own))) == NULL)
 		e = DG_ERR_NOMEM;
+	bool offered = false;
 	for (uint32_t i = 0; e == DG_OK && i < count; i++) {
 		int64_t p;
-		if ((e = dg_read_i64(&r, &p)) == DG_OK && p >= 0 && (uint64_t)p < c->cfg.partitions &&
-		    atomic_load(&c->parts[p].state) == P_OWNING)
+		if ((e = dg_read_i64(&r, &p)) != DG_OK || p < 0 || (uint64_t)p >= c->cfg.partitions ||
+		    atomic_load(&c->parts[p].state) != P_OWNING)
+			continue;
+		dgi_part *pt = &c->parts[p];
+		if (atomic_load(&pt->whole)) {
 			own[n++] = p;
+			continue;
+		}
+		/* owned but not whole: yes if it took the asker's copy, else the
+		 * asker's copy may hold what it lacks ("Whole copies") */
+		pthread_mutex_lock(&pt->mu);
+		bool yes = atomic_load(&pt->whole);
+		for (uint8_t k = 0; !yes && k < pt->ntaken; k++)
+			yes = pt->taken[k] == in->from;
+		if (yes)
+			own[n++] = p;
+		else if (atomic_load(&pt->state) == P_OWNING && in->from != g->self)
+			offered |= dgi_part_src_add(pt, in->from);
+		pthread_mutex_unlock(&pt->mu);
+	}
+	if (offered) { /* the rebalancer fetches from it */
+		pthread_mutex_lock(&g->mu);
+		pthread_cond_broadcast(&g->cv);
+		pthread_mutex_unlock(&g->mu);
 	}
 	dg_buf b;
 	dg_buf_init(&b);
@@ -1051,6 +1330,15 @@ static bool rent_confirmed(const struct rent_check *rc, uint32_t k)
 	return rc->need[k] != 0 && rc->need[k] != UINT8_MAX && rc->got[k] >= rc->need[k];
 }
 
+/* A copy of a partition this node does not own that its owners may still
+ * need (partition locked): entries, or — a copy that was not whole, even
+ * empty — the sources of what it lacked. */
+static bool rented(const dgi_part *pt)
+{
+	return atomic_load(&pt->state) == P_NONE &&
+	    (pt->count > 0 || (!atomic_load(&pt->whole) && pt->nsrcs > 0));
+}
+
 /* false: nothing rented that long (or no memory). */
 static bool rent_check(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_check *rc)
 {
@@ -1063,8 +1351,7 @@ static bool rent_check(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_che
 			continue; /* owned: no lock taken */
 		pthread_mutex_lock(&pt->mu);
 		uint64_t t = dgi_now_ms(); /* rented_ms may be newer than `now` */
-		bool due = atomic_load(&pt->state) == P_NONE && pt->count > 0 &&
-		    t >= pt->rented_ms && t - pt->rented_ms >= grace;
+		bool due = rented(pt) && t >= pt->rented_ms && t - pt->rented_ms >= grace;
 		pthread_mutex_unlock(&pt->mu);
 		if (!due)
 			continue;
@@ -1140,9 +1427,12 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 		pthread_mutex_lock(&pt->mu);
 		/* not owned again, or pushed to, meanwhile; same affinity */
 		uint64_t t = dgi_now_ms();
-		if (atomic_load(&pt->state) == P_NONE && pt->count > 0 && t >= pt->rented_ms &&
-		    t - pt->rented_ms >= grace && atomic_load(&c->aff) == rc.aff) {
+		if (rented(pt) && t >= pt->rented_ms && t - pt->rented_ms >= grace &&
+		    atomic_load(&c->aff) == rc.aff) {
 			dgi_part_clear(pt);
+			atomic_store(&pt->whole, false);
+			pt->broken = false;
+			pt->nsrcs = pt->ntaken = 0;
 			/* under the lock, as every persisted write of the
 			 * partition: none of a new ownership can slip between */
 			if (c->cfg.persistence && g->ps != NULL)

@@ -60,6 +60,7 @@ typedef struct copy {
 	bool has_val;
 	dgi_pver ver;
 	int64_t expire_ms;
+	uint64_t op_node, op_seq;
 } copy;
 
 typedef struct collect {
@@ -85,6 +86,8 @@ static dg_err collect_fn(void *ctx, const dgi_prec *p)
 		memcpy(o->val, p->val, p->vlen);
 	o->ver = p->ver;
 	o->expire_ms = p->expire_ms;
+	o->op_node = p->op_node;
+	o->op_seq = p->op_seq;
 	return DG_OK;
 }
 
@@ -217,6 +220,8 @@ static void assert_same(const copy *got, const dgi_prec *want)
 	assert_int_equal(got->ver.order, want->ver.order);
 	assert_int_equal(got->ver.flags, want->ver.flags);
 	assert_true(got->expire_ms == want->expire_ms);
+	assert_true(got->op_node == want->op_node);
+	assert_true(got->op_seq == want->op_seq);
 }
 
 static void assert_val(const collect *c, uint32_t part, const char *key,
@@ -266,8 +271,10 @@ static void test_round_trip(void **state)
 				*r = rec(caches[c], parts[p], keys[c][p][k], vals[c][p][k],
 				    -3 + c * 100 + p, 1000u * (uint64_t)p + (uint64_t)k,
 				    (uint32_t)(c + 1));
-				r->ver.flags = 0xA5000000u | (uint32_t)k;
+				r->ver.flags = 0x25000000u | (uint32_t)k; /* bit 31 is pstore's */
 				r->expire_ms = k == 0 ? 0 : k == 1 ? -5 : INT64_MAX - p;
+				r->op_node = k == 0 ? 0 : UINT64_MAX - (uint64_t)c;
+				r->op_seq = (uint64_t)p << 40 | (uint64_t)k;
 				if (p == 2 && k == 2)
 					r->vlen = 0;              /* empty value, not a removal */
 			}
@@ -854,6 +861,9 @@ static void test_bad_args(void **state)
 	assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_ERR_INVAL);
 	r.klen = 505;
 	assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_OK);
+	r = rec(1, 0, "k", "v", 1, 0, 0);
+	r.ver.flags = DGI_PREC_FORMAT2;                         /* pstore's bit */
+	assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_ERR_INVAL);
 	assert_int_equal(dgi_pstore_write(ps, NULL, 1), DG_ERR_INVAL);
 	assert_int_equal(dgi_pstore_write(ps, NULL, 0), DG_OK);
 	/* One bad record: none of the call's records are applied. */
@@ -918,6 +928,70 @@ static void test_corrupt(void **state)
 	n = 0;
 	assert_int_equal(dgi_pstore_load(ps, 5, count_fn, &n), DG_ERR_STORAGE);
 	assert_int_equal(n, 2);
+}
+
+/* A format-1 record (written before the update id was kept: the value
+ * right after the 32-byte header, flags bit 31 clear) still loads, with
+ * the update id (0, 0), its flags and value as written; the next write of
+ * the key stores format 2.  A format-2 record shorter than its 48-byte
+ * header is corrupt. */
+static void test_format1_records(void **state)
+{
+	fixture *fx = *state;
+	dgi_pstore *ps = fx_open(fx, 0, true);
+	dgi_prec cur = rec(6, 3, "new", "v2", 4, 9, 2);
+	cur.op_node = 77;
+	cur.op_seq = 78;
+	assert_int_equal(dgi_pstore_write(ps, &cur, 1), DG_OK);
+	fx_close(fx);
+
+	/* cache 6, partition 3: "old" = "abc", a tombstone "gone" */
+	static const uint8_t old_key[] = { 0, 0, 0, 6, 0, 3, 'o', 'l', 'd' };
+	static const uint8_t tomb_key[] = { 0, 0, 0, 6, 0, 3, 'g', 'o', 'n', 'e' };
+	uint8_t v1[35] = { 0 };
+	v1[0] = 5;                  /* topver 5 */
+	v1[8] = 7;                  /* counter 7 */
+	v1[16] = 3;                 /* order 3 */
+	v1[24] = 0x10;              /* expire 16 */
+	memcpy(v1 + 32, "abc", 3);
+	raw_put(fx->dir, old_key, sizeof old_key, v1, sizeof v1);
+	v1[20] = 1;                 /* flags: the tombstone bit */
+	raw_put(fx->dir, tomb_key, sizeof tomb_key, v1, 32);
+
+	ps = fx_open(fx, 0, true);
+	collect *c = fx->c;
+	load_all(ps, 6, c);
+	assert_int_equal(c->count, 3);
+	dgi_prec want = rec(6, 3, "old", "abc", 5, 7, 3);
+	want.expire_ms = 16;
+	assert_same(find(c, 3, "old"), &want);          /* id (0, 0) */
+	const copy *t = find(c, 3, "gone");
+	assert_non_null(t);
+	assert_int_equal(t->vlen, 0);
+	assert_int_equal(t->ver.flags, 1);
+	assert_true(t->op_node == 0 && t->op_seq == 0);
+	assert_same(find(c, 3, "new"), &cur);
+	/* the version rule reads format 1: an older write is skipped, a newer
+	 * one replaces it, in format 2 */
+	dgi_prec older = rec(6, 3, "old", "zz", 5, 6, 3);
+	assert_int_equal(dgi_pstore_write(ps, &older, 1), DG_OK);
+	dgi_prec newer = rec(6, 3, "old", "xyz", 5, 8, 3);
+	newer.op_node = 5;
+	newer.op_seq = 6;
+	assert_int_equal(dgi_pstore_write(ps, &newer, 1), DG_OK);
+	load_all(ps, 6, c);
+	assert_same(find(c, 3, "old"), &newer);
+	fx_close(fx);
+
+	/* format 2 claimed, header cut short */
+	static const uint8_t short_key[] = { 0, 0, 0, 6, 0, 4, 's' };
+	uint8_t v2[40] = { 0 };
+	v2[23] = 0x80;              /* flags bit 31 */
+	raw_put(fx->dir, short_key, sizeof short_key, v2, sizeof v2);
+	ps = fx_open(fx, 0, true);
+	size_t n = 0;
+	assert_int_equal(dgi_pstore_load(ps, 6, count_fn, &n), DG_ERR_STORAGE);
+	assert_int_equal(n, 3);
 }
 
 /* close waits for a call in progress; calls made while it waits are refused. */
@@ -1012,6 +1086,7 @@ int dgt_pstore_tests(void)
 		T(test_bad_args),
 		T(test_corrupt),
 		T(test_close_waits),
+		T(test_format1_records),
 #undef T
 	};
 	return cmocka_run_group_tests_name("pstore", tests, NULL, NULL);

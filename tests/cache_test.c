@@ -2006,6 +2006,334 @@ static void test_baseline_removed_then_stopped_pushes(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- ownership moving twice before a fetch ends ---- */
+
+/* Every node's rented copies dropped (the sweepers let go of all they
+ * hold once every owner says it OWNS), within 8 s. */
+static void rent_all_dropped(dg_cache **c, int n)
+{
+	uint64_t deadline = dgi_now_ms() + 8000;
+	for (;;) {
+		uint32_t left = 0;
+		for (int i = 0; i < n; i++)
+			left += rented_parts(c[i]);
+		if (left == 0)
+			return;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(50 * 1000);
+	}
+}
+
+/* Partitions whose owner went A -> X -> Y: X joined and owned them but
+ * had fetched nothing (rebalancers paused) — it only took the writes made
+ * under its topology — when Y joined and took them from X.  backups = 0:
+ * A holds the only whole copy.  Y fetches X's part and must also fetch
+ * A's before it OWNS them; A may drop its copy only then.  Without that
+ * Y OWNS X's part alone and A, asked, drops the rest: keys lost. */
+/* A (cl->n[0]) with 1000 keys "a" in cache `name` (backups = 0, 128
+ * partitions), then, rebalancers paused, X joins (n[1]), 500 keys "x" are
+ * written (X takes those of its partitions as a MOVING primary), and Y
+ * joins (n[2]).  twice[p] (optional): p went A -> X -> Y.  Returns with
+ * the rebalancers still paused, past the rent grace. */
+static void double_move(struct cluster *cl, const char *name, dg_cache **c, bool *twice_p)
+{
+	atomic_store(&dgi_rent_grace_ms, 100);
+	cluster_start(cl, 1, 0);
+	c[0] = create_on(cl->n[0], name, 0);
+	put_keys(c[0], "a", 1000);
+	atomic_store(&dgi_rebalance_paused, true);
+	cl->n[1] = start_node(&cl->seed, 1, false, NULL);
+	cl->count = 2;
+	wait_agree(cl->n, 2);
+	on_affinity(cl->n, 2, name);
+	put_keys(c[0], "x", 500);
+	cl->n[2] = start_node(&cl->seed, 1, false, NULL);
+	cl->count = 3;
+	wait_agree(cl->n, 3);
+	on_affinity(cl->n, 3, name);
+	c[1] = cache_on(cl->n[1], name);
+	c[2] = cache_on(cl->n[2], name);
+	dg_node_id x = dg_node_get_id(cl->n[1]), y = dg_node_get_id(cl->n[2]);
+	uint32_t twice = 0;     /* partitions that went A -> X -> Y */
+	for (uint32_t p = 0; p < c[0]->cfg.partitions; p++) {
+		dgi_aff *now = atomic_load(&c[2]->aff), *before = c[1]->retired;
+		bool t = dgi_aff_owner(now, p, 0) == y && before != NULL &&
+		    dgi_aff_owner(before, p, 0) == x;
+		if (twice_p != NULL)
+			twice_p[p] = t;
+		twice += t;
+	}
+	assert_true(twice > 0);
+	usleep(300 * 1000);         /* past the rent grace: sweepers ask */
+}
+
+/* Every key of double_move readable on every node of cl, none LOST, the
+ * size right, once rebalanced and every rented copy dropped. */
+static void double_move_check(struct cluster *cl, const char *name, dg_cache **c)
+{
+	rebalanced(cl->n, cl->count, name);
+	rent_all_dropped(c, cl->count);
+	for (int i = 0; i < cl->count; i++) {
+		assert_int_equal(dg_cache_lost_partitions(c[i], NULL, 0), 0);
+		all_keys_readable(c[i], "a", 1000);
+		all_keys_readable(c[i], "x", 500);
+	}
+	uint64_t size;
+	OK(dg_cache_size(c[0], &size));
+	assert_int_equal(size, 1500);
+}
+
+static void test_double_move_loses_nothing(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	dg_cache *c[3];
+	double_move(&cl, "dbl", c, NULL);
+	atomic_store(&dgi_rebalance_paused, false);
+	double_move_check(&cl, "dbl", c);
+	cluster_stop(&cl);
+}
+
+/* The same, and X stops (gracefully) before anyone fetched: it pushes its
+ * part to Y, naming A as the node holding the rest, so Y, left without
+ * a previous owner to fetch from, fetches from A before it OWNS.  Without
+ * the name Y owns X's part alone and A drops the rest. */
+static void test_double_move_middle_leaves(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	dg_cache *c[3];
+	double_move(&cl, "dblx", c, NULL);
+	dg_node_stop(cl.n[1]);
+	cl.n[1] = cl.n[2];
+	c[1] = c[2];
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	on_affinity(cl.n, 2, "dblx");
+	atomic_store(&dgi_rebalance_paused, false);
+	double_move_check(&cl, "dblx", c);
+	cluster_stop(&cl);
+}
+
+/* The same, and X fails (killed) before anyone fetched: what X alone took
+ * is lost — the partitions it owned are LOST, the keys written to it in
+ * the ones Y took are gone — but every key A held in a partition Y took
+ * from X is still there.  Y owns those with what it could fetch (nothing:
+ * its source is gone), broken, and completes itself from A's rented copy
+ * when A asks it (REBALANCE_OWNED); A drops its copy only then.  Without
+ * that Y says it owns them and A drops its copy at once. */
+static void test_double_move_middle_fails(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	dg_cache *c[3];
+	bool twice[128];
+	double_move(&cl, "dblk", c, twice);
+	dgi_node_kill(cl.n[1]);
+	cl.n[1] = cl.n[2];
+	c[1] = c[2];
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	on_affinity(cl.n, 2, "dblk");
+	atomic_store(&dgi_rebalance_paused, false);
+	rebalanced(cl.n, 2, "dblk");
+	/* X's own writes to the partitions that went on to Y died with it:
+	 * those partitions are LOST on Y (issue 12: lost on every path, not
+	 * a partial copy served as the whole) */
+	dg_buf v;
+	dg_buf_init(&v);
+	for (uint32_t p = 0; p < 128; p++)
+		if (twice[p])
+			assert_true(atomic_load(&c[1]->lost[p]));
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 1000; k++) {
+			char key[32];
+			snprintf(key, sizeof(key), "a%d", k);
+			if (!twice[part_of_key(c[i], key)])
+				continue;
+			v.len = 0;
+			EXPECT(dg_cache_get(c[i], key, strlen(key), &v), DG_ERR_PARTITION_LOST);
+		}
+	/* accepting the loss: Y owns what it has, and completes it from A's
+	 * rented copy (A lets it go only once Y took it) */
+	OK(dg_cache_reset_lost(c[1]));
+	uint64_t deadline = dgi_now_ms() + 8000;
+	for (uint32_t p = 0; p < 128; p++) {
+		if (!twice[p])
+			continue;
+		assert_false(atomic_load(&c[1]->lost[p]));
+		dgi_part *pt = &c[0]->parts[p];
+		for (;;) {
+			pthread_mutex_lock(&pt->mu);
+			uint32_t n = pt->count;
+			pthread_mutex_unlock(&pt->mu);
+			if (n == 0)
+				break;
+			assert_true(dgi_now_ms() < deadline);
+			usleep(50 * 1000);
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 1000; k++) {
+			char key[32];
+			snprintf(key, sizeof(key), "a%d", k);
+			if (!twice[part_of_key(c[i], key)])
+				continue; /* A -> X only: lost with X (no rented copy asks) */
+			v.len = 0;
+			OK(dg_cache_get(c[i], key, strlen(key), &v));
+		}
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
+/* ---- update ids travel with their entries ---- */
+
+/* A short raw key or value as dg_cache_put encodes it (a BYTES value). */
+static uint32_t enc_raw(uint8_t *out, const char *s)
+{
+	size_t n = strlen(s);
+	out[0] = 0x0A;
+	out[1] = (uint8_t)n;
+	memcpy(out + 2, s, n);
+	return (uint32_t)n + 2;
+}
+
+/* The update id node c's copy of key remembers; false: no copy. */
+static bool ids_of(dg_cache *c, const char *key, uint64_t *node, uint64_t *seq)
+{
+	uint8_t enc[64];
+	uint32_t n = enc_raw(enc, key);
+	uint64_t h = dgi_key_hash(enc, n);
+	dgi_part *p = &c->parts[dgi_part_of(h, c->cfg.partitions)];
+	pthread_mutex_lock(&p->mu);
+	dgi_entry *e = dgi_part_find(p, h, enc, n);
+	if (e != NULL) {
+		*node = e->op_node;
+		*seq = e->op_seq;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return e != NULL;
+}
+
+static dg_node_id primary_of(dg_cache *c, const char *key)
+{
+	return dgi_aff_owner(atomic_load(&c->aff), part_of_key(c, key), 0);
+}
+
+/* What an originator retrying an update sends: CACHE_UPDATE (op: OP_*;
+ * a put-if-absent puts "v") with the update id (op_node, op_seq) of the
+ * first try, from `from` to `to`, the key's primary under to's affinity
+ * (c_to: its cache).  Returns the flag the primary answers: 1 applied — or
+ * recognised as a retry of an update applied already —, 0 not applied
+ * (put-if-absent: the key is there; remove: it is not). */
+static int64_t retry_update(dg_node *from, dg_node *to, dg_cache *c_to, int op,
+    const char *key, uint64_t op_node, uint64_t op_seq)
+{
+	uint8_t k[64], v[8];
+	uint32_t kl = enc_raw(k, key), vl = enc_raw(v, "v");
+	dgi_aff *aff = atomic_load(&c_to->aff);
+	uint32_t part = part_of_key(c_to, key);
+	assert_true(dgi_aff_owner(aff, part, 0) == dg_node_get_id(to));
+	dgi_msg_update m = { c_to->id, part, aff->topver, op, DG_FULL_SYNC, (int64_t)op_node,
+		(int64_t)op_seq, 0, { k, kl }, { op == OP_REMOVE ? NULL : v, op == OP_REMOVE ? 0 : vl },
+		{ NULL, 0 } };
+	dgi_msg_update_res r;
+	memset(&r, 0, sizeof(r));
+	OK(dg_tp_call(dgi_node_tp(from), dg_node_get_id(to), DGI_MSG_UPDATE, &m, 5000, &r, NULL));
+	OK(r.res);
+	return r.flag;
+}
+
+/* An update id no real update has: a thread slot no thread of the test
+ * takes (a thread's next id, seq + 1, belongs to its next real update,
+ * and the primary's update-id table knows a thread's latest one). */
+static uint64_t other_update(int i)
+{
+	return (0xABCDEull << 40) | (uint64_t)(i + 1);
+}
+
+static int64_t retry_put_if_absent(dg_node *from, dg_node *to, dg_cache *c_to,
+    const char *key, uint64_t op_node, uint64_t op_seq)
+{
+	return retry_update(from, to, c_to, OP_PUT_IF_ABSENT, key, op_node, op_seq);
+}
+
+/* A put-if-absent applied on A, its entry moved to B by rebalancing
+ * (REBALANCE_SUPPLY), then retried at B with the same update id: B knows
+ * it for a retry (flag 1) — with the id lost on the move, B would run it
+ * again and answer "not put".  The same for entries B hands back to A
+ * when it leaves (REBALANCE_PUSH). */
+static void test_update_ids_move_with_entries(void **state)
+{
+	(void)state;
+	enum { N = 200 };
+	struct cluster cl;
+	cluster_start(&cl, 1, 1);
+	dg_node *a = cl.n[0], *cn = cl.n[1];
+	dg_cache *ca = create_on(a, "ids", 0);
+	static uint64_t node[N], seq[N];
+	static bool on_b[N];
+	char k[32];
+	bool put;
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "u%d", i);
+		OK(dg_cache_put_if_absent(ca, k, strlen(k), "v", 1, &put));
+		assert_true(put);
+		assert_true(ids_of(ca, k, &node[i], &seq[i]));
+		assert_true(node[i] == dg_node_get_id(a) && seq[i] != 0);
+	}
+	cl.n[2] = start_node(&cl.seed, 1, false, NULL);
+	cl.count = 3;
+	wait_agree(cl.n, 3);
+	rebalanced(cl.n, 3, "ids");
+	dg_node *b = cl.n[2];
+	dg_cache *cb = cache_on(b, "ids");
+	int moved = 0;
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "u%d", i);
+		if (primary_of(cb, k) != dg_node_get_id(b))
+			continue;
+		assert_int_equal(retry_put_if_absent(cn, b, cb, k, node[i], seq[i]), 1);
+		assert_int_equal(retry_put_if_absent(cn, b, cb, k, node[i], other_update(i)), 0);
+		uint64_t on = 0, os = 0;
+		assert_true(ids_of(cb, k, &on, &os));
+		assert_true(on == node[i] && os == seq[i]);
+		moved++;
+	}
+	assert_true(moved > 0);
+
+	/* written while B is their primary, handed to A when B leaves */
+	dg_cache *cc = cache_on(cn, "ids");
+	moved = 0;
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "w%d", i);
+		OK(dg_cache_put_if_absent(cc, k, strlen(k), "v", 1, &put));
+		assert_true(put);
+		on_b[i] = primary_of(cb, k) == dg_node_get_id(b);
+		if (on_b[i]) {
+			assert_true(ids_of(cb, k, &node[i], &seq[i]));
+			assert_true(node[i] == dg_node_get_id(cn));
+			moved++;
+		}
+	}
+	assert_true(moved > 0);
+	dg_node_stop(b);
+	cl.count = 2;
+	wait_agree(cl.n, 2);
+	rebalanced(cl.n, 2, "ids");
+	assert_int_equal(dg_cache_lost_partitions(ca, NULL, 0), 0);
+	for (int i = 0; i < N; i++) {
+		if (!on_b[i])
+			continue;
+		snprintf(k, sizeof(k), "w%d", i);
+		assert_int_equal(retry_put_if_absent(cn, a, ca, k, node[i], seq[i]), 1);
+		uint64_t on = 0, os = 0;
+		assert_true(ids_of(ca, k, &on, &os));
+		assert_true(on == node[i] && os == seq[i]);
+	}
+	cluster_stop(&cl);
+}
+
 /* ---- persistence ---- */
 
 static char *tmpdir(void)
@@ -2104,6 +2432,72 @@ static void test_persist_restart(void **state)
 	EXPECT(dg_cache_get_by_name(n, "durable", &c), DG_ERR_NOT_FOUND);
 	dg_node_stop(n);
 	dg_buf_free(&v);
+	rmtree(dir);
+	free(dir);
+}
+
+/* Entries loaded from LMDB at a restart keep the update ids they were
+ * written with: a put-if-absent and a removal, retried after the restart
+ * with their first try's ids (from a client), are recognised as retries —
+ * loaded with the id (0, 0), the put-if-absent would answer "not put" and
+ * the removal "not there". */
+static void test_persist_reload_keeps_update_ids(void **state)
+{
+	(void)state;
+	enum { N = 50 };
+	char *dir = tmpdir();
+	dg_node *a = start_persistent(dir, 0, NULL, 0, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "pids");
+	cc.persistence = true;
+	cc.partitions = 16;
+	dg_cache *c;
+	OK(dg_cache_create(a, &cc, &c));
+	uint64_t node[N], seq[N];
+	char k[32];
+	bool done;
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "p%d", i);
+		if (i % 2 == 0) {
+			OK(dg_cache_put_if_absent(c, k, strlen(k), "v", 1, &done));
+		} else {
+			OK(dg_cache_put(c, k, strlen(k), "old", 3));
+			OK(dg_cache_remove(c, k, strlen(k), &done));
+		}
+		assert_true(done);
+		assert_true(ids_of(c, k, &node[i], &seq[i]));
+		assert_true(node[i] == dg_node_get_id(a));
+	}
+	dgi_node_kill(a);
+
+	a = start_persistent(dir, 0, NULL, 0, NULL);
+	OK(dg_cache_get_by_name(a, "pids", &c));
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	const char *seed = dg_node_address(a);
+	cfg.listen_url = "tcp://127.0.0.1:0";
+	cfg.cluster_name = "cache-persist";
+	cfg.seeds = &seed;
+	cfg.nseeds = 1;
+	cfg.failure_timeout_ms = 1000;
+	cfg.heartbeat_ms = 100;
+	cfg.request_timeout_ms = 5000;
+	cfg.client = true;
+	dg_node *cl[2] = { a, NULL };
+	OK(dg_node_start(&cfg, &cl[1]));
+	wait_agree(cl, 2);
+	on_affinity(cl, 2, "pids");
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "p%d", i);
+		int op = i % 2 == 0 ? OP_PUT_IF_ABSENT : OP_REMOVE;
+		assert_int_equal(retry_update(cl[1], a, c, op, k, node[i], seq[i]), 1);
+		assert_int_equal(retry_update(cl[1], a, c, op, k, node[i], other_update(i)), 0);
+		uint64_t on = 0, os = 0;
+		assert_true(ids_of(c, k, &on, &os));
+		assert_true(on == node[i] && os == seq[i]);
+	}
+	dg_node_stop(cl[1]);
+	dg_node_stop(a);
 	rmtree(dir);
 	free(dir);
 }
@@ -2324,7 +2718,12 @@ int main(void)
 		cmocka_unit_test_teardown(test_rent_kept_until_owners_have_it, rent_teardown),
 		cmocka_unit_test_teardown(test_rent_kept_until_every_owner_has_it, rent_teardown),
 		cmocka_unit_test_teardown(test_baseline_removed_then_stopped_pushes, rent_teardown),
+		cmocka_unit_test(test_update_ids_move_with_entries),
+		cmocka_unit_test_teardown(test_double_move_loses_nothing, rent_teardown),
+		cmocka_unit_test_teardown(test_double_move_middle_leaves, rent_teardown),
+		cmocka_unit_test_teardown(test_double_move_middle_fails, rent_teardown),
 		cmocka_unit_test(test_persist_restart),
+		cmocka_unit_test(test_persist_reload_keeps_update_ids),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
 		cmocka_unit_test(test_persist_cluster_restart),

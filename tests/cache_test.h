@@ -31,6 +31,7 @@ void cluster_stop(struct cluster *cl);
 dg_cache *cache_on(dg_node *n, const char *name);
 
 void dgi_node_kill(dg_node *n);   /* node.c: stop without leaving (a crash) */
+struct dg_tp *dgi_node_tp(dg_node *n);
 
 int dgt_intmap_tests(void);
 int dgt_pstore_tests(void);
