@@ -470,10 +470,6 @@ static linz_err parse_text(linz_history *h, uint32_t file, uint32_t *lineno,
 			break;
 		if ((rc = next_lineno(h, file, lineno, err, errlen)) != LINZ_OK)
 			return rc;
-		if (end - pos > LINZ_MAX_LINE) {
-			--*lineno;
-			goto too_long;
-		}
 		if (memchr(text + pos, '\0', end - pos) != NULL)
 			return fail_at(err, errlen, LINZ_ERR_PARSE, h->h_files[file], *lineno,
 			    "NUL byte");
