@@ -742,8 +742,7 @@ struct kop {
 	uint32_t k_a, k_b;      /* model values (mapped) */
 	uint32_t k_rb;          /* the real new value (for the report) */
 	uint32_t k_hop;         /* index in h_ops */
-	uint32_t k_cls;         /* GHOST: its class (0: writes, else cas by
-	                           expected value) */
+	uint32_t k_cls;         /* GHOST: its class (struct prep) */
 	uint8_t k_type, k_kind;
 };
 
@@ -817,8 +816,9 @@ static linz_err u32map_put(struct u32map *m, uint32_t key, uint32_t next_val,
 /* What the preparation knows about one real value. */
 struct vinfo {
 	uint32_t v_producers;   /* ok/info writes and cas that may set it */
-	uint64_t v_forced;      /* earliest completion of an ok read of it or
-	                           ok cas=true expecting it; UINT64_MAX none */
+	uint64_t v_forced;      /* v_is_forced: the earliest completion of an
+	                           ok read of it or ok cas=true expecting it */
+	bool v_is_forced;
 	bool v_observed;        /* read by an ok read or expected by a cas */
 	bool v_info_expected;   /* expected by an info cas */
 };
@@ -839,7 +839,7 @@ static linz_err value_info(struct values *vs, uint32_t v, struct vinfo **out)
 	if (added) {
 		if (!GROW(vs->vs_info, vs->vs_cap, vs->vs_n + 1))
 			return LINZ_ERR_NOMEM;
-		vs->vs_info[vs->vs_n++] = (struct vinfo){ 0, UINT64_MAX, false, false };
+		vs->vs_info[vs->vs_n++] = (struct vinfo){ 0, 0, false, false, false };
 	}
 	*out = &vs->vs_info[idx];
 	return LINZ_OK;
@@ -865,9 +865,10 @@ struct prep {
 	uint64_t p_info_required, p_info_dropped, p_info_ghost;
 	/* Ghosts with the same effect (a write of the same value, or a cas
 	 * with the same expected and new values) form a class, placed in
-	 * invoke order.  Classes are sorted: the writes first (their number
-	 * p_nwcls), then the cas by expected value (p_cas_of: expected ->
-	 * its first class; p_cas_n[that] how many follow). */
+	 * invoke order.  Classes are sorted: the writes first (p_nwcls of
+	 * them; class 0 is the unseen value's if there are such ghosts), then
+	 * the cas by expected value (p_cas_of: expected -> its first class,
+	 * the others with that expected value follow it). */
 	uint32_t p_nghost, p_nclass, p_nwcls;
 	struct gclass *p_cls;
 	uint32_t *p_cls_members;   /* class c: [p_cls[c].g_start, p_cls[c + 1].g_start) */
@@ -932,8 +933,11 @@ static bool sets_value(const struct kop *k)
 	return k->k_type == K_WRITE || k->k_type == K_CAS;
 }
 
-/* Producers and observers of every value (real ids). */
-static linz_err survey(struct prep *p, struct values *vs, uint64_t *harmful_ret)
+/* Producers and observers of every value (real ids); *harmful: some ok
+ * cas=false may need an unobserved info write to have happened, the last
+ * of them completing at *harmful_ret. */
+static linz_err survey(struct prep *p, struct values *vs, bool *harmful,
+    uint64_t *harmful_ret)
 {
 	struct vinfo *vi;
 	linz_err rc;
@@ -955,31 +959,32 @@ static linz_err survey(struct prep *p, struct values *vs, uint64_t *harmful_ret)
 				vi->v_info_expected = true;
 			bool forces = k->k_kind == REQUIRED &&
 			    (k->k_type == K_READ || k->k_type == K_CAS);
-			if (forces && k->k_ret < vi->v_forced)
+			if (forces && (!vi->v_is_forced || k->k_ret < vi->v_forced)) {
 				vi->v_forced = k->k_ret;
+				vi->v_is_forced = true;
+			}
 		}
 	}
 	/* an ok cas=false that expects a value the register can hold is what
 	 * may need an unobserved info write to have happened (linz.h) */
+	*harmful = false;
 	*harmful_ret = 0;
-	bool any = false;
 	for (uint32_t i = 0; i < p->p_n; i++) {
 		const struct kop *k = &p->p_ops[i];
 		if (k->k_type != K_CASF)
 			continue;
 		const struct vinfo *e = value_find(vs, k->k_a);
-		if (e != NULL && e->v_producers > 0 && (!any || k->k_ret > *harmful_ret)) {
+		if (e != NULL && e->v_producers > 0 && (!*harmful || k->k_ret > *harmful_ret)) {
 			*harmful_ret = k->k_ret;
-			any = true;
+			*harmful = true;
 		}
 	}
-	if (!any)
-		*harmful_ret = UINT64_MAX;   /* none: nothing is harmful */
 	return LINZ_OK;
 }
 
 /* Decides what each info operation becomes (linz.h, "Algorithm"). */
-static void classify_info(struct prep *p, const struct values *vs, uint64_t harmful_ret)
+static void classify_info(struct prep *p, const struct values *vs, bool harmful,
+    uint64_t harmful_ret)
 {
 	for (uint32_t i = 0; i < p->p_n; i++) {
 		struct kop *k = &p->p_ops[i];
@@ -988,7 +993,7 @@ static void classify_info(struct prep *p, const struct values *vs, uint64_t harm
 		const struct vinfo *vi = value_find(vs, k->k_b);
 		if (vi == NULL || vi->v_producers != 1)
 			continue;   /* not unique: an ordinary optional op */
-		if (vi->v_forced != UINT64_MAX) {
+		if (vi->v_is_forced) {
 			if (vi->v_forced >= k->k_inv) {
 				/* it happened, before its first observer completed */
 				k->k_kind = REQUIRED;
@@ -998,7 +1003,7 @@ static void classify_info(struct prep *p, const struct values *vs, uint64_t harm
 		} else if (!vi->v_info_expected) {
 			/* nothing reads its value (ok cas=false may expect it):
 			 * it can only make an ok cas=false legal */
-			bool harmless = harmful_ret == UINT64_MAX || harmful_ret < k->k_inv;
+			bool harmless = !harmful || harmful_ret < k->k_inv;
 			k->k_kind = harmless ? DROPPED : GHOST;
 			if (harmless)
 				p->p_info_dropped++;
@@ -1099,10 +1104,11 @@ static linz_err prepare(const linz_history *h, size_t key, struct prep *p)
 	struct values vs;
 	memset(&vs, 0, sizeof(vs));
 	uint64_t harmful_ret;
+	bool harmful;
 	linz_err rc;
 	if ((rc = gather(h, key, p)) == LINZ_OK &&
-	    (rc = survey(p, &vs, &harmful_ret)) == LINZ_OK) {
-		classify_info(p, &vs, harmful_ret);
+	    (rc = survey(p, &vs, &harmful, &harmful_ret)) == LINZ_OK) {
+		classify_info(p, &vs, harmful, harmful_ret);
 		rc = finalize(p, &vs);
 	}
 	u32map_free(&vs.vs_map);

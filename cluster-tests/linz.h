@@ -211,7 +211,8 @@ typedef struct linz_op {
 	const char *new_value;  /* cas: the new value; otherwise NULL */
 	bool cas_result;        /* cas with status ok: true = it replaced */
 	uint64_t invoke_ns;     /* relative to linz_counts.start_ns */
-	uint64_t complete_ns;   /* relative; LINZ_NO_TIME: no completion line */
+	uint64_t complete_ns;   /* relative; LINZ_NO_TIME: no completion line
+	                           (or one at t = 2^64-1 with t0 = 0) */
 	const char *file;       /* where the invoke is */
 	uint32_t line;
 } linz_op;

@@ -225,6 +225,11 @@ static void test_info_writes(void **state)
 	LIN("0 b invoke x write 2\n5 r invoke x read\n6 r ok x read nil\n");
 	/* a failed write did not happen */
 	NOT_LIN("0 b invoke x write 2\n1 b fail x write 2\n5 r invoke x read\n6 r ok x read 2\n");
+	/* observed by a read completing at the largest time */
+	LIN("18446744073709551610 b invoke x write 2\n18446744073709551611 b info x write 2\n"
+	    "18446744073709551612 r invoke x read\n18446744073709551615 r ok x read 2\n");
+	NOT_LIN("18446744073709551610 b invoke x write 2\n18446744073709551611 b fail x write 2\n"
+	    "18446744073709551612 r invoke x read\n18446744073709551615 r ok x read 2\n");
 	/* info and failed reads are not checked */
 	LIN("0 r invoke x read\n1 r info x read\n2 r invoke x read\n3 r fail x read\n");
 }
