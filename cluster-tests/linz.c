@@ -1276,7 +1276,7 @@ struct search {
 	struct frame *s_st;
 	uint32_t s_sp;
 	uint32_t *s_used;       /* ghosts placed per class */
-	uint32_t *s_gstack;     /* ghosts of classes > 0 placed, in order */
+	uint32_t *s_gset;       /* ghosts of classes > 0 placed, sorted */
 	uint32_t s_ng;
 	uint64_t s_states;      /* configurations explored (signatures) */
 	uint32_t *s_holes, *s_gsorted;  /* scratch */
@@ -1320,14 +1320,14 @@ static bool legal(const struct kop *k, uint32_t v, uint32_t *nv)
 	}
 }
 
-static void sort_u32(uint32_t *a, uint32_t n)
+/* Copies the sorted a (n) to out with x inserted in order. */
+static void insert_sorted(uint32_t *out, const uint32_t *a, uint32_t n, uint32_t x)
 {
-	for (uint32_t i = 1; i < n; i++) {
-		uint32_t x = a[i], j = i;
-		for (; j > 0 && a[j - 1] > x; j--)
-			a[j] = a[j - 1];
-		a[j] = x;
-	}
+	uint32_t j = 0;
+	for (; j < n && a[j] < x; j++)
+		out[j] = a[j];
+	out[j] = x;
+	memcpy(out + j + 1, a + j, (n - j) * sizeof(*a));
 }
 
 /* Is k a ghost of class 0 (counted in a signature, not listed)? */
@@ -1346,7 +1346,7 @@ static int try_move(struct search *s, uint32_t i, uint32_t move)
 	if (!legal(k, s->s_value, &nv))
 		return NOT_MOVED;
 	bool ghost = k->k_kind == GHOST;
-	bool gwrite = counted_ghost(k);
+	bool counted = counted_ghost(k);
 	uint64_t hash = ghost ? s->s_hash : s->s_hash ^ k->k_zob;
 	uint32_t nk = ghost || i + 1 <= s->s_k ? s->s_k : i + 1;
 	uint32_t nh = 0, ng = s->s_ng;
@@ -1359,12 +1359,13 @@ static int try_move(struct search *s, uint32_t i, uint32_t move)
 		if (j != i)
 			s->s_holes[nh++] = j;
 	}
-	memcpy(s->s_gsorted, s->s_gstack, ng * sizeof(*s->s_gsorted));
-	if (ghost && !gwrite)
-		s->s_gsorted[ng++] = i;
-	sort_u32(s->s_gsorted, ng);
-	int r = cache_insert(&s->s_cache, hash, nv, nk, s->s_holes, nh, s->s_gsorted, ng,
-	    s->s_used[0] + gwrite);
+	const uint32_t *gset = s->s_gset;
+	if (ghost && !counted) {
+		insert_sorted(s->s_gsorted, s->s_gset, ng++, i);
+		gset = s->s_gsorted;
+	}
+	int r = cache_insert(&s->s_cache, hash, nv, nk, s->s_holes, nh, gset, ng,
+	    s->s_used[0] + counted);
 	if (r < 0)
 		return E_NOMEM;
 	if (r == 0)
@@ -1379,8 +1380,8 @@ static int try_move(struct search *s, uint32_t i, uint32_t move)
 	s->s_k = nk;
 	if (ghost) {
 		s->s_used[k->k_cls]++;
-		if (!gwrite)
-			s->s_gstack[s->s_ng++] = i;
+		if (!counted)
+			memcpy(s->s_gset, s->s_gsorted, ++s->s_ng * sizeof(*s->s_gset));
 	} else {
 		list_unlink(s, (int32_t)(2 * i));
 		if (k->k_kind == REQUIRED)
@@ -1395,10 +1396,15 @@ static struct frame undo(struct search *s)
 {
 	struct frame f = s->s_st[--s->s_sp];
 	const struct kop *k = &s->s_p->p_ops[f.f_op];
-	bool gwrite = counted_ghost(k);
+	bool counted = counted_ghost(k);
 	if (k->k_kind == GHOST) {
 		s->s_used[k->k_cls]--;
-		s->s_ng -= !gwrite;
+		if (!counted) {
+			uint32_t j = 0;
+			while (s->s_gset[j] != f.f_op)
+				j++;
+			memmove(s->s_gset + j, s->s_gset + j + 1, (--s->s_ng - j) * sizeof(*s->s_gset));
+		}
 	} else {
 		if (k->k_kind == REQUIRED)
 			list_relink(s, (int32_t)(2 * f.f_op + 1));
@@ -1642,7 +1648,7 @@ static void search_free(struct search *s)
 	cache_free(&s->s_cache);
 	free(s->s_st);
 	free(s->s_used);
-	free(s->s_gstack);
+	free(s->s_gset);
 	free(s->s_holes);
 	free(s->s_gsorted);
 }
@@ -1658,7 +1664,7 @@ static linz_err search_init(struct search *s, struct prep *p, const linz_config 
 	    (s->s_prev = xalloc(2 * n + 1, sizeof(*s->s_prev))) == NULL ||
 	    (s->s_st = xalloc(n, sizeof(*s->s_st))) == NULL ||
 	    (s->s_used = xcalloc(p->p_nclass + 1, sizeof(*s->s_used))) == NULL ||
-	    (s->s_gstack = xalloc(p->p_nghost, sizeof(*s->s_gstack))) == NULL ||
+	    (s->s_gset = xalloc(p->p_nghost, sizeof(*s->s_gset))) == NULL ||
 	    (s->s_holes = xalloc(n, sizeof(*s->s_holes))) == NULL ||
 	    (s->s_gsorted = xalloc(p->p_nghost, sizeof(*s->s_gsorted))) == NULL ||
 	    !GROW(s->s_cache.c_arena, s->s_cache.c_acap, 1))   /* never NULL */
