@@ -1478,6 +1478,8 @@ static void note_dead_end(struct search *s)
 	s->s_best_blocking = -1;
 	int32_t x = s->s_next[s->s_head];
 	for (; x != NIL && !(x & 1); x = s->s_next[x]) {
+		if (s->s_p->p_ops[(uint32_t)x >> 1].k_kind != REQUIRED)
+			continue;   /* an info op never has to come next */
 		if (s->s_nbest_stuck < LINZ_REPORT_STUCK)
 			s->s_best_stuck[s->s_nbest_stuck++] = (uint32_t)x >> 1;
 		s->s_best_stuck_total++;

@@ -233,8 +233,10 @@ typedef struct linz_result {
 	const char *value;      /* the register after that prefix ("nil": absent) */
 	size_t ntail;           /* the prefix's last ntail operations, in order */
 	linz_op tail[LINZ_REPORT_TAIL];
-	size_t nstuck_total;    /* operations that had to come next; none of
-	                           them was legal on value */
+	size_t nstuck_total;    /* operations that had to come next (invoked
+	                           before the first pending completion; info
+	                           ones excluded); none of them was legal on
+	                           value */
 	size_t nstuck;          /* the first nstuck of them, in invoke order */
 	linz_op stuck[LINZ_REPORT_STUCK];
 	size_t blocking;        /* index in stuck of the one whose completion
