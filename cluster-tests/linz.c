@@ -470,10 +470,6 @@ static linz_err parse_text(linz_history *h, uint32_t file, uint32_t *lineno,
 			break;
 		if ((rc = next_lineno(h, file, lineno, err, errlen)) != LINZ_OK)
 			return rc;
-		if (end - pos > LINZ_MAX_LINE) {
-			--*lineno;
-			goto too_long;
-		}
 		if (memchr(text + pos, '\0', end - pos) != NULL)
 			return fail_at(err, errlen, LINZ_ERR_PARSE, h->h_files[file], *lineno,
 			    "NUL byte");
@@ -746,8 +742,7 @@ struct kop {
 	uint32_t k_a, k_b;      /* model values (mapped) */
 	uint32_t k_rb;          /* the real new value (for the report) */
 	uint32_t k_hop;         /* index in h_ops */
-	uint32_t k_cls;         /* GHOST: its class (0: writes, else cas by
-	                           expected value) */
+	uint32_t k_cls;         /* GHOST: its class (struct prep) */
 	uint8_t k_type, k_kind;
 };
 
@@ -821,8 +816,9 @@ static linz_err u32map_put(struct u32map *m, uint32_t key, uint32_t next_val,
 /* What the preparation knows about one real value. */
 struct vinfo {
 	uint32_t v_producers;   /* ok/info writes and cas that may set it */
-	uint64_t v_forced;      /* earliest completion of an ok read of it or
-	                           ok cas=true expecting it; UINT64_MAX none */
+	uint64_t v_forced;      /* v_is_forced: the earliest completion of an
+	                           ok read of it or ok cas=true expecting it */
+	bool v_is_forced;
 	bool v_observed;        /* read by an ok read or expected by a cas */
 	bool v_info_expected;   /* expected by an info cas */
 };
@@ -843,7 +839,7 @@ static linz_err value_info(struct values *vs, uint32_t v, struct vinfo **out)
 	if (added) {
 		if (!GROW(vs->vs_info, vs->vs_cap, vs->vs_n + 1))
 			return LINZ_ERR_NOMEM;
-		vs->vs_info[vs->vs_n++] = (struct vinfo){ 0, UINT64_MAX, false, false };
+		vs->vs_info[vs->vs_n++] = (struct vinfo){ 0, 0, false, false, false };
 	}
 	*out = &vs->vs_info[idx];
 	return LINZ_OK;
@@ -869,9 +865,10 @@ struct prep {
 	uint64_t p_info_required, p_info_dropped, p_info_ghost;
 	/* Ghosts with the same effect (a write of the same value, or a cas
 	 * with the same expected and new values) form a class, placed in
-	 * invoke order.  Classes are sorted: the writes first (their number
-	 * p_nwcls), then the cas by expected value (p_cas_of: expected ->
-	 * its first class; p_cas_n[that] how many follow). */
+	 * invoke order.  Classes are sorted: the writes first (p_nwcls of
+	 * them; class 0 is the unseen value's if there are such ghosts), then
+	 * the cas by expected value (p_cas_of: expected -> its first class,
+	 * the others with that expected value follow it). */
 	uint32_t p_nghost, p_nclass, p_nwcls;
 	struct gclass *p_cls;
 	uint32_t *p_cls_members;   /* class c: [p_cls[c].g_start, p_cls[c + 1].g_start) */
@@ -936,8 +933,11 @@ static bool sets_value(const struct kop *k)
 	return k->k_type == K_WRITE || k->k_type == K_CAS;
 }
 
-/* Producers and observers of every value (real ids). */
-static linz_err survey(struct prep *p, struct values *vs, uint64_t *harmful_ret)
+/* Producers and observers of every value (real ids); *harmful: some ok
+ * cas=false may need an unobserved info write to have happened, the last
+ * of them completing at *harmful_ret. */
+static linz_err survey(struct prep *p, struct values *vs, bool *harmful,
+    uint64_t *harmful_ret)
 {
 	struct vinfo *vi;
 	linz_err rc;
@@ -959,31 +959,32 @@ static linz_err survey(struct prep *p, struct values *vs, uint64_t *harmful_ret)
 				vi->v_info_expected = true;
 			bool forces = k->k_kind == REQUIRED &&
 			    (k->k_type == K_READ || k->k_type == K_CAS);
-			if (forces && k->k_ret < vi->v_forced)
+			if (forces && (!vi->v_is_forced || k->k_ret < vi->v_forced)) {
 				vi->v_forced = k->k_ret;
+				vi->v_is_forced = true;
+			}
 		}
 	}
 	/* an ok cas=false that expects a value the register can hold is what
 	 * may need an unobserved info write to have happened (linz.h) */
+	*harmful = false;
 	*harmful_ret = 0;
-	bool any = false;
 	for (uint32_t i = 0; i < p->p_n; i++) {
 		const struct kop *k = &p->p_ops[i];
 		if (k->k_type != K_CASF)
 			continue;
 		const struct vinfo *e = value_find(vs, k->k_a);
-		if (e != NULL && e->v_producers > 0 && (!any || k->k_ret > *harmful_ret)) {
+		if (e != NULL && e->v_producers > 0 && (!*harmful || k->k_ret > *harmful_ret)) {
 			*harmful_ret = k->k_ret;
-			any = true;
+			*harmful = true;
 		}
 	}
-	if (!any)
-		*harmful_ret = UINT64_MAX;   /* none: nothing is harmful */
 	return LINZ_OK;
 }
 
 /* Decides what each info operation becomes (linz.h, "Algorithm"). */
-static void classify_info(struct prep *p, const struct values *vs, uint64_t harmful_ret)
+static void classify_info(struct prep *p, const struct values *vs, bool harmful,
+    uint64_t harmful_ret)
 {
 	for (uint32_t i = 0; i < p->p_n; i++) {
 		struct kop *k = &p->p_ops[i];
@@ -992,7 +993,7 @@ static void classify_info(struct prep *p, const struct values *vs, uint64_t harm
 		const struct vinfo *vi = value_find(vs, k->k_b);
 		if (vi == NULL || vi->v_producers != 1)
 			continue;   /* not unique: an ordinary optional op */
-		if (vi->v_forced != UINT64_MAX) {
+		if (vi->v_is_forced) {
 			if (vi->v_forced >= k->k_inv) {
 				/* it happened, before its first observer completed */
 				k->k_kind = REQUIRED;
@@ -1002,7 +1003,7 @@ static void classify_info(struct prep *p, const struct values *vs, uint64_t harm
 		} else if (!vi->v_info_expected) {
 			/* nothing reads its value (ok cas=false may expect it):
 			 * it can only make an ok cas=false legal */
-			bool harmless = harmful_ret == UINT64_MAX || harmful_ret < k->k_inv;
+			bool harmless = !harmful || harmful_ret < k->k_inv;
 			k->k_kind = harmless ? DROPPED : GHOST;
 			if (harmless)
 				p->p_info_dropped++;
@@ -1103,10 +1104,11 @@ static linz_err prepare(const linz_history *h, size_t key, struct prep *p)
 	struct values vs;
 	memset(&vs, 0, sizeof(vs));
 	uint64_t harmful_ret;
+	bool harmful;
 	linz_err rc;
 	if ((rc = gather(h, key, p)) == LINZ_OK &&
-	    (rc = survey(p, &vs, &harmful_ret)) == LINZ_OK) {
-		classify_info(p, &vs, harmful_ret);
+	    (rc = survey(p, &vs, &harmful, &harmful_ret)) == LINZ_OK) {
+		classify_info(p, &vs, harmful, harmful_ret);
 		rc = finalize(p, &vs);
 	}
 	u32map_free(&vs.vs_map);
@@ -1274,7 +1276,7 @@ struct search {
 	struct frame *s_st;
 	uint32_t s_sp;
 	uint32_t *s_used;       /* ghosts placed per class */
-	uint32_t *s_gstack;     /* ghosts of classes > 0 placed, in order */
+	uint32_t *s_gset;       /* ghosts of classes > 0 placed, sorted */
 	uint32_t s_ng;
 	uint64_t s_states;      /* configurations explored (signatures) */
 	uint32_t *s_holes, *s_gsorted;  /* scratch */
@@ -1318,14 +1320,14 @@ static bool legal(const struct kop *k, uint32_t v, uint32_t *nv)
 	}
 }
 
-static void sort_u32(uint32_t *a, uint32_t n)
+/* Copies the sorted a (n) to out with x inserted in order. */
+static void insert_sorted(uint32_t *out, const uint32_t *a, uint32_t n, uint32_t x)
 {
-	for (uint32_t i = 1; i < n; i++) {
-		uint32_t x = a[i], j = i;
-		for (; j > 0 && a[j - 1] > x; j--)
-			a[j] = a[j - 1];
-		a[j] = x;
-	}
+	uint32_t j = 0;
+	for (; j < n && a[j] < x; j++)
+		out[j] = a[j];
+	out[j] = x;
+	memcpy(out + j + 1, a + j, (n - j) * sizeof(*a));
 }
 
 /* Is k a ghost of class 0 (counted in a signature, not listed)? */
@@ -1344,7 +1346,7 @@ static int try_move(struct search *s, uint32_t i, uint32_t move)
 	if (!legal(k, s->s_value, &nv))
 		return NOT_MOVED;
 	bool ghost = k->k_kind == GHOST;
-	bool gwrite = counted_ghost(k);
+	bool counted = counted_ghost(k);
 	uint64_t hash = ghost ? s->s_hash : s->s_hash ^ k->k_zob;
 	uint32_t nk = ghost || i + 1 <= s->s_k ? s->s_k : i + 1;
 	uint32_t nh = 0, ng = s->s_ng;
@@ -1357,12 +1359,13 @@ static int try_move(struct search *s, uint32_t i, uint32_t move)
 		if (j != i)
 			s->s_holes[nh++] = j;
 	}
-	memcpy(s->s_gsorted, s->s_gstack, ng * sizeof(*s->s_gsorted));
-	if (ghost && !gwrite)
-		s->s_gsorted[ng++] = i;
-	sort_u32(s->s_gsorted, ng);
-	int r = cache_insert(&s->s_cache, hash, nv, nk, s->s_holes, nh, s->s_gsorted, ng,
-	    s->s_used[0] + gwrite);
+	const uint32_t *gset = s->s_gset;
+	if (ghost && !counted) {
+		insert_sorted(s->s_gsorted, s->s_gset, ng++, i);
+		gset = s->s_gsorted;
+	}
+	int r = cache_insert(&s->s_cache, hash, nv, nk, s->s_holes, nh, gset, ng,
+	    s->s_used[0] + counted);
 	if (r < 0)
 		return E_NOMEM;
 	if (r == 0)
@@ -1377,8 +1380,8 @@ static int try_move(struct search *s, uint32_t i, uint32_t move)
 	s->s_k = nk;
 	if (ghost) {
 		s->s_used[k->k_cls]++;
-		if (!gwrite)
-			s->s_gstack[s->s_ng++] = i;
+		if (!counted)
+			memcpy(s->s_gset, s->s_gsorted, ++s->s_ng * sizeof(*s->s_gset));
 	} else {
 		list_unlink(s, (int32_t)(2 * i));
 		if (k->k_kind == REQUIRED)
@@ -1393,10 +1396,15 @@ static struct frame undo(struct search *s)
 {
 	struct frame f = s->s_st[--s->s_sp];
 	const struct kop *k = &s->s_p->p_ops[f.f_op];
-	bool gwrite = counted_ghost(k);
+	bool counted = counted_ghost(k);
 	if (k->k_kind == GHOST) {
 		s->s_used[k->k_cls]--;
-		s->s_ng -= !gwrite;
+		if (!counted) {
+			uint32_t j = 0;
+			while (s->s_gset[j] != f.f_op)
+				j++;
+			memmove(s->s_gset + j, s->s_gset + j + 1, (--s->s_ng - j) * sizeof(*s->s_gset));
+		}
 	} else {
 		if (k->k_kind == REQUIRED)
 			list_relink(s, (int32_t)(2 * f.f_op + 1));
@@ -1470,6 +1478,8 @@ static void note_dead_end(struct search *s)
 	s->s_best_blocking = -1;
 	int32_t x = s->s_next[s->s_head];
 	for (; x != NIL && !(x & 1); x = s->s_next[x]) {
+		if (s->s_p->p_ops[(uint32_t)x >> 1].k_kind != REQUIRED)
+			continue;   /* an info op never has to come next */
 		if (s->s_nbest_stuck < LINZ_REPORT_STUCK)
 			s->s_best_stuck[s->s_nbest_stuck++] = (uint32_t)x >> 1;
 		s->s_best_stuck_total++;
@@ -1640,7 +1650,7 @@ static void search_free(struct search *s)
 	cache_free(&s->s_cache);
 	free(s->s_st);
 	free(s->s_used);
-	free(s->s_gstack);
+	free(s->s_gset);
 	free(s->s_holes);
 	free(s->s_gsorted);
 }
@@ -1656,7 +1666,7 @@ static linz_err search_init(struct search *s, struct prep *p, const linz_config 
 	    (s->s_prev = xalloc(2 * n + 1, sizeof(*s->s_prev))) == NULL ||
 	    (s->s_st = xalloc(n, sizeof(*s->s_st))) == NULL ||
 	    (s->s_used = xcalloc(p->p_nclass + 1, sizeof(*s->s_used))) == NULL ||
-	    (s->s_gstack = xalloc(p->p_nghost, sizeof(*s->s_gstack))) == NULL ||
+	    (s->s_gset = xalloc(p->p_nghost, sizeof(*s->s_gset))) == NULL ||
 	    (s->s_holes = xalloc(n, sizeof(*s->s_holes))) == NULL ||
 	    (s->s_gsorted = xalloc(p->p_nghost, sizeof(*s->s_gsorted))) == NULL ||
 	    !GROW(s->s_cache.c_arena, s->s_cache.c_acap, 1))   /* never NULL */

@@ -158,8 +158,8 @@ void linz_history_destroy(linz_history *h);   /* NULL: nothing */
 /* Parses one file (path) or one buffer (text, len bytes, named name in
  * messages) and adds its events.  Call before linz_history_finish, once
  * per file.  On an error, err (errlen bytes, may be NULL/0) receives a
- * message ("file:line: what"); the history then holds some of the file's
- * events and should only be destroyed.  The caller keeps its strings.
+ * message ("file:line: what"); the history can then only be destroyed
+ * (other calls return LINZ_ERR_INVAL).  The caller keeps its strings.
  * LINZ_ERR_IO, LINZ_ERR_PARSE, LINZ_ERR_NOMEM, LINZ_ERR_INVAL (after
  * finish, NULL arguments). */
 linz_err linz_history_add_file(linz_history *h, const char *path,
@@ -197,6 +197,7 @@ typedef struct linz_config {
 	                          before the verdict is LINZ_UNKNOWN (>= 1) */
 } linz_config;
 
+/* Fills cfg with the defaults (max_states LINZ_DEFAULT_MAX_STATES). */
 void linz_config_init(linz_config *cfg);
 
 /* One operation as the history has it.  Strings are owned by the history
@@ -211,7 +212,8 @@ typedef struct linz_op {
 	const char *new_value;  /* cas: the new value; otherwise NULL */
 	bool cas_result;        /* cas with status ok: true = it replaced */
 	uint64_t invoke_ns;     /* relative to linz_counts.start_ns */
-	uint64_t complete_ns;   /* relative; LINZ_NO_TIME: no completion line */
+	uint64_t complete_ns;   /* relative; LINZ_NO_TIME: no completion line
+	                           (or one at t = 2^64-1 with t0 = 0) */
 	const char *file;       /* where the invoke is */
 	uint32_t line;
 } linz_op;
@@ -232,16 +234,18 @@ typedef struct linz_result {
 	const char *value;      /* the register after that prefix ("nil": absent) */
 	size_t ntail;           /* the prefix's last ntail operations, in order */
 	linz_op tail[LINZ_REPORT_TAIL];
-	size_t nstuck_total;    /* operations that had to come next; none of
-	                           them was legal on value */
+	size_t nstuck_total;    /* operations that had to come next (invoked
+	                           before the first pending completion; info
+	                           ones excluded); none of them was legal on
+	                           value */
 	size_t nstuck;          /* the first nstuck of them, in invoke order */
 	linz_op stuck[LINZ_REPORT_STUCK];
-	size_t blocking;        /* index in stuck of the one whose completion
-	                           ended the search's window (it completed
-	                           first), or SIZE_MAX */
-	bool blocking_valid;    /* the blocking op is stuck[blocking] or, when
-	                           not among the first nstuck, blocking_op */
+	bool blocking_valid;    /* a completion ended the window: blocking_op,
+	                           the op that completed first, had to be
+	                           placed by then */
 	linz_op blocking_op;
+	size_t blocking;        /* its index in stuck, SIZE_MAX when none or
+	                           not among the first nstuck */
 } linz_result;
 
 /* Checks one key of a finished history; the result in *out (free it with

@@ -18,7 +18,8 @@
  *   - the report of a failure (prefix, value, the ops that could not be
  *     placed) and its text;
  *   - parse errors with their file:line, I/O errors, the merge of two
- *     files (and of a tie across them);
+ *     files (and of a tie across them), the file reader's chunks (lines
+ *     across them, overlong lines);
  *   - the budget: max_states too small gives unknown, never linearizable;
  *   - generated histories: a simulated register (10 processes, random
  *     intervals, reads, writes, cas, info and failed ops), 10 000 ops on
@@ -224,6 +225,11 @@ static void test_info_writes(void **state)
 	LIN("0 b invoke x write 2\n5 r invoke x read\n6 r ok x read nil\n");
 	/* a failed write did not happen */
 	NOT_LIN("0 b invoke x write 2\n1 b fail x write 2\n5 r invoke x read\n6 r ok x read 2\n");
+	/* observed by a read completing at the largest time */
+	LIN("18446744073709551610 b invoke x write 2\n18446744073709551611 b info x write 2\n"
+	    "18446744073709551612 r invoke x read\n18446744073709551615 r ok x read 2\n");
+	NOT_LIN("18446744073709551610 b invoke x write 2\n18446744073709551611 b fail x write 2\n"
+	    "18446744073709551612 r invoke x read\n18446744073709551615 r ok x read 2\n");
 	/* info and failed reads are not checked */
 	LIN("0 r invoke x read\n1 r info x read\n2 r invoke x read\n3 r fail x read\n");
 }
@@ -304,6 +310,17 @@ static void test_non_unique_values(void **state)
 	    "4 a invoke x write 1\n5 a ok x write 1\n6 c invoke x read\n7 c ok x read 1\n");
 	NOT_LIN("0 a invoke x write 1\n1 a ok x write 1\n2 a invoke x write 2\n3 a ok x write 2\n"
 	    "4 a invoke x write 1\n5 a ok x write 1\n6 c invoke x read\n7 c ok x read 2\n");
+	/* a long read sees 1 from the ok write; the info write of 1, invoked
+	 * later, must not be taken as the read's writer: had it happened
+	 * before the read completed, the last read could not see 2 */
+	LIN("0 a invoke x write 1\n1 a ok x write 1\n2 r invoke x read\n3 a invoke x write 2\n"
+	    "4 a ok x write 2\n10 b invoke x write 1\n11 b info x write 1\n20 r ok x read 1\n"
+	    "21 r invoke x read\n22 r ok x read 2\n");
+	/* with the ok write of another value, only the info write explains
+	 * the long read, and then the last read cannot see 2 */
+	NOT_LIN("0 a invoke x write 5\n1 a ok x write 5\n2 r invoke x read\n3 a invoke x write 2\n"
+	    "4 a ok x write 2\n10 b invoke x write 1\n11 b info x write 1\n20 r ok x read 1\n"
+	    "21 r invoke x read\n22 r ok x read 2\n");
 	/* writes of nil (absent) */
 	LIN("0 a invoke x write 1\n1 a ok x write 1\n2 a invoke x write nil\n3 a ok x write nil\n"
 	    "4 c invoke x read\n5 c ok x read nil\n");
@@ -582,6 +599,58 @@ static void test_merge_files(void **state)
 		memcpy(pa + strlen(pa) - 6, "XXXXXX", 6);
 		memcpy(pb + strlen(pb) - 6, "XXXXXX", 6);
 	}
+}
+
+/* The file reader: lines across its 64 KiB chunks, a line too long
+ * with and without a newline, a file of one huge line. */
+static void test_file_reader(void **state)
+{
+	(void)state;
+	char path[] = "/tmp/linz_test_f_XXXXXX";
+	char err[256];
+	/* 20000 short lines (about 500 KiB): every chunk boundary splits one */
+	FILE *f = fdopen(mkstemp(path), "w");
+	assert_non_null(f);
+	for (int i = 0; i < 10000; i++)
+		fprintf(f, "%d p%d invoke key%d write value-%d\n%d p%d ok key%d write value-%d\n",
+		    2 * i, i % 7, i % 3, i, 2 * i + 1, i % 7, i % 3, i);
+	fclose(f);
+	linz_history *h;
+	assert_int_equal(linz_history_create(&h), LINZ_OK);
+	assert_int_equal(linz_history_add_file(h, path, err, sizeof(err)), LINZ_OK);
+	assert_int_equal(linz_history_finish(h, err, sizeof(err)), LINZ_OK);
+	linz_counts c;
+	linz_history_counts(h, &c);
+	assert_int_equal(c.ops, 10000);
+	assert_int_equal(c.ok, 10000);
+	assert_int_equal(c.keys, 3);
+	assert_int_equal(c.span_ns, 19999);
+	linz_history_destroy(h);
+
+	/* a line of LINZ_MAX_LINE + 1 bytes after 70000 bytes of good lines,
+	 * then the same without its newline at the end of the file, then a
+	 * file of one 1 MiB line */
+	for (int round = 0; round < 3; round++) {
+		f = fopen(path, "w");
+		assert_non_null(f);
+		unsigned lines = 0;
+		for (long n = 0; round < 2 && n < 70000; lines += 2)
+			n += fprintf(f, "%u p invoke k read\n%u p ok k read nil\n", lines, lines + 1);
+		long len = round < 2 ? LINZ_MAX_LINE + 1 : 1L << 20;
+		for (long i = 0; i < len; i++)
+			fputc('x', f);
+		if (round == 0)
+			fputc('\n', f);
+		fclose(f);
+		assert_int_equal(linz_history_create(&h), LINZ_OK);
+		assert_int_equal(linz_history_add_file(h, path, err, sizeof(err)), LINZ_ERR_PARSE);
+		char want[64];
+		snprintf(want, sizeof(want), ":%u: line longer than", lines + 1);
+		if (strstr(err, want) == NULL)
+			fail_msg("round %d: \"%s\", want \"%s\"", round, err, want);
+		linz_history_destroy(h);
+	}
+	remove(path);
 }
 
 /* ------------------------------------------------------------------------
@@ -1035,6 +1104,7 @@ int main(void)
 		cmocka_unit_test(test_parse_ok),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_merge_files),
+		cmocka_unit_test(test_file_reader),
 		cmocka_unit_test(test_budget_unknown),
 		cmocka_unit_test(test_generated_one_key),
 		cmocka_unit_test(test_generated_many_keys),
