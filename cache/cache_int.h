@@ -349,15 +349,18 @@ typedef struct dgi_msg_push {
 /* SUPPLY, SCAN_RES, CACHE_CONFIGS: one LIST read by the handler
  * (dg_msg_raw).  SUPPLY and SCAN_RES (and PUSH's list), a page: I64 more,
  * I64 last hash, I64 copy (DGI_COPY_*: the sender's copy of the
- * partition), I64 n, n x I64 the sender's sources (not whole: the nodes
- * holding what it lacks; n <= DGI_PART_SRCS), then per entry
+ * partition), I64 n, I64 d, n x I64 the sender's sources (not whole: the
+ * nodes holding what it lacks; n <= DGI_PART_SRCS), d x (I64 node, I64
+ * seq, I64 flag) the partition's update-id records (dedup.c; the first
+ * page of a SUPPLY or PUSH only, d <= DGI_PAGE_DD_MAX), then per entry
  * DGI_PAGE_ENTRY_VALUES values:
  * BYTES key, BYTES value (null: tombstone), I64 ver topver, I64 counter,
  * I64 order, I64 expire, I64 op node, I64 op seq (the id of the last update
  * applied to the entry: it travels with the entry, so a retry reaching the
  * new owner is applied once).  CACHE_CONFIGS: per cache the fields of
  * CACHE_CREATE in order. */
-#define DGI_PAGE_HEAD_VALUES 4
+#define DGI_PAGE_HEAD_VALUES 5
+#define DGI_PAGE_DD_MAX 4096
 enum { DGI_COPY_PARTIAL = 0, DGI_COPY_WHOLE = 1, DGI_COPY_BROKEN = 2 };
 #define DGI_PAGE_ENTRY_VALUES 8
 

@@ -77,6 +77,16 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 	uint8_t nsrcs = whole ? 0 : pt->nsrcs;
 	dg_node_id srcs[DGI_PART_SRCS];
 	memcpy(srcs, pt->srcs, nsrcs * sizeof(srcs[0]));
+	/* the first page of a transfer (SUPPLY, PUSH) carries the update-id
+	 * records: a retry that reaches the new owner is recognised even when
+	 * its key changed since (the entry's own id is the last update's) */
+	uint32_t ndd = 0;
+	struct dgi_dd *dd = NULL;
+	if (first && !live_only && pt->dd_count > 0 &&
+	    (dd = dgi_alloc(DGI_PAGE_DD_MAX * sizeof(*dd))) != NULL)
+		for (uint32_t i = 0; i < pt->dd_cap && ndd < DGI_PAGE_DD_MAX; i++)
+			if (pt->dd[i].node != 0)
+				dd[ndd++] = pt->dd[i];
 	pthread_mutex_unlock(&pt->mu);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(b, 11)) == DG_OK) {
@@ -84,15 +94,22 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 		 * the entries, already encoded as values, appended as they are */
 		b->data[b->len++] = TAG_LIST;
 		b->len = (size_t)(dgi_put_uvarint(b->data + b->len, DGI_PAGE_HEAD_VALUES +
-		    (uint64_t)nsrcs + DGI_PAGE_ENTRY_VALUES * (uint64_t)pc.n) - b->data);
+		    (uint64_t)nsrcs + 3 * (uint64_t)ndd + DGI_PAGE_ENTRY_VALUES * (uint64_t)pc.n) -
+		    b->data);
 		dg_writer lw;
 		dg_writer_init(&lw, g->reg, b);
 		dg_write_i64(&lw, more);
 		dg_write_i64(&lw, (int64_t)last);
 		dg_write_i64(&lw, copy);
 		dg_write_i64(&lw, nsrcs);
+		dg_write_i64(&lw, ndd);
 		for (uint8_t i = 0; i < nsrcs; i++)
 			dg_write_i64(&lw, (int64_t)srcs[i]);
+		for (uint32_t i = 0; i < ndd; i++) {
+			dg_write_i64(&lw, (int64_t)dd[i].node);
+			dg_write_i64(&lw, (int64_t)dd[i].seq);
+			dg_write_i64(&lw, dd[i].flag);
+		}
 		e = dg_writer_finish(&lw);
 		if (e == DG_OK && body.len > 0 && (e = dg_buf_reserve(b, body.len)) == DG_OK) {
 			memcpy(b->data + b->len, body.data, body.len);
@@ -100,6 +117,7 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 		}
 	}
 	dg_buf_free(&body);
+	dgi_free(dd);
 	return e;
 }
 
@@ -118,9 +136,30 @@ struct page_head {
 	uint32_t entries;           /* entries that follow */
 };
 
-/* Reads the LIST header and the head values of a page; r is left at its
+/* Reads a page's d update-id records; into the partition's table when pt
+ * is not NULL (locks it), else skipped. */
+static dg_err page_dd_read(dg_reader *r, uint32_t d, dgi_part *pt)
+{
+	dg_err e = DG_OK;
+	uint64_t now = dgi_now_ms();
+	if (pt != NULL)
+		pthread_mutex_lock(&pt->mu);
+	for (uint32_t i = 0; i < d && e == DG_OK; i++) {
+		int64_t v[3];
+		for (int k = 0; k < 3 && e == DG_OK; k++)
+			e = dg_read_i64(r, &v[k]);
+		if (e == DG_OK && pt != NULL)
+			dgi_dedup_put(pt, (uint64_t)v[0], (uint64_t)v[1], v[2], now);
+	}
+	if (pt != NULL)
+		pthread_mutex_unlock(&pt->mu);
+	return e;
+}
+
+/* Reads the LIST header and the head values of a page (its update-id
+ * records into dd_into's table, or skipped when NULL); r is left at its
  * first entry. */
-static dg_err page_head_read(dg_reader *r, struct page_head *h)
+static dg_err page_head_read(dg_reader *r, struct page_head *h, dgi_part *dd_into)
 {
 	uint32_t count;
 	int64_t v[DGI_PAGE_HEAD_VALUES];
@@ -134,8 +173,9 @@ static dg_err page_head_read(dg_reader *r, struct page_head *h)
 			return e;
 	uint32_t left = count - DGI_PAGE_HEAD_VALUES;
 	if (v[2] < DGI_COPY_PARTIAL || v[2] > DGI_COPY_BROKEN || v[3] < 0 ||
-	    v[3] > DGI_PART_SRCS || (uint32_t)v[3] > left ||
-	    (left - (uint32_t)v[3]) % DGI_PAGE_ENTRY_VALUES != 0)
+	    v[3] > DGI_PART_SRCS || v[4] < 0 || v[4] > DGI_PAGE_DD_MAX ||
+	    (uint64_t)v[3] + 3 * (uint64_t)v[4] > left ||
+	    (left - (uint32_t)v[3] - 3 * (uint32_t)v[4]) % DGI_PAGE_ENTRY_VALUES != 0)
 		return DG_ERR_BAD_LENGTH;
 	h->more = v[0] != 0;
 	h->last = (uint64_t)v[1];
@@ -148,18 +188,21 @@ static dg_err page_head_read(dg_reader *r, struct page_head *h)
 			return e;
 		h->srcs[i] = (dg_node_id)id;
 	}
-	h->entries = (left - h->nsrcs) / DGI_PAGE_ENTRY_VALUES;
+	if ((e = page_dd_read(r, (uint32_t)v[4], dd_into)) != DG_OK)
+		return e;
+	h->entries = (left - h->nsrcs - 3 * (uint32_t)v[4]) / DGI_PAGE_ENTRY_VALUES;
 	return DG_OK;
 }
 
-/* Reads a page list into h; calls fn per entry. */
-static dg_err page_decode(dgi_grid *g, const dg_raw *list, struct page_head *h, page_fn fn,
-    void *ctx)
+/* Reads a page list into h (its update-id records into dd_into's table);
+ * calls fn per entry. */
+static dg_err page_decode(dgi_grid *g, const dg_raw *list, struct page_head *h,
+    dgi_part *dd_into, page_fn fn, void *ctx)
 {
 	dg_reader r;
 	dg_err e;
 	dg_reader_init(&r, g->reg, list->ptr, list->len);
-	if ((e = page_head_read(&r, h)) != DG_OK)
+	if ((e = page_head_read(&r, h, dd_into)) != DG_OK)
 		return e;
 	for (uint32_t i = 0; i < h->entries; i++) {
 		dg_bytes k, v;
@@ -416,7 +459,7 @@ static dg_err fetch_from(struct fetch *f, dg_node_id from, bool *whole)
 			return e;
 		dg_raw list = { f->reply.data, (uint32_t)f->reply.len };
 		struct page_head h;
-		if ((e = page_decode(g, &list, &h, apply_one, &f->a)) != DG_OK)
+		if ((e = page_decode(g, &list, &h, &f->c->parts[f->part], apply_one, &f->a)) != DG_OK)
 			return e;
 		if (!h.whole && (e = fetch_sources(f, &h)) != DG_OK)
 			return e;
@@ -909,7 +952,7 @@ static dg_err scan_fetch(dg_scan *s)
 		if (e == DG_OK) {
 			struct page_head h;
 			dg_reader_init(&s->r, g->reg, s->buf.data, s->buf.len);
-			if ((e = page_head_read(&s->r, &h)) != DG_OK)
+			if ((e = page_head_read(&s->r, &h, NULL)) != DG_OK)
 				return e;
 			s->left = h.entries;
 			s->more = h.more;
@@ -989,7 +1032,7 @@ static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	if (c != NULL && m->part >= 0 && (uint64_t)m->part < c->cfg.partitions) {
 		struct apply_ctx a = { g, c, (uint32_t)m->part, 0 };
 		struct page_head h;
-		e = page_decode(g, &m->list, &h, apply_one, &a);
+		e = page_decode(g, &m->list, &h, &c->parts[a.part], apply_one, &a);
 		dgi_part *pt = &c->parts[a.part];
 		pthread_mutex_lock(&pt->mu);
 		pt->rented_ms = dgi_now_ms(); /* held for the coming topology */
@@ -1069,7 +1112,7 @@ static dg_err push_part(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id to, 
 		dg_reader r;
 		struct page_head h;
 		dg_reader_init(&r, g->reg, b->data, b->len);
-		if ((e = page_head_read(&r, &h)) != DG_OK)
+		if ((e = page_head_read(&r, &h, NULL)) != DG_OK)
 			return e;
 		more = h.more;
 		after = h.last;

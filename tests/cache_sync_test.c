@@ -381,6 +381,57 @@ static void test_retry_applied_once_after_failover(void **state)
 			dg_node_stop(cl.n[i]);
 }
 
+/* A retry that reaches the key's new owner after the partition moved by
+ * rebalancing, the key changed meanwhile by other updates: the update-id
+ * records travel with the partition's first page. */
+static void test_retry_applied_once_after_move(void **state)
+{
+	(void)state;
+	enum { N = 64 };
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(a);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "dedupmove");
+	cc.partitions = 32;
+	dg_cache *ca;
+	OK(dg_cache_create(a, &cc, &ca));
+	uint64_t self = dg_node_get_id(a);
+	char key[32], buf[32];
+	int64_t flag;
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "mv%d", i);
+		OK(dg_cache_put(ca, key, strlen(key), "1", 1));
+		/* each its own originating thread (slot 200 + i) */
+		OK(apply_with_id(ca, OP_REPLACE_IF_EQ, key, "1", "2", self, ((200ull + i) << 40) | 1,
+		    &flag));
+		assert_int_equal(flag, 1);
+		OK(dg_cache_put(ca, key, strlen(key), "1", 1)); /* another update, back to "1" */
+	}
+	dg_node *b = start_node(&seed, 1, false, NULL);
+	dg_cache *cb = cache_on(b, "dedupmove");
+	uint64_t deadline = dgi_now_ms() + 8000;
+	dgi_aff *aff;
+	while ((aff = atomic_load(&cb->aff)) == NULL || aff->nnodes < 2 ||
+	    dg_cache_wait_rebalanced(cb, 100) != DG_OK) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	int moved = 0;
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "mv%d", i);
+		if (owner_of(cb, key, 0) != dg_node_get_id(b))
+			continue;
+		OK(apply_with_id(cb, OP_REPLACE_IF_EQ, key, "1", "2", self, ((200ull + i) << 40) | 1,
+		    &flag));
+		assert_int_equal(flag, 1);                             /* its first answer */
+		assert_string_equal(get_s(cb, key, buf, sizeof(buf)), "1"); /* not applied again */
+		moved++;
+	}
+	assert_true(moved > 0);
+	dg_node_stop(b);
+	dg_node_stop(a);
+}
+
 /* ---- defect 2: a MOVING primary serves no copy older than its move ---- */
 
 static void test_moving_primary_serves_no_stale_copy(void **state)
@@ -539,6 +590,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_no_read_before_every_backup),
 		cmocka_unit_test(test_retry_applied_once_after_other_writes),
 		cmocka_unit_test(test_retry_applied_once_after_failover),
+		cmocka_unit_test(test_retry_applied_once_after_move),
 		cmocka_unit_test(test_moving_primary_serves_no_stale_copy),
 		cmocka_unit_test(test_lost_on_every_path_atomic),
 		cmocka_unit_test(test_moving_without_supplier_is_lost),
