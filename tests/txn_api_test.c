@@ -27,6 +27,7 @@
 
 void dgi_node_kill(dg_node *n);
 extern _Atomic int dgi_tx_crash_point;
+extern _Atomic uint64_t dgi_tx_cut_node;
 #define EXPECT(x, e) assert_int_equal((x), (e))
 
 static uint32_t topology_timeout_ms = 1000;
@@ -992,6 +993,70 @@ static void test_near_crash_after_one_commit_commits(void **state)
 	near_crash_case(2);
 }
 
+/* Waits (8 s at most) until every copy of k1 and k2 holds want. */
+static void wait_copies(dg_cache **c, int n, const char *k1, const char *k2, long want)
+{
+	uint64_t deadline = dgi_now_ms() + 8000;
+	for (int i = 0; i < n; i++)
+		while (get_long(c[i], k1) != want || get_long(c[i], k2) != want) {
+			if (dgi_now_ms() >= deadline)
+				fail_msg("node %d: %s=%ld %s=%ld, want %ld", i, k1, get_long(c[i], k1), k2,
+				    get_long(c[i], k2), want);
+			usleep(20 * 1000);
+		}
+}
+
+/* Outcome truth: every primary prepared, then the near node lost contact
+ * (their answers lost, its ROLLBACKs undelivered, it answers nobody) and
+ * its commit timed out; the servers drop it and recovery commits (every
+ * primary prepared).  The writes are applied: the near must not have
+ * reported a "not applied" error (TIMEOUT, TX_ROLLED_BACK), only
+ * DG_ERR_TX_UNKNOWN. */
+static void test_near_cut_after_prepare_is_unknown(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "cut", 2);
+	c[1] = cache_on(cl.n[1], "cut");
+	c[2] = cache_on(cl.n[2], "cut");
+	char k1[16], k2[16];
+	two_primaries(c[0], k1, k2);
+	put_long(cl.n[0], c[0], k1, 1);
+	put_long(cl.n[0], c[0], k2, 1);
+	const char *seed = dg_node_address(cl.n[0]);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	dg_cache *cn = cache_on(near, "cut");
+	dg_tx *tx;
+	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 2000, "cut", &tx));
+	long v;
+	OK(tx_get_long(tx, cn, k1, &v));
+	OK(tx_get_long(tx, cn, k2, &v));
+	OK(tx_put_long(tx, cn, k1, 2));
+	OK(tx_put_long(tx, cn, k2, 2));
+	atomic_store(&dgi_tx_crash_point, 4);
+	dg_err e = dg_tx_commit(tx);
+	atomic_store(&dgi_tx_crash_point, 0);
+	dgi_node_kill(near);
+	atomic_store(&dgi_tx_cut_node, 0);
+	wait_settled(cl.n, 3, c, 3);
+	wait_copies(c, 3, k1, k2, 2); /* recovery committed it everywhere */
+	print_message("      commit returned %s; recovery committed\n", dg_strerror(e));
+	EXPECT(e, DG_ERR_TX_UNKNOWN);
+	dg_tx_metrics m;
+	uint64_t rec = 0;
+	for (int i = 0; i < 3; i++) {
+		OK(dg_tx_get_metrics(cl.n[i], &m));
+		rec += m.recovered_commit;
+		assert_int_equal(m.locks_held, 0);
+	}
+	assert_true(rec > 0);
+	cluster_stop(&cl);
+}
+
 /* ---- the admin CLI: dgi_tx_list, dgi_tx_kill ---- */
 
 static uint64_t node_id(dg_node *n)
@@ -1231,6 +1296,7 @@ static int after_test(void **state)
 	if (tx != NULL)
 		(void)dg_tx_rollback(tx);
 	atomic_store(&dgi_tx_crash_point, 0);
+	atomic_store(&dgi_tx_cut_node, 0);
 	start_client = false;
 	topology_timeout_ms = 1000;
 	return 0;
@@ -1252,6 +1318,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_near_crash_after_prepare_commits, after_test),
 		cmocka_unit_test_teardown(test_near_crash_before_all_prepared_rolls_back, after_test),
 		cmocka_unit_test_teardown(test_near_crash_after_one_commit_commits, after_test),
+		cmocka_unit_test_teardown(test_near_cut_after_prepare_is_unknown, after_test),
 		cmocka_unit_test_teardown(test_tx_list, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_from_other_node, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_wakes_lock_waiter, after_test),

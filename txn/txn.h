@@ -34,12 +34,19 @@
  *                          before the commit decision); rolled back
  *   DG_ERR_TX_ROLLED_BACK  the tx was rolled back for another reason (the
  *                          topology changed under a PESSIMISTIC tx's locks,
- *                          a participant left before the commit decision,
- *                          an earlier operation failed); retry it
- *   DG_ERR_TX_UNKNOWN      commit: the decision was commit, but this node
- *                          could not learn before the timeout that every
- *                          participant applied it; the participants finish
- *                          it one way everywhere (never half)
+ *                          a participant refused or left before the commit
+ *                          decision, an earlier operation failed); retry it
+ *   DG_ERR_TX_UNKNOWN      commit: the outcome could not be learnt before
+ *                          the timeout (plus up to 1 s): the decision was
+ *                          commit but not every participant confirmed it;
+ *                          or every PREPARE went out, none was refused,
+ *                          some was not answered, and the rollback could
+ *                          not be confirmed by every primary (recovery
+ *                          commits a tx all of whose primaries prepared
+ *                          once it takes the near node for gone); or a
+ *                          primary failed to apply after applying part.
+ *                          Either way the participants finish it one way
+ *                          everywhere (never half); it may be applied.
  *   DG_ERR_STATE           the tx is not ACTIVE (commit/rollback called, or
  *                          an operation failed and rolled it back), or this
  *                          thread already has a current tx (begin)
@@ -48,6 +55,12 @@
  * bad argument, checked before anything is sent), the tx is rolled back:
  * only dg_tx_rollback (or commit, which returns DG_ERR_TX_ROLLED_BACK) is
  * left to call, to free it.
+ * Outcome truth: once commit sent PREPAREs, it reports a "not applied"
+ * error (all but DG_OK and DG_ERR_TX_UNKNOWN) only when it knows no
+ * participant can commit — a primary refused or never got its PREPARE, or
+ * every primary confirmed the rollback (one that left: no owner of its
+ * keys applied its entries).  A primary found committed by recovery is
+ * joined: commit goes on as decided (DG_OK or DG_ERR_TX_UNKNOWN).
  *
  * Threads: a tx is driven by one thread at a time.  dg_tx_begin makes it
  * the calling thread's current tx (dg_tx_current) until commit or
@@ -128,7 +141,9 @@ DG_API dg_err dg_tx_remove_all(dg_tx *tx, dg_cache *c, const dg_kv *kvs, size_t 
 
 /* Commits and frees the tx (also on error).  DG_OK: every write is applied
  * on every primary (and, FULL_SYNC, every backup).  Errors: see above; on
- * any error but DG_ERR_TX_UNKNOWN nothing was written. */
+ * any error but DG_ERR_TX_UNKNOWN nothing was written (outcome truth,
+ * above).  Bounded by the tx's timeout, plus up to 1 s to learn the
+ * outcome when a participant did not answer. */
 DG_API dg_err dg_tx_commit(dg_tx *tx);
 /* Rolls back (releases every lock, writes nothing) and frees the tx. */
 DG_API dg_err dg_tx_rollback(dg_tx *tx);

@@ -443,9 +443,18 @@ static void ack(dgi_txsvc *s, const dg_msg_in *req, dg_err res, int64_t idx)
 	reply(s, req, DGI_MSG_TX_ACK, &r);
 }
 
+_Atomic uint64_t dgi_tx_cut_node;
+
+static bool cut_off(const dgi_txsvc *s)
+{
+	return atomic_load_explicit(&dgi_tx_cut_node, memory_order_relaxed) == s->self;
+}
+
 dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body,
     uint32_t timeout_ms, dg_reply_fn cb, void *ctx)
 {
+	if (cut_off(s))
+		return DG_ERR_UNREACHABLE;
 	if (to != s->self)
 		return dg_tp_request(s->tp, to, type, body, timeout_ms, cb, ctx);
 	pthread_mutex_lock(&s->lmu);
@@ -480,6 +489,8 @@ dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const vo
 
 dg_err dgi_txsvc_send(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body)
 {
+	if (cut_off(s))
+		return DG_ERR_UNREACHABLE;
 	if (to != s->self)
 		return dg_tp_send(s->tp, to, type, body);
 	_Alignas(16) uint8_t dec[DG_MSG_BODY_MAX];
@@ -1827,7 +1838,7 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 static void commit_apply(dgi_txsvc *s, struct rec *r)
 {
 	dg_reader rd;
-	uint32_t n, nw = 0;
+	uint32_t n, nw = 0, applied = 0;
 	dgi_msg_tx_prepare m;
 	dg_err e = ents_open(r->body, r->blen, &m, &rd, &n);
 	bool full_sync = false;
@@ -1875,6 +1886,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		    en.val.len, r->id.node, r->id.seq, &en.ver, &en.expire_ms);
 		if (e != DG_OK)
 			break;
+		applied++;
 		en.val.ptr = val;
 		en.op = op;
 		e = dgi_txwire_put(&w, &en);
@@ -1902,8 +1914,10 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		r->have_req = false;
 	}
 	pthread_mutex_unlock(&s->mu);
+	/* a write failed after others were applied: neither "committed" nor
+	 * "not applied" is true */
 	if (have)
-		ack(s, &req, e, -1);
+		ack(s, &req, e != DG_OK && applied > 0 ? DG_ERR_TX_UNKNOWN : e, -1);
 	if (e == DG_OK && nbk > 0) {
 		to_backups(s, r, DGI_MSG_TX_COMMIT_COPY, &cp, bk, nbk, 10000);
 	} else {
@@ -2025,6 +2039,8 @@ static void h_query(dgi_txsvc *s, const dg_msg_in *in)
 int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t origin,
     uint32_t timeout_ms)
 {
+	if (cut_off(s))
+		return -1;
 	if (to == s->self)
 		return query_local(s, tx, origin);
 	dgi_msg_tx_ctl m = { (int64_t)tx->node, (int64_t)tx->seq, 0, 0, (int64_t)origin }, r;
@@ -2120,7 +2136,7 @@ static const struct handler {
 static void dispatch(dgi_txsvc *s, const dg_msg_in *in)
 {
 	uint32_t i = (uint32_t)in->type - DGI_MSG_TX_LOCK;
-	if (i >= sizeof(handlers) / sizeof(handlers[0]) || handlers[i].fn == NULL)
+	if (i >= sizeof(handlers) / sizeof(handlers[0]) || handlers[i].fn == NULL || cut_off(s))
 		return;
 	if (handlers[i].grid && s->g == NULL)
 		ack(s, in, DG_ERR_UNSUPPORTED, -1);

@@ -236,6 +236,13 @@ dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const vo
 /* A one-way message to `to` (this node: run here). */
 dg_err dgi_txsvc_send(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body);
 
+/* Tests only: the id of a node whose tx service is cut off from the
+ * others (0: none) — it sends no tx message (requests fail unsent,
+ * DG_ERR_UNREACHABLE; TX_QUERY asks nobody) and handles none, while its
+ * membership goes on: a near node that lost contact but is still in the
+ * topology. */
+extern _Atomic uint64_t dgi_tx_cut_node;
+
 /* ---- the near side (txn.c), for node/ ---- */
 #include "txn.h"
 dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
