@@ -349,6 +349,8 @@ void dgi_grid_set_tx_hook(dgi_grid *g, dgi_tx_op_fn fn, void *ctx);
 dg_cache *dgi_grid_cache_by_id(dgi_grid *g, uint32_t id);  /* live cache or NULL */
 uint64_t dgi_grid_self(const dgi_grid *g);
 int64_t dgi_grid_topver(const dgi_grid *g);
+/* The node's request_timeout_ms (what bounds a plain operation). */
+uint32_t dgi_grid_request_timeout(const dgi_grid *g);
 uint32_t dgi_cache_id_of(const dg_cache *c);
 /* The key's hash (the one every node computes) and partition. */
 uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,

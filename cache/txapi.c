@@ -32,6 +32,11 @@ int64_t dgi_grid_topver(const dgi_grid *g)
 	return atomic_load(&((dgi_grid *)g)->topver);
 }
 
+uint32_t dgi_grid_request_timeout(const dgi_grid *g)
+{
+	return g->cfg.request_timeout_ms;
+}
+
 uint32_t dgi_cache_id_of(const dg_cache *c)
 {
 	return c->id;

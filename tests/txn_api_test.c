@@ -31,6 +31,7 @@ extern _Atomic uint64_t dgi_tx_cut_node;
 #define EXPECT(x, e) assert_int_equal((x), (e))
 
 static uint32_t topology_timeout_ms = 1000;
+static uint32_t request_timeout_ms = 5000;
 
 static bool start_client;
 
@@ -47,7 +48,7 @@ static dg_node *start_node(const char *const *seeds, size_t nseeds)
 	cfg.failure_timeout_ms = 1000;
 	cfg.heartbeat_ms = 100;
 	cfg.join_timeout_ms = 5000;
-	cfg.request_timeout_ms = 5000;
+	cfg.request_timeout_ms = request_timeout_ms;
 	dg_node *n = NULL;
 	OK(dg_node_start(&cfg, &n));
 	return n;
@@ -1057,6 +1058,7 @@ static void test_near_cut_after_prepare_is_unknown(void **state)
 	cluster_stop(&cl);
 }
 
+
 /* ---- the admin CLI: dgi_tx_list, dgi_tx_kill ---- */
 
 static uint64_t node_id(dg_node *n)
@@ -1286,6 +1288,143 @@ static void test_tx_kill_wakes_lock_waiter(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- plain operations: the request timeout; lock waits ended by the fence ---- */
+
+struct plain_arg {
+	dg_cache *c;
+	const char *key;
+	dg_err err;
+	uint64_t ms;
+};
+
+static void *plain_put(void *p)
+{
+	struct plain_arg *a = p;
+	uint64_t t0 = dgi_now_ms();
+	a->err = dg_cache_put(a->c, a->key, strlen(a->key), "2", 1);
+	a->ms = dgi_now_ms() - t0;
+	return NULL;
+}
+
+/* A plain write to a TRANSACTIONAL cache outside a tx (a one-operation
+ * tx) is bounded by the node's request_timeout_ms like any plain
+ * operation, not by the tx default (10 s): waiting for a lock another tx
+ * holds, it gives up after about request_timeout_ms. */
+static void test_plain_op_request_timeout(void **state)
+{
+	(void)state;
+	request_timeout_ms = 700;
+	dg_node *n = start_node(NULL, 0);
+	request_timeout_ms = 5000;
+	dg_cache *c = tx_cache(n, "rto", 0);
+	dg_tx *holder;
+	OK(dg_tx_begin(n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 20000, "holder", &holder));
+	OK(tx_put_long(holder, c, "k", 1));
+	struct plain_arg a = { c, "k", DG_OK, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, plain_put, &a); /* no tx in that thread: implicit */
+	pthread_join(t, NULL);
+	print_message("      plain put behind a lock: %s after %llu ms (request timeout 700)\n",
+	    dg_strerror(a.err), (unsigned long long)a.ms);
+	EXPECT(a.err, DG_ERR_TIMEOUT);
+	assert_true(a.ms >= 500 && a.ms < 3000);
+	OK(dg_tx_commit(holder));
+	assert_int_equal(get_long(c, "k"), 1);
+	dg_node_stop(n);
+}
+
+struct get_wait_arg {
+	dg_node *n;
+	dg_cache *c;
+	const char *key;
+	dg_err err;
+	uint64_t ms;
+};
+
+/* Reads key in a PESSIMISTIC REPEATABLE_READ tx (a read that locks). */
+static void *get_waiting(void *p)
+{
+	struct get_wait_arg *a = p;
+	dg_tx *tx;
+	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 15000, "waiter", &tx));
+	uint64_t t0 = dgi_now_ms();
+	long v;
+	a->err = tx_get_long(tx, a->c, a->key, &v);
+	a->ms = dgi_now_ms() - t0;
+	dg_tx_rollback(tx);
+	return NULL;
+}
+
+static uint64_t waiters_on(struct cluster *cl)
+{
+	uint64_t w = 0;
+	for (int i = 0; i < cl->count; i++) {
+		dg_tx_metrics m;
+		OK(dg_tx_get_metrics(cl->n[i], &m));
+		w += m.lock_waiters;
+	}
+	return w;
+}
+
+/* A tx read waiting for a lock when the topology fence rolls the tx back
+ * (a node joined; the tx, of the older topology, had not prepared after
+ * tx_topology_timeout_ms) is told DG_ERR_TX_ROLLED_BACK — not
+ * DG_ERR_CLOSED, which says this node is closing.  The lock is held by a
+ * tx prepared on both its primaries whose near node stopped before
+ * COMMIT (crash point 1): the fence keeps that one. */
+static void test_lock_wait_ended_by_fence_is_rolled_back(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "fwait", 2);
+	c[1] = cache_on(cl.n[1], "fwait");
+	c[2] = cache_on(cl.n[2], "fwait");
+	char k1[16], k2[16];
+	two_primaries(c[0], k1, k2);
+	put_long(cl.n[0], c[0], k1, 1);
+	put_long(cl.n[0], c[0], k2, 1);
+	const char *seed = dg_node_address(cl.n[0]);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	dg_cache *cn = cache_on(near, "fwait");
+	dg_tx *held;
+	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 30000, "held", &held));
+	long v;
+	OK(tx_get_long(held, cn, k1, &v));
+	OK(tx_get_long(held, cn, k2, &v));
+	OK(tx_put_long(held, cn, k1, 2));
+	OK(tx_put_long(held, cn, k2, 2));
+	atomic_store(&dgi_tx_crash_point, 1);
+	EXPECT(dg_tx_commit(held), DG_ERR_TX_UNKNOWN); /* prepared everywhere, no COMMIT */
+	atomic_store(&dgi_tx_crash_point, 0);
+	struct get_wait_arg a = { cl.n[1], c[1], k1, DG_OK, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, get_waiting, &a);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (waiters_on(&cl) < 1) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	dg_node *joiner = start_node(&seed, 1); /* a new topology: the fence */
+	pthread_join(t, NULL);
+	print_message("      waiting read: %s after %llu ms\n", dg_strerror(a.err),
+	    (unsigned long long)a.ms);
+	EXPECT(a.err, DG_ERR_TX_ROLLED_BACK);
+	assert_true(a.ms < 10000);
+	/* the held tx's near node dies: recovery commits it (both prepared) */
+	dgi_node_kill(near);
+	dg_cache *cj = cache_on(joiner, "fwait");
+	dg_node *all[4] = { cl.n[0], cl.n[1], cl.n[2], joiner };
+	dg_cache *cs[4] = { c[0], c[1], c[2], cj };
+	wait_settled(all, 4, cs, 4);
+	wait_copies(c, 3, k1, k2, 2);
+	dg_node_stop(joiner);
+	cluster_stop(&cl);
+}
+
 /* After a failed test: end the tx it left open on this thread (the next
  * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
  * settings a test changes, so one failure is not reported five times. */
@@ -1299,6 +1438,7 @@ static int after_test(void **state)
 	atomic_store(&dgi_tx_cut_node, 0);
 	start_client = false;
 	topology_timeout_ms = 1000;
+	request_timeout_ms = 5000;
 	return 0;
 }
 
@@ -1319,6 +1459,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_near_crash_before_all_prepared_rolls_back, after_test),
 		cmocka_unit_test_teardown(test_near_crash_after_one_commit_commits, after_test),
 		cmocka_unit_test_teardown(test_near_cut_after_prepare_is_unknown, after_test),
+		cmocka_unit_test_teardown(test_plain_op_request_timeout, after_test),
+		cmocka_unit_test_teardown(test_lock_wait_ended_by_fence_is_rolled_back, after_test),
 		cmocka_unit_test_teardown(test_tx_list, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_from_other_node, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_wakes_lock_waiter, after_test),

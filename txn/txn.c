@@ -761,7 +761,8 @@ static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_
 
 /* A plain operation on a TRANSACTIONAL cache: inside this thread's tx,
  * else (writes) as a one-operation PESSIMISTIC REPEATABLE_READ tx, so it
- * takes the key's lock like any tx. */
+ * takes the key's lock like any tx — bounded, like every plain
+ * operation, by the node's request_timeout_ms (not the tx default). */
 dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, dg_buf *out,
     bool unwrap, int64_t *flag)
@@ -772,7 +773,8 @@ dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_
 	if (op == DGI_CACHE_OP_GET)
 		return DG_ERR__COUNT; /* outside a tx: the committed value, as any read */
 	dg_tx *tx;
-	dg_err e = dgi_tx_begin(ctx, DG_PESSIMISTIC, DG_REPEATABLE_READ, 0, "implicit", &tx);
+	uint32_t timeout = dgi_grid_request_timeout(dgi_txsvc_grid(ctx));
+	dg_err e = dgi_tx_begin(ctx, DG_PESSIMISTIC, DG_REPEATABLE_READ, timeout, "implicit", &tx);
 	if (e != DG_OK)
 		return e;
 	e = plain_op(tx, c, op, key, klen, exp, elen, val, vlen, out, unwrap, flag);

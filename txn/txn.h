@@ -62,6 +62,12 @@
  * keys applied its entries).  A primary found committed by recovery is
  * joined: commit goes on as decided (DG_OK or DG_ERR_TX_UNKNOWN).
  *
+ * Plain operations (dg_cache_put, dg_cache_get, ... of cache.h) on a
+ * TRANSACTIONAL cache join the calling thread's current tx; outside one,
+ * a write runs as a one-operation PESSIMISTIC REPEATABLE_READ tx bounded
+ * by the node's request_timeout_ms (as every plain operation, not
+ * DG_TX_TIMEOUT_DEFAULT), and a read reads the committed value.
+ *
  * Threads: a tx is driven by one thread at a time.  dg_tx_begin makes it
  * the calling thread's current tx (dg_tx_current) until commit or
  * rollback; a thread has at most one current tx.  The handle may be passed

@@ -720,12 +720,17 @@ static void add_backup(struct rec *r, uint64_t node)
 		r->bk[r->nbk++] = node;
 }
 
-/* What a wait of tx cancelled (DG_ERR_CLOSED) answers: DG_ERR_DEADLOCK
- * or DG_ERR_TX_ROLLED_BACK while tx is being killed, else err. */
+/* What a wait of tx cancelled (the lock table's DG_ERR_CLOSED) answers —
+ * never DG_ERR_CLOSED, which would tell the near node its own node is
+ * closing: DG_ERR_DEADLOCK or DG_ERR_TX_ROLLED_BACK while tx is being
+ * killed; DG_ERR_NOT_READY while this service stops (the near maps the key
+ * again); else DG_ERR_TX_ROLLED_BACK — its record here was ended (the
+ * topology fence, expiry, recovery, a rollback) and its locks released. */
 static dg_err victim_err(dgi_txsvc *s, const dgi_txid *tx, dg_err err)
 {
 	if (err != DG_ERR_CLOSED)
 		return err;
+	err = atomic_load(&s->stopping) ? DG_ERR_NOT_READY : DG_ERR_TX_ROLLED_BACK;
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; i < s->nvictims; i++)
 		if (dgi_txid_eq(&s->victims[i], tx)) {

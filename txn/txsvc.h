@@ -186,7 +186,8 @@ typedef struct dgi_txsvc_stats {
  * tp and starts the deadline thread.  g NULL: a bare lock service (TX_LOCK
  * with topver 0 and TX_UNLOCK only; tests).  *out: dgi_txsvc_stop. */
 dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out);
-/* Unsets the handlers, answers every waiter DG_ERR_CLOSED, frees. */
+/* Unsets the handlers, answers every lock waiter DG_ERR_NOT_READY (the
+ * near maps the key again), frees. */
 void dgi_txsvc_stop(dgi_txsvc *s);
 void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out);
 
