@@ -352,6 +352,8 @@ int64_t dgi_grid_topver(const dgi_grid *g);
 /* The node's request_timeout_ms (what bounds a plain operation). */
 uint32_t dgi_grid_request_timeout(const dgi_grid *g);
 uint32_t dgi_cache_id_of(const dg_cache *c);
+/* Whether part lost every copy (dg_cache_lost_partitions; until reset). */
+bool dgi_cache_part_lost(dg_cache *c, uint32_t part);
 /* The key's hash (the one every node computes) and partition. */
 uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
     uint64_t *hash);

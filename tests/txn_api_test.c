@@ -1425,6 +1425,105 @@ static void test_lock_wait_ended_by_fence_is_rolled_back(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- lost partitions of a TRANSACTIONAL cache ---- */
+
+static void test_lost_partitions_transactional(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "txlost");
+	cc.atomicity = DG_TRANSACTIONAL;
+	cc.backups = 0;
+	cc.partitions = 64;
+	cc.write_sync = DG_FULL_SYNC;
+	dg_cache *c0, *c1;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	c1 = cache_on(cl.n[1], "txlost");
+	wait_settled(cl.n, 3, (dg_cache *[]){ c0, c1 }, 2);
+	enum { KEYS = 200 };
+	for (int i = 0; i < KEYS; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		OK(dg_cache_put(c0, k, strlen(k), "5", 1));
+	}
+	uint64_t dead = dg_node_get_id(cl.n[2]);
+	uint32_t theirs = 0;
+	for (uint32_t p = 0; p < 64; p++) {
+		uint64_t own[8];
+		int64_t tv;
+		assert_true(dgi_cache_owners(c0, p, own, &tv) > 0);
+		theirs += own[0] == dead;
+	}
+	assert_true(theirs > 0);
+	char kd[16], ka[16];
+	key_on(c0, dead, "d", kd);
+	key_on(c0, node_id(cl.n[0]), "a", ka);
+	put_long(cl.n[1], c1, ka, 1);
+	/* an OPTIMISTIC tx wrote a key of the dead node's and another before
+	 * the loss: its commit fails, and writes neither */
+	dg_tx *before;
+	OK(dg_tx_begin(cl.n[1], DG_OPTIMISTIC, DG_REPEATABLE_READ, 20000, "before", &before));
+	OK(tx_put_long(before, c1, kd, 7));
+	OK(tx_put_long(before, c1, ka, 7));
+	dgi_node_kill(cl.n[2]); /* no backups: its partitions are lost */
+	cl.count = 2;
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (dg_cache_lost_partitions(c0, NULL, 0) < theirs ||
+	    dg_cache_lost_partitions(c1, NULL, 0) < theirs) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	wait_settled(cl.n, 2, (dg_cache *[]){ c0, c1 }, 2);
+	EXPECT(dg_tx_commit(before), DG_ERR_PARTITION_LOST);
+	assert_int_equal(get_long(c1, ka), 1);
+	/* every path says PARTITION_LOST for a key of a lost partition: plain
+	 * get and put, tx reads, writes and locks (the tx then rolled back) */
+	int failed = 0, worked = 0;
+	for (int i = 0; i < KEYS; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		dg_buf v;
+		dg_buf_init(&v);
+		dg_err e = dg_cache_get(c1, k, strlen(k), &v);
+		dg_buf_free(&v);
+		if (e != DG_ERR_PARTITION_LOST) {
+			OK(e);
+			worked++;
+			OK(dg_cache_put(c1, k, strlen(k), "6", 1));
+			continue;
+		}
+		failed++;
+		EXPECT(dg_cache_put(c1, k, strlen(k), "6", 1), DG_ERR_PARTITION_LOST);
+		EXPECT(dg_cache_remove(c1, k, strlen(k), NULL), DG_ERR_PARTITION_LOST);
+		for (int ci = 0; ci < 2; ci++) {
+			for (int ii = 0; ii < 3; ii++) {
+				dg_tx *tx;
+				long lv;
+				OK(dg_tx_begin(cl.n[i % 2], concs[ci], isos[ii], 5000, "lost", &tx));
+				dg_cache *cc2 = i % 2 ? c1 : c0;
+				EXPECT(tx_get_long(tx, cc2, k, &lv), DG_ERR_PARTITION_LOST);
+				EXPECT(dg_tx_commit(tx), DG_ERR_TX_ROLLED_BACK); /* rolled back */
+				OK(dg_tx_begin(cl.n[i % 2], concs[ci], isos[ii], 5000, "lost", &tx));
+				OK(tx_put_long(tx, cc2, ka, 9)); /* a key that is fine, first */
+				EXPECT(tx_put_long(tx, cc2, k, 9), DG_ERR_PARTITION_LOST);
+				EXPECT(dg_tx_commit(tx), DG_ERR_TX_ROLLED_BACK);
+			}
+		}
+	}
+	print_message("      %d keys in lost partitions, %d fine\n", failed, worked);
+	assert_true(failed > 0 && worked > 0);
+	assert_int_equal(get_long(c1, ka), 1); /* no rolled-back tx wrote it */
+	OK(dg_cache_reset_lost(c0));
+	for (int i = 0; i < KEYS; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		OK(dg_cache_put(c1, k, strlen(k), "8", 1));
+	}
+	cluster_stop(&cl);
+}
+
 /* After a failed test: end the tx it left open on this thread (the next
  * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
  * settings a test changes, so one failure is not reported five times. */
@@ -1461,6 +1560,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_near_cut_after_prepare_is_unknown, after_test),
 		cmocka_unit_test_teardown(test_plain_op_request_timeout, after_test),
 		cmocka_unit_test_teardown(test_lock_wait_ended_by_fence_is_rolled_back, after_test),
+		cmocka_unit_test_teardown(test_lost_partitions_transactional, after_test),
 		cmocka_unit_test_teardown(test_tx_list, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_from_other_node, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_wakes_lock_waiter, after_test),

@@ -603,6 +603,8 @@ static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, d
 		return e;
 	uint64_t hash;
 	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	if (dgi_cache_part_lost(c, part))
+		return fail_tx(tx, DG_ERR_PARTITION_LOST); /* as the ATOMIC path says */
 	uint32_t cid = dgi_cache_id_of(c);
 	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
 	const uint8_t *v = NULL;
@@ -675,6 +677,8 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 		return DG_ERR_INVAL;
 	uint64_t hash;
 	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	if (dgi_cache_part_lost(c, part))
+		return fail_tx(tx, DG_ERR_PARTITION_LOST);
 	uint32_t cid = dgi_cache_id_of(c);
 	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
 	if (had != NULL) {

@@ -47,6 +47,10 @@
  *                          primary failed to apply after applying part.
  *                          Either way the participants finish it one way
  *                          everywhere (never half); it may be applied.
+ *   DG_ERR_PARTITION_LOST  the key's partition lost every copy (datagrid.h;
+ *                          until dg_cache_reset_lost): a read, write or lock
+ *                          of it, or the commit of a tx that wrote it; the
+ *                          tx is rolled back
  *   DG_ERR_STATE           the tx is not ACTIVE (commit/rollback called, or
  *                          an operation failed and rolled it back), or this
  *                          thread already has a current tx (begin)

@@ -1281,6 +1281,10 @@ static void h_lock(dgi_txsvc *s, const dg_msg_in *in)
 			ack(s, in, err, -1);
 			return;
 		}
+		if (dgi_cache_part_lost(c, part)) {
+			ack(s, in, DG_ERR_PARTITION_LOST, -1); /* no lock on what is gone */
+			return;
+		}
 		if (m->flags & DGI_TXL_NOLOCK) {
 			lock_answer(s, in, DG_OK, (uint32_t)m->cache_id, part, hash, m->key.ptr,
 			    m->key.len, m->topver, m->flags);
@@ -1550,7 +1554,9 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		dg_cache *c = NULL;
 		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK || (c = tx_cache(s, en.cache_id, &e)) == NULL)
 			break;
-		if (locked_here) {
+		if (dgi_cache_part_lost(c, (uint32_t)en.part)) {
+			e = DG_ERR_PARTITION_LOST; /* nothing is written to a lost partition */
+		} else if (locked_here) {
 			uint64_t hash;
 			dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
 			dgi_txid owner = dgi_lock_owner(s->locks, (uint32_t)en.cache_id, en.key.ptr,
