@@ -101,9 +101,9 @@ DG_API dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen,
  * key's primary, and the write reaches the backups like any put (FULL_SYNC:
  * every owner applied it before the call returns).  On a TRANSACTIONAL
  * cache it joins the thread's transaction (or runs as a one-operation
- * one), comparing under the key's lock.  A retry inside the call (after a
- * topology change or a primary's failure) is applied at most once and
- * reports the same flag.  expected: 0..DG_VALUE_MAX-8 bytes, val as put's.
+ * one) and stays atomic in every mode (txn/txn.h).  A retry inside the
+ * call (after a topology change or a primary's failure) is applied at
+ * most once and reports the same flag.  expected: 0..DG_VALUE_MAX-8 bytes, val as put's.
  * Errors: as dg_cache_put.  Of a write's errors, DG_ERR_TIMEOUT (and
  * DG_ERR_TX_UNKNOWN on a TRANSACTIONAL cache) leave the outcome unknown;
  * every other error means nothing was written. */

@@ -1524,6 +1524,103 @@ static void test_lost_partitions_transactional(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- compare-and-set inside transactions ---- */
+
+struct blind_arg {
+	dg_node *n;
+	dg_cache *c;
+	const char *key;
+	dg_err err;
+};
+
+/* Writes "5" to key in a short PESSIMISTIC tx (300 ms). */
+static void *blind_put(void *p)
+{
+	struct blind_arg *a = p;
+	dg_tx *tx;
+	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_READ_COMMITTED, 300, "blind", &tx));
+	a->err = dg_tx_put(tx, a->c, a->key, strlen(a->key), "5", 1);
+	if (a->err == DG_OK)
+		a->err = dg_tx_commit(tx);
+	else
+		dg_tx_rollback(tx);
+	return NULL;
+}
+
+static void check_raw(dg_cache *c, const char *key, const char *want)
+{
+	struct get_arg a = { c, key, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, get_thread, &a);
+	pthread_join(t, NULL);
+	long w = want != NULL ? atol(want) : -1;
+	if (a.v != w)
+		fail_msg("%s: %ld, want %ld", key, a.v, w);
+}
+
+/* A compare-and-set inside a tx of every concurrency x isolation stays
+ * atomic: another tx writes the key between the CAS and the commit.
+ * PESSIMISTIC (READ_COMMITTED included): the CAS compared under the key's
+ * lock, held to the end — the writer waits (and times out), the commit
+ * goes through.  OPTIMISTIC: the writer gets through, and the commit fails
+ * DG_ERR_TX_CONFLICT (the value compared changed) — for a CAS that
+ * matched and for one that did not. */
+static void test_cas_in_tx_every_mode(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c0 = tx_cache(cl.n[0], "txcas", 1);
+	dg_cache *c2 = cache_on(cl.n[2], "txcas");
+	char k[16];
+	key_on(c0, node_id(cl.n[1]), "c", k); /* its primary: neither side's node */
+	for (int ci = 0; ci < 2; ci++)
+		for (int ii = 0; ii < 3; ii++)
+			for (int match = 0; match < 2; match++)
+				for (int rm = 0; rm < 2; rm++) {
+					OK(dg_cache_put(c0, k, strlen(k), "1", 1)); /* (another thread's tx: none here) */
+					dg_tx *tx;
+					OK(dg_tx_begin(cl.n[0], concs[ci], isos[ii], 5000, "cas", &tx));
+					bool flag = !match;
+					const char *exp = match ? "1" : "0";
+					if (rm)
+						OK(dg_cache_remove_if_equals(c0, k, strlen(k), exp, 1, &flag));
+					else
+						OK(dg_cache_replace_if_equals(c0, k, strlen(k), exp, 1, "2", 1, &flag));
+					assert_int_equal(flag, match);
+					struct blind_arg w = { cl.n[2], c2, k, DG_OK };
+					pthread_t t;
+					pthread_create(&t, NULL, blind_put, &w);
+					pthread_join(t, NULL);
+					dg_err ce = dg_tx_commit(tx);
+					const char *mode = concs[ci] == DG_PESSIMISTIC ? "PESSIMISTIC" : "OPTIMISTIC";
+					if (concs[ci] == DG_PESSIMISTIC) {
+						if (w.err != DG_ERR_TIMEOUT || ce != DG_OK)
+							fail_msg("%s iso %d %s match %d: writer %s, commit %s", mode, ii,
+							    rm ? "remove" : "replace", match, dg_strerror(w.err),
+							    dg_strerror(ce));
+						check_raw(c0, k, !match ? "1" : rm ? NULL : "2");
+					} else {
+						if (w.err != DG_OK || ce != DG_ERR_TX_CONFLICT)
+							fail_msg("%s iso %d %s match %d: writer %s, commit %s", mode, ii,
+							    rm ? "remove" : "replace", match, dg_strerror(w.err),
+							    dg_strerror(ce));
+						check_raw(c0, k, "5");
+					}
+				}
+	/* the tx's own write is what it compares: no conflict from it */
+	OK(dg_cache_put(c0, k, strlen(k), "1", 1));
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[0], DG_OPTIMISTIC, DG_READ_COMMITTED, 5000, "own", &tx));
+	OK(dg_cache_put(c0, k, strlen(k), "3", 1));
+	bool flag = false;
+	OK(dg_cache_replace_if_equals(c0, k, strlen(k), "3", 1, "4", 1, &flag));
+	assert_true(flag);
+	OK(dg_tx_commit(tx));
+	check_raw(c0, k, "4");
+	cluster_stop(&cl);
+}
+
 /* After a failed test: end the tx it left open on this thread (the next
  * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
  * settings a test changes, so one failure is not reported five times. */
@@ -1561,6 +1658,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_plain_op_request_timeout, after_test),
 		cmocka_unit_test_teardown(test_lock_wait_ended_by_fence_is_rolled_back, after_test),
 		cmocka_unit_test_teardown(test_lost_partitions_transactional, after_test),
+		cmocka_unit_test_teardown(test_cas_in_tx_every_mode, after_test),
 		cmocka_unit_test_teardown(test_tx_list, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_from_other_node, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_wakes_lock_waiter, after_test),

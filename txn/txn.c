@@ -594,9 +594,10 @@ static bool needs_lock(const dg_tx *tx, const dgi_txent *e, bool write)
 }
 
 /* Reads key inside the tx: *found, and the value appended to out (raw:
- * the byte string inside the BYTES value). */
-static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
-    bool unwrap, bool *found_out)
+ * the byte string inside the BYTES value).  lock: a PESSIMISTIC tx reads
+ * under the key's lock whatever its isolation (a compare-and-set). */
+static dg_err tx_read_as(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
+    bool unwrap, bool *found_out, bool lock_it)
 {
 	dg_err e = check_cache(tx, c);
 	if (e != DG_OK)
@@ -621,7 +622,8 @@ static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, d
 		v = en->val;
 		vlen = en->vlen;
 	} else {
-		bool lock = needs_lock(tx, en, false);
+		bool lock = needs_lock(tx, en, false) ||
+		    (lock_it && tx->conc == DG_PESSIMISTIC && (en == NULL || !en->read_locked));
 		uint64_t at = 0;
 		e = lock_key(tx, c, part, key, (uint32_t)klen,
 		    lock ? DGI_TXL_READ : DGI_TXL_NOLOCK, &at);
@@ -662,6 +664,12 @@ static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, d
 	memcpy(out->data + out->len, v, vlen);
 	out->len += vlen;
 	return DG_OK;
+}
+
+static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
+    bool unwrap, bool *found_out)
+{
+	return tx_read_as(tx, c, key, klen, out, unwrap, found_out, false);
 }
 
 /* Writes (val NULL: removes) key inside the tx. */
@@ -712,6 +720,41 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 
 /* ---- the plain operations of TRANSACTIONAL caches (cache.h's hook) ---- */
 
+/* A compare-and-set's read (the current value into cur): what it compares
+ * must still be the key's value when the tx commits.  PESSIMISTIC: read
+ * under the key's lock (READ_COMMITTED too, whose reads otherwise take
+ * none), held to the end; OPTIMISTIC (and PESSIMISTIC, against a lock
+ * lost to a topology change): the entry's version is checked at prepare
+ * against the one read — changed, the commit fails DG_ERR_TX_CONFLICT —
+ * as a SERIALIZABLE read's is.  The tx's own write needs neither. */
+static dg_err cas_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *cur,
+    bool *found)
+{
+	dg_err e = check_cache(tx, c);
+	if (e != DG_OK)
+		return e;
+	uint64_t hash;
+	dgi_cache_key_part(c, key, klen, &hash);
+	uint32_t cid = dgi_cache_id_of(c);
+	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
+	bool own = en != NULL && (en->op == DGI_TXOP_PUT || en->op == DGI_TXOP_REMOVE);
+	e = tx_read_as(tx, c, key, klen, cur, false, found, !own);
+	if ((e != DG_OK && e != DG_ERR_NOT_FOUND) || own)
+		return e;
+	en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
+	if (en == NULL || !en->read)
+		return e;
+	en->check = true;
+	if (tx->iso == DG_READ_COMMITTED) {
+		/* read again just now (READ_COMMITTED reads are not cached): the
+		 * version compared is this read's, not the first one's */
+		en->ver_topver = tx->ver.topver;
+		en->ver_counter = tx->ver.counter;
+		en->ver_order = tx->ver.order;
+	}
+	return e;
+}
+
 static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, dg_buf *out,
     bool unwrap, int64_t *flag)
@@ -745,7 +788,7 @@ static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_
 	case DGI_CACHE_OP_REMOVE_IF_EQ: {
 		dg_buf *cur = &near_tls()->cas;
 		cur->len = 0;
-		e = tx_read(tx, c, key, klen, cur, false, &found);
+		e = cas_read(tx, c, key, klen, cur, &found);
 		if (e != DG_OK && e != DG_ERR_NOT_FOUND)
 			return e;
 		e = DG_OK;
@@ -954,7 +997,7 @@ static int64_t wire_op(const dg_tx *tx, const dgi_txent *e, bool resend)
 	int64_t op = e->op == DGI_TXOP_PUT || e->op == DGI_TXOP_REMOVE ? e->op : 0;
 	if (resend)
 		return op;
-	bool check = e->read && ((tx->conc == DG_PESSIMISTIC && e->read_locked &&
+	bool check = e->read && (e->check || (tx->conc == DG_PESSIMISTIC && e->read_locked &&
 	    tx->iso != DG_READ_COMMITTED) ||
 	    (tx->conc == DG_OPTIMISTIC && tx->iso == DG_SERIALIZABLE));
 	return op | (check ? DGI_TXOP_CHECK : 0);

@@ -29,7 +29,8 @@
  *   DG_ERR_DEADLOCK        the tx was the victim of a deadlock (a cycle of
  *                          lock waits); it was rolled back and holds nothing
  *   DG_ERR_TX_CONFLICT     OPTIMISTIC SERIALIZABLE: a key read changed
- *                          before commit; rolled back
+ *                          before commit (any concurrency: a value a
+ *                          compare-and-set compared changed); rolled back
  *   DG_ERR_TIMEOUT         the tx's timeout passed (waiting for a lock, or
  *                          before the commit decision); rolled back
  *   DG_ERR_TX_ROLLED_BACK  the tx was rolled back for another reason (the
@@ -71,6 +72,19 @@
  * a write runs as a one-operation PESSIMISTIC REPEATABLE_READ tx bounded
  * by the node's request_timeout_ms (as every plain operation, not
  * DG_TX_TIMEOUT_DEFAULT), and a read reads the committed value.
+ *
+ * Compare-and-set (dg_cache_replace_if_equals, dg_cache_remove_if_equals
+ * and their forms) is atomic in every mode: the value compared is the
+ * key's when the tx commits, or the commit fails.
+ *   outside a tx  a one-operation PESSIMISTIC REPEATABLE_READ tx: compared
+ *                 under the key's lock
+ *   PESSIMISTIC   compared under the key's lock, taken by the compare
+ *                 whatever the isolation (READ_COMMITTED too) and held to
+ *                 the end, whether it matched or not
+ *   OPTIMISTIC    (any isolation) the version of the value compared is
+ *                 checked at prepare, as SERIALIZABLE reads are: changed,
+ *                 the commit fails DG_ERR_TX_CONFLICT (matched or not)
+ * Compared with the tx's own earlier write, it needs neither.
  *
  * Threads: a tx is driven by one thread at a time.  dg_tx_begin makes it
  * the calling thread's current tx (dg_tx_current) until commit or
