@@ -1063,7 +1063,8 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 	for (uint32_t i = 0; i < f->nnear; i++)
 		if (f->near[i].v < v)
 			busy += f->near[i].n;
-	bool late = now - f->started_ms >= s->fence_timeout_ms;
+	uint64_t started = f->started_ms; /* (read below without fmu) */
+	bool late = now - started >= s->fence_timeout_ms;
 	/* a fence still shut after 3 s: say what it waits for (every 2 s) */
 	if (v != 0 && !f->open && now - f->started_ms >= 3000 && now - f->logged_ms >= 2000) {
 		f->logged_ms = now;
@@ -1111,7 +1112,7 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 			ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
 	}
 	if (check && busy > 0) {
-		if (now - f->started_ms >= 3000 && now - s->blocked_logged_ms >= 2000) {
+		if (now - started >= 3000 && now - s->blocked_logged_ms >= 2000) {
 			s->blocked_logged_ms = now;
 			pthread_mutex_lock(&s->mu);
 			for (uint32_t b = 0; b < NBUCKETS; b++)
