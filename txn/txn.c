@@ -1181,10 +1181,12 @@ static uint32_t resolve_left(const dg_tx *tx)
 
 /* Primary g->node left: did a surviving owner of its keys apply its
  * entries (its copies, or a takeover of them)?  1 yes, 0 no (every owner
- * answered), -1 cannot tell (an owner did not answer). */
-static int owners_applied(dg_tx *tx, const struct ent_ref *refs, const struct group *g,
-    uint32_t left)
+ * answered), -1 cannot tell (an owner did not answer, or the time to
+ * learn it is up).  Each owner is asked once, within resolve_left. */
+static int owners_applied(dg_tx *tx, const struct ent_ref *refs, const struct group *g)
 {
+	uint64_t asked[32];
+	uint32_t nasked = 0;
 	int res = 0;
 	for (uint32_t i = 0; i < g->n; i++) {
 		const dgi_txent *e = refs[g->first + i].e;
@@ -1193,7 +1195,15 @@ static int owners_applied(dg_tx *tx, const struct ent_ref *refs, const struct gr
 		int64_t tv;
 		uint32_t k = c != NULL ? dgi_cache_owners(c, e->part, own, &tv) : 0;
 		for (uint32_t j = 0; j < k; j++) {
-			int64_t q = dgi_txsvc_query(tx->s, own[j], &tx->id, g->node, left);
+			bool again = false;
+			for (uint32_t q = 0; q < nasked && !again; q++)
+				again = asked[q] == own[j];
+			if (again)
+				continue;
+			if (nasked < sizeof(asked) / sizeof(asked[0]))
+				asked[nasked++] = own[j];
+			uint32_t left = resolve_left(tx);
+			int64_t q = left > 0 ? dgi_txsvc_query(tx->s, own[j], &tx->id, g->node, left) : -1;
 			int bk = q >= 0 ? (int)((q >> 8) & 0xff) : DGI_TXQ_NONE;
 			if (bk == DGI_TXQ_COMMITTED || bk == DGI_TXQ_COMMITTING)
 				return 1;
@@ -1206,9 +1216,10 @@ static int owners_applied(dg_tx *tx, const struct ent_ref *refs, const struct gr
 
 /* Has primary g->node (alive) committed the tx — recovery's doing, when
  * it took this node for gone?  1 yes (or committing), 0 no, -1 no answer. */
-static int primary_committed(dg_tx *tx, const struct group *g, uint32_t left)
+static int primary_committed(dg_tx *tx, const struct group *g)
 {
-	int64_t q = dgi_txsvc_query(tx->s, g->node, &tx->id, 0, left);
+	uint32_t left = resolve_left(tx);
+	int64_t q = left > 0 ? dgi_txsvc_query(tx->s, g->node, &tx->id, 0, left) : -1;
 	if (q < 0)
 		return -1;
 	return (q & 0xff) == DGI_TXQ_COMMITTED || (q & 0xff) == DGI_TXQ_COMMITTING;
@@ -1243,7 +1254,7 @@ static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *g
 			sleep_ms(20);
 			continue;
 		}
-		int applied = owners_applied(tx, refs, &groups[0], left);
+		int applied = owners_applied(tx, refs, &groups[0]);
 		if (applied < 0) {
 			sleep_ms(20);
 			continue; /* an owner did not answer: it may hold the copies */
@@ -1315,8 +1326,8 @@ static dg_err settle_prepare(dg_tx *tx, const struct ent_ref *refs, const struct
 			if (undone[i])
 				continue;
 			bool alive = dgi_txsvc_alive(tx->s, groups[i].node);
-			int c = alive ? primary_committed(tx, &groups[i], left) :
-			    owners_applied(tx, refs, &groups[i], left);
+			int c = alive ? primary_committed(tx, &groups[i]) :
+			    owners_applied(tx, refs, &groups[i]);
 			if (c > 0) {
 				*decided = true;
 				return DG_OK;
@@ -1346,7 +1357,7 @@ static dg_err settle_prepare(dg_tx *tx, const struct ent_ref *refs, const struct
 				undone[i] = true;
 				continue;
 			}
-			int c = sent[i] ? -1 : owners_applied(tx, refs, &groups[i], left);
+			int c = sent[i] ? -1 : owners_applied(tx, refs, &groups[i]);
 			if (c > 0)
 				return DG_ERR_TX_UNKNOWN;
 			undone[i] = c == 0;
