@@ -1305,11 +1305,14 @@ static dg_err first_refusal(const struct call *calls, uint32_t ng, dg_err e)
  *   - no primary committed (each answered, or left and no owner of its
  *     keys applied its copies), then every one still alive confirmed a
  *     ROLLBACK: the tx is rolled back everywhere, returns why;
- *   - neither learnt before the timeout (plus RESOLVE_GRACE_MS), or a
- *     primary committed between the question and the ROLLBACK:
+ *   - neither learnt before the timeout (plus RESOLVE_GRACE_MS):
  *     DG_ERR_TX_UNKNOWN.
  * The primaries are asked before any is rolled back, so a commit decided
- * by recovery is joined rather than split. */
+ * by recovery is joined rather than split.  One decided between the
+ * question and the ROLLBACK (it refuses: STATE) is joined too — those
+ * already rolled back stay so (the split recovery's assumption allows,
+ * README "Known limits"): the caller's commit cannot be confirmed by
+ * them, and ends DG_ERR_TX_UNKNOWN. */
 static dg_err settle_prepare(dg_tx *tx, const struct ent_ref *refs, const struct group *groups,
     uint32_t ng, struct call *calls, dg_err why, bool *decided)
 {
@@ -1351,15 +1354,19 @@ static dg_err settle_prepare(dg_tx *tx, const struct ent_ref *refs, const struct
 		for (uint32_t i = 0; i < ng; i++) {
 			if (undone[i])
 				continue;
-			if (sent[i] && calls[i].answered && calls[i].err == DG_ERR_STATE)
-				return DG_ERR_TX_UNKNOWN; /* committed (or committing) there meanwhile */
+			if (sent[i] && calls[i].answered && calls[i].err == DG_ERR_STATE) {
+				*decided = true; /* committed (or committing) there meanwhile */
+				return DG_OK;
+			}
 			if (sent[i] && calls[i].answered && calls[i].err == DG_OK) {
 				undone[i] = true;
 				continue;
 			}
 			int c = sent[i] ? -1 : owners_applied(tx, refs, &groups[i]);
-			if (c > 0)
-				return DG_ERR_TX_UNKNOWN;
+			if (c > 0) {
+				*decided = true;
+				return DG_OK;
+			}
 			undone[i] = c == 0;
 			open += c != 0;
 		}
