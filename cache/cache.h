@@ -106,9 +106,9 @@ DG_API dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen,
  * key's primary, and the write reaches the backups like any put (FULL_SYNC:
  * every owner applied it before the call returns).  On a TRANSACTIONAL
  * cache it joins the thread's transaction (or runs as a one-operation
- * one), comparing under the key's lock.  A retry inside the call (after a
- * topology change or a primary's failure) is applied at most once and
- * reports the same flag.  expected: 0..DG_VALUE_MAX-8 bytes, val as put's.
+ * one) and stays atomic in every mode (txn/txn.h).  A retry inside the
+ * call (after a topology change or a primary's failure) is applied at
+ * most once and reports the same flag.  expected: 0..DG_VALUE_MAX-8 bytes, val as put's.
  * Errors: as dg_cache_put.  Of a write's errors, DG_ERR_TIMEOUT (and
  * DG_ERR_TX_UNKNOWN on a TRANSACTIONAL cache) leave the outcome unknown;
  * every other error means nothing was written. */
@@ -355,7 +355,11 @@ void dgi_grid_set_tx_hook(dgi_grid *g, dgi_tx_op_fn fn, void *ctx);
 dg_cache *dgi_grid_cache_by_id(dgi_grid *g, uint32_t id);  /* live cache or NULL */
 uint64_t dgi_grid_self(const dgi_grid *g);
 int64_t dgi_grid_topver(const dgi_grid *g);
+/* The node's request_timeout_ms (what bounds a plain operation). */
+uint32_t dgi_grid_request_timeout(const dgi_grid *g);
 uint32_t dgi_cache_id_of(const dg_cache *c);
+/* Whether part lost every copy (dg_cache_lost_partitions; until reset). */
+bool dgi_cache_part_lost(dg_cache *c, uint32_t part);
 /* The key's hash (the one every node computes) and partition. */
 uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
     uint64_t *hash);

@@ -32,9 +32,20 @@ int64_t dgi_grid_topver(const dgi_grid *g)
 	return atomic_load(&((dgi_grid *)g)->topver);
 }
 
+uint32_t dgi_grid_request_timeout(const dgi_grid *g)
+{
+	return g->cfg.request_timeout_ms;
+}
+
 uint32_t dgi_cache_id_of(const dg_cache *c)
 {
 	return c->id;
+}
+
+bool dgi_cache_part_lost(dg_cache *c, uint32_t part)
+{
+	return part < c->cfg.partitions &&
+	    atomic_load_explicit(&c->lost[part], memory_order_relaxed) != 0;
 }
 
 uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,

@@ -43,7 +43,7 @@ static const char *const err_names[DG_ERR__COUNT] = {
 	[DG_ERR_DEADLOCK] = "DG_ERR_DEADLOCK: deadlock victim",
 	[DG_ERR_TX_CONFLICT] = "DG_ERR_TX_CONFLICT: a key read by the transaction changed",
 	[DG_ERR_TX_ROLLED_BACK] = "DG_ERR_TX_ROLLED_BACK: the transaction was rolled back",
-	[DG_ERR_TX_UNKNOWN] = "DG_ERR_TX_UNKNOWN: commit decided, outcome not confirmed in time",
+	[DG_ERR_TX_UNKNOWN] = "DG_ERR_TX_UNKNOWN: outcome not learnt in time (applied everywhere or nowhere)",
 };
 
 const char *dg_strerror(dg_err err)

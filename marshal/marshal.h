@@ -98,7 +98,7 @@ typedef enum dg_err {
 	DG_ERR_DEADLOCK,       /* the tx was chosen the victim of a deadlock; it holds nothing */
 	DG_ERR_TX_CONFLICT,    /* optimistic serializable: a key read changed before commit */
 	DG_ERR_TX_ROLLED_BACK, /* the tx was rolled back (topology change, earlier failure) */
-	DG_ERR_TX_UNKNOWN,     /* commit decided, but not every participant confirmed in time */
+	DG_ERR_TX_UNKNOWN,     /* commit: outcome not learnt in time (all or nothing, either way) */
 	DG_ERR__COUNT
 } dg_err;
 

@@ -27,9 +27,11 @@
 
 void dgi_node_kill(dg_node *n);
 extern _Atomic int dgi_tx_crash_point;
+extern _Atomic uint64_t dgi_tx_cut_node;
 #define EXPECT(x, e) assert_int_equal((x), (e))
 
 static uint32_t topology_timeout_ms = 1000;
+static uint32_t request_timeout_ms = 5000;
 
 static bool start_client;
 
@@ -46,7 +48,7 @@ static dg_node *start_node(const char *const *seeds, size_t nseeds)
 	cfg.failure_timeout_ms = 1000;
 	cfg.heartbeat_ms = 100;
 	cfg.join_timeout_ms = 5000;
-	cfg.request_timeout_ms = 5000;
+	cfg.request_timeout_ms = request_timeout_ms;
 	dg_node *n = NULL;
 	OK(dg_node_start(&cfg, &n));
 	return n;
@@ -992,6 +994,71 @@ static void test_near_crash_after_one_commit_commits(void **state)
 	near_crash_case(2);
 }
 
+/* Waits (8 s at most) until every copy of k1 and k2 holds want. */
+static void wait_copies(dg_cache **c, int n, const char *k1, const char *k2, long want)
+{
+	uint64_t deadline = dgi_now_ms() + 8000;
+	for (int i = 0; i < n; i++)
+		while (get_long(c[i], k1) != want || get_long(c[i], k2) != want) {
+			if (dgi_now_ms() >= deadline)
+				fail_msg("node %d: %s=%ld %s=%ld, want %ld", i, k1, get_long(c[i], k1), k2,
+				    get_long(c[i], k2), want);
+			usleep(20 * 1000);
+		}
+}
+
+/* Outcome truth: every primary prepared, then the near node lost contact
+ * (their answers lost, its ROLLBACKs undelivered, it answers nobody) and
+ * its commit timed out; the servers drop it and recovery commits (every
+ * primary prepared).  The writes are applied: the near must not have
+ * reported a "not applied" error (TIMEOUT, TX_ROLLED_BACK), only
+ * DG_ERR_TX_UNKNOWN. */
+static void test_near_cut_after_prepare_is_unknown(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "cut", 2);
+	c[1] = cache_on(cl.n[1], "cut");
+	c[2] = cache_on(cl.n[2], "cut");
+	char k1[16], k2[16];
+	two_primaries(c[0], k1, k2);
+	put_long(cl.n[0], c[0], k1, 1);
+	put_long(cl.n[0], c[0], k2, 1);
+	const char *seed = dg_node_address(cl.n[0]);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	dg_cache *cn = cache_on(near, "cut");
+	dg_tx *tx;
+	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 2000, "cut", &tx));
+	long v;
+	OK(tx_get_long(tx, cn, k1, &v));
+	OK(tx_get_long(tx, cn, k2, &v));
+	OK(tx_put_long(tx, cn, k1, 2));
+	OK(tx_put_long(tx, cn, k2, 2));
+	atomic_store(&dgi_tx_crash_point, 4);
+	dg_err e = dg_tx_commit(tx);
+	atomic_store(&dgi_tx_crash_point, 0);
+	dgi_node_kill(near);
+	atomic_store(&dgi_tx_cut_node, 0);
+	wait_settled(cl.n, 3, c, 3);
+	wait_copies(c, 3, k1, k2, 2); /* recovery committed it everywhere */
+	print_message("      commit returned %s; recovery committed\n", dg_strerror(e));
+	EXPECT(e, DG_ERR_TX_UNKNOWN);
+	dg_tx_metrics m;
+	uint64_t rec = 0;
+	for (int i = 0; i < 3; i++) {
+		OK(dg_tx_get_metrics(cl.n[i], &m));
+		rec += m.recovered_commit;
+		assert_int_equal(m.locks_held, 0);
+	}
+	assert_true(rec > 0);
+	cluster_stop(&cl);
+}
+
+
 /* ---- the admin CLI: dgi_tx_list, dgi_tx_kill ---- */
 
 static uint64_t node_id(dg_node *n)
@@ -1221,6 +1288,339 @@ static void test_tx_kill_wakes_lock_waiter(void **state)
 	cluster_stop(&cl);
 }
 
+/* ---- plain operations: the request timeout; lock waits ended by the fence ---- */
+
+struct plain_arg {
+	dg_cache *c;
+	const char *key;
+	dg_err err;
+	uint64_t ms;
+};
+
+static void *plain_put(void *p)
+{
+	struct plain_arg *a = p;
+	uint64_t t0 = dgi_now_ms();
+	a->err = dg_cache_put(a->c, a->key, strlen(a->key), "2", 1);
+	a->ms = dgi_now_ms() - t0;
+	return NULL;
+}
+
+/* A plain write to a TRANSACTIONAL cache outside a tx (a one-operation
+ * tx) is bounded by the node's request_timeout_ms like any plain
+ * operation, not by the tx default (10 s): waiting for a lock another tx
+ * holds, it gives up after about request_timeout_ms. */
+static void test_plain_op_request_timeout(void **state)
+{
+	(void)state;
+	request_timeout_ms = 700;
+	dg_node *n = start_node(NULL, 0);
+	request_timeout_ms = 5000;
+	dg_cache *c = tx_cache(n, "rto", 0);
+	dg_tx *holder;
+	OK(dg_tx_begin(n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 20000, "holder", &holder));
+	OK(tx_put_long(holder, c, "k", 1));
+	struct plain_arg a = { c, "k", DG_OK, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, plain_put, &a); /* no tx in that thread: implicit */
+	pthread_join(t, NULL);
+	print_message("      plain put behind a lock: %s after %llu ms (request timeout 700)\n",
+	    dg_strerror(a.err), (unsigned long long)a.ms);
+	EXPECT(a.err, DG_ERR_TIMEOUT);
+	assert_true(a.ms >= 500 && a.ms < 3000);
+	OK(dg_tx_commit(holder));
+	assert_int_equal(get_long(c, "k"), 1);
+	dg_node_stop(n);
+}
+
+struct get_wait_arg {
+	dg_node *n;
+	dg_cache *c;
+	const char *key;
+	dg_err err;
+	uint64_t ms;
+};
+
+/* Reads key in a PESSIMISTIC REPEATABLE_READ tx (a read that locks). */
+static void *get_waiting(void *p)
+{
+	struct get_wait_arg *a = p;
+	dg_tx *tx;
+	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 15000, "waiter", &tx));
+	uint64_t t0 = dgi_now_ms();
+	long v;
+	a->err = tx_get_long(tx, a->c, a->key, &v);
+	a->ms = dgi_now_ms() - t0;
+	dg_tx_rollback(tx);
+	return NULL;
+}
+
+static uint64_t waiters_on(struct cluster *cl)
+{
+	uint64_t w = 0;
+	for (int i = 0; i < cl->count; i++) {
+		dg_tx_metrics m;
+		OK(dg_tx_get_metrics(cl->n[i], &m));
+		w += m.lock_waiters;
+	}
+	return w;
+}
+
+/* A tx read waiting for a lock when the topology fence rolls the tx back
+ * (a node joined; the tx, of the older topology, had not prepared after
+ * tx_topology_timeout_ms) is told DG_ERR_TX_ROLLED_BACK — not
+ * DG_ERR_CLOSED, which says this node is closing.  The lock is held by a
+ * tx prepared on both its primaries whose near node stopped before
+ * COMMIT (crash point 1): the fence keeps that one. */
+static void test_lock_wait_ended_by_fence_is_rolled_back(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "fwait", 2);
+	c[1] = cache_on(cl.n[1], "fwait");
+	c[2] = cache_on(cl.n[2], "fwait");
+	char k1[16], k2[16];
+	two_primaries(c[0], k1, k2);
+	put_long(cl.n[0], c[0], k1, 1);
+	put_long(cl.n[0], c[0], k2, 1);
+	const char *seed = dg_node_address(cl.n[0]);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	dg_cache *cn = cache_on(near, "fwait");
+	dg_tx *held;
+	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 30000, "held", &held));
+	long v;
+	OK(tx_get_long(held, cn, k1, &v));
+	OK(tx_get_long(held, cn, k2, &v));
+	OK(tx_put_long(held, cn, k1, 2));
+	OK(tx_put_long(held, cn, k2, 2));
+	atomic_store(&dgi_tx_crash_point, 1);
+	EXPECT(dg_tx_commit(held), DG_ERR_TX_UNKNOWN); /* prepared everywhere, no COMMIT */
+	atomic_store(&dgi_tx_crash_point, 0);
+	struct get_wait_arg a = { cl.n[1], c[1], k1, DG_OK, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, get_waiting, &a);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (waiters_on(&cl) < 1) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	dg_node *joiner = start_node(&seed, 1); /* a new topology: the fence */
+	pthread_join(t, NULL);
+	print_message("      waiting read: %s after %llu ms\n", dg_strerror(a.err),
+	    (unsigned long long)a.ms);
+	EXPECT(a.err, DG_ERR_TX_ROLLED_BACK);
+	assert_true(a.ms < 10000);
+	/* the held tx's near node dies: recovery commits it (both prepared) */
+	dgi_node_kill(near);
+	dg_cache *cj = cache_on(joiner, "fwait");
+	dg_node *all[4] = { cl.n[0], cl.n[1], cl.n[2], joiner };
+	dg_cache *cs[4] = { c[0], c[1], c[2], cj };
+	wait_settled(all, 4, cs, 4);
+	wait_copies(c, 3, k1, k2, 2);
+	dg_node_stop(joiner);
+	cluster_stop(&cl);
+}
+
+/* ---- lost partitions of a TRANSACTIONAL cache ---- */
+
+static void test_lost_partitions_transactional(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "txlost");
+	cc.atomicity = DG_TRANSACTIONAL;
+	cc.backups = 0;
+	cc.partitions = 64;
+	cc.write_sync = DG_FULL_SYNC;
+	dg_cache *c0, *c1;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	c1 = cache_on(cl.n[1], "txlost");
+	wait_settled(cl.n, 3, (dg_cache *[]){ c0, c1 }, 2);
+	enum { KEYS = 200 };
+	for (int i = 0; i < KEYS; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		OK(dg_cache_put(c0, k, strlen(k), "5", 1));
+	}
+	uint64_t dead = dg_node_get_id(cl.n[2]);
+	uint32_t theirs = 0;
+	for (uint32_t p = 0; p < 64; p++) {
+		uint64_t own[8];
+		int64_t tv;
+		assert_true(dgi_cache_owners(c0, p, own, &tv) > 0);
+		theirs += own[0] == dead;
+	}
+	assert_true(theirs > 0);
+	char kd[16], ka[16];
+	key_on(c0, dead, "d", kd);
+	key_on(c0, node_id(cl.n[0]), "a", ka);
+	put_long(cl.n[1], c1, ka, 1);
+	/* an OPTIMISTIC tx wrote a key of the dead node's and another before
+	 * the loss: its commit fails, and writes neither */
+	dg_tx *before;
+	OK(dg_tx_begin(cl.n[1], DG_OPTIMISTIC, DG_REPEATABLE_READ, 20000, "before", &before));
+	OK(tx_put_long(before, c1, kd, 7));
+	OK(tx_put_long(before, c1, ka, 7));
+	dgi_node_kill(cl.n[2]); /* no backups: its partitions are lost */
+	cl.count = 2;
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (dg_cache_lost_partitions(c0, NULL, 0) < theirs ||
+	    dg_cache_lost_partitions(c1, NULL, 0) < theirs) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	wait_settled(cl.n, 2, (dg_cache *[]){ c0, c1 }, 2);
+	EXPECT(dg_tx_commit(before), DG_ERR_PARTITION_LOST);
+	assert_int_equal(get_long(c1, ka), 1);
+	/* every path says PARTITION_LOST for a key of a lost partition: plain
+	 * get and put, tx reads, writes and locks (the tx then rolled back) */
+	int failed = 0, worked = 0;
+	for (int i = 0; i < KEYS; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		dg_buf v;
+		dg_buf_init(&v);
+		dg_err e = dg_cache_get(c1, k, strlen(k), &v);
+		dg_buf_free(&v);
+		if (e != DG_ERR_PARTITION_LOST) {
+			OK(e);
+			worked++;
+			OK(dg_cache_put(c1, k, strlen(k), "6", 1));
+			continue;
+		}
+		failed++;
+		EXPECT(dg_cache_put(c1, k, strlen(k), "6", 1), DG_ERR_PARTITION_LOST);
+		EXPECT(dg_cache_remove(c1, k, strlen(k), NULL), DG_ERR_PARTITION_LOST);
+		for (int ci = 0; ci < 2; ci++) {
+			for (int ii = 0; ii < 3; ii++) {
+				dg_tx *tx;
+				long lv;
+				OK(dg_tx_begin(cl.n[i % 2], concs[ci], isos[ii], 5000, "lost", &tx));
+				dg_cache *cc2 = i % 2 ? c1 : c0;
+				EXPECT(tx_get_long(tx, cc2, k, &lv), DG_ERR_PARTITION_LOST);
+				EXPECT(dg_tx_commit(tx), DG_ERR_TX_ROLLED_BACK); /* rolled back */
+				OK(dg_tx_begin(cl.n[i % 2], concs[ci], isos[ii], 5000, "lost", &tx));
+				OK(tx_put_long(tx, cc2, ka, 9)); /* a key that is fine, first */
+				EXPECT(tx_put_long(tx, cc2, k, 9), DG_ERR_PARTITION_LOST);
+				EXPECT(dg_tx_commit(tx), DG_ERR_TX_ROLLED_BACK);
+			}
+		}
+	}
+	print_message("      %d keys in lost partitions, %d fine\n", failed, worked);
+	assert_true(failed > 0 && worked > 0);
+	assert_int_equal(get_long(c1, ka), 1); /* no rolled-back tx wrote it */
+	OK(dg_cache_reset_lost(c0));
+	for (int i = 0; i < KEYS; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "l%d", i);
+		OK(dg_cache_put(c1, k, strlen(k), "8", 1));
+	}
+	cluster_stop(&cl);
+}
+
+/* ---- compare-and-set inside transactions ---- */
+
+struct blind_arg {
+	dg_node *n;
+	dg_cache *c;
+	const char *key;
+	dg_err err;
+};
+
+/* Writes "5" to key in a short PESSIMISTIC tx (300 ms). */
+static void *blind_put(void *p)
+{
+	struct blind_arg *a = p;
+	dg_tx *tx;
+	OK(dg_tx_begin(a->n, DG_PESSIMISTIC, DG_READ_COMMITTED, 300, "blind", &tx));
+	a->err = dg_tx_put(tx, a->c, a->key, strlen(a->key), "5", 1);
+	if (a->err == DG_OK)
+		a->err = dg_tx_commit(tx);
+	else
+		dg_tx_rollback(tx);
+	return NULL;
+}
+
+static void check_raw(dg_cache *c, const char *key, const char *want)
+{
+	struct get_arg a = { c, key, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, get_thread, &a);
+	pthread_join(t, NULL);
+	long w = want != NULL ? atol(want) : -1;
+	if (a.v != w)
+		fail_msg("%s: %ld, want %ld", key, a.v, w);
+}
+
+/* A compare-and-set inside a tx of every concurrency x isolation stays
+ * atomic: another tx writes the key between the CAS and the commit.
+ * PESSIMISTIC (READ_COMMITTED included): the CAS compared under the key's
+ * lock, held to the end — the writer waits (and times out), the commit
+ * goes through.  OPTIMISTIC: the writer gets through, and the commit fails
+ * DG_ERR_TX_CONFLICT (the value compared changed) — for a CAS that
+ * matched and for one that did not. */
+static void test_cas_in_tx_every_mode(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c0 = tx_cache(cl.n[0], "txcas", 1);
+	dg_cache *c2 = cache_on(cl.n[2], "txcas");
+	char k[16];
+	key_on(c0, node_id(cl.n[1]), "c", k); /* its primary: neither side's node */
+	for (int ci = 0; ci < 2; ci++)
+		for (int ii = 0; ii < 3; ii++)
+			for (int match = 0; match < 2; match++)
+				for (int rm = 0; rm < 2; rm++) {
+					OK(dg_cache_put(c0, k, strlen(k), "1", 1)); /* (another thread's tx: none here) */
+					dg_tx *tx;
+					OK(dg_tx_begin(cl.n[0], concs[ci], isos[ii], 5000, "cas", &tx));
+					bool flag = !match;
+					const char *exp = match ? "1" : "0";
+					if (rm)
+						OK(dg_cache_remove_if_equals(c0, k, strlen(k), exp, 1, &flag));
+					else
+						OK(dg_cache_replace_if_equals(c0, k, strlen(k), exp, 1, "2", 1, &flag));
+					assert_int_equal(flag, match);
+					struct blind_arg w = { cl.n[2], c2, k, DG_OK };
+					pthread_t t;
+					pthread_create(&t, NULL, blind_put, &w);
+					pthread_join(t, NULL);
+					dg_err ce = dg_tx_commit(tx);
+					const char *mode = concs[ci] == DG_PESSIMISTIC ? "PESSIMISTIC" : "OPTIMISTIC";
+					if (concs[ci] == DG_PESSIMISTIC) {
+						if (w.err != DG_ERR_TIMEOUT || ce != DG_OK)
+							fail_msg("%s iso %d %s match %d: writer %s, commit %s", mode, ii,
+							    rm ? "remove" : "replace", match, dg_strerror(w.err),
+							    dg_strerror(ce));
+						check_raw(c0, k, !match ? "1" : rm ? NULL : "2");
+					} else {
+						if (w.err != DG_OK || ce != DG_ERR_TX_CONFLICT)
+							fail_msg("%s iso %d %s match %d: writer %s, commit %s", mode, ii,
+							    rm ? "remove" : "replace", match, dg_strerror(w.err),
+							    dg_strerror(ce));
+						check_raw(c0, k, "5");
+					}
+				}
+	/* the tx's own write is what it compares: no conflict from it */
+	OK(dg_cache_put(c0, k, strlen(k), "1", 1));
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[0], DG_OPTIMISTIC, DG_READ_COMMITTED, 5000, "own", &tx));
+	OK(dg_cache_put(c0, k, strlen(k), "3", 1));
+	bool flag = false;
+	OK(dg_cache_replace_if_equals(c0, k, strlen(k), "3", 1, "4", 1, &flag));
+	assert_true(flag);
+	OK(dg_tx_commit(tx));
+	check_raw(c0, k, "4");
+	cluster_stop(&cl);
+}
+
 /* After a failed test: end the tx it left open on this thread (the next
  * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
  * settings a test changes, so one failure is not reported five times. */
@@ -1231,8 +1631,10 @@ static int after_test(void **state)
 	if (tx != NULL)
 		(void)dg_tx_rollback(tx);
 	atomic_store(&dgi_tx_crash_point, 0);
+	atomic_store(&dgi_tx_cut_node, 0);
 	start_client = false;
 	topology_timeout_ms = 1000;
+	request_timeout_ms = 5000;
 	return 0;
 }
 
@@ -1252,6 +1654,11 @@ int main(void)
 		cmocka_unit_test_teardown(test_near_crash_after_prepare_commits, after_test),
 		cmocka_unit_test_teardown(test_near_crash_before_all_prepared_rolls_back, after_test),
 		cmocka_unit_test_teardown(test_near_crash_after_one_commit_commits, after_test),
+		cmocka_unit_test_teardown(test_near_cut_after_prepare_is_unknown, after_test),
+		cmocka_unit_test_teardown(test_plain_op_request_timeout, after_test),
+		cmocka_unit_test_teardown(test_lock_wait_ended_by_fence_is_rolled_back, after_test),
+		cmocka_unit_test_teardown(test_lost_partitions_transactional, after_test),
+		cmocka_unit_test_teardown(test_cas_in_tx_every_mode, after_test),
 		cmocka_unit_test_teardown(test_tx_list, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_from_other_node, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_wakes_lock_waiter, after_test),

@@ -108,6 +108,7 @@ static const struct tr ALLOWED[] = {
 	{ N, RBG, E_RB,     RBG },
 	{ N, RBG, E_TOUT,   RBG },
 	{ N, RBG, E_LEFT,   RBG },
+	{ N, RBG, E_RCMT,   UNK },   /* prepares unanswered, rollback unconfirmed */
 	/* participant, ACTIVE */
 	{ P, ACT, E_OP,     ACT },
 	{ P, ACT, E_PREP,   ACT },   /* locking and validating */

@@ -33,9 +33,11 @@ typedef struct dgi_txent {
 	bool read;                /* the tx read the key (even if it wrote it later) */
 	bool found;               /* the read found a value */
 	bool read_locked;         /* near: the key is locked for the tx (PESSIMISTIC) */
+	bool check;               /* near: prepare checks the version read (a
+	                             compare-and-set compared the value) */
 	bool done;                /* near, commit: confirmed by its primary */
 	uint64_t origin;          /* near, commit: the primary it was prepared on */
-	int64_t ver_topver;       /* the version read (OPTIMISTIC SERIALIZABLE) */
+	int64_t ver_topver;       /* the version read (checked at prepare) */
 	uint64_t ver_counter;
 	uint32_t ver_order;
 	const uint8_t *key;       /* into the arena */

@@ -50,6 +50,8 @@ struct call {                   /* one request's answer */
 	dg_err err;
 	int64_t idx;
 	bool answered;              /* the peer answered (err is its verdict) */
+	bool sent;                  /* the request went out (the peer may have
+	                               acted on it even if it did not answer) */
 };
 
 struct dg_tx {
@@ -92,7 +94,9 @@ enum {
  * 1 after every participant prepared (no COMMIT sent), 2 after COMMIT went
  * to the first participant only, 3 after PREPARE went to the first
  * participant only.  commit() then returns DG_ERR_TX_UNKNOWN at once; the
- * test kills the node. */
+ * test kills the node.  4: the near node loses contact once every
+ * participant prepared (dgi_tx_cut_node: their answers are lost, nothing
+ * it sends arrives) and commit() goes on as if its PREPAREs timed out. */
 _Atomic int dgi_tx_crash_point;
 
 static _Thread_local dg_tx *tl_current;
@@ -431,12 +435,15 @@ static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
 	c->err = DG_ERR_TIMEOUT;
 	c->idx = -1;
 	c->answered = false;
+	c->sent = true; /* (read by this thread only, after wait_all) */
 	pthread_mutex_lock(&tx->mu);
 	tx->outstanding++;
 	pthread_mutex_unlock(&tx->mu);
 	dg_err e = dgi_txsvc_request(tx->s, to, type, body, timeout_ms ? timeout_ms : 1, cb, c);
-	if (e != DG_OK)
+	if (e != DG_OK) {
+		c->sent = false;
 		call_done(c, e, -1, false);
+	}
 	return e;
 }
 
@@ -587,15 +594,18 @@ static bool needs_lock(const dg_tx *tx, const dgi_txent *e, bool write)
 }
 
 /* Reads key inside the tx: *found, and the value appended to out (raw:
- * the byte string inside the BYTES value). */
-static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
-    bool unwrap, bool *found_out)
+ * the byte string inside the BYTES value).  lock: a PESSIMISTIC tx reads
+ * under the key's lock whatever its isolation (a compare-and-set). */
+static dg_err tx_read_as(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
+    bool unwrap, bool *found_out, bool lock_it)
 {
 	dg_err e = check_cache(tx, c);
 	if (e != DG_OK)
 		return e;
 	uint64_t hash;
 	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	if (dgi_cache_part_lost(c, part))
+		return fail_tx(tx, DG_ERR_PARTITION_LOST); /* as the ATOMIC path says */
 	uint32_t cid = dgi_cache_id_of(c);
 	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
 	const uint8_t *v = NULL;
@@ -612,7 +622,8 @@ static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, d
 		v = en->val;
 		vlen = en->vlen;
 	} else {
-		bool lock = needs_lock(tx, en, false);
+		bool lock = needs_lock(tx, en, false) ||
+		    (lock_it && tx->conc == DG_PESSIMISTIC && (en == NULL || !en->read_locked));
 		uint64_t at = 0;
 		e = lock_key(tx, c, part, key, (uint32_t)klen,
 		    lock ? DGI_TXL_READ : DGI_TXL_NOLOCK, &at);
@@ -655,6 +666,12 @@ static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, d
 	return DG_OK;
 }
 
+static dg_err tx_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
+    bool unwrap, bool *found_out)
+{
+	return tx_read_as(tx, c, key, klen, out, unwrap, found_out, false);
+}
+
 /* Writes (val NULL: removes) key inside the tx. */
 static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
     const uint8_t *val, size_t vlen, bool *had)
@@ -668,6 +685,8 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 		return DG_ERR_INVAL;
 	uint64_t hash;
 	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	if (dgi_cache_part_lost(c, part))
+		return fail_tx(tx, DG_ERR_PARTITION_LOST);
 	uint32_t cid = dgi_cache_id_of(c);
 	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
 	if (had != NULL) {
@@ -700,6 +719,41 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 }
 
 /* ---- the plain operations of TRANSACTIONAL caches (cache.h's hook) ---- */
+
+/* A compare-and-set's read (the current value into cur): what it compares
+ * must still be the key's value when the tx commits.  PESSIMISTIC: read
+ * under the key's lock (READ_COMMITTED too, whose reads otherwise take
+ * none), held to the end; OPTIMISTIC (and PESSIMISTIC, against a lock
+ * lost to a topology change): the entry's version is checked at prepare
+ * against the one read — changed, the commit fails DG_ERR_TX_CONFLICT —
+ * as a SERIALIZABLE read's is.  The tx's own write needs neither. */
+static dg_err cas_read(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen, dg_buf *cur,
+    bool *found)
+{
+	dg_err e = check_cache(tx, c);
+	if (e != DG_OK)
+		return e;
+	uint64_t hash;
+	dgi_cache_key_part(c, key, klen, &hash);
+	uint32_t cid = dgi_cache_id_of(c);
+	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
+	bool own = en != NULL && (en->op == DGI_TXOP_PUT || en->op == DGI_TXOP_REMOVE);
+	e = tx_read_as(tx, c, key, klen, cur, false, found, !own);
+	if ((e != DG_OK && e != DG_ERR_NOT_FOUND) || own)
+		return e;
+	en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
+	if (en == NULL || !en->read)
+		return e;
+	en->check = true;
+	if (tx->iso == DG_READ_COMMITTED) {
+		/* read again just now (READ_COMMITTED reads are not cached): the
+		 * version compared is this read's, not the first one's */
+		en->ver_topver = tx->ver.topver;
+		en->ver_counter = tx->ver.counter;
+		en->ver_order = tx->ver.order;
+	}
+	return e;
+}
 
 static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, dg_buf *out,
@@ -734,7 +788,7 @@ static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_
 	case DGI_CACHE_OP_REMOVE_IF_EQ: {
 		dg_buf *cur = &near_tls()->cas;
 		cur->len = 0;
-		e = tx_read(tx, c, key, klen, cur, false, &found);
+		e = cas_read(tx, c, key, klen, cur, &found);
 		if (e != DG_OK && e != DG_ERR_NOT_FOUND)
 			return e;
 		e = DG_OK;
@@ -754,7 +808,8 @@ static dg_err plain_op(dg_tx *tx, dg_cache *c, int op, const uint8_t *key, size_
 
 /* A plain operation on a TRANSACTIONAL cache: inside this thread's tx,
  * else (writes) as a one-operation PESSIMISTIC REPEATABLE_READ tx, so it
- * takes the key's lock like any tx. */
+ * takes the key's lock like any tx — bounded, like every plain
+ * operation, by the node's request_timeout_ms (not the tx default). */
 dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, dg_buf *out,
     bool unwrap, int64_t *flag)
@@ -765,7 +820,8 @@ dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_
 	if (op == DGI_CACHE_OP_GET)
 		return DG_ERR__COUNT; /* outside a tx: the committed value, as any read */
 	dg_tx *tx;
-	dg_err e = dgi_tx_begin(ctx, DG_PESSIMISTIC, DG_REPEATABLE_READ, 0, "implicit", &tx);
+	uint32_t timeout = dgi_grid_request_timeout(dgi_txsvc_grid(ctx));
+	dg_err e = dgi_tx_begin(ctx, DG_PESSIMISTIC, DG_REPEATABLE_READ, timeout, "implicit", &tx);
 	if (e != DG_OK)
 		return e;
 	e = plain_op(tx, c, op, key, klen, exp, elen, val, vlen, out, unwrap, flag);
@@ -941,7 +997,7 @@ static int64_t wire_op(const dg_tx *tx, const dgi_txent *e, bool resend)
 	int64_t op = e->op == DGI_TXOP_PUT || e->op == DGI_TXOP_REMOVE ? e->op : 0;
 	if (resend)
 		return op;
-	bool check = e->read && ((tx->conc == DG_PESSIMISTIC && e->read_locked &&
+	bool check = e->read && (e->check || (tx->conc == DG_PESSIMISTIC && e->read_locked &&
 	    tx->iso != DG_READ_COMMITTED) ||
 	    (tx->conc == DG_OPTIMISTIC && tx->iso == DG_SERIALIZABLE));
 	return op | (check ? DGI_TXOP_CHECK : 0);
@@ -1027,7 +1083,7 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 	dg_err e = DG_OK;
 	size_t *offs = alloca(sizeof(size_t) * (ng + 1));
 	for (uint32_t i = 0; i < ng; i++) /* not sent: a definite failure */
-		calls[i] = (struct call){ tx, DG_ERR_TIMEOUT, -1, true };
+		calls[i] = (struct call){ .tx = tx, .err = DG_ERR_TIMEOUT, .idx = -1 };
 	tx->wire.len = 0;
 	for (uint32_t i = 0; i < ng && e == DG_OK; i++) {
 		offs[i] = tx->wire.len;
@@ -1113,29 +1169,75 @@ static void release_others(dg_tx *tx, const struct group *groups, uint32_t ng)
 }
 
 /* How long past its timeout a commit may spend learning the outcome of a
- * one-phase commit whose primary did not answer. */
+ * commit some primary did not answer (its PREPARE's answer comes up to
+ * NET_SLACK_MS after the timeout). */
 #define RESOLVE_GRACE_MS 1000
 
-static bool uncertain(dg_err e)
+static uint32_t resolve_left(const dg_tx *tx)
 {
-	return e == DG_ERR_TIMEOUT || e == DG_ERR_CONN_BROKEN || e == DG_ERR_UNREACHABLE ||
-	    e == DG_ERR_CLOSED || e == DG_ERR_BUSY;
+	uint64_t now = dgi_now_ms(), until = tx->deadline + RESOLVE_GRACE_MS;
+	return now < until ? (uint32_t)(until - now) : 0;
+}
+
+/* Primary g->node left: did a surviving owner of its keys apply its
+ * entries (its copies, or a takeover of them)?  1 yes, 0 no (every owner
+ * answered), -1 cannot tell (an owner did not answer, or the time to
+ * learn it is up).  Each owner is asked once, within resolve_left. */
+static int owners_applied(dg_tx *tx, const struct ent_ref *refs, const struct group *g)
+{
+	uint64_t asked[32];
+	uint32_t nasked = 0;
+	int res = 0;
+	for (uint32_t i = 0; i < g->n; i++) {
+		const dgi_txent *e = refs[g->first + i].e;
+		dg_cache *c = dgi_grid_cache_by_id(dgi_txsvc_grid(tx->s), e->cache_id);
+		uint64_t own[8];
+		int64_t tv;
+		uint32_t k = c != NULL ? dgi_cache_owners(c, e->part, own, &tv) : 0;
+		for (uint32_t j = 0; j < k; j++) {
+			bool again = false;
+			for (uint32_t q = 0; q < nasked && !again; q++)
+				again = asked[q] == own[j];
+			if (again)
+				continue;
+			if (nasked < sizeof(asked) / sizeof(asked[0]))
+				asked[nasked++] = own[j];
+			uint32_t left = resolve_left(tx);
+			int64_t q = left > 0 ? dgi_txsvc_query(tx->s, own[j], &tx->id, g->node, left) : -1;
+			int bk = q >= 0 ? (int)((q >> 8) & 0xff) : DGI_TXQ_NONE;
+			if (bk == DGI_TXQ_COMMITTED || bk == DGI_TXQ_COMMITTING)
+				return 1;
+			if (q < 0)
+				res = -1;
+		}
+	}
+	return res;
+}
+
+/* Has primary g->node (alive) committed the tx — recovery's doing, when
+ * it took this node for gone?  1 yes (or committing), 0 no, -1 no answer. */
+static int primary_committed(dg_tx *tx, const struct group *g)
+{
+	uint32_t left = resolve_left(tx);
+	int64_t q = left > 0 ? dgi_txsvc_query(tx->s, g->node, &tx->id, 0, left) : -1;
+	if (q < 0)
+		return -1;
+	return (q & 0xff) == DGI_TXQ_COMMITTED || (q & 0xff) == DGI_TXQ_COMMITTING;
 }
 
 /* The one primary of a one-phase commit did not answer: learn whether it
  * committed.  Alive, it is asked to roll back — it refuses (STATE) only
  * when it committed.  Left, the tx committed iff a surviving owner of its
  * keys applied its copies: then the keys' current primaries make sure
- * every owner has them (a resend).  No new lock is granted on those keys
- * meanwhile: this commit is in flight under the old topology (the fence). */
+ * every owner has them (a resend); an owner that does not answer leaves
+ * it open (asked again).  No new lock is granted on those keys meanwhile:
+ * this commit is in flight under the old topology (the fence). */
 static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *groups,
     struct call *calls)
 {
 	uint64_t p = groups[0].node;
-	uint64_t until = tx->deadline + RESOLVE_GRACE_MS;
 	for (;;) {
-		uint64_t now = dgi_now_ms();
-		uint32_t left = now < until ? (uint32_t)(until - now) : 0;
+		uint32_t left = resolve_left(tx);
 		if (left == 0)
 			return DG_ERR_TX_UNKNOWN;
 		if (dgi_txsvc_alive(tx->s, p)) {
@@ -1152,19 +1254,12 @@ static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *g
 			sleep_ms(20);
 			continue;
 		}
-		bool applied = false;
-		for (uint32_t i = 0; i < groups[0].n && !applied; i++) {
-			dgi_txent *e = refs[groups[0].first + i].e;
-			dg_cache *c = dgi_grid_cache_by_id(dgi_txsvc_grid(tx->s), e->cache_id);
-			uint64_t own[8];
-			int64_t tv;
-			uint32_t k = c != NULL ? dgi_cache_owners(c, e->part, own, &tv) : 0;
-			for (uint32_t j = 0; j < k && !applied; j++) {
-				int64_t q = dgi_txsvc_query(tx->s, own[j], &tx->id, p, left);
-				applied = q >= 0 && ((q >> 8) & 0xff) == DGI_TXQ_COMMITTED;
-			}
+		int applied = owners_applied(tx, refs, &groups[0]);
+		if (applied < 0) {
+			sleep_ms(20);
+			continue; /* an owner did not answer: it may hold the copies */
 		}
-		if (!applied)
+		if (applied == 0)
 			return DG_ERR_TX_ROLLED_BACK; /* its only copy left with it */
 		step(tx, DGI_TXE_PREPARED); /* it committed: the decision was made there */
 		step(tx, DGI_TXE_COMMIT);
@@ -1175,6 +1270,109 @@ static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *g
 		calls[0].err = DG_ERR_CONN_BROKEN;
 		groups[0].origin = p;
 		return finish_decided(tx, refs, groups, 1, calls);
+	}
+}
+
+/* After a failed PREPARE round: may every primary have prepared?  Not
+ * when one refused (answered an error) or never got its PREPARE (not
+ * sent): that one will not prepare now (a late PREPARE finds the tx
+ * rolled back), so no one — recovery included — can commit the tx. */
+static bool all_may_have_prepared(const struct call *calls, uint32_t ng)
+{
+	for (uint32_t i = 0; i < ng; i++)
+		if (!calls[i].sent || (calls[i].answered && calls[i].err != DG_OK))
+			return false;
+	return true;
+}
+
+/* The first refusal of a PREPARE round (what the caller reports), else e. */
+static dg_err first_refusal(const struct call *calls, uint32_t ng, dg_err e)
+{
+	for (uint32_t i = 0; i < ng; i++)
+		if (calls[i].answered && calls[i].err != DG_OK)
+			return calls[i].err;
+	return e;
+}
+
+/* The PREPAREs went out and every primary may have prepared, but some did
+ * not answer (why: the round's error): the tx may commit without this
+ * node, since recovery commits a tx every primary of which prepared once
+ * it takes the near node for gone.  Learn the outcome before saying
+ * anything:
+ *   - a primary committed it (recovery did), or a left primary's copies
+ *     were applied: the decision is commit — *decided, the caller joins
+ *     it (COMMIT to every primary, resends);
+ *   - no primary committed (each answered, or left and no owner of its
+ *     keys applied its copies), then every one still alive confirmed a
+ *     ROLLBACK: the tx is rolled back everywhere, returns why;
+ *   - neither learnt before the timeout (plus RESOLVE_GRACE_MS):
+ *     DG_ERR_TX_UNKNOWN.
+ * The primaries are asked before any is rolled back, so a commit decided
+ * by recovery is joined rather than split.  One decided between the
+ * question and the ROLLBACK (it refuses: STATE) is joined too — those
+ * already rolled back stay so (the split recovery's assumption allows,
+ * README "Known limits"): the caller's commit cannot be confirmed by
+ * them, and ends DG_ERR_TX_UNKNOWN. */
+static dg_err settle_prepare(dg_tx *tx, const struct ent_ref *refs, const struct group *groups,
+    uint32_t ng, struct call *calls, dg_err why, bool *decided)
+{
+	bool undone[MAX_NODES] = { false }; /* rolled back there, for sure */
+	bool asked = false;                  /* no primary committed it */
+	dgi_msg_tx_ctl m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
+	*decided = false;
+	for (;;) {
+		uint32_t left = resolve_left(tx);
+		if (left == 0)
+			return DG_ERR_TX_UNKNOWN;
+		bool known = true;
+		for (uint32_t i = 0; i < ng && !asked; i++) {
+			if (undone[i])
+				continue;
+			bool alive = dgi_txsvc_alive(tx->s, groups[i].node);
+			int c = alive ? primary_committed(tx, &groups[i]) :
+			    owners_applied(tx, refs, &groups[i]);
+			if (c > 0) {
+				*decided = true;
+				return DG_OK;
+			}
+			if (c < 0)
+				known = false;
+			else if (!alive)
+				undone[i] = true; /* its prepared entries left with it */
+		}
+		asked = asked || known;
+		if (!asked) {
+			sleep_ms(20);
+			continue;
+		}
+		bool sent[MAX_NODES] = { false };
+		for (uint32_t i = 0; i < ng; i++)
+			if (!undone[i] && (sent[i] = dgi_txsvc_alive(tx->s, groups[i].node)))
+				request(tx, &calls[i], groups[i].node, DGI_MSG_TX_ROLLBACK, &m, left, on_ack);
+		wait_all(tx);
+		uint32_t open = 0;
+		for (uint32_t i = 0; i < ng; i++) {
+			if (undone[i])
+				continue;
+			if (sent[i] && calls[i].answered && calls[i].err == DG_ERR_STATE) {
+				*decided = true; /* committed (or committing) there meanwhile */
+				return DG_OK;
+			}
+			if (sent[i] && calls[i].answered && calls[i].err == DG_OK) {
+				undone[i] = true;
+				continue;
+			}
+			int c = sent[i] ? -1 : owners_applied(tx, refs, &groups[i]);
+			if (c > 0) {
+				*decided = true;
+				return DG_OK;
+			}
+			undone[i] = c == 0;
+			open += c != 0;
+		}
+		if (open == 0)
+			return why;
+		sleep_ms(20);
 	}
 }
 
@@ -1237,7 +1435,7 @@ static dg_err commit(dg_tx *tx)
 	step(tx, DGI_TXE_PREPARE);
 	if (ng == 1) {
 		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls);
-		if (e != DG_OK && !calls[0].answered && uncertain(e))
+		if (e != DG_OK && calls[0].sent && !calls[0].answered)
 			e = resolve_one_phase(tx, refs, groups, calls);
 		if (e == DG_OK || e == DG_ERR_TX_UNKNOWN) {
 			/* the one answer (or what was learnt) stands for all three */
@@ -1262,6 +1460,32 @@ static dg_err commit(dg_tx *tx)
 		goto out;
 	}
 	e = prepare_groups(tx, refs, groups, ng, topver, 0, calls);
+	if (e == DG_OK && atomic_load(&dgi_tx_crash_point) == 4) {
+		atomic_store(&dgi_tx_cut_node, tx->id.node);
+		for (uint32_t i = 0; i < ng; i++) {
+			calls[i].err = DG_ERR_TIMEOUT;
+			calls[i].answered = false;
+		}
+		e = DG_ERR_TIMEOUT;
+	}
+	if (e != DG_OK && all_may_have_prepared(calls, ng)) {
+		/* no primary refused: the outcome is not ours to assume */
+		bool decided;
+		e = settle_prepare(tx, refs, groups, ng, calls, e, &decided);
+		if (e == DG_ERR_TX_UNKNOWN) {
+			/* this node decided nothing but roll back; that it could
+			 * not confirm: a primary may commit by recovery */
+			step(tx, DGI_TXE_PREPARE_FAILED);
+			release_all(tx, release_wait(tx));
+			step(tx, DGI_TXE_RECOVERED_COMMIT);
+			dgi_txsvc_near_done(tx->s, &tx->id, false, true);
+			fprintf(stderr, "level=warn id=TX-UNKNOWN tx=%016llx:%llu phase=prepare\n",
+			    (unsigned long long)tx->id.node, (unsigned long long)tx->id.seq);
+			goto out;
+		}
+	} else if (e != DG_OK) {
+		e = first_refusal(calls, ng, e); /* rolled back for sure */
+	}
 	if (e != DG_OK)
 		goto out_fail;
 	step(tx, DGI_TXE_PREPARED);

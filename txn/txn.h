@@ -29,17 +29,29 @@
  *   DG_ERR_DEADLOCK        the tx was the victim of a deadlock (a cycle of
  *                          lock waits); it was rolled back and holds nothing
  *   DG_ERR_TX_CONFLICT     OPTIMISTIC SERIALIZABLE: a key read changed
- *                          before commit; rolled back
+ *                          before commit (any concurrency: a value a
+ *                          compare-and-set compared changed); rolled back
  *   DG_ERR_TIMEOUT         the tx's timeout passed (waiting for a lock, or
  *                          before the commit decision); rolled back
  *   DG_ERR_TX_ROLLED_BACK  the tx was rolled back for another reason (the
  *                          topology changed under a PESSIMISTIC tx's locks,
- *                          a participant left before the commit decision,
- *                          an earlier operation failed); retry it
- *   DG_ERR_TX_UNKNOWN      commit: the decision was commit, but this node
- *                          could not learn before the timeout that every
- *                          participant applied it; the participants finish
- *                          it one way everywhere (never half)
+ *                          a participant refused or left before the commit
+ *                          decision, an earlier operation failed); retry it
+ *   DG_ERR_TX_UNKNOWN      commit: the outcome could not be learnt before
+ *                          the timeout (plus up to 1 s): the decision was
+ *                          commit but not every participant confirmed it;
+ *                          or every PREPARE went out, none was refused,
+ *                          some was not answered, and the rollback could
+ *                          not be confirmed by every primary (recovery
+ *                          commits a tx all of whose primaries prepared
+ *                          once it takes the near node for gone); or a
+ *                          primary failed to apply after applying part.
+ *                          Either way the participants finish it one way
+ *                          everywhere (never half); it may be applied.
+ *   DG_ERR_PARTITION_LOST  the key's partition lost every copy (datagrid.h;
+ *                          until dg_cache_reset_lost): a read, write or lock
+ *                          of it, or the commit of a tx that wrote it; the
+ *                          tx is rolled back
  *   DG_ERR_STATE           the tx is not ACTIVE (commit/rollback called, or
  *                          an operation failed and rolled it back), or this
  *                          thread already has a current tx (begin)
@@ -48,6 +60,31 @@
  * bad argument, checked before anything is sent), the tx is rolled back:
  * only dg_tx_rollback (or commit, which returns DG_ERR_TX_ROLLED_BACK) is
  * left to call, to free it.
+ * Outcome truth: once commit sent PREPAREs, it reports a "not applied"
+ * error (all but DG_OK and DG_ERR_TX_UNKNOWN) only when it knows no
+ * participant can commit — a primary refused or never got its PREPARE, or
+ * every primary confirmed the rollback (one that left: no owner of its
+ * keys applied its entries).  A primary found committed by recovery is
+ * joined: commit goes on as decided (DG_OK or DG_ERR_TX_UNKNOWN).
+ *
+ * Plain operations (dg_cache_put, dg_cache_get, ... of cache.h) on a
+ * TRANSACTIONAL cache join the calling thread's current tx; outside one,
+ * a write runs as a one-operation PESSIMISTIC REPEATABLE_READ tx bounded
+ * by the node's request_timeout_ms (as every plain operation, not
+ * DG_TX_TIMEOUT_DEFAULT), and a read reads the committed value.
+ *
+ * Compare-and-set (dg_cache_replace_if_equals, dg_cache_remove_if_equals
+ * and their forms) is atomic in every mode: the value compared is the
+ * key's when the tx commits, or the commit fails.
+ *   outside a tx  a one-operation PESSIMISTIC REPEATABLE_READ tx: compared
+ *                 under the key's lock
+ *   PESSIMISTIC   compared under the key's lock, taken by the compare
+ *                 whatever the isolation (READ_COMMITTED too) and held to
+ *                 the end, whether it matched or not
+ *   OPTIMISTIC    (any isolation) the version of the value compared is
+ *                 checked at prepare, as SERIALIZABLE reads are: changed,
+ *                 the commit fails DG_ERR_TX_CONFLICT (matched or not)
+ * Compared with the tx's own earlier write, it needs neither.
  *
  * Threads: a tx is driven by one thread at a time.  dg_tx_begin makes it
  * the calling thread's current tx (dg_tx_current) until commit or
@@ -128,7 +165,9 @@ DG_API dg_err dg_tx_remove_all(dg_tx *tx, dg_cache *c, const dg_kv *kvs, size_t 
 
 /* Commits and frees the tx (also on error).  DG_OK: every write is applied
  * on every primary (and, FULL_SYNC, every backup).  Errors: see above; on
- * any error but DG_ERR_TX_UNKNOWN nothing was written. */
+ * any error but DG_ERR_TX_UNKNOWN nothing was written (outcome truth,
+ * above).  Bounded by the tx's timeout, plus up to 1 s to learn the
+ * outcome when a participant did not answer. */
 DG_API dg_err dg_tx_commit(dg_tx *tx);
 /* Rolls back (releases every lock, writes nothing) and frees the tx. */
 DG_API dg_err dg_tx_rollback(dg_tx *tx);

@@ -72,8 +72,11 @@ static const cell near_tab[DGI_TXS__COUNT][DGI_TXE__COUNT] = {
 	 * Further refusals, rollback() calls, the timeout or a participant
 	 * leaving (it holds nothing of the tx any more) change nothing but are
 	 * expected, so they are allowed and stay; a late PREPARED or a COMMIT is
-	 * refused. */
-	[DGI_TXS_ROLLING_BACK] = { NO,   NO,   NO,   RB,   NO,   NO,   RB,   RD,   RB,   RB,   NO,   NO },
+	 * refused.  RECOVERED_COMMIT: every primary may have prepared (none
+	 * refused, some did not answer) and the rollback could not be confirmed
+	 * everywhere before the timeout — recovery may commit the tx (or did,
+	 * after the primaries were asked): the outcome is UNKNOWN. */
+	[DGI_TXS_ROLLING_BACK] = { NO,   NO,   NO,   RB,   NO,   NO,   RB,   RD,   RB,   RB,   UK,   NO },
 
 	/* ROLLED_BACK: final. */
 	[DGI_TXS_ROLLED_BACK] =  { NO,   NO,   NO,   NO,   NO,   NO,   NO,   NO,   NO,   NO,   NO,   NO },

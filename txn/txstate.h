@@ -38,6 +38,11 @@
  * Before the decision (near ACTIVE, PREPARING, PREPARED, ROLLING_BACK),
  * PREPARE_FAILED, ROLLBACK, TIMEOUT and NODE_LEFT all lead to, or keep,
  * ROLLING_BACK.  ACTIVE with no participant may go straight to ROLLED_BACK.
+ * A near that sent every PREPARE, was refused by none but not answered by
+ * some, cannot assume the rollback it sends: recovery commits a tx every
+ * primary of which prepared once it takes the near for gone.  Unless every
+ * primary confirms the rollback, ROLLING_BACK ends on RECOVERED_COMMIT in
+ * UNKNOWN (DG_ERR_TX_UNKNOWN, never "rolled back").
  *
  * Refusals.  Every (state, event) pair not in the table is refused with
  * DG_ERR_STATE and leaves the state unchanged: late, duplicated or

@@ -443,9 +443,18 @@ static void ack(dgi_txsvc *s, const dg_msg_in *req, dg_err res, int64_t idx)
 	reply(s, req, DGI_MSG_TX_ACK, &r);
 }
 
+_Atomic uint64_t dgi_tx_cut_node;
+
+static bool cut_off(const dgi_txsvc *s)
+{
+	return atomic_load_explicit(&dgi_tx_cut_node, memory_order_relaxed) == s->self;
+}
+
 dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body,
     uint32_t timeout_ms, dg_reply_fn cb, void *ctx)
 {
+	if (cut_off(s))
+		return DG_ERR_UNREACHABLE;
 	if (to != s->self)
 		return dg_tp_request(s->tp, to, type, body, timeout_ms, cb, ctx);
 	pthread_mutex_lock(&s->lmu);
@@ -480,6 +489,8 @@ dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const vo
 
 dg_err dgi_txsvc_send(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body)
 {
+	if (cut_off(s))
+		return DG_ERR_UNREACHABLE;
 	if (to != s->self)
 		return dg_tp_send(s->tp, to, type, body);
 	_Alignas(16) uint8_t dec[DG_MSG_BODY_MAX];
@@ -709,12 +720,17 @@ static void add_backup(struct rec *r, uint64_t node)
 		r->bk[r->nbk++] = node;
 }
 
-/* What a wait of tx cancelled (DG_ERR_CLOSED) answers: DG_ERR_DEADLOCK
- * or DG_ERR_TX_ROLLED_BACK while tx is being killed, else err. */
+/* What a wait of tx cancelled (the lock table's DG_ERR_CLOSED) answers —
+ * never DG_ERR_CLOSED, which would tell the near node its own node is
+ * closing: DG_ERR_DEADLOCK or DG_ERR_TX_ROLLED_BACK while tx is being
+ * killed; DG_ERR_NOT_READY while this service stops (the near maps the key
+ * again); else DG_ERR_TX_ROLLED_BACK — its record here was ended (the
+ * topology fence, expiry, recovery, a rollback) and its locks released. */
 static dg_err victim_err(dgi_txsvc *s, const dgi_txid *tx, dg_err err)
 {
 	if (err != DG_ERR_CLOSED)
 		return err;
+	err = atomic_load(&s->stopping) ? DG_ERR_NOT_READY : DG_ERR_TX_ROLLED_BACK;
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; i < s->nvictims; i++)
 		if (dgi_txid_eq(&s->victims[i], tx)) {
@@ -1047,7 +1063,8 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 	for (uint32_t i = 0; i < f->nnear; i++)
 		if (f->near[i].v < v)
 			busy += f->near[i].n;
-	bool late = now - f->started_ms >= s->fence_timeout_ms;
+	uint64_t started = f->started_ms; /* (read below without fmu) */
+	bool late = now - started >= s->fence_timeout_ms;
 	/* a fence still shut after 3 s: say what it waits for (every 2 s) */
 	if (v != 0 && !f->open && now - f->started_ms >= 3000 && now - f->logged_ms >= 2000) {
 		f->logged_ms = now;
@@ -1095,7 +1112,7 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 			ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
 	}
 	if (check && busy > 0) {
-		if (now - f->started_ms >= 3000 && now - s->blocked_logged_ms >= 2000) {
+		if (now - started >= 3000 && now - s->blocked_logged_ms >= 2000) {
 			s->blocked_logged_ms = now;
 			pthread_mutex_lock(&s->mu);
 			for (uint32_t b = 0; b < NBUCKETS; b++)
@@ -1263,6 +1280,10 @@ static void h_lock(dgi_txsvc *s, const dg_msg_in *in)
 		}
 		if ((err = check_primary(s, c, part, m->topver)) != DG_OK) {
 			ack(s, in, err, -1);
+			return;
+		}
+		if (dgi_cache_part_lost(c, part)) {
+			ack(s, in, DG_ERR_PARTITION_LOST, -1); /* no lock on what is gone */
 			return;
 		}
 		if (m->flags & DGI_TXL_NOLOCK) {
@@ -1534,7 +1555,9 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		dg_cache *c = NULL;
 		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK || (c = tx_cache(s, en.cache_id, &e)) == NULL)
 			break;
-		if (locked_here) {
+		if (dgi_cache_part_lost(c, (uint32_t)en.part)) {
+			e = DG_ERR_PARTITION_LOST; /* nothing is written to a lost partition */
+		} else if (locked_here) {
 			uint64_t hash;
 			dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
 			dgi_txid owner = dgi_lock_owner(s->locks, (uint32_t)en.cache_id, en.key.ptr,
@@ -1827,7 +1850,7 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 static void commit_apply(dgi_txsvc *s, struct rec *r)
 {
 	dg_reader rd;
-	uint32_t n, nw = 0;
+	uint32_t n, nw = 0, applied = 0;
 	dgi_msg_tx_prepare m;
 	dg_err e = ents_open(r->body, r->blen, &m, &rd, &n);
 	bool full_sync = false;
@@ -1875,6 +1898,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		    en.val.len, r->id.node, r->id.seq, &en.ver, &en.expire_ms);
 		if (e != DG_OK)
 			break;
+		applied++;
 		en.val.ptr = val;
 		en.op = op;
 		e = dgi_txwire_put(&w, &en);
@@ -1902,8 +1926,10 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		r->have_req = false;
 	}
 	pthread_mutex_unlock(&s->mu);
+	/* a write failed after others were applied: neither "committed" nor
+	 * "not applied" is true */
 	if (have)
-		ack(s, &req, e, -1);
+		ack(s, &req, e != DG_OK && applied > 0 ? DG_ERR_TX_UNKNOWN : e, -1);
 	if (e == DG_OK && nbk > 0) {
 		to_backups(s, r, DGI_MSG_TX_COMMIT_COPY, &cp, bk, nbk, 10000);
 	} else {
@@ -2025,6 +2051,8 @@ static void h_query(dgi_txsvc *s, const dg_msg_in *in)
 int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t origin,
     uint32_t timeout_ms)
 {
+	if (cut_off(s))
+		return -1;
 	if (to == s->self)
 		return query_local(s, tx, origin);
 	dgi_msg_tx_ctl m = { (int64_t)tx->node, (int64_t)tx->seq, 0, 0, (int64_t)origin }, r;
@@ -2120,7 +2148,7 @@ static const struct handler {
 static void dispatch(dgi_txsvc *s, const dg_msg_in *in)
 {
 	uint32_t i = (uint32_t)in->type - DGI_MSG_TX_LOCK;
-	if (i >= sizeof(handlers) / sizeof(handlers[0]) || handlers[i].fn == NULL)
+	if (i >= sizeof(handlers) / sizeof(handlers[0]) || handlers[i].fn == NULL || cut_off(s))
 		return;
 	if (handlers[i].grid && s->g == NULL)
 		ack(s, in, DG_ERR_UNSUPPORTED, -1);

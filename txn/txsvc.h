@@ -186,7 +186,8 @@ typedef struct dgi_txsvc_stats {
  * tp and starts the deadline thread.  g NULL: a bare lock service (TX_LOCK
  * with topver 0 and TX_UNLOCK only; tests).  *out: dgi_txsvc_stop. */
 dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out);
-/* Unsets the handlers, answers every waiter DG_ERR_CLOSED, frees. */
+/* Unsets the handlers, answers every lock waiter DG_ERR_NOT_READY (the
+ * near maps the key again), frees. */
 void dgi_txsvc_stop(dgi_txsvc *s);
 void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out);
 
@@ -235,6 +236,13 @@ dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const vo
     uint32_t timeout_ms, dg_reply_fn cb, void *ctx);
 /* A one-way message to `to` (this node: run here). */
 dg_err dgi_txsvc_send(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void *body);
+
+/* Tests only: the id of a node whose tx service is cut off from the
+ * others (0: none) — it sends no tx message (requests fail unsent,
+ * DG_ERR_UNREACHABLE; TX_QUERY asks nobody) and handles none, while its
+ * membership goes on: a near node that lost contact but is still in the
+ * topology. */
+extern _Atomic uint64_t dgi_tx_cut_node;
 
 /* ---- the near side (txn.c), for node/ ---- */
 #include "txn.h"
