@@ -534,6 +534,12 @@ static void test_lost_on_every_path_atomic(void **state)
 	lost_case(DG_ATOMIC);
 }
 
+static void test_lost_on_every_path_transactional(void **state)
+{
+	(void)state;
+	lost_case(DG_TRANSACTIONAL);
+}
+
 /* A new owner still fetching a partition whose every other copy dies holds
  * part of it at most: the partition is lost, not a partial one served as
  * whole (keys it had not fetched read as absent before). */
@@ -593,6 +599,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_retry_applied_once_after_move),
 		cmocka_unit_test(test_moving_primary_serves_no_stale_copy),
 		cmocka_unit_test(test_lost_on_every_path_atomic),
+		cmocka_unit_test(test_lost_on_every_path_transactional),
 		cmocka_unit_test(test_moving_without_supplier_is_lost),
 	};
 	return cmocka_run_group_tests_name("cache_sync", tests, NULL, NULL);
