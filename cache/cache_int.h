@@ -151,6 +151,10 @@ typedef struct dgi_part {
 	uint32_t pw_nfree;
 	uint32_t dd_cap, dd_count;  /* the update-id table (dedup.c) */
 	struct dgi_dd *dd;
+	struct dgi_recent *recent;  /* the last FULL_SYNC copies applied as a
+	                               backup (DGI_RECENT of them, a ring;
+	                               pending.c, dgi_pw_promoted) */
+	uint8_t nrecent, recent_at;
 	/* Whole copies (rebalance.c, "Whole copies"); written under mu,
 	 * whole is also read without it by the rebalancer's scan.
 	 * whole:  the copy holds every entry of the partition — it owned it
@@ -552,7 +556,22 @@ void dgi_pw_ack(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t id, dg_node_id
 void dgi_pw_retopo(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now);
 void dgi_pw_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms);
 void dgi_pw_forget_all(dgi_grid *g, dg_cache *c, dg_err err);
-void dgi_pw_free_part(dgi_part *pt);   /* the free list (no record pending) */
+void dgi_pw_free_part(dgi_part *pt);   /* the free list and the ring below */
+
+/* The last FULL_SYNC copies a backup applied, per partition: a backup
+ * that becomes the primary sends them again as pending writes, so a value
+ * its failed primary had not yet sent to every backup is not served until
+ * every owner has it.  A write older than the last DGI_RECENT copies was
+ * sent before them, on the same connections, so the other backups have it
+ * whenever they have those. */
+#define DGI_RECENT 8
+struct dgi_recent {
+	uint64_t hash;
+	dgi_pver ver;
+};
+void dgi_pw_recent(dgi_part *pt, uint64_t hash, const dgi_pver *ver);
+/* This node became the primary of part under now (partition locked). */
+void dgi_pw_promoted(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now);
 
 /* ---- the update-id table (dedup.c) ---- */
 struct dgi_dd {

@@ -350,6 +350,15 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			atomic_store(&pt->state, ns);
 			pt->state_topver = t->version;
 		}
+		if (pt->nrecent > 0) {
+			/* a backup that becomes the primary: its last copies may
+			 * not be on every other backup yet (its primary failed) */
+			if (rn == 0 && (ns == P_OWNING || ns == P_MOVING) && old != NULL &&
+			    dgi_aff_role(old, p, g->self) > 0 && c->cfg.write_sync == DG_FULL_SYNC)
+				dgi_pw_promoted(g, c, p, now);
+			else if (rn <= 0)
+				pt->nrecent = pt->recent_at = 0; /* no longer a backup */
+		}
 		if (pt->pending != NULL)
 			dgi_pw_retopo(g, c, p, now); /* FULL_SYNC writes in flight */
 		pthread_mutex_unlock(&pt->mu);

@@ -419,8 +419,35 @@ void dgi_pw_forget_all(dgi_grid *g, dg_cache *c, dg_err err)
 	}
 }
 
+void dgi_pw_recent(dgi_part *pt, uint64_t hash, const dgi_pver *ver)
+{
+	if (pt->recent == NULL &&
+	    (pt->recent = dgi_alloc(DGI_RECENT * sizeof(*pt->recent))) == NULL)
+		return; /* the originator's retry still repairs it */
+	pt->recent[pt->recent_at] = (struct dgi_recent){ hash, *ver };
+	pt->recent_at = (uint8_t)((pt->recent_at + 1) % DGI_RECENT);
+	if (pt->nrecent < DGI_RECENT)
+		pt->nrecent++;
+}
+
+void dgi_pw_promoted(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now)
+{
+	dgi_part *pt = &c->parts[part];
+	for (uint8_t i = 0; i < pt->nrecent; i++) {
+		dgi_entry *e = dgi_part_find_ver(pt, pt->recent[i].hash, &pt->recent[i].ver);
+		if (e == NULL || (e->flags & DGI_ENTRY_PENDING))
+			continue; /* superseded, gone, or already being sent */
+		dg_err err;
+		dgi_pw_start(g, c, part, now, e, &err);
+	}
+	pt->nrecent = pt->recent_at = 0;
+}
+
 void dgi_pw_free_part(dgi_part *pt)
 {
+	dgi_free(pt->recent);
+	pt->recent = NULL;
+	pt->nrecent = pt->recent_at = 0;
 	while (pt->pw_free != NULL) {
 		struct pw *w = pt->pw_free;
 		pt->pw_free = w->next;

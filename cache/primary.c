@@ -373,6 +373,8 @@ static dg_err backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m)
 			pthread_mutex_lock(&pt->mu);
 			dgi_dedup_put(pt, (uint64_t)m->op_node, (uint64_t)m->op_seq, m->flag,
 			    dgi_now_ms());
+			if (m->pw != 0)
+				dgi_pw_recent(pt, hash, &ver);
 			pthread_mutex_unlock(&pt->mu);
 		}
 	}

@@ -432,6 +432,74 @@ static void test_retry_applied_once_after_move(void **state)
 	dg_node_stop(a);
 }
 
+/* The primary fails after one backup applied a write and before another
+ * had it, and nobody retries it: the backup that becomes the primary sends
+ * its last copies again (as pending writes) before it serves them, so the
+ * value a reader gets is on every owner. */
+static void test_promoted_backup_finishes_last_copies(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "promote");
+	cc.backups = 2;
+	cc.partitions = 32;
+	dg_cache *cli;
+	OK(dg_cache_create(cl.n[3], &cc, &cli));
+	dg_cache *c0 = cache_on(cl.n[0], "promote");
+	OK(dg_cache_wait_rebalanced(c0, 5000));
+	dg_node_id a = dg_node_get_id(cl.n[0]), b = dg_node_get_id(cl.n[1]);
+	char key[32], buf[32];
+	int i = 0;
+	for (;; i++) { /* owners in order A, B, C: B is the next primary */
+		snprintf(key, sizeof(key), "p%d", i);
+		if (owner_of(cli, key, 0) == a && owner_of(cli, key, 1) == b)
+			break;
+	}
+	OK(dg_cache_put(cli, key, strlen(key), "v1", 2));
+	/* A writes v2 as the primary; B applies it, C drops it; then A dies
+	 * with the write pending and no originator to retry it */
+	atomic_store(&dgi_test_drop_backups_at, dg_node_get_id(cl.n[2]));
+	uint8_t k[64], v[16];
+	struct upd u;
+	memset(&u, 0, sizeof(u));
+	u.op = OP_PUT;
+	u.sync = DG_FULL_SYNC;
+	u.key = k;
+	u.klen = (uint32_t)enc_raw(key, k);
+	u.hash = dgi_key_hash(k, u.klen);
+	u.part = dgi_part_of(u.hash, 32);
+	u.val = v;
+	u.vlen = (uint32_t)enc_raw("v2", v);
+	u.op_node = a;
+	u.op_seq = (300ull << 40) | 1;
+	u.topver = atomic_load(&c0->aff)->topver;
+	OK(dgi_primary_apply(c0->g, c0, &u));
+	assert_non_null(u.pw);
+	pthread_mutex_unlock(&c0->parts[u.part].mu); /* nobody waits for it */
+	dg_cache *c1 = cache_on(cl.n[1], "promote"), *c2 = cache_on(cl.n[2], "promote");
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (strcmp(get_s(c1, key, buf, sizeof(buf)), "v2") != 0) { /* B has it */
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	usleep(200 * 1000);
+	assert_string_equal(get_s(c2, key, buf, sizeof(buf)), "v1"); /* C does not */
+	dgi_node_kill(cl.n[0]);
+	cl.n[0] = NULL;
+	atomic_store(&dgi_test_drop_backups_at, 0);
+	/* B, now the primary, sends v2 to C before anyone reads it from B */
+	deadline = dgi_now_ms() + 8000;
+	while (strcmp(get_s(c2, key, buf, sizeof(buf)), "v2") != 0) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	assert_string_equal(get_s(cli, key, buf, sizeof(buf)), "v2");
+	for (int n = 1; n < 4; n++)
+		dg_node_stop(cl.n[n]);
+}
+
 /* ---- defect 2: a MOVING primary serves no copy older than its move ---- */
 
 static void test_moving_primary_serves_no_stale_copy(void **state)
@@ -597,6 +665,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_retry_applied_once_after_other_writes),
 		cmocka_unit_test(test_retry_applied_once_after_failover),
 		cmocka_unit_test(test_retry_applied_once_after_move),
+		cmocka_unit_test(test_promoted_backup_finishes_last_copies),
 		cmocka_unit_test(test_moving_primary_serves_no_stale_copy),
 		cmocka_unit_test(test_lost_on_every_path_atomic),
 		cmocka_unit_test(test_lost_on_every_path_transactional),
