@@ -2911,7 +2911,7 @@ static int64_t morder(struct mnode *in, struct mnode *who)
 	return o;
 }
 
-/* Node `victim` of three is paused for 2.5 failure timeouts: the others
+/* Node `victim` of three is paused for 3 failure timeouts: the others
  * drop it.  On waking it heard nothing for longer than the timeout, but
  * the silence was its own: it must not declare the others failed nor
  * install a topology of its own; told by them that it is out, it joins
@@ -2936,13 +2936,13 @@ static void pause_and_back(int victim)
 	int64_t order = morder(&n[0], &n[victim]);
 	int a = (victim + 1) % 3, b = (victim + 2) % 3;
 	uint64_t t0 = dgi_now_ms();
-	mnode_pause(&n[victim], 2500, &n[a]);
-	/* the others drop it while it is paused */
+	mnode_pause(&n[victim], 3000, &n[a]);
+	/* the others drop it while it is paused (timeout + heartbeat) */
 	WAIT_FOR_MS(mcount(&n[a]) == 2 && mcount(&n[b]) == 2 &&
-	    mversion(&n[a]) == mversion(&n[b]), 2400);
-	assert_true(dgi_now_ms() - t0 < 2500);
+	    mversion(&n[a]) == mversion(&n[b]), 2900);
+	assert_true(dgi_now_ms() - t0 < 3000);
 	/* back: one topology of three, within 5 s of the pause's end */
-	WAIT_FOR_MS(magree(n, 3, 3) && mversion(&n[a]) > v + 1, 2500 + 5000);
+	WAIT_FOR_MS(magree(n, 3, 3) && mversion(&n[a]) > v + 1, 3000 + 5000);
 	/* joined again as the newest member (the next order after the others') */
 	int64_t max = 0;
 	for (int i = 0; i < 3; i++)
@@ -2962,6 +2962,114 @@ static void pause_and_back(int victim)
 		mnode_stop(&n[i], false);
 	for (int i = 0; i < 3; i++)
 		pthread_mutex_destroy(&l[i].mu);
+}
+
+struct removed_log {
+	_Atomic int n;
+	_Atomic int64_t version;
+	_Atomic uint32_t count;
+};
+
+/* A REMOVED's topology: its version and node count (LIST: version, n, ...). */
+static void on_removed_log(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	struct removed_log *l = ctx;
+	const dg_msg_raw *b = in->body;
+	dg_reader r;
+	uint32_t count;
+	int64_t v = 0, n = 0;
+	(void)tp;
+	dg_reader_init(&r, reg, b->list.ptr, b->list.len);
+	if (dg_read_begin(&r, DG_LIST, &count) == DG_OK && dg_read_i64(&r, &v) == DG_OK &&
+	    dg_read_i64(&r, &n) == DG_OK) {
+		atomic_store(&l->version, v);
+		atomic_store(&l->count, (uint32_t)n);
+	}
+	atomic_fetch_add(&l->n, 1);
+}
+
+/* A TOPOLOGY/REMOVED body: version, the nodes (id, order, url), no baseline. */
+static void topo_body(dg_buf *b, int64_t version, const dg_node_id *ids, const char *const *urls,
+    int n)
+{
+	dg_writer w;
+	dg_buf_reset(b);
+	dg_writer_init(&w, reg, b);
+	OK(dg_write_list_begin(&w, 3 + 4 * (uint32_t)n));
+	OK(dg_write_i64(&w, version));
+	OK(dg_write_i64(&w, n));
+	for (int i = 0; i < n; i++) {
+		OK(dg_write_i64(&w, (int64_t)ids[i]));
+		OK(dg_write_i64(&w, i + 1));
+		OK(dg_write_str(&w, urls[i], strlen(urls[i])));
+		OK(dg_write_i64(&w, 0));
+	}
+	OK(dg_write_i64(&w, -1));
+	OK(dg_write_end(&w));
+	OK(dg_writer_finish(&w));
+}
+
+/* The REMOVED rules (PROTOCOL.md, "A paused node"): a member answers a
+ * HEARTBEAT from a node outside its topology with REMOVED carrying it —
+ * unless the heartbeat's version is newer (a joiner whose TOPOLOGY has not
+ * arrived yet).  A member ignores a REMOVED that is not newer than its
+ * topology, or that comes from a node outside the topology it carries;
+ * a newer one from a member of it makes it drop out and join again. */
+static void test_membership_removed_rules(void **state)
+{
+	(void)state;
+	struct mnode n[2];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 2, 2));
+	int64_t v = mversion(&n[0]);
+	dg_tp *x = NODE(.secret = "membership");
+	struct removed_log l = { 0 };
+	OK(dg_tp_handle(x, DG_MSG_REMOVED, on_removed_log, &l));
+	connect_ok(x, n[0].tp);
+	connect_ok(x, n[1].tp);
+
+	/* a heartbeat of a newer version: a joiner, no answer */
+	dg_msg_heartbeat hb = { v + 5, 0 };
+	OK(dg_tp_send(x, dg_tp_self(n[0].tp), DG_MSG_HEARTBEAT, &hb));
+	sleep_ms(300);
+	assert_int_equal(atomic_load(&l.n), 0);
+	/* an older one: told it is out, with n[0]'s topology */
+	hb.topology_version = v - 1;
+	OK(dg_tp_send(x, dg_tp_self(n[0].tp), DG_MSG_HEARTBEAT, &hb));
+	WAIT_FOR(atomic_load(&l.n) == 1);
+	assert_int_equal(atomic_load(&l.version), v);
+	assert_int_equal(atomic_load(&l.count), 2);
+
+	/* REMOVED that n[1] must ignore: not newer; newer but from a node
+	 * outside the topology it carries */
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_node_id only0[] = { dg_tp_self(n[0].tp) };
+	const char *url0[] = { dg_tp_address(n[0].tp) };
+	topo_body(&b, v, only0, url0, 1);
+	dg_msg_raw body = { { b.data, (uint32_t)b.len } };
+	OK(dg_tp_send(x, dg_tp_self(n[1].tp), DG_MSG_REMOVED, &body));
+	topo_body(&b, v + 10, only0, url0, 1);
+	body = (dg_msg_raw){ { b.data, (uint32_t)b.len } };
+	OK(dg_tp_send(x, dg_tp_self(n[1].tp), DG_MSG_REMOVED, &body));
+	sleep_ms(300);
+	assert_int_equal(mversion(&n[1]), v);
+	assert_true(magree(n, 2, 2));
+
+	/* newer, from a member of it: n[1] drops out (installs it) and joins
+	 * again through n[0], above that version */
+	dg_node_id with_x[] = { dg_tp_self(n[0].tp), dg_tp_self(x) };
+	const char *url_x[] = { dg_tp_address(n[0].tp), dg_tp_address(x) };
+	topo_body(&b, v + 10, with_x, url_x, 2);
+	body = (dg_msg_raw){ { b.data, (uint32_t)b.len } };
+	OK(dg_tp_send(x, dg_tp_self(n[1].tp), DG_MSG_REMOVED, &body));
+	WAIT_FOR(magree(n, 2, 2) && mversion(&n[1]) > v + 10);
+	dg_buf_free(&b);
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+	dg_tp_stop(x);
 }
 
 static void test_membership_pause_member(void **state)
@@ -3474,6 +3582,7 @@ int main(void)
 		cmocka_unit_test(test_membership_baseline),
 		cmocka_unit_test(test_membership_resync_on_unknown_report),
 		cmocka_unit_test(test_membership_refused),
+		cmocka_unit_test(test_membership_removed_rules),
 		cmocka_unit_test(test_membership_pause_member),
 		cmocka_unit_test(test_membership_pause_coordinator),
 		cmocka_unit_test(test_tcp_partial_writes),

@@ -713,6 +713,20 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dgi_log("info", "NODE-JOINED", "node=%016llx order=%lld version=%lld",
 		    (unsigned long long)j->node_id, (long long)ack.order,
 		    (long long)ack.topology_version);
+	} else if (j->floor >= ack.topology_version) {
+		/* a member rejoining (PROTOCOL.md, "A paused node") that was
+		 * told it is out by a version this coordinator has not seen:
+		 * a version above that one puts it, and everyone, on this
+		 * topology (it would wait for one forever otherwise) */
+		struct change ch = { .force = true, .floor = j->floor };
+		dg_err e = change_apply(m, &ch);
+		if (e != DG_OK) {
+			dg_tp_reply_error(tp, in, e);
+			return;
+		}
+		dgi_log("warn", "TOPOLOGY-RESYNC", "rejoined_by=%016llx their_version=%lld version=%lld",
+		    (unsigned long long)j->node_id, (long long)j->floor, (long long)ch.version);
+		ack.topology_version = ch.version;
 	}
 	dg_tp_reply(tp, in, DG_MSG_JOIN_ACK, &ack);
 }
