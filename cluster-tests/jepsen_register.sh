@@ -260,7 +260,7 @@ node_story() {
 	local line nf
 	nf=$(grep -c ' id=NODE-FAILED ' "$WORK/$1.err" 2>/dev/null) || true
 	log "    $1 declared $nf node(s) failed (NODE-FAILED lines); its last membership lines:"
-	grep -E ' id=(SEGMENTED|TOPOLOGY|NODE-REMOVED|NODE-JOINED|JOIN[A-Z-]*) |level=error' \
+	grep -E ' id=(SEGMENTED|TOPOLOGY|NODE-REMOVED|NODE-REMOVED-SELF|REMOVED-TOLD|SELF-PAUSED|SELF-PAUSE-OVER|REJOIN-[A-Z]+|NODE-REJOINED|NODE-JOINED|JOIN[A-Z-]*) |level=error' \
 		"$WORK/$1.err" 2>/dev/null | tail -n 4 | while IFS= read -r line; do
 		log "    $1: $line"
 	done || true

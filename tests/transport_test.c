@@ -682,7 +682,7 @@ static void test_msg_rows_roundtrip(void **state)
 		assert_int_equal(o.attrs, DG_NODE_CLIENT);
 		assert_int_equal(o.floor, 77);
 	}
-	{ /* TOPOLOGY, TYPES_SNAPSHOT: one LIST, kept whole */
+	{ /* TOPOLOGY, REMOVED, TYPES_SNAPSHOT: one LIST, kept whole */
 		dg_buf list;
 		dg_writer lw;
 		dg_buf_init(&list);
@@ -694,8 +694,8 @@ static void test_msg_rows_roundtrip(void **state)
 		OK(dg_write_str(&lw, "tcp://a:1", 9));
 		OK(dg_write_end(&lw));
 		OK(dg_writer_finish(&lw));
-		const dg_msg_type lt[] = { DG_MSG_TOPOLOGY, DG_MSG_TYPES_SNAPSHOT };
-		for (size_t i = 0; i < 2; i++) {
+		const dg_msg_type lt[] = { DG_MSG_TOPOLOGY, DG_MSG_REMOVED, DG_MSG_TYPES_SNAPSHOT };
+		for (size_t i = 0; i < sizeof(lt) / sizeof(lt[0]); i++) {
 			dg_msg_raw m = { { list.data, (uint32_t)list.len } }, o;
 			dg_buf_reset(&ref);
 			OK(dg_buf_reserve(&ref, list.len));
@@ -844,11 +844,11 @@ static void test_msg_define(void **state)
 	static const char *const names[] = { "UNKNOWN", "HELLO", "CHALLENGE", "PROOF",
 		"WELCOME", "REJECT", "PING", "HEARTBEAT", "JOIN", "JOIN_ACK", "TOPOLOGY",
 		"NODE_FAILED", "TYPE_PROPOSE", "TYPE_ANNOUNCE", "TYPES_SNAPSHOT", "LEAVE",
-		"ECHO", "BASELINE", "BASELINE_ACK" };
-	for (int t = 0; t <= DG_MSG_BASELINE_ACK; t++)
+		"ECHO", "BASELINE", "BASELINE_ACK", "REMOVED" };
+	for (int t = 0; t <= DG_MSG_REMOVED; t++)
 		assert_string_equal(dg_msg_name((dg_msg_type)t), names[t]);
 	assert_null(dg_msg_row_of(DG_MSG_UNKNOWN)); /* a name, but no codec */
-	assert_string_equal(dg_msg_name((dg_msg_type)(DG_MSG_BASELINE_ACK + 1)), "?");
+	assert_string_equal(dg_msg_name((dg_msg_type)(DG_MSG_REMOVED + 1)), "?");
 	assert_string_equal(dg_msg_name((dg_msg_type)T_UNUSED), "?");
 	assert_string_equal(dg_msg_name(DG_MSG__COUNT), "?");
 	assert_string_equal(dg_msg_name((dg_msg_type)70000), "?");
@@ -2823,6 +2823,267 @@ static void test_membership_types(void **state)
 	mnode_stop(&n[0], false);
 }
 
+/* ---- a paused node (issue 12) ---- */
+
+/* Every version a node installed, with a hash of its ordered node ids: two
+ * nodes must never install different topologies under one version. */
+struct vlog {
+	pthread_mutex_t mu;
+	int n;
+	int64_t v[256];
+	uint64_t h[256];
+};
+
+static uint64_t topo_hash(const dg_topology *t)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (uint32_t i = 0; i < t->count; i++)
+		h = (h ^ t->nodes[i].id) * 1099511628211ull;
+	return h;
+}
+
+static void on_vlog(void *ctx, const dg_topology *old, const dg_topology *now)
+{
+	struct vlog *l = ctx;
+	(void)old;
+	pthread_mutex_lock(&l->mu);
+	if (l->n < 256) {
+		l->v[l->n] = now->version;
+		l->h[l->n++] = topo_hash(now);
+	}
+	pthread_mutex_unlock(&l->mu);
+}
+
+/* No version installed with two different node lists, across nodes. */
+static void vlogs_check(struct vlog *l, int n)
+{
+	static struct vlog c[8];
+	for (int a = 0; a < n && a < 8; a++) {
+		pthread_mutex_lock(&l[a].mu);
+		c[a].n = l[a].n;
+		memcpy(c[a].v, l[a].v, sizeof(c[a].v));
+		memcpy(c[a].h, l[a].h, sizeof(c[a].h));
+		pthread_mutex_unlock(&l[a].mu);
+	}
+	for (int a = 0; a < n && a < 8; a++)
+		for (int b = a + 1; b < n && b < 8; b++)
+			for (int i = 0; i < c[a].n; i++)
+				for (int j = 0; j < c[b].n; j++)
+					if (c[a].v[i] == c[b].v[j] && c[a].h[i] != c[b].h[j])
+						fail_msg("version %lld installed with two node lists "
+						    "(nodes %d and %d)", (long long)c[a].v[i], a, b);
+}
+
+static void on_echo_block(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)tp;
+	(void)in;
+	sleep_ms((unsigned)(uintptr_t)ctx);
+}
+
+/* Pauses n for ms as a SIGSTOP would: its membership thread (heartbeats,
+ * failure detection) and its transport's reactor thread (every tcp://
+ * read, every handler) stop running; frames sent to it wait in its
+ * sockets.  The reactor is held by an ECHO handler that blocks, sent by
+ * `by`. */
+static void mnode_pause(struct mnode *n, unsigned ms, struct mnode *by)
+{
+	OK(dg_tp_handle(n->tp, DG_MSG_ECHO, on_echo_block, (void *)(uintptr_t)ms));
+	dgi_member_test_stall(n->m, ms);
+	dg_msg_bytes b = { { (const uint8_t *)"zz", 2 } };
+	OK(dg_tp_send(by->tp, dg_tp_self(n->tp), DG_MSG_ECHO, &b));
+}
+
+static uint32_t mcount(struct mnode *n)
+{
+	dg_topology *t = dg_member_topology(n->m);
+	uint32_t c = t ? t->count : 0;
+	dg_topology_release(t);
+	return c;
+}
+
+static int64_t morder(struct mnode *in, struct mnode *who)
+{
+	dg_topology *t = dg_member_topology(in->m);
+	const dg_topology_node *x = dg_topology_find(t, dg_tp_self(who->tp));
+	int64_t o = x ? x->order : -1;
+	dg_topology_release(t);
+	return o;
+}
+
+/* Node `victim` of three is paused for 3 failure timeouts: the others
+ * drop it.  On waking it heard nothing for longer than the timeout, but
+ * the silence was its own: it must not declare the others failed nor
+ * install a topology of its own; told by them that it is out, it joins
+ * again as a new member (a new order) and all three agree on one topology
+ * within a few seconds of the pause's end.  No version is ever installed
+ * with two different node lists. */
+static void pause_and_back(int victim)
+{
+	struct mnode n[3];
+	struct vlog l[3];
+	memset(n, 0, sizeof(n));
+	memset(l, 0, sizeof(l));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	for (int i = 0; i < 3; i++) {
+		pthread_mutex_init(&l[i].mu, NULL);
+		OK(dg_member_listen(n[i].m, on_vlog, &l[i]));
+	}
+	int64_t v = mversion(&n[0]);
+	int64_t order = morder(&n[0], &n[victim]);
+	int a = (victim + 1) % 3, b = (victim + 2) % 3;
+	uint64_t t0 = dgi_now_ms();
+	mnode_pause(&n[victim], 3000, &n[a]);
+	/* the others drop it while it is paused (timeout + heartbeat) */
+	WAIT_FOR_MS(mcount(&n[a]) == 2 && mcount(&n[b]) == 2 &&
+	    mversion(&n[a]) == mversion(&n[b]), 2900);
+	assert_true(dgi_now_ms() - t0 < 3000);
+	/* back: one topology of three, within 5 s of the pause's end */
+	WAIT_FOR_MS(magree(n, 3, 3) && mversion(&n[a]) > v + 1, 3000 + 5000);
+	/* joined again as the newest member (the next order after the others') */
+	int64_t max = 0;
+	for (int i = 0; i < 3; i++)
+		if (morder(&n[a], &n[i]) > max)
+			max = morder(&n[a], &n[i]);
+	assert_int_equal(morder(&n[a], &n[victim]), max);
+	assert_true(victim == 2 ? max == order : max > order);
+	assert_true(morder(&n[victim], &n[victim]) == morder(&n[a], &n[victim]));
+	vlogs_check(l, 3);
+	/* and it stays: nobody is dropped once it is back */
+	int64_t back = mversion(&n[a]);
+	sleep_ms(1500);
+	assert_true(magree(n, 3, 3));
+	assert_int_equal(mversion(&n[a]), back);
+	vlogs_check(l, 3);
+	for (int i = 2; i >= 0; i--)
+		mnode_stop(&n[i], false);
+	for (int i = 0; i < 3; i++)
+		pthread_mutex_destroy(&l[i].mu);
+}
+
+struct removed_log {
+	_Atomic int n;
+	_Atomic int64_t version;
+	_Atomic uint32_t count;
+};
+
+/* A REMOVED's topology: its version and node count (LIST: version, n, ...). */
+static void on_removed_log(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	struct removed_log *l = ctx;
+	const dg_msg_raw *b = in->body;
+	dg_reader r;
+	uint32_t count;
+	int64_t v = 0, n = 0;
+	(void)tp;
+	dg_reader_init(&r, reg, b->list.ptr, b->list.len);
+	if (dg_read_begin(&r, DG_LIST, &count) == DG_OK && dg_read_i64(&r, &v) == DG_OK &&
+	    dg_read_i64(&r, &n) == DG_OK) {
+		atomic_store(&l->version, v);
+		atomic_store(&l->count, (uint32_t)n);
+	}
+	atomic_fetch_add(&l->n, 1);
+}
+
+/* A TOPOLOGY/REMOVED body: version, the nodes (id, order, url), no baseline. */
+static void topo_body(dg_buf *b, int64_t version, const dg_node_id *ids, const char *const *urls,
+    int n)
+{
+	dg_writer w;
+	dg_buf_reset(b);
+	dg_writer_init(&w, reg, b);
+	OK(dg_write_list_begin(&w, 3 + 4 * (uint32_t)n));
+	OK(dg_write_i64(&w, version));
+	OK(dg_write_i64(&w, n));
+	for (int i = 0; i < n; i++) {
+		OK(dg_write_i64(&w, (int64_t)ids[i]));
+		OK(dg_write_i64(&w, i + 1));
+		OK(dg_write_str(&w, urls[i], strlen(urls[i])));
+		OK(dg_write_i64(&w, 0));
+	}
+	OK(dg_write_i64(&w, -1));
+	OK(dg_write_end(&w));
+	OK(dg_writer_finish(&w));
+}
+
+/* The REMOVED rules (PROTOCOL.md, "A paused node"): a member answers a
+ * HEARTBEAT from a node outside its topology with REMOVED carrying it —
+ * unless the heartbeat's version is newer (a joiner whose TOPOLOGY has not
+ * arrived yet).  A member ignores a REMOVED that is not newer than its
+ * topology, or that comes from a node outside the topology it carries;
+ * a newer one from a member of it makes it drop out and join again. */
+static void test_membership_removed_rules(void **state)
+{
+	(void)state;
+	struct mnode n[2];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 2, 2));
+	int64_t v = mversion(&n[0]);
+	dg_tp *x = NODE(.secret = "membership");
+	struct removed_log l = { 0 };
+	OK(dg_tp_handle(x, DG_MSG_REMOVED, on_removed_log, &l));
+	connect_ok(x, n[0].tp);
+	connect_ok(x, n[1].tp);
+
+	/* a heartbeat of a newer version: a joiner, no answer */
+	dg_msg_heartbeat hb = { v + 5, 0 };
+	OK(dg_tp_send(x, dg_tp_self(n[0].tp), DG_MSG_HEARTBEAT, &hb));
+	sleep_ms(300);
+	assert_int_equal(atomic_load(&l.n), 0);
+	/* an older one: told it is out, with n[0]'s topology */
+	hb.topology_version = v - 1;
+	OK(dg_tp_send(x, dg_tp_self(n[0].tp), DG_MSG_HEARTBEAT, &hb));
+	WAIT_FOR(atomic_load(&l.n) == 1);
+	assert_int_equal(atomic_load(&l.version), v);
+	assert_int_equal(atomic_load(&l.count), 2);
+
+	/* REMOVED that n[1] must ignore: not newer; newer but from a node
+	 * outside the topology it carries */
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_node_id only0[] = { dg_tp_self(n[0].tp) };
+	const char *url0[] = { dg_tp_address(n[0].tp) };
+	topo_body(&b, v, only0, url0, 1);
+	dg_msg_raw body = { { b.data, (uint32_t)b.len } };
+	OK(dg_tp_send(x, dg_tp_self(n[1].tp), DG_MSG_REMOVED, &body));
+	topo_body(&b, v + 10, only0, url0, 1);
+	body = (dg_msg_raw){ { b.data, (uint32_t)b.len } };
+	OK(dg_tp_send(x, dg_tp_self(n[1].tp), DG_MSG_REMOVED, &body));
+	sleep_ms(300);
+	assert_int_equal(mversion(&n[1]), v);
+	assert_true(magree(n, 2, 2));
+
+	/* newer, from a member of it: n[1] drops out (installs it) and joins
+	 * again through n[0], above that version */
+	dg_node_id with_x[] = { dg_tp_self(n[0].tp), dg_tp_self(x) };
+	const char *url_x[] = { dg_tp_address(n[0].tp), dg_tp_address(x) };
+	topo_body(&b, v + 10, with_x, url_x, 2);
+	body = (dg_msg_raw){ { b.data, (uint32_t)b.len } };
+	OK(dg_tp_send(x, dg_tp_self(n[1].tp), DG_MSG_REMOVED, &body));
+	WAIT_FOR(magree(n, 2, 2) && mversion(&n[1]) > v + 10);
+	dg_buf_free(&b);
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+	dg_tp_stop(x);
+}
+
+static void test_membership_pause_member(void **state)
+{
+	(void)state;
+	pause_and_back(2);
+}
+
+static void test_membership_pause_coordinator(void **state)
+{
+	(void)state;
+	pause_and_back(0);
+}
+
 /* A node whose only seed refuses it (wrong secret) fails to start instead
  * of forming a cluster of its own. */
 static void test_membership_refused(void **state)
@@ -3321,6 +3582,9 @@ int main(void)
 		cmocka_unit_test(test_membership_baseline),
 		cmocka_unit_test(test_membership_resync_on_unknown_report),
 		cmocka_unit_test(test_membership_refused),
+		cmocka_unit_test(test_membership_removed_rules),
+		cmocka_unit_test(test_membership_pause_member),
+		cmocka_unit_test(test_membership_pause_coordinator),
 		cmocka_unit_test(test_tcp_partial_writes),
 		FX(test_tcp_peer_closes_mid_frame),
 		cmocka_unit_test(test_tcp_dials),

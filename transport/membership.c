@@ -9,6 +9,18 @@
  * and checks, every heartbeat_ms, when each member was last heard from (any
  * frame counts): detection takes at most failure_timeout_ms + heartbeat_ms.
  *
+ * A node's own pause (SIGSTOP, a stalled VM, a thread starved of CPU) is
+ * not evidence that the others failed (PROTOCOL.md, "A paused node"): when
+ * the thread finds it did not run for longer than heartbeat_ms plus half
+ * the failure timeout, it gives every peer a fresh timeout and is *quiet*
+ * — it declares nobody failed and changes no topology — until a member's
+ * heartbeat vouches that it is still one of them (or two timeouts pass).
+ * A member that gets a heartbeat from a node missing from its topology
+ * answers REMOVED with that topology; the node installs it (its caches own
+ * nothing from then on), and this thread joins again through the seeds
+ * and the members it names, as a new member with a new order (rejoin).
+ * So a removed node never coordinates a topology of its own.
+ *
  * The baseline (PROTOCOL.md, "Baseline") lives in the topology itself: the
  * coordinator changes it like the node list (BASELINE, change_apply),
  * recomputing every node's STANDBY bit at each new version, and every
@@ -50,6 +62,15 @@ struct dg_member {
 	bool joined;
 	pthread_t thread;
 	bool thread_started;
+	/* this node's own pauses (under mu) */
+	uint64_t tick_ms;              /* when the thread last ran tick */
+	bool quiet;                    /* paused: nobody failed, no topology change */
+	uint64_t quiet_until;          /* ... at the latest until then */
+	uint64_t vouch_after;          /* a member's heartbeat after this ends it */
+	bool rejoin;                   /* dropped out of the topology: join again */
+	uint64_t told_ms;              /* REMOVED answers: logged once a second */
+	uint32_t told;
+	uint32_t test_stall_ms;        /* dgi_member_test_stall */
 };
 
 static void member_free(dg_member *m);
@@ -202,6 +223,15 @@ static struct since *since_of(dg_member *m, dg_node_id id)
 	return NULL;
 }
 
+/* How long the membership thread may go without running before this node
+ * counts it as its own pause: a heartbeat interval late by half the
+ * failure timeout. */
+static uint64_t gap_ms(dg_member *m)
+{
+	return atomic_load_explicit(&m->hb_ms, memory_order_relaxed) +
+	    atomic_load_explicit(&m->ft_ms, memory_order_relaxed) / 2;
+}
+
 static bool failed_locked(dg_member *m, const dg_topology_node *n, uint64_t now)
 {
 	if (n->id == dg_tp_self(m->tp))
@@ -211,6 +241,11 @@ static bool failed_locked(dg_member *m, const dg_topology_node *n, uint64_t now)
 		return false;
 	if (s->left)
 		return true;
+	/* this node's own silence (paused, or its thread has not run for
+	 * long: a handler asking before the thread found out) says nothing
+	 * about the others */
+	if (m->quiet || now > m->tick_ms + gap_ms(m))
+		return false;
 	uint64_t heard = dg_tp_last_heard(m->tp, n->id);
 	if (heard < s->ms)
 		heard = s->ms;
@@ -229,7 +264,8 @@ static dg_node_id coordinator_locked(dg_member *m, uint64_t now)
 bool dg_member_is_coordinator(dg_member *m)
 {
 	pthread_mutex_lock(&m->mu);
-	bool c = m->topo != NULL && coordinator_locked(m, dgi_now_ms()) == dg_tp_self(m->tp);
+	bool c = m->topo != NULL && m->joined &&
+	    coordinator_locked(m, dgi_now_ms()) == dg_tp_self(m->tp);
 	pthread_mutex_unlock(&m->mu);
 	return c;
 }
@@ -254,7 +290,8 @@ static void install(dg_member *m, dg_topology *t)
 	for (uint32_t i = 0; i < t->count; i++) {
 		struct since *old = since_of(m, t->nodes[i].id);
 		s[i].id = t->nodes[i].id;
-		s[i].ms = old ? old->ms : now;
+		/* (re)joining: a fresh timeout for everyone */
+		s[i].ms = old && m->joined ? old->ms : now;
 		s[i].left = old ? old->left : false;
 	}
 	dg_topology *old = m->topo;
@@ -262,9 +299,14 @@ static void install(dg_member *m, dg_topology *t)
 	m->since = s;
 	m->topo = t;
 	bool member = dg_topology_find(t, dg_tp_self(m->tp)) != NULL;
-	if (m->joined && !member)
-		dgi_log("error", "SEGMENTED", "node=%016llx version=%lld why=\"removed from the topology\"",
-		    (unsigned long long)dg_tp_self(m->tp), (long long)t->version);
+	/* out of the cluster's topology: never act as a member of the old
+	 * one — the listeners see a topology without this node (its caches
+	 * own nothing), and the thread joins again as a new member */
+	bool dropped = m->joined && !member;
+	if (dropped && !m->stopping)
+		m->rejoin = true;
+	if (!member)
+		m->quiet = false;
 	m->joined = member;
 	int n = m->nlisteners;
 	memcpy(ls, m->listeners, sizeof(ls[0]) * (size_t)n);
@@ -281,6 +323,11 @@ static void install(dg_member *m, dg_topology *t)
 				dg_tp_disconnect(m->tp, old->nodes[i].id);
 	dgi_log("info", "TOPOLOGY", "version=%lld nodes=%u self=%016llx", (long long)t->version,
 	    t->count, (unsigned long long)dg_tp_self(m->tp));
+	if (dropped)
+		dgi_log("warn", "NODE-REMOVED-SELF", "node=%016llx version=%lld nodes=%u "
+		    "why=\"not in the cluster's topology\" action=%s",
+		    (unsigned long long)dg_tp_self(m->tp), (long long)t->version, t->count,
+		    m->stopping ? "none" : "rejoin");
 	for (int i = 0; i < n; i++)
 		ls[i].fn(ls[i].ctx, old, t);
 	dg_topology_release(old);
@@ -542,6 +589,15 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		dgi_free(bl);
 		return DG_ERR_CLOSED;
 	}
+	if (!m->joined || m->quiet) {
+		/* out of the topology, or just back from its own pause and not
+		 * yet vouched for: the cluster may have moved on without this
+		 * node, which must not issue a version of its own (the joiner
+		 * or the requester retries) */
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		return m->joined ? DG_ERR_NOT_READY : DG_ERR_STATE;
+	}
 	dg_topology *cur = m->topo;
 	uint32_t n = next_nodes(cur, ch, nodes, url);
 	bl_of(bl, cur);
@@ -657,6 +713,20 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dgi_log("info", "NODE-JOINED", "node=%016llx order=%lld version=%lld",
 		    (unsigned long long)j->node_id, (long long)ack.order,
 		    (long long)ack.topology_version);
+	} else if (j->floor >= ack.topology_version) {
+		/* a member rejoining (PROTOCOL.md, "A paused node") that was
+		 * told it is out by a version this coordinator has not seen:
+		 * a version above that one puts it, and everyone, on this
+		 * topology (it would wait for one forever otherwise) */
+		struct change ch = { .force = true, .floor = j->floor };
+		dg_err e = change_apply(m, &ch);
+		if (e != DG_OK) {
+			dg_tp_reply_error(tp, in, e);
+			return;
+		}
+		dgi_log("warn", "TOPOLOGY-RESYNC", "rejoined_by=%016llx their_version=%lld version=%lld",
+		    (unsigned long long)j->node_id, (long long)j->floor, (long long)ch.version);
+		ack.topology_version = ch.version;
 	}
 	dg_tp_reply(tp, in, DG_MSG_JOIN_ACK, &ack);
 }
@@ -755,12 +825,84 @@ static void on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_tp_reply(tp, in, DG_MSG_BASELINE_ACK, &ack);
 }
 
+/* Tells `to`, which sent a membership message though it is not in t (and
+ * t is not older than its topology), that it is out: REMOVED carries t. */
+static void tell_removed(dg_member *m, dg_node_id to, const dg_topology *t, int64_t theirs)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	if (topo_encode_reg(m, t, &b) == DG_OK) {
+		dg_msg_raw body = { { b.data, (uint32_t)b.len } };
+		dg_tp_send(m->tp, to, DG_MSG_REMOVED, &body);
+	}
+	dg_buf_free(&b);
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&m->mu);
+	m->told++;
+	bool log = now - m->told_ms >= 1000;
+	uint32_t n = m->told;
+	if (log) {
+		m->told_ms = now;
+		m->told = 0;
+	}
+	pthread_mutex_unlock(&m->mu);
+	if (log)
+		dgi_log("info", "NODE-TOLD-REMOVED", "node=%016llx their_version=%lld version=%lld "
+		    "answers=%u", (unsigned long long)to, (long long)theirs, (long long)t->version, n);
+}
+
 static void on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
-	/* arriving is the point: the transport noted when */
+	/* arriving is the point (the transport noted when), except for a node
+	 * this one has not in its topology, or when it was paused itself */
+	dg_member *m = ctx;
+	const dg_msg_heartbeat *hb = in->body;
 	(void)tp;
-	(void)in;
-	(void)ctx;
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&m->mu);
+	bool member = m->topo != NULL && dg_topology_find(m->topo, in->from) != NULL;
+	dg_topology *t = NULL;
+	if (m->topo != NULL && m->joined && !m->stopping && !member &&
+	    hb->topology_version <= m->topo->version)
+		t = hold(m->topo); /* its sender was removed (a newer version: it joined) */
+	bool vouched = m->quiet && member && now > m->vouch_after;
+	if (vouched)
+		m->quiet = false; /* a member still heartbeats it: it is one of them */
+	pthread_mutex_unlock(&m->mu);
+	if (vouched)
+		dgi_log("info", "SELF-PAUSE-OVER", "node=%016llx vouched_by=%016llx",
+		    (unsigned long long)dg_tp_self(m->tp), (unsigned long long)in->from);
+	if (t != NULL) {
+		tell_removed(m, in->from, t, hb->topology_version);
+		dg_topology_release(t);
+	}
+}
+
+/* REMOVED: a member of a newer topology says this node is not in it. */
+static void on_removed(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_raw *body = in->body;
+	dg_topology *t;
+	(void)tp;
+	if (topo_decode(m, &body->list, &t) != DG_OK) {
+		dgi_log("warn", "TOPOLOGY-BAD", "from=%016llx type=REMOVED", (unsigned long long)in->from);
+		return;
+	}
+	pthread_mutex_lock(&m->mu);
+	int64_t mine = m->topo != NULL ? m->topo->version : 0;
+	bool act = m->joined && !m->stopping && t->version > mine &&
+	    dg_topology_find(t, dg_tp_self(m->tp)) == NULL &&
+	    dg_topology_find(t, in->from) != NULL;
+	pthread_mutex_unlock(&m->mu);
+	if (!act) {
+		dg_topology_release(t); /* stale (it joined again meanwhile), or not from a member */
+		return;
+	}
+	dgi_log("warn", "REMOVED-TOLD", "node=%016llx by=%016llx version=%lld own_version=%lld",
+	    (unsigned long long)dg_tp_self(m->tp), (unsigned long long)in->from,
+	    (long long)t->version, (long long)mine);
+	install(m, t); /* drops out (NODE-REMOVED-SELF); the thread rejoins */
 }
 
 static void on_node_failed(dg_tp *tp, const dg_msg_in *in, void *ctx)
@@ -1083,21 +1225,22 @@ static void adopt_timings(dg_member *m, const dg_msg_join_ack *ack)
 	atomic_store(&m->hb_ms, hb);
 }
 
-/* One round over the seeds.  DG_OK when joined; DG_ERR_STATE when some
- * seed with a smaller id is up but not in a cluster yet (wait for it);
- * DG_ERR_UNREACHABLE when no seed is in a cluster. */
-static dg_err join_round(dg_member *m, uint64_t deadline)
+/* One round over the seeds (urls: the config's, or a rejoining node's).
+ * DG_OK when joined; DG_ERR_STATE when some seed with a smaller id is up
+ * but not in a cluster yet (wait for it); DG_ERR_UNREACHABLE when no seed
+ * is in a cluster. */
+static dg_err join_round(dg_member *m, char *const *urls, size_t nurls, uint64_t deadline)
 {
 	dg_tp *tp = m->tp;
 	bool smaller_waiting = false;
 	dg_err refused = DG_OK;
 	dg_msg_join j = { { dg_tp_address(tp), (uint32_t)strlen(dg_tp_address(tp)) },
 		(int64_t)dg_tp_self(tp), m->cfg.attrs, m->cfg.version_floor };
-	for (size_t i = 0; i < m->cfg.nseeds; i++) {
+	for (size_t i = 0; i < nurls; i++) {
 		dg_node_id peer;
-		if (strcmp(m->seeds[i], dg_tp_address(tp)) == 0)
+		if (strcmp(urls[i], dg_tp_address(tp)) == 0)
 			continue;
-		dg_err ce = dg_tp_connect(tp, m->seeds[i], &peer);
+		dg_err ce = dg_tp_connect(tp, urls[i], &peer);
 		if (ce == DG_ERR_NET || ce == DG_ERR_TIMEOUT)
 			continue; /* nobody there (yet) */
 		if (ce != DG_OK) {
@@ -1127,7 +1270,7 @@ static dg_err join(dg_member *m)
 {
 	uint64_t deadline = dgi_now_ms() + m->cfg.join_timeout_ms;
 	for (;;) {
-		dg_err e = join_round(m, deadline);
+		dg_err e = join_round(m, m->seeds, m->cfg.nseeds, deadline);
 		if (e == DG_OK)
 			break;
 		pthread_mutex_lock(&m->mu);
@@ -1258,9 +1401,11 @@ dg_err dgi_member_set_baseline(dg_member *m, int op, const char *const *addrs,
 			break;
 		}
 		e = baseline_once(m, op, addrs, n, &body, (uint32_t)(deadline - now), &ack, why);
-		if (e != DG_ERR_CONN_BROKEN && e != DG_ERR_UNREACHABLE && e != DG_ERR_STATE)
+		if (e != DG_ERR_CONN_BROKEN && e != DG_ERR_UNREACHABLE && e != DG_ERR_STATE &&
+		    e != DG_ERR_NOT_READY)
 			break;
-		/* the coordinator is changing hands: ask the next one */
+		/* the coordinator is changing hands (or back from a pause): ask
+		 * again */
 		e = DG_OK;
 		struct timespec ts = { 0, 50 * 1000000 };
 		nanosleep(&ts, NULL);
@@ -1295,6 +1440,39 @@ size_t dg_member_baseline(dg_member *m, char (*out)[DG_BASELINE_ADDR_MAX], size_
 
 /* ---- heartbeats and failure detection ---- */
 
+/* The thread did not run for gap ms (mu held): this node was paused, and
+ * the silence of the others over that time was its own.  Every peer gets
+ * a fresh timeout, and the node stays quiet (declares no failure, changes
+ * no topology) until a member's heartbeat sent after the pause vouches
+ * for it — heartbeats sent before it, waiting in its sockets, are read
+ * within vouch_after — or two failure timeouts pass.  Meanwhile its
+ * heartbeats reach the others, and a member that dropped it answers
+ * REMOVED. */
+static void self_paused(dg_member *m, uint64_t now, uint64_t gap)
+{
+	uint32_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	uint32_t hb = atomic_load_explicit(&m->hb_ms, memory_order_relaxed);
+	for (uint32_t i = 0; m->topo != NULL && i < m->topo->count; i++) {
+		m->since[i].ms = now;
+		m->since[i].reported = false;
+	}
+	m->quiet = true;
+	m->quiet_until = now + 2 * (uint64_t)ft;
+	m->vouch_after = now + 2 * (uint64_t)hb;
+	dgi_log("warn", "SELF-PAUSED", "node=%016llx gap_ms=%llu failure_timeout_ms=%u "
+	    "why=\"this node did not run: the others' silence was its own\"",
+	    (unsigned long long)dg_tp_self(m->tp), (unsigned long long)gap, ft);
+}
+
+/* Quiet for two failure timeouts without a word from any member (mu
+ * held): back to plain failure detection (the others are gone or cut off
+ * — a network partition, not a pause). */
+static void quiet_over(dg_member *m)
+{
+	m->quiet = false;
+	dgi_log("warn", "SELF-PAUSE-OVER", "node=%016llx vouched_by=none", (unsigned long long)dg_tp_self(m->tp));
+}
+
 static void tick(dg_member *m)
 {
 	dg_tp *tp = m->tp;
@@ -1305,12 +1483,18 @@ static void tick(dg_member *m)
 	int64_t version;
 
 	pthread_mutex_lock(&m->mu);
+	uint64_t gap = now - m->tick_ms;
+	m->tick_ms = now;
 	dg_topology *t = hold(m->topo);
 	if (t == NULL || !m->joined) {
 		pthread_mutex_unlock(&m->mu);
 		dg_topology_release(t);
 		return;
 	}
+	if (gap > gap_ms(m))
+		self_paused(m, now, gap);
+	else if (m->quiet && now >= m->quiet_until)
+		quiet_over(m);
 	for (uint32_t i = 0; i < t->count && nfailed < 64; i++)
 		if (failed_locked(m, &t->nodes[i], now))
 			failed[nfailed++] = t->nodes[i].id;
@@ -1360,6 +1544,88 @@ static void tick(dg_member *m)
 	dg_topology_release(t);
 }
 
+/* Dropped out of the cluster's topology (REMOVED, or a TOPOLOGY without
+ * this node): join again, as a new member, through the seeds and the
+ * members of that topology, until it works or the node stops.  The new
+ * version is above the one that left it out.  When no candidate could be
+ * reached for join_timeout_ms (every other node gone), it forms a cluster
+ * of its own, as a starting node would. */
+static void rejoin(dg_member *m)
+{
+	dg_topology *t = dg_member_topology(m);
+	size_t n = 0, cap = m->cfg.nseeds + (t != NULL ? t->count : 0);
+	char **urls = dgi_calloc(cap ? cap : 1, sizeof(char *));
+	for (size_t i = 0; urls != NULL && i < m->cfg.nseeds; i++)
+		urls[n++] = m->seeds[i];
+	for (uint32_t i = 0; urls != NULL && t != NULL && i < t->count; i++)
+		if (t->nodes[i].id != dg_tp_self(m->tp))
+			urls[n++] = (char *)t->nodes[i].url; /* t is held until the end */
+	pthread_mutex_lock(&m->mu);
+	if (t != NULL && t->version > m->cfg.version_floor)
+		m->cfg.version_floor = t->version; /* only this thread reads it now */
+	pthread_mutex_unlock(&m->mu);
+	dgi_log("info", "REJOIN-START", "node=%016llx version=%lld candidates=%zu",
+	    (unsigned long long)dg_tp_self(m->tp), (long long)(t != NULL ? t->version : 0), n);
+	uint64_t start = dgi_now_ms(), reached = start;
+	dg_err last = DG_OK;
+	bool joined = false, stopping = false;
+	while (urls != NULL) {
+		uint64_t now = dgi_now_ms();
+		dg_err e = join_round(m, urls, n, now + m->cfg.join_timeout_ms);
+		pthread_mutex_lock(&m->mu);
+		joined = m->joined;
+		stopping = m->stopping;
+		pthread_mutex_unlock(&m->mu);
+		if (joined || stopping)
+			break;
+		now = dgi_now_ms();
+		if (e != DG_ERR_UNREACHABLE)
+			reached = now; /* someone is there: keep asking */
+		else if (now - reached >= m->cfg.join_timeout_ms) {
+			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp),
+				m->cfg.attrs & ~DG_NODE_STANDBY };
+			dg_topology *own = topo_new(m->cfg.version_floor + 1, &self, 1, NULL);
+			if (own != NULL) {
+				install(m, own);
+				dgi_log("warn", "CLUSTER-FORMED", "node=%016llx version=%lld "
+				    "why=\"no member or seed reachable for %u ms after it was removed\"",
+				    (unsigned long long)self.id, (long long)(m->cfg.version_floor + 1),
+				    m->cfg.join_timeout_ms);
+				break;
+			}
+		}
+		if (e != last)
+			dgi_log("info", "REJOIN-RETRY", "node=%016llx err=%s waited_ms=%llu",
+			    (unsigned long long)dg_tp_self(m->tp), dg_strerror(e),
+			    (unsigned long long)(now - start));
+		last = e;
+		pthread_mutex_lock(&m->mu);
+		struct timespec ts;
+		dgi_abstime_in(&ts, 100);
+		if (!m->stopping)
+			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		pthread_mutex_unlock(&m->mu);
+	}
+	dgi_free(urls);
+	pthread_mutex_lock(&m->mu);
+	/* still out (out of memory, or dropped again at once): the next
+	 * round of the thread tries again */
+	m->rejoin = !m->joined && !m->stopping;
+	m->tick_ms = dgi_now_ms(); /* the time spent here was no pause */
+	const dg_topology_node *me = m->joined ? dg_topology_find(m->topo, dg_tp_self(m->tp)) : NULL;
+	int64_t order = me != NULL ? me->order : 0, version = m->topo != NULL ? m->topo->version : 0;
+	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
+	joined = m->joined;
+	pthread_mutex_unlock(&m->mu);
+	dg_topology_release(t);
+	if (!joined)
+		return;
+	dgi_log("info", "NODE-REJOINED", "node=%016llx order=%lld version=%lld took_ms=%llu",
+	    (unsigned long long)dg_tp_self(m->tp), (long long)order, (long long)version,
+	    (unsigned long long)(dgi_now_ms() - start));
+	sync_types(m, coord);
+}
+
 static void *member_thread(void *arg)
 {
 	dg_member *m = arg;
@@ -1370,12 +1636,31 @@ static void *member_thread(void *arg)
 		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
 		if (m->stopping)
 			break;
+		uint32_t stall = m->test_stall_ms;
+		m->test_stall_ms = 0;
+		bool again = m->rejoin;
 		pthread_mutex_unlock(&m->mu);
-		tick(m);
+		if (stall > 0) {
+			/* a test's pause: this thread does not run meanwhile */
+			struct timespec st = { stall / 1000, (long)(stall % 1000) * 1000000 };
+			nanosleep(&st, NULL);
+		}
+		if (again)
+			rejoin(m);
+		else
+			tick(m);
 		pthread_mutex_lock(&m->mu);
 	}
 	pthread_mutex_unlock(&m->mu);
 	return NULL;
+}
+
+void dgi_member_test_stall(dg_member *m, uint32_t ms)
+{
+	pthread_mutex_lock(&m->mu);
+	m->test_stall_ms = ms;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
 }
 
 /* ---- start / stop ---- */
@@ -1443,8 +1728,12 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	dg_tp_handle(tp, DG_MSG_TYPE_ANNOUNCE, on_type_announce, m);
 	dg_tp_handle(tp, DG_MSG_TYPES_SNAPSHOT, on_types_snapshot, m);
 	dg_tp_handle(tp, DG_MSG_BASELINE, on_baseline, m);
+	dg_tp_handle(tp, DG_MSG_REMOVED, on_removed, m);
 	dg_registry_set_hook(m->reg, propose, m);
 	dg_err e = join(m);
+	pthread_mutex_lock(&m->mu);
+	m->tick_ms = dgi_now_ms();
+	pthread_mutex_unlock(&m->mu);
 	if (e == DG_OK && pthread_create(&m->thread, NULL, member_thread, m) != 0)
 		e = DG_ERR_NOMEM;
 	if (e != DG_OK) {
@@ -1490,6 +1779,7 @@ static void member_stop(dg_member *m, bool leave)
 	for (int type = DG_MSG_HEARTBEAT; type <= DG_MSG_LEAVE; type++)
 		dg_tp_handle(m->tp, (dg_msg_type)type, NULL, NULL);
 	dg_tp_handle(m->tp, DG_MSG_BASELINE, NULL, NULL);
+	dg_tp_handle(m->tp, DG_MSG_REMOVED, NULL, NULL);
 	dg_tp_quiesce(m->tp);
 	member_put(m);
 }

@@ -265,6 +265,7 @@ static dg_msg_row rows[DG_MSG__COUNT] = {
 	[DG_MSG_ECHO] = { "ECHO", sizeof(dg_msg_bytes), enc_bytes, dec_bytes, DG_MSG_UNKNOWN },
 	[DG_MSG_BASELINE] = { "BASELINE", sizeof(dg_msg_baseline), enc_baseline, dec_baseline, DG_MSG_BASELINE_ACK },
 	[DG_MSG_BASELINE_ACK] = { "BASELINE_ACK", sizeof(dg_msg_baseline_ack), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
+	[DG_MSG_REMOVED] = { "REMOVED", sizeof(dg_msg_raw), dg_msg_raw_encode, dg_msg_raw_decode, DG_MSG_UNKNOWN },
 };
 
 dg_err dg_msg_define(dg_msg_type type, const dg_msg_row *row)

@@ -65,6 +65,7 @@ typedef enum dg_msg_type {
 	DG_MSG_ECHO = 16,
 	DG_MSG_BASELINE = 17,
 	DG_MSG_BASELINE_ACK = 18,
+	DG_MSG_REMOVED = 19,
 	DG_MSG_TRANSPORT_LAST = 63,   /* 64..127 cache, 128..191 txn, 192..255 node */
 	DG_MSG__COUNT = 256
 } dg_msg_type;
@@ -220,7 +221,7 @@ typedef struct dg_msg_baseline_ack {
 	int64_t changed;          /* 1: a new version was installed */
 } dg_msg_baseline_ack;
 
-typedef struct dg_msg_raw {     /* TOPOLOGY, TYPES_SNAPSHOT: a list, read by the handler */
+typedef struct dg_msg_raw {     /* TOPOLOGY, REMOVED, TYPES_SNAPSHOT: a list, read by the handler */
 	dg_raw list;
 } dg_msg_raw;
 

@@ -282,6 +282,11 @@ uint64_t dgi_coarse_ms(void);   /* same clock, a few ms coarse, cheap */
 
 /* Tests: stop membership without telling anyone (a crash, in-process). */
 void dgi_member_kill(dg_member *m);
+/* Tests: the membership thread (heartbeats, failure detection) does not
+ * run for ms from its next wake-up, as in a SIGSTOP of the process; with
+ * a handler that blocks the transport's reactor thread as long, a node
+ * is paused in-process (tests/transport_test.c, mnode_pause). */
+void dgi_member_test_stall(dg_member *m, uint32_t ms);
 
 /* ---- tp.c: peers, pending requests, counters (used by conn.c) ---- */
 struct peer *dgi_peer_get(dg_tp *tp, dg_node_id id, bool create);
