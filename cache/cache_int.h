@@ -96,6 +96,9 @@ uint64_t dgi_aff_owners_hash(const dgi_aff *a, uint32_t p);
 #define DGI_ENTRY_TOMB 0x1u     /* a removal, remembered until expire_ms */
 #define DGI_ENTRY_PENDING 0x2u  /* primary: a FULL_SYNC write not yet on every
                                    backup (pending.c): readers wait */
+#define DGI_ENTRY_TENTATIVE 0x4u /* written as the primary, whose pending write
+                                   ended when this node lost the role: maybe
+                                   not on every backup (psync.c hands it on) */
 
 /* How long a removal is remembered (as a tombstone, in memory and in LMDB):
  * a copy older than it that arrives within that time — a late backup
@@ -155,6 +158,11 @@ typedef struct dgi_part {
 	                               backup (DGI_RECENT of them, a ring;
 	                               pending.c, dgi_pw_promoted) */
 	uint8_t nrecent, recent_at;
+	int64_t psync_ver;          /* psync.c: the version this node became the */
+	int64_t psync_since;        /* primary at, the one before, and the old   */
+	uint32_t psync_n, psync_cap;/* owners still to answer: updates wait      */
+	dg_node_id *psync_from;
+	uint64_t psync_sent_ms;
 	/* Whole copies (rebalance.c, "Whole copies"); written under mu,
 	 * whole is also read without it by the rebalancer's scan.
 	 * whole:  the copy holds every entry of the partition — it owned it
@@ -273,7 +281,9 @@ static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
 #define DGI_MSG_HANDOFF ((dg_msg_type)(82))  /* request to all: partitions handed over (a LIST of I64) */
 #define DGI_MSG_OWNED ((dg_msg_type)(83))  /* request: which of these partitions do you own? */
 #define DGI_MSG_OWNED_RES ((dg_msg_type)(84))  /* response: the ones it owns (a LIST of I64) */
-#define DGI_MSG_CACHE_LAST ((dg_msg_type)(85))
+#define DGI_MSG_PSYNC ((dg_msg_type)(85))  /* request: a new primary asks an old owner */
+#define DGI_MSG_PSYNC_RES ((dg_msg_type)(86))  /* response: update ids and recent entries */
+#define DGI_MSG_CACHE_LAST ((dg_msg_type)(87))
 
 enum { OP_PUT = DGI_CACHE_OP_PUT, OP_REMOVE = DGI_CACHE_OP_REMOVE,
 	OP_PUT_IF_ABSENT = DGI_CACHE_OP_PUT_IF_ABSENT, OP_REPLACE = DGI_CACHE_OP_REPLACE,
@@ -324,6 +334,12 @@ typedef struct dgi_msg_get_res {
 	int64_t found;
 	dg_bytes val;
 } dgi_msg_get_res;
+
+typedef struct dgi_msg_psync {  /* PSYNC */
+	int64_t cache_id, part;
+	int64_t topver;             /* the asker became the primary at this version */
+	int64_t since;              /* its previous affinity's: entries written since */
+} dgi_msg_psync;
 
 typedef struct dgi_msg_ack {    /* ACK; also CACHE_DESTROY/SIZE/CLEAR/LOST_RESET requests */
 	int64_t res;                /* dg_err (requests: the cache id) */
@@ -438,6 +454,8 @@ struct dgi_grid {
 	dgi_pstore *ps;
 	int64_t persisted_topver;      /* highest topology version written to meta */
 	_Atomic uint64_t next_pw;      /* pending-write record ids (pending.c) */
+	struct psync_parked *psync_parked; /* PSYNC requests waiting for a
+	                                      topology (psync.c; grid->mu) */
 	/* worker pool */
 	pthread_mutex_t jmu;
 	pthread_cond_t jcv;
@@ -572,6 +590,25 @@ struct dgi_recent {
 void dgi_pw_recent(dgi_part *pt, uint64_t hash, const dgi_pver *ver);
 /* This node became the primary of part under now (partition locked). */
 void dgi_pw_promoted(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now);
+
+/* ---- a new primary learns what its predecessors did (psync.c) ---- */
+/* This node became the primary of part at version ver (partition locked;
+ * since: the previous affinity's version): asks the n old owners in from
+ * and answers updates DG_ERR_NOT_READY until all of them answered. */
+void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64_t since,
+    const dg_node_id *from, uint32_t n);
+/* Sends the requests dgi_psync_begin set up, once the cache's new
+ * affinity is published (no partition locked). */
+void dgi_psync_send(dgi_grid *g, dg_cache *c);
+/* Drops the old owners alive() says left (partition locked). */
+void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void *ctx);
+/* Asks the old owners that did not answer again (sweeper; partition locked). */
+void dgi_psync_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms);
+/* This node installed version: answers the requests that waited for it. */
+void dgi_psync_installed(dgi_grid *g, int64_t version);
+void dgi_psync_register(dgi_grid *g);
+void dgi_psync_stop(dgi_grid *g);          /* frees the requests still waiting */
+void dgi_psync_free_part(dgi_part *pt);
 
 /* ---- the update-id table (dedup.c) ---- */
 struct dgi_dd {

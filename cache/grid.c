@@ -252,6 +252,40 @@ static dg_node_id live_source(const dgi_part *pt, const dg_topology *t)
 	return 0;
 }
 
+static bool alive_in(void *ctx, dg_node_id id)
+{
+	return is_server(ctx, id);
+}
+
+/* A node that becomes the primary of p (it was not under old) learns from
+ * the old owners still in t what the old primary did (psync.c); one that
+ * stays primary stops waiting for those that left; one that is no longer
+ * primary waits for nothing.  Partition locked. */
+static void psync_retopo(dgi_grid *g, dg_cache *c, uint32_t p, dgi_part *pt,
+    const dg_topology *t, const dgi_aff *old, bool guessed, bool primary_now)
+{
+	bool was = old != NULL && old->nnodes > 0 && dgi_aff_owner(old, p, 0) == g->self;
+	if (!primary_now) {
+		pt->psync_n = 0;
+	} else if (!was && old != NULL && old->nnodes > 0) {
+		dg_node_id *from = dgi_alloc(old->copies * sizeof(*from));
+		uint32_t n = 0;
+		for (uint32_t i = 0; from != NULL && i < old->copies; i++) {
+			dg_node_id o = dgi_aff_owner(old, p, i);
+			if (o != 0 && o != g->self && is_server(t, o))
+				from[n++] = o;
+		}
+		if (from == NULL)
+			dgi_grid_log("warn", "PSYNC-NOMEM", "cache=\"%s\" partition=%u", c->cfg.name, p);
+		/* a guessed affinity (a cache this node learned or loaded) has
+		 * the new version: the writes to ask for are the previous one's */
+		dgi_psync_begin(g, c, p, t->version, guessed ? t->version - 1 : old->topver, from, n);
+		dgi_free(from);
+	} else if (pt->psync_n > 0) {
+		dgi_psync_keep(pt, alive_in, (void *)t);
+	}
+}
+
 /* Moves c to the affinity of topology t (grid->mu held).  old: the
  * affinity the partitions' copies were placed by (NULL: none known). */
 static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
@@ -359,12 +393,16 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			else if (rn <= 0)
 				pt->nrecent = pt->recent_at = 0; /* no longer a backup */
 		}
+		if (c->cfg.atomicity == DG_ATOMIC && c->cfg.write_sync == DG_FULL_SYNC)
+			psync_retopo(g, c, p, pt, t, old, guess != NULL, rn == 0 && ns != P_LOST);
 		if (pt->pending != NULL)
 			dgi_pw_retopo(g, c, p, now); /* FULL_SYNC writes in flight */
 		pthread_mutex_unlock(&pt->mu);
 	}
 	dgi_aff_free(guess);
 	dgi_aff *prev = atomic_exchange(&c->aff, now);
+	if (c->cfg.atomicity == DG_ATOMIC && c->cfg.write_sync == DG_FULL_SYNC)
+		dgi_psync_send(g, c);
 	if (prev != NULL) {
 		/* readers may still hold prev for one operation: free it later */
 		prev->retired_ms = now_ms;
@@ -432,6 +470,7 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 	g->rebal_gen++;
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
+	dgi_psync_installed(g, now->version); /* new primaries asked for it */
 
 	/* every node tells new nodes every cache it has: a cache created
 	 * while a node joined reaches it one way or the other */
@@ -456,6 +495,7 @@ static void cache_free(dg_cache *c)
 		dgi_pw_forget_all(c->g, c, DG_ERR_CLOSED);
 	for (uint32_t p = 0; c->parts != NULL && p < c->cfg.partitions; p++) {
 		dgi_pw_free_part(&c->parts[p]);
+		dgi_psync_free_part(&c->parts[p]);
 		dgi_dedup_free(&c->parts[p]);
 		dgi_part_free(&c->parts[p]);
 	}
@@ -928,6 +968,8 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 		pthread_mutex_lock(&pt->mu);
 		if (pt->pending != NULL)
 			dgi_pw_tick(s->g, c, p, s->mono); /* deadlines, records to send again */
+		if (pt->psync_n > 0)
+			dgi_psync_tick(s->g, c, p, s->mono); /* old owners that did not answer */
 		if ((c->cfg.ttl_ms != 0 && pt->count > 0) || pt->count > pt->live) {
 			/* expired entries and tombstones past their time; a
 			 * persistent cache's records of them go too (the rule
@@ -1075,6 +1117,7 @@ void dgi_grid_stop(dgi_grid *g)
 		g->grave = c->grave_next;
 		cache_free(c);
 	}
+	dgi_psync_stop(g);
 	dgi_pstore_close(g->ps);
 	if (g->topo != NULL)
 		dg_topology_release(g->topo);

@@ -54,6 +54,7 @@ RUN_CODEC(get, dgi_msg_get, 4, key, 1)
 RUN_CODEC(get_res, dgi_msg_get_res, 1, val, 1)
 RUN_CODEC(ack, dgi_msg_ack, 2, res, 0)
 RUN_CODEC(page_req, dgi_msg_page_req, 6, cache_id, 0)
+RUN_CODEC(psync, dgi_msg_psync, 4, cache_id, 0)
 
 static dg_err enc_cfg(dg_writer *w, const void *body)
 {
@@ -119,6 +120,8 @@ static void define_rows(void)
 	ROW(DGI_MSG_HANDOFF, "REBALANCE_HANDOFF", dgi_msg_push, push, DGI_MSG_ACK);
 	ROW(DGI_MSG_OWNED, "REBALANCE_OWNED", dgi_msg_push, push, DGI_MSG_OWNED_RES);
 	ROW(DGI_MSG_OWNED_RES, "REBALANCE_OWNED_RES", dg_msg_raw, list, NONE);
+	ROW(DGI_MSG_PSYNC, "CACHE_PSYNC", dgi_msg_psync, psync, DGI_MSG_PSYNC_RES);
+	ROW(DGI_MSG_PSYNC_RES, "CACHE_PSYNC_RES", dg_msg_raw, list, NONE);
 }
 
 void dgi_cache_msgs_define(void)

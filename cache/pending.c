@@ -361,6 +361,10 @@ static void resend(dgi_grid *g, dg_cache *c, uint32_t part, struct pw *w, const 
 	dgi_part *pt = &c->parts[part];
 	dgi_entry *e = entry_of(pt, w);
 	if (!primary_under(g, aff, part)) {
+		/* the role moved on with the write unfinished: the next primary
+		 * takes it from here (psync.c) */
+		if (e != NULL)
+			e->flags |= DGI_ENTRY_TENTATIVE;
 		drop(g, pt, w, DG_ERR_REMAP);
 		return;
 	}

@@ -148,6 +148,10 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
 	dgi_entry *e = dgi_part_find(pt, u->hash, u->key, u->klen);
 	dg_err err = dgi_part_may_serve(c, pt, u->part, st, e);
+	if (pt->psync_n > 0 && err != DG_ERR_PARTITION_LOST) {
+		err = DG_ERR_NOT_READY; /* still learning what the old primary did */
+		goto out;
+	}
 	bool full = u->sync == DG_FULL_SYNC && aff->copies > 1;
 	int64_t flag = 0;
 	bool dup = dgi_dedup_find(pt, u->op_node, u->op_seq, &flag);

@@ -245,4 +245,5 @@ void dgi_ops_register(dgi_grid *g)
 {
 	dgi_primary_register(g);
 	dgi_read_register(g);
+	dgi_psync_register(g);
 }

@@ -500,6 +500,72 @@ static void test_promoted_backup_finishes_last_copies(void **state)
 		dg_node_stop(cl.n[n]);
 }
 
+/* A joining node becomes the primary of partitions it has not fetched yet
+ * (rebalancing held back): before it takes any update it learns the old
+ * owners' update ids (CACHE_PSYNC), so a retry that reaches it after other
+ * updates changed the key is still recognised (psync.c). */
+static void test_new_primary_learns_update_ids(void **state)
+{
+	(void)state;
+	enum { N = 64 };
+	struct cluster cl;
+	cluster_start(&cl, 2, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "psync");
+	cc.backups = 1;
+	cc.partitions = 32;
+	dg_cache *cli;
+	OK(dg_cache_create(cl.n[2], &cc, &cli));
+	dg_cache *c0 = cache_on(cl.n[0], "psync"), *c1 = cache_on(cl.n[1], "psync");
+	OK(dg_cache_wait_rebalanced(c0, 5000));
+	OK(dg_cache_wait_rebalanced(c1, 5000));
+	uint64_t op_node = dg_node_get_id(cl.n[2]);
+	char key[32], buf[32];
+	int64_t flag;
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "ps%d", i);
+		OK(dg_cache_put(cli, key, strlen(key), "1", 1));
+		int at = index_of(&cl, owner_of(cli, key, 0));
+		dg_cache *pc = at == 0 ? c0 : c1;
+		OK(apply_with_id(pc, OP_REPLACE_IF_EQ, key, "1", "2", op_node,
+		    ((400ull + i) << 40) | 1, &flag));
+		assert_int_equal(flag, 1);
+	}
+	atomic_store(&dgi_rebalance_paused, true); /* the joiner fetches nothing */
+	dg_node *j = start_node(&cl.seed, 1, false, NULL);
+	dg_cache *cj = cache_on(j, "psync");
+	uint64_t deadline = dgi_now_ms() + 5000;
+	dgi_aff *aff;
+	while ((aff = atomic_load(&cj->aff)) == NULL || aff->nnodes < 3 ||
+	    atomic_load(&cli->aff)->nnodes < 3) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	int moved = 0;
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "ps%d", i);
+		if (owner_of(cj, key, 0) != dg_node_get_id(j))
+			continue;
+		/* another writer changes the key on the new primary first */
+		OK(dg_cache_put(cli, key, strlen(key), "3", 1));
+		/* then the compare-and-set's retry arrives: its first answer */
+		dg_err e;
+		while ((e = apply_with_id(cj, OP_REPLACE_IF_EQ, key, "1", "2", op_node,
+		    ((400ull + i) << 40) | 1, &flag)) == DG_ERR_NOT_READY) {
+			assert_true(dgi_now_ms() < deadline + 5000);
+			usleep(10 * 1000);
+		}
+		OK(e);
+		assert_int_equal(flag, 1);
+		assert_string_equal(get_s(cli, key, buf, sizeof(buf)), "3");
+		moved++;
+	}
+	assert_true(moved > 0);
+	atomic_store(&dgi_rebalance_paused, false);
+	dg_node_stop(j);
+	cluster_stop(&cl);
+}
+
 /* ---- defect 2: a MOVING primary serves no copy older than its move ---- */
 
 static void test_moving_primary_serves_no_stale_copy(void **state)
@@ -657,6 +723,13 @@ static void test_moving_without_supplier_is_lost(void **state)
 	dg_node_stop(n);
 }
 
+static int unpause(void **state)
+{
+	(void)state;
+	atomic_store(&dgi_rebalance_paused, false);
+	return 0;
+}
+
 int dgt_sync_tests(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -666,6 +739,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_retry_applied_once_after_failover),
 		cmocka_unit_test(test_retry_applied_once_after_move),
 		cmocka_unit_test(test_promoted_backup_finishes_last_copies),
+		cmocka_unit_test_teardown(test_new_primary_learns_update_ids, unpause),
 		cmocka_unit_test(test_moving_primary_serves_no_stale_copy),
 		cmocka_unit_test(test_lost_on_every_path_atomic),
 		cmocka_unit_test(test_lost_on_every_path_transactional),

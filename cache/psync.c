@@ -1,0 +1,391 @@
+/*
+ * psync.c — a new primary learns what its predecessors did (FULL_SYNC
+ * ATOMIC caches) before it takes updates.
+ *
+ * A retried update is applied once only if the primary that receives the
+ * retry knows its update id (dedup.c), and a value the old primary wrote
+ * but could not finish replicating must not be taken back after someone
+ * saw it, nor applied a second time by the retry.  When the primary role
+ * of a partition moves to this node (a backup promoted after a failure, a
+ * joining or rejoining owner), the last writes of the old primary may be
+ * anywhere among the old owners: on the old primary alone (its pending
+ * write ended when it lost the role: the entry is marked TENTATIVE), on
+ * some backups but not this one, and their ids likewise.
+ *
+ * So the new primary asks every old owner still in the cluster
+ * (CACHE_PSYNC, naming the topology it became primary at and the one
+ * before): each answers, once it has installed that topology (so it takes
+ * no more updates as the old primary), with its update-id records for the
+ * partition and its entries written since the previous topology or marked
+ * TENTATIVE.  The new primary applies what is newer than its own copy,
+ * records the ids, and sends every entry that became newer here to its
+ * backups again as a pending write (pending.c), so nobody reads it before
+ * every owner has it.  Until every old owner answered, it answers updates
+ * of the partition DG_ERR_NOT_READY (the originator retries); reads go on.
+ * An old owner that leaves the cluster meanwhile is no longer waited for
+ * (what only it held is gone with it, as with any failure).
+ */
+#include "cache_int.h"
+#include "marshal/marshal_int.h"
+
+#include <string.h>
+
+struct psync_call {
+	dgi_grid *g;
+	uint32_t cache_id, part;
+	int64_t ver;
+	dg_node_id from;
+};
+
+static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply);
+
+/* Asks node `from` (partition locked). */
+static void ask(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id from)
+{
+	dgi_part *pt = &c->parts[part];
+	struct psync_call *k = dgi_alloc(sizeof(*k));
+	if (k == NULL)
+		return; /* the tick asks again */
+	*k = (struct psync_call){ g, c->id, part, pt->psync_ver, from };
+	dgi_msg_psync m = { c->id, part, pt->psync_ver, pt->psync_since };
+	if (dg_tp_request(g->tp, from, DGI_MSG_PSYNC, &m, g->cfg.request_timeout_ms, on_psync_res,
+	    k) != DG_OK)
+		dgi_free(k);
+}
+
+static void remove_from(dgi_part *pt, dg_node_id id)
+{
+	for (uint32_t i = 0; i < pt->psync_n; i++)
+		if (pt->psync_from[i] == id) {
+			pt->psync_from[i] = pt->psync_from[--pt->psync_n];
+			return;
+		}
+}
+
+void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64_t since,
+    const dg_node_id *from, uint32_t n)
+{
+	dgi_part *pt = &c->parts[part];
+	if (n > pt->psync_cap) {
+		dg_node_id *f = dgi_alloc(n * sizeof(*f));
+		if (f == NULL) {
+			pt->psync_n = 0; /* cannot wait: retries may not be recognised */
+			dgi_grid_log("warn", "PSYNC-NOMEM", "cache=\"%s\" partition=%u", c->cfg.name,
+			    part);
+			return;
+		}
+		dgi_free(pt->psync_from);
+		pt->psync_from = f;
+		pt->psync_cap = n;
+	}
+	memcpy(pt->psync_from, from, n * sizeof(*from));
+	pt->psync_n = n;
+	pt->psync_ver = ver;
+	pt->psync_since = since;
+	pt->psync_sent_ms = 0; /* asked once the new affinity is in place */
+	(void)g;
+}
+
+void dgi_psync_send(dgi_grid *g, dg_cache *c)
+{
+	uint64_t now = dgi_now_ms();
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		dgi_part *pt = &c->parts[p];
+		pthread_mutex_lock(&pt->mu);
+		if (pt->psync_n > 0 && pt->psync_sent_ms == 0) {
+			pt->psync_sent_ms = now;
+			for (uint32_t i = 0; i < pt->psync_n; i++)
+				ask(g, c, p, pt->psync_from[i]);
+		}
+		pthread_mutex_unlock(&pt->mu);
+	}
+}
+
+void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void *ctx)
+{
+	for (uint32_t i = 0; i < pt->psync_n;)
+		if (alive(ctx, pt->psync_from[i]))
+			i++;
+		else
+			pt->psync_from[i] = pt->psync_from[--pt->psync_n];
+}
+
+void dgi_psync_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms)
+{
+	dgi_part *pt = &c->parts[part];
+	if (pt->psync_n == 0 || pt->psync_sent_ms == 0 || now_ms < pt->psync_sent_ms + 500)
+		return;
+	pt->psync_sent_ms = now_ms;
+	for (uint32_t i = 0; i < pt->psync_n; i++)
+		ask(g, c, part, pt->psync_from[i]);
+}
+
+void dgi_psync_free_part(dgi_part *pt)
+{
+	dgi_free(pt->psync_from);
+	pt->psync_from = NULL;
+	pt->psync_n = pt->psync_cap = 0;
+}
+
+/* ---- the old owner's answer ---- */
+
+struct psync_enc {
+	dg_writer *w;
+	int64_t since;
+	uint32_t n;
+};
+
+static bool enc_entry(void *ctx, const dgi_entry *e)
+{
+	struct psync_enc *p = ctx;
+	if (e->ver.topver < p->since && !(e->flags & DGI_ENTRY_TENTATIVE))
+		return true;
+	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
+	dg_write_bytes(p->w, dgi_entry_key(e), e->klen);
+	dg_write_bytes(p->w, tomb ? NULL : dgi_entry_val(e), e->vlen);
+	dg_write_i64(p->w, e->ver.topver);
+	dg_write_i64(p->w, (int64_t)e->ver.counter);
+	dg_write_i64(p->w, e->ver.order);
+	dg_write_i64(p->w, e->expire_ms);
+	dg_write_i64(p->w, (int64_t)e->op_node);
+	dg_write_i64(p->w, (int64_t)e->op_seq);
+	p->n++;
+	return true;
+}
+
+static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_psync *m)
+{
+	dgi_part *pt = &c->parts[m->part];
+	dg_buf body, out;
+	dg_buf_init(&body);
+	dg_buf_init(&out);
+	dg_writer w;
+	dg_writer_init(&w, g->reg, &body);
+	struct psync_enc pe = { &w, m->since, 0 };
+	uint32_t nrec = 0;
+	pthread_mutex_lock(&pt->mu);
+	for (uint32_t i = 0; i < pt->dd_cap; i++)
+		if (pt->dd[i].node != 0) {
+			dg_write_i64(&w, (int64_t)pt->dd[i].node);
+			dg_write_i64(&w, (int64_t)pt->dd[i].seq);
+			dg_write_i64(&w, pt->dd[i].flag);
+			nrec++;
+		}
+	bool more = true;
+	uint64_t after = 0;
+	for (bool first = true; more; first = false)
+		after = dgi_part_scan(pt, after, first, 4096, enc_entry, &pe, &more);
+	pthread_mutex_unlock(&pt->mu);
+	dg_err e = dg_writer_finish(&w);
+	if (e == DG_OK && (e = dg_buf_reserve(&out, 32 + body.len)) == DG_OK) {
+		/* LIST (tag, count), I64 records, I64 entries, then the records
+		 * and the entries, already encoded as values */
+		out.data[out.len++] = TAG_LIST;
+		out.len = (size_t)(dgi_put_uvarint(out.data + out.len, 2 + 3 * (uint64_t)nrec +
+		    DGI_PAGE_ENTRY_VALUES * (uint64_t)pe.n) - out.data);
+		dg_writer hw;
+		dg_writer_init(&hw, g->reg, &out);
+		dg_write_i64(&hw, nrec);
+		dg_write_i64(&hw, pe.n);
+		e = dg_writer_finish(&hw);
+		if (e == DG_OK && body.len > 0 && (e = dg_buf_reserve(&out, body.len)) == DG_OK) {
+			memcpy(out.data + out.len, body.data, body.len);
+			out.len += body.len;
+		}
+	}
+	if (e == DG_OK) {
+		dg_msg_raw r = { { out.data, (uint32_t)out.len } };
+		dg_tp_reply(g->tp, in, DGI_MSG_PSYNC_RES, &r);
+	} else {
+		dg_tp_reply_error(g->tp, in, e);
+	}
+	dg_buf_free(&body);
+	dg_buf_free(&out);
+}
+
+/* A request from a new primary on a topology this node has not installed
+ * yet waits for it (answered by dgi_psync_installed): until then this node
+ * may still take updates as the old primary. */
+struct psync_parked {
+	struct psync_parked *next;
+	dg_msg_in in;
+	dgi_msg_psync m;
+};
+
+static void on_psync(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_psync *m = in->body;
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
+	if (c == NULL || m->part < 0 || (uint64_t)m->part >= c->cfg.partitions) {
+		dg_tp_reply_error(tp, in, c == NULL ? DG_ERR_NOT_READY : DG_ERR_INVAL);
+		return;
+	}
+	pthread_mutex_lock(&g->mu);
+	bool behind = g->topo == NULL || g->topo->version < m->topver;
+	struct psync_parked *p = NULL;
+	if (behind && (p = dgi_alloc(sizeof(*p))) != NULL) {
+		p->in = *in;
+		p->in.body = NULL;
+		p->in.raw = NULL;
+		p->m = *m;
+		p->next = g->psync_parked;
+		g->psync_parked = p;
+	}
+	pthread_mutex_unlock(&g->mu);
+	if (!behind)
+		answer(g, c, in, m);
+	else if (p == NULL)
+		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY);
+}
+
+void dgi_psync_installed(dgi_grid *g, int64_t version)
+{
+	struct psync_parked *ready = NULL;
+	pthread_mutex_lock(&g->mu);
+	for (struct psync_parked **pp = &g->psync_parked; *pp != NULL;) {
+		struct psync_parked *p = *pp;
+		if (p->m.topver <= version) {
+			*pp = p->next;
+			p->next = ready;
+			ready = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
+	while (ready != NULL) {
+		struct psync_parked *p = ready;
+		ready = p->next;
+		dg_cache *c = dgi_grid_cache(g, (uint32_t)p->m.cache_id);
+		if (c != NULL)
+			answer(g, c, &p->in, &p->m);
+		else
+			dg_tp_reply_error(g->tp, &p->in, DG_ERR_NOT_READY);
+		dgi_free(p);
+	}
+}
+
+void dgi_psync_stop(dgi_grid *g)
+{
+	while (g->psync_parked != NULL) {
+		struct psync_parked *p = g->psync_parked;
+		g->psync_parked = p->next;
+		dgi_free(p);
+	}
+}
+
+/* ---- the new primary takes the answer ---- */
+
+struct adopt {
+	dgi_grid *g;
+	dg_cache *c;
+	uint32_t part;
+};
+
+static dg_err read_entry(dg_reader *r, dg_bytes *k, dg_bytes *v, dgi_pver *ver, int64_t *x,
+    int64_t *on, int64_t *os)
+{
+	int64_t t, cn, o;
+	dg_err e;
+	if ((e = dg_read_bytes(r, k, NULL)) != DG_OK || (e = dg_read_bytes(r, v, NULL)) != DG_OK ||
+	    (e = dg_read_i64(r, &t)) != DG_OK || (e = dg_read_i64(r, &cn)) != DG_OK ||
+	    (e = dg_read_i64(r, &o)) != DG_OK || (e = dg_read_i64(r, x)) != DG_OK ||
+	    (e = dg_read_i64(r, on)) != DG_OK || (e = dg_read_i64(r, os)) != DG_OK)
+		return e;
+	if (k->ptr == NULL || k->len == 0)
+		return DG_ERR_BAD_LENGTH;
+	*ver = (dgi_pver){ t, (uint64_t)cn, (uint32_t)o, 0 };
+	return DG_OK;
+}
+
+/* Applies an answer (partition not locked): the records, then the entries
+ * newer than this copy — each sent to the backups again as a pending
+ * write while this node is the primary of the version asked for. */
+static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const dg_raw *list)
+{
+	dgi_part *pt = &c->parts[part];
+	dg_reader r;
+	uint32_t count;
+	int64_t nrec, nent;
+	dg_reader_init(&r, g->reg, list->ptr, list->len);
+	dg_err e = dg_read_begin(&r, DG_LIST, &count);
+	if (e == DG_OK && ((e = dg_read_i64(&r, &nrec)) != DG_OK ||
+	    (e = dg_read_i64(&r, &nent)) != DG_OK))
+		return e;
+	if (e != DG_OK)
+		return e;
+	if (nrec < 0 || nent < 0 || (uint64_t)count != 2 + 3 * (uint64_t)nrec +
+	    DGI_PAGE_ENTRY_VALUES * (uint64_t)nent)
+		return DG_ERR_BAD_LENGTH;
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&pt->mu);
+	for (int64_t i = 0; i < nrec && e == DG_OK; i++) {
+		int64_t v[3];
+		for (int k = 0; k < 3 && e == DG_OK; k++)
+			e = dg_read_i64(&r, &v[k]);
+		if (e == DG_OK)
+			dgi_dedup_put(pt, (uint64_t)v[0], (uint64_t)v[1], v[2], now);
+	}
+	pthread_mutex_unlock(&pt->mu);
+	for (int64_t i = 0; i < nent && e == DG_OK; i++) {
+		dg_bytes k, v;
+		dgi_pver ev;
+		int64_t x, on, os;
+		if ((e = read_entry(&r, &k, &v, &ev, &x, &on, &os)) != DG_OK)
+			break;
+		uint64_t h = dgi_key_hash(k.ptr, k.len);
+		if (dgi_part_of(h, c->cfg.partitions) != part)
+			return DG_ERR_INVAL;
+		pthread_mutex_lock(&pt->mu);
+		dgi_entry *cur = dgi_part_find(pt, h, k.ptr, k.len);
+		bool newer = cur == NULL || dgi_pver_cmp(&ev, &cur->ver) > 0;
+		pthread_mutex_unlock(&pt->mu);
+		if (!newer)
+			continue;
+		if ((e = dgi_apply_copy(g, c, part, h, k.ptr, k.len, v.ptr, v.len, &ev, x,
+		    (uint64_t)on, (uint64_t)os)) != DG_OK)
+			break;
+		/* not known to be on every owner: replicate it as pending */
+		pthread_mutex_lock(&pt->mu);
+		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+		dgi_entry *en = dgi_part_find_ver(pt, h, &ev);
+		if (en != NULL && !(en->flags & DGI_ENTRY_PENDING) && aff != NULL &&
+		    aff->topver == ver && dgi_aff_owner(aff, part, 0) == g->self) {
+			dg_err pe;
+			dgi_pw_start(g, c, part, aff, en, &pe);
+		}
+		pthread_mutex_unlock(&pt->mu);
+	}
+	return e;
+}
+
+static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct psync_call *k = ctx;
+	dgi_grid *g = k->g;
+	dg_cache *c = dgi_grid_cache(g, k->cache_id);
+	if (c != NULL && err == DG_OK) {
+		const dg_msg_raw *body = reply->body;
+		dgi_part *pt = &c->parts[k->part];
+		pthread_mutex_lock(&pt->mu);
+		bool current = pt->psync_ver == k->ver && pt->psync_n > 0;
+		pthread_mutex_unlock(&pt->mu);
+		dg_err e = current ? adopt(g, c, k->part, k->ver, &body->list) : DG_OK;
+		pthread_mutex_lock(&pt->mu);
+		if (e == DG_OK && pt->psync_ver == k->ver)
+			remove_from(pt, k->from);
+		pthread_mutex_unlock(&pt->mu);
+		if (e != DG_OK)
+			dgi_grid_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"",
+			    c->cfg.name, k->part, (unsigned long long)k->from, dg_strerror(e));
+	}
+	/* an error: asked again at the next tick (a node that left is dropped
+	 * from the set by the next topology) */
+	dgi_free(k);
+}
+
+void dgi_psync_register(dgi_grid *g)
+{
+	dg_tp_handle(g->tp, DGI_MSG_PSYNC, on_psync, g);
+}
