@@ -393,6 +393,11 @@ typedef struct dg_topology_node {
 #define DG_BASELINE_ADDR_MAX 128  /* an address in the set: < 128 bytes */
 #define DG_BASELINE_MAX 1024      /* addresses in the set */
 
+/* The most nodes a topology holds (servers and clients).  A join that
+ * would take a topology past it is refused with DG_ERR_LIMIT; every array
+ * sized by a topology's nodes in this process fits it. */
+#define DG_TOPOLOGY_MAX 1024
+
 /* An immutable snapshot.  Hold it with dg_topology_release when done. */
 typedef struct dg_topology {
 	int64_t version;
@@ -442,7 +447,8 @@ typedef void (*dg_topology_fn)(void *ctx, const dg_topology *old,
  * (dg_member_stop, before dg_tp_stop).  A node never forms its own cluster
  * when a seed answered but refused it.  Errors: DG_ERR_TIMEOUT (no cluster
  * could be joined or formed), DG_ERR_AUTH / DG_ERR_REFUSED / DG_ERR_TLS (a
- * seed refused this node), DG_ERR_INVAL, DG_ERR_NOMEM. */
+ * seed refused this node), DG_ERR_LIMIT (the cluster holds DG_TOPOLOGY_MAX
+ * nodes already), DG_ERR_INVAL, DG_ERR_NOMEM. */
 dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out);
 /* Leaves (tells the others) and stops. */
 void dg_member_stop(dg_member *m);
