@@ -122,9 +122,13 @@ static void near_tls_init(void)
 	pthread_key_create(&near_key, near_tls_free);
 }
 
+/* This thread's near buffers, or NULL when they could not be allocated
+ * (callers answer DG_ERR_NOMEM or do without). */
 static struct near_tls *near_tls(void)
 {
 	static _Thread_local struct near_tls *mine;
+	if (atomic_load_explicit(&dgi_tx_tls_fail, memory_order_relaxed))
+		return NULL;
 	if (mine != NULL)
 		return mine;
 	pthread_once(&near_once, near_tls_init);
@@ -758,8 +762,6 @@ dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_
 
 /* ---- encodings of raw byte strings (BYTES values) ---- */
 
-#define tl_kenc (near_tls()->kenc)
-#define tl_venc (near_tls()->venc)
 
 static const uint8_t *as_bytes(dg_buf *b, const void *p, size_t n, size_t *len)
 {
@@ -796,7 +798,12 @@ dg_err dg_tx_remove_val(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 dg_err dg_tx_get(dg_tx *tx, dg_cache *c, const void *key, size_t klen, dg_buf *val)
 {
 	size_t kl;
-	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
+	struct near_tls *t = key != NULL && klen > 0 ? near_tls() : NULL;
+	if (key == NULL || klen == 0)
+		return DG_ERR_INVAL;
+	if (t == NULL)
+		return DG_ERR_NOMEM;
+	const uint8_t *k = as_bytes(&t->kenc, key, klen, &kl);
 	if (k == NULL)
 		return DG_ERR_INVAL;
 	return tx_read(tx, c, k, kl, val, true, NULL);
@@ -806,9 +813,13 @@ dg_err dg_tx_put(dg_tx *tx, dg_cache *c, const void *key, size_t klen, const voi
     size_t vlen)
 {
 	size_t kl, vl;
-	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
-	const uint8_t *v = val != NULL || vlen == 0 ? as_bytes(&tl_venc, val ? val : "", vlen, &vl) :
-	    NULL;
+	if (key == NULL || klen == 0 || (val == NULL && vlen > 0))
+		return DG_ERR_INVAL;
+	struct near_tls *t = near_tls();
+	if (t == NULL)
+		return DG_ERR_NOMEM;
+	const uint8_t *k = as_bytes(&t->kenc, key, klen, &kl);
+	const uint8_t *v = as_bytes(&t->venc, val ? val : "", vlen, &vl);
 	if (k == NULL || v == NULL)
 		return DG_ERR_INVAL;
 	return tx_write(tx, c, k, kl, v, vl, NULL);
@@ -817,7 +828,12 @@ dg_err dg_tx_put(dg_tx *tx, dg_cache *c, const void *key, size_t klen, const voi
 dg_err dg_tx_remove(dg_tx *tx, dg_cache *c, const void *key, size_t klen, bool *removed)
 {
 	size_t kl;
-	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
+	if (key == NULL || klen == 0)
+		return DG_ERR_INVAL;
+	struct near_tls *t = near_tls();
+	if (t == NULL)
+		return DG_ERR_NOMEM;
+	const uint8_t *k = as_bytes(&t->kenc, key, klen, &kl);
 	if (k == NULL)
 		return DG_ERR_INVAL;
 	return tx_write(tx, c, k, kl, NULL, 0, removed);
