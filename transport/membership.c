@@ -1504,6 +1504,8 @@ static void member_stop(dg_member *m, bool leave)
 		if (t->nodes[i].id != dg_tp_self(m->tp))
 			dg_tp_send(m->tp, t->nodes[i].id, DG_MSG_LEAVE, NULL);
 	dg_topology_release(t);
+	/* returns once no call of propose() is running (a type being
+	 * registered meanwhile): none touches m after this */
 	dg_registry_set_hook(m->reg, NULL, NULL);
 	if (m->thread_started)
 		pthread_join(m->thread, NULL);

@@ -300,9 +300,12 @@ dg_node_id dg_tp_self(const dg_tp *tp);
  * listen URL asked for port 0).  Static for the life of tp. */
 const char *dg_tp_address(const dg_tp *tp);
 
-/* Handler for incoming requests and one-way messages of a type.  Replace
- * before traffic starts (handlers are read without a lock).  Requests of a
- * type without a handler are answered with DG_ERR_UNSUPPORTED. */
+/* Handler for incoming requests and one-way messages of a type.  May be
+ * replaced at any time: fn and ctx change as one (a frame runs the old
+ * pair or the new one, never the new function with the old context), and
+ * dispatch reads them without a lock.  A handler being replaced may still
+ * be running: dg_tp_quiesce waits for it.  Requests of a type without a
+ * handler are answered with DG_ERR_UNSUPPORTED. */
 dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx);
 
 /* Waits until no handler is running (after unsetting handlers with
