@@ -544,8 +544,10 @@ static void fail_where(dg_tp *tp, dg_node_id peer, uint64_t now, dg_err err)
 				}
 			}
 			pthread_mutex_unlock(&s->mu);
+			dgi_epoch_enter(); /* callbacks run inside a section */
 			for (size_t i = 0; i < n; i++)
 				batch[i].cb(batch[i].ctx, err, NULL);
+			dgi_epoch_leave();
 			if (n < 64)
 				break;
 		}
@@ -666,7 +668,19 @@ static dg_msg_handler handler_of(struct handler *hd, void **ctx)
 	}
 }
 
+static void dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
+    const uint8_t *body);
+
+/* Every handler and reply callback runs inside a section (transport.h). */
 void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
+    const uint8_t *body)
+{
+	dgi_epoch_enter();
+	dispatch(tp, c, h, body);
+	dgi_epoch_leave();
+}
+
+static void dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
     const uint8_t *body)
 {
 	dg_msg_type type = (dg_msg_type)h->type;

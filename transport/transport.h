@@ -367,6 +367,24 @@ typedef struct dg_tp_stats {
 void dg_tp_get_stats(const dg_tp *tp, dg_tp_stats *out);
 dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
 
+/* ---- sections: memory that lock-free readers may hold (epoch.c) ----
+ * Memory a reader reaches without a lock (an affinity a topology change
+ * replaced, a destroyed cache's partitions) is freed only once every
+ * reader that could have seen it is done.  A reader brackets its use with
+ * dgi_epoch_enter / dgi_epoch_leave: per thread, nestable, a few
+ * instructions and one fence — no lock, no write to shared memory, no
+ * allocation but at a thread's first entry.  A writer unlinks the object,
+ * takes a tag (dgi_epoch_retire) and frees it once dgi_epoch_passed(tag):
+ * every section that had begun by then has ended.  One domain per process.
+ * Every handler and reply callback this transport runs is inside a
+ * section.  A section may be long (a request's wait): it only delays
+ * frees; nothing ever waits for one. */
+void dgi_epoch_enter(void);
+void dgi_epoch_leave(void);
+bool dgi_epoch_inside(void);          /* this thread is in a section */
+uint64_t dgi_epoch_retire(void);
+bool dgi_epoch_passed(uint64_t tag);
+
 /* ------------------------------------------------------------------------
  * Membership (PROTOCOL.md, "Membership"): joining through static seeds,
  * one ordered topology per version agreed by every node, heartbeats and
