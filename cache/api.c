@@ -91,7 +91,45 @@ dg_err dgi_append(dg_buf *out, const uint8_t *p, size_t n)
 	return DG_OK;
 }
 
-/* ---- the public operations ---- */
+/* ---- the public operations ----
+ * Each runs inside a section (cache_int.h, "Lifetime"): the partitions
+ * and affinity it reaches stay allocated until it returns, however long
+ * it waits. */
+
+static dg_err op_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old)
+{
+	dgi_epoch_enter();
+	dg_err e = dgi_update(c, op, key, klen, val, vlen, flag, old);
+	dgi_epoch_leave();
+	return e;
+}
+
+static dg_err op_update_untimed(dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *val, size_t vlen, int64_t *flag, dg_buf *old)
+{
+	dgi_epoch_enter();
+	dg_err e = dgi_update_op(c, op, key, klen, val, vlen, flag, old);
+	dgi_epoch_leave();
+	return e;
+}
+
+static dg_err op_get(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
+{
+	dgi_epoch_enter();
+	dg_err e = dgi_get_enc(c, key, klen, out, unwrap);
+	dgi_epoch_leave();
+	return e;
+}
+
+static dg_err op_get_untimed(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
+    bool unwrap)
+{
+	dgi_epoch_enter();
+	dg_err e = dgi_get_op(c, key, klen, out, unwrap);
+	dgi_epoch_leave();
+	return e;
+}
 
 #define ENC_KEY(key, klen)                                                     \
 	uint8_t kst[KEY_STACK];                                                \
@@ -116,7 +154,7 @@ dg_err dg_cache_put(dg_cache *c, const void *key, size_t klen, const void *val, 
 {
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
-	return dgi_update(c, OP_PUT, kenc, kenc_len, venc, venc_len, NULL, NULL);
+	return op_update(c, OP_PUT, kenc, kenc_len, venc, venc_len, NULL, NULL);
 }
 
 dg_err dg_cache_put_if_absent(dg_cache *c, const void *key, size_t klen, const void *val,
@@ -125,7 +163,7 @@ dg_err dg_cache_put_if_absent(dg_cache *c, const void *key, size_t klen, const v
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_PUT_IF_ABSENT, kenc, kenc_len, venc, venc_len, &flag, NULL);
+	dg_err e = op_update(c, OP_PUT_IF_ABSENT, kenc, kenc_len, venc, venc_len, &flag, NULL);
 	if (put != NULL)
 		*put = e == DG_OK && flag;
 	return e;
@@ -137,7 +175,7 @@ dg_err dg_cache_replace(dg_cache *c, const void *key, size_t klen, const void *v
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REPLACE, kenc, kenc_len, venc, venc_len, &flag, NULL);
+	dg_err e = op_update(c, OP_REPLACE, kenc, kenc_len, venc, venc_len, &flag, NULL);
 	if (replaced != NULL)
 		*replaced = e == DG_OK && flag;
 	return e;
@@ -151,7 +189,7 @@ dg_err dg_cache_get_and_put(dg_cache *c, const void *key, size_t klen, const voi
 	int64_t flag = 0;
 	dg_buf tmp;
 	dg_buf_init(&tmp);
-	dg_err e = dgi_update(c, OP_GET_AND_PUT, kenc, kenc_len, venc, venc_len, &flag, &tmp);
+	dg_err e = op_update(c, OP_GET_AND_PUT, kenc, kenc_len, venc, venc_len, &flag, &tmp);
 	if (had != NULL)
 		*had = e == DG_OK && flag;
 	if (e == DG_OK && flag && old != NULL)
@@ -164,7 +202,7 @@ dg_err dg_cache_remove(dg_cache *c, const void *key, size_t klen, bool *removed)
 {
 	ENC_KEY(key, klen);
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REMOVE, kenc, kenc_len, NULL, 0, &flag, NULL);
+	dg_err e = op_update(c, OP_REMOVE, kenc, kenc_len, NULL, 0, &flag, NULL);
 	if (removed != NULL)
 		*removed = e == DG_OK && flag;
 	return e;
@@ -175,7 +213,7 @@ dg_err dg_cache_get(dg_cache *c, const void *key, size_t klen, dg_buf *val)
 	ENC_KEY(key, klen);
 	if (val == NULL)
 		return DG_ERR_INVAL;
-	return dgi_get_enc(c, kenc, kenc_len, val, true);
+	return op_get(c, kenc, kenc_len, val, true);
 }
 
 dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen, bool *present)
@@ -183,7 +221,7 @@ dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen, bool *presen
 	ENC_KEY(key, klen);
 	if (present == NULL)
 		return DG_ERR_INVAL;
-	dg_err e = dgi_get_enc(c, kenc, kenc_len, NULL, false);
+	dg_err e = op_get(c, kenc, kenc_len, NULL, false);
 	*present = e == DG_OK;
 	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
 }
@@ -200,14 +238,14 @@ dg_err dg_cache_put_val(dg_cache *c, const uint8_t *key, size_t klen, const uint
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	return dgi_update(c, OP_PUT, key, klen, val, vlen, NULL, NULL);
+	return op_update(c, OP_PUT, key, klen, val, vlen, NULL, NULL);
 }
 
 dg_err dg_cache_get_val(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *val)
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || val == NULL)
 		return DG_ERR_INVAL;
-	return dgi_get_enc(c, key, klen, val, false);
+	return op_get(c, key, klen, val, false);
 }
 
 dg_err dg_cache_remove_val(dg_cache *c, const uint8_t *key, size_t klen, bool *removed)
@@ -215,7 +253,7 @@ dg_err dg_cache_remove_val(dg_cache *c, const uint8_t *key, size_t klen, bool *r
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK)
 		return DG_ERR_INVAL;
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REMOVE, key, klen, NULL, 0, &flag, NULL);
+	dg_err e = op_update(c, OP_REMOVE, key, klen, NULL, 0, &flag, NULL);
 	if (removed != NULL)
 		*removed = e == DG_OK && flag;
 	return e;
@@ -227,7 +265,7 @@ dg_err dg_cache_put_if_absent_val(dg_cache *c, const uint8_t *key, size_t klen,
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_PUT_IF_ABSENT, key, klen, val, vlen, &flag, NULL);
+	dg_err e = op_update(c, OP_PUT_IF_ABSENT, key, klen, val, vlen, &flag, NULL);
 	if (put != NULL)
 		*put = e == DG_OK && flag;
 	return e;
@@ -239,7 +277,7 @@ dg_err dg_cache_replace_val(dg_cache *c, const uint8_t *key, size_t klen,
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
 	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REPLACE, key, klen, val, vlen, &flag, NULL);
+	dg_err e = op_update(c, OP_REPLACE, key, klen, val, vlen, &flag, NULL);
 	if (replaced != NULL)
 		*replaced = e == DG_OK && flag;
 	return e;
@@ -254,7 +292,7 @@ dg_err dg_cache_get_and_put_val(dg_cache *c, const uint8_t *key, size_t klen,
 	size_t len0 = old != NULL ? old->len : 0;
 	dg_buf tmp;
 	dg_buf_init(&tmp);
-	dg_err e = dgi_update(c, OP_GET_AND_PUT, key, klen, val, vlen, &flag, old != NULL ? old : &tmp);
+	dg_err e = op_update(c, OP_GET_AND_PUT, key, klen, val, vlen, &flag, old != NULL ? old : &tmp);
 	if (old != NULL && (e != DG_OK || !flag))
 		old->len = len0;
 	dg_buf_free(&tmp);
@@ -267,7 +305,7 @@ dg_err dg_cache_contains_val(dg_cache *c, const uint8_t *key, size_t klen, bool 
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || present == NULL)
 		return DG_ERR_INVAL;
-	dg_err e = dgi_get_enc(c, key, klen, NULL, false);
+	dg_err e = op_get(c, key, klen, NULL, false);
 	*present = e == DG_OK;
 	return e == DG_ERR_NOT_FOUND ? DG_OK : e;
 }
@@ -345,20 +383,20 @@ static dg_err put_raw_one(dg_cache *c, const void *key, size_t klen, const void 
 {
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
-	return dgi_update_op(c, OP_PUT, kenc, kenc_len, venc, venc_len, NULL, NULL);
+	return op_update_untimed(c, OP_PUT, kenc, kenc_len, venc, venc_len, NULL, NULL);
 }
 
 static dg_err get_raw_one(dg_cache *c, const void *key, size_t klen, dg_buf *val)
 {
 	ENC_KEY(key, klen);
-	return dgi_get_op(c, kenc, kenc_len, val, true);
+	return op_get_untimed(c, kenc, kenc_len, val, true);
 }
 
 static dg_err remove_raw_one(dg_cache *c, const void *key, size_t klen, bool *removed)
 {
 	ENC_KEY(key, klen);
 	int64_t flag = 0;
-	dg_err e = dgi_update_op(c, OP_REMOVE, kenc, kenc_len, NULL, 0, &flag, NULL);
+	dg_err e = op_update_untimed(c, OP_REMOVE, kenc, kenc_len, NULL, 0, &flag, NULL);
 	*removed = e == DG_OK && flag;
 	return e;
 }
@@ -368,14 +406,14 @@ static dg_err put_val_one(dg_cache *c, const void *key, size_t klen, const void 
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	return dgi_update_op(c, OP_PUT, key, klen, val, vlen, NULL, NULL);
+	return op_update_untimed(c, OP_PUT, key, klen, val, vlen, NULL, NULL);
 }
 
 static dg_err get_val_one(dg_cache *c, const void *key, size_t klen, dg_buf *val)
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	return dgi_get_op(c, key, klen, val, false);
+	return op_get_untimed(c, key, klen, val, false);
 }
 
 static dg_err remove_val_one(dg_cache *c, const void *key, size_t klen, bool *removed)
@@ -383,7 +421,7 @@ static dg_err remove_val_one(dg_cache *c, const void *key, size_t klen, bool *re
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK)
 		return DG_ERR_INVAL;
 	int64_t flag = 0;
-	dg_err e = dgi_update_op(c, OP_REMOVE, key, klen, NULL, 0, &flag, NULL);
+	dg_err e = op_update_untimed(c, OP_REMOVE, key, klen, NULL, 0, &flag, NULL);
 	*removed = e == DG_OK && flag;
 	return e;
 }
@@ -479,7 +517,7 @@ dg_err dg_cache_get_obj(dg_cache *c, const dg_desc *kd, const void *key, const d
 	}
 	dg_buf_init(&vb);
 	if (e == DG_OK)
-		e = dgi_get_enc(c, kb.data, kb.len, &vb, false);
+		e = op_get(c, kb.data, kb.len, &vb, false);
 	if (e == DG_OK)
 		e = dg_decode_object(c->g->reg, vd, vb.data, vb.len, val, arena);
 	if (kb.data != kst)
@@ -498,6 +536,11 @@ dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, cons
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
 	uint64_t hash = dgi_key_hash(kenc, kenc_len);
+	dgi_epoch_enter();
+	if (atomic_load(&c->dead)) {
+		dgi_epoch_leave();
+		return DG_ERR_CLOSED;
+	}
 	dgi_part *pt = &c->parts[dgi_part_of(hash, c->cfg.partitions)];
 	dg_err e = DG_OK;
 	pthread_mutex_lock(&pt->mu);
@@ -515,5 +558,6 @@ dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, cons
 			    &ver, expire, op_node, op_seq, 0, NULL);
 	}
 	pthread_mutex_unlock(&pt->mu);
+	dgi_epoch_leave();
 	return e;
 }

@@ -150,30 +150,34 @@ void dgi_futs_forget(dgi_grid *g, const dg_topology *now)
 /* ---- the process-wide grid table ----
  * The grid whose future an UPDATE_RES completes: the callback's context is
  * the future id alone (the caller may have timed out and gone), and a
- * future id carries its grid's slot in this table in its top byte. */
-#define MAX_GRIDS 255
-static dgi_grid *_Atomic grids[MAX_GRIDS + 1];
+ * future id carries its grid's slot in this table in its top byte — so a
+ * process holds at most DGI_MAX_GRIDS grids (nodes) at once; one more is
+ * refused at start with DG_ERR_LIMIT.  Slots are reused once a grid stops. */
+static dgi_grid *_Atomic grids[DGI_MAX_GRIDS + 1];
 
-void dgi_fut_grid_register(dgi_grid *g)
+dg_err dgi_fut_grid_register(dgi_grid *g)
 {
-	for (int i = 1; i <= MAX_GRIDS; i++) {
+	if (g->slot > 0)
+		return DG_OK; /* (dgi_ops_register asks again) */
+	for (int i = 1; i <= DGI_MAX_GRIDS; i++) {
 		dgi_grid *expect = NULL;
 		if (atomic_compare_exchange_strong(&grids[i], &expect, g)) {
 			g->slot = i;
-			break;
+			atomic_store(&g->next_fut, ((uint64_t)g->slot << 56) | 1);
+			return DG_OK;
 		}
 	}
-	atomic_store(&g->next_fut, ((uint64_t)g->slot << 56) | 1);
+	return DG_ERR_LIMIT;
 }
 
 void dgi_fut_grid_unregister(dgi_grid *g)
 {
 	if (g->slot > 0)
 		atomic_store(&grids[g->slot], NULL);
+	g->slot = 0;
 }
 
 dgi_grid *dgi_fut_grid(uint64_t id)
 {
 	return atomic_load(&grids[id >> 56]);
 }
-

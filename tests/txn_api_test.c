@@ -562,8 +562,9 @@ static void test_deadlock_across_nodes(void **state)
 	pthread_join(ta, NULL);
 	pthread_join(tb, NULL);
 	pthread_barrier_destroy(&bar);
-	print_message("      victim found after %llu ms (tx timeout 10000 ms)\n",
-	    (unsigned long long)(a.err == DG_ERR_DEADLOCK ? a.ms : b.ms));
+	print_message("      victim found after %llu ms (tx timeout 10000 ms): %s / %s\n",
+	    (unsigned long long)(a.err == DG_ERR_DEADLOCK ? a.ms : b.ms), dg_strerror(a.err),
+	    dg_strerror(b.err));
 	assert_true((a.err == DG_ERR_DEADLOCK && b.err == DG_OK) ||
 	    (a.err == DG_OK && b.err == DG_ERR_DEADLOCK));
 	assert_true(a.ms < 2000 && b.ms < 2000);
