@@ -2749,6 +2749,55 @@ static void test_lock_order_send_dials(void **state)
 	dg_tp_stop(tp);
 }
 
+/* Sections (epoch.c): a tag taken while a section is open has not passed
+ * until that section ends (nested entries count as one); a section that
+ * begins after the tag does not hold it back; a thread's slot is reused
+ * after it exits. */
+struct section_arg {
+	_Atomic int step;           /* 1: inside; 2: may leave; 3: left */
+};
+
+static void *in_section(void *p)
+{
+	struct section_arg *a = p;
+	dgi_epoch_enter();
+	dgi_epoch_enter(); /* nested */
+	atomic_store(&a->step, 1);
+	while (atomic_load(&a->step) != 2)
+		sleep_ms(1);
+	dgi_epoch_leave();
+	assert_true(dgi_epoch_inside());
+	dgi_epoch_leave();
+	assert_false(dgi_epoch_inside());
+	atomic_store(&a->step, 3);
+	return NULL;
+}
+
+static void test_sections(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 3; round++) { /* (threads come and go) */
+		struct section_arg a = { 0 };
+		pthread_t t;
+		pthread_create(&t, NULL, in_section, &a);
+		while (atomic_load(&a.step) != 1)
+			sleep_ms(1);
+		uint64_t tag = dgi_epoch_retire();
+		assert_false(dgi_epoch_passed(tag));
+		dgi_epoch_enter(); /* a section of this thread, begun after the tag */
+		assert_false(dgi_epoch_passed(tag)); /* the other still holds it back */
+		atomic_store(&a.step, 2);
+		while (atomic_load(&a.step) != 3)
+			sleep_ms(1);
+		assert_true(dgi_epoch_passed(tag)); /* the later one does not count */
+		uint64_t tag2 = dgi_epoch_retire();
+		assert_false(dgi_epoch_passed(tag2)); /* but holds back what came after it */
+		dgi_epoch_leave();
+		assert_true(dgi_epoch_passed(tag2));
+		pthread_join(t, NULL);
+	}
+}
+
 static void test_membership(void **state)
 {
 	(void)state;
@@ -3424,6 +3473,7 @@ int main(void)
 		cmocka_unit_test(test_no_alloc_per_message),
 		cmocka_unit_test(test_concurrent_requests),
 		cmocka_unit_test(test_stop_with_requests_in_flight),
+		cmocka_unit_test(test_sections),
 		cmocka_unit_test(test_handler_swapped_whole),
 		cmocka_unit_test(test_lock_order_send_dials),
 		cmocka_unit_test(test_membership),

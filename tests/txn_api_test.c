@@ -1464,6 +1464,88 @@ static void test_commit_reaches_backups_on_many_nodes(void **state)
 		dg_node_stop(n[i]);
 }
 
+/* A tx holds locks on at most 64 primaries: the lock that would take it
+ * to a 65th fails with DG_ERR_LIMIT, and the rollback reaches every node
+ * it locked on (one it could not remember used to keep its locks until
+ * they expired).  66 nodes: only with DG_SCALE_TESTS=1 (ctest -L scale). */
+static void test_scale_tx_lock_limit(void **state)
+{
+	(void)state;
+	if (getenv("DG_SCALE_TESTS") == NULL) {
+		print_message("      (DG_SCALE_TESTS not set: skipped)\n");
+		return;
+	}
+	enum { N = 66 };
+	dg_node *n[N];
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = "tcp://127.0.0.1:0";
+	cfg.cluster_name = "txn-scale";
+	cfg.failure_timeout_ms = 15000;
+	cfg.join_timeout_ms = 20000;
+	cfg.request_timeout_ms = 10000;
+	OK(dg_node_start(&cfg, &n[0]));
+	const char *seed = dg_node_address(n[0]);
+	cfg.seeds = &seed;
+	cfg.nseeds = 1;
+	for (int i = 1; i < N; i++)
+		OK(dg_node_start(&cfg, &n[i]));
+	dg_cache *c = tx_cache(n[0], "wide64", 0);
+	uint64_t deadline = dgi_now_ms() + 60000;
+	for (;;) { /* every node's fence open on the topology of N */
+		bool all = true;
+		for (int i = 0; i < N && all; i++) {
+			int64_t v;
+			all = dg_node_topology(n[i], &v, NULL, 0) == N &&
+			    dgi_txsvc_fence_open(dgi_node_txs(n[i]), v);
+		}
+		uint64_t own[8];
+		int64_t tv, v0;
+		dg_node_topology(n[0], &v0, NULL, 0);
+		if (all && dgi_cache_owners(c, 0, own, &tv) > 0 && tv == v0)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	/* one key per primary, for 65 primaries */
+	char keys[N][12];
+	dg_node_id prim[N];
+	int nk = 0;
+	for (int i = 0; i < 100000 && nk < 65; i++) {
+		char raw[12];
+		snprintf(raw, sizeof(raw), "p%d", i);
+		uint8_t enc[32];
+		size_t elen = encode_raw(raw, enc, sizeof(enc));
+		uint64_t hash, own[8];
+		int64_t tv;
+		uint32_t k = dgi_cache_owners(c, dgi_cache_key_part(c, enc, elen, &hash), own, &tv);
+		bool have = k == 0;
+		for (int q = 0; q < nk && !have; q++)
+			have = prim[q] == own[0];
+		if (!have) {
+			prim[nk] = own[0];
+			strcpy(keys[nk++], raw);
+		}
+	}
+	assert_int_equal(nk, 65);
+	dg_tx *tx;
+	OK(dg_tx_begin(n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 30000, "wide", &tx));
+	for (int i = 0; i < 64; i++)
+		OK(tx_put_long(tx, c, keys[i], 1));
+	EXPECT(tx_put_long(tx, c, keys[64], 1), DG_ERR_LIMIT);
+	dg_tx_rollback(tx);
+	/* nothing stays locked anywhere */
+	uint64_t held = 0;
+	for (int i = 0; i < N; i++) {
+		dg_tx_metrics m;
+		OK(dg_tx_get_metrics(n[i], &m));
+		held += m.locks_held;
+	}
+	assert_int_equal(held, 0);
+	for (int i = N - 1; i >= 0; i--)
+		dg_node_stop(n[i]);
+}
+
 /* After a failed test: end the tx it left open on this thread (the next
  * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
  * settings a test changes, so one failure is not reported five times. */
@@ -1504,6 +1586,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_prepare_checks_partition, after_test),
 		cmocka_unit_test_teardown(test_tx_without_thread_buffers, after_test),
 		cmocka_unit_test_teardown(test_commit_reaches_backups_on_many_nodes, after_test),
+		cmocka_unit_test_teardown(test_scale_tx_lock_limit, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

@@ -149,12 +149,25 @@ static _Atomic uint64_t tx_seq_next = 1;
  * does not wait long. */
 static uint32_t release_wait(const struct dg_tx *tx);
 
+/* Whether node is one of tx->locked, or can become one: a tx holds locks
+ * or records on at most MAX_NODES nodes, and the calls that would take it
+ * past that fail with DG_ERR_LIMIT before anything is sent (a node left
+ * out of the list would get no rollback: its locks would stay until they
+ * expire). */
+static bool lockable_on(const dg_tx *tx, uint64_t node)
+{
+	for (uint32_t i = 0; i < tx->nlocked; i++)
+		if (tx->locked[i] == node)
+			return true;
+	return tx->nlocked < MAX_NODES;
+}
+
 static void add_locked(dg_tx *tx, uint64_t node)
 {
 	for (uint32_t i = 0; i < tx->nlocked; i++)
 		if (tx->locked[i] == node)
 			return;
-	if (tx->nlocked < MAX_NODES)
+	if (tx->nlocked < MAX_NODES) /* (lockable_on was asked first) */
 		tx->locked[tx->nlocked++] = node;
 }
 
@@ -501,6 +514,7 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->timeouts, 1);
 		return e;
 	case DG_ERR_NOMEM:
+	case DG_ERR_LIMIT:
 	case DG_ERR_TX_ROLLED_BACK:
 	case DG_ERR_PARTITION_LOST:
 	case DG_ERR_STORAGE:
@@ -533,6 +547,8 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 		dg_err e = DG_ERR_NOT_READY;
 		if (n > 0 && locking && tx->topver != 0 && tv != tx->topver)
 			return DG_ERR_TX_ROLLED_BACK; /* the topology changed under our locks */
+		if (n > 0 && locking && !lockable_on(tx, own[0]))
+			return DG_ERR_LIMIT;
 		if (n > 0) {
 			dgi_msg_tx_lock m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
 				dgi_cache_id_of(c), left, { key, klen }, tv, part, flags };
@@ -1036,6 +1052,17 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 	uint32_t left = left_ms(tx);
 	if (left == 0)
 		return DG_ERR_TIMEOUT;
+	if (!(flags & DGI_TXP_RESEND)) {
+		uint32_t more = 0; /* primaries not yet in tx->locked */
+		for (uint32_t i = 0; i < ng; i++) {
+			bool have = false;
+			for (uint32_t k = 0; k < tx->nlocked && !have; k++)
+				have = tx->locked[k] == groups[i].node;
+			more += !have;
+		}
+		if (tx->nlocked + more > MAX_NODES)
+			return DG_ERR_LIMIT;
+	}
 	for (uint32_t i = 0; i < ng; i++) {
 		dgi_msg_tx_prepare m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
 			left, topver, flags, (int64_t)groups[i].origin, ng,
