@@ -2638,9 +2638,6 @@ static void test_membership_adopts_cluster_timings(void **state)
 	mnode_stop(&n[0], false);
 }
 
-/* Three nodes (over ipc:// and tcp://) join through a seed, agree on every
- * version; a crashed member and then a crashed coordinator are removed
- * within the timeout plus a heartbeat; listeners see each version. */
 /* A handler's function and context are replaced as one: a frame
  * dispatched while another thread swaps handler A (fn_a, &ctx_a) for B
  * (fn_b, &ctx_b) and back runs fn_a with ctx_a or fn_b with ctx_b, never
@@ -2798,6 +2795,9 @@ static void test_sections(void **state)
 	}
 }
 
+/* Three nodes (over ipc:// and tcp://) join through a seed, agree on every
+ * version; a crashed member and then a crashed coordinator are removed
+ * within the timeout plus a heartbeat; listeners see each version. */
 static void test_membership(void **state)
 {
 	(void)state;
