@@ -91,7 +91,11 @@ dg_err dgi_append(dg_buf *out, const uint8_t *p, size_t n)
 	return DG_OK;
 }
 
-/* ---- the public operations ---- */
+/* ---- the public operations ----
+ * Each runs inside a section (cache_int.h, "Lifetime"; dgi_update_op and
+ * dgi_get_op enter it): the partitions
+ * and affinity it reaches stay allocated until it returns, however long
+ * it waits. */
 
 #define ENC_KEY(key, klen)                                                     \
 	uint8_t kst[KEY_STACK];                                                \
@@ -596,6 +600,11 @@ dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, cons
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
 	uint64_t hash = dgi_key_hash(kenc, kenc_len);
+	dgi_epoch_enter();
+	if (atomic_load(&c->dead)) {
+		dgi_epoch_leave();
+		return DG_ERR_CLOSED;
+	}
 	dgi_part *pt = &c->parts[dgi_part_of(hash, c->cfg.partitions)];
 	dg_err e = DG_OK;
 	pthread_mutex_lock(&pt->mu);
@@ -613,5 +622,6 @@ dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, cons
 			    &ver, expire, op_node, op_seq, 0, NULL);
 	}
 	pthread_mutex_unlock(&pt->mu);
+	dgi_epoch_leave();
 	return e;
 }

@@ -297,7 +297,8 @@ typedef struct dgi_grid_config {
 /* Registers the cache message handlers on tp, opens the persistent store
  * and loads persisted caches.  Call after dg_tp_start and before
  * dg_member_start; then dgi_grid_joined once the member started.
- * *out: dgi_grid_stop. */
+ * *out: dgi_grid_stop.  Any number of grids may run in one process (no
+ * table of grids: a reply finds its waiter through its own context). */
 dg_err dgi_grid_start(struct dg_tp *tp, dg_registry *reg,
     const dgi_grid_config *cfg, dgi_grid **out);
 /* Membership is up: listens to its topologies (the current one first),

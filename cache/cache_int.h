@@ -64,8 +64,8 @@ typedef struct dgi_aff {
 	uint32_t parts;
 	uint32_t copies;            /* 1 + backups (capped by node count) */
 	uint32_t nnodes;
-	struct dgi_aff *retired_next;
-	uint64_t retired_ms;
+	struct dgi_aff *retired_next;   /* the grid's limbo (grid->mu) */
+	uint64_t retired_tag;           /* dgi_epoch_retire's, when replaced */
 	dg_node_id *nodes;          /* nnodes ids */
 	int64_t *orders;            /* their join orders */
 	uint16_t *owners;           /* parts * copies */
@@ -402,15 +402,29 @@ static inline void dgi_cfg_to_msg(const dg_cache_config *c, dgi_msg_cfg *m)
 
 /* ---- caches and the grid (grid.c, the operations, rebalance.c) ---- */
 
+/* Lifetime.  Operations reach a cache's partitions and affinity without a
+ * lock, inside a section (transport.h, "sections"): every handler and
+ * reply callback is in one, and so is every call that starts here (the
+ * public operations, what txn uses, the grid's own threads).  An affinity
+ * a topology change replaces goes to the grid's limbo, and a destroyed
+ * cache's partitions, marks and affinity to its grave entry: both are
+ * freed once every section that could have seen them has ended
+ * (dgi_grid_reclaim, from the sweeper every second) — however long an
+ * operation held them (an LMDB commit, a remote wait).  A section that
+ * starts after the destroy sees `dead` and touches nothing else.  The
+ * handle itself (this struct: config, counters, histograms, a few hundred
+ * bytes) stays until the node stops, so handles held anywhere keep
+ * answering DG_ERR_CLOSED. */
 struct dg_cache {
 	dgi_grid *g;
 	dg_cache_config cfg;
 	uint32_t id;
 	_Atomic bool dead;              /* destroyed (or node stopping) */
-	struct dg_cache *grave_next;    /* destroyed caches, freed at stop */
+	struct dg_cache *grave_next;    /* destroyed caches (grid->mu) */
+	uint64_t grave_tag;             /* dgi_epoch_retire's at the destroy */
+	bool reclaimed;                 /* parts, lost, handed, aff freed (grid->mu) */
 	dgi_part *parts;                /* cfg.partitions */
 	_Atomic(dgi_aff *) aff;         /* current; NULL before the first topology */
-	dgi_aff *retired;               /* older affinities (grid->mu) */
 	_Atomic uint8_t *lost;          /* a byte per partition: lost (grid->mu writes) */
 	_Atomic uint8_t *handed;        /* a byte per partition: its sole owner left
 	                                   gracefully and handed it over (not lost),
@@ -435,6 +449,18 @@ struct job {
  * threads: more of them make bigger commits (one fsync for more writes). */
 #define GRID_WORKERS 16
 
+/* The queue in front of them is bounded: at most GRID_QUEUE_JOBS jobs and
+ * GRID_QUEUE_BYTES bytes of bodies (one job is always taken, however big).
+ * A write that finds it full is not applied: an UPDATE is answered
+ * DG_ERR_BUSY (nothing was applied anywhere: retry); a FULL_SYNC BACKUP
+ * is acked DG_ERR_BUSY to its primary, which applied it: the originator
+ * hears DG_ERR_TIMEOUT (outcome unknown) and the primary sends the copy
+ * again until it is on every backup (pending.c).  Refusals are counted
+ * and logged (JOBS-FULL, once per 5 s). */
+#define GRID_QUEUE_JOBS 4096
+#define GRID_QUEUE_BYTES (64u << 20)
+extern _Atomic uint32_t dgi_grid_queue_jobs;    /* the jobs bound (tests lower it) */
+
 struct dgi_grid {
 	dg_tp *tp;
 	dg_member *m;
@@ -444,7 +470,8 @@ struct dgi_grid {
 	pthread_mutex_t mu;            /* caches set, topology install, graveyard */
 	pthread_cond_t cv;             /* rebalancer and sweeper wake-ups */
 	dgi_intmap caches;             /* id -> dg_cache (lock-free lookups) */
-	dg_cache *grave;
+	dg_cache *grave;               /* destroyed caches (their handles, until stop) */
+	dgi_aff *limbo;                /* replaced affinities not freed yet */
 	dg_topology *topo;             /* current (held); grid->mu */
 	_Atomic int64_t topver;
 	_Atomic int64_t self_order;    /* read by updates without grid->mu */
@@ -460,6 +487,10 @@ struct dgi_grid {
 	pthread_mutex_t jmu;
 	pthread_cond_t jcv;
 	struct job *jhead, *jtail;
+	uint32_t jcount;               /* jobs queued (jmu) */
+	uint64_t jbytes;               /* their bodies' bytes (jmu) */
+	_Atomic uint64_t jrefused;     /* writes refused for a full queue */
+	_Atomic uint64_t jlogged_ms;   /* when JOBS-FULL was last written */
 	bool jstop;
 	pthread_t workers[GRID_WORKERS];
 	pthread_t rebalancer, sweeper;
@@ -473,6 +504,13 @@ dg_cache *dgi_grid_cache(dgi_grid *g, uint32_t id);   /* live cache or NULL */
 /* Whether id is a server (STANDBY included) of the current topology: a
  * node whose copies can still be fetched.  Takes grid->mu. */
 bool dgi_grid_has_server(dgi_grid *g, dg_node_id id);
+/* Frees the replaced affinities and destroyed caches' memory no section
+ * can still use (all: everything, at stop).  Sweeper thread; not from
+ * inside a section (its own would hold everything back). */
+void dgi_grid_reclaim(dgi_grid *g, bool all);
+/* What waits to be freed: affinities in the limbo, destroyed caches not
+ * reclaimed yet (tests). */
+void dgi_grid_limbo(dgi_grid *g, uint32_t *affs, uint32_t *caches);
 /* The affinity of c over the current topology without this node (what a
  * leave will make); NULL on NOMEM or before the first topology. */
 dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c);
@@ -486,6 +524,10 @@ dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *
     int64_t expire_ms, bool tomb, uint64_t op_node, uint64_t op_seq);
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Queues a job for the worker pool (it owns j from then on), or
+ * DG_ERR_BUSY when the queue is full (GRID_QUEUE_JOBS, _BYTES: j is still
+ * the caller's). */
+dg_err dgi_grid_job_push(dgi_grid *g, struct job *j);
 
 /* ---- the operations (update.c, primary.c, pending.c, read.c, api.c, txapi.c) ---- */
 
@@ -733,9 +775,11 @@ void dgi_rebalance_register(dgi_grid *g);
  * (kept for their new owners to fetch) once they have been held for the
  * rent grace and every current owner answers that it OWNS the partition
  * whole, or has taken this node's copy (REBALANCE_OWNED; rebalance.c,
- * "Whole copies").  Sweeper thread; takes partition locks one at a time
- * and the grid lock only to read `stopping`; asks for at most
- * 2 * request_timeout_ms per cache. */
+ * "Whole copies").  Every owner is asked, however many (a REPLICATED
+ * cache's partitions are owned by every server), all at once: a cache's
+ * round takes one request_timeout_ms at most.  Every cache is swept,
+ * however many.  Sweeper thread; takes partition locks one at a time and
+ * the grid lock only to read `stopping`. */
 void dgi_rent_sweep(dgi_grid *g);
 /* Test hooks: the rent grace (ms, default 30000) and a pause of every
  * rebalancer thread in the process (a new owner fetches nothing while

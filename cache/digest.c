@@ -54,8 +54,11 @@ dg_err dgi_cache_part_digest(dg_cache *c, uint32_t part, dgi_part_digest *out)
 	if (c == NULL || out == NULL || part >= c->cfg.partitions)
 		return DG_ERR_INVAL;
 	memset(out, 0, sizeof(*out));
-	if (atomic_load(&c->dead))
+	dgi_epoch_enter(); /* the partitions and affinity stay while it reads */
+	if (atomic_load(&c->dead)) {
+		dgi_epoch_leave();
 		return DG_ERR_CLOSED;
+	}
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	int pos = aff != NULL ? dgi_aff_role(aff, part, c->g->self) : -1;
 	out->role = pos < 0 ? 0 : pos == 0 ? 1 : 2;
@@ -65,6 +68,7 @@ dg_err dgi_cache_part_digest(dg_cache *c, uint32_t part, dgi_part_digest *out)
 	out->state = atomic_load_explicit(&pt->state, memory_order_relaxed);
 	dgi_part_each(pt, digest_one, &d);
 	pthread_mutex_unlock(&pt->mu);
+	dgi_epoch_leave();
 	return DG_OK;
 }
 

@@ -404,21 +404,11 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 	if (c->cfg.atomicity == DG_ATOMIC && c->cfg.write_sync == DG_FULL_SYNC)
 		dgi_psync_send(g, c);
 	if (prev != NULL) {
-		/* readers may still hold prev for one operation: free it later */
-		prev->retired_ms = now_ms;
-		prev->retired_next = c->retired;
-		c->retired = prev;
-	}
-	/* free retired affinities no operation can still use */
-	dgi_aff **pp = &c->retired;
-	while (*pp != NULL) {
-		dgi_aff *a = *pp;
-		if (now_ms - a->retired_ms > 4ull * g->cfg.request_timeout_ms + 60000) {
-			*pp = a->retired_next;
-			dgi_aff_free(a);
-		} else {
-			pp = &a->retired_next;
-		}
+		/* operations may still hold prev (for as long as they run): it
+		 * is freed once no section that could have loaded it is left */
+		prev->retired_tag = dgi_epoch_retire();
+		prev->retired_next = g->limbo;
+		g->limbo = prev;
 	}
 	c->fresh = false;
 }
@@ -487,10 +477,9 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 
 /* ---- creating, learning and destroying caches ---- */
 
-static void cache_free(dg_cache *c)
+/* Everything of c but the handle: partitions, marks, affinity. */
+static void cache_free_parts(dg_cache *c)
 {
-	if (c == NULL)
-		return;
 	if (c->parts != NULL)
 		dgi_pw_forget_all(c->g, c, DG_ERR_CLOSED);
 	for (uint32_t p = 0; c->parts != NULL && p < c->cfg.partitions; p++) {
@@ -503,11 +492,17 @@ static void cache_free(dg_cache *c)
 	dgi_free(c->lost);
 	dgi_free(c->handed);
 	dgi_aff_free(atomic_load(&c->aff));
-	while (c->retired != NULL) {
-		dgi_aff *a = c->retired;
-		c->retired = a->retired_next;
-		dgi_aff_free(a);
-	}
+	c->parts = NULL;
+	c->lost = NULL;
+	c->handed = NULL;
+	atomic_store(&c->aff, NULL);
+}
+
+static void cache_free(dg_cache *c)
+{
+	if (c == NULL)
+		return;
+	cache_free_parts(c);
 	dgi_free(c);
 }
 
@@ -599,14 +594,17 @@ static void local_destroy(dgi_grid *g, dg_cache *c)
 	atomic_store(&c->dead, true);
 	dgi_intmap_del(&g->caches, c->id);
 	c->grave_next = g->grave;
-	g->grave = c;
+	g->grave = c; /* the handle stays; the rest goes at dgi_grid_reclaim */
 	if (g->ps != NULL && c->cfg.persistence) {
 		char key[DG_CACHE_NAME_MAX + 8];
 		snprintf(key, sizeof(key), "cache:%s", c->cfg.name);
 		dgi_pstore_meta_put(g->ps, key, NULL, 0);
 		dgi_pstore_drop(g->ps, c->id, UINT32_MAX);
 	}
-	/* the memory goes now; the handle stays valid (dead) until stop */
+	/* the entries go now (and the writes waiting on them are answered);
+	 * the partitions' tables, marks and affinity once no operation that
+	 * began before this can use them (an operation beginning later sees
+	 * `dead`); the handle stays valid (dead) until stop */
 	dgi_pw_forget_all(g, c, DG_ERR_CLOSED);
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
 		pthread_mutex_lock(&c->parts[p].mu);
@@ -614,7 +612,46 @@ static void local_destroy(dgi_grid *g, dg_cache *c)
 		atomic_store(&c->parts[p].state, P_NONE);
 		pthread_mutex_unlock(&c->parts[p].mu);
 	}
+	c->grave_tag = dgi_epoch_retire();
 	dgi_grid_log("info", "CACHE-DESTROYED", "cache=\"%s\"", c->cfg.name);
+}
+
+void dgi_grid_reclaim(dgi_grid *g, bool all)
+{
+	dgi_aff *gone = NULL;
+	pthread_mutex_lock(&g->mu);
+	for (dgi_aff **pp = &g->limbo; *pp != NULL;) {
+		dgi_aff *a = *pp;
+		if (all || dgi_epoch_passed(a->retired_tag)) {
+			*pp = a->retired_next;
+			a->retired_next = gone;
+			gone = a;
+		} else {
+			pp = &a->retired_next;
+		}
+	}
+	for (dg_cache *c = g->grave; c != NULL; c = c->grave_next)
+		if (!c->reclaimed && (all || dgi_epoch_passed(c->grave_tag))) {
+			cache_free_parts(c);
+			c->reclaimed = true;
+		}
+	pthread_mutex_unlock(&g->mu);
+	while (gone != NULL) {
+		dgi_aff *a = gone;
+		gone = a->retired_next;
+		dgi_aff_free(a);
+	}
+}
+
+void dgi_grid_limbo(dgi_grid *g, uint32_t *affs, uint32_t *caches)
+{
+	*affs = *caches = 0;
+	pthread_mutex_lock(&g->mu);
+	for (dgi_aff *a = g->limbo; a != NULL; a = a->retired_next)
+		(*affs)++;
+	for (dg_cache *c = g->grave; c != NULL; c = c->grave_next)
+		*caches += !c->reclaimed;
+	pthread_mutex_unlock(&g->mu);
 }
 
 /* The other nodes of the current topology (servers and clients). */
@@ -914,6 +951,36 @@ int64_t dgi_grid_version_floor(dgi_grid *g)
 
 /* ---- worker pool (writes to persistent caches) and sweeper ---- */
 
+_Atomic uint32_t dgi_grid_queue_jobs = GRID_QUEUE_JOBS;
+
+dg_err dgi_grid_job_push(dgi_grid *g, struct job *j)
+{
+	pthread_mutex_lock(&g->jmu);
+	bool room = g->jcount < atomic_load(&dgi_grid_queue_jobs) &&
+	    (g->jcount == 0 || g->jbytes + j->raw_len <= GRID_QUEUE_BYTES);
+	if (room) {
+		j->next = NULL;
+		if (g->jtail != NULL)
+			g->jtail->next = j;
+		else
+			g->jhead = j;
+		g->jtail = j;
+		g->jcount++;
+		g->jbytes += j->raw_len;
+		pthread_cond_signal(&g->jcv);
+	}
+	pthread_mutex_unlock(&g->jmu);
+	if (room)
+		return DG_OK;
+	uint64_t n = atomic_fetch_add(&g->jrefused, 1) + 1, now = dgi_now_ms();
+	uint64_t last = atomic_load(&g->jlogged_ms);
+	if (now - last >= 5000 && atomic_compare_exchange_strong(&g->jlogged_ms, &last, now))
+		dgi_grid_log("warn", "JOBS-FULL", "queued=%u refused=%llu why=\"persistent writes "
+		    "come faster than the disk takes them: answered DG_ERR_BUSY\"",
+		    atomic_load(&dgi_grid_queue_jobs), (unsigned long long)n);
+	return DG_ERR_BUSY;
+}
+
 static void *worker(void *arg)
 {
 	dgi_grid *g = arg;
@@ -927,8 +994,12 @@ static void *worker(void *arg)
 		g->jhead = j->next;
 		if (g->jhead == NULL)
 			g->jtail = NULL;
+		g->jcount--;
+		g->jbytes -= j->raw_len;
 		pthread_mutex_unlock(&g->jmu);
+		dgi_epoch_enter(); /* a handler's work, continued here */
 		dgi_ops_run_job(g, j);
+		dgi_epoch_leave();
 		dgi_free(j);
 		pthread_mutex_lock(&g->jmu);
 	}
@@ -963,6 +1034,7 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 	struct sweep_ctx *s = ctx;
 	dg_cache *c = value;
 	(void)key;
+	dgi_epoch_enter();
 	for (uint32_t p = 0; p < c->cfg.partitions && !atomic_load(&c->dead); p++) {
 		dgi_part *pt = &c->parts[p];
 		pthread_mutex_lock(&pt->mu);
@@ -980,6 +1052,7 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 		}
 		pthread_mutex_unlock(&pt->mu);
 	}
+	dgi_epoch_leave();
 }
 
 static void *sweeper(void *arg)
@@ -996,6 +1069,7 @@ static void *sweeper(void *arg)
 		struct sweep_ctx s = { g, dgi_wall_ms(), dgi_now_ms() };
 		dgi_intmap_each(&g->caches, sweep_cache, &s);
 		dgi_rent_sweep(g);
+		dgi_grid_reclaim(g, false);
 		pthread_mutex_lock(&g->mu);
 	}
 	pthread_mutex_unlock(&g->mu);
@@ -1110,6 +1184,7 @@ void dgi_grid_stop(dgi_grid *g)
 		pthread_join(g->rebalancer, NULL);
 		pthread_join(g->sweeper, NULL);
 	}
+	dgi_grid_reclaim(g, true); /* no section of this node is left */
 	dgi_intmap_each(&g->caches, free_cache_cb, NULL);
 	dgi_intmap_destroy(&g->caches);
 	while (g->grave != NULL) {

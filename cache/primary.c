@@ -218,30 +218,34 @@ static bool wants_worker(const dg_cache *c)
 	return c->cfg.persistence;
 }
 
-/* Hands a request to the worker pool (persistent caches: LMDB waits). */
+/* Hands a request to the worker pool (persistent caches: LMDB waits).  A
+ * full queue refuses it, not applied (cache_int.h, GRID_QUEUE_JOBS): an
+ * UPDATE is answered DG_ERR_BUSY, a FULL_SYNC BACKUP is acked DG_ERR_BUSY
+ * to its primary (which sends it again later). */
 static void to_worker(dgi_grid *g, const dg_msg_in *in)
 {
 	struct job *j = dgi_alloc(sizeof(*j) + in->raw_len);
-	if (j == NULL) {
-		dg_tp_reply_error(g->tp, in, DG_ERR_NOMEM);
-		return;
+	dg_err e = DG_ERR_NOMEM;
+	if (j != NULL) {
+		j->next = NULL;
+		j->type = in->type;
+		j->in = *in;
+		j->in.body = NULL;
+		j->raw = (uint8_t *)(j + 1);
+		memcpy(j->raw, in->raw, in->raw_len);
+		j->raw_len = in->raw_len;
+		j->in.raw = j->raw;
+		if ((e = dgi_grid_job_push(g, j)) == DG_OK)
+			return;
+		dgi_free(j);
 	}
-	j->next = NULL;
-	j->type = in->type;
-	j->in = *in;
-	j->in.body = NULL;
-	j->raw = (uint8_t *)(j + 1);
-	memcpy(j->raw, in->raw, in->raw_len);
-	j->raw_len = in->raw_len;
-	j->in.raw = j->raw;
-	pthread_mutex_lock(&g->jmu);
-	if (g->jtail != NULL)
-		g->jtail->next = j;
-	else
-		g->jhead = j;
-	g->jtail = j;
-	pthread_cond_signal(&g->jcv);
-	pthread_mutex_unlock(&g->jmu);
+	const dgi_msg_backup *b = in->type == DGI_MSG_BACKUP ? in->body : NULL;
+	if (b == NULL) {
+		dg_tp_reply_error(g->tp, in, e);
+	} else if (b->pw != 0) {
+		dgi_msg_backup_ack ack = { b->cache_id, b->part, b->pw, e };
+		dg_tp_send(g->tp, in->from, DGI_MSG_BACKUP_ACK, &ack);
+	}
 }
 
 static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update *m)

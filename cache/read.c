@@ -132,9 +132,22 @@ static bool stale_answer(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id pri
 	return now == NULL || dgi_aff_owner(now, part, 0) != primary;
 }
 
+static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
+    bool unwrap);
+
 /* Reads the encoded value of key into out (unwrap: the bytes inside a BYTES
- * value), untimed.  DG_ERR_NOT_FOUND. */
+ * value), untimed, inside a section (cache_int.h, "Lifetime").
+ * DG_ERR_NOT_FOUND. */
 dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
+{
+	dgi_epoch_enter();
+	dg_err e = get_in_section(c, key, klen, out, unwrap);
+	dgi_epoch_leave();
+	return e;
+}
+
+static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
+    bool unwrap)
 {
 	if (c == NULL || key == NULL || klen == 0 || klen > DG_KEY_MAX)
 		return DG_ERR_INVAL;

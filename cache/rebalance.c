@@ -662,13 +662,17 @@ void *dgi_rebalancer(void *arg)
 		}
 		pthread_mutex_unlock(&g->mu);
 		cc.n = 0;
+		/* sections (cache_int.h, "Lifetime"): one per step, none while
+		 * this thread waits for work */
+		dgi_epoch_enter();
 		dgi_intmap_each(&g->caches, collect, &cc);
+		dgi_epoch_leave();
 		size_t failed = 0;
 		for (size_t i = 0; i < cc.n; i++) {
+			dgi_epoch_enter();
 			dg_cache *c = dgi_grid_cache(g, cc.t[i].cache_id);
-			if (c == NULL)
-				continue;
-			dg_err e = fetch_part(g, c, cc.t[i].part, gen);
+			dg_err e = c != NULL ? fetch_part(g, c, cc.t[i].part, gen) : DG_OK;
+			dgi_epoch_leave();
 			if (e == DG_ERR_STATE)
 				break; /* the topology moved on: collect again */
 			if (e != DG_OK)
@@ -677,7 +681,9 @@ void *dgi_rebalancer(void *arg)
 		if (failed > 0)
 			dgi_grid_log("info", "REBALANCE-RETRY", "partitions=%zu why=\"a supplier was not ready or unreachable\"",
 			    failed);
+		dgi_epoch_enter();
 		dgi_intmap_each(&g->caches, rebalance_done_check, NULL);
+		dgi_epoch_leave();
 		pthread_mutex_lock(&g->mu);
 		if (!g->stopping && (cc.n == 0 || g->rebal_gen == gen)) {
 			/* nothing moving, or retry failures after a pause */
@@ -791,14 +797,22 @@ static dg_err all_nodes(dg_cache *c, dg_msg_type type, int64_t *sum)
 	return DG_OK;
 }
 
+/* all_nodes in a section (cache_int.h, "Lifetime"); DG_ERR_CLOSED for a
+ * destroyed cache. */
+static dg_err all_nodes_live(dg_cache *c, dg_msg_type type, int64_t *sum)
+{
+	dgi_epoch_enter();
+	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED : all_nodes(c, type, sum);
+	dgi_epoch_leave();
+	return e;
+}
+
 dg_err dg_cache_size(dg_cache *c, uint64_t *size)
 {
 	if (c == NULL || size == NULL)
 		return DG_ERR_INVAL;
-	if (atomic_load(&c->dead))
-		return DG_ERR_CLOSED;
 	int64_t sum = 0;
-	dg_err e = all_nodes(c, DGI_MSG_SIZE, &sum);
+	dg_err e = all_nodes_live(c, DGI_MSG_SIZE, &sum);
 	*size = (uint64_t)sum;
 	return e;
 }
@@ -807,29 +821,29 @@ dg_err dg_cache_clear(dg_cache *c)
 {
 	if (c == NULL)
 		return DG_ERR_INVAL;
-	if (atomic_load(&c->dead))
-		return DG_ERR_CLOSED;
-	return all_nodes(c, DGI_MSG_CLEAR, NULL);
+	return all_nodes_live(c, DGI_MSG_CLEAR, NULL);
 }
 
 dg_err dg_cache_reset_lost(dg_cache *c)
 {
 	if (c == NULL)
 		return DG_ERR_INVAL;
-	if (atomic_load(&c->dead))
-		return DG_ERR_CLOSED;
-	return all_nodes(c, DGI_MSG_LOST_RESET, NULL);
+	return all_nodes_live(c, DGI_MSG_LOST_RESET, NULL);
 }
 
 size_t dg_cache_lost_partitions(dg_cache *c, uint32_t *out, size_t cap)
 {
 	size_t n = 0;
-	for (uint32_t p = 0; c != NULL && p < c->cfg.partitions; p++)
+	if (c == NULL)
+		return 0;
+	dgi_epoch_enter();
+	for (uint32_t p = 0; !atomic_load(&c->dead) && p < c->cfg.partitions; p++)
 		if (atomic_load_explicit(&c->lost[p], memory_order_relaxed)) {
 			if (n < cap)
 				out[n] = p;
 			n++;
 		}
+	dgi_epoch_leave();
 	return n;
 }
 
@@ -849,8 +863,9 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 	out->expired = atomic_load(&c->expired);
 	out->rebalance_partitions_done = atomic_load(&c->rebal_parts_done);
 	out->rebalance_bytes = atomic_load(&c->rebal_bytes);
+	dgi_epoch_enter(); /* a destroyed cache's partitions: none (freed) */
 	dgi_aff *aff = atomic_load(&c->aff);
-	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+	for (uint32_t p = 0; !atomic_load(&c->dead) && p < c->cfg.partitions; p++) {
 		dgi_part *pt = &c->parts[p];
 		pthread_mutex_lock(&pt->mu);
 		int st = atomic_load(&pt->state);
@@ -863,6 +878,7 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 		out->partitions_moving += st == P_MOVING;
 		out->partitions_lost += st == P_LOST;
 	}
+	dgi_epoch_leave();
 	out->rebalance_partitions_left = out->partitions_moving;
 	return DG_OK;
 }
@@ -873,11 +889,14 @@ dg_err dg_cache_wait_rebalanced(dg_cache *c, uint32_t timeout_ms)
 		return DG_ERR_INVAL;
 	uint64_t deadline = dgi_now_ms() + timeout_ms;
 	for (;;) {
-		if (atomic_load(&c->dead))
-			return DG_ERR_CLOSED;
+		dgi_epoch_enter();
+		bool dead = atomic_load(&c->dead);
 		bool moving = atomic_load(&c->aff) == NULL;
-		for (uint32_t p = 0; p < c->cfg.partitions && !moving; p++)
+		for (uint32_t p = 0; !dead && p < c->cfg.partitions && !moving; p++)
 			moving = atomic_load(&c->parts[p].state) == P_MOVING;
+		dgi_epoch_leave();
+		if (dead)
+			return DG_ERR_CLOSED;
 		if (!moving)
 			return DG_OK;
 		if (dgi_now_ms() >= deadline)
@@ -984,7 +1003,9 @@ dg_err dg_scan_next(dg_scan *s, const uint8_t **key, size_t *klen, const uint8_t
 		if (s->part >= s->c->cfg.partitions)
 			return DG_ERR_NOT_FOUND;
 		s->started = true;
+		dgi_epoch_enter(); /* (cache_int.h, "Lifetime") */
 		dg_err e = scan_fetch(s);
+		dgi_epoch_leave();
 		if (e != DG_OK)
 			return e;
 	}
@@ -1085,19 +1106,6 @@ static void on_handoff(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_tp_reply(tp, in, DGI_MSG_ACK, &ack);
 }
 
-struct cache_list {
-	dg_cache *c[256];
-	int n;
-};
-
-static void list_caches(void *ctx, uint32_t key, void *value)
-{
-	struct cache_list *l = ctx;
-	(void)key;
-	if (l->n < 256 && !atomic_load(&((dg_cache *)value)->dead))
-		l->c[l->n++] = value;
-}
-
 /* Hands one partition to `to`, page by page. */
 static dg_err push_part(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id to, dg_buf *b)
 {
@@ -1130,81 +1138,100 @@ static dg_err push_part(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id to, 
 
 static uint32_t rent_push(dgi_grid *g, dg_cache *c, dg_buf *b);
 
+struct leave_ctx {
+	dgi_grid *g;
+	dg_buf b, parts;
+	size_t handed, rented;
+};
+
+/* Hands over one cache's partitions this node holds alone (in a section:
+ * cache_int.h, "Lifetime"). */
+static void leave_cache(struct leave_ctx *l, dg_cache *c)
+{
+	dgi_grid *g = l->g;
+	l->rented += rent_push(g, c, &l->b);
+	dgi_aff *aff = atomic_load(&c->aff);
+	dgi_aff *next = dgi_grid_aff_without_self(g, c);
+	if (aff == NULL || next == NULL || next->nnodes == 0) {
+		dgi_aff_free(next);
+		return; /* the last server: nothing to hand to */
+	}
+	uint32_t *handed = dgi_alloc(c->cfg.partitions * sizeof(uint32_t));
+	uint32_t nh = 0;
+	if (handed == NULL) {
+		dgi_aff_free(next);
+		return;
+	}
+	dg_writer w;
+	l->parts.len = 0;
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		if (dgi_aff_role(aff, p, g->self) < 0 || aff->copies > 1)
+			continue; /* not ours, or other copies remain */
+		dg_err e = push_part(g, c, p, dgi_aff_owner(next, p, 0), &l->b);
+		if (e != DG_OK) {
+			dgi_grid_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u err=\"%s\"",
+			    c->cfg.name, p, dg_strerror(e));
+			continue;
+		}
+		handed[nh++] = p;
+	}
+	dgi_aff_free(next);
+	if (nh == 0) {
+		dgi_free(handed);
+		return;
+	}
+	/* every node learns these partitions were handed over, before
+	 * the topology without this node reaches it */
+	dg_writer_init(&w, g->reg, &l->parts);
+	dg_write_list_begin(&w, nh);
+	for (uint32_t k = 0; k < nh; k++)
+		dg_write_i64(&w, handed[k]);
+	dg_write_end(&w);
+	dgi_free(handed);
+	if (dg_writer_finish(&w) != DG_OK)
+		return;
+	dgi_msg_push body = { c->id, 0, { l->parts.data, (uint32_t)l->parts.len } };
+	dg_topology *t = NULL;
+	pthread_mutex_lock(&g->mu);
+	if ((t = g->topo) != NULL)
+		atomic_fetch_add(&t->refs, 1);
+	pthread_mutex_unlock(&g->mu);
+	for (uint32_t k = 0; t != NULL && k < t->count; k++) {
+		if (t->nodes[k].id == g->self)
+			continue;
+		dgi_msg_ack ack = { 0, 0 };
+		dg_tp_call(g->tp, t->nodes[k].id, DGI_MSG_HANDOFF, &body, g->cfg.request_timeout_ms,
+		    &ack, NULL);
+	}
+	if (t != NULL)
+		dg_topology_release(t);
+	l->handed += nh;
+}
+
+static void leave_one(void *ctx, uint32_t key, void *value)
+{
+	dg_cache *c = value;
+	(void)key;
+	dgi_epoch_enter();
+	if (!atomic_load(&c->dead))
+		leave_cache(ctx, c);
+	dgi_epoch_leave();
+}
+
 void dgi_grid_leave(dgi_grid *g)
 {
 	if (g->cfg.client)
 		return;
 	atomic_store(&g->leaving, true);
-	struct cache_list l = { .n = 0 };
-	dgi_intmap_each(&g->caches, list_caches, &l);
-	dg_buf b, parts;
-	dg_buf_init(&b);
-	dg_buf_init(&parts);
+	struct leave_ctx l = { .g = g };
+	dg_buf_init(&l.b);
+	dg_buf_init(&l.parts);
 	uint64_t t0 = dgi_now_ms();
-	size_t handed_total = 0;
-	size_t rented_total = 0;
-	for (int i = 0; i < l.n; i++) {
-		dg_cache *c = l.c[i];
-		rented_total += rent_push(g, c, &b);
-		dgi_aff *aff = atomic_load(&c->aff);
-		dgi_aff *next = dgi_grid_aff_without_self(g, c);
-		if (aff == NULL || next == NULL || next->nnodes == 0) {
-			dgi_aff_free(next);
-			continue; /* the last server: nothing to hand to */
-		}
-		uint32_t *handed = dgi_alloc(c->cfg.partitions * sizeof(uint32_t));
-		uint32_t nh = 0;
-		if (handed == NULL) {
-			dgi_aff_free(next);
-			continue;
-		}
-		dg_writer w;
-		parts.len = 0;
-		for (uint32_t p = 0; p < c->cfg.partitions; p++) {
-			if (dgi_aff_role(aff, p, g->self) < 0 || aff->copies > 1)
-				continue; /* not ours, or other copies remain */
-			dg_err e = push_part(g, c, p, dgi_aff_owner(next, p, 0), &b);
-			if (e != DG_OK) {
-				dgi_grid_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u err=\"%s\"",
-				    c->cfg.name, p, dg_strerror(e));
-				continue;
-			}
-			handed[nh++] = p;
-		}
-		dgi_aff_free(next);
-		if (nh == 0) {
-			dgi_free(handed);
-			continue;
-		}
-		/* every node learns these partitions were handed over, before
-		 * the topology without this node reaches it */
-		dg_writer_init(&w, g->reg, &parts);
-		dg_write_list_begin(&w, nh);
-		for (uint32_t k = 0; k < nh; k++)
-			dg_write_i64(&w, handed[k]);
-		dg_write_end(&w);
-		dgi_free(handed);
-		if (dg_writer_finish(&w) != DG_OK)
-			continue;
-		dgi_msg_push body = { c->id, 0, { parts.data, (uint32_t)parts.len } };
-		dg_node_id ids[1024];
-		uint32_t n = 0;
-		pthread_mutex_lock(&g->mu);
-		for (uint32_t k = 0; g->topo != NULL && k < g->topo->count && n < 1024; k++)
-			if (g->topo->nodes[k].id != g->self)
-				ids[n++] = g->topo->nodes[k].id;
-		pthread_mutex_unlock(&g->mu);
-		for (uint32_t k = 0; k < n; k++) {
-			dgi_msg_ack ack = { 0, 0 };
-			dg_tp_call(g->tp, ids[k], DGI_MSG_HANDOFF, &body, g->cfg.request_timeout_ms, &ack,
-			    NULL);
-		}
-		handed_total += nh;
-	}
-	dgi_grid_log("info", "HANDOFF-DONE", "partitions=%zu rented=%zu ms=%llu", handed_total,
-	    rented_total, (unsigned long long)(dgi_now_ms() - t0));
-	dg_buf_free(&b);
-	dg_buf_free(&parts);
+	dgi_intmap_each(&g->caches, leave_one, &l); /* every cache, however many */
+	dgi_grid_log("info", "HANDOFF-DONE", "partitions=%zu rented=%zu ms=%llu", l.handed,
+	    l.rented, (unsigned long long)(dgi_now_ms() - t0));
+	dg_buf_free(&l.b);
+	dg_buf_free(&l.parts);
 }
 
 /* ---- rented copies: dropped once every new owner has the partition ---- */
@@ -1290,87 +1317,46 @@ static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dgi_free(own);
 }
 
-#define RENT_ASK_NODES 64
-
-static bool owned_by(const dgi_aff *aff, uint32_t p, dg_node_id to)
-{
-	for (uint32_t i = 0; i < aff->copies; i++)
-		if (dgi_aff_owner(aff, p, i) == to)
-			return true;
-	return false;
-}
-
-/* Asks `to` which of the candidates (cand[0..nc), sorted) it owns under
- * aff and counts each yes in got[]. */
-static void rent_ask(dgi_grid *g, dg_cache *c, const dgi_aff *aff, dg_node_id to,
-    const uint32_t *cand, uint32_t nc, uint8_t *got, uint8_t *seen, dg_buf *list,
-    dg_buf *reply)
-{
-	memset(seen, 0, nc);
-	uint32_t n = 0;
-	for (uint32_t k = 0; k < nc; k++)
-		n += owned_by(aff, cand[k], to);
-	dg_writer w;
-	list->len = 0;
-	dg_writer_init(&w, g->reg, list);
-	dg_write_list_begin(&w, n);
-	for (uint32_t k = 0; k < nc; k++)
-		if (owned_by(aff, cand[k], to))
-			dg_write_i64(&w, cand[k]);
-	dg_write_end(&w);
-	if (dg_writer_finish(&w) != DG_OK)
-		return;
-	dgi_msg_push body = { c->id, aff->topver, { list->data, (uint32_t)list->len } };
-	if (call_list(g, to, DGI_MSG_OWNED, &body, reply) != DG_OK)
-		return; /* asked again at the next sweep */
-	dg_reader r;
-	uint32_t count;
-	dg_reader_init(&r, g->reg, reply->data, reply->len);
-	if (dg_read_begin(&r, DG_LIST, &count) != DG_OK)
-		return;
-	for (uint32_t i = 0; i < count; i++) {
-		int64_t p;
-		if (dg_read_i64(&r, &p) != DG_OK)
-			return;
-		uint32_t lo = 0, hi = nc; /* cand is sorted */
-		while (lo < hi) {
-			uint32_t mid = (lo + hi) / 2;
-			if (cand[mid] < p)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		if (lo == nc || cand[lo] != p || seen[lo] || !owned_by(aff, cand[lo], to))
-			continue; /* not asked of it, or said twice */
-		seen[lo] = 1;
-		if (got[lo] < UINT8_MAX)
-			got[lo]++;
-	}
-}
-
-/* The partitions c holds without owning them, rented for at least grace
- * ms (cand, sorted), how many current owners each has besides this node
- * (need; UINT8_MAX: more than could be asked), how many of them said they
- * OWN it (got) and those owners' ids (owners[k * copies + i], 0: none),
- * copied while the affinity they come from is certainly alive. */
+/* One sweep of a cache's rented partitions (rent_check): the ones it
+ * holds without owning them, rented for long enough (cand, sorted); their
+ * owners under the current affinity as a bit per candidate and node of it
+ * (owned: candidate k, node index j at bit k * nnodes + j), how many there
+ * are besides this node (need) and how many of those answered that they
+ * OWN the partition (got).  Every owner is asked, however many (a
+ * REPLICATED cache's partitions are owned by every server), all at once:
+ * the round takes one request timeout at most.  What the questions need is
+ * copied first, so they go out while no affinity is held. */
 struct rent_check {
-	dgi_aff *aff;
-	uint32_t *cand;
-	uint8_t *need, *got;        /* need: 3 * nc bytes (need, got, scratch) */
-	dg_node_id *owners;
-	uint32_t nc, copies;
+	int64_t topver;             /* the affinity's version */
+	uint32_t nc, nnodes;
+	uint32_t *cand;             /* nc */
+	uint16_t *need, *got;       /* nc each (need: owners but this node) */
+	uint8_t *owned, *said;      /* nc * nnodes bits each (said: counted) */
+	dg_node_id *ids;            /* nnodes: the affinity's nodes */
 };
+
+static bool bit(const uint8_t *b, size_t i)
+{
+	return (b[i / 8] >> (i % 8)) & 1;
+}
+
+static void bit_set(uint8_t *b, size_t i)
+{
+	b[i / 8] |= (uint8_t)(1u << (i % 8));
+}
 
 static void rent_check_free(struct rent_check *rc)
 {
 	dgi_free(rc->cand);
 	dgi_free(rc->need);
-	dgi_free(rc->owners);
+	dgi_free(rc->owned);
+	dgi_free(rc->ids);
+	memset(rc, 0, sizeof(*rc));
 }
 
 static bool rent_confirmed(const struct rent_check *rc, uint32_t k)
 {
-	return rc->need[k] != 0 && rc->need[k] != UINT8_MAX && rc->got[k] >= rc->need[k];
+	return rc->need[k] != 0 && rc->got[k] >= rc->need[k];
 }
 
 /* A copy of a partition this node does not own that its owners may still
@@ -1382,77 +1368,174 @@ static bool rented(const dgi_part *pt)
 	    (pt->count > 0 || (!atomic_load(&pt->whole) && pt->nsrcs > 0));
 }
 
-/* false: nothing rented that long (or no memory). */
-static bool rent_check(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_check *rc)
+/* Node j of the affinity owns candidate k. */
+static bool rent_owner(const struct rent_check *rc, uint32_t k, uint32_t j)
+{
+	return bit(rc->owned, (size_t)k * rc->nnodes + j);
+}
+
+/* The candidates and their owners, read in a section (false: nothing
+ * rented that long, the cache is gone, or no memory). */
+static bool rent_collect(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_check *rc)
 {
 	uint32_t parts = c->cfg.partitions;
-	uint64_t now = dgi_now_ms();
 	memset(rc, 0, sizeof(*rc));
+	dgi_epoch_enter();
 	for (uint32_t p = 0; p < parts && !atomic_load(&c->dead); p++) {
 		dgi_part *pt = &c->parts[p];
 		if (atomic_load(&pt->state) != P_NONE)
 			continue; /* owned: no lock taken */
 		pthread_mutex_lock(&pt->mu);
-		uint64_t t = dgi_now_ms(); /* rented_ms may be newer than `now` */
+		uint64_t t = dgi_now_ms(); /* rented_ms may be newer than an earlier read */
 		bool due = rented(pt) && t >= pt->rented_ms && t - pt->rented_ms >= grace;
 		pthread_mutex_unlock(&pt->mu);
 		if (!due)
 			continue;
 		if (rc->cand == NULL && (rc->cand = dgi_alloc(parts * sizeof(*rc->cand))) == NULL)
-			return false;
+			break;
 		rc->cand[rc->nc++] = p;
 	}
-	rc->aff = atomic_load(&c->aff);
-	if (rc->nc == 0 || rc->aff == NULL || (rc->need = dgi_calloc(3, rc->nc)) == NULL) {
-		rent_check_free(rc);
-		return false;
+	const dgi_aff *aff = atomic_load(&c->dead) ? NULL : atomic_load(&c->aff);
+	bool ok = rc->nc > 0 && aff != NULL && aff->nnodes > 0;
+	size_t bits = ok ? ((size_t)rc->nc * aff->nnodes + 7) / 8 : 0;
+	if (ok) {
+		rc->topver = aff->topver;
+		rc->nnodes = aff->nnodes;
+		ok = (rc->need = dgi_calloc(2 * (size_t)rc->nc, sizeof(*rc->need))) != NULL &&
+		    (rc->owned = dgi_calloc(2, bits)) != NULL &&
+		    (rc->ids = dgi_alloc(aff->nnodes * sizeof(*rc->ids))) != NULL;
 	}
-	rc->got = rc->need + rc->nc;
-	const dgi_aff *aff = rc->aff;
-	rc->copies = aff->copies;
-	if ((rc->owners = dgi_calloc((size_t)rc->nc * aff->copies, sizeof(*rc->owners))) == NULL) {
-		rent_check_free(rc);
-		return false;
-	}
-	for (uint32_t k = 0; k < rc->nc; k++)
-		for (uint32_t i = 0; i < aff->copies; i++)
-			rc->owners[(size_t)k * aff->copies + i] = dgi_aff_owner(aff, rc->cand[k], i);
-	dg_node_id ids[RENT_ASK_NODES];
-	uint32_t nids = 0;
-	for (uint32_t k = 0; k < rc->nc; k++) {
-		for (uint32_t i = 0; i < aff->copies; i++) {
-			dg_node_id o = dgi_aff_owner(aff, rc->cand[k], i);
-			if (o == 0 || o == g->self)
-				continue;
-			uint32_t j = 0;
-			while (j < nids && ids[j] != o)
-				j++;
-			if (j == nids) {
-				if (nids == RENT_ASK_NODES) {
-					rc->need[k] = UINT8_MAX; /* an owner not asked */
+	if (ok) {
+		rc->got = rc->need + rc->nc;
+		rc->said = rc->owned + bits;
+		memcpy(rc->ids, aff->nodes, aff->nnodes * sizeof(*rc->ids));
+		for (uint32_t k = 0; k < rc->nc; k++)
+			for (uint32_t i = 0; i < aff->copies; i++) {
+				uint16_t j = aff->owners[(size_t)rc->cand[k] * aff->copies + i];
+				if (j == UINT16_MAX || aff->nodes[j] == g->self ||
+				    rent_owner(rc, k, j))
 					continue;
-				}
-				ids[nids++] = o;
-			}
-			if (rc->need[k] < UINT8_MAX)
+				bit_set(rc->owned, (size_t)k * rc->nnodes + j);
 				rc->need[k]++;
-		}
+			}
 	}
-	dg_buf list, reply;
-	dg_buf_init(&list);
-	dg_buf_init(&reply);
-	/* bounded well inside the time a retired affinity is kept */
-	for (uint32_t j = 0; j < nids && dgi_now_ms() - now < 2ull * g->cfg.request_timeout_ms; j++) {
-		pthread_mutex_lock(&g->mu);
-		bool stopping = g->stopping;
-		pthread_mutex_unlock(&g->mu);
-		if (stopping)
+	dgi_epoch_leave();
+	if (!ok)
+		rent_check_free(rc);
+	return ok;
+}
+
+/* The questions of one round in flight: every answer (or failure) comes
+ * to on_owned_res; the sweeper waits for the last. */
+struct rent_round {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint32_t left;              /* answers to come */
+	struct rent_check *rc;
+	dgi_grid *g;
+};
+
+struct rent_q {
+	struct rent_round *r;
+	uint32_t node;              /* index in rc->ids */
+};
+
+static void on_owned_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct rent_q *q = ctx;
+	struct rent_round *r = q->r;
+	struct rent_check *rc = r->rc;
+	dg_reader rd;
+	uint32_t count = 0;
+	if (err == DG_OK) {
+		const dg_msg_raw *m = reply->body;
+		dg_reader_init(&rd, r->g->reg, m->list.ptr, m->list.len);
+		if (dg_read_begin(&rd, DG_LIST, &count) != DG_OK)
+			count = 0; /* asked again at the next sweep */
+	}
+	pthread_mutex_lock(&r->mu);
+	for (uint32_t i = 0; i < count; i++) {
+		int64_t p;
+		if (dg_read_i64(&rd, &p) != DG_OK)
 			break;
-		rent_ask(g, c, aff, ids[j], rc->cand, rc->nc, rc->got, rc->got + rc->nc, &list,
-		    &reply);
+		uint32_t lo = 0, hi = rc->nc; /* cand is sorted */
+		while (lo < hi) {
+			uint32_t mid = (lo + hi) / 2;
+			if (rc->cand[mid] < p)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		size_t at = (size_t)lo * rc->nnodes + q->node;
+		if (lo == rc->nc || rc->cand[lo] != p || !bit(rc->owned, at) || bit(rc->said, at))
+			continue; /* not asked of it, or said twice */
+		bit_set(rc->said, at);
+		rc->got[lo]++;
+	}
+	if (--r->left == 0)
+		pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+/* Asks every owner of the candidates, at once, which of them it OWNS
+ * under rc->topver (OWNED), and counts the yeses in rc->got. */
+static void rent_ask_all(dgi_grid *g, dg_cache *c, struct rent_check *rc)
+{
+	struct rent_q *qs = dgi_alloc(rc->nnodes * sizeof(*qs));
+	if (qs == NULL)
+		return; /* asked again at the next sweep */
+	struct rent_round r = { .left = 1, .rc = rc, .g = g };
+	pthread_mutex_init(&r.mu, NULL);
+	pthread_cond_init(&r.cv, NULL);
+	dg_buf list;
+	dg_buf_init(&list);
+	for (uint32_t j = 0; j < rc->nnodes; j++) {
+		uint32_t n = 0;
+		for (uint32_t k = 0; k < rc->nc; k++)
+			n += rent_owner(rc, k, j);
+		if (n == 0)
+			continue;
+		dg_writer w;
+		list.len = 0;
+		dg_writer_init(&w, g->reg, &list);
+		dg_write_list_begin(&w, n);
+		for (uint32_t k = 0; k < rc->nc; k++)
+			if (rent_owner(rc, k, j))
+				dg_write_i64(&w, rc->cand[k]);
+		dg_write_end(&w);
+		if (dg_writer_finish(&w) != DG_OK)
+			continue;
+		qs[j] = (struct rent_q){ &r, j };
+		pthread_mutex_lock(&r.mu);
+		r.left++;
+		pthread_mutex_unlock(&r.mu);
+		/* (the body is encoded at once: list is free again on return) */
+		dgi_msg_push body = { c->id, rc->topver, { list.data, (uint32_t)list.len } };
+		if (dg_tp_request(g->tp, rc->ids[j], DGI_MSG_OWNED, &body, g->cfg.request_timeout_ms,
+		    on_owned_res, &qs[j]) != DG_OK)
+			on_owned_res(&qs[j], DG_ERR_UNREACHABLE, NULL);
 	}
 	dg_buf_free(&list);
-	dg_buf_free(&reply);
+	pthread_mutex_lock(&r.mu);
+	r.left--; /* this loop's own count */
+	while (r.left > 0) /* each request ends by its timeout at the latest */
+		pthread_cond_wait(&r.cv, &r.mu);
+	pthread_mutex_unlock(&r.mu);
+	pthread_cond_destroy(&r.cv);
+	pthread_mutex_destroy(&r.mu);
+	dgi_free(qs);
+}
+
+/* false: nothing rented that long (or no memory). */
+static bool rent_check(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_check *rc)
+{
+	if (!rent_collect(g, c, grace, rc))
+		return false;
+	pthread_mutex_lock(&g->mu);
+	bool stopping = g->stopping;
+	pthread_mutex_unlock(&g->mu);
+	if (!stopping)
+		rent_ask_all(g, c, rc);
 	return true;
 }
 
@@ -1462,7 +1545,8 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 	if (!rent_check(g, c, grace, &rc))
 		return;
 	uint32_t dropped = 0;
-	for (uint32_t k = 0; k < rc.nc; k++) {
+	dgi_epoch_enter();
+	for (uint32_t k = 0; k < rc.nc && !atomic_load(&c->dead); k++) {
 		if (!rent_confirmed(&rc, k))
 			continue; /* no owner to take it, or one without it yet */
 		dgi_part *pt = &c->parts[rc.cand[k]];
@@ -1470,8 +1554,9 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 		pthread_mutex_lock(&pt->mu);
 		/* not owned again, or pushed to, meanwhile; same affinity */
 		uint64_t t = dgi_now_ms();
+		const dgi_aff *aff = atomic_load(&c->aff);
 		if (rented(pt) && t >= pt->rented_ms && t - pt->rented_ms >= grace &&
-		    atomic_load(&c->aff) == rc.aff) {
+		    aff != NULL && aff->topver == rc.topver) {
 			dgi_part_clear(pt);
 			atomic_store(&pt->whole, false);
 			pt->broken = false;
@@ -1485,6 +1570,7 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 		pthread_mutex_unlock(&pt->mu);
 		dropped += drop;
 	}
+	dgi_epoch_leave();
 	if (dropped > 0)
 		dgi_grid_log("info", "RENT-DROPPED", "cache=\"%s\" partitions=%u", c->cfg.name, dropped);
 	rent_check_free(&rc);
@@ -1492,7 +1578,7 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 
 /* Leaving: the rented partitions an owner does not have whole yet go to
  * every current owner (a decommissioned node stopped before its new
- * owners fetched from it).  Returns how many were pushed. */
+ * owners fetched them).  Returns how many were pushed. */
 static uint32_t rent_push(dgi_grid *g, dg_cache *c, dg_buf *b)
 {
 	struct rent_check rc;
@@ -1501,17 +1587,20 @@ static uint32_t rent_push(dgi_grid *g, dg_cache *c, dg_buf *b)
 	uint32_t pushed = 0;
 	dg_node_id failed[8];
 	uint32_t nfailed = 0;
-	for (uint32_t k = 0; k < rc.nc; k++) {
+	dgi_epoch_enter();
+	for (uint32_t k = 0; k < rc.nc && !atomic_load(&c->dead); k++) {
 		if (rc.need[k] == 0 || rent_confirmed(&rc, k))
 			continue;
 		bool ok = true;
-		for (uint32_t i = 0; i < rc.copies; i++) {
-			dg_node_id o = rc.owners[(size_t)k * rc.copies + i];
+		for (uint32_t j = 0; j < rc.nnodes; j++) {
+			if (!rent_owner(&rc, k, j))
+				continue;
+			dg_node_id o = rc.ids[j];
 			uint32_t f = 0;
 			while (f < nfailed && failed[f] != o)
 				f++;
-			if (o == 0 || o == g->self || f < nfailed) {
-				ok &= f == nfailed; /* an owner that failed once is not waited for again */
+			if (f < nfailed) {
+				ok = false; /* an owner that failed once is not waited for again */
 				continue;
 			}
 			dg_err e = push_part(g, c, rc.cand[k], o, b);
@@ -1525,15 +1614,21 @@ static uint32_t rent_push(dgi_grid *g, dg_cache *c, dg_buf *b)
 		}
 		pushed += ok;
 	}
+	dgi_epoch_leave();
 	rent_check_free(&rc);
 	return pushed;
 }
 
+static void rent_sweep_one(void *ctx, uint32_t key, void *value)
+{
+	dgi_grid *g = ctx;
+	dg_cache *c = value;
+	(void)key;
+	if (!atomic_load(&c->dead)) /* (a destroyed cache's handle stays valid) */
+		rent_sweep_cache(g, c, atomic_load(&dgi_rent_grace_ms));
+}
+
 void dgi_rent_sweep(dgi_grid *g)
 {
-	struct cache_list l = { .n = 0 };
-	dgi_intmap_each(&g->caches, list_caches, &l);
-	uint64_t grace = atomic_load(&dgi_rent_grace_ms);
-	for (int i = 0; i < l.n; i++)
-		rent_sweep_cache(g, l.c[i], grace);
+	dgi_intmap_each(&g->caches, rent_sweep_one, g);
 }

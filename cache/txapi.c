@@ -55,29 +55,48 @@ uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
 	return dgi_part_of(*hash, c->cfg.partitions);
 }
 
+/* Each call below is a section of its own (cache_int.h, "Lifetime"): txn
+ * keeps cache handles across calls, never the partitions or affinity. */
+
 uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver)
 {
-	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	dgi_epoch_enter();
+	dgi_aff *aff = atomic_load(&c->dead) ? NULL :
+	    atomic_load_explicit(&c->aff, memory_order_acquire);
 	*topver = 0;
-	if (aff == NULL || part >= aff->parts)
-		return 0;
-	*topver = aff->topver;
 	uint32_t n = 0;
-	for (uint32_t i = 0; i < aff->copies && n < DGI_MAX_COPIES; i++) {
-		dg_node_id o = dgi_aff_owner(aff, part, i);
-		if (o != 0)
-			out[n++] = o;
+	if (aff != NULL && part < aff->parts) {
+		*topver = aff->topver;
+		for (uint32_t i = 0; i < aff->copies && n < DGI_MAX_COPIES; i++) {
+			dg_node_id o = dgi_aff_owner(aff, part, i);
+			if (o != 0)
+				out[n++] = o;
+		}
 	}
+	dgi_epoch_leave();
 	return n;
 }
+
+static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver);
 
 dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
     const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
 {
-	dgi_grid *g = c->g;
-	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	*found = false;
 	*ver = (dgi_pver){ 0, 0, 0, 0 };
+	dgi_epoch_enter();
+	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
+	    tx_read(c, topver, part, hash, key, klen, val, found, ver);
+	dgi_epoch_leave();
+	return e;
+}
+
+static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
+{
+	dgi_grid *g = c->g;
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	if (part >= c->cfg.partitions)
 		return DG_ERR_INVAL;
 	bool any_role = topver == 0;
@@ -109,7 +128,22 @@ dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t ha
 	return err;
 }
 
+static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
+    dgi_pver *ver, int64_t *expire_ms);
+
 dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
+    dgi_pver *ver, int64_t *expire_ms)
+{
+	dgi_epoch_enter();
+	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
+	    tx_write(c, part, hash, key, klen, val, vlen, tx_node, tx_seq, ver, expire_ms);
+	dgi_epoch_leave();
+	return e;
+}
+
+static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
     dgi_pver *ver, int64_t *expire_ms)
 {
@@ -143,7 +177,11 @@ dg_err dgi_cache_tx_copy(dg_cache *c, uint32_t part, uint64_t hash, const uint8_
 {
 	if (part >= c->cfg.partitions)
 		return DG_ERR_INVAL;
-	return dgi_apply_copy(c->g, c, part, hash, key, klen, val, vlen, ver, expire_ms, tx_node,
+	dgi_epoch_enter();
+	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
+	    dgi_apply_copy(c->g, c, part, hash, key, klen, val, vlen, ver, expire_ms, tx_node,
 	    tx_seq);
+	dgi_epoch_leave();
+	return e;
 }
 

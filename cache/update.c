@@ -153,8 +153,23 @@ static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t de
 	return e;
 }
 
-/* An update, untimed (timed: dgi_update below; batches time the whole call). */
+static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
+    dg_buf *old);
+
+/* An update, untimed (timed: dgi_update below; batches time the whole call),
+ * inside a section (cache_int.h, "Lifetime"). */
 dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
+    dg_buf *old)
+{
+	dgi_epoch_enter();
+	dg_err e = update_in_section(c, op, key, klen, exp, elen, val, vlen, flag, old);
+	dgi_epoch_leave();
+	return e;
+}
+
+static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
     dg_buf *old)
 {

@@ -303,6 +303,10 @@ DG_API void dg_registry_get_stats(const dg_registry *reg, dg_registry_stats *out
  * locks held, from the registering thread; it may call dg_registry_accept. */
 typedef dg_err (*dg_propose_fn)(void *ctx, const dg_desc *desc,
     const uint8_t *def, size_t len);
+/* Installs fn (NULL: none) with ctx, and returns once no call of the hook
+ * it replaces is still running: from then on the old ctx is not touched
+ * and may be freed.  It waits as long as such a call takes; not from the
+ * hook itself (that would wait for itself).  Thread-safe. */
 DG_API void dg_registry_set_hook(dg_registry *reg, dg_propose_fn fn, void *ctx);
 
 /* Appends a descriptor's definition (name, fields; no C binding) to out. */

@@ -159,6 +159,8 @@ struct dg_registry {
 	_Atomic uint64_t schemas;
 	dg_propose_fn hook;
 	void *hook_ctx;
+	uint32_t hook_calls;          /* calls of the hook running now (mu) */
+	pthread_cond_t hook_cv;       /* signalled when hook_calls drops to 0 */
 	const dg_desc *builtin[DG_KIND__COUNT];
 };
 

@@ -414,11 +414,17 @@ void dg_registry_get_stats(const dg_registry *reg, dg_registry_stats *out)
 	out->schemas = atomic_load_explicit(&reg->schemas, memory_order_relaxed);
 }
 
+/* Registering threads call the hook outside reg->mu (it may wait for the
+ * cluster): hook_calls counts those running, and a change of the hook
+ * waits for them, so the old hook's ctx may be freed once it returns (the
+ * membership that installed it stops, for one). */
 void dg_registry_set_hook(dg_registry *reg, dg_propose_fn fn, void *ctx)
 {
 	pthread_mutex_lock(&reg->mu);
 	reg->hook = fn;
 	reg->hook_ctx = ctx;
+	while (reg->hook_calls > 0)
+		pthread_cond_wait(&reg->hook_cv, &reg->mu);
 	pthread_mutex_unlock(&reg->mu);
 }
 
@@ -586,9 +592,14 @@ dg_err dgi_register_fdefs(dg_registry *reg, const char *name,
 			/* ask the cluster first, without holding the lock */
 			dg_propose_fn hook = reg->hook;
 			void *ctx = reg->hook_ctx;
+			reg->hook_calls++; /* dg_registry_set_hook waits for it */
 			pthread_mutex_unlock(&reg->mu);
 			if ((e = dg_desc_export(d, &def)) == DG_OK)
 				e = hook(ctx, d, def.data, def.len);
+			pthread_mutex_lock(&reg->mu);
+			if (--reg->hook_calls == 0)
+				pthread_cond_broadcast(&reg->hook_cv);
+			pthread_mutex_unlock(&reg->mu);
 			if (e != DG_OK) {
 				dgi_free(d);
 				dg_buf_free(&def);
@@ -755,6 +766,12 @@ dg_err dg_registry_create(dg_registry **out)
 		dgi_free(reg);
 		return DG_ERR_NOMEM;
 	}
+	if (pthread_cond_init(&reg->hook_cv, NULL) != 0) {
+		pthread_mutex_destroy(&reg->mu);
+		dgi_free(t);
+		dgi_free(reg);
+		return DG_ERR_NOMEM;
+	}
 	atomic_init(&reg->table, t);
 	for (int k = 0; k < DG_KIND__COUNT; k++) {
 		const char *name = builtin_names[k];
@@ -792,6 +809,7 @@ void dg_registry_destroy(dg_registry *reg)
 		r = next;
 	}
 	dgi_free(atomic_load_explicit(&reg->table, memory_order_relaxed));
+	pthread_cond_destroy(&reg->hook_cv);
 	pthread_mutex_destroy(&reg->mu);
 	dgi_free(reg);
 }

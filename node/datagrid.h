@@ -21,9 +21,13 @@
  *                         unknown (it may have been applied)
  *   DG_ERR_PARTITION_LOST the key's partition lost every copy; reset with
  *                         dg_cache_reset_lost
- *   DG_ERR_STORAGE, DG_ERR_STORAGE_FULL  persistence failed: not applied
- *                         where it failed; when that was a backup, the
- *                         primary (and the other backups) did apply it
+ *   DG_ERR_STORAGE, DG_ERR_STORAGE_FULL  persistence failed on the
+ *                         primary: not applied (a backup's failure is
+ *                         retried by the primary; the caller hears
+ *                         DG_ERR_TIMEOUT, outcome unknown, if it does not
+ *                         succeed in time)
+ *   DG_ERR_BUSY           a persistent cache's write found the primary's
+ *                         disk queue full: not applied (retry)
  *   DG_ERR_NOMEM
  */
 #ifndef DATAGRID_H
@@ -108,7 +112,8 @@ DG_API void dg_node_config_init(dg_node_config *cfg);
  * is copied.  Errors: DG_ERR_INVAL (the message logged names the setting),
  * DG_ERR_ADDRINUSE, DG_ERR_NET, DG_ERR_TLS, DG_ERR_AUTH / DG_ERR_REFUSED
  * (a seed refused this node), DG_ERR_TIMEOUT (no cluster to join),
- * DG_ERR_STORAGE, DG_ERR_NOMEM.  An http_url that cannot be served fails
+ * DG_ERR_LIMIT (the process runs 255 nodes already, or the cluster holds
+ * the most nodes a topology can, 1024), DG_ERR_STORAGE, DG_ERR_NOMEM.  An http_url that cannot be served fails
  * the start (logged as id=HTTP-LISTEN): DG_ERR_INVAL (not http://),
  * DG_ERR_ADDRINUSE, DG_ERR_NET. */
 DG_API dg_err dg_node_start(const dg_node_config *cfg, dg_node **out);

@@ -12,6 +12,7 @@
 
 #include "cache/cache_int.h"
 #include "node/datagrid.h"
+#include "node/node_int.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +24,27 @@
 
 #include "cache_test.h"
 
+
+/* A cache's current affinity is held like an operation holds it: inside a
+ * section (cache_int.h, "Lifetime"); a replaced one is freed once no
+ * section could still use it. */
+static uint32_t aff_nnodes(dg_cache *c)
+{
+	dgi_epoch_enter();
+	dgi_aff *a = atomic_load(&c->aff);
+	uint32_t n = a != NULL ? a->nnodes : 0;
+	dgi_epoch_leave();
+	return n;
+}
+
+static int64_t aff_topver(dg_cache *c)
+{
+	dgi_epoch_enter();
+	dgi_aff *a = atomic_load(&c->aff);
+	int64_t v = a != NULL ? a->topver : 0;
+	dgi_epoch_leave();
+	return v;
+}
 
 /* ---- the partition store ---- */
 
@@ -856,8 +878,10 @@ static void test_multi_read_from_backup(void **state)
 	uint8_t enc[5] = { 0x0A, 3, 'k', 'e', 'y' };
 	uint64_t h = dgi_key_hash(enc, 5);
 	uint32_t p = dgi_part_of(h, 16);
+	dgi_epoch_enter();
 	dgi_aff *aff = atomic_load(&b->aff);
 	bool b_is_backup = dgi_aff_role(aff, p, dg_node_get_id(cl.n[1])) == 1;
+	dgi_epoch_leave();
 	dg_cache *backup = b_is_backup ? b : a, *primary = b_is_backup ? a : b;
 	dgi_part *pt = &backup->parts[p];
 	pthread_mutex_lock(&pt->mu);
@@ -884,8 +908,10 @@ static void test_multi_read_from_backup(void **state)
 	OK(dg_cache_create(cl.n[0], &cc, &a));
 	b = cache_on(cl.n[1], "norfb");
 	OK(dg_cache_put(a, "key", 3, "one", 3));
+	dgi_epoch_enter();
 	aff = atomic_load(&b->aff);
 	b_is_backup = dgi_aff_role(aff, p, dg_node_get_id(cl.n[1])) == 1;
+	dgi_epoch_leave();
 	backup = b_is_backup ? b : a;
 	pt = &backup->parts[p];
 	pthread_mutex_lock(&pt->mu);
@@ -1000,6 +1026,7 @@ static void test_multi_rebalance_under_writes(void **state)
 		}
 	}
 	/* owners agree copy by copy */
+	dgi_epoch_enter();
 	dgi_aff *aff = atomic_load(&c2->aff);
 	for (int i = 0; i < 500; i++) {
 		char k[16];
@@ -1017,6 +1044,7 @@ static void test_multi_rebalance_under_writes(void **state)
 					assert_int_equal(copies_on(cache_on(cl.n[j], "rebal"), k, want), 1);
 		}
 	}
+	dgi_epoch_leave();
 	dg_buf_free(&v);
 	cluster_stop(&cl);
 }
@@ -1036,7 +1064,9 @@ static void test_multi_replicated(void **state)
 	OK(dg_cache_create(cl.n[1], &cc, &cs[1]));
 	cs[0] = cache_on(cl.n[0], "repl");
 	cs[2] = cache_on(cl.n[2], "repl");
+	dgi_epoch_enter();
 	assert_int_equal(atomic_load(&cs[0]->aff)->copies, 3);
+	dgi_epoch_leave();
 	for (int i = 0; i < 500; i++) {
 		char k[16], v[16];
 		snprintf(k, sizeof(k), "r%d", i);
@@ -1123,6 +1153,9 @@ static void test_multi_lost_partitions(void **state)
 	}
 	/* node 2 dies (no graceful leave): its partitions had no backup */
 	dg_node_id dead = dg_node_get_id(cl.n[2]);
+	/* the affinity before the failure, held across it as an operation
+	 * would hold it: the section keeps it allocated */
+	dgi_epoch_enter();
 	dgi_aff *aff = atomic_load(&c0->aff);
 	uint32_t theirs = 0;
 	for (uint32_t p = 0; p < 64; p++)
@@ -1144,6 +1177,7 @@ static void test_multi_lost_partitions(void **state)
 	assert_int_equal(nl, theirs);
 	for (size_t i = 0; i < nl; i++)
 		assert_int_equal(dgi_aff_owner(aff, lost[i], 0), dead);
+	dgi_epoch_leave();
 	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), theirs);
 	/* the lost-partition event: once per partition on each survivor */
 	assert_int_equal(atomic_load(&lost_events), 2 * (int)theirs);
@@ -1235,7 +1269,7 @@ static void test_multi_graceful_leave_hands_over(void **state)
 	cl.count = 2;
 	dg_cache *c1 = cache_on(cl.n[1], "handoff");
 	uint64_t deadline = dgi_now_ms() + 5000;
-	while (atomic_load(&c0->aff)->nnodes != 2 || atomic_load(&c1->aff)->nnodes != 2) {
+	while (aff_nnodes(c0) != 2 || aff_nnodes(c1) != 2) {
 		assert_true(dgi_now_ms() < deadline);
 		usleep(5 * 1000);
 	}
@@ -1612,10 +1646,12 @@ static bool standby_in(dg_node *n, dg_node *who)
 /* Partitions c's current affinity gives node `who` (any role). */
 static uint32_t roles_of(dg_cache *c, dg_node *who)
 {
+	dgi_epoch_enter();
 	dgi_aff *aff = atomic_load(&c->aff);
 	uint32_t n = 0;
 	for (uint32_t p = 0; p < c->cfg.partitions; p++)
 		n += dgi_aff_role(aff, p, dg_node_get_id(who)) >= 0;
+	dgi_epoch_leave();
 	return n;
 }
 
@@ -1631,7 +1667,7 @@ static void on_affinity(dg_node **n, int k, const char *cache)
 			int64_t v;
 			dg_node_info info[8];
 			dg_node_topology(n[i], &v, info, 8);
-			if (atomic_load(&c->aff)->topver >= v)
+			if (aff_topver(c) >= v)
 				break;
 			assert_true(dgi_now_ms() < deadline);
 			usleep(10 * 1000);
@@ -1976,6 +2012,104 @@ static void test_rent_kept_until_every_owner_has_it(void **state)
 	rent_case(1, "rent1");
 }
 
+/* A REPLICATED cache on more servers than a fixed table of owners to ask
+ * held (64): 66 nodes, one taken out of the baseline.  Its rented
+ * partitions' owners are spread over all 65 others; it asks every one and
+ * drops its copies once all of a partition's owners OWN it (with 64 asked,
+ * a partition owned by the 65th was never dropped).  Runs only with
+ * DG_SCALE_TESTS=1 (ctest label "scale": 66 nodes in this process). */
+/* A node for many in one process on a shared machine: failure detection
+ * patient enough that load is not taken for a failure. */
+static dg_node *start_patient(const char *seed)
+{
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = "tcp://127.0.0.1:0";
+	cfg.cluster_name = "cache-scale";
+	cfg.seeds = seed != NULL ? &seed : NULL;
+	cfg.nseeds = seed != NULL;
+	cfg.failure_timeout_ms = 15000;
+	cfg.join_timeout_ms = 20000;
+	cfg.request_timeout_ms = 10000;
+	dg_node *n = NULL;
+	OK(dg_node_start(&cfg, &n));
+	return n;
+}
+
+static void test_scale_rent_replicated_many_owners(void **state)
+{
+	(void)state;
+	if (getenv("DG_SCALE_TESTS") == NULL) {
+		print_message("      (DG_SCALE_TESTS not set: skipped)\n");
+		return;
+	}
+	atomic_store(&dgi_rent_grace_ms, 100);
+	enum { N = 66 };
+	dg_node *n[N];
+	n[0] = start_patient(NULL);
+	const char *seed = dg_node_address(n[0]);
+	for (int i = 1; i < N - 1; i++)
+		n[i] = start_patient(seed);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "replwide");
+	cc.mode = DG_REPLICATED;
+	cc.partitions = 1024;
+	dg_cache *c0;
+	OK(dg_cache_create(n[0], &cc, &c0));
+	put_keys(c0, "w", 4000);
+	/* the last node joins and fetches every partition (rebalancing) */
+	n[N - 1] = start_patient(seed);
+	dg_cache *cx = cache_on(n[N - 1], "replwide");
+	uint64_t deadline = dgi_now_ms() + 60000;
+	while (aff_nnodes(cx) != N) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	OK(dg_cache_wait_rebalanced(cx, 30000));
+	all_keys_readable(cx, "w", 4000); /* (what it owns is read here) */
+	/* out of the baseline: it owns nothing and keeps its copies (rented) */
+	const char *out[] = { dg_node_address(n[N - 1]) };
+	OK(dg_node_baseline_change(n[0], DG_BASELINE_OP_REMOVE, out, 1, 0, NULL, 0));
+	deadline = dgi_now_ms() + 30000;
+	while (aff_nnodes(cx) != N - 1) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	/* the rented partitions' owners: more nodes than 64 */
+	uint32_t rented = 0, nowners = 0;
+	dg_node_id owners[N];
+	for (uint32_t p = 0; p < cc.partitions; p++) {
+		pthread_mutex_lock(&cx->parts[p].mu);
+		bool r = atomic_load(&cx->parts[p].state) == P_NONE && cx->parts[p].count > 0;
+		pthread_mutex_unlock(&cx->parts[p].mu);
+		uint64_t own[8];
+		int64_t tv;
+		uint32_t k = r ? dgi_cache_owners(cx, p, own, &tv) : 0;
+		rented += r;
+		for (uint32_t i = 0; i < k; i++) {
+			uint32_t q = 0;
+			while (q < nowners && owners[q] != own[i])
+				q++;
+			if (q == nowners)
+				owners[nowners++] = own[i];
+		}
+	}
+	print_message("      %u partitions rented, their owners on %u nodes\n", rented, nowners);
+	assert_true(rented > 0 && nowners > 64);
+	/* every one of the N - 1 owners OWNS every partition already: asked,
+	 * all say so, and the copies go */
+	deadline = dgi_now_ms() + 15000;
+	while (rented_parts(cx) > 0) {
+		if (dgi_now_ms() > deadline)
+			fail_msg("%u rented partitions still held (%d owners each)", rented_parts(cx),
+			    N - 1);
+		usleep(50 * 1000);
+	}
+	all_keys_readable(c0, "w", 4000);
+	for (int i = N - 1; i >= 0; i--)
+		dg_node_stop(n[i]);
+}
+
 /* backups=0: a node taken out of the baseline and stopped (gracefully)
  * before its partitions' new owners fetched them pushes them on its way
  * out: nothing lost, no partition LOST. */
@@ -2047,6 +2181,13 @@ static void double_move(struct cluster *cl, const char *name, dg_cache **c, bool
 	wait_agree(cl->n, 2);
 	on_affinity(cl->n, 2, name);
 	put_keys(c[0], "x", 500);
+	/* the two-node affinity, rebuilt (the grid frees replaced ones) */
+	dgi_epoch_enter();
+	const dgi_aff *a2 = atomic_load(&cache_on(cl->n[1], name)->aff);
+	dgi_aff *before = dgi_aff_build(a2->topver, a2->parts, a2->copies, a2->nodes, a2->orders,
+	    a2->nnodes);
+	dgi_epoch_leave();
+	assert_non_null(before);
 	cl->n[2] = start_node(&cl->seed, 1, false, NULL);
 	cl->count = 3;
 	wait_agree(cl->n, 3);
@@ -2055,14 +2196,16 @@ static void double_move(struct cluster *cl, const char *name, dg_cache **c, bool
 	c[2] = cache_on(cl->n[2], name);
 	dg_node_id x = dg_node_get_id(cl->n[1]), y = dg_node_get_id(cl->n[2]);
 	uint32_t twice = 0;     /* partitions that went A -> X -> Y */
+	dgi_epoch_enter();
 	for (uint32_t p = 0; p < c[0]->cfg.partitions; p++) {
-		dgi_aff *now = atomic_load(&c[2]->aff), *before = c[1]->retired;
-		bool t = dgi_aff_owner(now, p, 0) == y && before != NULL &&
-		    dgi_aff_owner(before, p, 0) == x;
+		dgi_aff *now = atomic_load(&c[2]->aff);
+		bool t = dgi_aff_owner(now, p, 0) == y && dgi_aff_owner(before, p, 0) == x;
 		if (twice_p != NULL)
 			twice_p[p] = t;
 		twice += t;
 	}
+	dgi_epoch_leave();
+	dgi_aff_free(before);
 	assert_true(twice > 0);
 	usleep(300 * 1000);         /* past the rent grace: sweepers ask */
 }
@@ -2371,6 +2514,176 @@ static dg_node *start_persistent(const char *dir, size_t map_size, const char *c
 	return n;
 }
 
+/* ---- lifetimes (cache_int.h, "Lifetime") ---- */
+
+/* A destroyed cache's memory (partitions, marks, affinity) is freed once
+ * no operation can use it — within a sweep, not at the node's stop; its
+ * handle stays and answers DG_ERR_CLOSED. */
+static void test_destroyed_cache_memory_freed(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "gone");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c)); /* (a first one: what stays allocated) */
+	OK(dg_cache_put(c, "k", 1, "v", 1));
+	OK(dg_cache_destroy(n, "gone"));
+	dgi_alloc_stats s0, s1;
+	dgi_alloc_get_stats(&s0);
+	enum { N = 20 };
+	dg_cache *old[N];
+	for (int i = 0; i < N; i++) {
+		OK(dg_cache_create(n, &cc, &old[i]));
+		OK(dg_cache_put(old[i], "k", 1, "v", 1));
+		OK(dg_cache_destroy(n, "gone"));
+	}
+	/* each kept only its handle: one allocation, within a sweep or two */
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		dgi_alloc_get_stats(&s1);
+		uint64_t kept = (s1.allocs - s0.allocs) - (s1.frees - s0.frees);
+		if (kept <= N + 10)
+			break;
+		if (dgi_now_ms() > deadline)
+			fail_msg("%llu allocations still held for %d destroyed caches",
+			    (unsigned long long)kept, N);
+		usleep(50 * 1000);
+	}
+	for (int i = 0; i < N; i++) {
+		dg_buf v;
+		dg_buf_init(&v);
+		EXPECT(dg_cache_put(old[i], "k", 1, "v", 1), DG_ERR_CLOSED);
+		EXPECT(dg_cache_get(old[i], "k", 1, &v), DG_ERR_CLOSED);
+		dgi_part_digest d;
+		EXPECT(dgi_cache_part_digest(old[i], 0, &d), DG_ERR_CLOSED);
+		assert_int_equal(dg_cache_lost_partitions(old[i], NULL, 0), 0);
+	}
+	dg_node_stop(n);
+}
+
+/* What an operation reached inside its section stays allocated until it
+ * leaves, however long it holds it — a destroyed cache's partitions and
+ * the affinity a topology change replaced — and is freed at the first
+ * reclaim after. */
+static void test_section_keeps_what_it_holds(void **state)
+{
+	(void)state;
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	dgi_grid *g = dgi_node_grid(a);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "held");
+	cc.backups = 1;
+	dg_cache *c;
+	OK(dg_cache_create(a, &cc, &c));
+	OK(dg_cache_put(c, "k", 1, "v", 1));
+	dgi_epoch_enter(); /* an operation begins */
+	dgi_aff *aff = atomic_load(&c->aff);
+	dgi_part *parts = c->parts;
+	int64_t v0 = aff->topver;
+	/* the topology changes (a node joins) and the cache is destroyed */
+	const char *seed = dg_node_address(a);
+	dg_node *b = start_node(&seed, 1, false, NULL);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (aff_nnodes(c) != 2) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	OK(dg_cache_destroy(a, "held"));
+	dgi_grid_reclaim(g, false);
+	uint32_t affs, caches;
+	dgi_grid_limbo(g, &affs, &caches);
+	assert_true(affs >= 1);
+	assert_int_equal(caches, 1);
+	/* still there (ASan reports a read of freed memory) */
+	assert_int_equal(aff->topver, v0);
+	assert_int_equal(aff->nnodes, 1);
+	pthread_mutex_lock(&parts[0].mu);
+	assert_int_equal(atomic_load(&parts[0].state), P_NONE);
+	pthread_mutex_unlock(&parts[0].mu);
+	dgi_epoch_leave(); /* the operation ends */
+	/* freed as soon as the sections of the moment (the nodes' own:
+	 * handlers, the rebalancer's fetches) have ended too */
+	deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		dgi_grid_reclaim(g, false);
+		dgi_grid_limbo(g, &affs, &caches);
+		if (affs == 0 && caches == 0)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	assert_null(c->parts);
+	dg_node_stop(b);
+	dg_node_stop(a);
+}
+
+/* The persistence work queue is bounded: an UPDATE that finds its
+ * primary's full is not applied and answered DG_ERR_BUSY; a copy a backup
+ * refuses so leaves the write applied on the primary only, which the
+ * caller hears as DG_ERR_TIMEOUT (outcome unknown), never as "not
+ * applied". */
+static void test_persist_queue_full_busy(void **state)
+{
+	(void)state;
+	char *d0 = tmpdir(), *d1 = tmpdir();
+	dg_node *a = start_persistent(d0, 0, NULL, 0, NULL);
+	char seed[128];
+	snprintf(seed, sizeof(seed), "%s", dg_node_address(a));
+	const char *seeds[] = { seed };
+	dg_node *b = start_persistent(d1, 0, seeds, 1, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "queue");
+	cc.persistence = true;
+	cc.backups = 1;
+	cc.partitions = 16;
+	dg_cache *ca;
+	OK(dg_cache_create(a, &cc, &ca));
+	dg_cache *cb = cache_on(b, "queue");
+	OK(dg_cache_wait_rebalanced(cb, 10000));
+	atomic_store(&dgi_grid_queue_jobs, 0); /* every queue is full */
+	int busy = 0, remote = 0;
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; i < 40; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "q%d", i);
+		/* a's primary keys reach b as backups; b's, as UPDATEs: both queue */
+		v.len = 0;
+		uint8_t enc[16] = { 0x0A, (uint8_t)strlen(k) };
+		memcpy(enc + 2, k, strlen(k));
+		uint64_t own[8];
+		int64_t tv;
+		if (dgi_cache_owners(ca, dgi_part_of(dgi_key_hash(enc, strlen(k) + 2), 16), own,
+		    &tv) > 0 && own[0] == dg_node_get_id(b)) {
+			/* refused by its primary: applied nowhere */
+			EXPECT(dg_cache_put(ca, k, strlen(k), "v", 1), DG_ERR_BUSY);
+			remote++;
+			EXPECT(dg_cache_get(ca, k, strlen(k), &v), DG_ERR_NOT_FOUND);
+		} else {
+			/* applied by the primary, refused by the backup: the outcome
+			 * is not known to the caller (the primary sends the copy
+			 * again and finishes the write once the queue has room) */
+			EXPECT(dg_cache_put(ca, k, strlen(k), "v", 1), DG_ERR_TIMEOUT);
+		}
+		busy++;
+	}
+	assert_true(remote > 0 && busy > remote);
+	atomic_store(&dgi_grid_queue_jobs, GRID_QUEUE_JOBS);
+	for (int i = 0; i < 40; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "q%d", i);
+		OK(dg_cache_put(ca, k, strlen(k), "v", 1)); /* a retry goes through */
+	}
+	dg_buf_free(&v);
+	dg_node_stop(b);
+	dg_node_stop(a);
+	rmtree(d0);
+	rmtree(d1);
+	free(d0);
+	free(d1);
+}
+
 static void test_persist_restart(void **state)
 {
 	(void)state;
@@ -2529,7 +2842,7 @@ static void test_persist_removed_key_stays_removed(void **state)
 	}
 	dgi_node_kill(b); /* b keeps every key on its disk */
 	uint64_t deadline = dgi_now_ms() + 5000;
-	while (atomic_load(&ca->aff)->nnodes != 1) {
+	while (aff_nnodes(ca) != 1) {
 		assert_true(dgi_now_ms() < deadline);
 		usleep(5 * 1000);
 	}
@@ -2688,6 +3001,8 @@ int main(void)
 		cmocka_unit_test(test_affinity_minimal_movement),
 		cmocka_unit_test(test_key_hash_partition_stable),
 		cmocka_unit_test(test_node_single_ops),
+		cmocka_unit_test(test_destroyed_cache_memory_freed),
+		cmocka_unit_test(test_section_keeps_what_it_holds),
 		cmocka_unit_test(test_node_get_allocates_nothing),
 		cmocka_unit_test(test_node_typed),
 		cmocka_unit_test(test_node_ttl),
@@ -2717,6 +3032,7 @@ int main(void)
 		cmocka_unit_test(test_baseline_last_member_leaves),
 		cmocka_unit_test_teardown(test_rent_kept_until_owners_have_it, rent_teardown),
 		cmocka_unit_test_teardown(test_rent_kept_until_every_owner_has_it, rent_teardown),
+		cmocka_unit_test_teardown(test_scale_rent_replicated_many_owners, rent_teardown),
 		cmocka_unit_test_teardown(test_baseline_removed_then_stopped_pushes, rent_teardown),
 		cmocka_unit_test(test_update_ids_move_with_entries),
 		cmocka_unit_test_teardown(test_double_move_loses_nothing, rent_teardown),
@@ -2727,6 +3043,7 @@ int main(void)
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
 		cmocka_unit_test(test_persist_cluster_restart),
+		cmocka_unit_test(test_persist_queue_full_busy),
 	};
 	/* DG_TEST_FILTER=test_rent_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

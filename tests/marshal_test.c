@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2275,6 +2276,65 @@ static void test_hook_accepts_itself(void **state)
 	person_eq(&p, &q);
 	dg_buf_free(&b);
 	dg_registry_destroy(reg);
+}
+
+/* Unhooking waits for the hook's calls under way: once
+ * dg_registry_set_hook(reg, NULL, NULL) returns, the old ctx may be freed
+ * (membership's stop frees its dg_member right after) — no call of the
+ * hook reaches it any more. */
+struct slow_hook {
+	_Atomic int entered;
+	_Atomic bool freed;         /* "the ctx is gone" */
+	_Atomic int touched_freed;  /* the hook used it after that */
+};
+
+static dg_err slow_hook_fn(void *ctx, const dg_desc *d, const uint8_t *def, size_t len)
+{
+	struct slow_hook *h = ctx;
+	(void)d;
+	(void)def;
+	(void)len;
+	atomic_store(&h->entered, 1);
+	struct timespec ts = { 0, 200 * 1000000L }; /* a cluster round trip */
+	nanosleep(&ts, NULL);
+	if (atomic_load(&h->freed))
+		atomic_fetch_add(&h->touched_freed, 1);
+	return DG_OK;
+}
+
+struct reg_arg {
+	dg_registry *reg;
+	dg_err e;
+};
+
+static void *register_person(void *p)
+{
+	struct reg_arg *a = p;
+	const dg_desc *d;
+	a->e = dg_registry_register(a->reg, &person_def, &d);
+	return NULL;
+}
+
+static void test_hook_unset_waits_for_calls(void **state)
+{
+	static struct slow_hook h;
+	(void)state;
+	memset(&h, 0, sizeof(h));
+	struct reg_arg a;
+	OK(dg_registry_create(&a.reg));
+	dg_registry_set_hook(a.reg, slow_hook_fn, &h);
+	pthread_t t;
+	pthread_create(&t, NULL, register_person, &a);
+	while (!atomic_load(&h.entered)) {
+		struct timespec ts = { 0, 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	dg_registry_set_hook(a.reg, NULL, NULL);
+	atomic_store(&h.freed, true); /* what the owner may now do */
+	pthread_join(t, NULL);
+	OK(a.e);
+	assert_int_equal(atomic_load(&h.touched_freed), 0);
+	dg_registry_destroy(a.reg);
 }
 
 static void test_accept_malformed(void **state)
@@ -4642,6 +4702,7 @@ int main(void)
 		T(test_hook_propose_accept),
 		T(test_hook_refuses),
 		T(test_hook_accepts_itself),
+		T(test_hook_unset_waits_for_calls),
 		T(test_accept_malformed),
 		T(test_unknown_type_and_schema),
 		T(test_bobj_fields),

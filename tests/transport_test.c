@@ -2638,6 +2638,163 @@ static void test_membership_adopts_cluster_timings(void **state)
 	mnode_stop(&n[0], false);
 }
 
+/* A handler's function and context are replaced as one: a frame
+ * dispatched while another thread swaps handler A (fn_a, &ctx_a) for B
+ * (fn_b, &ctx_b) and back runs fn_a with ctx_a or fn_b with ctx_b, never
+ * a mix of the old and the new.  Frames go straight to dgi_dispatch (the
+ * path every received frame takes) to make millions of them. */
+struct swap_ctx {
+	_Atomic uint64_t calls, mixed;
+	int tag;
+};
+static struct swap_ctx swap_a = { .tag = 'a' }, swap_b = { .tag = 'b' };
+
+static void swap_fn_a(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)tp;
+	(void)in;
+	struct swap_ctx *c = ctx;
+	atomic_fetch_add_explicit(&swap_a.calls, 1, memory_order_relaxed);
+	if (c != &swap_a)
+		atomic_fetch_add_explicit(&swap_a.mixed, 1, memory_order_relaxed);
+}
+
+static void swap_fn_b(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)tp;
+	(void)in;
+	struct swap_ctx *c = ctx;
+	atomic_fetch_add_explicit(&swap_b.calls, 1, memory_order_relaxed);
+	if (c != &swap_b)
+		atomic_fetch_add_explicit(&swap_b.mixed, 1, memory_order_relaxed);
+}
+
+struct swapper {
+	dg_tp *tp;
+	_Atomic bool stop;
+	uint64_t swaps;
+};
+
+static void *swap_handlers(void *p)
+{
+	struct swapper *s = p;
+	while (!atomic_load(&s->stop)) {
+		dg_tp_handle(s->tp, (dg_msg_type)T_SINK, swap_fn_b, &swap_b);
+		dg_tp_handle(s->tp, (dg_msg_type)T_SINK, swap_fn_a, &swap_a);
+		s->swaps += 2;
+	}
+	return NULL;
+}
+
+static void test_handler_swapped_whole(void **state)
+{
+	(void)state;
+	dg_tp *tp = NODE(0);
+	OK(dg_tp_handle(tp, (dg_msg_type)T_SINK, swap_fn_a, &swap_a));
+	uint8_t body[16];
+	dg_buf b;
+	dg_buf_init_fixed(&b, body, sizeof(body));
+	dg_writer w;
+	dg_writer_init(&w, reg, &b);
+	OK(dg_write_i64(&w, 7));
+	dg_frame_header h = { DG_FRAME_VERSION, DG_FRAME_ONEWAY, T_SINK, (uint32_t)b.len, 0, 0x77 };
+	struct conn *fake = calloc(1, sizeof(*fake)); /* counts what it "received" */
+	assert_non_null(fake);
+	fake->tp = tp;
+	struct swapper sw = { .tp = tp };
+	pthread_t t;
+	pthread_create(&t, NULL, swap_handlers, &sw);
+	uint64_t end = dgi_now_ms() + 1500, n = 0;
+	while (dgi_now_ms() < end)
+		for (int i = 0; i < 1000; i++, n++)
+			dgi_dispatch(tp, fake, &h, body);
+	atomic_store(&sw.stop, true);
+	pthread_join(t, NULL);
+	print_message("      %llu frames, %llu swaps: %llu a, %llu b, %llu mixed\n",
+	    (unsigned long long)n, (unsigned long long)sw.swaps,
+	    (unsigned long long)atomic_load(&swap_a.calls),
+	    (unsigned long long)atomic_load(&swap_b.calls),
+	    (unsigned long long)(atomic_load(&swap_a.mixed) + atomic_load(&swap_b.mixed)));
+	assert_int_equal(atomic_load(&swap_a.mixed) + atomic_load(&swap_b.mixed), 0);
+	assert_true(atomic_load(&swap_a.calls) > 0 && atomic_load(&swap_b.calls) > 0);
+	OK(dg_tp_handle(tp, (dg_msg_type)T_SINK, NULL, NULL));
+	free(fake);
+	dg_tp_stop(tp);
+}
+
+/* The lock order (transport_int.h): tp->mu, then peer->mu.  This test
+ * takes them in that order, then sends to a peer that must be dialled
+ * (which takes tp->mu to list the dial): were the dial started under
+ * peer->mu, ThreadSanitizer's deadlock detector would report the
+ * inversion (the test passes alone otherwise: nothing waits here). */
+static void test_lock_order_send_dials(void **state)
+{
+	(void)state;
+	dg_tp *tp = NODE(0);
+	dg_node_id ghost = 0x5eed;
+	OK(dg_tp_set_address(tp, ghost, "tcp://127.0.0.1:1")); /* nobody listens */
+	struct peer *p = dgi_peer_get(tp, ghost, false);
+	assert_non_null(p);
+	pthread_mutex_lock(&tp->mu);
+	pthread_mutex_lock(&p->mu);
+	pthread_mutex_unlock(&p->mu);
+	pthread_mutex_unlock(&tp->mu);
+	t_i64 v = { 1 };
+	dg_err e = dg_tp_send(tp, ghost, (dg_msg_type)T_SINK, &v);
+	assert_true(e == DG_OK || e == DG_ERR_UNREACHABLE);
+	WAIT_FOR(stats(tp).dropped >= 1 || e != DG_OK); /* the dial failed: dropped */
+	dg_tp_stop(tp);
+}
+
+/* Sections (epoch.c): a tag taken while a section is open has not passed
+ * until that section ends (nested entries count as one); a section that
+ * begins after the tag does not hold it back; a thread's slot is reused
+ * after it exits. */
+struct section_arg {
+	_Atomic int step;           /* 1: inside; 2: may leave; 3: left */
+};
+
+static void *in_section(void *p)
+{
+	struct section_arg *a = p;
+	dgi_epoch_enter();
+	dgi_epoch_enter(); /* nested */
+	atomic_store(&a->step, 1);
+	while (atomic_load(&a->step) != 2)
+		sleep_ms(1);
+	dgi_epoch_leave();
+	assert_true(dgi_epoch_inside());
+	dgi_epoch_leave();
+	assert_false(dgi_epoch_inside());
+	atomic_store(&a->step, 3);
+	return NULL;
+}
+
+static void test_sections(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 3; round++) { /* (threads come and go) */
+		struct section_arg a = { 0 };
+		pthread_t t;
+		pthread_create(&t, NULL, in_section, &a);
+		while (atomic_load(&a.step) != 1)
+			sleep_ms(1);
+		uint64_t tag = dgi_epoch_retire();
+		assert_false(dgi_epoch_passed(tag));
+		dgi_epoch_enter(); /* a section of this thread, begun after the tag */
+		assert_false(dgi_epoch_passed(tag)); /* the other still holds it back */
+		atomic_store(&a.step, 2);
+		while (atomic_load(&a.step) != 3)
+			sleep_ms(1);
+		assert_true(dgi_epoch_passed(tag)); /* the later one does not count */
+		uint64_t tag2 = dgi_epoch_retire();
+		assert_false(dgi_epoch_passed(tag2)); /* but holds back what came after it */
+		dgi_epoch_leave();
+		assert_true(dgi_epoch_passed(tag2));
+		pthread_join(t, NULL);
+	}
+}
+
 /* Three nodes (over ipc:// and tcp://) join through a seed, agree on every
  * version; a crashed member and then a crashed coordinator are removed
  * within the timeout plus a heartbeat; listeners see each version. */
@@ -3577,6 +3734,9 @@ int main(void)
 		cmocka_unit_test(test_no_alloc_per_message),
 		cmocka_unit_test(test_concurrent_requests),
 		cmocka_unit_test(test_stop_with_requests_in_flight),
+		cmocka_unit_test(test_sections),
+		cmocka_unit_test(test_handler_swapped_whole),
+		cmocka_unit_test(test_lock_order_send_dials),
 		cmocka_unit_test(test_membership),
 		cmocka_unit_test(test_membership_types),
 		cmocka_unit_test(test_membership_baseline),

@@ -15,12 +15,14 @@
 #include "node/datagrid.h"
 #include "node/node_int.h"
 #include "transport/transport.h"
+#include "txn/txentries.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define OK(x) assert_int_equal((x), DG_OK)
@@ -562,7 +564,41 @@ static void test_deadlock_across_nodes(void **state)
 	pthread_join(ta, NULL);
 	pthread_join(tb, NULL);
 	pthread_barrier_destroy(&bar);
-	print_message("      victim found after %llu ms (tx timeout 10000 ms)\n",
+	print_message("      victim found after %llu ms (tx timeout 10000 ms): %s / %s\n",
+	    (unsigned long long)(a.err == DG_ERR_DEADLOCK ? a.ms : b.ms), dg_strerror(a.err),
+	    dg_strerror(b.err));
+	assert_true((a.err == DG_ERR_DEADLOCK && b.err == DG_OK) ||
+	    (a.err == DG_OK && b.err == DG_ERR_DEADLOCK));
+	assert_true(a.ms < 2000 && b.ms < 2000);
+	cluster_stop(&cl);
+}
+
+/* Deadlock detection has a thread of its own: a recovery round that waits
+ * (its questions to nodes that do not answer take 2 s each: tens of
+ * seconds after a failure) does not hold up a cycle's victim. */
+static void test_deadlock_found_while_recovery_waits(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "dlr", 1);
+	dg_cache *c2 = cache_on(cl.n[2], "dlr");
+	static char k1[16], k2[16];
+	two_primaries(c, k1, k2);
+	atomic_store(&dgi_tx_recover_stall_ms, 20000);
+	usleep(300 * 1000); /* every recoverer is in a slow round now */
+	pthread_barrier_t bar;
+	pthread_barrier_init(&bar, NULL, 2);
+	struct dl_arg a = { cl.n[0], c, k1, k2, &bar, DG_OK, 0 };
+	struct dl_arg b = { cl.n[2], c2, k2, k1, &bar, DG_OK, 0 };
+	pthread_t ta, tb;
+	pthread_create(&ta, NULL, deadlocker, &a);
+	pthread_create(&tb, NULL, deadlocker, &b);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	pthread_barrier_destroy(&bar);
+	atomic_store(&dgi_tx_recover_stall_ms, 0);
+	print_message("      victim found after %llu ms while recovery waits 20 s a round\n",
 	    (unsigned long long)(a.err == DG_ERR_DEADLOCK ? a.ms : b.ms));
 	assert_true((a.err == DG_ERR_DEADLOCK && b.err == DG_OK) ||
 	    (a.err == DG_OK && b.err == DG_ERR_DEADLOCK));
@@ -1621,6 +1657,295 @@ static void test_cas_in_tx_every_mode(void **state)
 	cluster_stop(&cl);
 }
 
+/* The encoded form of a raw key or value (a BYTES value), as the raw API
+ * stores it. */
+static size_t encode_raw(const char *raw, uint8_t *out, size_t cap)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_writer w;
+	dg_writer_init(&w, NULL, &b);
+	OK(dg_write_bytes(&w, raw, strlen(raw)));
+	assert_true(b.len <= cap);
+	memcpy(out, b.data, b.len);
+	size_t n = b.len;
+	dg_buf_free(&b);
+	return n;
+}
+
+/* A TX_PREPARE from the wire names each entry's partition; the primary
+ * checks it (one of the cache's, the one the key hashes to) and refuses a
+ * forged one with DG_ERR_INVAL — it would otherwise pass the placement
+ * check of a partition the node owns and store the key where no lookup
+ * finds it. */
+static void test_prepare_checks_partition(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0);
+	dg_cache *c = tx_cache(n, "forged", 0);
+	wait_settled(&n, 1, &c, 1);
+	/* a bare transport of the cluster, as a peer would send from */
+	dg_registry *reg;
+	OK(dg_registry_create(&reg));
+	dg_tp_config tc;
+	dg_tp_config_init(&tc);
+	tc.reg = reg;
+	tc.cluster_name = "txn-test";
+	dg_tp *tp;
+	OK(dg_tp_start(&tc, &tp));
+	dg_node_id to;
+	OK(dg_tp_connect(tp, dg_node_address(n), &to));
+	uint8_t key[32], val[32];
+	size_t klen = encode_raw("forged-key", key, sizeof(key));
+	size_t vlen = encode_raw("v", val, sizeof(val));
+	uint64_t hash, own[8];
+	int64_t tv;
+	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	assert_true(dgi_cache_owners(c, part, own, &tv) > 0);
+	uint32_t parts = dg_cache_config_of(c)->partitions;
+	/* another partition this node owns, one past the last, the true one */
+	const int64_t tries[3] = { (part + 1) % parts, parts, part };
+	const dg_err want[3] = { DG_ERR_INVAL, DG_ERR_INVAL, DG_OK };
+	for (int i = 0; i < 3; i++) {
+		dg_buf ents;
+		dg_buf_init(&ents);
+		dg_writer w;
+		dg_writer_init(&w, dgi_txwire_registry(), &ents);
+		OK(dg_write_list_begin(&w, DGI_TXWIRE_FIELDS));
+		dgi_txwire_ent en = { dgi_cache_id_of(c), tries[i], DGI_TXOP_PUT,
+			{ key, (uint32_t)klen }, { val, (uint32_t)vlen }, { 0, 0, 0, 0 }, 0 };
+		OK(dgi_txwire_put(&w, &en));
+		OK(dg_write_end(&w));
+		OK(dg_writer_finish(&w));
+		dgi_msg_tx_prepare m = { (int64_t)dg_tp_self(tp), 1 + i, (int64_t)time(NULL) * 1000, 5000, tv,
+			DGI_TXP_ONE_PHASE, 0, 1, { ents.data, (uint32_t)ents.len } };
+		dgi_msg_tx_ctl r;
+		OK(dg_tp_call(tp, to, DGI_MSG_TX_PREPARE, &m, 5000, &r, NULL));
+		print_message("      partition %lld of %u (the key's: %u): %s\n", (long long)tries[i],
+		    parts, part, dg_strerror((dg_err)r.res));
+		EXPECT((dg_err)r.res, want[i]);
+		dg_buf_free(&ents);
+	}
+	/* the one accepted is where lookups find it */
+	dg_buf got;
+	dg_buf_init(&got);
+	OK(dg_cache_get(c, "forged-key", 10, &got));
+	assert_int_equal(got.len, 1);
+	assert_memory_equal(got.data, "v", 1);
+	dg_buf_free(&got);
+	dg_tp_stop(tp);
+	dg_registry_destroy(reg);
+	dg_node_stop(n);
+}
+
+/* A thread whose per-thread buffers cannot be allocated still serves
+ * transactions (the service uses buffers of its own) and the raw API
+ * answers DG_ERR_NOMEM — no NULL is dereferenced. */
+static void test_tx_without_thread_buffers(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_cache *c = tx_cache(cl.n[0], "notls", 1);
+	(void)cache_on(cl.n[1], "notls");
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 5000, "notls", &tx));
+	atomic_store(&dgi_tx_tls_fail, true);
+	EXPECT(dg_tx_put(tx, c, "k0", 2, "1", 1), DG_ERR_NOMEM);
+	for (int k = 0; k < 8; k++) {
+		char raw[8];
+		snprintf(raw, sizeof(raw), "k%d", k);
+		uint8_t key[16], val[16];
+		size_t klen = encode_raw(raw, key, sizeof(key));
+		size_t vlen = encode_raw("42", val, sizeof(val));
+		dg_buf v;
+		dg_buf_init(&v);
+		EXPECT(dg_tx_get_val(tx, c, key, klen, &v), DG_ERR_NOT_FOUND); /* locks and reads */
+		OK(dg_tx_put_val(tx, c, key, klen, val, vlen));
+		dg_buf_free(&v);
+	}
+	OK(dg_tx_commit(tx));
+	atomic_store(&dgi_tx_tls_fail, false);
+	for (int k = 0; k < 8; k++) {
+		char raw[8];
+		snprintf(raw, sizeof(raw), "k%d", k);
+		assert_int_equal(get_long(c, raw), 42);
+	}
+	cluster_stop(&cl);
+}
+
+/* A primary's keys in one commit can have their backups on more nodes
+ * than any fixed table holds (here 17: every other node of 18): the
+ * prepare and the commit's copies reach every one. */
+static void test_commit_reaches_backups_on_many_nodes(void **state)
+{
+	(void)state;
+	enum { N = 18 };
+	dg_node *n[N];
+	dg_cache *c[N];
+	n[0] = start_node(NULL, 0);
+	const char *seed = dg_node_address(n[0]);
+	for (int i = 1; i < N; i++)
+		n[i] = start_node(&seed, 1);
+	c[0] = tx_cache(n[0], "wide", 2);
+	for (int i = 1; i < N; i++)
+		c[i] = cache_on(n[i], "wide");
+	/* settled: every node's cache maps on the same topology of N nodes */
+	uint64_t deadline = dgi_now_ms() + 30000;
+	for (;;) {
+		int64_t v0 = 0, v;
+		bool same = true;
+		for (int i = 0; i < N && same; i++) {
+			dg_node_info info[N];
+			uint64_t own[8];
+			int64_t tv;
+			same = dg_node_topology(n[i], &v, info, N) == N &&
+			    dgi_txsvc_fence_open(dgi_node_txs(n[i]), v) &&
+			    dgi_cache_owners(c[i], 0, own, &tv) > 0 && tv == v;
+			if (i == 0)
+				v0 = v;
+			same &= v == v0;
+		}
+		if (same)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	/* keys whose primary is node 0, until their backups are every other node */
+	dg_node_id self = dg_node_get_id(n[0]);
+	char keys[400][12];
+	int nk = 0;
+	dg_node_id seen[N];
+	int nseen = 0;
+	for (int i = 0; i < 20000 && nk < 400 && nseen < N - 1; i++) {
+		char raw[12];
+		snprintf(raw, sizeof(raw), "w%d", i);
+		uint8_t enc[32];
+		size_t elen = encode_raw(raw, enc, sizeof(enc));
+		uint64_t hash, own[8];
+		int64_t tv;
+		uint32_t part = dgi_cache_key_part(c[0], enc, elen, &hash);
+		uint32_t k = dgi_cache_owners(c[0], part, own, &tv);
+		if (k < 3 || own[0] != self)
+			continue;
+		strcpy(keys[nk++], raw);
+		for (uint32_t j = 1; j < k; j++) {
+			bool have = false;
+			for (int q = 0; q < nseen && !have; q++)
+				have = seen[q] == own[j];
+			if (!have)
+				seen[nseen++] = own[j];
+		}
+	}
+	assert_int_equal(nseen, N - 1);
+	print_message("      %d keys of one primary, backups on %d nodes\n", nk, nseen);
+	dg_tx *tx;
+	OK(dg_tx_begin(n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 20000, "wide", &tx));
+	for (int i = 0; i < nk; i++)
+		OK(tx_put_long(tx, c[0], keys[i], 5));
+	OK(tx_put_long(tx, c[0], "elsewhere", 5)); /* a second primary: two phases */
+	OK(dg_tx_commit(tx));
+	/* every owner's own copy (an owner reads locally) */
+	int missing = 0;
+	for (int i = 0; i < nk; i++) {
+		uint8_t enc[32];
+		size_t elen = encode_raw(keys[i], enc, sizeof(enc));
+		uint64_t hash, own[8];
+		int64_t tv;
+		uint32_t part = dgi_cache_key_part(c[0], enc, elen, &hash);
+		uint32_t k = dgi_cache_owners(c[0], part, own, &tv);
+		for (uint32_t j = 0; j < k; j++)
+			for (int q = 0; q < N; q++)
+				if (dg_node_get_id(n[q]) == own[j] && get_long(c[q], keys[i]) != 5)
+					missing++;
+	}
+	assert_int_equal(missing, 0);
+	for (int i = N - 1; i >= 0; i--)
+		dg_node_stop(n[i]);
+}
+
+/* A tx holds locks on at most 64 primaries: the lock that would take it
+ * to a 65th fails with DG_ERR_LIMIT, and the rollback reaches every node
+ * it locked on (one it could not remember used to keep its locks until
+ * they expired).  66 nodes: only with DG_SCALE_TESTS=1 (ctest -L scale). */
+static void test_scale_tx_lock_limit(void **state)
+{
+	(void)state;
+	if (getenv("DG_SCALE_TESTS") == NULL) {
+		print_message("      (DG_SCALE_TESTS not set: skipped)\n");
+		return;
+	}
+	enum { N = 66 };
+	dg_node *n[N];
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = "tcp://127.0.0.1:0";
+	cfg.cluster_name = "txn-scale";
+	cfg.failure_timeout_ms = 15000;
+	cfg.join_timeout_ms = 20000;
+	cfg.request_timeout_ms = 10000;
+	OK(dg_node_start(&cfg, &n[0]));
+	const char *seed = dg_node_address(n[0]);
+	cfg.seeds = &seed;
+	cfg.nseeds = 1;
+	for (int i = 1; i < N; i++)
+		OK(dg_node_start(&cfg, &n[i]));
+	dg_cache *c = tx_cache(n[0], "wide64", 0);
+	uint64_t deadline = dgi_now_ms() + 60000;
+	for (;;) { /* every node's fence open on the topology of N */
+		bool all = true;
+		for (int i = 0; i < N && all; i++) {
+			int64_t v;
+			all = dg_node_topology(n[i], &v, NULL, 0) == N &&
+			    dgi_txsvc_fence_open(dgi_node_txs(n[i]), v);
+		}
+		uint64_t own[8];
+		int64_t tv, v0;
+		dg_node_topology(n[0], &v0, NULL, 0);
+		if (all && dgi_cache_owners(c, 0, own, &tv) > 0 && tv == v0)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	/* one key per primary, for 65 primaries */
+	char keys[N][12];
+	dg_node_id prim[N];
+	int nk = 0;
+	for (int i = 0; i < 100000 && nk < 65; i++) {
+		char raw[12];
+		snprintf(raw, sizeof(raw), "p%d", i);
+		uint8_t enc[32];
+		size_t elen = encode_raw(raw, enc, sizeof(enc));
+		uint64_t hash, own[8];
+		int64_t tv;
+		uint32_t k = dgi_cache_owners(c, dgi_cache_key_part(c, enc, elen, &hash), own, &tv);
+		bool have = k == 0;
+		for (int q = 0; q < nk && !have; q++)
+			have = prim[q] == own[0];
+		if (!have) {
+			prim[nk] = own[0];
+			strcpy(keys[nk++], raw);
+		}
+	}
+	assert_int_equal(nk, 65);
+	dg_tx *tx;
+	OK(dg_tx_begin(n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 30000, "wide", &tx));
+	for (int i = 0; i < 64; i++)
+		OK(tx_put_long(tx, c, keys[i], 1));
+	EXPECT(tx_put_long(tx, c, keys[64], 1), DG_ERR_LIMIT);
+	dg_tx_rollback(tx);
+	/* nothing stays locked anywhere */
+	uint64_t held = 0;
+	for (int i = 0; i < N; i++) {
+		dg_tx_metrics m;
+		OK(dg_tx_get_metrics(n[i], &m));
+		held += m.locks_held;
+	}
+	assert_int_equal(held, 0);
+	for (int i = N - 1; i >= 0; i--)
+		dg_node_stop(n[i]);
+}
+
 /* After a failed test: end the tx it left open on this thread (the next
  * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
  * settings a test changes, so one failure is not reported five times. */
@@ -1632,6 +1957,8 @@ static int after_test(void **state)
 		(void)dg_tx_rollback(tx);
 	atomic_store(&dgi_tx_crash_point, 0);
 	atomic_store(&dgi_tx_cut_node, 0);
+	atomic_store(&dgi_tx_recover_stall_ms, 0);
+	atomic_store(&dgi_tx_tls_fail, false);
 	start_client = false;
 	topology_timeout_ms = 1000;
 	request_timeout_ms = 5000;
@@ -1647,6 +1974,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_commit_reaches_backups, after_test),
 		cmocka_unit_test_teardown(test_deadlock_detected, after_test),
 		cmocka_unit_test_teardown(test_deadlock_across_nodes, after_test),
+		cmocka_unit_test_teardown(test_deadlock_found_while_recovery_waits, after_test),
 		cmocka_unit_test_teardown(test_bank_pessimistic_rr, after_test),
 		cmocka_unit_test_teardown(test_bank_optimistic_serializable, after_test),
 		cmocka_unit_test_teardown(test_steady_state_allocations, after_test),
@@ -1662,6 +1990,10 @@ int main(void)
 		cmocka_unit_test_teardown(test_tx_list, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_from_other_node, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_wakes_lock_waiter, after_test),
+		cmocka_unit_test_teardown(test_prepare_checks_partition, after_test),
+		cmocka_unit_test_teardown(test_tx_without_thread_buffers, after_test),
+		cmocka_unit_test_teardown(test_commit_reaches_backups_on_many_nodes, after_test),
+		cmocka_unit_test_teardown(test_scale_tx_lock_limit, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

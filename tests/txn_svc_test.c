@@ -182,6 +182,38 @@ static void test_bad_requests(void **state)
 	pair_stop(&p);
 }
 
+/* The fence counts every node of a topology, however many (up to
+ * DG_TOPOLOGY_MAX): a node past a fixed table would never open its fence
+ * and be taken for gone by recovery (dgi_txsvc_alive). */
+static void test_fence_counts_every_node(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_start(&p);
+	uint32_t n = 300;
+	dg_topology *t = dgi_calloc(1, sizeof(*t) + n * sizeof(t->nodes[0]));
+	assert_non_null(t);
+	t->version = 5;
+	t->count = n;
+	atomic_init(&t->refs, 1);
+	for (uint32_t i = 0; i < n; i++) {
+		t->nodes[i].id = i == 0 ? dg_tp_self(p.prim) : 1000 + i;
+		t->nodes[i].order = i + 1;
+		t->nodes[i].url = "tcp://127.0.0.1:1";
+	}
+	dgi_txsvc_topology(p.svc, t);
+	for (uint32_t i = 0; i < n; i++)
+		if (!dgi_txsvc_alive(p.svc, t->nodes[i].id))
+			fail_msg("node %u of %u is not in the fence", i, n);
+	assert_false(dgi_txsvc_alive(p.svc, 1000 + n));
+	dgi_txsvc_stats st;
+	dgi_txsvc_get_stats(p.svc, &st);
+	assert_int_equal(st.fence_version, 5);
+	assert_false(st.fence_open); /* the others have not reported */
+	dg_topology_release(t); /* the service holds its own reference */
+	pair_stop(&p);
+}
+
 int dgt_txsvc_tests(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -189,6 +221,7 @@ int dgt_txsvc_tests(void)
 		cmocka_unit_test(test_lock_timeout),
 		cmocka_unit_test(test_deadlock_detected_when_waiting),
 		cmocka_unit_test(test_bad_requests),
+		cmocka_unit_test(test_fence_counts_every_node),
 	};
 	return cmocka_run_group_tests_name("txsvc", tests, NULL, NULL);
 }

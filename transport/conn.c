@@ -30,6 +30,7 @@
 
 static void rx_cb(void *arg);
 static void tx_cb(void *arg);
+static void dial_discard(struct dial *d);
 static const struct conn_ops nng_ops;
 
 /* An I/O failure as a dg_err; TLS failures (a certificate the CA did not
@@ -819,19 +820,20 @@ static void dial_cb(void *arg)
 	dgi_dial_end(d, c, e, nng_strerror(rv));
 }
 
-dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
-    struct connect_wait *waiter)
+struct dial *dgi_conn_dial_new(dg_tp *tp, const char *url, struct peer *p,
+    struct connect_wait *waiter, dg_err *err)
 {
 	struct dial *d = dgi_calloc(1, sizeof(*d));
+	*err = DG_ERR_NOMEM;
 	if (d == NULL)
-		return DG_ERR_NOMEM;
+		return NULL;
 	d->tp = tp;
 	d->peer = p;
 	d->waiter = waiter;
 	d->fd = -1;
 	if ((d->url = xstrdup(url)) == NULL) {
 		dgi_free(d);
-		return DG_ERR_NOMEM;
+		return NULL;
 	}
 	dg_err e = DG_OK;
 	d->native = dgi_tcp_url(url);
@@ -845,22 +847,39 @@ dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
 		if (e == DG_OK)
 			nng_aio_set_timeout(d->aio, (nng_duration)tp->cfg.connect_timeout_ms);
 	}
-	if (e == DG_OK) {
-		pthread_mutex_lock(&tp->mu);
-		if (atomic_load(&tp->stopping)) {
-			e = DG_ERR_CLOSED; /* dgi_conn_stop_all may have looked already */
-		} else {
-			d->next = tp->dials;
-			tp->dials = d;
-		}
-		pthread_mutex_unlock(&tp->mu);
-	}
 	if (e != DG_OK) {
-		nng_aio_free(d->aio);
-		nng_stream_dialer_free(d->dialer);
-		dgi_free(d->host);
-		dgi_free(d->url);
-		dgi_free(d);
+		dial_discard(d);
+		*err = e;
+		return NULL;
+	}
+	*err = DG_OK;
+	return d;
+}
+
+/* A dial that never started: freed here. */
+static void dial_discard(struct dial *d)
+{
+	nng_aio_free(d->aio);
+	nng_stream_dialer_free(d->dialer);
+	dgi_free(d->host);
+	dgi_free(d->url);
+	dgi_free(d);
+}
+
+dg_err dgi_conn_dial_start(struct dial *d)
+{
+	dg_tp *tp = d->tp;
+	dg_err e = DG_OK;
+	pthread_mutex_lock(&tp->mu);
+	if (atomic_load(&tp->stopping)) {
+		e = DG_ERR_CLOSED; /* dgi_conn_stop_all may have looked already */
+	} else {
+		d->next = tp->dials;
+		tp->dials = d;
+	}
+	pthread_mutex_unlock(&tp->mu);
+	if (e != DG_OK) {
+		dial_discard(d);
 		return e;
 	}
 	if (!d->native) {
@@ -869,6 +888,14 @@ dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
 	}
 	dgi_tcp_dial_start(d); /* its failures end it through dgi_dial_end */
 	return DG_OK;
+}
+
+dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
+    struct connect_wait *waiter)
+{
+	dg_err e;
+	struct dial *d = dgi_conn_dial_new(tp, url, p, waiter, &e);
+	return d != NULL ? dgi_conn_dial_start(d) : e;
 }
 
 static void accept_cb(void *arg)

@@ -380,11 +380,12 @@ static dg_err bl_decode(dg_reader *r, uint32_t left, struct bl *b)
 	return DG_OK;
 }
 
+/* Decodes a TOPOLOGY body.  Its nodes, their URLs and the baseline are
+ * decoded into one allocation sized by the body (up to DG_TOPOLOGY_MAX
+ * nodes of 255-byte URLs and DG_BASELINE_MAX addresses: hundreds of KB,
+ * too much for a network thread's stack); topology changes are rare. */
 static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
 {
-	dg_topology_node nodes[1024];
-	char urls[1024][256];
-	struct bl bl;
 	dg_reader r;
 	uint32_t count;
 	int64_t version, nn;
@@ -396,30 +397,42 @@ static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
 		return DG_ERR_BAD_LENGTH;
 	if ((e = dg_read_i64(&r, &version)) != DG_OK || (e = dg_read_i64(&r, &nn)) != DG_OK)
 		return e;
-	if (nn < 0 || nn > 1024 || (uint64_t)count < 3 + 4 * (uint64_t)nn)
+	if (nn < 0 || nn > DG_TOPOLOGY_MAX || (uint64_t)count < 3 + 4 * (uint64_t)nn)
 		return DG_ERR_BAD_LENGTH;
 	uint32_t n = (uint32_t)nn;
-	for (uint32_t i = 0; i < n; i++) {
+	/* the URLs are copied with their terminators: at most the body's
+	 * bytes plus one a node */
+	struct bl *bl = dgi_alloc(sizeof(*bl) + n * sizeof(dg_topology_node) + raw->len + n);
+	if (bl == NULL)
+		return DG_ERR_NOMEM;
+	dg_topology_node *nodes = (dg_topology_node *)(void *)(bl + 1);
+	char *urls = (char *)(nodes + n), *u = urls;
+	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		int64_t id, order, attrs;
 		dg_str url;
 		if ((e = dg_read_i64(&r, &id)) != DG_OK || (e = dg_read_i64(&r, &order)) != DG_OK ||
 		    (e = dg_read_str(&r, &url, NULL)) != DG_OK ||
 		    (e = dg_read_i64(&r, &attrs)) != DG_OK)
-			return e;
-		if (url.ptr == NULL || url.len >= sizeof(urls[0]) || id == 0 ||
-		    attrs < 0 || attrs > UINT32_MAX)
-			return DG_ERR_BAD_LENGTH;
-		memcpy(urls[i], url.ptr, url.len);
-		urls[i][url.len] = 0;
+			break;
+		if (url.ptr == NULL || url.len >= 256 || id == 0 || attrs < 0 || attrs > UINT32_MAX ||
+		    (size_t)(u - urls) + url.len + 1 > raw->len + n) {
+			e = DG_ERR_BAD_LENGTH;
+			break;
+		}
+		memcpy(u, url.ptr, url.len);
+		u[url.len] = 0;
 		nodes[i].id = (dg_node_id)id;
 		nodes[i].order = order;
-		nodes[i].url = urls[i];
+		nodes[i].url = u;
 		nodes[i].attrs = (uint32_t)attrs;
+		u += url.len + 1;
 	}
-	if ((e = bl_decode(&r, count - 2 - 4 * n, &bl)) != DG_OK)
-		return e;
-	*out = topo_new(version, nodes, n, &bl);
-	return *out ? DG_OK : DG_ERR_NOMEM;
+	if (e == DG_OK)
+		e = bl_decode(&r, count - 2 - 4 * n, bl);
+	if (e == DG_OK)
+		e = (*out = topo_new(version, nodes, n, bl)) != NULL ? DG_OK : DG_ERR_NOMEM;
+	dgi_free(bl);
+	return e;
 }
 
 /* Send t to every member but this node. */
@@ -542,7 +555,7 @@ static uint32_t next_nodes(const dg_topology *cur, struct change *ch,
 {
 	uint32_t n = 0;
 	int64_t max_order = 0;
-	for (uint32_t i = 0; i < cur->count && n < 1024; i++) {
+	for (uint32_t i = 0; i < cur->count && n < DG_TOPOLOGY_MAX; i++) {
 		bool gone = false;
 		for (size_t k = 0; k < ch->ndrop; k++)
 			gone |= cur->nodes[i].id == ch->drop[k];
@@ -572,11 +585,13 @@ static uint32_t next_nodes(const dg_topology *cur, struct change *ch,
  * something changed (ch->changed); nothing to change is DG_OK. */
 static dg_err change_apply(dg_member *m, struct change *ch)
 {
-	dg_topology_node nodes[1025];
 	char url[256];
-	struct bl *bl = dgi_alloc(sizeof(*bl));
+	/* the baseline and the next nodes (one more than fits: a join into a
+	 * full topology is seen, and refused) off the handler's stack */
+	struct bl *bl = dgi_alloc(sizeof(*bl) + (DG_TOPOLOGY_MAX + 1) * sizeof(dg_topology_node));
 	if (bl == NULL)
 		return DG_ERR_NOMEM;
+	dg_topology_node *nodes = (dg_topology_node *)(void *)(bl + 1);
 	if (ch->add != NULL && ch->add->address.len >= sizeof(url)) {
 		dgi_free(bl);
 		return DG_ERR_INVAL;
@@ -600,6 +615,13 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 	}
 	dg_topology *cur = m->topo;
 	uint32_t n = next_nodes(cur, ch, nodes, url);
+	if (n > DG_TOPOLOGY_MAX) {
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		dgi_log("warn", "JOIN-REFUSED", "node=%016llx why=\"the topology holds %d nodes\"",
+		    (unsigned long long)ch->add->node_id, DG_TOPOLOGY_MAX);
+		return DG_ERR_LIMIT;
+	}
 	bl_of(bl, cur);
 	ch->version = cur->version;
 	if (ch->rebase &&
@@ -1771,6 +1793,8 @@ static void member_stop(dg_member *m, bool leave)
 		if (t->nodes[i].id != dg_tp_self(m->tp))
 			dg_tp_send(m->tp, t->nodes[i].id, DG_MSG_LEAVE, NULL);
 	dg_topology_release(t);
+	/* returns once no call of propose() is running (a type being
+	 * registered meanwhile): none touches m after this */
 	dg_registry_set_hook(m->reg, NULL, NULL);
 	if (m->thread_started)
 		pthread_join(m->thread, NULL);

@@ -5,6 +5,7 @@
 #include "transport_int.h"
 
 #include <nng/supplemental/tls/tls.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -311,7 +312,29 @@ dg_err dgi_frame_encode(dg_buf *b, const dg_tp *tp, dg_msg_type type,
 	return DG_OK;
 }
 
-/* Queue a frame for a peer (dialing it when needed). */
+/* A dial decided under p->mu could not start (the transport is
+ * stopping): what was queued for p goes nowhere, as when a dial fails. */
+static void dial_not_started(dg_tp *tp, struct peer *p, dg_err why)
+{
+	uint64_t dropped = 0;
+	pthread_mutex_lock(&p->mu);
+	p->dialing = false;
+	if (p->conn == NULL) {
+		dropped = p->queued_frames;
+		dg_buf_reset(&p->queue);
+		p->queued_frames = 0;
+	}
+	pthread_mutex_unlock(&p->mu);
+	if (dropped) {
+		atomic_fetch_add(&tp->t.dropped, dropped);
+		atomic_fetch_add(&p->t.dropped, dropped);
+	}
+	dgi_fail_peer(tp, p->id, why);
+}
+
+/* Queue a frame for a peer (dialing it when needed).  The dial is decided
+ * and prepared under peer->mu and started after it is released: starting
+ * takes tp->mu, which comes before peer->mu (transport_int.h). */
 static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
     uint64_t corr, const void *body)
 {
@@ -330,12 +353,13 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 		return DG_ERR_BUSY;
 	}
 	dg_err e = DG_OK;
+	struct dial *dial = NULL;
 	if (p->conn == NULL && !p->dialing) {
 		if (p->url == NULL) {
 			pthread_mutex_unlock(&p->mu);
 			return DG_ERR_UNREACHABLE;
 		}
-		if ((e = dgi_conn_dial(tp, p->url, p, NULL)) != DG_OK) {
+		if ((dial = dgi_conn_dial_new(tp, p->url, p, NULL, &e)) == NULL) {
 			pthread_mutex_unlock(&p->mu);
 			return e;
 		}
@@ -358,6 +382,13 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 		}
 	}
 	pthread_mutex_unlock(&p->mu);
+	if (dial != NULL) {
+		dg_err de = dgi_conn_dial_start(dial); /* no connection: go is NULL */
+		if (de != DG_OK) {
+			dial_not_started(tp, p, de);
+			return de;
+		}
+	}
 	dgi_conn_start(go); /* the write starts outside the locks */
 	return e;
 }
@@ -513,8 +544,10 @@ static void fail_where(dg_tp *tp, dg_node_id peer, uint64_t now, dg_err err)
 				}
 			}
 			pthread_mutex_unlock(&s->mu);
+			dgi_epoch_enter(); /* callbacks run inside a section */
 			for (size_t i = 0; i < n; i++)
 				batch[i].cb(batch[i].ctx, err, NULL);
+			dgi_epoch_leave();
 			if (n < 64)
 				break;
 		}
@@ -620,7 +653,34 @@ dg_err dg_tp_reply_error(dg_tp *tp, const dg_msg_in *req, dg_err err)
 
 /* ---- incoming application frames ---- */
 
+/* The handler pair as one (struct handler): retried while a write is
+ * under way (a few stores under tp->mu: the retry is rare and short). */
+static dg_msg_handler handler_of(struct handler *hd, void **ctx)
+{
+	for (;;) {
+		uint32_t s = atomic_load_explicit(&hd->seq, memory_order_acquire);
+		dg_msg_handler fn = atomic_load_explicit(&hd->fn, memory_order_relaxed);
+		*ctx = atomic_load_explicit(&hd->ctx, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire); /* the pair before seq again */
+		if (!(s & 1) && atomic_load_explicit(&hd->seq, memory_order_relaxed) == s)
+			return fn;
+		sched_yield();
+	}
+}
+
+static void dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
+    const uint8_t *body);
+
+/* Every handler and reply callback runs inside a section (transport.h). */
 void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
+    const uint8_t *body)
+{
+	dgi_epoch_enter();
+	dispatch(tp, c, h, body);
+	dgi_epoch_leave();
+}
+
+static void dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
     const uint8_t *body)
 {
 	dg_msg_type type = (dg_msg_type)h->type;
@@ -663,10 +723,9 @@ void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 		dgi_complete(tp, &in);
 		return;
 	}
-	struct handler *hd = &tp->handlers[type];
 	atomic_fetch_add(&tp->in_handler, 1);
-	dg_msg_handler fn = atomic_load(&hd->fn);
-	void *hctx = atomic_load(&hd->ctx);
+	void *hctx;
+	dg_msg_handler fn = handler_of(&tp->handlers[type], &hctx);
 	if (fn != NULL)
 		fn(tp, &in, hctx);
 	else if (!(h->flags & DG_FRAME_ONEWAY))
@@ -674,13 +733,24 @@ void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 	atomic_fetch_sub(&tp->in_handler, 1);
 }
 
+/* Publishes (fn, ctx) as one (struct handler's sequence lock). */
+static void handler_set(dg_tp *tp, struct handler *hd, dg_msg_handler fn, void *ctx)
+{
+	pthread_mutex_lock(&tp->mu); /* one writer at a time */
+	uint32_t s = atomic_load_explicit(&hd->seq, memory_order_relaxed);
+	atomic_store_explicit(&hd->seq, s + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release); /* odd before the pair changes */
+	atomic_store_explicit(&hd->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&hd->ctx, ctx, memory_order_relaxed);
+	atomic_store_explicit(&hd->seq, s + 2, memory_order_release);
+	pthread_mutex_unlock(&tp->mu);
+}
+
 dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx)
 {
 	if ((unsigned)type >= DG_MSG__COUNT || type <= DG_MSG_HANDSHAKE_LAST)
 		return DG_ERR_INVAL;
-	atomic_store(&tp->handlers[type].fn, NULL);
-	atomic_store(&tp->handlers[type].ctx, ctx);
-	atomic_store(&tp->handlers[type].fn, fn);
+	handler_set(tp, &tp->handlers[type], fn, ctx);
 	return DG_OK;
 }
 
@@ -770,13 +840,17 @@ void dgi_peers_dup_expire(dg_tp *tp, uint64_t now)
 		if (atomic_load_explicit(&t->slot[i].key, memory_order_acquire) == 0)
 			continue;
 		struct peer *p = t->slot[i].p;
+		struct dial *d = NULL;
 		pthread_mutex_lock(&p->mu);
 		if (p->dup_wait_ms != 0 && now >= p->dup_wait_ms && p->conn == NULL) {
-			/* the peer's connection never came: dial again, or give
-			 * the frames up as a broken connection would */
+			/* the peer's connection never came: dial again (started
+			 * once p->mu is released: the lock order), or give the
+			 * frames up as a broken connection would */
 			p->dup_wait_ms = 0;
-			p->dialing = p->queue.len > 0 && p->url != NULL &&
-			    dgi_conn_dial(tp, p->url, p, NULL) == DG_OK;
+			dg_err e;
+			if (p->queue.len > 0 && p->url != NULL)
+				d = dgi_conn_dial_new(tp, p->url, p, NULL, &e);
+			p->dialing = d != NULL;
 			if (!p->dialing && p->queue.len > 0) {
 				uint64_t dropped = p->queued_frames;
 				dg_buf_reset(&p->queue);
@@ -789,6 +863,8 @@ void dgi_peers_dup_expire(dg_tp *tp, uint64_t now)
 			}
 		}
 		pthread_mutex_unlock(&p->mu);
+		if (d != NULL && dgi_conn_dial_start(d) != DG_OK)
+			dial_not_started(tp, p, DG_ERR_CONN_BROKEN);
 	}
 }
 
@@ -889,8 +965,8 @@ dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out)
 			goto fail;
 		tp->stripes[i].mask = 15;
 	}
-	atomic_store(&tp->handlers[DG_MSG_PING].fn, on_ping);
-	atomic_store(&tp->handlers[DG_MSG_ECHO].fn, on_ping);
+	handler_set(tp, &tp->handlers[DG_MSG_PING], on_ping, NULL);
+	handler_set(tp, &tp->handlers[DG_MSG_ECHO], on_ping, NULL);
 	if ((e = tls_setup(tp)) != DG_OK)
 		goto fail;
 	/* tcp:// is native (reactor.c); the reactor also dials tcp:// peers

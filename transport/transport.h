@@ -301,9 +301,12 @@ dg_node_id dg_tp_self(const dg_tp *tp);
  * listen URL asked for port 0).  Static for the life of tp. */
 const char *dg_tp_address(const dg_tp *tp);
 
-/* Handler for incoming requests and one-way messages of a type.  Replace
- * before traffic starts (handlers are read without a lock).  Requests of a
- * type without a handler are answered with DG_ERR_UNSUPPORTED. */
+/* Handler for incoming requests and one-way messages of a type.  May be
+ * replaced at any time: fn and ctx change as one (a frame runs the old
+ * pair or the new one, never the new function with the old context), and
+ * dispatch reads them without a lock.  A handler being replaced may still
+ * be running: dg_tp_quiesce waits for it.  Requests of a type without a
+ * handler are answered with DG_ERR_UNSUPPORTED. */
 dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx);
 
 /* Waits until no handler is running (after unsetting handlers with
@@ -365,6 +368,24 @@ typedef struct dg_tp_stats {
 void dg_tp_get_stats(const dg_tp *tp, dg_tp_stats *out);
 dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
 
+/* ---- sections: memory that lock-free readers may hold (epoch.c) ----
+ * Memory a reader reaches without a lock (an affinity a topology change
+ * replaced, a destroyed cache's partitions) is freed only once every
+ * reader that could have seen it is done.  A reader brackets its use with
+ * dgi_epoch_enter / dgi_epoch_leave: per thread, nestable, a few
+ * instructions and one fence — no lock, no write to shared memory, no
+ * allocation but at a thread's first entry.  A writer unlinks the object,
+ * takes a tag (dgi_epoch_retire) and frees it once dgi_epoch_passed(tag):
+ * every section that had begun by then has ended.  One domain per process.
+ * Every handler and reply callback this transport runs is inside a
+ * section.  A section may be long (a request's wait): it only delays
+ * frees; nothing ever waits for one. */
+void dgi_epoch_enter(void);
+void dgi_epoch_leave(void);
+bool dgi_epoch_inside(void);          /* this thread is in a section */
+uint64_t dgi_epoch_retire(void);
+bool dgi_epoch_passed(uint64_t tag);
+
 /* ------------------------------------------------------------------------
  * Membership (PROTOCOL.md, "Membership"): joining through static seeds,
  * one ordered topology per version agreed by every node, heartbeats and
@@ -393,6 +414,11 @@ typedef struct dg_topology_node {
 #define DG_BASELINE_REMOVE 2
 #define DG_BASELINE_ADDR_MAX 128  /* an address in the set: < 128 bytes */
 #define DG_BASELINE_MAX 1024      /* addresses in the set */
+
+/* The most nodes a topology holds (servers and clients).  A join that
+ * would take a topology past it is refused with DG_ERR_LIMIT; every array
+ * sized by a topology's nodes in this process fits it. */
+#define DG_TOPOLOGY_MAX 1024
 
 /* An immutable snapshot.  Hold it with dg_topology_release when done. */
 typedef struct dg_topology {
@@ -443,7 +469,8 @@ typedef void (*dg_topology_fn)(void *ctx, const dg_topology *old,
  * (dg_member_stop, before dg_tp_stop).  A node never forms its own cluster
  * when a seed answered but refused it.  Errors: DG_ERR_TIMEOUT (no cluster
  * could be joined or formed), DG_ERR_AUTH / DG_ERR_REFUSED / DG_ERR_TLS (a
- * seed refused this node), DG_ERR_INVAL, DG_ERR_NOMEM. */
+ * seed refused this node), DG_ERR_LIMIT (the cluster holds DG_TOPOLOGY_MAX
+ * nodes already), DG_ERR_INVAL, DG_ERR_NOMEM. */
 dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out);
 /* Leaves (tells the others) and stops. */
 void dg_member_stop(dg_member *m);

@@ -24,7 +24,9 @@
  * Locks: tp->mu (peer table writes, connection list, addresses), peer->mu
  * (queue, attachment), conn->mu (write state), stripe->mu (pending
  * requests).  Order: tp->mu, then peer->mu, then conn->mu, then a stripe.
- * No lock is held while a callback runs.
+ * A send that must dial decides and prepares the dial under peer->mu and
+ * starts it (which takes tp->mu) after letting go (dgi_conn_dial_new,
+ * dgi_conn_dial_start).  No lock is held while a callback runs.
  */
 #ifndef DG_TRANSPORT_INT_H
 #define DG_TRANSPORT_INT_H
@@ -240,7 +242,14 @@ struct stripe {
 	struct pending *slots;
 };
 
+/* A type's handler: fn and ctx are one pair, replaced together under a
+ * sequence lock — writers (dg_tp_handle, serialised by tp->mu) make seq
+ * odd, store both, make it even; a reader (every dispatch) reads seq, both,
+ * seq again and retries when a write was under way or happened between.
+ * A frame never runs the new function with the old context or the other
+ * way round; dispatch takes no lock and allocates nothing. */
 struct handler {
+	_Atomic uint32_t seq;
 	_Atomic(dg_msg_handler) fn;
 	void *_Atomic ctx;
 };
@@ -329,9 +338,20 @@ struct conn *dgi_conn_tx_done(struct conn *c);
  * the failure path, then marks d done.  No lock held. */
 void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why);
 /* Starts a dial to url for peer p (p may be NULL when the id is unknown).
- * waiter (optional) is signalled when the handshake ends. */
+ * waiter (optional) is signalled when the handshake ends.  No lock held
+ * (it takes tp->mu). */
 dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
     struct connect_wait *waiter);
+/* The same in two steps, so a caller holding peer->mu (which must not
+ * take tp->mu: the lock order) decides and prepares the dial under it —
+ * new copies url and checks it, taking no transport lock — and starts it
+ * once it has let go — start takes tp->mu.  new: NULL and *err on
+ * failure.  start: DG_ERR_CLOSED (the transport is stopping; the dial is
+ * freed and nothing more happens), else every outcome comes through
+ * dgi_dial_end. */
+struct dial *dgi_conn_dial_new(dg_tp *tp, const char *url, struct peer *p,
+    struct connect_wait *waiter, dg_err *err);
+dg_err dgi_conn_dial_start(struct dial *d);
 /* Corking (reactor thread only): frames that handlers send while the
  * reactor handles one round of events are queued, and each peer's queue is
  * written once at the end of the round — one write for many messages under

@@ -128,9 +128,13 @@ static void near_tls_init(void)
 	pthread_key_create(&near_key, near_tls_free);
 }
 
+/* This thread's near buffers, or NULL when they could not be allocated
+ * (callers answer DG_ERR_NOMEM or do without). */
 static struct near_tls *near_tls(void)
 {
 	static _Thread_local struct near_tls *mine;
+	if (atomic_load_explicit(&dgi_tx_tls_fail, memory_order_relaxed))
+		return NULL;
 	if (mine != NULL)
 		return mine;
 	pthread_once(&near_once, near_tls_init);
@@ -151,12 +155,25 @@ static _Atomic uint64_t tx_seq_next = 1;
  * does not wait long. */
 static uint32_t release_wait(const struct dg_tx *tx);
 
+/* Whether node is one of tx->locked, or can become one: a tx holds locks
+ * or records on at most MAX_NODES nodes, and the calls that would take it
+ * past that fail with DG_ERR_LIMIT before anything is sent (a node left
+ * out of the list would get no rollback: its locks would stay until they
+ * expire). */
+static bool lockable_on(const dg_tx *tx, uint64_t node)
+{
+	for (uint32_t i = 0; i < tx->nlocked; i++)
+		if (tx->locked[i] == node)
+			return true;
+	return tx->nlocked < MAX_NODES;
+}
+
 static void add_locked(dg_tx *tx, uint64_t node)
 {
 	for (uint32_t i = 0; i < tx->nlocked; i++)
 		if (tx->locked[i] == node)
 			return;
-	if (tx->nlocked < MAX_NODES)
+	if (tx->nlocked < MAX_NODES) /* (lockable_on was asked first) */
 		tx->locked[tx->nlocked++] = node;
 }
 
@@ -506,6 +523,7 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->timeouts, 1);
 		return e;
 	case DG_ERR_NOMEM:
+	case DG_ERR_LIMIT:
 	case DG_ERR_TX_ROLLED_BACK:
 	case DG_ERR_PARTITION_LOST:
 	case DG_ERR_STORAGE:
@@ -538,6 +556,8 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 		dg_err e = DG_ERR_NOT_READY;
 		if (n > 0 && locking && tx->topver != 0 && tv != tx->topver)
 			return DG_ERR_TX_ROLLED_BACK; /* the topology changed under our locks */
+		if (n > 0 && locking && !lockable_on(tx, own[0]))
+			return DG_ERR_LIMIT;
 		if (n > 0) {
 			dgi_msg_tx_lock m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
 				dgi_cache_id_of(c), left, { key, klen }, tv, part, flags };
@@ -833,8 +853,6 @@ dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_
 
 /* ---- encodings of raw byte strings (BYTES values) ---- */
 
-#define tl_kenc (near_tls()->kenc)
-#define tl_venc (near_tls()->venc)
 
 static const uint8_t *as_bytes(dg_buf *b, const void *p, size_t n, size_t *len)
 {
@@ -871,7 +889,12 @@ dg_err dg_tx_remove_val(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 dg_err dg_tx_get(dg_tx *tx, dg_cache *c, const void *key, size_t klen, dg_buf *val)
 {
 	size_t kl;
-	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
+	struct near_tls *t = key != NULL && klen > 0 ? near_tls() : NULL;
+	if (key == NULL || klen == 0)
+		return DG_ERR_INVAL;
+	if (t == NULL)
+		return DG_ERR_NOMEM;
+	const uint8_t *k = as_bytes(&t->kenc, key, klen, &kl);
 	if (k == NULL)
 		return DG_ERR_INVAL;
 	return tx_read(tx, c, k, kl, val, true, NULL);
@@ -881,9 +904,13 @@ dg_err dg_tx_put(dg_tx *tx, dg_cache *c, const void *key, size_t klen, const voi
     size_t vlen)
 {
 	size_t kl, vl;
-	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
-	const uint8_t *v = val != NULL || vlen == 0 ? as_bytes(&tl_venc, val ? val : "", vlen, &vl) :
-	    NULL;
+	if (key == NULL || klen == 0 || (val == NULL && vlen > 0))
+		return DG_ERR_INVAL;
+	struct near_tls *t = near_tls();
+	if (t == NULL)
+		return DG_ERR_NOMEM;
+	const uint8_t *k = as_bytes(&t->kenc, key, klen, &kl);
+	const uint8_t *v = as_bytes(&t->venc, val ? val : "", vlen, &vl);
 	if (k == NULL || v == NULL)
 		return DG_ERR_INVAL;
 	return tx_write(tx, c, k, kl, v, vl, NULL);
@@ -892,7 +919,12 @@ dg_err dg_tx_put(dg_tx *tx, dg_cache *c, const void *key, size_t klen, const voi
 dg_err dg_tx_remove(dg_tx *tx, dg_cache *c, const void *key, size_t klen, bool *removed)
 {
 	size_t kl;
-	const uint8_t *k = key != NULL && klen > 0 ? as_bytes(&tl_kenc, key, klen, &kl) : NULL;
+	if (key == NULL || klen == 0)
+		return DG_ERR_INVAL;
+	struct near_tls *t = near_tls();
+	if (t == NULL)
+		return DG_ERR_NOMEM;
+	const uint8_t *k = as_bytes(&t->kenc, key, klen, &kl);
 	if (k == NULL)
 		return DG_ERR_INVAL;
 	return tx_write(tx, c, k, kl, NULL, 0, removed);
@@ -1095,6 +1127,17 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 	uint32_t left = left_ms(tx);
 	if (left == 0)
 		return DG_ERR_TIMEOUT;
+	if (!(flags & DGI_TXP_RESEND)) {
+		uint32_t more = 0; /* primaries not yet in tx->locked */
+		for (uint32_t i = 0; i < ng; i++) {
+			bool have = false;
+			for (uint32_t k = 0; k < tx->nlocked && !have; k++)
+				have = tx->locked[k] == groups[i].node;
+			more += !have;
+		}
+		if (tx->nlocked + more > MAX_NODES)
+			return DG_ERR_LIMIT;
+	}
 	for (uint32_t i = 0; i < ng; i++) {
 		dgi_msg_tx_prepare m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
 			left, topver, flags, (int64_t)groups[i].origin, ng,

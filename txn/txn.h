@@ -56,6 +56,8 @@
  *                          an operation failed and rolled it back), or this
  *                          thread already has a current tx (begin)
  *   DG_ERR_UNSUPPORTED     the cache is not TRANSACTIONAL
+ *   DG_ERR_LIMIT           the tx would hold locks or prepare on more than
+ *                          64 nodes (primaries); rolled back
  * After any error but DG_ERR_NOT_FOUND (an absent key) and DG_ERR_INVAL (a
  * bad argument, checked before anything is sent), the tx is rolled back:
  * only dg_tx_rollback (or commit, which returns DG_ERR_TX_ROLLED_BACK) is

@@ -33,7 +33,67 @@
 #define NBUCKETS 1024
 #define LOCAL_SLOTS 512
 #define REC_INLINE 768         /* PREPARE bodies up to this live in the record */
-#define MAX_BACKUPS 16
+
+/* A set of node ids: the nodes a tx's prepare and copies go to — every
+ * owner of every partition it writes, so up to every node of the topology.
+ * The usual few live inline; more grow on the heap (a tx across that many
+ * nodes is rare), never dropped. */
+#define NODESET_INLINE 16
+
+struct nodeset {
+	uint32_t n, cap;
+	uint64_t *ids;              /* inl, or a heap array of cap */
+	uint64_t inl[NODESET_INLINE];
+};
+
+static void ns_init(struct nodeset *ns)
+{
+	ns->n = 0;
+	ns->cap = NODESET_INLINE;
+	ns->ids = ns->inl;
+}
+
+static void ns_free(struct nodeset *ns)
+{
+	if (ns->ids != ns->inl)
+		dgi_free(ns->ids);
+	ns_init(ns);
+}
+
+/* Adds id unless there.  DG_ERR_NOMEM (unchanged) when it must grow and
+ * cannot. */
+static dg_err ns_add(struct nodeset *ns, uint64_t id)
+{
+	for (uint32_t i = 0; i < ns->n; i++)
+		if (ns->ids[i] == id)
+			return DG_OK;
+	if (ns->n == ns->cap) {
+		uint64_t *ids = dgi_alloc(2 * (size_t)ns->cap * sizeof(*ids));
+		if (ids == NULL)
+			return DG_ERR_NOMEM;
+		memcpy(ids, ns->ids, ns->n * sizeof(*ids));
+		if (ns->ids != ns->inl)
+			dgi_free(ns->ids);
+		ns->ids = ids;
+		ns->cap *= 2;
+	}
+	ns->ids[ns->n++] = id;
+	return DG_OK;
+}
+
+/* dst (initialised) takes src's ids; src is left empty. */
+static void ns_move(struct nodeset *dst, struct nodeset *src)
+{
+	ns_free(dst);
+	if (src->ids == src->inl) {
+		memcpy(dst->inl, src->inl, src->n * sizeof(src->inl[0]));
+	} else {
+		dst->ids = src->ids;
+		dst->cap = src->cap;
+	}
+	dst->n = src->n;
+	ns_init(src);
+}
 
 struct start_slot {
 	dgi_txid tx;                /* {0,0}: empty */
@@ -68,8 +128,7 @@ struct rec {
 	bool have_req;              /* req waits for an answer */
 	bool dead;                  /* out of the table; freed when refs drops to 0 */
 	dg_msg_in req;
-	uint32_t nbk;
-	uint64_t bk[MAX_BACKUPS];   /* nodes the prepare (or commit) went to */
+	struct nodeset bk;          /* nodes the prepare (or commit) went to */
 	uint8_t *body;              /* PREPARE body bytes (inline or heap) */
 	uint32_t blen;
 	uint8_t inl[REC_INLINE];
@@ -84,14 +143,19 @@ struct local_slot {
 
 typedef void (*handler_fn)(dgi_txsvc *s, const dg_msg_in *in);
 
-#define FENCE_NODES 128
-#define FENCE_EARLY 64
+/* Reports of versions this node has not installed yet, kept until it does
+ * (one per node of a topology; past that they are dropped — a node repeats
+ * its report every 300 ms while its fence is shut, so a dropped one only
+ * comes later). */
+#define FENCE_EARLY DG_TOPOLOGY_MAX
 
+/* The fence holds the topology itself (a reference): every node of it
+ * takes part, however many (a topology has up to DG_TOPOLOGY_MAX nodes) —
+ * none is left out of the fence, or taken for gone by recovery. */
 struct fence {                  /* guarded by dgi_txsvc.fmu */
 	int64_t v;                  /* the latest topology installed (0: none) */
-	uint32_t n;
-	uint64_t ids[FENCE_NODES];  /* its nodes */
-	bool got[FENCE_NODES];      /* their TX_FENCE(v) arrived */
+	dg_topology *t;             /* that topology (held), or NULL */
+	bool got[DG_TOPOLOGY_MAX];  /* t->nodes[i]'s TX_FENCE(v) arrived */
 	bool open;                  /* every one arrived */
 	bool reported;              /* this node sent its own */
 	uint64_t started_ms, sent_ms, logged_ms;
@@ -132,12 +196,17 @@ struct dgi_txsvc {
 	bool fenced;                /* joined: grants wait for the fence */
 	_Atomic uint64_t fence_rollbacks;
 	uint64_t dl_next;           /* s->mu: when to look for cycles across nodes (0: no wait) */
-	dgi_wfg *gwfg;              /* the recoverer's: edges of every node */
-	struct gedge *gedges;       /* the recoverer's: their list */
+	dgi_wfg *gwfg;              /* the detector's: edges of every node */
+	struct gedge *gedges;       /* the detector's: their list */
 	size_t gecap;
 	_Atomic uint64_t global_deadlocks;
-	pthread_t expirer, recoverer;
-	bool expirer_up, recoverer_up;
+	/* Three threads: the expirer (deadlines, the fence), the detector
+	 * (deadlocks across nodes: asks every node for its edges, 500 ms at
+	 * most each) and the recoverer (recovery's questions, 2 s each: a
+	 * round can take tens of seconds after a failure, which must not hold
+	 * deadlock detection up). */
+	pthread_t expirer, detector, recoverer;
+	bool expirer_up, detector_up, recoverer_up;
 	_Atomic uint64_t recovered_commit, recovered_rollback;
 	_Atomic bool stopping;
 	_Atomic uint64_t granted, waited, timeouts, deadlocks, unlocks;
@@ -362,9 +431,16 @@ static void tls_init(void)
 	pthread_key_create(&tls_key, tls_free);
 }
 
+_Atomic bool dgi_tx_tls_fail;
+
+/* This thread's buffers, or NULL when they could not be allocated: every
+ * user then works with a buffer of its own (tl_buf), allocating — slower,
+ * never a crash. */
 static struct tls_bufs *tls(void)
 {
 	static _Thread_local struct tls_bufs *mine;
+	if (atomic_load_explicit(&dgi_tx_tls_fail, memory_order_relaxed))
+		return NULL;
 	if (mine != NULL)
 		return mine;
 	pthread_once(&tls_once, tls_init);
@@ -375,18 +451,32 @@ static struct tls_bufs *tls(void)
 	return mine = t;
 }
 
-static _Thread_local int tl_depth;
-
-/* Encodes body and decodes it again into out (what a peer would see). */
-static dg_err roundtrip(dg_msg_type type, const void *body, void *out, dg_buf **used)
+/* This thread's scratch buffer at offset off of its tls_bufs, emptied; or
+ * fb (initialised here) when the thread has none.  The caller
+ * dg_buf_free's fb when done (nothing to free when unused). */
+static dg_buf *scratch(size_t off, dg_buf *fb)
 {
 	struct tls_bufs *t = tls();
-	if (t == NULL)
-		return DG_ERR_NOMEM;
+	dg_buf_init(fb);
+	dg_buf *b = t != NULL ? (dg_buf *)(void *)((char *)t + off) : fb;
+	b->len = 0;
+	return b;
+}
+
+#define tl_buf(field, fb) scratch(offsetof(struct tls_bufs, field), (fb))
+
+static _Thread_local int tl_depth;
+
+/* Encodes body and decodes it again into out (what a peer would see),
+ * in this thread's buffer for the nesting level, or fb; *used: the
+ * encoding (valid until fb is freed or the level is used again). */
+static dg_err roundtrip(dg_msg_type type, const void *body, void *out, dg_buf **used,
+    dg_buf *fb)
+{
+	dg_buf_init(fb);
 	if (tl_depth >= 4)
 		return DG_ERR_LIMIT;
-	dg_buf *b = &t->enc[tl_depth];
-	b->len = 0;
+	dg_buf *b = scratch(offsetof(struct tls_bufs, enc) + (size_t)tl_depth * sizeof(dg_buf), fb);
 	dg_writer w;
 	dg_writer_init(&w, wire_reg, b);
 	dg_err e = dg_msg_encode(type, body, &w);
@@ -410,10 +500,11 @@ static void local_reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type,
 	pthread_mutex_unlock(&s->lmu);
 	_Alignas(16) uint8_t out[DG_MSG_BODY_MAX];
 	dg_msg_in in = { .type = type, .from = s->self, .corr = req->corr };
-	dg_buf *b = NULL;
+	dg_buf *b = NULL, fb;
+	dg_buf_init(&fb);
 	if (err == DG_OK) {
 		tl_depth++;
-		err = roundtrip(type, body, out, &b);
+		err = roundtrip(type, body, out, &b, &fb);
 		tl_depth--;
 	}
 	if (err == DG_OK) {
@@ -422,6 +513,7 @@ static void local_reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type,
 		in.raw_len = (uint32_t)b->len;
 	}
 	sl.cb(sl.ctx, err, err == DG_OK ? &in : NULL);
+	dg_buf_free(&fb);
 }
 
 static void reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type, const void *body)
@@ -471,15 +563,16 @@ dg_err dgi_txsvc_request(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const vo
 	if (id == 0)
 		return DG_ERR_BUSY;
 	_Alignas(16) uint8_t dec[DG_MSG_BODY_MAX];
-	dg_buf *b = NULL;
+	dg_buf *b = NULL, fb;
 	tl_depth++;
-	dg_err e = roundtrip(type, body, dec, &b);
+	dg_err e = roundtrip(type, body, dec, &b, &fb);
 	if (e == DG_OK) {
 		dg_msg_in in = { .type = type, .corr = id, .from = s->self, .body = dec,
 			.raw = b->data, .raw_len = (uint32_t)b->len };
 		dispatch(s, &in);
 	}
 	tl_depth--;
+	dg_buf_free(&fb);
 	if (e != DG_OK) {
 		dg_msg_in in = { .type = type, .corr = id, .from = s->self };
 		local_reply(s, &in, type, NULL, e);
@@ -494,15 +587,16 @@ dg_err dgi_txsvc_send(dgi_txsvc *s, dg_node_id to, dg_msg_type type, const void 
 	if (to != s->self)
 		return dg_tp_send(s->tp, to, type, body);
 	_Alignas(16) uint8_t dec[DG_MSG_BODY_MAX];
-	dg_buf *b = NULL;
+	dg_buf *b = NULL, fb;
 	tl_depth++;
-	dg_err e = roundtrip(type, body, dec, &b);
+	dg_err e = roundtrip(type, body, dec, &b, &fb);
 	if (e == DG_OK) {
 		dg_msg_in in = { .type = type, .from = s->self, .body = dec, .raw = b->data,
 			.raw_len = (uint32_t)b->len };
 		dispatch(s, &in);
 	}
 	tl_depth--;
+	dg_buf_free(&fb);
 	return e;
 }
 
@@ -650,6 +744,7 @@ static struct rec *rec_new(dgi_txsvc *s, const dgi_txid *id, int st, int role, u
 		return NULL;
 	}
 	memset(r, 0, offsetof(struct rec, inl));
+	ns_init(&r->bk);
 	r->s = s;
 	r->id = *id;
 	r->st = st;
@@ -669,6 +764,7 @@ static void rec_release(dgi_txsvc *s, struct rec *r)
 	if (r->body != NULL && r->body != r->inl)
 		dgi_free(r->body);
 	r->body = NULL;
+	ns_free(&r->bk);
 	if (s->nfree < 256) {
 		r->next = s->free_recs;
 		s->free_recs = r;
@@ -709,15 +805,6 @@ static dg_err rec_keep_body(struct rec *r, const dg_msg_in *in)
 	memcpy(r->body, in->raw, in->raw_len);
 	r->blen = in->raw_len;
 	return DG_OK;
-}
-
-static void add_backup(struct rec *r, uint64_t node)
-{
-	for (uint32_t i = 0; i < r->nbk; i++)
-		if (r->bk[i] == node)
-			return;
-	if (r->nbk < MAX_BACKUPS)
-		r->bk[r->nbk++] = node;
 }
 
 /* What a wait of tx cancelled (the lock table's DG_ERR_CLOSED) answers —
@@ -857,8 +944,8 @@ struct ended {
 	bool had;                   /* there was a record */
 	bool pending;               /* with a request waiting (now the caller's) */
 	dg_msg_in req;
-	uint32_t nbk;
-	uint64_t bk[MAX_BACKUPS];   /* the nodes its prepare went to */
+	struct nodeset bk;          /* the nodes its prepare went to (the
+	                               caller's: ns_free it) */
 };
 
 #define ANY_STATE 0xffffffffu
@@ -880,14 +967,14 @@ static bool end_role(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t from,
 		return false;
 	}
 	if (out != NULL) {
-		memset(out, 0, sizeof(*out));
+		memset(out, 0, offsetof(struct ended, bk));
+		ns_init(&out->bk);
 		if (r != NULL) {
 			out->had = true;
 			out->pending = r->have_req;
 			out->req = r->req;
 			r->have_req = false;
-			out->nbk = r->nbk;
-			memcpy(out->bk, r->bk, r->nbk * sizeof(r->bk[0]));
+			ns_move(&out->bk, &r->bk); /* the record ends here */
 		}
 	}
 	dgi_txdone_put(s->done, &key, outcome, dgi_now_ms());
@@ -926,6 +1013,27 @@ static dg_cache *tx_cache(dgi_txsvc *s, int64_t id, dg_err *err)
 	return *err == DG_OK ? c : NULL;
 }
 
+/* Whether an entry from the wire names its key's partition: part is one
+ * of c's and the key hashes to it.  A forged or corrupt partition would
+ * otherwise pass the placement check of another partition this node owns,
+ * and store the key where no lookup finds it.  DG_ERR_INVAL; *hash (may be
+ * NULL): the key's. */
+static dg_err ent_place(dg_cache *c, const dgi_txwire_ent *en, uint64_t *hash)
+{
+	uint64_t h;
+	if (en->part < 0 || (uint64_t)en->part >= dg_cache_config_of(c)->partitions ||
+	    dgi_cache_key_part(c, en->key.ptr, en->key.len, &h) != (uint64_t)en->part)
+		return DG_ERR_INVAL;
+	if (hash != NULL)
+		*hash = h;
+	return DG_OK;
+}
+
+/* Every entry of a PREPARE or COMMIT_COPY body whose cache this node has
+ * names its key's partition (ent_place); DG_ERR_INVAL (or the body's
+ * decoding error) and *bad, the entry's index, otherwise. */
+static dg_err ents_placed(dgi_txsvc *s, const uint8_t *body, uint32_t blen, int64_t *bad);
+
 /* Is this node key's primary under topver (any: the current topology)? */
 static dg_err check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t topver)
 {
@@ -955,30 +1063,48 @@ static dg_err fence_check(dgi_txsvc *s, int64_t v)
 	return behind || v == s->f.v ? DG_ERR_NOT_READY : DG_ERR_REMAP;
 }
 
+static uint32_t fence_count(const struct fence *f)
+{
+	return f->t != NULL ? f->t->count : 0;
+}
+
 static void fence_mark(struct fence *f, uint64_t from)
 {
-	for (uint32_t i = 0; i < f->n; i++)
-		if (f->ids[i] == from)
+	uint32_t n = fence_count(f);
+	for (uint32_t i = 0; i < n; i++)
+		if (f->t->nodes[i].id == from)
 			f->got[i] = true;
 	bool all = true;
-	for (uint32_t i = 0; i < f->n && all; i++)
+	for (uint32_t i = 0; i < n && all; i++)
 		all = f->got[i];
 	f->open = all;
+}
+
+/* The topology the fence is at, held (dg_topology_release it), or NULL:
+ * the nodes to tell or ask, without holding fmu over the sends and waits. */
+static dg_topology *fence_topology(dgi_txsvc *s)
+{
+	pthread_mutex_lock(&s->fmu);
+	dg_topology *t = s->f.t;
+	if (t != NULL)
+		atomic_fetch_add(&t->refs, 1);
+	pthread_mutex_unlock(&s->fmu);
+	return t;
 }
 
 static void on_topology(void *ctx, const dg_topology *old, const dg_topology *now)
 {
 	dgi_txsvc *s = ctx;
 	(void)old;
+	dg_topology *prev = NULL;
 	pthread_mutex_lock(&s->fmu);
 	struct fence *f = &s->f;
-	if (now->version > f->v) {
+	if (now->version > f->v && now->count <= DG_TOPOLOGY_MAX) {
 		f->v = now->version;
-		f->n = 0;
-		for (uint32_t i = 0; i < now->count && f->n < FENCE_NODES; i++) {
-			f->ids[f->n] = now->nodes[i].id;
-			f->got[f->n++] = false;
-		}
+		prev = f->t;
+		atomic_fetch_add(&((dg_topology *)now)->refs, 1);
+		f->t = (dg_topology *)now;
+		memset(f->got, 0, now->count * sizeof(f->got[0]));
 		f->open = false;
 		f->reported = false;
 		f->started_ms = dgi_now_ms();
@@ -992,6 +1118,8 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 		f->nearly = k;
 	}
 	pthread_mutex_unlock(&s->fmu);
+	if (prev != NULL)
+		dg_topology_release(prev);
 }
 
 static void h_fence(dgi_txsvc *s, const dg_msg_in *in)
@@ -1071,10 +1199,10 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 		char miss[256];
 		size_t off = 0;
 		miss[0] = 0;
-		for (uint32_t i = 0; i < f->n && off + 20 < sizeof(miss); i++)
+		for (uint32_t i = 0; i < fence_count(f) && off + 20 < sizeof(miss); i++)
 			if (!f->got[i])
 				off += (size_t)snprintf(miss + off, sizeof(miss) - off, "%s%016llx",
-				    off ? "," : "", (unsigned long long)f->ids[i]);
+				    off ? "," : "", (unsigned long long)f->t->nodes[i].id);
 		fprintf(stderr, "level=warn id=TX-FENCE-WAIT topology=%lld waited_ms=%llu "
 		    "reported=%d near_in_flight=%u waiting_for=%s\n", (long long)v,
 		    (unsigned long long)(now - f->started_ms), f->reported, busy, miss);
@@ -1102,8 +1230,11 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 		 * (its near learns it at its next request) — unless it got as
 		 * far as preparing meanwhile */
 		struct ended x;
-		if (!end_role(s, &undo[i], ROLE_PRIMARY, 0, DGI_TXS_ROLLED_BACK,
-		    ST(R_ACTIVE) | ST(R_PREPARING), &x) || !x.had)
+		bool ended = end_role(s, &undo[i], ROLE_PRIMARY, 0, DGI_TXS_ROLLED_BACK,
+		    ST(R_ACTIVE) | ST(R_PREPARING), &x);
+		if (ended)
+			ns_free(&x.bk); /* (not prepared: its backups have nothing) */
+		if (!ended || !x.had)
 			continue;
 		fprintf(stderr, "level=warn id=TX-FENCE-ROLLBACK tx=%016llx:%llu topology=%lld\n",
 		    (unsigned long long)undo[i].node, (unsigned long long)undo[i].seq, (long long)v);
@@ -1127,8 +1258,7 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 		}
 		return;
 	}
-	uint64_t ids[FENCE_NODES];
-	uint32_t n = 0;
+	dg_topology *t = NULL;
 	pthread_mutex_lock(&s->fmu);
 	if (f->v == v) {
 		if (!f->reported) {
@@ -1136,14 +1266,21 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 			fence_mark(f, s->self);
 		}
 		f->sent_ms = now;
-		for (uint32_t i = 0; i < f->n; i++)
-			if (f->ids[i] != s->self)
-				ids[n++] = f->ids[i];
+		if ((t = f->t) != NULL)
+			atomic_fetch_add(&t->refs, 1);
 	}
 	pthread_mutex_unlock(&s->fmu);
 	dgi_msg_tx_ctl m = { 0, 0, 0, 0, v };
-	for (uint32_t i = 0; i < n; i++)
-		dg_tp_send(s->tp, ids[i], DGI_MSG_TX_FENCE, &m);
+	for (uint32_t i = 0; t != NULL && i < t->count; i++)
+		if (t->nodes[i].id != s->self)
+			dg_tp_send(s->tp, t->nodes[i].id, DGI_MSG_TX_FENCE, &m);
+	if (t != NULL)
+		dg_topology_release(t);
+}
+
+void dgi_txsvc_topology(dgi_txsvc *s, const dg_topology *t)
+{
+	on_topology(s, NULL, t);
 }
 
 dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeout_ms)
@@ -1202,22 +1339,19 @@ static void waiter_put(dgi_txsvc *s, struct waiter *w)
 	dgi_free(w);
 }
 
-#define tl_val (tls()->val)
-#define tl_copy (tls()->copy)
-
 static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t cache_id,
     uint32_t part, uint64_t hash, const uint8_t *key, uint32_t klen, int64_t topver,
     int64_t flags)
 {
 	dgi_msg_tx_lock_res r = { err, 0, 0, 0, 0, { NULL, 0 } };
+	dg_buf fb, *val = tl_buf(val, &fb);
 	if (err == DG_OK && (flags & (DGI_TXL_READ | DGI_TXL_NOLOCK))) {
 		dg_cache *c = tx_cache(s, cache_id, &err);
 		bool found = false;
 		dgi_pver ver = { 0, 0, 0, 0 };
-		tl_val.len = 0;
 		if (c != NULL)
 			err = dgi_cache_tx_read(c, topver != 0 ? topver : dgi_grid_topver(s->g), part,
-			    hash, key, klen, &tl_val, &found, &ver);
+			    hash, key, klen, val, &found, &ver);
 		if (err == DG_ERR_REMAP && topver == 0)
 			err = DG_ERR_NOT_READY;
 		r.res = err;
@@ -1226,10 +1360,11 @@ static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t 
 		r.ver_counter = (int64_t)ver.counter;
 		r.ver_order = ver.order;
 		if (found)
-			r.val = (dg_bytes){ tl_val.data ? tl_val.data : (const uint8_t *)"",
-				(uint32_t)tl_val.len };
+			r.val = (dg_bytes){ val->data ? val->data : (const uint8_t *)"",
+				(uint32_t)val->len };
 	}
 	reply(s, in, DGI_MSG_TX_LOCK_RES, &r);
+	dg_buf_free(&fb);
 }
 
 static void on_lock_done(void *ctx, dg_err err)
@@ -1377,8 +1512,9 @@ static void h_rollback(dgi_txsvc *s, const dg_msg_in *in)
 	if (x.pending)
 		ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
 	dgi_msg_tx_ctl fw = { (int64_t)tx.node, (int64_t)tx.seq, DGI_TXP_BACKUP, 0, 0 };
-	for (uint32_t i = 0; i < x.nbk; i++)
-		dgi_txsvc_send(s, x.bk[i], DGI_MSG_TX_ROLLBACK, &fw);
+	for (uint32_t i = 0; i < x.bk.n; i++)
+		dgi_txsvc_send(s, x.bk.ids[i], DGI_MSG_TX_ROLLBACK, &fw);
+	ns_free(&x.bk);
 	STAT(s, unlocks);
 	if (x.had)
 		STAT(s, rolled_back);
@@ -1402,6 +1538,24 @@ static dg_err ents_open(const uint8_t *body, uint32_t blen, dgi_msg_tx_prepare *
 	if ((e = dg_read_begin(rd, DG_LIST, count)) == DG_OK && *count % DGI_TXWIRE_FIELDS != 0)
 		e = DG_ERR_BAD_LENGTH;
 	*count /= DGI_TXWIRE_FIELDS;
+	return e;
+}
+
+static dg_err ents_placed(dgi_txsvc *s, const uint8_t *body, uint32_t blen, int64_t *bad)
+{
+	dg_reader rd;
+	uint32_t n;
+	dgi_msg_tx_prepare m;
+	dg_err e = ents_open(body, blen, &m, &rd, &n);
+	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
+		dgi_txwire_ent en;
+		dg_err ce;
+		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
+			break;
+		dg_cache *c = tx_cache(s, en.cache_id, &ce);
+		if (c != NULL && (e = ent_place(c, &en, NULL)) != DG_OK)
+			*bad = i;
+	}
 	return e;
 }
 
@@ -1439,7 +1593,12 @@ static void h_backup_prepare(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx
 		ack(s, in, done == DGI_TXS_COMMITTED ? DG_OK : DG_ERR_TX_ROLLED_BACK, -1);
 		return;
 	}
-	dg_err e = DG_OK;
+	int64_t bad = -1;
+	dg_err e = ents_placed(s, in->raw, in->raw_len, &bad);
+	if (e != DG_OK) {
+		ack(s, in, e, bad); /* kept, it would be applied on a takeover */
+		return;
+	}
 	pthread_mutex_lock(&s->mu);
 	struct rec *r = rec_find(s, &tx, ROLE_BACKUP, in->from);
 	if (r == NULL) {
@@ -1471,11 +1630,12 @@ static void recopy(dgi_txsvc *s, const dg_msg_in *in)
 	if (ents_open(in->raw, in->raw_len, &m, &rd, &n) != DG_OK)
 		return;
 	dgi_txid tx = { (uint64_t)m.tx_node, (uint64_t)m.tx_seq };
+	dg_buf vfb, cfb, *val = tl_buf(val, &vfb), *copy = tl_buf(copy, &cfb);
 	for (uint32_t i = 0; i < n; i++) {
 		dgi_txwire_ent en;
 		dg_err e;
 		if (dgi_txwire_get(&rd, &en) != DG_OK)
-			return;
+			break;
 		dg_cache *c = tx_cache(s, en.cache_id, &e);
 		if (c == NULL)
 			continue;
@@ -1484,26 +1644,28 @@ static void recopy(dgi_txsvc *s, const dg_msg_in *in)
 		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
 		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
 		bool found;
-		tl_val.len = 0;
+		val->len = 0;
 		if (dgi_cache_tx_read(c, tv, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
-		    &tl_val, &found, &en.ver) != DG_OK || en.ver.counter == 0)
+		    val, &found, &en.ver) != DG_OK || en.ver.counter == 0)
 			continue;
-		tl_copy.len = 0;
+		copy->len = 0;
 		dg_writer w;
-		dg_writer_init(&w, wire_reg, &tl_copy);
+		dg_writer_init(&w, wire_reg, copy);
 		en.op = found ? DGI_TXOP_PUT : DGI_TXOP_REMOVE;
-		en.val = found ? (dg_bytes){ tl_val.data ? tl_val.data : (const uint8_t *)"",
-			(uint32_t)tl_val.len } : (dg_bytes){ NULL, 0 };
+		en.val = found ? (dg_bytes){ val->data ? val->data : (const uint8_t *)"",
+			(uint32_t)val->len } : (dg_bytes){ NULL, 0 };
 		en.expire_ms = 0;
 		if (dg_write_list_begin(&w, DGI_TXWIRE_FIELDS) != DG_OK ||
 		    dgi_txwire_put(&w, &en) != DG_OK || dg_write_end(&w) != DG_OK)
 			continue;
 		dgi_msg_tx_prepare cp = { (int64_t)tx.node, (int64_t)tx.seq, m.start_ms, 0, tv, 0,
-			(int64_t)s->self, 0, { tl_copy.data, (uint32_t)tl_copy.len } };
+			(int64_t)s->self, 0, { copy->data, (uint32_t)copy->len } };
 		for (uint32_t j = 1; j < k; j++)
 			if (own[j] != s->self)
 				dg_tp_send(s->tp, own[j], DGI_MSG_TX_COMMIT_COPY, &cp);
 	}
+	dg_buf_free(&vfb);
+	dg_buf_free(&cfb);
 }
 
 static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
@@ -1555,6 +1717,10 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		dg_cache *c = NULL;
 		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK || (c = tx_cache(s, en.cache_id, &e)) == NULL)
 			break;
+		if ((e = ent_place(c, &en, NULL)) != DG_OK) {
+			ack(s, in, e, i); /* a partition the key is not in: refused */
+			return;
+		}
 		if (dgi_cache_part_lost(c, (uint32_t)en.part)) {
 			e = DG_ERR_PARTITION_LOST; /* nothing is written to a lost partition */
 		} else if (locked_here) {
@@ -1704,8 +1870,10 @@ static void on_backup_answer(void *ctx, dg_err err, const dg_msg_in *reply)
 /* Sends body (TX_PREPARE with DGI_TXP_BACKUP, or TX_COMMIT_COPY) to every
  * backup of the entries' partitions; r->acks counts the answers. */
 static void to_backups(dgi_txsvc *s, struct rec *r, dg_msg_type type,
-    const dgi_msg_tx_prepare *body, const uint64_t *bk, uint32_t nbk, uint32_t timeout_ms)
+    const dgi_msg_tx_prepare *body, const struct nodeset *set, uint32_t timeout_ms)
 {
+	const uint64_t *bk = set->ids;
+	uint32_t nbk = set->n;
 	pthread_mutex_lock(&s->mu);
 	r->acks += nbk + 1;
 	r->refs += nbk + 1;
@@ -1718,47 +1886,59 @@ static void to_backups(dgi_txsvc *s, struct rec *r, dg_msg_type type,
 }
 
 /* Adds part's owners (current affinity) to bk, but this node (which may
- * no longer be the primary) and those already there. */
-static void add_owners(dgi_txsvc *s, dg_cache *c, uint32_t part, uint64_t *bk, uint32_t *nbk)
+ * no longer be the primary).  DG_ERR_NOMEM when bk cannot grow. */
+static dg_err add_owners(dgi_txsvc *s, dg_cache *c, uint32_t part, struct nodeset *bk)
 {
 	uint64_t own[8];
 	int64_t tv;
 	uint32_t k = dgi_cache_owners(c, part, own, &tv);
-	for (uint32_t j = 0; j < k; j++) {
-		bool have = own[j] == s->self;
-		for (uint32_t q = 0; q < *nbk && !have; q++)
-			have = bk[q] == own[j];
-		if (!have && *nbk < MAX_BACKUPS)
-			bk[(*nbk)++] = own[j];
-	}
+	dg_err e = DG_OK;
+	for (uint32_t j = 0; j < k && e == DG_OK; j++)
+		if (own[j] != s->self)
+			e = ns_add(bk, own[j]);
+	return e;
 }
 
-/* The backups of the partitions of r's entries (current affinity). */
-static uint32_t backups_of(dgi_txsvc *s, struct rec *r, uint64_t *bk)
+/* The backups of the partitions of r's entries (current affinity), into
+ * bk.  DG_ERR_NOMEM: not all of them could be kept. */
+static dg_err backups_of(dgi_txsvc *s, struct rec *r, struct nodeset *bk)
 {
 	dg_reader rd;
-	uint32_t n, nbk = 0;
+	uint32_t n;
 	dgi_msg_tx_prepare m;
-	if (ents_open(r->body, r->blen, &m, &rd, &n) != DG_OK)
-		return 0;
-	for (uint32_t i = 0; i < n; i++) {
+	dg_err e = ents_open(r->body, r->blen, &m, &rd, &n);
+	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
-		dg_err e;
-		if (dgi_txwire_get(&rd, &en) != DG_OK)
+		dg_err ce;
+		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
 			break;
 		if ((en.op & DGI_TXOP_MASK) == 0)
 			continue; /* read only: nothing for a backup to keep */
-		dg_cache *c = tx_cache(s, en.cache_id, &e);
-		if (c == NULL)
-			continue;
-		add_owners(s, c, (uint32_t)en.part, bk, &nbk);
+		dg_cache *c = tx_cache(s, en.cache_id, &ce);
+		if (c != NULL)
+			e = add_owners(s, c, (uint32_t)en.part, bk);
 	}
-	return nbk;
+	return e;
 }
 
 static bool same_ver(const dgi_pver *a, const dgi_pver *b)
 {
 	return a->topver == b->topver && a->counter == b->counter && a->order == b->order;
+}
+
+/* The prepare of r failed (err; idx: the entry, or -1): rolled back here,
+ * the near answered. */
+static void prepare_fail(dgi_txsvc *s, struct rec *r, dg_err err, int64_t idx)
+{
+	pthread_mutex_lock(&s->mu);
+	dg_msg_in req = r->req;
+	bool answer = r->have_req;
+	r->have_req = false;
+	pthread_mutex_unlock(&s->mu);
+	finish_rec(s, r, DGI_TXS_ROLLED_BACK);
+	STAT(s, rolled_back);
+	if (answer)
+		ack(s, &req, err, idx);
 }
 
 static void prepare_locked(dgi_txsvc *s, struct rec *r)
@@ -1803,15 +1983,7 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 			idx = i;
 	}
 	if (fail != DG_OK) {
-		pthread_mutex_lock(&s->mu);
-		dg_msg_in req = r->req;
-		bool answer = r->have_req;
-		r->have_req = false;
-		pthread_mutex_unlock(&s->mu);
-		finish_rec(s, r, DGI_TXS_ROLLED_BACK);
-		STAT(s, rolled_back);
-		if (answer)
-			ack(s, &req, fail, idx);
+		prepare_fail(s, r, fail, idx);
 		return;
 	}
 	if (r->flags & DGI_TXP_ONE_PHASE) {
@@ -1826,12 +1998,20 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 		commit_apply(s, r);
 		return;
 	}
-	uint64_t bk[MAX_BACKUPS];
-	uint32_t nbk = backups_of(s, r, bk);
+	/* every backup, however many: one left out would miss the entries
+	 * (and the commit's copies) — a tx that cannot name them all fails */
+	struct nodeset bk;
+	ns_init(&bk);
+	fail = backups_of(s, r, &bk);
 	pthread_mutex_lock(&s->mu);
-	for (uint32_t i = 0; i < nbk; i++)
-		add_backup(r, bk[i]);
+	for (uint32_t i = 0; i < bk.n && fail == DG_OK; i++)
+		fail = ns_add(&r->bk, bk.ids[i]);
 	pthread_mutex_unlock(&s->mu);
+	if (fail != DG_OK) {
+		ns_free(&bk);
+		prepare_fail(s, r, fail, -1);
+		return;
+	}
 	STAT(s, prepared);
 	dgi_msg_tx_prepare fw;
 	if (dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, r->body, r->blen, &fw) != DG_OK)
@@ -1839,7 +2019,8 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 	fw.flags |= DGI_TXP_BACKUP;
 	uint64_t now = dgi_now_ms();
 	uint32_t left = r->deadline > now ? (uint32_t)(r->deadline - now) : 1;
-	to_backups(s, r, DGI_MSG_TX_PREPARE, &fw, bk, nbk, left);
+	to_backups(s, r, DGI_MSG_TX_PREPARE, &fw, &bk, left);
+	ns_free(&bk);
 }
 
 /* ---- TX_COMMIT (primary) ---- */
@@ -1854,8 +2035,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	dgi_msg_tx_prepare m;
 	dg_err e = ents_open(r->body, r->blen, &m, &rd, &n);
 	bool full_sync = false;
-	dg_buf *b = &tl_copy;
-	b->len = 0;
+	dg_buf fb, *b = tl_buf(copy, &fb);
 	dg_writer w;
 	dg_writer_init(&w, wire_reg, b);
 	/* the count is written first: entries that write, counted in a pass */
@@ -1870,12 +2050,13 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	/* the copies go to every node the prepare went to (they keep a
 	 * record to finish, even when nothing is written) and every owner of
 	 * a written key */
-	uint64_t bk[MAX_BACKUPS];
-	uint32_t nbk = 0;
+	struct nodeset bk;
+	ns_init(&bk);
+	dg_err be = DG_OK;          /* the backups' list could not grow */
 	dgi_txid id = r->id;
 	pthread_mutex_lock(&s->mu);
-	for (uint32_t i = 0; i < r->nbk; i++)
-		bk[nbk++] = r->bk[i];
+	for (uint32_t i = 0; i < r->bk.n && be == DG_OK; i++)
+		be = ns_add(&bk, r->bk.ids[i]);
 	pthread_mutex_unlock(&s->mu);
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
@@ -1902,13 +2083,18 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		en.val.ptr = val;
 		en.op = op;
 		e = dgi_txwire_put(&w, &en);
-		add_owners(s, c, (uint32_t)en.part, bk, &nbk);
+		if (be == DG_OK)
+			be = add_owners(s, c, (uint32_t)en.part, &bk);
 	}
 	if (e == DG_OK)
 		e = dg_write_end(&w);
 	if (e != DG_OK)
 		fprintf(stderr, "level=error id=TX-APPLY tx=%016llx:%llu err=%s\n",
 		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq, dg_strerror(e));
+	if (be != DG_OK) /* applied here; some owner may miss the copies */
+		fprintf(stderr, "level=error id=TX-COPIES tx=%016llx:%llu owners=%u err=%s\n",
+		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq, bk.n,
+		    dg_strerror(be));
 	/* decided: the tx is committed here whatever a backup says */
 	dgi_txid key = role_key(&r->id, r->role, r->from);
 	dgi_txdone_put(s->done, &key, DGI_TXS_COMMITTED, dgi_now_ms());
@@ -1916,7 +2102,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	dgi_msg_tx_prepare cp = { (int64_t)r->id.node, (int64_t)r->id.seq, r->start_ms, 0,
 		r->topver, 0, (int64_t)(r->role == ROLE_TAKEOVER ? r->from : s->self), 0,
 		{ b->data, (uint32_t)b->len } };
-	bool answer_now = !full_sync || nbk == 0 || e != DG_OK;
+	bool answer_now = !full_sync || bk.n == 0 || e != DG_OK;
 	dg_msg_in req;
 	bool have = false;
 	pthread_mutex_lock(&s->mu);
@@ -1930,17 +2116,19 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	 * "not applied" is true */
 	if (have)
 		ack(s, &req, e != DG_OK && applied > 0 ? DG_ERR_TX_UNKNOWN : e, -1);
-	if (e == DG_OK && nbk > 0) {
-		to_backups(s, r, DGI_MSG_TX_COMMIT_COPY, &cp, bk, nbk, 10000);
+	if (e == DG_OK && bk.n > 0) {
+		to_backups(s, r, DGI_MSG_TX_COMMIT_COPY, &cp, &bk, 10000);
 	} else {
 		pthread_mutex_lock(&s->mu);
 		rec_unlink(s, r);
 		pthread_mutex_unlock(&s->mu);
 	}
+	ns_free(&bk);
 	/* Only now: a release runs the next waiters' grants in this thread,
 	 * and one may commit at once — reusing this thread's copy buffer (the
 	 * copies above are sent: encoded already) and sending its own copies,
 	 * which must reach the backups after this tx's. */
+	dg_buf_free(&fb);
 	dgi_lock_release_all(s->locks, &id);
 }
 
@@ -2075,10 +2263,8 @@ void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed, bool 
 
 bool dgi_txsvc_alive(dgi_txsvc *s, uint64_t node)
 {
-	bool alive = false;
 	pthread_mutex_lock(&s->fmu);
-	for (uint32_t i = 0; i < s->f.n && !alive; i++)
-		alive = s->f.ids[i] == node;
+	bool alive = s->f.t != NULL && dg_topology_find(s->f.t, node) != NULL;
 	pthread_mutex_unlock(&s->fmu);
 	return alive;
 }
@@ -2105,7 +2291,11 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 		if (c == NULL)
 			continue; /* destroyed meanwhile */
 		uint64_t hash;
-		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
+		if ((ce = ent_place(c, &en, &hash)) != DG_OK) {
+			if (first == DG_OK)
+				first = ce; /* not applied: a partition the key is not in */
+			continue;
+		}
 		int op = (int)(en.op & DGI_TXOP_MASK);
 		dg_err ae = dgi_cache_tx_copy(c, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
 		    op == DGI_TXOP_PUT ? (en.val.ptr ? en.val.ptr : (const uint8_t *)"") : NULL,
@@ -2210,11 +2400,14 @@ struct cand {
 static void recover_rollback(dgi_txsvc *s, const struct cand *c)
 {
 	struct ended x;
-	if (!end_role(s, &c->id, c->role, c->from, DGI_TXS_ROLLED_BACK, ST(c->st), &x) || !x.had)
+	if (!end_role(s, &c->id, c->role, c->from, DGI_TXS_ROLLED_BACK, ST(c->st), &x))
 		return;
 	dgi_msg_tx_ctl fw = { (int64_t)c->id.node, (int64_t)c->id.seq, DGI_TXP_BACKUP, 0, 0 };
-	for (uint32_t i = 0; c->role == ROLE_PRIMARY && i < x.nbk; i++)
-		dgi_txsvc_send(s, x.bk[i], DGI_MSG_TX_ROLLBACK, &fw);
+	for (uint32_t i = 0; c->role == ROLE_PRIMARY && i < x.bk.n; i++)
+		dgi_txsvc_send(s, x.bk.ids[i], DGI_MSG_TX_ROLLBACK, &fw);
+	ns_free(&x.bk);
+	if (!x.had)
+		return;
 	atomic_fetch_add(&s->recovered_rollback, 1);
 	fprintf(stderr, "level=warn id=TX-RECOVERED outcome=rollback tx=%016llx:%llu role=%d\n",
 	    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
@@ -2266,36 +2459,49 @@ static int recover_decide(dgi_txsvc *s, const struct cand *c)
 			return 1; /* decided, gave up confirming: the participants finish it */
 		return near == DGI_TXQ_ROLLED_BACK ? 0 : -1;
 	}
-	uint64_t ids[FENCE_NODES];
-	uint32_t n = 0;
-	pthread_mutex_lock(&s->fmu);
-	for (uint32_t i = 0; i < s->f.n; i++)
-		ids[n++] = s->f.ids[i];
-	pthread_mutex_unlock(&s->fmu);
+	dg_topology *t = fence_topology(s);
+	uint32_t n = t != NULL ? t->count : 0;
 	/* the near node left: committed anywhere, commit; rolled back
 	 * anywhere, roll back; else commit iff every primary prepared (the
 	 * near could have decided either way only from there on, and no one
 	 * heard a decision) */
 	int64_t prepared = c->role == ROLE_PRIMARY ? 1 : 0; /* this node's record */
-	for (uint32_t i = 0; i < n; i++) {
-		if (ids[i] == s->self)
+	int d = -2;
+	for (uint32_t i = 0; i < n && d == -2; i++) {
+		if (t->nodes[i].id == s->self)
 			continue;
-		int64_t q = dgi_txsvc_query(s, ids[i], &c->id, c->role == ROLE_BACKUP ? c->from : 0,
-		    2000);
-		if (q < 0)
-			return -1; /* a node did not answer: ask again later */
+		int64_t q = dgi_txsvc_query(s, t->nodes[i].id, &c->id,
+		    c->role == ROLE_BACKUP ? c->from : 0, 2000);
 		int prim = (int)(q & 0xff), bk = (int)((q >> 8) & 0xff);
-		if (prim == DGI_TXQ_COMMITTED || prim == DGI_TXQ_COMMITTING || bk == DGI_TXQ_COMMITTED)
-			return 1;
-		if (prim == DGI_TXQ_ROLLED_BACK)
-			return 0;
-		prepared += prim == DGI_TXQ_PREPARED;
+		if (q < 0)
+			d = -1; /* a node did not answer: ask again later */
+		else if (prim == DGI_TXQ_COMMITTED || prim == DGI_TXQ_COMMITTING ||
+		    bk == DGI_TXQ_COMMITTED)
+			d = 1;
+		else if (prim == DGI_TXQ_ROLLED_BACK)
+			d = 0;
+		else
+			prepared += prim == DGI_TXQ_PREPARED;
 	}
+	if (t != NULL)
+		dg_topology_release(t);
+	if (d != -2)
+		return d;
 	return c->role == ROLE_PRIMARY && c->nparts > 1 && prepared >= c->nparts ? 1 : 0;
 }
 
+_Atomic uint32_t dgi_tx_recover_stall_ms;
+
 static void recover_scan(dgi_txsvc *s)
 {
+	/* tests: a round as slow as one whose questions wait for nodes that
+	 * do not answer (2 s each) */
+	uint64_t t0 = dgi_now_ms();
+	while (dgi_now_ms() - t0 < atomic_load(&dgi_tx_recover_stall_ms) &&
+	    !atomic_load(&s->stopping)) {
+		struct timespec ts = { 0, 10 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
 	struct cand cs[RECOVER_MAX];
 	int n = 0;
 	uint64_t now = dgi_now_ms();
@@ -2373,8 +2579,6 @@ struct gedge {
 	int64_t wstart, ostart;
 };
 
-#define tl_edges (tls()->edges)
-
 static dg_err encode_edges(dgi_txsvc *s, dg_buf *b)
 {
 	dgi_lock_edge ed[256];
@@ -2401,12 +2605,14 @@ static dg_err encode_edges(dgi_txsvc *s, dg_buf *b)
 
 static void h_edges(dgi_txsvc *s, const dg_msg_in *in)
 {
-	if (encode_edges(s, &tl_edges) != DG_OK) {
+	dg_buf fb, *b = tl_buf(edges, &fb);
+	if (encode_edges(s, b) != DG_OK) {
 		ack(s, in, DG_ERR_NOMEM, -1);
-		return;
+	} else {
+		dg_msg_raw r = { { b->data, (uint32_t)b->len } };
+		reply(s, in, DGI_MSG_TX_EDGES_RES, &r);
 	}
-	dg_msg_raw r = { { tl_edges.data, (uint32_t)tl_edges.len } };
-	reply(s, in, DGI_MSG_TX_EDGES_RES, &r);
+	dg_buf_free(&fb);
 }
 
 static void h_kill(dgi_txsvc *s, const dg_msg_in *in)
@@ -2421,25 +2627,15 @@ static void h_kill(dgi_txsvc *s, const dg_msg_in *in)
 	kill_victim(s, &v, m->flags & DGI_TXK_ADMIN ? DG_ERR_TX_ROLLED_BACK : DG_ERR_DEADLOCK);
 }
 
-/* The other nodes of the current topology (as the fence knows them). */
-static uint32_t other_nodes(dgi_txsvc *s, uint64_t ids[FENCE_NODES])
-{
-	uint32_t n = 0;
-	pthread_mutex_lock(&s->fmu);
-	for (uint32_t i = 0; i < s->f.n; i++)
-		if (s->f.ids[i] != s->self)
-			ids[n++] = s->f.ids[i];
-	pthread_mutex_unlock(&s->fmu);
-	return n;
-}
-
 void dgi_txsvc_kill(dgi_txsvc *s, const dgi_txid *tx, int64_t flags)
 {
-	uint64_t ids[FENCE_NODES];
-	uint32_t nids = other_nodes(s, ids);
+	dg_topology *t = fence_topology(s);
 	dgi_msg_tx_ctl kill = { (int64_t)tx->node, (int64_t)tx->seq, flags, 0, 0 };
-	for (uint32_t j = 0; j < nids; j++)
-		dg_tp_send(s->tp, ids[j], DGI_MSG_TX_KILL, &kill);
+	for (uint32_t j = 0; t != NULL && j < t->count; j++)
+		if (t->nodes[j].id != s->self)
+			dg_tp_send(s->tp, t->nodes[j].id, DGI_MSG_TX_KILL, &kill);
+	if (t != NULL)
+		dg_topology_release(t);
 	kill_victim(s, tx, flags & DGI_TXK_ADMIN ? DG_ERR_TX_ROLLED_BACK : DG_ERR_DEADLOCK);
 }
 
@@ -2492,25 +2688,29 @@ static void deadlock_tick(dgi_txsvc *s)
 	dgi_locks_get_stats(s->locks, &ls);
 	if (ls.waiters == 0)
 		return;
-	struct gedge *es = s->gedges; /* the recoverer thread's alone */
+	struct gedge *es = s->gedges; /* the detector thread's alone */
 	size_t ecap = s->gecap;
 	size_t n = 0, nlocal;
-	dg_buf *b = &tl_edges;
+	dg_buf fb, *b = tl_buf(edges, &fb);
 	if (encode_edges(s, b) == DG_OK)
 		decode_edges(b->data, (uint32_t)b->len, &es, &n, &ecap);
+	dg_buf_free(&fb);
 	nlocal = n;
-	uint64_t ids[FENCE_NODES];
-	uint32_t nids = other_nodes(s, ids);
-	for (uint32_t i = 0; i < nids; i++) {
+	dg_topology *t = fence_topology(s);
+	for (uint32_t i = 0; t != NULL && i < t->count; i++) {
+		if (t->nodes[i].id == s->self)
+			continue;
 		dgi_msg_tx_ctl q = { 0, 0, 0, 0, 0 };
 		dg_msg_raw r;
 		static _Thread_local uint8_t mem[64 * 1024];
 		dg_arena a;
 		dg_arena_init(&a, mem, sizeof(mem));
-		if (dg_tp_call(s->tp, ids[i], DGI_MSG_TX_EDGES, &q, 500, &r, &a) == DG_OK &&
+		if (dg_tp_call(s->tp, t->nodes[i].id, DGI_MSG_TX_EDGES, &q, 500, &r, &a) == DG_OK &&
 		    r.list.ptr != NULL)
 			decode_edges(r.list.ptr, r.list.len, &es, &n, &ecap);
 	}
+	if (t != NULL)
+		dg_topology_release(t);
 	s->gedges = es;
 	s->gecap = ecap;
 	dgi_wfg_reset(s->gwfg);
@@ -2541,16 +2741,26 @@ static void deadlock_tick(dgi_txsvc *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static void *recoverer(void *arg)
+static void *detector(void *arg)
 {
 	dgi_txsvc *s = arg;
-	uint64_t last = 0;
 	while (!atomic_load(&s->stopping)) {
 		struct timespec ts = { 0, 10 * 1000000L };
 		nanosleep(&ts, NULL);
 		deadlock_tick(s);
+	}
+	return NULL;
+}
+
+static void *recoverer(void *arg)
+{
+	dgi_txsvc *s = arg;
+	uint64_t last = dgi_now_ms();
+	while (!atomic_load(&s->stopping)) {
+		struct timespec ts = { 0, 10 * 1000000L }; /* (a stop waits for no more) */
+		nanosleep(&ts, NULL);
 		uint64_t now = dgi_now_ms();
-		if (s->g != NULL && now - last >= 100) {
+		if (now - last >= 100) {
 			last = now;
 			recover_scan(s);
 		}
@@ -2614,11 +2824,16 @@ dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
 		goto fail;
 	}
 	s->expirer_up = true;
-	if (pthread_create(&s->recoverer, NULL, recoverer, s) != 0) {
+	if (pthread_create(&s->detector, NULL, detector, s) != 0) {
 		e = DG_ERR_NOMEM;
 		goto fail;
 	}
-	s->recoverer_up = true;
+	s->detector_up = true;
+	if (g != NULL && pthread_create(&s->recoverer, NULL, recoverer, s) != 0) {
+		e = DG_ERR_NOMEM;
+		goto fail;
+	}
+	s->recoverer_up = g != NULL;
 	for (size_t i = 0; i < NHANDLED; i++)
 		dg_tp_handle(tp, handled[i], on_msg, s);
 	*out = s;
@@ -2641,6 +2856,8 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	atomic_store(&s->stopping, true);
 	if (s->expirer_up)
 		pthread_join(s->expirer, NULL);
+	if (s->detector_up)
+		pthread_join(s->detector, NULL);
 	if (s->recoverer_up)
 		pthread_join(s->recoverer, NULL);
 	local_expire(s, UINT64_MAX);
@@ -2665,6 +2882,8 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 		dgi_free(s->free_recs);
 		s->free_recs = nx;
 	}
+	if (s->f.t != NULL)
+		dg_topology_release(s->f.t);
 	dgi_txdone_destroy(s->done);
 	dgi_wfg_destroy(s->wfg);
 	dgi_wfg_destroy(s->gwfg);

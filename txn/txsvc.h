@@ -183,7 +183,8 @@ typedef struct dgi_txsvc_stats {
 } dgi_txsvc_stats;
 
 /* Defines the message rows (once per process), registers the handlers on
- * tp and starts the deadline thread.  g NULL: a bare lock service (TX_LOCK
+ * tp and starts its threads: the expirer (deadlines, the fence), the
+ * detector (deadlocks across nodes) and, with a grid, the recoverer.  g NULL: a bare lock service (TX_LOCK
  * with topver 0 and TX_UNLOCK only; tests).  *out: dgi_txsvc_stop. */
 dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out);
 /* Unsets the handlers, answers every lock waiter DG_ERR_NOT_READY (the
@@ -211,6 +212,9 @@ uint64_t dgi_txsvc_self(dgi_txsvc *s);
  * those not yet prepared. */
 struct dg_member;
 dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeout_ms);
+/* What membership's listener does with each new topology: the fence moves
+ * to t (a newer version) and counts every node of it.  For tests. */
+void dgi_txsvc_topology(dgi_txsvc *s, const dg_topology *t);
 /* The near side: tx ended — committed (every participant confirmed),
  * decided commit but not every participant confirmed (!confirmed:
  * DG_ERR_TX_UNKNOWN), or rolled back; TX_QUERY answers from it (near byte
@@ -300,5 +304,14 @@ dg_err dgi_tx_near_kill(dgi_txsvc *s, uint64_t id);
 /* Releases tx everywhere (TX_KILL with flags to every node of the topology,
  * and here): what the deadlock detector does with a victim. */
 void dgi_txsvc_kill(dgi_txsvc *s, const dgi_txid *tx, int64_t flags);
+
+/* Tests: every thread behaves as if its per-thread buffers (txsvc.c's
+ * encodings and values read, txn.c's key and value encodings) could not be
+ * allocated — the service does the work with buffers of its own, the raw
+ * API calls answer DG_ERR_NOMEM. */
+extern _Atomic bool dgi_tx_tls_fail;
+/* Tests: each recovery round first waits this long (0: not at all), as a
+ * round asking nodes that do not answer would. */
+extern _Atomic uint32_t dgi_tx_recover_stall_ms;
 
 #endif
