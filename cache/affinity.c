@@ -64,8 +64,6 @@ dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
 {
 	if (copies > nnodes)
 		copies = nnodes;
-	if (copies > DGI_MAX_COPIES)
-		copies = DGI_MAX_COPIES;
 	uint32_t c = copies ? copies : 1;
 	size_t sz = sizeof(dgi_aff) + nnodes * (sizeof(dg_node_id) + sizeof(int64_t)) +
 	    (size_t)parts * c * sizeof(uint16_t);
@@ -81,8 +79,12 @@ dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
 	a->owners = (uint16_t *)(a->orders + nnodes);
 	memcpy(a->nodes, nodes, nnodes * sizeof(*nodes));
 	memcpy(a->orders, orders, nnodes * sizeof(*orders));
+	uint64_t *best = dgi_alloc(c * sizeof(*best)); /* a partition's top scores */
+	if (best == NULL) {
+		dgi_free(a);
+		return NULL;
+	}
 	for (uint32_t p = 0; p < parts; p++) {
-		uint64_t best[DGI_MAX_COPIES];
 		uint16_t *own = &a->owners[(size_t)p * c];
 		for (uint32_t i = 0; i < c; i++)
 			own[i] = UINT16_MAX;
@@ -106,6 +108,7 @@ dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
 			}
 		}
 	}
+	dgi_free(best);
 	return a;
 }
 

@@ -364,10 +364,14 @@ bool dgi_cache_part_lost(dg_cache *c, uint32_t part);
 /* The key's hash (the one every node computes) and partition. */
 uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
     uint64_t *hash);
-/* The owners of part under the cache's current affinity, primary first, up
- * to 8 into out; returns how many (0 before the first topology) and sets
+/* The owners of part under the cache's current affinity, primary first,
+ * the first cap of them into out; returns how many there are (0 before the
+ * first topology; more than cap: call again with room for all) and sets
  * *topver to the affinity's version. */
-uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver);
+uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, uint32_t cap,
+    int64_t *topver);
+#define DGI_OWNERS_BUF 8   /* the usual caller's buffer (a REPLICATED cache has more
+                              owners: size from the count returned) */
 /* Reads key as its primary under topver: appends the stored encoded value
  * to val (when val is not NULL), *found, and the entry's version in *ver
  * (zero when there is no entry; a removal's tombstone has one).

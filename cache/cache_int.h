@@ -54,7 +54,9 @@ static inline uint32_t dgi_part_of(uint64_t hash, uint32_t parts)
 	return (uint32_t)(((hash >> 32) * (uint64_t)parts) >> 32);
 }
 
-#define DGI_MAX_COPIES 8        /* primary + up to 7 backups per partition */
+#define DGI_MAX_COPIES 8        /* a PARTITIONED cache: primary + up to 7 backups
+                                   (a config limit, refused; REPLICATED: one
+                                   copy per server, however many) */
 
 /* An affinity: owners of every partition for one topology version.
  * owners[p * copies + 0] is the primary, then backups, as indexes into

@@ -58,7 +58,8 @@ uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
 /* Each call below is a section of its own (cache_int.h, "Lifetime"): txn
  * keeps cache handles across calls, never the partitions or affinity. */
 
-uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver)
+uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, uint32_t cap,
+    int64_t *topver)
 {
 	dgi_epoch_enter();
 	dgi_aff *aff = atomic_load(&c->dead) ? NULL :
@@ -67,10 +68,11 @@ uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *to
 	uint32_t n = 0;
 	if (aff != NULL && part < aff->parts) {
 		*topver = aff->topver;
-		for (uint32_t i = 0; i < aff->copies && n < DGI_MAX_COPIES; i++) {
+		for (uint32_t i = 0; i < aff->copies; i++) {
 			dg_node_id o = dgi_aff_owner(aff, part, i);
-			if (o != 0)
-				out[n++] = o;
+			if (o != 0 && n < cap)
+				out[n] = o;
+			n += o != 0;
 		}
 	}
 	dgi_epoch_leave();

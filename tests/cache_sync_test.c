@@ -723,6 +723,63 @@ static void test_moving_without_supplier_is_lost(void **state)
 	dg_node_stop(n);
 }
 
+/* A REPLICATED cache holds a copy on every server, however many (it was
+ * capped at 8): a FULL_SYNC put is on all 10 before it returns, and the
+ * transactions' owner lists (dgi_cache_owners) name all 10. */
+static void test_replicated_copy_on_every_server(void **state)
+{
+	(void)state;
+	enum { S = 10 };
+	dg_node *n[S + 1];
+	n[0] = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(n[0]);
+	for (int i = 1; i < S; i++)
+		n[i] = start_node(&seed, 1, false, NULL);
+	n[S] = start_node(&seed, 1, true, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "repl10");
+	cc.mode = DG_REPLICATED;
+	cc.partitions = 16;
+	dg_cache *cli;
+	OK(dg_cache_create(n[S], &cc, &cli));
+	uint64_t deadline = dgi_now_ms() + 10000;
+	for (;;) { /* every node maps over the 10 servers */
+		bool all = true;
+		for (int i = 0; i <= S && all; i++) {
+			dgi_epoch_enter();
+			dgi_aff *a = atomic_load(&cache_on(n[i], "repl10")->aff);
+			all = a != NULL && a->nnodes == S;
+			dgi_epoch_leave();
+		}
+		if (all)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	for (int i = 0; i < S; i++)
+		OK(dg_cache_wait_rebalanced(cache_on(n[i], "repl10"), 10000));
+	OK(dg_cache_put(cli, "r", 1, "v", 1));
+	uint64_t own[S];
+	int64_t tv;
+	uint8_t k[8];
+	size_t kl = enc_raw("r", k);
+	uint64_t h;
+	assert_int_equal(dgi_cache_owners(cli, dgi_cache_key_part(cli, k, kl, &h), own, S, &tv), S);
+	for (int i = 0; i < S; i++) { /* in each server's own store */
+		dg_cache *c = cache_on(n[i], "repl10");
+		dgi_epoch_enter();
+		dgi_part *pt = &c->parts[dgi_part_of(h, 16)];
+		pthread_mutex_lock(&pt->mu);
+		dgi_entry *e = dgi_part_find(pt, h, k, (uint32_t)kl);
+		bool held = e != NULL && !(e->flags & DGI_ENTRY_TOMB);
+		pthread_mutex_unlock(&pt->mu);
+		dgi_epoch_leave();
+		assert_true(held);
+	}
+	for (int i = S; i >= 0; i--)
+		dg_node_stop(n[i]);
+}
+
 static int unpause(void **state)
 {
 	(void)state;
@@ -740,6 +797,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_retry_applied_once_after_move),
 		cmocka_unit_test(test_promoted_backup_finishes_last_copies),
 		cmocka_unit_test_teardown(test_new_primary_learns_update_ids, unpause),
+		cmocka_unit_test(test_replicated_copy_on_every_server),
 		cmocka_unit_test(test_moving_primary_serves_no_stale_copy),
 		cmocka_unit_test(test_lost_on_every_path_atomic),
 		cmocka_unit_test(test_lost_on_every_path_transactional),

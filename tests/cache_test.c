@@ -2084,7 +2084,7 @@ static void test_scale_rent_replicated_many_owners(void **state)
 		pthread_mutex_unlock(&cx->parts[p].mu);
 		uint64_t own[8];
 		int64_t tv;
-		uint32_t k = r ? dgi_cache_owners(cx, p, own, &tv) : 0;
+		uint32_t k = r ? dgi_cache_owners(cx, p, own, DGI_OWNERS_BUF, &tv) : 0;
 		rented += r;
 		for (uint32_t i = 0; i < k; i++) {
 			uint32_t q = 0;
@@ -2655,7 +2655,7 @@ static void test_persist_queue_full_busy(void **state)
 		uint64_t own[8];
 		int64_t tv;
 		if (dgi_cache_owners(ca, dgi_part_of(dgi_key_hash(enc, strlen(k) + 2), 16), own,
-		    &tv) > 0 && own[0] == dg_node_get_id(b)) {
+		    DGI_OWNERS_BUF, &tv) > 0 && own[0] == dg_node_get_id(b)) {
 			/* refused by its primary: applied nowhere */
 			EXPECT(dg_cache_put(ca, k, strlen(k), "v", 1), DG_ERR_BUSY);
 			remote++;

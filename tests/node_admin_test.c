@@ -774,7 +774,7 @@ static uint32_t owners_of(dg_cache *c, const char *k, uint64_t owners[8])
 	int64_t topver;
 	uint32_t part = dgi_cache_key_part(c, enc.data, enc.len, &hash);
 	dg_buf_free(&enc);
-	assert_true(dgi_cache_owners(c, part, owners, &topver) >= 2);
+	assert_true(dgi_cache_owners(c, part, owners, DGI_OWNERS_BUF, &topver) >= 2);
 	return part;
 }
 

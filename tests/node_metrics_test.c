@@ -275,7 +275,7 @@ static unsigned remote_keys(dg_cache *c, uint64_t self, unsigned count)
 		uint64_t hash, owners[8];
 		int64_t topver;
 		uint32_t part = dgi_cache_key_part(c, enc.data, enc.len, &hash);
-		assert_true(dgi_cache_owners(c, part, owners, &topver) > 0);
+		assert_true(dgi_cache_owners(c, part, owners, DGI_OWNERS_BUF, &topver) > 0);
 		remote += owners[0] != self;
 	}
 	dg_buf_free(&enc);

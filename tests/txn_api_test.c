@@ -84,7 +84,7 @@ static void wait_settled(dg_node **n, int count, dg_cache **caches, int ncaches)
 		for (int i = 0; i < ncaches && same; i++) {
 			uint64_t own[8];
 			int64_t tv;
-			same &= dgi_cache_owners(caches[i], 0, own, &tv) > 0 && tv == v0;
+			same &= dgi_cache_owners(caches[i], 0, own, DGI_OWNERS_BUF, &tv) > 0 && tv == v0;
 		}
 		if (same)
 			return;
@@ -937,7 +937,7 @@ static void two_primaries(dg_cache *c, char *k1, char *k2)
 		uint64_t hash, own[8];
 		int64_t tv;
 		uint32_t part = dgi_cache_key_part(c, enc, b.len, &hash);
-		assert_true(dgi_cache_owners(c, part, own, &tv) > 0);
+		assert_true(dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv) > 0);
 		dg_buf_free(&b);
 		if (first == 0) {
 			first = own[0];
@@ -1115,7 +1115,7 @@ static void key_on(dg_cache *c, uint64_t primary, const char *prefix, char *key)
 		uint64_t hash, own[8];
 		int64_t tv;
 		uint32_t part = dgi_cache_key_part(c, b.data, b.len, &hash);
-		uint32_t k = dgi_cache_owners(c, part, own, &tv);
+		uint32_t k = dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv);
 		dg_buf_free(&b);
 		if (k > 0 && own[0] == primary)
 			return;
@@ -1489,7 +1489,7 @@ static void test_lost_partitions_transactional(void **state)
 	for (uint32_t p = 0; p < 64; p++) {
 		uint64_t own[8];
 		int64_t tv;
-		assert_true(dgi_cache_owners(c0, p, own, &tv) > 0);
+		assert_true(dgi_cache_owners(c0, p, own, DGI_OWNERS_BUF, &tv) > 0);
 		theirs += own[0] == dead;
 	}
 	assert_true(theirs > 0);
@@ -1701,7 +1701,7 @@ static void test_prepare_checks_partition(void **state)
 	uint64_t hash, own[8];
 	int64_t tv;
 	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
-	assert_true(dgi_cache_owners(c, part, own, &tv) > 0);
+	assert_true(dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv) > 0);
 	uint32_t parts = dg_cache_config_of(c)->partitions;
 	/* another partition this node owns, one past the last, the true one */
 	const int64_t tries[3] = { (part + 1) % parts, parts, part };
@@ -1801,7 +1801,7 @@ static void test_commit_reaches_backups_on_many_nodes(void **state)
 			int64_t tv;
 			same = dg_node_topology(n[i], &v, info, N) == N &&
 			    dgi_txsvc_fence_open(dgi_node_txs(n[i]), v) &&
-			    dgi_cache_owners(c[i], 0, own, &tv) > 0 && tv == v;
+			    dgi_cache_owners(c[i], 0, own, DGI_OWNERS_BUF, &tv) > 0 && tv == v;
 			if (i == 0)
 				v0 = v;
 			same &= v == v0;
@@ -1825,7 +1825,7 @@ static void test_commit_reaches_backups_on_many_nodes(void **state)
 		uint64_t hash, own[8];
 		int64_t tv;
 		uint32_t part = dgi_cache_key_part(c[0], enc, elen, &hash);
-		uint32_t k = dgi_cache_owners(c[0], part, own, &tv);
+		uint32_t k = dgi_cache_owners(c[0], part, own, DGI_OWNERS_BUF, &tv);
 		if (k < 3 || own[0] != self)
 			continue;
 		strcpy(keys[nk++], raw);
@@ -1853,7 +1853,7 @@ static void test_commit_reaches_backups_on_many_nodes(void **state)
 		uint64_t hash, own[8];
 		int64_t tv;
 		uint32_t part = dgi_cache_key_part(c[0], enc, elen, &hash);
-		uint32_t k = dgi_cache_owners(c[0], part, own, &tv);
+		uint32_t k = dgi_cache_owners(c[0], part, own, DGI_OWNERS_BUF, &tv);
 		for (uint32_t j = 0; j < k; j++)
 			for (int q = 0; q < N; q++)
 				if (dg_node_get_id(n[q]) == own[j] && get_long(c[q], keys[i]) != 5)
@@ -1902,7 +1902,7 @@ static void test_scale_tx_lock_limit(void **state)
 		uint64_t own[8];
 		int64_t tv, v0;
 		dg_node_topology(n[0], &v0, NULL, 0);
-		if (all && dgi_cache_owners(c, 0, own, &tv) > 0 && tv == v0)
+		if (all && dgi_cache_owners(c, 0, own, DGI_OWNERS_BUF, &tv) > 0 && tv == v0)
 			break;
 		assert_true(dgi_now_ms() < deadline);
 		usleep(20 * 1000);
@@ -1918,7 +1918,8 @@ static void test_scale_tx_lock_limit(void **state)
 		size_t elen = encode_raw(raw, enc, sizeof(enc));
 		uint64_t hash, own[8];
 		int64_t tv;
-		uint32_t k = dgi_cache_owners(c, dgi_cache_key_part(c, enc, elen, &hash), own, &tv);
+		uint32_t k = dgi_cache_owners(c, dgi_cache_key_part(c, enc, elen, &hash), own, DGI_OWNERS_BUF,
+		    &tv);
 		bool have = k == 0;
 		for (int q = 0; q < nk && !have; q++)
 			have = prim[q] == own[0];

@@ -552,7 +552,7 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			return DG_ERR_TIMEOUT;
 		uint64_t own[8];
 		int64_t tv;
-		uint32_t n = dgi_cache_owners(c, part, own, &tv);
+		uint32_t n = dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv);
 		dg_err e = DG_ERR_NOT_READY;
 		if (n > 0 && locking && tx->topver != 0 && tv != tx->topver)
 			return DG_ERR_TX_ROLLED_BACK; /* the topology changed under our locks */
@@ -1062,7 +1062,7 @@ static dg_err map_entries(dg_tx *tx, struct ent_ref *refs, uint32_t *nrefs,
 			*topver = tx->topver;
 			continue;
 		}
-		if (dgi_cache_owners(c, e->part, own, &tv) == 0)
+		if (dgi_cache_owners(c, e->part, own, DGI_OWNERS_BUF, &tv) == 0)
 			return DG_ERR_NOT_READY;
 		if (*topver != 0 && tv != *topver)
 			return DG_ERR_NOT_READY; /* affinities mid-change */
@@ -1234,9 +1234,16 @@ static int owners_applied(dg_tx *tx, const struct ent_ref *refs, const struct gr
 	for (uint32_t i = 0; i < g->n; i++) {
 		const dgi_txent *e = refs[g->first + i].e;
 		dg_cache *c = dgi_grid_cache_by_id(dgi_txsvc_grid(tx->s), e->cache_id);
-		uint64_t own[8];
+		uint64_t buf[DGI_OWNERS_BUF], *own = buf;
 		int64_t tv;
-		uint32_t k = c != NULL ? dgi_cache_owners(c, e->part, own, &tv) : 0;
+		uint32_t k = c != NULL ? dgi_cache_owners(c, e->part, own, DGI_OWNERS_BUF, &tv) : 0;
+		if (k > DGI_OWNERS_BUF) { /* a REPLICATED cache on many servers: ask them all */
+			uint32_t cap = k;
+			if ((own = dgi_alloc(cap * sizeof(*own))) == NULL)
+				return -1;
+			if ((k = dgi_cache_owners(c, e->part, own, cap, &tv)) > cap)
+				k = cap;
+		}
 		for (uint32_t j = 0; j < k; j++) {
 			bool again = false;
 			for (uint32_t q = 0; q < nasked && !again; q++)
@@ -1248,11 +1255,16 @@ static int owners_applied(dg_tx *tx, const struct ent_ref *refs, const struct gr
 			uint32_t left = resolve_left(tx);
 			int64_t q = left > 0 ? dgi_txsvc_query(tx->s, own[j], &tx->id, g->node, left) : -1;
 			int bk = q >= 0 ? (int)((q >> 8) & 0xff) : DGI_TXQ_NONE;
-			if (bk == DGI_TXQ_COMMITTED || bk == DGI_TXQ_COMMITTING)
+			if (bk == DGI_TXQ_COMMITTED || bk == DGI_TXQ_COMMITTING) {
+				if (own != buf)
+					dgi_free(own);
 				return 1;
+			}
 			if (q < 0)
 				res = -1;
 		}
+		if (own != buf)
+			dgi_free(own);
 	}
 	return res;
 }

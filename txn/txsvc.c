@@ -1039,7 +1039,7 @@ static dg_err check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t to
 {
 	uint64_t own[8];
 	int64_t tv;
-	uint32_t n = dgi_cache_owners(c, part, own, &tv);
+	uint32_t n = dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv);
 	if (n == 0)
 		return DG_ERR_NOT_READY;
 	if (own[0] != s->self || (topver != 0 && tv != topver))
@@ -1642,7 +1642,7 @@ static void recopy(dgi_txsvc *s, const dg_msg_in *in)
 		uint64_t hash, own[8];
 		int64_t tv;
 		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
-		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
+		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, DGI_OWNERS_BUF, &tv);
 		bool found;
 		val->len = 0;
 		if (dgi_cache_tx_read(c, tv, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
@@ -1889,13 +1889,22 @@ static void to_backups(dgi_txsvc *s, struct rec *r, dg_msg_type type,
  * no longer be the primary).  DG_ERR_NOMEM when bk cannot grow. */
 static dg_err add_owners(dgi_txsvc *s, dg_cache *c, uint32_t part, struct nodeset *bk)
 {
-	uint64_t own[8];
+	uint64_t buf[DGI_OWNERS_BUF], *own = buf;
 	int64_t tv;
-	uint32_t k = dgi_cache_owners(c, part, own, &tv);
+	uint32_t k = dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv);
+	if (k > DGI_OWNERS_BUF) { /* a REPLICATED cache on many servers */
+		uint32_t cap = k;
+		if ((own = dgi_alloc(cap * sizeof(*own))) == NULL)
+			return DG_ERR_NOMEM;
+		if ((k = dgi_cache_owners(c, part, own, cap, &tv)) > cap)
+			k = cap; /* grew meanwhile: the next topology's fence covers the rest */
+	}
 	dg_err e = DG_OK;
 	for (uint32_t j = 0; j < k && e == DG_OK; j++)
 		if (own[j] != s->self)
 			e = ns_add(bk, own[j]);
+	if (own != buf)
+		dgi_free(own);
 	return e;
 }
 
@@ -1967,7 +1976,7 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 		uint64_t hash, own[8];
 		int64_t tv;
 		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
-		dgi_cache_owners(c, (uint32_t)en.part, own, &tv);
+		dgi_cache_owners(c, (uint32_t)en.part, own, DGI_OWNERS_BUF, &tv);
 		bool found;
 		dgi_pver cur;
 		/* a tx of an older topology reads the copy it locked here */
