@@ -78,7 +78,8 @@ void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64
 		pt->psync_from = f;
 		pt->psync_cap = n;
 	}
-	memcpy(pt->psync_from, from, n * sizeof(*from));
+	if (n > 0)
+		memcpy(pt->psync_from, from, n * sizeof(*from));
 	pt->psync_n = n;
 	pt->psync_ver = ver;
 	pt->psync_since = since;

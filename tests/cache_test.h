@@ -1,13 +1,16 @@
 /*
- * cache_test.h — what the groups of the cache_test executable share
- * (defined in cache_test.c): nodes started in this process, a cluster of
- * them, and each group's entry point (run from cache_test.c's main).
+ * cache_test.h — what the cache test executables share (cache_util.c):
+ * nodes started in this process, a cluster of them, the events they
+ * report, and each group's entry point (cache_test: the store, nodes,
+ * intmap and pstore groups; cache_sync_test: compare-and-set and the
+ * FULL_SYNC protocol's guarantees).
  */
 #ifndef DGT_CACHE_TEST_H
 #define DGT_CACHE_TEST_H
 
 #include "node/datagrid.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -29,6 +32,9 @@ void cluster_start(struct cluster *cl, int servers, int clients);
 void cluster_stop(struct cluster *cl);
 /* The cache name on node n, once n has learnt it (waits up to 5 s). */
 dg_cache *cache_on(dg_node *n, const char *name);
+
+/* PARTITION_LOST and REBALANCE_DONE events reported by the nodes above */
+extern _Atomic int lost_events, rebalanced_events;
 
 void dgi_node_kill(dg_node *n);   /* node.c: stop without leaving (a crash) */
 struct dg_tp *dgi_node_tp(dg_node *n);
