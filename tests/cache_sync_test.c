@@ -45,12 +45,36 @@ static uint32_t part_of(dg_cache *c, const char *key, uint64_t *hash)
 	return dgi_cache_key_part(c, k, kl, hash);
 }
 
+/* c's affinity is read inside a section (cache_int.h, "Lifetime"): the
+ * grid frees a replaced one once no section can hold it. */
+
+/* Owner i (0: primary) of partition part under c's affinity (0: none). */
+static dg_node_id part_owner(dg_cache *c, uint32_t part, uint32_t i)
+{
+	dgi_epoch_enter();
+	dgi_aff *aff = atomic_load(&c->aff);
+	dg_node_id o = aff != NULL ? dgi_aff_owner(aff, part, i) : 0;
+	dgi_epoch_leave();
+	return o;
+}
+
 /* Owner i (0: primary) of key's partition under c's affinity. */
 static dg_node_id owner_of(dg_cache *c, const char *key, uint32_t i)
 {
 	uint64_t h;
+	return part_owner(c, part_of(c, key, &h), i);
+}
+
+/* The server count and version of c's affinity (0, 0: none yet). */
+static uint32_t aff_nodes(dg_cache *c, int64_t *topver)
+{
+	dgi_epoch_enter();
 	dgi_aff *aff = atomic_load(&c->aff);
-	return dgi_aff_owner(aff, part_of(c, key, &h), i);
+	uint32_t n = aff != NULL ? aff->nnodes : 0;
+	if (topver != NULL)
+		*topver = aff != NULL ? aff->topver : 0;
+	dgi_epoch_leave();
+	return n;
 }
 
 static int index_of(struct cluster *cl, dg_node_id id)
@@ -130,6 +154,7 @@ static void test_backup_refuses_what_it_cannot_apply(void **state)
 	OK(dg_cache_wait_rebalanced(c1, 5000));
 	dg_tp *ctp = dgi_node_tp(cl.n[4]);
 	OK(dg_tp_handle(ctp, DGI_MSG_BACKUP_ACK, test_ack_handler, NULL));
+	dgi_epoch_enter(); /* until the end: the affinity read below */
 	dgi_aff *aff = atomic_load(&c1->aff);
 	dg_node_id b = dg_node_get_id(cl.n[1]);
 	/* a partition node 1 backs up, and one it does not own at all */
@@ -182,6 +207,7 @@ static void test_backup_refuses_what_it_cannot_apply(void **state)
 	dgi_msg_backup unknown = m;
 	unknown.cache_id = (int64_t)dgi_cache_id("no-such-cache");
 	EXPECT(backup_answer(cl.n[4], cl.n[1], &unknown), DG_ERR_NOT_READY);
+	dgi_epoch_leave();
 	dgi_primary_register(dgi_node_grid(cl.n[4]));
 	cluster_stop(&cl);
 }
@@ -270,7 +296,7 @@ static dg_err apply_with_id(dg_cache *c, int op, const char *key, const char *ex
 	}
 	u.op_node = op_node;
 	u.op_seq = op_seq;
-	u.topver = atomic_load(&c->aff)->topver;
+	aff_nodes(c, &u.topver);
 	dg_err err = dgi_primary_apply(c->g, c, &u);
 	if (err == DG_OK && u.pw != NULL) {
 		struct pw_wait x;
@@ -360,8 +386,7 @@ static void test_retry_applied_once_after_failover(void **state)
 		int at = index_of(&cl, pid);
 		if (at > 0) {
 			np = cache_on(cl.n[at], "dedup3");
-			dgi_aff *a = atomic_load(&np->aff);
-			if (a != NULL && dgi_aff_owner(a, dgi_part_of(h, 32), 0) == pid)
+			if (part_owner(np, dgi_part_of(h, 32), 0) == pid)
 				break;
 		}
 		usleep(20 * 1000);
@@ -410,8 +435,7 @@ static void test_retry_applied_once_after_move(void **state)
 	dg_node *b = start_node(&seed, 1, false, NULL);
 	dg_cache *cb = cache_on(b, "dedupmove");
 	uint64_t deadline = dgi_now_ms() + 8000;
-	dgi_aff *aff;
-	while ((aff = atomic_load(&cb->aff)) == NULL || aff->nnodes < 2 ||
+	while (aff_nodes(cb, NULL) < 2 ||
 	    dg_cache_wait_rebalanced(cb, 100) != DG_OK) {
 		assert_true(dgi_now_ms() < deadline);
 		usleep(10 * 1000);
@@ -474,7 +498,7 @@ static void test_promoted_backup_finishes_last_copies(void **state)
 	u.vlen = (uint32_t)enc_raw("v2", v);
 	u.op_node = a;
 	u.op_seq = (300ull << 40) | 1;
-	u.topver = atomic_load(&c0->aff)->topver;
+	aff_nodes(c0, &u.topver);
 	OK(dgi_primary_apply(c0->g, c0, &u));
 	assert_non_null(u.pw);
 	pthread_mutex_unlock(&c0->parts[u.part].mu); /* nobody waits for it */
@@ -535,9 +559,7 @@ static void test_new_primary_learns_update_ids(void **state)
 	dg_node *j = start_node(&cl.seed, 1, false, NULL);
 	dg_cache *cj = cache_on(j, "psync");
 	uint64_t deadline = dgi_now_ms() + 5000;
-	dgi_aff *aff;
-	while ((aff = atomic_load(&cj->aff)) == NULL || aff->nnodes < 3 ||
-	    atomic_load(&cli->aff)->nnodes < 3) {
+	while (aff_nodes(cj, NULL) < 3 || aff_nodes(cli, NULL) < 3) {
 		assert_true(dgi_now_ms() < deadline);
 		usleep(10 * 1000);
 	}
@@ -697,8 +719,7 @@ static void test_moving_without_supplier_is_lost(void **state)
 	dg_node *n = start_node(&seed, 1, false, NULL);
 	dg_cache *cn = cache_on(n, "halfmoved");
 	uint64_t deadline = dgi_now_ms() + 5000;
-	dgi_aff *aff;
-	while ((aff = atomic_load(&cn->aff)) == NULL || aff->nnodes < 2) {
+	while (aff_nodes(cn, NULL) < 2) {
 		assert_true(dgi_now_ms() < deadline);
 		usleep(10 * 1000);
 	}
@@ -707,7 +728,7 @@ static void test_moving_without_supplier_is_lost(void **state)
 	key_with_primary(cn, dg_node_get_id(n), "h", moved, sizeof(moved));
 	dgi_node_kill(a);
 	deadline = dgi_now_ms() + 5000;
-	while ((aff = atomic_load(&cn->aff)) == NULL || aff->nnodes != 1) {
+	while (aff_nodes(cn, NULL) != 1) {
 		assert_true(dgi_now_ms() < deadline);
 		usleep(10 * 1000);
 	}
