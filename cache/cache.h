@@ -367,6 +367,11 @@ uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
  * to 8 into out; returns how many (0 before the first topology) and sets
  * *topver to the affinity's version. */
 uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver);
+/* The same, and *ohash: a digest of the owner set (primary, then the
+ * backups in any order: the ATOMIC copies' owner digest), all from one
+ * affinity — what a tx copy's receiver compares with its own (txn/). */
+uint32_t dgi_cache_owners_hash(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver,
+    uint64_t *ohash);
 /* Reads key as its primary under topver: appends the stored encoded value
  * to val (when val is not NULL), *found, and the entry's version in *ver
  * (zero when there is no entry; a removal's tombstone has one).

@@ -71,6 +71,25 @@ uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, int64_t *to
 	return n;
 }
 
+uint32_t dgi_cache_owners_hash(dg_cache *c, uint32_t part, uint64_t *out, int64_t *topver,
+    uint64_t *ohash)
+{
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	*topver = 0;
+	*ohash = 0;
+	if (aff == NULL || part >= aff->parts)
+		return 0;
+	*topver = aff->topver;
+	*ohash = dgi_aff_owners_hash(aff, part);
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < aff->copies && n < DGI_MAX_COPIES; i++) {
+		dg_node_id o = dgi_aff_owner(aff, part, i);
+		if (o != 0)
+			out[n++] = o;
+	}
+	return n;
+}
+
 dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
     const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
 {
