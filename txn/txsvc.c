@@ -1243,6 +1243,11 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 		atomic_fetch_add(&s->fence_rollbacks, 1);
 		if (x.pending)
 			ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
+		/* a prepare already forwarded: its backups drop what they kept
+		 * (else their records would hold the fence, the primary alive) */
+		dgi_msg_tx_ctl fw = { (int64_t)undo[i].node, (int64_t)undo[i].seq, DGI_TXP_BACKUP, 0, 0 };
+		for (uint32_t k = 0; k < x.nbk; k++)
+			dgi_txsvc_send(s, x.bk[k], DGI_MSG_TX_ROLLBACK, &fw);
 	}
 	if (check && busy > 0) {
 		if (now - started >= 3000 && now - s->blocked_logged_ms >= 2000) {
@@ -2734,8 +2739,29 @@ static void recover_scan(dgi_txsvc *s)
 				recover_rollback(s, c); /* never prepared: nothing to keep */
 			continue;
 		}
-		if (c->role == ROLE_BACKUP && dgi_txsvc_alive(s, c->from) && stale_only)
-			continue; /* its primary is alive and finishes it */
+		if (c->role == ROLE_BACKUP && dgi_txsvc_alive(s, c->from) && stale_only) {
+			/* its primary is alive and finishes it — unless it ended the
+			 * tx without a word reaching this node (a lost message) or
+			 * forgot it: ask it */
+			int64_t q = dgi_txsvc_query(s, c->from, &c->id, 0, 2000);
+			int prim = q >= 0 ? (int)(q & 0xff) : -1;
+			if (prim == DGI_TXQ_ROLLED_BACK || prim == DGI_TXQ_COMMITTED) {
+				/* rolled back: drop; committed there: its copies (or the
+				 * near's re-sends of them) are the owners' — applying the
+				 * kept entries anew could overwrite later writes */
+				if (end_role(s, &c->id, ROLE_BACKUP, c->from, prim == DGI_TXQ_COMMITTED ?
+				    DGI_TXS_COMMITTED : DGI_TXS_ROLLED_BACK, ST(R_BACKUP), NULL))
+					fprintf(stderr, "level=warn id=TX-RECOVERED outcome=forgotten "
+					    "tx=%016llx:%llu role=%d why=\"its primary %s it\"\n",
+					    (unsigned long long)c->id.node, (unsigned long long)c->id.seq,
+					    c->role, prim == DGI_TXQ_COMMITTED ? "committed" : "rolled back");
+				continue;
+			}
+			if (prim != DGI_TXQ_NONE)
+				continue; /* still at it (or no answer: ask again) */
+			/* it knows nothing of the tx: the near node decides, as when
+			 * the primary left */
+		}
 		/* (a backup whose primary left, its near alive: the near's answer
 		 * decides — committed: take over; rolled back: drop; deciding:
 		 * ask again next round) */
