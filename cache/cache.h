@@ -372,6 +372,11 @@ uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, uint32_t ca
     int64_t *topver);
 #define DGI_OWNERS_BUF 8   /* the usual caller's buffer (a REPLICATED cache has more
                               owners: size from the count returned) */
+/* The same, and *ohash (when not NULL): a digest of the owner set (primary,
+ * then the backups in any order: the ATOMIC copies' owner digest), all from
+ * one affinity — what a tx copy's receiver compares with its own (txn/). */
+uint32_t dgi_cache_owners_hash(dg_cache *c, uint32_t part, uint64_t *out, uint32_t cap,
+    int64_t *topver, uint64_t *ohash);
 /* Reads key as its primary under topver: appends the stored encoded value
  * to val (when val is not NULL), *found, and the entry's version in *ver
  * (zero when there is no entry; a removal's tombstone has one).

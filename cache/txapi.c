@@ -58,16 +58,20 @@ uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
 /* Each call below is a section of its own (cache_int.h, "Lifetime"): txn
  * keeps cache handles across calls, never the partitions or affinity. */
 
-uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, uint32_t cap,
-    int64_t *topver)
+uint32_t dgi_cache_owners_hash(dg_cache *c, uint32_t part, uint64_t *out, uint32_t cap,
+    int64_t *topver, uint64_t *ohash)
 {
 	dgi_epoch_enter();
 	dgi_aff *aff = atomic_load(&c->dead) ? NULL :
 	    atomic_load_explicit(&c->aff, memory_order_acquire);
 	*topver = 0;
+	if (ohash != NULL)
+		*ohash = 0;
 	uint32_t n = 0;
 	if (aff != NULL && part < aff->parts) {
 		*topver = aff->topver;
+		if (ohash != NULL)
+			*ohash = dgi_aff_owners_hash(aff, part);
 		for (uint32_t i = 0; i < aff->copies; i++) {
 			dg_node_id o = dgi_aff_owner(aff, part, i);
 			if (o != 0 && n < cap)
@@ -77,6 +81,12 @@ uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, uint32_t ca
 	}
 	dgi_epoch_leave();
 	return n;
+}
+
+uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, uint32_t cap,
+    int64_t *topver)
+{
+	return dgi_cache_owners_hash(c, part, out, cap, topver, NULL);
 }
 
 static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,

@@ -1718,7 +1718,7 @@ static void test_prepare_checks_partition(void **state)
 		OK(dg_write_end(&w));
 		OK(dg_writer_finish(&w));
 		dgi_msg_tx_prepare m = { (int64_t)dg_tp_self(tp), 1 + i, (int64_t)time(NULL) * 1000, 5000, tv,
-			DGI_TXP_ONE_PHASE, 0, 1, { ents.data, (uint32_t)ents.len } };
+			DGI_TXP_ONE_PHASE, 0, 1, 0, 0, { ents.data, (uint32_t)ents.len } };
 		dgi_msg_tx_ctl r;
 		OK(dg_tp_call(tp, to, DGI_MSG_TX_PREPARE, &m, 5000, &r, NULL));
 		print_message("      partition %lld of %u (the key's: %u): %s\n", (long long)tries[i],
@@ -1947,6 +1947,163 @@ static void test_scale_tx_lock_limit(void **state)
 		dg_node_stop(n[i]);
 }
 
+/* ---- a primary paused during a tx (issue 12) ---- */
+
+void dgi_member_test_stall(dg_member *m, uint32_t ms);
+extern _Atomic bool dgi_tx_test_ignore_pause;
+
+static _Atomic uint64_t echo_block_until;
+
+/* ECHO on a "paused" node: until echo_block_until, holds its transport's
+ * reactor thread (every tcp:// read and handler), as a SIGSTOP would;
+ * after that, answers like the transport's own ECHO. */
+static void on_echo_block(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	(void)ctx;
+	uint64_t until = atomic_load(&echo_block_until), now = dgi_now_ms();
+	if (until > now)
+		usleep((useconds_t)(until - now) * 1000);
+	else
+		dg_tp_reply(tp, in, in->type, in->body);
+}
+
+/* Pauses p: its membership thread stops for member_ms, its reactor for
+ * reactor_ms (the ECHO that holds it is sent by `by`).  Between the two
+ * the node serves requests on its old topology without having noticed the
+ * pause yet — what a SIGCONTed dgnode does in the milliseconds before its
+ * membership thread runs. */
+static void pause_node(dg_node *p, dg_node *by, unsigned member_ms, unsigned reactor_ms)
+{
+	atomic_store(&echo_block_until, dgi_now_ms() + reactor_ms);
+	OK(dg_tp_handle(dgi_node_tp(p), DG_MSG_ECHO, on_echo_block, NULL));
+	dgi_member_test_stall(dgi_node_member(p), member_ms);
+	dg_msg_bytes b = { { (const uint8_t *)"zz", 2 } };
+	OK(dg_tp_send(dgi_node_tp(by), node_id(p), DG_MSG_ECHO, &b));
+}
+
+/* The key's value in c's node's own copy (-1: none). */
+static long local_long(dg_cache *c, const char *key)
+{
+	dg_buf k;
+	dg_buf_init(&k);
+	dg_writer w;
+	dg_writer_init(&w, NULL, &k);
+	OK(dg_write_bytes(&w, key, strlen(key)));
+	uint64_t hash;
+	uint32_t part = dgi_cache_key_part(c, k.data, k.len, &hash);
+	dg_buf b;
+	dg_buf_init(&b);
+	bool found = false;
+	dgi_pver ver;
+	OK(dgi_cache_tx_read(c, 0, part, hash, k.data, (uint32_t)k.len, &b, &found, &ver));
+	long v = -1;
+	if (found) {
+		const uint8_t *p;
+		size_t n;
+		OK(dg_bytes_of(b.data, b.len, &p, &n));
+		char tmp[32] = { 0 };
+		memcpy(tmp, p, n < 31 ? n : 31);
+		v = atol(tmp);
+	}
+	dg_buf_free(&b);
+	dg_buf_free(&k);
+	return v;
+}
+
+struct cas_arg {
+	dg_cache *c;
+	const char *key;
+	dg_err err;
+	bool replaced;
+};
+
+static void *plain_cas_1_3(void *p)
+{
+	struct cas_arg *a = p;
+	a->err = dg_cache_replace_if_equals(a->c, a->key, strlen(a->key), "1", 1, "3", 1,
+	    &a->replaced);
+	return NULL;
+}
+
+/* A tx locks key k on its primary P (the tx reads 1, writes 2).  P is
+ * paused (longer than the failure timeout): the others drop it, a backup
+ * becomes k's primary, and a compare-and-set 1 -> 3 commits there.  P's
+ * reactor wakes before its membership thread has run — it still believes
+ * the old topology, in which it is k's primary and holds the tx's lock —
+ * and then the tx commits: one phase, on P.  Whatever P does, the near must
+ * not report DG_OK while the owners of the current topology lack the
+ * write (here it would also be a lost update: both read 1), and must not
+ * report "rolled back" if any owner has it.
+ *   ignore_pause false: P refuses (DG_ERR_NOT_READY: it just woke from a
+ *     pause), so the tx rolls back;
+ *   ignore_pause true (P does not look at its pause): P applies, but the
+ *     owners of the new topology, in which P is no longer a member, refuse
+ *     its copies; P answers "applied, not confirmed" (not DG_OK), and the
+ *     near — which only P itself may ask to re-send them, and P left —
+ *     reports DG_ERR_TX_UNKNOWN. */
+static void paused_primary_run(bool ignore_pause)
+{
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "pz", 2);
+	c[1] = cache_on(cl.n[1], "pz");
+	c[2] = cache_on(cl.n[2], "pz");
+	wait_settled(cl.n, 3, c, 3);
+	atomic_store(&dgi_tx_test_ignore_pause, ignore_pause);
+	static char key[16];
+	key_on(c[0], node_id(cl.n[2]), "p", key);
+	put_long(cl.n[0], c[0], key, 1);
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "stale", &tx));
+	long v;
+	OK(tx_get_long(tx, c[0], key, &v)); /* locked on P */
+	assert_int_equal(v, 1);
+	OK(tx_put_long(tx, c[0], key, 2));
+	uint64_t t0 = dgi_now_ms();
+	pause_node(cl.n[2], cl.n[1], 4000, 2500);
+	/* the others drop P; a backup is k's primary */
+	wait_settled(cl.n, 2, c, 2);
+	assert_true(dgi_now_ms() - t0 < 2300);
+	struct cas_arg a = { c[1], key, DG_OK, false };
+	pthread_t t;
+	pthread_create(&t, NULL, plain_cas_1_3, &a);
+	pthread_join(t, NULL);
+	OK(a.err);
+	assert_true(a.replaced);
+	assert_true(dgi_now_ms() - t0 < 2400);
+	/* P's reactor runs again, its membership thread not yet */
+	while (dgi_now_ms() - t0 < 2600)
+		usleep(10 * 1000);
+	dg_err e = dg_tx_commit(tx);
+	long v0 = local_long(c[0], key), v1 = local_long(c[1], key);
+	print_message("      stale one-phase commit on the paused primary: %s (owners hold %ld, %ld)\n",
+	    dg_strerror(e), v0, v1);
+	if (e == DG_OK) {
+		assert_int_equal(v0, 2); /* acknowledged: on every owner */
+		assert_int_equal(v1, 2);
+	}
+	EXPECT(e, ignore_pause ? DG_ERR_TX_UNKNOWN : DG_ERR_TX_ROLLED_BACK);
+	assert_int_equal(v0, 3); /* the compare-and-set stands */
+	assert_int_equal(v1, 3);
+	atomic_store(&dgi_tx_test_ignore_pause, false);
+	/* P comes back by itself (a new member); wait, so it stops cleanly */
+	wait_settled(cl.n, 3, c, 0);
+	cluster_stop(&cl);
+}
+
+static void test_paused_primary_refuses_stale_commit(void **state)
+{
+	(void)state;
+	paused_primary_run(false);
+}
+
+static void test_stale_primary_copies_refused(void **state)
+{
+	(void)state;
+	paused_primary_run(true);
+}
+
 /* After a failed test: end the tx it left open on this thread (the next
  * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
  * settings a test changes, so one failure is not reported five times. */
@@ -1960,6 +2117,7 @@ static int after_test(void **state)
 	atomic_store(&dgi_tx_cut_node, 0);
 	atomic_store(&dgi_tx_recover_stall_ms, 0);
 	atomic_store(&dgi_tx_tls_fail, false);
+	atomic_store(&dgi_tx_test_ignore_pause, false);
 	start_client = false;
 	topology_timeout_ms = 1000;
 	request_timeout_ms = 5000;
@@ -1995,6 +2153,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_tx_without_thread_buffers, after_test),
 		cmocka_unit_test_teardown(test_commit_reaches_backups_on_many_nodes, after_test),
 		cmocka_unit_test_teardown(test_scale_tx_lock_limit, after_test),
+		cmocka_unit_test_teardown(test_paused_primary_refuses_stale_commit, after_test),
+		cmocka_unit_test_teardown(test_stale_primary_copies_refused, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

@@ -261,6 +261,16 @@ static dg_node_id coordinator_locked(dg_member *m, uint64_t now)
 	return dg_tp_self(m->tp);
 }
 
+bool dg_member_suspect(dg_member *m)
+{
+	pthread_mutex_lock(&m->mu);
+	/* (tick_ms 0: the thread has not started — dg_member_start is joining) */
+	bool s = m->joined && (m->quiet || (m->tick_ms != 0 &&
+	    dgi_now_ms() > m->tick_ms + gap_ms(m)));
+	pthread_mutex_unlock(&m->mu);
+	return s;
+}
+
 bool dg_member_is_coordinator(dg_member *m)
 {
 	pthread_mutex_lock(&m->mu);

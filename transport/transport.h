@@ -480,6 +480,15 @@ dg_topology *dg_member_topology(dg_member *m);
 /* Adds a listener; up to 16.  DG_ERR_LIMIT. */
 dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx);
 bool dg_member_is_coordinator(dg_member *m);
+/* Whether this node's view of the cluster may be stale because the node
+ * itself was paused (PROTOCOL.md, "A paused node"): it is quiet after
+ * SELF-PAUSED, or its membership thread has not run for longer than a
+ * heartbeat interval plus half the failure timeout (it woke and the thread
+ * has not found out yet).  Meanwhile the others may have removed it and
+ * moved its partitions: it must not act as an owner of its old topology
+ * (the transactions refuse locks and prepares, DG_ERR_NOT_READY).  False
+ * when not in a cluster.  Thread-safe; takes the membership's lock. */
+bool dg_member_suspect(dg_member *m);
 
 /* Changes the baseline: op DG_BASELINE_SET (exactly addrs), _ADD or
  * _REMOVE (from the set; with no set yet, from every server now in the

@@ -37,6 +37,12 @@ typedef struct dgi_txent {
 	                             compare-and-set compared the value) */
 	bool done;                /* near, commit: confirmed by its primary */
 	uint64_t origin;          /* near, commit: the primary it was prepared on */
+	uint64_t back_to;         /* near, commit: the node its resend goes back
+	                             to (it holds its prepared record, or applied
+	                             it); 0: the key's current primary */
+	bool recopy;              /* near, commit: back_to applied it but not every
+	                             owner confirmed: it re-sends its copies
+	                             (DGI_TXP_RECOPY) */
 	int64_t ver_topver;       /* the version read (checked at prepare) */
 	uint64_t ver_counter;
 	uint32_t ver_order;

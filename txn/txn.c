@@ -52,6 +52,8 @@ struct call {                   /* one request's answer */
 	bool answered;              /* the peer answered (err is its verdict) */
 	bool sent;                  /* the request went out (the peer may have
 	                               acted on it even if it did not answer) */
+	bool applied;               /* TX_ACK with DGI_TXA_APPLIED: a commit applied
+	                               on that primary, not confirmed by every backup */
 };
 
 struct dg_tx {
@@ -396,13 +398,14 @@ const char *dg_tx_state_name(dg_tx_state s)
 
 /* ---- requests ---- */
 
-static void call_done(struct call *c, dg_err err, int64_t idx, bool answered)
+static void call_done(struct call *c, dg_err err, int64_t idx, bool answered, bool applied)
 {
 	dg_tx *tx = c->tx;
 	pthread_mutex_lock(&tx->mu);
 	c->err = err;
 	c->idx = idx;
 	c->answered = answered;
+	c->applied = applied;
 	if (--tx->outstanding == 0)
 		pthread_cond_broadcast(&tx->cv);
 	pthread_mutex_unlock(&tx->mu);
@@ -411,7 +414,8 @@ static void call_done(struct call *c, dg_err err, int64_t idx, bool answered)
 static void on_ack(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	const dgi_msg_tx_ctl *r = err == DG_OK ? reply->body : NULL;
-	call_done(ctx, err != DG_OK ? err : (dg_err)r->res, r != NULL ? r->value : -1, r != NULL);
+	call_done(ctx, err != DG_OK ? err : (dg_err)r->res, r != NULL ? r->value : -1, r != NULL,
+	    r != NULL && (r->flags & DGI_TXA_APPLIED) != 0);
 }
 
 static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
@@ -434,7 +438,7 @@ static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			}
 		}
 	}
-	call_done(c, err, -1, r != NULL);
+	call_done(c, err, -1, r != NULL, false);
 }
 
 static void wait_all(dg_tx *tx)
@@ -452,6 +456,7 @@ static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
 	c->err = DG_ERR_TIMEOUT;
 	c->idx = -1;
 	c->answered = false;
+	c->applied = false;
 	c->sent = true; /* (read by this thread only, after wait_all) */
 	pthread_mutex_lock(&tx->mu);
 	tx->outstanding++;
@@ -459,7 +464,7 @@ static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
 	dg_err e = dgi_txsvc_request(tx->s, to, type, body, timeout_ms ? timeout_ms : 1, cb, c);
 	if (e != DG_OK) {
 		c->sent = false;
-		call_done(c, e, -1, false);
+		call_done(c, e, -1, false, false);
 	}
 	return e;
 }
@@ -477,7 +482,8 @@ static void release_all(dg_tx *tx, uint32_t wait_ms)
 	struct call calls[MAX_NODES];
 	dgi_msg_tx_ctl m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
 	for (uint32_t i = 0; i < tx->nlocked; i++)
-		request(tx, &calls[i], tx->locked[i], DGI_MSG_TX_ROLLBACK, &m, wait_ms, on_ack);
+		if (!dgi_txsvc_gone(tx->s, tx->locked[i])) /* (its locks left with it) */
+			request(tx, &calls[i], tx->locked[i], DGI_MSG_TX_ROLLBACK, &m, wait_ms, on_ack);
 	wait_all(tx);
 	tx->nlocked = 0;
 }
@@ -565,6 +571,11 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			request(tx, &call, own[0], DGI_MSG_TX_LOCK, &m, left + NET_SLACK_MS, on_lock_res);
 			wait_all(tx);
 			e = call.err;
+			/* granted by a node that left this node's topology meanwhile
+			 * (a primary woken from a pause answering on its old one):
+			 * not a lock of the cluster's — map the key again */
+			if (e == DG_OK && dgi_txsvc_gone(tx->s, own[0]))
+				e = DG_ERR_NOT_READY;
 			if (locking && (e == DG_OK || !retriable(e)))
 				add_locked(tx, own[0]);
 			if (killed(tx))
@@ -995,6 +1006,7 @@ dg_err dg_tx_remove_all(dg_tx *tx, dg_cache *c, const dg_kv *kvs, size_t n, size
 struct group {                  /* the entries of one primary */
 	uint64_t node;
 	uint64_t origin;            /* resend: the primary that did not confirm */
+	bool recopy;                /* resend: node applied them; DGI_TXP_RECOPY */
 	uint32_t n;
 	uint32_t first;             /* index into the order array */
 };
@@ -1002,6 +1014,7 @@ struct group {                  /* the entries of one primary */
 struct ent_ref {
 	uint64_t node;
 	uint64_t origin;
+	bool recopy;
 	uint32_t cache_id;
 	uint64_t hash;
 	dgi_txent *e;
@@ -1014,6 +1027,8 @@ static int ref_cmp(const void *a, const void *b)
 		return x->node < y->node ? -1 : 1;
 	if (x->origin != y->origin)
 		return x->origin < y->origin ? -1 : 1;
+	if (x->recopy != y->recopy)
+		return x->recopy ? 1 : -1;
 	if (x->cache_id != y->cache_id)
 		return x->cache_id < y->cache_id ? -1 : 1;
 	if (x->hash != y->hash)
@@ -1058,8 +1073,16 @@ static dg_err map_entries(dg_tx *tx, struct ent_ref *refs, uint32_t *nrefs,
 			/* locked on a primary under the tx's topology: it prepares
 			 * there, under that topology (a topology change waits for
 			 * it), even if the key has moved since */
-			refs[k++] = (struct ent_ref){ e->origin, 0, e->cache_id, e->hash, e };
+			refs[k++] = (struct ent_ref){ e->origin, 0, false, e->cache_id, e->hash, e };
 			*topver = tx->topver;
+			continue;
+		}
+		if (resend && e->back_to != 0) {
+			/* its record or its write is there: only there (on any
+			 * topology) */
+			if (!e->done)
+				refs[k++] = (struct ent_ref){ e->back_to, e->origin, e->recopy, e->cache_id,
+					e->hash, e };
 			continue;
 		}
 		if (dgi_cache_owners(c, e->part, own, DGI_OWNERS_BUF, &tv) == 0)
@@ -1070,16 +1093,17 @@ static dg_err map_entries(dg_tx *tx, struct ent_ref *refs, uint32_t *nrefs,
 		(void)err;
 		if (resend && e->done)
 			continue;
-		refs[k++] = (struct ent_ref){ own[0], resend ? e->origin : 0, e->cache_id, e->hash, e };
+		refs[k++] = (struct ent_ref){ own[0], resend ? e->origin : 0, false, e->cache_id, e->hash,
+			e };
 	}
 	qsort(refs, k, sizeof(refs[0]), ref_cmp);
 	uint32_t ng = 0;
 	for (uint32_t i = 0; i < k; i++) {
 		if (ng == 0 || groups[ng - 1].node != refs[i].node ||
-		    groups[ng - 1].origin != refs[i].origin) {
+		    groups[ng - 1].origin != refs[i].origin || groups[ng - 1].recopy != refs[i].recopy) {
 			if (ng == MAX_NODES)
 				return DG_ERR_LIMIT;
-			groups[ng++] = (struct group){ refs[i].node, refs[i].origin, 0, i };
+			groups[ng++] = (struct group){ refs[i].node, refs[i].origin, refs[i].recopy, 0, i };
 		}
 		groups[ng - 1].n++;
 	}
@@ -1140,7 +1164,8 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 	}
 	for (uint32_t i = 0; i < ng; i++) {
 		dgi_msg_tx_prepare m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
-			left, topver, flags, (int64_t)groups[i].origin, ng,
+			left, topver, flags | (groups[i].recopy ? DGI_TXP_RECOPY : 0),
+			(int64_t)groups[i].origin, ng, 0, 0,
 			{ tx->wire.data + offs[i], (uint32_t)(offs[i + 1] - offs[i]) } };
 		if (!(flags & DGI_TXP_RESEND))
 			add_locked(tx, groups[i].node);
@@ -1154,27 +1179,56 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 }
 
 /* After the decision: entries of primaries that did not confirm are
- * re-sent to the keys' current primaries (one-phase, RESEND, naming the
- * primary they were prepared on) until confirmed or the timeout. */
+ * re-sent (one-phase, RESEND, naming the primary they were prepared on as
+ * origin) until confirmed or the timeout.  They go back to that primary
+ * while it is in the topology — it holds their prepared record, or
+ * applied them — and to the keys' current primaries once it left (they
+ * hold the backups' records, or its copies).  Entries a node applied
+ * without every owner confirming (DGI_TXA_APPLIED) stay with that node,
+ * which re-sends its copies (DGI_TXP_RECOPY): applying them anew
+ * elsewhere, with a newer version, could overwrite what was written after
+ * them there once their locks were released; that node gone, nobody can
+ * vouch for them: the outcome is unknown. */
 static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *groups,
     uint32_t ng, struct call *calls)
 {
+	bool lost = false;
 	for (uint32_t i = 0; i < ng; i++) {
 		if (calls[i].err != DG_OK && getenv("DG_TX_DEBUG"))
-			fprintf(stderr, "tx commit at %016llx: %s\n", (unsigned long long)groups[i].node,
-			    dg_strerror(calls[i].err));
+			fprintf(stderr, "tx commit at %016llx: %s%s\n", (unsigned long long)groups[i].node,
+			    dg_strerror(calls[i].err), calls[i].applied ? " (applied there)" : "");
 		for (uint32_t j = 0; j < groups[i].n; j++) {
 			dgi_txent *e = refs[groups[i].first + j].e;
 			e->done = calls[i].err == DG_OK;
 			e->origin = groups[i].origin != 0 ? groups[i].origin : groups[i].node;
+			e->back_to = e->done ? 0 : groups[i].node;
+			e->recopy = !e->done && (calls[i].applied || groups[i].recopy);
 		}
 	}
 	for (;;) {
+		size_t n = dgi_txents_count(tx->ents);
+		for (size_t i = 0; i < n; i++) {
+			dgi_txent *e = dgi_txents_at(tx->ents, i);
+			if (e->back_to == 0 || e->done || !dgi_txsvc_gone(tx->s, e->back_to))
+				continue;
+			if (e->recopy) {
+				e->done = true; /* it applied them and left unconfirmed */
+				lost = true;
+			} else {
+				e->back_to = 0; /* to the keys' current primaries */
+			}
+		}
 		uint32_t nrefs = 0, ng2 = 0;
 		int64_t topver;
 		dg_err e = map_entries(tx, refs, &nrefs, groups, &ng2, true, &topver);
-		if (e == DG_OK && nrefs == 0)
-			return DG_OK;
+		if (e == DG_OK && nrefs == 0) {
+			if (lost)
+				fprintf(stderr, "level=warn id=TX-UNKNOWN tx=%016llx:%llu phase=commit "
+				    "why=\"a node that applied entries left before every owner confirmed "
+				    "them\"\n", (unsigned long long)tx->id.node,
+				    (unsigned long long)tx->id.seq);
+			return lost ? DG_ERR_TX_UNKNOWN : DG_OK;
+		}
 		if (left_ms(tx) == 0)
 			return DG_ERR_TX_UNKNOWN;
 		sleep_ms(20); /* the topology catches up with the left primary */
@@ -1184,11 +1238,24 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 		    calls);
 		for (uint32_t i = 0; i < ng2; i++) {
 			if (calls[i].err != DG_OK && getenv("DG_TX_DEBUG"))
-				fprintf(stderr, "tx resend at %016llx: %s\n",
-				    (unsigned long long)groups[i].node, dg_strerror(calls[i].err));
-			for (uint32_t j = 0; j < groups[i].n; j++)
-				if (calls[i].err == DG_OK)
-					refs[groups[i].first + j].e->done = true;
+				fprintf(stderr, "tx resend at %016llx: %s%s\n",
+				    (unsigned long long)groups[i].node, dg_strerror(calls[i].err),
+				    calls[i].applied ? " (applied there)" : "");
+			for (uint32_t j = 0; j < groups[i].n; j++) {
+				dgi_txent *en = refs[groups[i].first + j].e;
+				if (calls[i].err == DG_OK) {
+					en->done = true;
+				} else if (calls[i].applied) {
+					en->back_to = groups[i].node; /* from now on, only there */
+					en->recopy = true;
+				} else if (en->back_to != 0 && !en->recopy &&
+				    (calls[i].err == DG_ERR_REMAP || calls[i].err == DG_ERR_NOT_FOUND)) {
+					en->back_to = 0; /* nothing there, not its primary: map */
+				} else if (en->recopy && calls[i].err == DG_ERR_NOT_FOUND) {
+					en->done = true; /* it cannot vouch for them any more */
+					lost = true;
+				}
+			}
 		}
 	}
 }
@@ -1280,13 +1347,32 @@ static int primary_committed(dg_tx *tx, const struct group *g)
 	return (q & 0xff) == DGI_TXQ_COMMITTED || (q & 0xff) == DGI_TXQ_COMMITTING;
 }
 
+/* The one primary p of a one-phase commit applied it, but not every owner
+ * is known to have it (p did not get every backup's DG_OK, or its answer
+ * was lost).  The decision is commit: join it — p re-sends its copies
+ * (DGI_TXP_RECOPY) until every owner confirmed, or the outcome stays
+ * unknown (the timeout, or p left). */
+static dg_err join_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *groups,
+    struct call *calls)
+{
+	uint64_t p = groups[0].node;
+	step(tx, DGI_TXE_PREPARED); /* it committed: the decision was made there */
+	step(tx, DGI_TXE_COMMIT);
+	calls[0].err = DG_ERR_TX_UNKNOWN;
+	calls[0].applied = true;
+	groups[0].origin = p;
+	return finish_decided(tx, refs, groups, 1, calls);
+}
+
 /* The one primary of a one-phase commit did not answer: learn whether it
  * committed.  Alive, it is asked to roll back — it refuses (STATE) only
- * when it committed.  Left, the tx committed iff a surviving owner of its
- * keys applied its copies: then the keys' current primaries make sure
- * every owner has them (a resend); an owner that does not answer leaves
- * it open (asked again).  No new lock is granted on those keys meanwhile:
- * this commit is in flight under the old topology (the fence). */
+ * when it committed, and then the commit is joined (join_one_phase: its
+ * copies may not have reached every owner).  Left, the tx committed iff a
+ * surviving owner of its keys applied its copies: then the keys' current
+ * primaries make sure every owner has them (a resend); an owner that does
+ * not answer leaves it open (asked again).  No new lock is granted on
+ * those keys meanwhile: this commit is in flight under the old topology
+ * (the fence). */
 static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *groups,
     struct call *calls)
 {
@@ -1304,7 +1390,7 @@ static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *g
 			if (calls[0].err == DG_ERR_STATE) {
 				int64_t q = dgi_txsvc_query(tx->s, p, &tx->id, 0, left);
 				if (q >= 0 && (q & 0xff) == DGI_TXQ_COMMITTED)
-					return DG_OK;
+					return join_one_phase(tx, refs, groups, calls);
 			}
 			sleep_ms(20);
 			continue;
@@ -1323,6 +1409,7 @@ static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *g
 			refs[groups[0].first + i].e->origin = p;
 		}
 		calls[0].err = DG_ERR_CONN_BROKEN;
+		calls[0].applied = false;
 		groups[0].origin = p;
 		return finish_decided(tx, refs, groups, 1, calls);
 	}
@@ -1490,7 +1577,9 @@ static dg_err commit(dg_tx *tx)
 	step(tx, DGI_TXE_PREPARE);
 	if (ng == 1) {
 		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls);
-		if (e != DG_OK && calls[0].sent && !calls[0].answered)
+		if (e != DG_OK && calls[0].answered && calls[0].applied)
+			e = join_one_phase(tx, refs, groups, calls);
+		else if (e != DG_OK && calls[0].sent && !calls[0].answered)
 			e = resolve_one_phase(tx, refs, groups, calls);
 		if (e == DG_OK || e == DG_ERR_TX_UNKNOWN) {
 			/* the one answer (or what was learnt) stands for all three */

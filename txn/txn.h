@@ -45,7 +45,10 @@
  *                          not be confirmed by every primary (recovery
  *                          commits a tx all of whose primaries prepared
  *                          once it takes the near node for gone); or a
- *                          primary failed to apply after applying part.
+ *                          primary failed to apply after applying part; or
+ *                          a primary applied it but not every owner of the
+ *                          keys confirmed the copies before the timeout (or
+ *                          that primary left the topology first).
  *                          Either way the participants finish it one way
  *                          everywhere (never half); it may be applied.
  *   DG_ERR_PARTITION_LOST  the key's partition lost every copy (datagrid.h;

@@ -123,6 +123,7 @@ struct rec {
 	int refs;                   /* callbacks still to come (lock waits, backup answers) */
 	uint32_t waiting;           /* R_PREPARING: lock grants still to come (+1 while issuing) */
 	uint32_t acks;              /* backup answers still to come */
+	dg_err bfail;               /* the first backup answer that was not DG_OK */
 	dg_err fail;
 	int64_t fail_idx;
 	bool have_req;              /* req waits for an answer */
@@ -133,6 +134,25 @@ struct rec {
 	uint32_t blen;
 	uint8_t inl[REC_INLINE];
 };
+
+/* The owners a primary sends copies to, and their digest (backup_agrees). */
+struct targets {
+	struct nodeset bk;
+	uint64_t digest;            /* owners_of's, over the entries added */
+	int64_t topver;             /* the lowest affinity version among them */
+};
+
+static void targets_init(struct targets *t)
+{
+	ns_init(&t->bk);
+	t->digest = 0;
+	t->topver = 0;
+}
+
+static void targets_free(struct targets *t)
+{
+	ns_free(&t->bk);
+}
 
 struct local_slot {
 	uint64_t id;                /* 0: free */
@@ -194,6 +214,9 @@ struct dgi_txsvc {
 	uint32_t fence_timeout_ms;
 	uint64_t blocked_logged_ms;  /* the expirer's */
 	bool fenced;                /* joined: grants wait for the fence */
+	_Atomic(struct dg_member *) m;  /* joined: its membership (this node's pauses) */
+	_Atomic uint64_t stale_logged_ms;  /* TX-STALE-REFUSED: once a second */
+	_Atomic uint32_t stale_refused;    /* ... with the count since */
 	_Atomic uint64_t fence_rollbacks;
 	uint64_t dl_next;           /* s->mu: when to look for cycles across nodes (0: no wait) */
 	dgi_wfg *gwfg;              /* the detector's: edges of every node */
@@ -232,6 +255,8 @@ struct waiter {                 /* a TX_LOCK waiting for its lock */
 };
 
 #define STAT(s, f) atomic_fetch_add_explicit(&(s)->f, 1, memory_order_relaxed)
+
+_Atomic bool dgi_tx_test_ignore_pause;
 
 /* ---- codecs ---- */
 
@@ -308,14 +333,14 @@ static dg_err dec_ctl(dg_reader *r, void *body)
 static dg_err enc_prepare(dg_writer *w, const void *body)
 {
 	const dgi_msg_tx_prepare *m = body;
-	dg_err e = put_i64s(w, &m->tx_node, 8);
+	dg_err e = put_i64s(w, &m->tx_node, 10);
 	return e != DG_OK ? e : dg_msg_list_put(w, &m->ents);
 }
 
 static dg_err dec_prepare(dg_reader *r, void *body)
 {
 	dgi_msg_tx_prepare *m = body;
-	dg_err e = get_i64s(r, &m->tx_node, 8);
+	dg_err e = get_i64s(r, &m->tx_node, 10);
 	return e != DG_OK ? e : dg_msg_list_get(r, &m->ents);
 }
 
@@ -355,8 +380,8 @@ _Static_assert(offsetof(dgi_msg_tx_lock, key) == 5 * sizeof(int64_t),
     "TX_LOCK: five I64, then the key");
 _Static_assert(sizeof(dgi_msg_tx_res) == 3 * sizeof(int64_t), "TX_UNLOCK: three I64");
 _Static_assert(sizeof(dgi_msg_tx_ctl) == 5 * sizeof(int64_t), "TX_ACK: five I64");
-_Static_assert(offsetof(dgi_msg_tx_prepare, ents) == 8 * sizeof(int64_t),
-    "TX_PREPARE: eight I64, then the entries");
+_Static_assert(offsetof(dgi_msg_tx_prepare, ents) == 10 * sizeof(int64_t),
+    "TX_PREPARE: ten I64, then the entries");
 
 /* Writers of LISTs need a registry (FORMAT.md's container schemas); the
  * txn messages carry no registered types, so one empty registry serves
@@ -524,15 +549,21 @@ static void reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type, const vo
 		dg_tp_reply(s->tp, req, type, body);
 }
 
-static void ack(dgi_txsvc *s, const dg_msg_in *req, dg_err res, int64_t idx)
+static void ack_flags(dgi_txsvc *s, const dg_msg_in *req, dg_err res, int64_t idx,
+    int64_t flags)
 {
 	if (req->type == DGI_MSG_TX_LOCK || req->type == DGI_MSG_TX_UNLOCK) {
 		dgi_msg_tx_lock_res r = { res, 0, 0, 0, 0, { NULL, 0 } };
 		reply(s, req, DGI_MSG_TX_LOCK_RES, &r);
 		return;
 	}
-	dgi_msg_tx_ctl r = { 0, 0, 0, res, idx };
+	dgi_msg_tx_ctl r = { 0, 0, flags, res, idx };
 	reply(s, req, DGI_MSG_TX_ACK, &r);
+}
+
+static void ack(dgi_txsvc *s, const dg_msg_in *req, dg_err res, int64_t idx)
+{
+	ack_flags(s, req, res, idx, 0);
 }
 
 _Atomic uint64_t dgi_tx_cut_node;
@@ -1047,6 +1078,119 @@ static dg_err check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t to
 	return DG_OK;
 }
 
+/* ---- a node woken from a pause ---- */
+
+/* Was this node just paused (PROTOCOL.md, "A paused node")?  Its view of
+ * the cluster may be stale: the others may have removed it and moved its
+ * partitions to its backups, which lock and write under a newer topology.
+ * Requests that waited in its sockets meanwhile (a lock, a prepare) must
+ * not be granted on its old topology: they are refused with
+ * DG_ERR_NOT_READY (the near maps the key again) until the pause is over
+ * — a member vouched for it, or it learnt it was removed and owns nothing. */
+static bool paused(dgi_txsvc *s)
+{
+	struct dg_member *m = atomic_load_explicit(&s->m, memory_order_acquire);
+	if (m == NULL || atomic_load_explicit(&dgi_tx_test_ignore_pause, memory_order_relaxed))
+		return false;
+	return dg_member_suspect(m);
+}
+
+static void stale_refused(dgi_txsvc *s, const char *what, uint64_t node, uint64_t seq)
+{
+	atomic_fetch_add(&s->stale_refused, 1);
+	uint64_t now = dgi_now_ms(), last = atomic_load(&s->stale_logged_ms);
+	if (now - last < 1000 || !atomic_compare_exchange_strong(&s->stale_logged_ms, &last, now))
+		return;
+	fprintf(stderr, "level=warn id=TX-STALE-REFUSED what=%s tx=%016llx:%llu count=%u "
+	    "why=\"this node was paused: its topology may be stale\"\n", what,
+	    (unsigned long long)node, (unsigned long long)seq,
+	    atomic_exchange(&s->stale_refused, 0));
+}
+
+/* ---- copies: do the sender and this node agree on the owners? ----
+ * A primary's copies (TX_COMMIT_COPY) and its forwarded prepares
+ * (TX_PREPARE with DGI_TXP_BACKUP) carry the digest of the owner sets of
+ * the written entries' partitions under the sender's affinity (owners_of)
+ * and its version.  A backup answers DG_OK only when its own affinity
+ * gives the same digest — then every owner of its topology was among the
+ * sender's targets — and the sender is in its topology (a removed primary,
+ * woken from a pause, acts on a topology the others left). */
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	return x ^ (x >> 33);
+}
+
+/* Adds entry (cache id, part)'s owner set to a digest. */
+static uint64_t digest_add(uint64_t d, int64_t cache_id, uint32_t part, uint64_t ohash)
+{
+	return d + mix64(((uint64_t)cache_id << 32 ^ part) * 0x9e3779b97f4a7c15ULL ^ ohash);
+}
+
+/* The owner digest of an entry list's written entries under this node's
+ * affinities, and the lowest affinity version among them (0: no written
+ * entry).  DG_ERR_NOT_READY: a cache this node does not know (yet), or
+ * has no affinity for. */
+static dg_err owners_of(dgi_txsvc *s, dg_raw ents, uint64_t *digest, int64_t *topver)
+{
+	dg_reader rd;
+	uint32_t n;
+	*digest = 0;
+	*topver = 0;
+	dg_reader_init(&rd, NULL, ents.ptr, ents.len);
+	dg_err e = dg_read_begin(&rd, DG_LIST, &n);
+	if (e != DG_OK)
+		return e;
+	if (n % DGI_TXWIRE_FIELDS != 0)
+		return DG_ERR_BAD_LENGTH;
+	n /= DGI_TXWIRE_FIELDS;
+	for (uint32_t i = 0; i < n; i++) {
+		dgi_txwire_ent en;
+		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
+			return e;
+		if ((en.op & DGI_TXOP_MASK) == 0)
+			continue;
+		dg_err ce;
+		dg_cache *c = tx_cache(s, en.cache_id, &ce);
+		uint64_t oh;
+		int64_t tv;
+		if (c == NULL || dgi_cache_owners_hash(c, (uint32_t)en.part, NULL, 0, &tv, &oh) == 0)
+			return DG_ERR_NOT_READY;
+		*digest = digest_add(*digest, en.cache_id, (uint32_t)en.part, oh);
+		if (*topver == 0 || tv < *topver)
+			*topver = tv;
+	}
+	return DG_OK;
+}
+
+/* May this node, a backup of m's sender, answer DG_OK to it?  DG_OK: it
+ * agrees with the sender on every written entry's owners.  Else the
+ * answer: DG_ERR_REMAP (this node is on a newer topology than the sender:
+ * owners the sender did not know of may lack the copy, or the sender is
+ * no longer a member), DG_ERR_NOT_READY (this node is behind the sender,
+ * or does not know a cache yet), or a decoding error.  *member: whether
+ * the sender is in this node's topology (a copy from a node that is not
+ * is not applied at all: its writes are not the cluster's). */
+static dg_err backup_agrees(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx_prepare *m,
+    bool *member)
+{
+	uint64_t mine;
+	int64_t tv;
+	*member = in->from == s->self || !dgi_txsvc_gone(s, in->from);
+	dg_err e = owners_of(s, m->ents, &mine, &tv);
+	if (e != DG_OK)
+		return e;
+	if (tv == 0)
+		tv = dgi_grid_topver(s->g); /* nothing written: the grid's */
+	if (*member && m->otopver != 0 && (uint64_t)m->owners == mine)
+		return DG_OK;
+	return tv > m->otopver ? DG_ERR_REMAP : DG_ERR_NOT_READY;
+}
+
 /* ---- the topology fence ---- */
 
 /* May a lock or prepare under topology version v be granted here? */
@@ -1232,8 +1376,8 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 		struct ended x;
 		bool ended = end_role(s, &undo[i], ROLE_PRIMARY, 0, DGI_TXS_ROLLED_BACK,
 		    ST(R_ACTIVE) | ST(R_PREPARING), &x);
-		if (ended)
-			ns_free(&x.bk); /* (not prepared: its backups have nothing) */
+		if (ended && !x.had)
+			ns_free(&x.bk);
 		if (!ended || !x.had)
 			continue;
 		fprintf(stderr, "level=warn id=TX-FENCE-ROLLBACK tx=%016llx:%llu topology=%lld\n",
@@ -1241,6 +1385,12 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 		atomic_fetch_add(&s->fence_rollbacks, 1);
 		if (x.pending)
 			ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
+		/* a prepare already forwarded: its backups drop what they kept
+		 * (else their records would hold the fence, the primary alive) */
+		dgi_msg_tx_ctl fw = { (int64_t)undo[i].node, (int64_t)undo[i].seq, DGI_TXP_BACKUP, 0, 0 };
+		for (uint32_t k = 0; k < x.bk.n; k++)
+			dgi_txsvc_send(s, x.bk.ids[k], DGI_MSG_TX_ROLLBACK, &fw);
+		ns_free(&x.bk);
 	}
 	if (check && busy > 0) {
 		if (now - started >= 3000 && now - s->blocked_logged_ms >= 2000) {
@@ -1295,6 +1445,7 @@ dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeou
 	}
 	pthread_mutex_lock(&s->fmu);
 	s->fenced = s->g != NULL;
+	atomic_store(&s->m, m);
 	pthread_mutex_unlock(&s->fmu);
 	return dg_member_listen(m, on_topology, s);
 }
@@ -1403,6 +1554,11 @@ static void h_lock(dgi_txsvc *s, const dg_msg_in *in)
 	uint32_t part = 0;
 	if (m->topver != 0) {
 		dg_err err;
+		if (paused(s)) {
+			stale_refused(s, "lock", tx.node, tx.seq);
+			ack(s, in, DG_ERR_NOT_READY, -1);
+			return;
+		}
 		dg_cache *c = tx_cache(s, m->cache_id, &err);
 		if (c == NULL) {
 			ack(s, in, err, -1);
@@ -1599,6 +1755,18 @@ static void h_backup_prepare(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx
 		ack(s, in, e, bad); /* kept, it would be applied on a takeover */
 		return;
 	}
+	/* kept only from a primary that agrees with this node on the owners
+	 * (a removed one, woken from a pause, prepares on a topology the
+	 * others left: nothing of it is kept, and it cannot prepare) */
+	bool member;
+	e = backup_agrees(s, in, m, &member);
+	if (e != DG_OK) {
+		if (getenv("DG_TX_DEBUG"))
+			fprintf(stderr, "backup prepare refused: %s from=%016llx member=%d\n",
+			    dg_strerror(e), (unsigned long long)in->from, member);
+		ack(s, in, e, -1);
+		return;
+	}
 	pthread_mutex_lock(&s->mu);
 	struct rec *r = rec_find(s, &tx, ROLE_BACKUP, in->from);
 	if (r == NULL) {
@@ -1620,52 +1788,136 @@ static void h_backup_prepare(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx
 	ack(s, in, e, -1);
 }
 
-/* Sends the copies this node holds of a resend's keys to their backups
- * (versions make repeats harmless); answers nothing. */
-static void recopy(dgi_txsvc *s, const dg_msg_in *in)
+static dg_err add_owners(dgi_txsvc *s, dg_cache *c, int64_t cache_id, uint32_t part,
+    struct targets *t);
+static void to_backups(dgi_txsvc *s, struct rec *r, dg_msg_type type,
+    const dgi_msg_tx_prepare *body, const struct nodeset *set, uint32_t timeout_ms);
+
+/* This node's copy of a resend's entry en into w (what it holds now: the
+ * tx's write or a later one; read into val), its owners into t; false when
+ * it holds none (or t cannot grow). */
+static bool recopy_one(dgi_txsvc *s, dgi_txwire_ent *en, dg_writer *w, struct targets *t,
+    dg_buf *val)
 {
-	dg_reader rd;
-	uint32_t n;
+	dg_err e;
+	dg_cache *c = tx_cache(s, en->cache_id, &e);
+	if (c == NULL)
+		return false;
+	uint64_t hash;
+	dgi_cache_key_part(c, en->key.ptr, en->key.len, &hash);
+	bool found;
+	val->len = 0;
+	if (dgi_cache_tx_read(c, 0, (uint32_t)en->part, hash, en->key.ptr, en->key.len, val,
+	    &found, &en->ver) != DG_OK || en->ver.counter == 0)
+		return false;
+	if (w == NULL)
+		return true;
+	en->op = found ? DGI_TXOP_PUT : DGI_TXOP_REMOVE;
+	en->val = found ? (dg_bytes){ val->data ? val->data : (const uint8_t *)"",
+		(uint32_t)val->len } : (dg_bytes){ NULL, 0 };
+	en->expire_ms = 0;
+	return dgi_txwire_put(w, en) == DG_OK &&
+	    add_owners(s, c, en->cache_id, (uint32_t)en->part, t) == DG_OK;
+}
+
+/* A resend (in) of entries this node applied already: sends what it holds
+ * of those keys to their current owners (TX_COMMIT_COPY; versions make
+ * repeats harmless) and answers once every one confirmed (DG_OK), or
+ * DG_ERR_TX_UNKNOWN with DGI_TXA_APPLIED when one did not — the near
+ * re-sends.  Runs as a takeover record from origin in R_COMMITTING; a
+ * resend while one runs is answered DG_ERR_NOT_READY (ask again). */
+static void recopy(dgi_txsvc *s, const dg_msg_in *in, uint64_t origin)
+{
+	dg_reader rd, rd2;
+	uint32_t n, held = 0, written = 0;
 	dgi_msg_tx_prepare m;
-	if (ents_open(in->raw, in->raw_len, &m, &rd, &n) != DG_OK)
+	dg_err e = ents_open(in->raw, in->raw_len, &m, &rd, &n);
+	if (e != DG_OK) {
+		ack(s, in, e, -1);
 		return;
+	}
 	dgi_txid tx = { (uint64_t)m.tx_node, (uint64_t)m.tx_seq };
-	dg_buf vfb, cfb, *val = tl_buf(val, &vfb), *copy = tl_buf(copy, &cfb);
+	dg_buf vfb, cfb, *val = tl_buf(val, &vfb), *b = tl_buf(copy, &cfb);
+	rd2 = rd;
 	for (uint32_t i = 0; i < n; i++) {
 		dgi_txwire_ent en;
-		dg_err e;
-		if (dgi_txwire_get(&rd, &en) != DG_OK)
+		if (dgi_txwire_get(&rd2, &en) != DG_OK)
 			break;
-		dg_cache *c = tx_cache(s, en.cache_id, &e);
-		if (c == NULL)
-			continue;
-		uint64_t hash, own[8];
-		int64_t tv;
-		dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
-		uint32_t k = dgi_cache_owners(c, (uint32_t)en.part, own, DGI_OWNERS_BUF, &tv);
-		bool found;
-		val->len = 0;
-		if (dgi_cache_tx_read(c, tv, (uint32_t)en.part, hash, en.key.ptr, en.key.len,
-		    val, &found, &en.ver) != DG_OK || en.ver.counter == 0)
-			continue;
-		copy->len = 0;
-		dg_writer w;
-		dg_writer_init(&w, wire_reg, copy);
-		en.op = found ? DGI_TXOP_PUT : DGI_TXOP_REMOVE;
-		en.val = found ? (dg_bytes){ val->data ? val->data : (const uint8_t *)"",
-			(uint32_t)val->len } : (dg_bytes){ NULL, 0 };
-		en.expire_ms = 0;
-		if (dg_write_list_begin(&w, DGI_TXWIRE_FIELDS) != DG_OK ||
-		    dgi_txwire_put(&w, &en) != DG_OK || dg_write_end(&w) != DG_OK)
-			continue;
-		dgi_msg_tx_prepare cp = { (int64_t)tx.node, (int64_t)tx.seq, m.start_ms, 0, tv, 0,
-			(int64_t)s->self, 0, { copy->data, (uint32_t)copy->len } };
-		for (uint32_t j = 1; j < k; j++)
-			if (own[j] != s->self)
-				dg_tp_send(s->tp, own[j], DGI_MSG_TX_COMMIT_COPY, &cp);
+		held += recopy_one(s, &en, NULL, NULL, val);
 	}
+	struct targets t;
+	targets_init(&t);
+	if (held < n) {
+		e = DG_ERR_NOT_FOUND; /* it cannot vouch for what it lost */
+		goto out;
+	}
+	dg_writer w;
+	dg_writer_init(&w, wire_reg, b);
+	e = dg_write_list_begin(&w, held * DGI_TXWIRE_FIELDS);
+	for (uint32_t i = 0; i < n && e == DG_OK && written < held; i++) {
+		dgi_txwire_ent en;
+		if ((e = dgi_txwire_get(&rd, &en)) == DG_OK)
+			written += recopy_one(s, &en, &w, &t, val);
+	}
+	if (e == DG_OK && written != held)
+		e = DG_ERR_NOT_READY; /* changed under us: the near asks again */
+	if (e == DG_OK)
+		e = dg_write_end(&w);
+	if (e != DG_OK || t.bk.n == 0)
+		goto out;
+	pthread_mutex_lock(&s->mu);
+	struct rec *r = rec_find(s, &tx, ROLE_TAKEOVER, origin);
+	if (r == NULL && (r = rec_new(s, &tx, R_COMMITTING, ROLE_TAKEOVER, origin)) != NULL) {
+		r->s = s;
+		r->start_ms = m.start_ms;
+		r->topver = t.topver;
+		r->flags = m.flags;
+		r->have_req = true;
+		r->req = *in;
+		r->req.body = NULL;
+		r->req.raw = NULL;
+	} else {
+		pthread_mutex_unlock(&s->mu);
+		e = r != NULL ? DG_ERR_NOT_READY : DG_ERR_NOMEM;
+		goto out;
+	}
+	pthread_mutex_unlock(&s->mu);
+	dgi_msg_tx_prepare cp = { (int64_t)tx.node, (int64_t)tx.seq, m.start_ms, 0, t.topver, 0,
+		(int64_t)origin, 0, (int64_t)t.digest, t.topver, { b->data, (uint32_t)b->len } };
+	to_backups(s, r, DGI_MSG_TX_COMMIT_COPY, &cp, &t.bk,
+	    m.timeout_ms > 0 ? (uint32_t)m.timeout_ms : 1000);
+	targets_free(&t);
 	dg_buf_free(&vfb);
 	dg_buf_free(&cfb);
+	return;
+out:
+	ack(s, in, e, -1); /* (DG_OK: nothing to copy, no other owner) */
+	targets_free(&t);
+	dg_buf_free(&vfb);
+	dg_buf_free(&cfb);
+}
+
+/* DGI_TXP_RECOPY: this node applied the tx's entries of origin (as their
+ * primary, origin itself; as origin's backup; or taking over from it) but
+ * did not get every owner's confirmation.  It re-sends what it holds of
+ * those keys (recopy) — on whatever topology, as a member; the owners
+ * judge — and never applies them anew.  A record still committing: ask
+ * again (DG_ERR_NOT_READY); nothing applied here: DG_ERR_NOT_FOUND. */
+static void h_recopy(dgi_txsvc *s, const dg_msg_in *in, const dgi_txid *tx, uint64_t origin)
+{
+	dgi_txid tk = role_key(tx, ROLE_TAKEOVER, origin), bk = role_key(tx, ROLE_BACKUP, origin);
+	dgi_txs d;
+	if ((dgi_txdone_get(s->done, &tk, &d) && d == DGI_TXS_COMMITTED) ||
+	    (dgi_txdone_get(s->done, &bk, &d) && d == DGI_TXS_COMMITTED) ||
+	    (origin == s->self && dgi_txdone_get(s->done, tx, &d) && d == DGI_TXS_COMMITTED)) {
+		recopy(s, in, origin);
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	bool busy = (origin == s->self && rec_find(s, tx, ROLE_PRIMARY, 0) != NULL) ||
+	    rec_find(s, tx, ROLE_TAKEOVER, origin) != NULL;
+	pthread_mutex_unlock(&s->mu);
+	ack(s, in, busy ? DG_ERR_NOT_READY : DG_ERR_NOT_FOUND, -1);
 }
 
 static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
@@ -1680,22 +1932,35 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		h_backup_prepare(s, in, m);
 		return;
 	}
+	if (paused(s)) {
+		stale_refused(s, "prepare", tx.node, tx.seq);
+		ack(s, in, DG_ERR_NOT_READY, -1);
+		return;
+	}
 	bool resend = (m->flags & DGI_TXP_RESEND) != 0;
 	int role = resend ? ROLE_TAKEOVER : ROLE_PRIMARY;
 	uint64_t from = resend ? (uint64_t)m->origin : 0;
-	/* a resend to the primary that prepared it (its COMMIT's answer was
-	 * lost): commit that record, or answer its outcome */
-	if (resend && from == s->self && commit_prepared(s, in, &tx, true))
+	if (resend && (m->flags & DGI_TXP_RECOPY)) {
+		h_recopy(s, in, &tx, from);
 		return;
+	}
+	/* a resend to the primary that prepared it (its COMMIT's answer was
+	 * lost, or it refused): commit that record, or answer its outcome —
+	 * committed here already: send the copies again (whatever this node's
+	 * role is now: the owners judge) */
+	if (resend && from == s->self) {
+		dgi_txs pd;
+		if (commit_prepared(s, in, &tx, true))
+			return;
+		if (dgi_txdone_get(s->done, &tx, &pd) && pd == DGI_TXS_COMMITTED) {
+			recopy(s, in, from);
+			return;
+		}
+	}
 	dgi_txid key = role_key(&tx, role, from), bkey = role_key(&tx, ROLE_BACKUP, from);
 	dgi_txs done;
-	if (dgi_txdone_get(s->done, &key, &done) ||
-	    (resend && dgi_txdone_get(s->done, &bkey, &done) && done == DGI_TXS_COMMITTED)) {
-		/* finished here (a repeat), or a resend of what this node
-		 * applied as the left primary's backup: its backups may have
-		 * missed the copies — send them what this node holds */
-		if (resend && done == DGI_TXS_COMMITTED)
-			recopy(s, in);
+	if (!resend && dgi_txdone_get(s->done, &key, &done)) {
+		/* finished here: a repeat */
 		ack(s, in, done == DGI_TXS_COMMITTED ? DG_OK : DG_ERR_TX_ROLLED_BACK, -1);
 		return;
 	}
@@ -1740,6 +2005,25 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 				    have ? have->st : -1, have ? (long long)have->topver : -1,
 				    (long long)m->topver);
 			ack(s, in, e, i);
+			return;
+		}
+	}
+	if (e == DG_OK && resend) {
+		/* a resend of what this node applied already — as the keys'
+		 * primary (its commit was not confirmed by every backup), as the
+		 * left primary's backup, or in an earlier takeover: the owners
+		 * may lack the copies — send them what this node holds and
+		 * answer once they confirmed */
+		dgi_txs bd, pd;
+		if ((dgi_txdone_get(s->done, &key, &done) && done == DGI_TXS_COMMITTED) ||
+		    (dgi_txdone_get(s->done, &bkey, &bd) && bd == DGI_TXS_COMMITTED) ||
+		    (from == s->self && dgi_txdone_get(s->done, &tx, &pd) &&
+		    pd == DGI_TXS_COMMITTED)) {
+			recopy(s, in, from);
+			return;
+		}
+		if (dgi_txdone_get(s->done, &key, &done)) {
+			ack(s, in, DG_ERR_TX_ROLLED_BACK, -1);
 			return;
 		}
 	}
@@ -1833,6 +2117,8 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	lock_counted(s, r, e); /* the issuing loop's own count */
 }
 
+static void prepare_refused(dgi_txsvc *s, struct rec *r, dg_err bfail);
+
 /* A backup's answer to TX_PREPARE or TX_COMMIT_COPY. */
 static void on_backup_answer(void *ctx, dg_err err, const dg_msg_in *reply)
 {
@@ -1841,30 +2127,70 @@ static void on_backup_answer(void *ctx, dg_err err, const dg_msg_in *reply)
 	if (err == DG_OK && reply != NULL)
 		err = (dg_err)((const dgi_msg_tx_ctl *)reply->body)->res; /* its verdict */
 	if (err != DG_OK)
-		fprintf(stderr, "level=warn id=TX-BACKUP tx=%016llx:%llu err=%s\n",
+		fprintf(stderr, "level=warn id=TX-BACKUP tx=%016llx:%llu err=%s from=%016llx\n",
 		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq,
-		    dg_strerror(err));
-	bool answer = false, unlink = false;
+		    dg_strerror(err), reply != NULL ? (unsigned long long)reply->from : 0ull);
+	bool answer = false, unlink = false, refuse = false;
 	dg_msg_in req;
+	dg_err bfail;
 	pthread_mutex_lock(&s->mu);
+	if (err != DG_OK && r->bfail == DG_OK)
+		r->bfail = err;
+	bfail = r->bfail;
 	if (--r->acks == 0 && !r->dead) {
-		if (r->st == R_PREPARING) {
-			r->st = R_PREPARED;
-		} else if (r->st == R_COMMITTING) {
-			unlink = true;
+		if (r->st == R_PREPARING && bfail != DG_OK) {
+			refuse = true; /* ended below, with its pending request */
+		} else {
+			if (r->st == R_PREPARING)
+				r->st = R_PREPARED;
+			else if (r->st == R_COMMITTING)
+				unlink = true;
+			answer = r->have_req;
+			req = r->req;
+			r->have_req = false;
 		}
-		answer = r->have_req;
-		req = r->req;
-		r->have_req = false;
 	}
 	pthread_mutex_unlock(&s->mu);
-	if (answer)
+	/* a participant acknowledges only what every backup confirmed (and,
+	 * with the owners' digest, with the owners the backups agree on) */
+	if (answer && bfail == DG_OK)
 		ack(s, &req, DG_OK, -1);
+	else if (answer) /* committed here; the near re-sends to the keys'
+	                    current primaries or reports the outcome unknown */
+		ack_flags(s, &req, DG_ERR_TX_UNKNOWN, -1, DGI_TXA_APPLIED);
+	if (refuse)
+		prepare_refused(s, r, bfail);
 	pthread_mutex_lock(&s->mu);
 	if (unlink)
 		rec_unlink(s, r);
 	rec_unref(s, r);
 	pthread_mutex_unlock(&s->mu);
+}
+
+/* A backup did not keep r's prepared entries (bfail): the prepare fails
+ * here — released and remembered rolled back, the backups that kept them
+ * told to drop them, the near answered (a refusal: no one can commit the
+ * tx, it rolls back).  A transport error (the backup died, or did not
+ * answer) is answered DG_ERR_NOT_READY: the owners are changing. */
+static void prepare_refused(dgi_txsvc *s, struct rec *r, dg_err bfail)
+{
+	struct ended x;
+	dgi_txid id = r->id;
+	if (!end_role(s, &id, r->role, r->from, DGI_TXS_ROLLED_BACK, ST(R_PREPARING), &x) || !x.had)
+		return;
+	STAT(s, rolled_back);
+	dgi_msg_tx_ctl fw = { (int64_t)id.node, (int64_t)id.seq, DGI_TXP_BACKUP, 0, 0 };
+	for (uint32_t i = 0; i < x.bk.n; i++)
+		dgi_txsvc_send(s, x.bk.ids[i], DGI_MSG_TX_ROLLBACK, &fw);
+	ns_free(&x.bk);
+	dg_err e = bfail;
+	if (e == DG_ERR_TIMEOUT || e == DG_ERR_CONN_BROKEN || e == DG_ERR_UNREACHABLE ||
+	    e == DG_ERR_BUSY || e == DG_ERR_CLOSED)
+		e = DG_ERR_NOT_READY;
+	if (getenv("DG_TX_DEBUG"))
+		fprintf(stderr, "prepare refused: a backup answered %s\n", dg_strerror(bfail));
+	if (x.pending)
+		ack(s, &x.req, e, -1);
 }
 
 /* Sends body (TX_PREPARE with DGI_TXP_BACKUP, or TX_COMMIT_COPY) to every
@@ -1885,32 +2211,38 @@ static void to_backups(dgi_txsvc *s, struct rec *r, dg_msg_type type,
 	on_backup_answer(r, DG_OK, NULL); /* the sender's own count */
 }
 
-/* Adds part's owners (current affinity) to bk, but this node (which may
- * no longer be the primary).  DG_ERR_NOMEM when bk cannot grow. */
-static dg_err add_owners(dgi_txsvc *s, dg_cache *c, uint32_t part, struct nodeset *bk)
+/* Adds part's owners (current affinity) to t, but this node (which may
+ * no longer be the primary) and those already there; and to its digest.
+ * DG_ERR_NOMEM when t cannot grow. */
+static dg_err add_owners(dgi_txsvc *s, dg_cache *c, int64_t cache_id, uint32_t part,
+    struct targets *t)
 {
-	uint64_t buf[DGI_OWNERS_BUF], *own = buf;
+	uint64_t buf[DGI_OWNERS_BUF], *own = buf, oh;
 	int64_t tv;
-	uint32_t k = dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv);
+	uint32_t k = dgi_cache_owners_hash(c, part, own, DGI_OWNERS_BUF, &tv, &oh);
 	if (k > DGI_OWNERS_BUF) { /* a REPLICATED cache on many servers */
 		uint32_t cap = k;
 		if ((own = dgi_alloc(cap * sizeof(*own))) == NULL)
 			return DG_ERR_NOMEM;
-		if ((k = dgi_cache_owners(c, part, own, cap, &tv)) > cap)
-			k = cap; /* grew meanwhile: the next topology's fence covers the rest */
+		if ((k = dgi_cache_owners_hash(c, part, own, cap, &tv, &oh)) > cap)
+			k = cap; /* grew meanwhile: the digest tells the backups */
 	}
+	t->digest = digest_add(t->digest, cache_id, part, oh);
+	if (k > 0 && (t->topver == 0 || tv < t->topver))
+		t->topver = tv;
 	dg_err e = DG_OK;
 	for (uint32_t j = 0; j < k && e == DG_OK; j++)
 		if (own[j] != s->self)
-			e = ns_add(bk, own[j]);
+			e = ns_add(&t->bk, own[j]);
 	if (own != buf)
 		dgi_free(own);
 	return e;
 }
 
-/* The backups of the partitions of r's entries (current affinity), into
- * bk.  DG_ERR_NOMEM: not all of them could be kept. */
-static dg_err backups_of(dgi_txsvc *s, struct rec *r, struct nodeset *bk)
+/* The backups of the partitions of r's written entries (current
+ * affinity), into t (targets_init'ed).  DG_ERR_NOMEM: not all of them
+ * could be kept. */
+static dg_err backups_of(dgi_txsvc *s, struct rec *r, struct targets *t)
 {
 	dg_reader rd;
 	uint32_t n;
@@ -1925,7 +2257,7 @@ static dg_err backups_of(dgi_txsvc *s, struct rec *r, struct nodeset *bk)
 			continue; /* read only: nothing for a backup to keep */
 		dg_cache *c = tx_cache(s, en.cache_id, &ce);
 		if (c != NULL)
-			e = add_owners(s, c, (uint32_t)en.part, bk);
+			e = add_owners(s, c, en.cache_id, (uint32_t)en.part, t);
 	}
 	return e;
 }
@@ -2009,15 +2341,15 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 	}
 	/* every backup, however many: one left out would miss the entries
 	 * (and the commit's copies) — a tx that cannot name them all fails */
-	struct nodeset bk;
-	ns_init(&bk);
-	fail = backups_of(s, r, &bk);
+	struct targets t;
+	targets_init(&t);
+	fail = backups_of(s, r, &t);
 	pthread_mutex_lock(&s->mu);
-	for (uint32_t i = 0; i < bk.n && fail == DG_OK; i++)
-		fail = ns_add(&r->bk, bk.ids[i]);
+	for (uint32_t i = 0; i < t.bk.n && fail == DG_OK; i++)
+		fail = ns_add(&r->bk, t.bk.ids[i]);
 	pthread_mutex_unlock(&s->mu);
 	if (fail != DG_OK) {
-		ns_free(&bk);
+		targets_free(&t);
 		prepare_fail(s, r, fail, -1);
 		return;
 	}
@@ -2026,10 +2358,12 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 	if (dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, r->body, r->blen, &fw) != DG_OK)
 		fw = (dgi_msg_tx_prepare){ 0 };
 	fw.flags |= DGI_TXP_BACKUP;
+	fw.owners = (int64_t)t.digest;
+	fw.otopver = t.topver != 0 ? t.topver : dgi_grid_topver(s->g);
 	uint64_t now = dgi_now_ms();
 	uint32_t left = r->deadline > now ? (uint32_t)(r->deadline - now) : 1;
-	to_backups(s, r, DGI_MSG_TX_PREPARE, &fw, &bk, left);
-	ns_free(&bk);
+	to_backups(s, r, DGI_MSG_TX_PREPARE, &fw, &t.bk, left);
+	targets_free(&t);
 }
 
 /* ---- TX_COMMIT (primary) ---- */
@@ -2059,13 +2393,13 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	/* the copies go to every node the prepare went to (they keep a
 	 * record to finish, even when nothing is written) and every owner of
 	 * a written key */
-	struct nodeset bk;
-	ns_init(&bk);
+	struct targets t;
+	targets_init(&t);
 	dg_err be = DG_OK;          /* the backups' list could not grow */
 	dgi_txid id = r->id;
 	pthread_mutex_lock(&s->mu);
 	for (uint32_t i = 0; i < r->bk.n && be == DG_OK; i++)
-		be = ns_add(&bk, r->bk.ids[i]);
+		be = ns_add(&t.bk, r->bk.ids[i]);
 	pthread_mutex_unlock(&s->mu);
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
@@ -2093,7 +2427,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		en.op = op;
 		e = dgi_txwire_put(&w, &en);
 		if (be == DG_OK)
-			be = add_owners(s, c, (uint32_t)en.part, &bk);
+			be = add_owners(s, c, en.cache_id, (uint32_t)en.part, &t);
 	}
 	if (e == DG_OK)
 		e = dg_write_end(&w);
@@ -2102,7 +2436,7 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq, dg_strerror(e));
 	if (be != DG_OK) /* applied here; some owner may miss the copies */
 		fprintf(stderr, "level=error id=TX-COPIES tx=%016llx:%llu owners=%u err=%s\n",
-		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq, bk.n,
+		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq, t.bk.n,
 		    dg_strerror(be));
 	/* decided: the tx is committed here whatever a backup says */
 	dgi_txid key = role_key(&r->id, r->role, r->from);
@@ -2110,8 +2444,9 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	STAT(s, committed);
 	dgi_msg_tx_prepare cp = { (int64_t)r->id.node, (int64_t)r->id.seq, r->start_ms, 0,
 		r->topver, 0, (int64_t)(r->role == ROLE_TAKEOVER ? r->from : s->self), 0,
+		(int64_t)t.digest, t.topver != 0 ? t.topver : dgi_grid_topver(s->g),
 		{ b->data, (uint32_t)b->len } };
-	bool answer_now = !full_sync || bk.n == 0 || e != DG_OK;
+	bool answer_now = !full_sync || t.bk.n == 0 || e != DG_OK;
 	dg_msg_in req;
 	bool have = false;
 	pthread_mutex_lock(&s->mu);
@@ -2125,14 +2460,14 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	 * "not applied" is true */
 	if (have)
 		ack(s, &req, e != DG_OK && applied > 0 ? DG_ERR_TX_UNKNOWN : e, -1);
-	if (e == DG_OK && bk.n > 0) {
-		to_backups(s, r, DGI_MSG_TX_COMMIT_COPY, &cp, &bk, 10000);
+	if (e == DG_OK && t.bk.n > 0) {
+		to_backups(s, r, DGI_MSG_TX_COMMIT_COPY, &cp, &t.bk, 10000);
 	} else {
 		pthread_mutex_lock(&s->mu);
 		rec_unlink(s, r);
 		pthread_mutex_unlock(&s->mu);
 	}
-	ns_free(&bk);
+	targets_free(&t);
 	/* Only now: a release runs the next waiters' grants in this thread,
 	 * and one may commit at once — reusing this thread's copy buffer (the
 	 * copies above are sent: encoded already) and sending its own copies,
@@ -2169,6 +2504,8 @@ static bool commit_prepared(dgi_txsvc *s, const dg_msg_in *in, const dgi_txid *t
 		return true;
 	}
 	dgi_txs done;
+	if (dgi_txdone_get(s->done, &tx, &done) && done == DGI_TXS_COMMITTED && may_miss)
+		return false; /* a resend: the caller sends the copies again (recopy) */
 	if (dgi_txdone_get(s->done, &tx, &done))
 		ack(s, in, done == DGI_TXS_COMMITTED ? DG_OK : DG_ERR_TX_ROLLED_BACK, -1);
 	else if (r != NULL)
@@ -2184,6 +2521,9 @@ static void h_commit(dgi_txsvc *s, const dg_msg_in *in)
 {
 	const dgi_msg_tx_ctl *m = in->body;
 	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	/* (even just woken from a pause: the decision is made, and what this
+	 * node copies is judged by the owners — a removed node's copies are
+	 * refused, and its record must not outlive the tx holding locks) */
 	commit_prepared(s, in, &tx, false);
 }
 
@@ -2270,6 +2610,15 @@ void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed, bool 
 	}
 }
 
+bool dgi_txsvc_gone(dgi_txsvc *s, uint64_t node)
+{
+	pthread_mutex_lock(&s->fmu);
+	bool gone = s->fenced && s->f.v != 0 && s->f.t != NULL &&
+	    dg_topology_find(s->f.t, node) == NULL;
+	pthread_mutex_unlock(&s->fmu);
+	return gone;
+}
+
 bool dgi_txsvc_alive(dgi_txsvc *s, uint64_t node)
 {
 	pthread_mutex_lock(&s->fmu);
@@ -2282,6 +2631,21 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 {
 	const dgi_msg_tx_prepare *m = in->body;
 	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	/* DG_OK only with the sender's owners (backup_agrees).  From a node
+	 * that is not a member (removed while paused, or one this node does
+	 * not know yet) nothing is applied and this node's backup record of
+	 * the tx, if any, stays (the near's resend or recovery finishes it);
+	 * from a member on another topology the copies are applied (versions
+	 * decide) and the answer says the owners differ. */
+	bool member;
+	dg_err agree = backup_agrees(s, in, m, &member);
+	if (!member) {
+		if (getenv("DG_TX_DEBUG"))
+			fprintf(stderr, "copies refused: %s from=%016llx (not a member)\n",
+			    dg_strerror(agree), (unsigned long long)in->from);
+		ack(s, in, agree, -1);
+		return;
+	}
 	dg_reader rd;
 	uint32_t n;
 	dg_reader_init(&rd, NULL, m->ents.ptr, m->ents.len);
@@ -2314,6 +2678,8 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 	}
 	if (e == DG_OK)
 		e = first;
+	if (e == DG_OK)
+		e = agree;
 	finish_role(s, &tx, ROLE_BACKUP, in->from, DGI_TXS_COMMITTED);
 	if (m->origin != 0 && (uint64_t)m->origin != in->from) /* a takeover's copies */
 		finish_role(s, &tx, ROLE_BACKUP, (uint64_t)m->origin, DGI_TXS_COMMITTED);
@@ -2381,6 +2747,60 @@ static void expire_records(dgi_txsvc *s, uint64_t now)
 	for (int i = 0; i < n; i++)
 		if (end_role(s, &ids[i], ROLE_PRIMARY, 0, DGI_TXS_ROLLED_BACK, ST(R_ACTIVE), NULL))
 			STAT(s, rolled_back);
+}
+
+/* This node is out of the cluster's topology (removed while paused, or
+ * cut off): its participant records belong to a topology it is no longer
+ * part of.  It forgets them as a crash would — locks released, pending
+ * requests answered DG_ERR_NOT_READY, no outcome remembered (the owners of
+ * the new topology finish those txs: the backups keep the prepared
+ * entries, the near re-sends) — so that none holds a lock or the fence, or
+ * commits by recovery over newer writes, once the node joins again. */
+static void forget_if_out(dgi_txsvc *s)
+{
+	pthread_mutex_lock(&s->fmu);
+	bool out = s->fenced && s->f.v != 0 && s->f.t != NULL &&
+	    dg_topology_find(s->f.t, s->self) == NULL;
+	int64_t v = s->f.v;
+	pthread_mutex_unlock(&s->fmu);
+	if (!out)
+		return;
+	uint32_t total = 0;
+	for (;;) {
+		struct { dgi_txid id; int role; bool pending; dg_msg_in req; } g[32];
+		int n = 0;
+		pthread_mutex_lock(&s->mu);
+		for (uint32_t b = 0; b < NBUCKETS && n < 32; b++) {
+			struct rec *r = s->buckets[b];
+			while (r != NULL && n < 32) {
+				struct rec *next = r->next;
+				g[n].id = r->id;
+				g[n].role = r->role;
+				g[n].pending = r->have_req;
+				g[n].req = r->req;
+				r->have_req = false;
+				if (r->role != ROLE_BACKUP)
+					start_del(s, &r->id);
+				rec_unlink(s, r);
+				n++;
+				r = next;
+			}
+		}
+		pthread_mutex_unlock(&s->mu);
+		for (int i = 0; i < n; i++) {
+			if (g[i].role != ROLE_BACKUP)
+				dgi_lock_release_all(s->locks, &g[i].id);
+			if (g[i].pending)
+				ack(s, &g[i].req, DG_ERR_NOT_READY, -1);
+		}
+		total += (uint32_t)n;
+		if (n < 32)
+			break;
+	}
+	if (total > 0)
+		fprintf(stderr, "level=warn id=TX-FORGOTTEN records=%u topology=%lld why=\"this node "
+		    "is not in the cluster's topology: its records are the new owners' to finish\"\n",
+		    total, (long long)v);
 }
 
 /* ---- recovery ----
@@ -2544,8 +2964,29 @@ static void recover_scan(dgi_txsvc *s)
 				recover_rollback(s, c); /* never prepared: nothing to keep */
 			continue;
 		}
-		if (c->role == ROLE_BACKUP && dgi_txsvc_alive(s, c->from) && stale_only)
-			continue; /* its primary is alive and finishes it */
+		if (c->role == ROLE_BACKUP && dgi_txsvc_alive(s, c->from) && stale_only) {
+			/* its primary is alive and finishes it — unless it ended the
+			 * tx without a word reaching this node (a lost message) or
+			 * forgot it: ask it */
+			int64_t q = dgi_txsvc_query(s, c->from, &c->id, 0, 2000);
+			int prim = q >= 0 ? (int)(q & 0xff) : -1;
+			if (prim == DGI_TXQ_ROLLED_BACK || prim == DGI_TXQ_COMMITTED) {
+				/* rolled back: drop; committed there: its copies (or the
+				 * near's re-sends of them) are the owners' — applying the
+				 * kept entries anew could overwrite later writes */
+				if (end_role(s, &c->id, ROLE_BACKUP, c->from, prim == DGI_TXQ_COMMITTED ?
+				    DGI_TXS_COMMITTED : DGI_TXS_ROLLED_BACK, ST(R_BACKUP), NULL))
+					fprintf(stderr, "level=warn id=TX-RECOVERED outcome=forgotten "
+					    "tx=%016llx:%llu role=%d why=\"its primary %s it\"\n",
+					    (unsigned long long)c->id.node, (unsigned long long)c->id.seq,
+					    c->role, prim == DGI_TXQ_COMMITTED ? "committed" : "rolled back");
+				continue;
+			}
+			if (prim != DGI_TXQ_NONE)
+				continue; /* still at it (or no answer: ask again) */
+			/* it knows nothing of the tx: the near node decides, as when
+			 * the primary left */
+		}
 		/* (a backup whose primary left, its near alive: the near's answer
 		 * decides — committed: take over; rolled back: drop; deciding:
 		 * ask again next round) */
@@ -2559,7 +3000,33 @@ static void recover_scan(dgi_txsvc *s)
 				continue;
 		}
 		int d = recover_decide(s, c);
-		if (d == 2) {
+		if (d == 2 && c->role == ROLE_PRIMARY) {
+			/* the same for a prepared primary the near went round (its
+			 * resends reached the keys' later primaries): release, and
+			 * let its backups forget their records too (an empty copy) */
+			struct ended x;
+			if (end_role(s, &c->id, ROLE_PRIMARY, 0, DGI_TXS_COMMITTED, ST(R_PREPARED), &x) &&
+			    x.had) {
+				dg_buf eb;
+				dg_buf_init(&eb);
+				dg_writer w;
+				dg_writer_init(&w, wire_reg, &eb);
+				if (dg_write_list_begin(&w, 0) == DG_OK && dg_write_end(&w) == DG_OK) {
+					int64_t tv = dgi_grid_topver(s->g);
+					dgi_msg_tx_prepare cp = { (int64_t)c->id.node, (int64_t)c->id.seq, 0, 0,
+						tv, 0, (int64_t)s->self, 0, 0, tv, { eb.data, (uint32_t)eb.len } };
+					for (uint32_t k = 0; k < x.bk.n; k++)
+						dgi_txsvc_send(s, x.bk.ids[k], DGI_MSG_TX_COMMIT_COPY, &cp);
+				}
+				dg_buf_free(&eb);
+				ns_free(&x.bk);
+				if (x.pending)
+					ack(s, &x.req, DG_ERR_NOT_READY, -1);
+				fprintf(stderr, "level=warn id=TX-RECOVERED outcome=forgotten tx=%016llx:%llu "
+				    "role=%d why=\"committed and confirmed by its near node\"\n",
+				    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
+			}
+		} else if (d == 2) {
 			/* the near node saw every participant apply it (its resends
 			 * made the keys' primaries apply it and copy it here).
 			 * Applying the kept entries again (new versions) would
@@ -2790,6 +3257,7 @@ static void *expirer(void *arg)
 		fence_tick(s, now);
 		if (now - last_scan >= 200) {
 			last_scan = now;
+			forget_if_out(s);
 			expire_records(s, now);
 			dgi_txdone_expire(s->done, now);
 		}

@@ -13,12 +13,20 @@
  *                the tx's PESSIMISTIC locks), checks the versions of the
  *                entries read (DGI_TXOP_CHECK), forwards the entries to the
  *                partitions' backups (TX_PREPARE with DGI_TXP_BACKUP: they
- *                keep them for recovery) and answers TX_ACK when they did.
+ *                keep them for recovery) and answers TX_ACK when they did
+ *                (every one DG_OK; else the prepare fails).
  *                DGI_TXP_ONE_PHASE: commit at once (a single primary).
  *   TX_COMMIT    near -> primary: apply the prepared entries with new
  *                versions, release the locks, send the entries with their
  *                versions to the backups (TX_COMMIT_COPY) and, FULL_SYNC,
- *                answer TX_ACK when every backup applied.
+ *                answer TX_ACK when every backup applied (DG_OK), or
+ *                DG_ERR_TX_UNKNOWN with DGI_TXA_APPLIED when one did not.
+ * A backup answers DG_OK to a forwarded prepare or a copy only when it
+ * agrees with the sender on the owners (the owner digest the message
+ * carries) and the sender is in its topology (PROTOCOL.md, "Backups'
+ * answers").  A node that may just have been paused (dg_member_suspect)
+ * refuses TX_LOCK and TX_PREPARE with DG_ERR_NOT_READY (a TX_COMMIT, the
+ * decision made, it applies: its copies are judged by the owners).
  *   TX_ROLLBACK  near -> primary (and primary -> backups): release, forget.
  *   TX_UNLOCK    the same as TX_ROLLBACK (the lock-only protocol's name).
  *   TX_FENCE, TX_QUERY, TX_EDGES, TX_KILL: the topology fence, recovery
@@ -121,6 +129,11 @@ typedef struct dgi_msg_tx_res {  /* TX_UNLOCK's body (res unused) */
 #define DGI_TXP_RESEND 0x4      /* the near re-sends a decided commit to a new
                                    primary: accept under the current topology */
 #define DGI_TXP_FULL_SYNC 0x8   /* commit answers after every backup applied */
+#define DGI_TXP_RECOPY 0x10     /* with RESEND, to a node that applied the
+                                   entries (answered DGI_TXA_APPLIED): send
+                                   what it holds of those keys to their
+                                   owners again and answer once they
+                                   confirmed; never apply them anew */
 
 /* Entry op (the low bits: DGI_TXOP_PUT / DGI_TXOP_REMOVE, or 0) */
 #define DGI_TXOP_CHECK 0x10     /* check the version read is still current */
@@ -135,6 +148,12 @@ typedef struct dgi_msg_tx_prepare {  /* TX_PREPARE, TX_COMMIT_COPY */
 	                               backups' copies are found by it) */
 	int64_t nparts;             /* TX_PREPARE: how many primaries the tx
 	                               prepares on (recovery: all prepared) */
+	int64_t owners;             /* primary -> backup (DGI_TXP_BACKUP,
+	                               TX_COMMIT_COPY): the owner digest of the
+	                               written entries' partitions under the
+	                               sender's affinity (txsvc.c, owners_of) */
+	int64_t otopver;            /* ... and that affinity's topology version
+	                               (0: from the near, no digest) */
 	dg_raw ents;                /* LIST: per entry I64 cache id, I64 partition,
 	                               I64 op, BYTES key, BYTES value (null: none),
 	                               I64 version topver, counter, order (read
@@ -142,9 +161,16 @@ typedef struct dgi_msg_tx_prepare {  /* TX_PREPARE, TX_COMMIT_COPY */
 	                               one), I64 expire (wall ms, COMMIT_COPY) */
 } dgi_msg_tx_prepare;
 
+/* TX_ACK flags */
+#define DGI_TXA_APPLIED 0x1     /* a commit (TX_COMMIT, one-phase TX_PREPARE)
+                                   applied every entry on this primary, but
+                                   not every backup confirmed its copies
+                                   (res DG_ERR_TX_UNKNOWN): decided here, not
+                                   on every owner */
+
 typedef struct dgi_msg_tx_ctl {  /* TX_COMMIT, TX_ROLLBACK, TX_ACK */
 	int64_t tx_node, tx_seq;
-	int64_t flags;              /* TX_COMMIT: DGI_TXP_FULL_SYNC */
+	int64_t flags;              /* TX_COMMIT: DGI_TXP_FULL_SYNC; TX_ACK: DGI_TXA_* */
 	int64_t res;                /* TX_ACK: dg_err */
 	int64_t value;              /* TX_ACK: the failing entry's index, or -1 */
 } dgi_msg_tx_ctl;
@@ -226,6 +252,9 @@ int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t 
     uint32_t timeout_ms);
 /* Whether node is in this node's current topology. */
 bool dgi_txsvc_alive(dgi_txsvc *s, uint64_t node);
+/* Whether node is known to have left: this node follows a topology (it
+ * joined) and node is not in it. */
+bool dgi_txsvc_gone(dgi_txsvc *s, uint64_t node);
 
 /* Whether this node's fence for topology v is open (every node reported). */
 bool dgi_txsvc_fence_open(dgi_txsvc *s, int64_t v);
