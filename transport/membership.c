@@ -23,6 +23,14 @@
 #include <time.h>
 
 #define MAX_LISTENERS 16
+/* How long one JOIN (and the wait for the TOPOLOGY it brings) may take
+ * before the joiner asks again; a forwarded JOIN is bounded the same. */
+#define JOIN_ATTEMPT_MS 3000
+
+struct listener {
+	dg_topology_fn fn;
+	void *ctx;
+};
 
 struct since {
 	dg_node_id id;
@@ -44,7 +52,7 @@ struct dg_member {
 	pthread_cond_t cv;
 	dg_topology *topo;             /* current, one reference held here */
 	struct since *since;           /* one per node of topo */
-	struct { dg_topology_fn fn; void *ctx; } listeners[MAX_LISTENERS];
+	struct listener listeners[MAX_LISTENERS];
 	int nlisteners;
 	bool stopping;
 	bool joined;
@@ -234,22 +242,23 @@ bool dg_member_is_coordinator(dg_member *m)
 	return c;
 }
 
-/* Install t (takes the reference) if newer; listeners run after. */
-static void install(dg_member *m, dg_topology *t)
+/* Makes t (its reference taken) the current topology if it is newer; under
+ * m->mu.  Returns the topology it replaced (the caller releases it) and
+ * the listeners to run (ls, *n), or sets *taken false (t released) when t
+ * is not newer. */
+static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken,
+    struct listener *ls, int *n)
 {
-	struct { dg_topology_fn fn; void *ctx; } ls[MAX_LISTENERS];
 	uint64_t now = dgi_now_ms();
-	pthread_mutex_lock(&m->mu);
+	*taken = false;
 	if (m->topo != NULL && t->version <= m->topo->version) {
-		pthread_mutex_unlock(&m->mu);
 		dg_topology_release(t);
-		return;
+		return NULL;
 	}
 	struct since *s = dgi_calloc(t->count ? t->count : 1, sizeof(*s));
 	if (s == NULL) {
-		pthread_mutex_unlock(&m->mu);
 		dg_topology_release(t);
-		return;
+		return NULL;
 	}
 	for (uint32_t i = 0; i < t->count; i++) {
 		struct since *old = since_of(m, t->nodes[i].id);
@@ -266,12 +275,19 @@ static void install(dg_member *m, dg_topology *t)
 		dgi_log("error", "SEGMENTED", "node=%016llx version=%lld why=\"removed from the topology\"",
 		    (unsigned long long)dg_tp_self(m->tp), (long long)t->version);
 	m->joined = member;
-	int n = m->nlisteners;
-	memcpy(ls, m->listeners, sizeof(ls[0]) * (size_t)n);
-	hold(t);
+	*n = m->nlisteners;
+	memcpy(ls, m->listeners, sizeof(ls[0]) * (size_t)*n);
 	pthread_cond_broadcast(&m->cv);
-	pthread_mutex_unlock(&m->mu);
+	*taken = true;
+	return old;
+}
 
+/* What follows an install, outside m->mu: the transport learns the new
+ * members' addresses and drops the connections of those gone; then the
+ * listeners run. */
+static void installed(dg_member *m, dg_topology *old, const dg_topology *t,
+    const struct listener *ls, int n)
+{
 	for (uint32_t i = 0; i < t->count; i++)
 		if (t->nodes[i].id != dg_tp_self(m->tp))
 			dg_tp_set_address(m->tp, t->nodes[i].id, t->nodes[i].url);
@@ -284,6 +300,22 @@ static void install(dg_member *m, dg_topology *t)
 	for (int i = 0; i < n; i++)
 		ls[i].fn(ls[i].ctx, old, t);
 	dg_topology_release(old);
+}
+
+/* Install t (takes the reference) if newer; listeners run after. */
+static void install(dg_member *m, dg_topology *t)
+{
+	struct listener ls[MAX_LISTENERS];
+	int n = 0;
+	bool taken;
+	pthread_mutex_lock(&m->mu);
+	dg_topology *old = install_locked(m, t, &taken, ls, &n);
+	if (taken)
+		hold(t);
+	pthread_mutex_unlock(&m->mu);
+	if (!taken)
+		return;
+	installed(m, old, t, ls, n);
 	dg_topology_release(t);
 }
 
@@ -375,18 +407,23 @@ static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
 	return *out ? DG_OK : DG_ERR_NOMEM;
 }
 
-/* Send t to every member but this node. */
-static void broadcast(dg_member *m, const dg_topology *t)
+/* Send t to one node (to: its id), or to every member but this node (0). */
+static void topo_send(dg_member *m, const dg_topology *t, dg_node_id to)
 {
 	dg_buf b;
 	dg_buf_init(&b);
 	if (topo_encode_reg(m, t, &b) == DG_OK) {
 		dg_msg_raw body = { { b.data, (uint32_t)b.len } };
 		for (uint32_t i = 0; i < t->count; i++)
-			if (t->nodes[i].id != dg_tp_self(m->tp))
+			if (t->nodes[i].id != dg_tp_self(m->tp) && (to == 0 || t->nodes[i].id == to))
 				dg_tp_send(m->tp, t->nodes[i].id, DG_MSG_TOPOLOGY, &body);
 	}
 	dg_buf_free(&b);
+}
+
+static void broadcast(dg_member *m, const dg_topology *t)
+{
+	topo_send(m, t, 0);
 }
 
 /* ---- the baseline (PROTOCOL.md, "Baseline") ---- */
@@ -555,7 +592,10 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 	bool bits = standby_bits(bl, nodes, n);
 	ch->changed = ch->add != NULL || n != cur->count || bits || !bl_same(bl, cur) ||
 	    ch->force;
-	dg_topology *t = NULL;
+	dg_topology *t = NULL, *old = NULL;
+	struct listener ls[MAX_LISTENERS];
+	int nls = 0;
+	bool taken = false;
 	if (ch->changed) {
 		int64_t next = cur->version + 1;
 		if (ch->add != NULL && ch->add->floor >= next && ch->add->floor < INT64_MAX / 2)
@@ -563,16 +603,26 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		if (ch->force && ch->floor >= next && ch->floor < INT64_MAX / 2)
 			next = ch->floor + 1;
 		t = topo_new(next, nodes, n, bl);
+		/* installed in the same critical section it was computed in: two
+		 * changes at once (a failure found by the heartbeat thread, a
+		 * JOIN on a transport thread) make two versions, one after the
+		 * other — never two different topologies of one version, the
+		 * loser broadcast and acknowledged all the same */
+		if (t != NULL) {
+			hold(t);
+			old = install_locked(m, t, &taken, ls, &nls);
+		}
 	}
 	pthread_mutex_unlock(&m->mu);
 	dgi_free(bl);
 	if (!ch->changed)
 		return DG_OK; /* e.g. a failure report raced the coordinator's own check */
-	if (t == NULL)
+	if (t == NULL || !taken) {
+		dg_topology_release(t);
 		return DG_ERR_NOMEM;
+	}
 	ch->version = t->version;
-	hold(t);
-	install(m, t);
+	installed(m, old, t, ls, nls);
 	broadcast(m, t);
 	dg_topology_release(t);
 	return DG_OK;
@@ -643,10 +693,20 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_msg_join_ack ack = { m->topo->version, have ? have->order : 0,
 		atomic_load_explicit(&m->ft_ms, memory_order_relaxed),
 		atomic_load_explicit(&m->hb_ms, memory_order_relaxed) };
+	dg_topology *cur = have != NULL ? hold(m->topo) : NULL;
 	pthread_mutex_unlock(&m->mu);
 	if (coord != dg_tp_self(tp)) {
-		forward(m, in, coord, m->cfg.join_timeout_ms);
+		dg_topology_release(cur);
+		/* bounded like the joiner's own attempt: it asks again (through
+		 * this seed or another) rather than wait on a dead coordinator */
+		forward(m, in, coord, JOIN_ATTEMPT_MS);
 		return;
+	}
+	if (cur != NULL) {
+		/* a JOIN again from a member: it asks because the TOPOLOGY that
+		 * added it did not reach it (or the ack did not) — send it again */
+		topo_send(m, cur, (dg_node_id)j->node_id);
+		dg_topology_release(cur);
 	}
 	if (have == NULL) {
 		dg_err e = change(m, NULL, 0, j, &ack.topology_version, &ack.order);
@@ -1083,16 +1143,49 @@ static void adopt_timings(dg_member *m, const dg_msg_join_ack *ack)
 	atomic_store(&m->hb_ms, hb);
 }
 
-/* One round over the seeds.  DG_OK when joined; DG_ERR_STATE when some
- * seed with a smaller id is up but not in a cluster yet (wait for it);
- * DG_ERR_UNREACHABLE when no seed is in a cluster. */
-static dg_err join_round(dg_member *m, uint64_t deadline)
+/* What one round over the seeds found. */
+struct round {
+	bool member;        /* a seed in a cluster answered (it is alive and
+	                       reachable) though the join did not complete */
+	dg_err member_err;  /* its answer (DG_OK: the TOPOLOGY did not come) */
+	dg_err refused;     /* a seed refused this node's handshake */
+};
+
+/* A seed's answer that says the cluster is there but busy changing (its
+ * coordinator died or left, a request timed out on the way): ask again.
+ * Anything else (DG_ERR_INVAL: this node's address is too long, ...) the
+ * next JOIN would get again. */
+static bool join_transient(dg_err e)
+{
+	return e == DG_OK || e == DG_ERR_TIMEOUT || e == DG_ERR_CLOSED ||
+	    e == DG_ERR_CONN_BROKEN || e == DG_ERR_BUSY || e == DG_ERR_UNREACHABLE ||
+	    e == DG_ERR_NET || e == DG_ERR_NOT_READY;
+}
+
+static uint32_t attempt_ms(uint64_t deadline)
+{
+	uint64_t now = dgi_now_ms();
+	uint64_t left = deadline > now ? deadline - now : 1;
+	return (uint32_t)(left < JOIN_ATTEMPT_MS ? left : JOIN_ATTEMPT_MS);
+}
+
+/* One round over the seeds.  DG_OK when joined; DG_ERR_NOT_READY when a
+ * seed in a cluster answered but the join did not complete (its
+ * coordinator died and it has not noticed yet, the TOPOLOGY did not come
+ * in time): ask again; the refusal when a seed refused this node's
+ * handshake; DG_ERR_STATE when some seed with a smaller id is up but not
+ * in a cluster yet (wait for it); DG_ERR_UNREACHABLE only when no seed is
+ * in a cluster.  Each JOIN, and the wait for its TOPOLOGY, is bounded by
+ * JOIN_ATTEMPT_MS: one answer that never comes does not use up the join. */
+static dg_err join_round(dg_member *m, uint64_t deadline, struct round *r)
 {
 	dg_tp *tp = m->tp;
 	bool smaller_waiting = false;
-	dg_err refused = DG_OK;
 	dg_msg_join j = { { dg_tp_address(tp), (uint32_t)strlen(dg_tp_address(tp)) },
 		(int64_t)dg_tp_self(tp), m->cfg.attrs, m->cfg.version_floor };
+	r->member = false;
+	r->member_err = DG_OK;
+	r->refused = DG_OK;
 	for (size_t i = 0; i < m->cfg.nseeds; i++) {
 		dg_node_id peer;
 		if (strcmp(m->seeds[i], dg_tp_address(tp)) == 0)
@@ -1103,31 +1196,52 @@ static dg_err join_round(dg_member *m, uint64_t deadline)
 		if (ce != DG_OK) {
 			/* someone is there and would not have us (secret, TLS,
 			 * cluster name): never form a cluster of our own then */
-			refused = ce;
+			r->refused = ce;
 			continue;
 		}
 		dg_msg_join_ack ack;
-		dg_err e = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, m->cfg.join_timeout_ms, &ack, NULL);
+		dg_err e = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, attempt_ms(deadline), &ack, NULL);
 		if (e == DG_OK) {
 			adopt_timings(m, &ack);
-			if (wait_version(m, ack.topology_version, deadline))
+			uint64_t until = dgi_now_ms() + attempt_ms(deadline);
+			if (wait_version(m, ack.topology_version, until))
 				return DG_OK;
-		} else if (e == DG_ERR_STATE && peer < dg_tp_self(tp)) {
-			smaller_waiting = true;
-		} else if (e != DG_ERR_STATE) {
-			refused = e; /* in a cluster but the join failed: retry */
+			r->member = true; /* the JOIN again brings the TOPOLOGY again */
+			r->member_err = DG_OK;
+		} else if (e == DG_ERR_STATE) {
+			smaller_waiting |= peer < dg_tp_self(tp);
+		} else {
+			/* up, and not "no cluster here": its coordinator could not
+			 * be reached, did not answer in time, was changing hands
+			 * — never a reason to form a cluster of our own */
+			r->member = true;
+			r->member_err = e;
 		}
 	}
-	if (refused != DG_OK)
-		return refused;
+	if (r->member)
+		return DG_ERR_NOT_READY;
+	if (r->refused != DG_OK)
+		return r->refused;
 	return smaller_waiting ? DG_ERR_STATE : DG_ERR_UNREACHABLE;
 }
 
+/* Joins through the seeds, or forms a cluster when none is in one.  It
+ * gives up after join_timeout_ms — but while seeds of a cluster answer (the
+ * cluster is alive and reachable: its coordinator may have just died, the
+ * seeds notice within the failure detection timeout and another takes
+ * over) it goes on, up to join_timeout_ms plus the longer of twice that
+ * and twice the failure detection (timeout + heartbeat). */
 static dg_err join(dg_member *m)
 {
-	uint64_t deadline = dgi_now_ms() + m->cfg.join_timeout_ms;
+	uint64_t start = dgi_now_ms(), logged = start;
+	uint64_t deadline = start + m->cfg.join_timeout_ms;
+	uint64_t fd = 2 * ((uint64_t)atomic_load(&m->ft_ms) + atomic_load(&m->hb_ms));
+	uint64_t longest = start + m->cfg.join_timeout_ms +
+	    (fd > 2ull * m->cfg.join_timeout_ms ? fd : 2ull * m->cfg.join_timeout_ms);
+	dg_err refused = DG_OK;
 	for (;;) {
-		dg_err e = join_round(m, deadline);
+		struct round r;
+		dg_err e = join_round(m, deadline, &r);
 		if (e == DG_OK)
 			break;
 		pthread_mutex_lock(&m->mu);
@@ -1135,6 +1249,8 @@ static dg_err join(dg_member *m)
 		pthread_mutex_unlock(&m->mu);
 		if (joined)
 			break; /* a TOPOLOGY with this node arrived meanwhile */
+		if (r.refused != DG_OK)
+			refused = r.refused;
 		if (e == DG_ERR_UNREACHABLE) {
 			/* no seed is in a cluster, none smaller is waiting: form one */
 			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp),
@@ -1147,11 +1263,26 @@ static dg_err join(dg_member *m)
 			dgi_log("info", "CLUSTER-FORMED", "node=%016llx", (unsigned long long)self.id);
 			return DG_OK;
 		}
-		if (dgi_now_ms() > deadline) {
-			dgi_log("error", "JOIN-FAIL", "node=%016llx err=%s",
-			    (unsigned long long)dg_tp_self(m->tp),
-			    dg_strerror(e == DG_ERR_STATE ? DG_ERR_TIMEOUT : e));
-			return e == DG_ERR_STATE ? DG_ERR_TIMEOUT : e;
+		uint64_t now = dgi_now_ms();
+		if (r.member && join_transient(r.member_err) && deadline < longest) {
+			/* the cluster is there: keep asking while it answers */
+			uint64_t more = now + m->cfg.join_timeout_ms;
+			deadline = more < longest ? (more > deadline ? more : deadline) : longest;
+		}
+		if (r.member && now - logged >= 2000) {
+			logged = now;
+			dgi_log("warn", "JOIN-RETRY", "node=%016llx waited_ms=%llu err=%s",
+			    (unsigned long long)dg_tp_self(m->tp), (unsigned long long)(now - start),
+			    dg_strerror(r.member_err));
+		}
+		if (now > deadline) {
+			dg_err why = refused != DG_OK ? refused :
+			    r.member && !join_transient(r.member_err) ? r.member_err :
+			    e == DG_ERR_STATE || e == DG_ERR_NOT_READY ? DG_ERR_TIMEOUT : e;
+			dgi_log("error", "JOIN-FAIL", "node=%016llx err=%s waited_ms=%llu",
+			    (unsigned long long)dg_tp_self(m->tp), dg_strerror(why),
+			    (unsigned long long)(now - start));
+			return why;
 		}
 		struct timespec ts = { 0, 100 * 1000000 };
 		nanosleep(&ts, NULL);

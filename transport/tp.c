@@ -266,8 +266,14 @@ dg_err dg_tp_set_address(dg_tp *tp, dg_node_id peer, const char *url)
 	struct peer *p = dgi_peer_get(tp, peer, true);
 	if (p == NULL)
 		return DG_ERR_NOMEM;
-	char *u = xstrdup(url);
-	if (u == NULL)
+	/* Another node at this node's own address: the one it replaced (a
+	 * restart on the same address, before the others dropped the dead
+	 * node).  It is not there: no address, so sends to it fail at once
+	 * (DG_ERR_UNREACHABLE) instead of dialling this node, which refuses
+	 * its own id, as fast as frames for it come. */
+	bool self = peer != tp->self && url != NULL && strcmp(url, tp->address) == 0;
+	char *u = self ? NULL : xstrdup(url);
+	if (u == NULL && !self)
 		return DG_ERR_NOMEM;
 	pthread_mutex_lock(&p->mu);
 	char *old = p->url;

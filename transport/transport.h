@@ -437,7 +437,10 @@ typedef void (*dg_topology_fn)(void *ctx, const dg_topology *old,
 /* Joins the cluster through the seeds (or forms one when no seed is in a
  * cluster and this node's id is the smallest among those reachable), then
  * keeps heartbeats and failure detection running.  Blocks up to
- * join_timeout_ms.  Installs the type-registration hook on cfg->reg and
+ * join_timeout_ms — while seeds of a cluster answer (its coordinator may
+ * have died: they forward to it until they notice), up to join_timeout_ms
+ * plus the longer of twice that and twice the failure detection (timeout
+ * plus heartbeat); each JOIN is bounded (3 s) and asked again.  Installs the type-registration hook on cfg->reg and
  * receives every type accepted so far.  *out owned by the caller
  * (dg_member_stop, before dg_tp_stop).  A node never forms its own cluster
  * when a seed answered but refused it.  Errors: DG_ERR_TIMEOUT (no cluster
