@@ -2908,6 +2908,48 @@ static void test_membership_restart_on_coordinator_address(void **state)
 	mnode_stop(&n[1], false);
 }
 
+static void on_topo_slow(void *ctx, const dg_topology *old, const dg_topology *now)
+{
+	struct topo_log *l = ctx;
+	(void)old;
+	if (atomic_fetch_add(&l->calls, 1) == 0)
+		sleep_ms(2500); /* e.g. a topology version written to disk */
+	atomic_store(&l->last, now->version); /* after: done */
+}
+
+/* A listener that takes long (2.5 s, above the 1 s failure timeout) holds
+ * up none of its node's messages: listeners do not run on the thread that
+ * handles TOPOLOGY (it used to be the node's only transport thread, so
+ * nothing was read meanwhile — no PING answered, no heartbeat heard: the
+ * node took its peers for failed).  The node answers at once, nobody is
+ * declared failed, every node agrees on the join's version. */
+static void test_membership_slow_listener(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 2, 2));
+	struct topo_log l = { 0 };
+	OK(dg_member_listen(n[1].m, on_topo_slow, &l));
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(atomic_load(&l.calls) == 1); /* n[1]'s listener is in its sleep */
+	uint8_t mem[64];
+	dg_arena a;
+	dg_arena_init(&a, mem, sizeof(mem));
+	dg_msg_bytes q = { { (const uint8_t *)"now", 3 } }, r;
+	uint64_t t0 = dgi_now_ms();
+	OK(dg_tp_call(n[0].tp, dg_tp_self(n[1].tp), DG_MSG_PING, &q, 5000, &r, &a));
+	assert_true(dgi_now_ms() - t0 < 1000);
+	WAIT_FOR(atomic_load(&l.last) == 3); /* the sleep (> the failure timeout) is over */
+	WAIT_FOR(magree(n, 3, 3));
+	assert_int_equal(mversion(&n[0]), 3); /* formed, two joins: nobody failed */
+	mnode_stop(&n[2], false);
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+}
+
 /* A node whose only seed refuses it (wrong secret) fails to start instead
  * of forming a cluster of its own. */
 static void test_membership_refused(void **state)
@@ -3407,6 +3449,7 @@ int main(void)
 		cmocka_unit_test(test_membership_resync_on_unknown_report),
 		cmocka_unit_test(test_membership_refused),
 		cmocka_unit_test(test_membership_restart_on_coordinator_address),
+		cmocka_unit_test(test_membership_slow_listener),
 		cmocka_unit_test(test_peer_moved_fails_fast),
 		cmocka_unit_test(test_tcp_partial_writes),
 		FX(test_tcp_peer_closes_mid_frame),

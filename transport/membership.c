@@ -9,6 +9,11 @@
  * and checks, every heartbeat_ms, when each member was last heard from (any
  * frame counts): detection takes at most failure_timeout_ms + heartbeat_ms.
  *
+ * Listeners get each installed version, in order, from a notifier thread
+ * of their own, never from the thread that installed it (a transport
+ * thread handling TOPOLOGY or JOIN, the heartbeat thread): none can hold
+ * up the node's messages.
+ *
  * The baseline (PROTOCOL.md, "Baseline") lives in the topology itself: the
  * coordinator changes it like the node list (BASELINE, change_apply),
  * recomputing every node's STANDBY bit at each new version, and every
@@ -30,6 +35,13 @@
 struct listener {
 	dg_topology_fn fn;
 	void *ctx;
+	int64_t after;       /* gets only versions above this (the one current
+	                        when it was added: the caller reads that one) */
+};
+
+struct tq {                    /* a version waiting for the listeners */
+	dg_topology *t;
+	struct tq *next;
 };
 
 struct since {
@@ -54,10 +66,15 @@ struct dg_member {
 	struct since *since;           /* one per node of topo */
 	struct listener listeners[MAX_LISTENERS];
 	int nlisteners;
+	/* installed versions not yet given to the listeners, oldest first
+	 * (each held); the notifier thread delivers them (ncv) */
+	struct tq *nq_head, **nq_tail;
+	dg_topology *delivered;        /* the last one delivered (held) */
+	pthread_cond_t ncv;
 	bool stopping;
 	bool joined;
-	pthread_t thread;
-	bool thread_started;
+	pthread_t thread, notifier;
+	bool thread_started, notifier_started;
 };
 
 static void member_free(dg_member *m);
@@ -243,11 +260,12 @@ bool dg_member_is_coordinator(dg_member *m)
 }
 
 /* Makes t (its reference taken) the current topology if it is newer; under
- * m->mu.  Returns the topology it replaced (the caller releases it) and
- * the listeners to run (ls, *n), or sets *taken false (t released) when t
- * is not newer. */
-static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken,
-    struct listener *ls, int *n)
+ * m->mu.  Returns the topology it replaced (the caller releases it), or
+ * sets *taken false (t released) when t is not newer.  The listeners get t
+ * from the notifier thread: a listener never runs on the thread that
+ * installs, so none can hold up the message path (TOPOLOGY, JOIN, every
+ * other message of the node's transport threads) or a change. */
+static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken)
 {
 	uint64_t now = dgi_now_ms();
 	*taken = false;
@@ -256,7 +274,10 @@ static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken,
 		return NULL;
 	}
 	struct since *s = dgi_calloc(t->count ? t->count : 1, sizeof(*s));
-	if (s == NULL) {
+	struct tq *q = dgi_alloc(sizeof(*q));
+	if (s == NULL || q == NULL) {
+		dgi_free(s);
+		dgi_free(q);
 		dg_topology_release(t);
 		return NULL;
 	}
@@ -275,18 +296,19 @@ static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken,
 		dgi_log("error", "SEGMENTED", "node=%016llx version=%lld why=\"removed from the topology\"",
 		    (unsigned long long)dg_tp_self(m->tp), (long long)t->version);
 	m->joined = member;
-	*n = m->nlisteners;
-	memcpy(ls, m->listeners, sizeof(ls[0]) * (size_t)*n);
+	q->t = hold(t);
+	q->next = NULL;
+	*m->nq_tail = q;
+	m->nq_tail = &q->next;
 	pthread_cond_broadcast(&m->cv);
+	pthread_cond_signal(&m->ncv);
 	*taken = true;
 	return old;
 }
 
 /* What follows an install, outside m->mu: the transport learns the new
- * members' addresses and drops the connections of those gone; then the
- * listeners run. */
-static void installed(dg_member *m, dg_topology *old, const dg_topology *t,
-    const struct listener *ls, int n)
+ * members' addresses and drops the connections of those gone. */
+static void installed(dg_member *m, dg_topology *old, const dg_topology *t)
 {
 	for (uint32_t i = 0; i < t->count; i++)
 		if (t->nodes[i].id != dg_tp_self(m->tp))
@@ -297,26 +319,54 @@ static void installed(dg_member *m, dg_topology *old, const dg_topology *t,
 				dg_tp_disconnect(m->tp, old->nodes[i].id);
 	dgi_log("info", "TOPOLOGY", "version=%lld nodes=%u self=%016llx", (long long)t->version,
 	    t->count, (unsigned long long)dg_tp_self(m->tp));
-	for (int i = 0; i < n; i++)
-		ls[i].fn(ls[i].ctx, old, t);
 	dg_topology_release(old);
 }
 
-/* Install t (takes the reference) if newer; listeners run after. */
+/* Install t (takes the reference) if newer. */
 static void install(dg_member *m, dg_topology *t)
 {
-	struct listener ls[MAX_LISTENERS];
-	int n = 0;
 	bool taken;
 	pthread_mutex_lock(&m->mu);
-	dg_topology *old = install_locked(m, t, &taken, ls, &n);
+	dg_topology *old = install_locked(m, t, &taken);
 	if (taken)
 		hold(t);
 	pthread_mutex_unlock(&m->mu);
 	if (!taken)
 		return;
-	installed(m, old, t, ls, n);
+	installed(m, old, t);
 	dg_topology_release(t);
+}
+
+/* The notifier thread: gives every installed version, in order, to the
+ * listeners (old: the version delivered before it). */
+static void *notifier_thread(void *arg)
+{
+	dg_member *m = arg;
+	struct listener ls[MAX_LISTENERS];
+	pthread_mutex_lock(&m->mu);
+	for (;;) {
+		while (m->nq_head == NULL && !m->stopping)
+			pthread_cond_wait(&m->ncv, &m->mu);
+		if (m->stopping)
+			break; /* member_free releases what is left */
+		struct tq *q = m->nq_head;
+		m->nq_head = q->next;
+		if (m->nq_head == NULL)
+			m->nq_tail = &m->nq_head;
+		int n = m->nlisteners;
+		memcpy(ls, m->listeners, sizeof(ls[0]) * (size_t)n);
+		dg_topology *old = m->delivered;
+		m->delivered = q->t;
+		pthread_mutex_unlock(&m->mu);
+		for (int i = 0; i < n; i++)
+			if (q->t->version > ls[i].after)
+				ls[i].fn(ls[i].ctx, old, q->t);
+		dg_topology_release(old);
+		dgi_free(q);
+		pthread_mutex_lock(&m->mu);
+	}
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
 }
 
 /* TOPOLOGY body (PROTOCOL.md): one LIST — I64 version, I64 node count n,
@@ -593,8 +643,6 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 	ch->changed = ch->add != NULL || n != cur->count || bits || !bl_same(bl, cur) ||
 	    ch->force;
 	dg_topology *t = NULL, *old = NULL;
-	struct listener ls[MAX_LISTENERS];
-	int nls = 0;
 	bool taken = false;
 	if (ch->changed) {
 		int64_t next = cur->version + 1;
@@ -610,7 +658,7 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		 * loser broadcast and acknowledged all the same */
 		if (t != NULL) {
 			hold(t);
-			old = install_locked(m, t, &taken, ls, &nls);
+			old = install_locked(m, t, &taken);
 		}
 	}
 	pthread_mutex_unlock(&m->mu);
@@ -622,7 +670,7 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		return DG_ERR_NOMEM;
 	}
 	ch->version = t->version;
-	installed(m, old, t, ls, nls);
+	installed(m, old, t);
 	broadcast(m, t);
 	dg_topology_release(t);
 	return DG_OK;
@@ -1525,6 +1573,7 @@ dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx)
 	if (m->nlisteners < MAX_LISTENERS) {
 		m->listeners[m->nlisteners].fn = fn;
 		m->listeners[m->nlisteners].ctx = ctx;
+		m->listeners[m->nlisteners].after = m->topo != NULL ? m->topo->version : 0;
 		m->nlisteners++;
 		e = DG_OK;
 	}
@@ -1552,6 +1601,8 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 		m->cfg.join_timeout_ms = 10000;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
+	pthread_cond_init(&m->ncv, NULL);
+	m->nq_tail = &m->nq_head;
 	m->seeds = dgi_calloc(cfg->nseeds ? cfg->nseeds : 1, sizeof(char *));
 	if (m->seeds == NULL) {
 		dg_member_stop(m);
@@ -1575,6 +1626,11 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	dg_tp_handle(tp, DG_MSG_TYPES_SNAPSHOT, on_types_snapshot, m);
 	dg_tp_handle(tp, DG_MSG_BASELINE, on_baseline, m);
 	dg_registry_set_hook(m->reg, propose, m);
+	if (pthread_create(&m->notifier, NULL, notifier_thread, m) != 0) {
+		dg_member_stop(m);
+		return DG_ERR_NOMEM;
+	}
+	m->notifier_started = true;
 	dg_err e = join(m);
 	if (e == DG_OK && pthread_create(&m->thread, NULL, member_thread, m) != 0)
 		e = DG_ERR_NOMEM;
@@ -1607,6 +1663,7 @@ static void member_stop(dg_member *m, bool leave)
 	pthread_mutex_lock(&m->mu);
 	m->stopping = true;
 	pthread_cond_broadcast(&m->cv);
+	pthread_cond_signal(&m->ncv);
 	pthread_mutex_unlock(&m->mu);
 	dg_topology *t = leave ? dg_member_topology(m) : NULL;
 	for (uint32_t i = 0; t != NULL && i < t->count; i++)
@@ -1616,6 +1673,8 @@ static void member_stop(dg_member *m, bool leave)
 	dg_registry_set_hook(m->reg, NULL, NULL);
 	if (m->thread_started)
 		pthread_join(m->thread, NULL);
+	if (m->notifier_started)
+		pthread_join(m->notifier, NULL); /* no listener runs after this */
 	/* no handler may run on m after this: unset them and wait out any
 	 * running; requests in flight hold their own reference */
 	for (int type = DG_MSG_HEARTBEAT; type <= DG_MSG_LEAVE; type++)
@@ -1631,7 +1690,15 @@ static void member_free(dg_member *m)
 		dgi_free(m->seeds[i]);
 	dgi_free(m->seeds);
 	dg_topology_release(m->topo);
+	dg_topology_release(m->delivered);
+	while (m->nq_head != NULL) {
+		struct tq *q = m->nq_head;
+		m->nq_head = q->next;
+		dg_topology_release(q->t);
+		dgi_free(q);
+	}
 	dgi_free(m->since);
+	pthread_cond_destroy(&m->ncv);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
 	dgi_free(m);

@@ -429,8 +429,11 @@ typedef struct dg_member_config {
 
 void dg_member_config_init(dg_member_config *cfg);
 
-/* Topology listener: runs on a transport or membership thread after each new
- * version is installed (old may be NULL at the first).  Must not block. */
+/* Topology listener: runs on the membership's notifier thread after each
+ * new version is installed, every version in order (old: the one before,
+ * NULL at the first), never on the thread that installed it — so a slow
+ * listener holds up no message.  Should not block for long all the same:
+ * the next versions wait for it. */
 typedef void (*dg_topology_fn)(void *ctx, const dg_topology *old,
     const dg_topology *now);
 
@@ -452,7 +455,9 @@ void dg_member_stop(dg_member *m);
 
 /* The current topology, held (release it); NULL before the join. */
 dg_topology *dg_member_topology(dg_member *m);
-/* Adds a listener; up to 16.  DG_ERR_LIMIT. */
+/* Adds a listener; up to 16.  It gets the versions installed after the
+ * current one (which the caller reads with dg_member_topology).
+ * DG_ERR_LIMIT. */
 dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx);
 bool dg_member_is_coordinator(dg_member *m);
 
