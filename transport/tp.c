@@ -271,7 +271,8 @@ dg_err dg_tp_set_address(dg_tp *tp, dg_node_id peer, const char *url)
 	 * node).  It is not there: no address, so sends to it fail at once
 	 * (DG_ERR_UNREACHABLE) instead of dialling this node, which refuses
 	 * its own id, as fast as frames for it come. */
-	bool self = peer != tp->self && url != NULL && strcmp(url, tp->address) == 0;
+	const char *me = atomic_load(&tp->address); /* NULL: still starting */
+	bool self = peer != tp->self && url != NULL && me != NULL && strcmp(url, me) == 0;
 	char *u = self ? NULL : xstrdup(url);
 	if (u == NULL && !self)
 		return DG_ERR_NOMEM;
@@ -921,10 +922,11 @@ dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out)
 	}
 listening:
 	e = DG_ERR_NOMEM;
-	tp->address = cfg->advertise_url ? xstrdup(cfg->advertise_url) : bound_url(tp);
-	if (tp->address == NULL)
+	char *address = cfg->advertise_url ? xstrdup(cfg->advertise_url) : bound_url(tp);
+	if (address == NULL)
 		goto fail;
-	tp->cfg.advertise_url = tp->address;
+	atomic_store(&tp->address, address);
+	tp->cfg.advertise_url = address;
 	if (tp->listener != NULL && (e = dgi_conn_accept_start(tp)) != DG_OK)
 		goto fail;
 	if (pthread_create(&tp->service, NULL, service, tp) != 0)
