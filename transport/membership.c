@@ -35,8 +35,8 @@
 struct listener {
 	dg_topology_fn fn;
 	void *ctx;
-	int64_t after;       /* gets only versions above this (the one current
-	                        when it was added: the caller reads that one) */
+	int64_t after;       /* gets only versions above this (the last one
+	                        delivered when it was added) */
 };
 
 struct tq {                    /* a version waiting for the listeners */
@@ -1321,6 +1321,7 @@ static dg_err join(dg_member *m)
 			logged = now;
 			dgi_log("warn", "JOIN-RETRY", "node=%016llx waited_ms=%llu err=%s",
 			    (unsigned long long)dg_tp_self(m->tp), (unsigned long long)(now - start),
+			    r.member_err == DG_OK ? "no TOPOLOGY after JOIN_ACK" :
 			    dg_strerror(r.member_err));
 		}
 		if (now > deadline) {
@@ -1573,7 +1574,9 @@ dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx)
 	if (m->nlisteners < MAX_LISTENERS) {
 		m->listeners[m->nlisteners].fn = fn;
 		m->listeners[m->nlisteners].ctx = ctx;
-		m->listeners[m->nlisteners].after = m->topo != NULL ? m->topo->version : 0;
+		/* versions installed but not delivered yet reach it too: one
+		 * that reads the current topology before listening misses none */
+		m->listeners[m->nlisteners].after = m->delivered != NULL ? m->delivered->version : 0;
 		m->nlisteners++;
 		e = DG_OK;
 	}

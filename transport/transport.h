@@ -455,9 +455,11 @@ void dg_member_stop(dg_member *m);
 
 /* The current topology, held (release it); NULL before the join. */
 dg_topology *dg_member_topology(dg_member *m);
-/* Adds a listener; up to 16.  It gets the versions installed after the
- * current one (which the caller reads with dg_member_topology).
- * DG_ERR_LIMIT. */
+/* Adds a listener; up to 16.  It gets every version not yet given to the
+ * listeners when it is added, and every later one; the caller reads the
+ * current one with dg_member_topology (before or after adding: an older
+ * version may still come, a listener ignores versions older than the one
+ * it has).  DG_ERR_LIMIT. */
 dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx);
 bool dg_member_is_coordinator(dg_member *m);
 
