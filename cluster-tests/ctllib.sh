@@ -8,7 +8,10 @@
 #     all given explicitly so that nothing collides (PORT_OF, APORT, HPORT);
 #   - wait_admin_node NAME: wait_dgnode, and the admin= and http= URLs its
 #     NODE-READY line printed (READY_ADMIN, READY_HTTP);
-#   - start_three ARGS...: servers n1, n2, n3 up and agreeing;
+#   - start_three ARGS...: servers n1, n2, n3 up, agreeing and rebalanced;
+#   - wait_active NODE SERVERS [TIMEOUT_MS]: `dgctl state` at NODE says
+#     ACTIVE (nothing moving, every node's caches at NODE's topology
+#     version) with SERVERS servers;
 #   - ctl NODE dgctl-args... / ctl_port PORT ... / ctl_raw ...: one dgctl
 #     run, bounded by `timeout`; CRC (exit status), OUT, ERR, CTL_MS;
 #   - jout [jq-args...] FILTER: jq -e over OUT (the last dgctl's stdout);
@@ -40,7 +43,9 @@ start_admin_node() {
 }
 
 # start_three ARGS...: servers n1, n2, n3 (n2 and n3 seeded by n1) started
-# with ARGS, ready, agreeing on one 3-node topology.
+# with ARGS, ready, agreeing on one 3-node topology (AGREED_V), and done
+# rebalancing onto it (state ACTIVE): nodes that just joined are still
+# MOVING partitions, and a check of the state would race with them.
 start_three() {
 	start_admin_node n1 "$@"
 	wait_admin_node n1
@@ -49,6 +54,22 @@ start_three() {
 	wait_admin_node n2
 	wait_admin_node n3
 	wait_until 10000 "n1, n2, n3 agree on 3 nodes" agree_nodes 3 n1 n2 n3
+	local v=$AGREED_V
+	wait_active n1 3 30000
+	log "n1, n2, n3: ACTIVE $WAITED_MS ms after they agreed on version $v"
+	AGREED_V=$v
+}
+
+# cluster_active NODE SERVERS: the last `dgctl state --json` at NODE says
+# ACTIVE, SERVERS servers, every node answered.
+cluster_active() {
+	CTL_QUIET=1 ctl "$1" state --json &&
+		jout --argjson s "$2" '.state == "ACTIVE" and .servers == $s and .nodes_unanswered == 0'
+}
+
+# wait_active NODE SERVERS [TIMEOUT_MS]: polls cluster_active (20 s).
+wait_active() {
+	wait_until "${3:-20000}" "$1 says ACTIVE with $2 servers" cluster_active "$1" "$2"
 }
 
 # wait_admin_node NAME [TIMEOUT_MS]

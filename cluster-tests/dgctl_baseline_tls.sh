@@ -52,13 +52,20 @@ ctl n1 baseline --json
 check "baseline --json: auto, none standby" jout '.auto == true and .standby == []'
 ctl n1 baseline set "${URL[n1]}" "${URL[n2]}"
 expect_rc 0 "baseline set n1 n2"
-ctl n2 baseline --json
-check "baseline --json: n1, n2 online; n3 standby" \
-	jout --arg a "${URL[n1]}" --arg b "${URL[n2]}" --arg c "${URL[n3]}" \
-	'.auto == false and ([.baseline[] | select(.online) | .address] | sort) == ([$a, $b] | sort) and [.standby[].address] == [$c]'
-ctl n3 nodes --json
-check "nodes --json: n3 standby, n1 and n2 not" \
-	jout --arg c "${URL[n3]}" '[.nodes[] | select(.standby) | .address] == [$c]'
+# the set returned once n1 (which took the command) installed the new
+# version; n2 and n3 install it when its TOPOLOGY reaches them
+n2_sees_set() {
+	CTL_QUIET=1 ctl n2 baseline --json &&
+		jout --arg a "${URL[n1]}" --arg b "${URL[n2]}" --arg c "${URL[n3]}" \
+		'.auto == false and ([.baseline[] | select(.online) | .address] | sort) == ([$a, $b] | sort) and [.standby[].address] == [$c]'
+}
+wait_until 10000 "baseline --json (n2): n1, n2 online; n3 standby" n2_sees_set
+log "ok: baseline --json (n2): n1, n2 online; n3 standby"
+n3_sees_standby() {
+	CTL_QUIET=1 ctl n3 nodes --json && jout --arg c "${URL[n3]}" '[.nodes[] | select(.standby) | .address] == [$c]'
+}
+wait_until 10000 "nodes --json (n3): n3 standby, n1 and n2 not" n3_sees_standby
+log "ok: nodes --json (n3): n3 standby, n1 and n2 not"
 ctl n3 nodes
 check "nodes table: n3's role says standby" out_has "${URL[n3]} +server,standby"
 ctl n1 state --json
@@ -88,6 +95,7 @@ kill -9 "${PID[n1]}"
 reap n1
 wait_until 10000 "n2, n3 agree on 2 nodes" agree_nodes 2 n2 n3
 verify_all 2 "after n1, decommissioned, was killed (backups=0)"
+# n2 took the remove and n2, n3 agree on the topology without n1
 ctl n2 baseline --json
 check "baseline --json: n2, n3 online, n1 gone from it" \
 	jout --arg b "${URL[n2]}" --arg c "${URL[n3]}" \

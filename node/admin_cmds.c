@@ -219,8 +219,11 @@ static cJSON *cache_total(cJSON *caches, const char *name)
 }
 
 /* Sums every node's local.rebalance into per-cache totals; adds a
- * per-node array when per_node. */
-static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost)
+ * per-node array when per_node.  *behind: the nodes whose caches are not
+ * at this node's topology version (nodes_behind) — right after a change
+ * nothing is MOVING anywhere until every node applied it, and that is no
+ * settled cluster: the state is REBALANCING, the rebalancing incomplete. */
+static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost, int *behind)
 {
 	dgi_fanres *r;
 	size_t nr;
@@ -234,11 +237,15 @@ static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost)
 	cJSON *caches = cJSON_AddArrayToObject(c->result, "caches");
 	cJSON *nodes = per_node ? cJSON_AddArrayToObject(c->result, "nodes") : NULL;
 	int unanswered = 0;
+	*behind = 0;
 	for (size_t i = 0; i < nr && caches; i++) {
 		if (r[i].err != DG_OK) {
 			unanswered++;
 			continue;
 		}
+		const cJSON *tv = cJSON_GetObjectItemCaseSensitive(r[i].result, "topology_version");
+		if (cJSON_IsNumber(tv) && (int64_t)tv->valuedouble != ver)
+			(*behind)++;
 		const cJSON *arr = cJSON_GetObjectItemCaseSensitive(r[i].result, "caches"), *one;
 		cJSON_ArrayForEach(one, arr) {
 			const cJSON *name = cJSON_GetObjectItemCaseSensitive(one, "cache");
@@ -265,6 +272,7 @@ static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost)
 		}
 	}
 	cJSON_AddNumberToObject(c->result, "nodes_unanswered", unanswered);
+	cJSON_AddNumberToObject(c->result, "nodes_behind", *behind);
 	dgi_fanout_free(r, nr);
 	return caches ? DG_OK : DG_ERR_NOMEM;
 }
@@ -292,8 +300,8 @@ static dg_err cmd_state(call *c)
 		if (t->nodes[i].id == cid)
 			cJSON_AddStringToObject(c->result, "coordinator_address", t->nodes[i].url);
 	dg_topology_release(t);
-	int moving, lost;
-	dg_err e = rebalance_totals(c, false, &moving, &lost);
+	int moving, lost, behind;
+	dg_err e = rebalance_totals(c, false, &moving, &lost, &behind);
 	if (e != DG_OK)
 		return e;
 	cJSON_AddNumberToObject(c->result, "caches_count",
@@ -301,18 +309,18 @@ static dg_err cmd_state(call *c)
 	cJSON_AddNumberToObject(c->result, "partitions_moving", moving);
 	cJSON_AddNumberToObject(c->result, "partitions_lost", lost);
 	cJSON_AddStringToObject(c->result, "state", lost > 0 ? "LOST_PARTITIONS" :
-	    moving > 0 ? "REBALANCING" : "ACTIVE");
+	    moving > 0 || behind > 0 ? "REBALANCING" : "ACTIVE");
 	return DG_OK;
 }
 
 static dg_err cmd_rebalance(call *c)
 {
-	int moving, lost;
-	dg_err e = rebalance_totals(c, true, &moving, &lost);
+	int moving, lost, behind;
+	dg_err e = rebalance_totals(c, true, &moving, &lost, &behind);
 	if (e != DG_OK)
 		return e;
 	cJSON_AddNumberToObject(c->result, "partitions_moving", moving);
-	cJSON_AddBoolToObject(c->result, "complete", moving == 0);
+	cJSON_AddBoolToObject(c->result, "complete", moving == 0 && behind == 0);
 	return DG_OK;
 }
 

@@ -56,6 +56,9 @@ static dg_err local_rebalance(dg_node *n, cJSON *r)
 {
 	dg_cache_config *cc;
 	size_t nc = dgi_admin_caches(n, &cc);
+	/* the topology this node's caches have applied: the asker counts a
+	 * node not at its own version as still rebalancing */
+	cJSON_AddNumberToObject(r, "topology_version", (double)dgi_grid_topver(dgi_node_grid(n)));
 	cJSON *arr = cJSON_AddArrayToObject(r, "caches");
 	if (arr == NULL || cc == NULL) {
 		dgi_free(cc);

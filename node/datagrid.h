@@ -108,7 +108,8 @@ DG_API void dg_node_config_init(dg_node_config *cfg);
 /* Starts a node: listens, joins the cluster through the seeds (or forms
  * one), learns the caches the cluster has, loads persisted data from
  * data_dir and takes its share of partitions.  Blocks until joined (up to
- * join_timeout_ms).  *out is owned by the caller: dg_node_stop.  The config
+ * join_timeout_ms; while seeds of a cluster answer, up to join_timeout_ms
+ * plus the longer of twice that and twice the failure detection).  *out is owned by the caller: dg_node_stop.  The config
  * is copied.  Errors: DG_ERR_INVAL (the message logged names the setting),
  * DG_ERR_ADDRINUSE, DG_ERR_NET, DG_ERR_TLS, DG_ERR_AUTH / DG_ERR_REFUSED
  * (a seed refused this node), DG_ERR_TIMEOUT (no cluster to join),

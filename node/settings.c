@@ -116,7 +116,9 @@ const dgnode_setting dgnode_settings_table[] = {
 	  "dg_node_config.heartbeat_ms (0: failure_timeout_ms / 5)", NULL },
 	{ "join-timeout", DGNODE_DURATION, F(join_timeout_ms), "10000", 100,
 	  HOUR_MS, NULL, "DURATION", "Give up joining the cluster after this "
-	  "long.", "dg_node_config.join_timeout_ms", NULL },
+	  "long; while seeds of a cluster answer, keep asking up to this plus "
+	  "the longer of twice this and twice the failure detection.",
+	  "dg_node_config.join_timeout_ms", NULL },
 	{ "request-timeout", DGNODE_DURATION, F(request_timeout_ms), "10000", 1,
 	  HOUR_MS, NULL, "DURATION", "Bound of each cache operation and of the "
 	  "hand-over when leaving.", "dg_node_config.request_timeout_ms", NULL },

@@ -191,6 +191,7 @@ typedef struct node_opt {
 	uint32_t connect_timeout_ms;
 	dg_node_id id;
 	struct peer_log *log;
+	const char *url;
 } node_opt;
 
 static dg_tp *node_start(const node_opt *o)
@@ -212,6 +213,8 @@ static dg_tp *node_start(const node_opt *o)
 	if (o->connect_timeout_ms)
 		cfg.connect_timeout_ms = o->connect_timeout_ms;
 	cfg.node_id = o->id;
+	if (o->url != NULL)
+		cfg.listen_url = o->url;
 	if (o->log != NULL) {
 		cfg.on_peer = on_peer_log;
 		cfg.on_peer_ctx = o->log;
@@ -1818,7 +1821,8 @@ static void test_injected_after_handshake(void **state)
 	dg_msg_bytes m = { { (const uint8_t *)"\0\0\0\0\0\0\0\0", 8 } };
 	OK(dg_tp_send(a, 0x1B, DG_MSG_ECHO, &m));
 	WAIT_FOR(atomic_load(&echo.n) == 1);
-	assert_int_equal(stats(a).connects, 2);
+	/* counted after the queued frames went out: the echo may come first */
+	WAIT_FOR(stats(a).connects == 2);
 	OK(ping(a, 0x1B, "after"));
 	dg_tp_stop(a);
 	dg_tp_stop(b);
@@ -2042,12 +2046,58 @@ static void test_disconnect_redials(void **state)
 	OK(dg_tp_send(a, 0x2B, DG_MSG_ECHO, &m));
 	WAIT_FOR(atomic_load(&echo.n) == 1);
 	assert_int_equal(atomic_load(&echo.misordered), 0);
-	assert_int_equal(stats(a).connects, 2);
+	WAIT_FOR(stats(a).connects == 2); /* counted after the frames went out */
 	assert_int_equal(stats(a).dropped, 0);
 	OK(ping(a, 0x2B, "again"));
 	OK(ping(b, 0x2A, "and back"));
 	dg_tp_stop(a);
 	dg_tp_stop(b);
+}
+
+/* A peer died and another node now listens at its address (a restart on
+ * the same port, with a new id): a request to the dead one fails at once
+ * with DG_ERR_UNREACHABLE — the dial finds another id there — instead of
+ * waiting out its timeout while the dead peer stays "dialing" for good;
+ * the next one fails without a dial (the address is forgotten); the
+ * connection serves the node that answered.  And a node never dials its
+ * own address for another id. */
+static void test_peer_moved_fails_fast(void **state)
+{
+	(void)state;
+	dg_tp *a = NODE(.id = 0x3A), *b = NODE(.id = 0x3B);
+	char url[128];
+	snprintf(url, sizeof(url), "%s", dg_tp_address(b));
+	connect_ok(a, b);
+	OK(ping(a, 0x3B, "before"));
+	dg_tp_stop(b);
+	WAIT_FOR(conn_count(a) == 0);
+	dg_tp *c = NODE(.id = 0x3C, .url = url);
+	assert_string_equal(dg_tp_address(c), url);
+	uint64_t t0 = dgi_now_ms();
+	assert_int_equal(ping(a, 0x3B, "gone"), DG_ERR_UNREACHABLE);
+	assert_true(dgi_now_ms() - t0 < 2000); /* not the 5 s timeout */
+	assert_true(stats(a).dropped >= 1);
+	t0 = dgi_now_ms();
+	assert_int_equal(ping(a, 0x3B, "still gone"), DG_ERR_UNREACHABLE);
+	assert_true(dgi_now_ms() - t0 < 500);
+	/* once the handshake with c ended (a has no address for c: only
+	 * that connection reaches it) */
+	WAIT_FOR(ping(a, 0x3C, "the new one") == DG_OK);
+
+	/* the dead one's address given again (a topology naming it): one
+	 * more dial, the same fast answer */
+	OK(dg_tp_set_address(a, 0x3B, url));
+	assert_int_equal(ping(a, 0x3B, "named again"), DG_ERR_UNREACHABLE);
+
+	/* c learns that 0x3B was at c's own address: no dial to itself */
+	uint64_t refused = stats(c).handshake_failures;
+	OK(dg_tp_set_address(c, 0x3B, url));
+	t0 = dgi_now_ms();
+	assert_int_equal(ping(c, 0x3B, "self"), DG_ERR_UNREACHABLE);
+	assert_true(dgi_now_ms() - t0 < 500);
+	assert_int_equal(stats(c).handshake_failures, refused);
+	dg_tp_stop(a);
+	dg_tp_stop(c);
 }
 
 /* ------------------------------------------------------------------------
@@ -3241,6 +3291,83 @@ static void test_membership_pause_coordinator(void **state)
 	pause_and_back(0);
 }
 
+/* The coordinator crashes and a new node starts at once on its address,
+ * seeded by a member that has not noticed the crash yet: the seed forwards
+ * the JOIN to the dead coordinator, whose dial reaches the new node.  The
+ * JOIN fails fast (not after the whole join timeout, which the joiner's
+ * one call used to take) and is asked again, without forming a second
+ * cluster, until the member takes over as coordinator: it joins within
+ * the failure detection (1 s + heartbeat) and a few retries, and all
+ * agree. */
+static void test_membership_restart_on_coordinator_address(void **state)
+{
+	(void)state;
+	struct mnode n[4];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	char url[128];
+	snprintf(url, sizeof(url), "%s", dg_tp_address(n[0].tp));
+	mnode_start(&n[1], "tcp://127.0.0.1:0", url, 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", url, 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	char seed[128];
+	snprintf(seed, sizeof(seed), "%s", dg_tp_address(n[1].tp));
+	mnode_stop(&n[0], true);
+	uint64_t t0 = dgi_now_ms();
+	mnode_start(&n[3], url, seed, 1000);
+	uint64_t took = dgi_now_ms() - t0;
+	print_message("      joined %llu ms after the coordinator's crash\n",
+	    (unsigned long long)took);
+	assert_true(took < 5000); /* the join timeout is 10 s */
+	WAIT_FOR(magree(n, 4, 3));
+	assert_true(dg_member_is_coordinator(n[1].m));
+	mnode_stop(&n[3], false);
+	mnode_stop(&n[2], false);
+	mnode_stop(&n[1], false);
+}
+
+static void on_topo_slow(void *ctx, const dg_topology *old, const dg_topology *now)
+{
+	struct topo_log *l = ctx;
+	(void)old;
+	if (atomic_fetch_add(&l->calls, 1) == 0)
+		sleep_ms(2500); /* e.g. a topology version written to disk */
+	atomic_store(&l->last, now->version); /* after: done */
+}
+
+/* A listener that takes long (2.5 s, above the 1 s failure timeout) holds
+ * up none of its node's messages: listeners do not run on the thread that
+ * handles TOPOLOGY (it used to be the node's only transport thread, so
+ * nothing was read meanwhile — no PING answered, no heartbeat heard: the
+ * node took its peers for failed).  The node answers at once, nobody is
+ * declared failed, every node agrees on the join's version. */
+static void test_membership_slow_listener(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 2, 2));
+	struct topo_log l = { 0 };
+	OK(dg_member_listen(n[1].m, on_topo_slow, &l));
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(atomic_load(&l.calls) == 1); /* n[1]'s listener is in its sleep */
+	uint8_t mem[64];
+	dg_arena a;
+	dg_arena_init(&a, mem, sizeof(mem));
+	dg_msg_bytes q = { { (const uint8_t *)"now", 3 } }, r;
+	uint64_t t0 = dgi_now_ms();
+	OK(dg_tp_call(n[0].tp, dg_tp_self(n[1].tp), DG_MSG_PING, &q, 5000, &r, &a));
+	assert_true(dgi_now_ms() - t0 < 1000);
+	WAIT_FOR(atomic_load(&l.last) == 3); /* the sleep (> the failure timeout) is over */
+	WAIT_FOR(magree(n, 3, 3));
+	assert_int_equal(mversion(&n[0]), 3); /* formed, two joins: nobody failed */
+	mnode_stop(&n[2], false);
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+}
+
 /* A node whose only seed refuses it (wrong secret) fails to start instead
  * of forming a cluster of its own. */
 static void test_membership_refused(void **state)
@@ -3745,6 +3872,9 @@ int main(void)
 		cmocka_unit_test(test_membership_removed_rules),
 		cmocka_unit_test(test_membership_pause_member),
 		cmocka_unit_test(test_membership_pause_coordinator),
+		cmocka_unit_test(test_membership_restart_on_coordinator_address),
+		cmocka_unit_test(test_membership_slow_listener),
+		cmocka_unit_test(test_peer_moved_fails_fast),
 		cmocka_unit_test(test_tcp_partial_writes),
 		FX(test_tcp_peer_closes_mid_frame),
 		cmocka_unit_test(test_tcp_dials),

@@ -93,6 +93,37 @@ static void wait_settled(dg_node **n, int count, dg_cache **caches, int ncaches)
 	}
 }
 
+/* Wait (5 s at most) until the first count nodes of n agree on a topology
+ * of count nodes and every one's tx fence and the cache c (on n[1]) are
+ * at it — the fence installed, open or not (a tx of the older topology
+ * may hold it shut). */
+static void wait_installed(dg_node **n, int count, dg_cache *c)
+{
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		int64_t v0 = 0, v;
+		bool same = true;
+		for (int i = 0; i < count; i++) {
+			dg_node_info info[8];
+			size_t k = dg_node_topology(n[i], &v, info, 8);
+			if (i == 0)
+				v0 = v;
+			same &= k == (size_t)count && v == v0;
+		}
+		for (int i = 0; i < count && same; i++) {
+			dgi_txsvc_stats st;
+			dgi_txsvc_get_stats(dgi_node_txs(n[i]), &st);
+			same &= st.fence_version == v0;
+		}
+		uint64_t own[8];
+		int64_t tv;
+		if (same && dgi_cache_owners(c, 0, own, DGI_OWNERS_BUF, &tv) > 0 && tv == v0)
+			return;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+}
+
 static void cluster_start(struct cluster *cl, int count)
 {
 	memset(cl, 0, sizeof(*cl));
@@ -877,7 +908,8 @@ static void test_topology_change_waits_for_txs(void **state)
 	OK(tx_get_long(old, c, "held", &v)); /* a lock under the first topology */
 	const char *seed = dg_node_address(cl.n[0]);
 	dg_node *joiner = start_node(&seed, 1);
-	usleep(50 * 1000); /* the new topology is installed everywhere */
+	dg_node *all[3] = { cl.n[0], cl.n[1], joiner };
+	wait_installed(all, 3, c1); /* the new topology, everywhere */
 	struct fence_arg a = { cl.n[1], c1, DG_OK, 0 };
 	pthread_t t;
 	pthread_create(&t, NULL, lock_other_key, &a);

@@ -431,6 +431,47 @@ static bool attach(struct conn *c, bool listener)
 	return true;
 }
 
+/* A dial made for peer X reached another node (its CHALLENGE names
+ * c->peer_id): X no longer listens at that address — typically X died and
+ * a node restarted on its address.  Nothing queued for X can reach it
+ * there: its frames are dropped (counted) and its requests fail at once
+ * with DG_ERR_UNREACHABLE, and its address is forgotten until a topology
+ * names it again, so it is not dialled over and over.  (Left as it was, X
+ * stayed "dialing" for good: every request to it — a JOIN forwarded to a
+ * coordinator that had just died — waited out its whole timeout.)  The
+ * connection itself goes on as one with the node that answered. */
+static void peer_moved(struct conn *c)
+{
+	dg_tp *tp = c->tp;
+	struct peer *x = c->peer;
+	pthread_mutex_lock(&c->mu);
+	c->peer = NULL;
+	pthread_mutex_unlock(&c->mu);
+	uint64_t dropped = 0;
+	char *url = NULL;
+	pthread_mutex_lock(&x->mu);
+	bool gone = x->conn == NULL; /* else X's own dial reached us meanwhile */
+	if (gone) {
+		x->dialing = false;
+		x->dup_wait_ms = 0;
+		dropped = x->queued_frames;
+		dg_buf_reset(&x->queue);
+		x->queued_frames = 0;
+		url = x->url;
+		x->url = NULL;
+	}
+	pthread_mutex_unlock(&x->mu);
+	if (!gone)
+		return;
+	atomic_fetch_add(&tp->t.dropped, dropped);
+	atomic_fetch_add(&x->t.dropped, dropped);
+	dgi_log("warn", "PEER-MOVED", "peer=%016llx url=%s found=%016llx dropped=%llu",
+	    (unsigned long long)x->id, c->dial_url ? c->dial_url : "?",
+	    (unsigned long long)c->peer_id, (unsigned long long)dropped);
+	dgi_free(url);
+	dgi_fail_peer(tp, x->id, DG_ERR_UNREACHABLE);
+}
+
 static dg_err handshake(struct conn *c, const dg_frame_header *h,
     const uint8_t *body)
 {
@@ -511,6 +552,8 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 			atomic_fetch_add(&tp->t.auth_failures, 1);
 			return DG_ERR_AUTH;
 		}
+		if (c->peer != NULL && c->peer->id != c->peer_id)
+			peer_moved(c);
 		memcpy(c->nonce_theirs, m.ch.nonce.ptr, DG_NONCE_LEN);
 		if ((e = dgi_auth_mac('l', tp->secret, tp->secret_len, c->nonce_mine,
 		    c->nonce_theirs, tp->self, c->peer_id, tp->cluster,

@@ -21,6 +21,11 @@
  * and the members it names, as a new member with a new order (rejoin).
  * So a removed node never coordinates a topology of its own.
  *
+ * Listeners get each installed version, in order, from a notifier thread
+ * of their own, never from the thread that installed it (a transport
+ * thread handling TOPOLOGY or JOIN, the heartbeat thread): none can hold
+ * up the node's messages.
+ *
  * The baseline (PROTOCOL.md, "Baseline") lives in the topology itself: the
  * coordinator changes it like the node list (BASELINE, change_apply),
  * recomputing every node's STANDBY bit at each new version, and every
@@ -35,6 +40,21 @@
 #include <time.h>
 
 #define MAX_LISTENERS 16
+/* How long one JOIN (and the wait for the TOPOLOGY it brings) may take
+ * before the joiner asks again; a forwarded JOIN is bounded the same. */
+#define JOIN_ATTEMPT_MS 3000
+
+struct listener {
+	dg_topology_fn fn;
+	void *ctx;
+	int64_t after;       /* gets only versions above this (the last one
+	                        delivered when it was added) */
+};
+
+struct tq {                    /* a version waiting for the listeners */
+	dg_topology *t;
+	struct tq *next;
+};
 
 struct since {
 	dg_node_id id;
@@ -56,12 +76,17 @@ struct dg_member {
 	pthread_cond_t cv;
 	dg_topology *topo;             /* current, one reference held here */
 	struct since *since;           /* one per node of topo */
-	struct { dg_topology_fn fn; void *ctx; } listeners[MAX_LISTENERS];
+	struct listener listeners[MAX_LISTENERS];
 	int nlisteners;
+	/* installed versions not yet given to the listeners, oldest first
+	 * (each held); the notifier thread delivers them (ncv) */
+	struct tq *nq_head, **nq_tail;
+	dg_topology *delivered;        /* the last one delivered (held) */
+	pthread_cond_t ncv;
 	bool stopping;
 	bool joined;
-	pthread_t thread;
-	bool thread_started;
+	pthread_t thread, notifier;
+	bool thread_started, notifier_started;
 	/* this node's own pauses (under mu) */
 	uint64_t tick_ms;              /* when the thread last ran tick */
 	bool quiet;                    /* paused: nobody failed, no topology change */
@@ -280,22 +305,27 @@ bool dg_member_is_coordinator(dg_member *m)
 	return c;
 }
 
-/* Install t (takes the reference) if newer; listeners run after. */
-static void install(dg_member *m, dg_topology *t)
+/* Makes t (its reference taken) the current topology if it is newer; under
+ * m->mu.  Returns the topology it replaced (the caller releases it), or
+ * sets *taken false (t released) when t is not newer.  The listeners get t
+ * from the notifier thread: a listener never runs on the thread that
+ * installs, so none can hold up the message path (TOPOLOGY, JOIN, every
+ * other message of the node's transport threads) or a change. */
+static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken)
 {
-	struct { dg_topology_fn fn; void *ctx; } ls[MAX_LISTENERS];
 	uint64_t now = dgi_now_ms();
-	pthread_mutex_lock(&m->mu);
+	*taken = false;
 	if (m->topo != NULL && t->version <= m->topo->version) {
-		pthread_mutex_unlock(&m->mu);
 		dg_topology_release(t);
-		return;
+		return NULL;
 	}
 	struct since *s = dgi_calloc(t->count ? t->count : 1, sizeof(*s));
-	if (s == NULL) {
-		pthread_mutex_unlock(&m->mu);
+	struct tq *q = dgi_alloc(sizeof(*q));
+	if (s == NULL || q == NULL) {
+		dgi_free(s);
+		dgi_free(q);
 		dg_topology_release(t);
-		return;
+		return NULL;
 	}
 	for (uint32_t i = 0; i < t->count; i++) {
 		struct since *old = since_of(m, t->nodes[i].id);
@@ -318,12 +348,26 @@ static void install(dg_member *m, dg_topology *t)
 	if (!member)
 		m->quiet = false;
 	m->joined = member;
-	int n = m->nlisteners;
-	memcpy(ls, m->listeners, sizeof(ls[0]) * (size_t)n);
-	hold(t);
+	q->t = hold(t);
+	q->next = NULL;
+	*m->nq_tail = q;
+	m->nq_tail = &q->next;
 	pthread_cond_broadcast(&m->cv);
-	pthread_mutex_unlock(&m->mu);
+	pthread_cond_signal(&m->ncv);
+	*taken = true;
+	return old;
+}
 
+/* What follows an install, outside m->mu: the transport learns the new
+ * members' addresses and drops the connections of those gone. */
+static void installed(dg_member *m, dg_topology *old, const dg_topology *t)
+{
+	dg_node_id self = dg_tp_self(m->tp);
+	bool dropped = old != NULL && dg_topology_find(old, self) != NULL &&
+	    dg_topology_find(t, self) == NULL;
+	pthread_mutex_lock(&m->mu);
+	bool stopping = m->stopping;
+	pthread_mutex_unlock(&m->mu);
 	for (uint32_t i = 0; i < t->count; i++)
 		if (t->nodes[i].id != dg_tp_self(m->tp))
 			dg_tp_set_address(m->tp, t->nodes[i].id, t->nodes[i].url);
@@ -336,12 +380,56 @@ static void install(dg_member *m, dg_topology *t)
 	if (dropped)
 		dgi_log("warn", "NODE-REMOVED-SELF", "node=%016llx version=%lld nodes=%u "
 		    "why=\"not in the cluster's topology\" action=%s",
-		    (unsigned long long)dg_tp_self(m->tp), (long long)t->version, t->count,
-		    m->stopping ? "none" : "rejoin");
-	for (int i = 0; i < n; i++)
-		ls[i].fn(ls[i].ctx, old, t);
+		    (unsigned long long)self, (long long)t->version, t->count,
+		    stopping ? "none" : "rejoin");
 	dg_topology_release(old);
+}
+
+/* Install t (takes the reference) if newer. */
+static void install(dg_member *m, dg_topology *t)
+{
+	bool taken;
+	pthread_mutex_lock(&m->mu);
+	dg_topology *old = install_locked(m, t, &taken);
+	if (taken)
+		hold(t);
+	pthread_mutex_unlock(&m->mu);
+	if (!taken)
+		return;
+	installed(m, old, t);
 	dg_topology_release(t);
+}
+
+/* The notifier thread: gives every installed version, in order, to the
+ * listeners (old: the version delivered before it). */
+static void *notifier_thread(void *arg)
+{
+	dg_member *m = arg;
+	struct listener ls[MAX_LISTENERS];
+	pthread_mutex_lock(&m->mu);
+	for (;;) {
+		while (m->nq_head == NULL && !m->stopping)
+			pthread_cond_wait(&m->ncv, &m->mu);
+		if (m->stopping)
+			break; /* member_free releases what is left */
+		struct tq *q = m->nq_head;
+		m->nq_head = q->next;
+		if (m->nq_head == NULL)
+			m->nq_tail = &m->nq_head;
+		int n = m->nlisteners;
+		memcpy(ls, m->listeners, sizeof(ls[0]) * (size_t)n);
+		dg_topology *old = m->delivered;
+		m->delivered = q->t;
+		pthread_mutex_unlock(&m->mu);
+		for (int i = 0; i < n; i++)
+			if (q->t->version > ls[i].after)
+				ls[i].fn(ls[i].ctx, old, q->t);
+		dg_topology_release(old);
+		dgi_free(q);
+		pthread_mutex_lock(&m->mu);
+	}
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
 }
 
 /* TOPOLOGY body (PROTOCOL.md): one LIST — I64 version, I64 node count n,
@@ -445,18 +533,23 @@ static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
 	return e;
 }
 
-/* Send t to every member but this node. */
-static void broadcast(dg_member *m, const dg_topology *t)
+/* Send t to one node (to: its id), or to every member but this node (0). */
+static void topo_send(dg_member *m, const dg_topology *t, dg_node_id to)
 {
 	dg_buf b;
 	dg_buf_init(&b);
 	if (topo_encode_reg(m, t, &b) == DG_OK) {
 		dg_msg_raw body = { { b.data, (uint32_t)b.len } };
 		for (uint32_t i = 0; i < t->count; i++)
-			if (t->nodes[i].id != dg_tp_self(m->tp))
+			if (t->nodes[i].id != dg_tp_self(m->tp) && (to == 0 || t->nodes[i].id == to))
 				dg_tp_send(m->tp, t->nodes[i].id, DG_MSG_TOPOLOGY, &body);
 	}
 	dg_buf_free(&b);
+}
+
+static void broadcast(dg_member *m, const dg_topology *t)
+{
+	topo_send(m, t, 0);
 }
 
 /* ---- the baseline (PROTOCOL.md, "Baseline") ---- */
@@ -643,7 +736,8 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 	bool bits = standby_bits(bl, nodes, n);
 	ch->changed = ch->add != NULL || n != cur->count || bits || !bl_same(bl, cur) ||
 	    ch->force;
-	dg_topology *t = NULL;
+	dg_topology *t = NULL, *old = NULL;
+	bool taken = false;
 	if (ch->changed) {
 		int64_t next = cur->version + 1;
 		if (ch->add != NULL && ch->add->floor >= next && ch->add->floor < INT64_MAX / 2)
@@ -651,16 +745,26 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		if (ch->force && ch->floor >= next && ch->floor < INT64_MAX / 2)
 			next = ch->floor + 1;
 		t = topo_new(next, nodes, n, bl);
+		/* installed in the same critical section it was computed in: two
+		 * changes at once (a failure found by the heartbeat thread, a
+		 * JOIN on a transport thread) make two versions, one after the
+		 * other — never two different topologies of one version, the
+		 * loser broadcast and acknowledged all the same */
+		if (t != NULL) {
+			hold(t);
+			old = install_locked(m, t, &taken);
+		}
 	}
 	pthread_mutex_unlock(&m->mu);
 	dgi_free(bl);
 	if (!ch->changed)
 		return DG_OK; /* e.g. a failure report raced the coordinator's own check */
-	if (t == NULL)
+	if (t == NULL || !taken) {
+		dg_topology_release(t);
 		return DG_ERR_NOMEM;
+	}
 	ch->version = t->version;
-	hold(t);
-	install(m, t);
+	installed(m, old, t);
 	broadcast(m, t);
 	dg_topology_release(t);
 	return DG_OK;
@@ -731,10 +835,20 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_msg_join_ack ack = { m->topo->version, have ? have->order : 0,
 		atomic_load_explicit(&m->ft_ms, memory_order_relaxed),
 		atomic_load_explicit(&m->hb_ms, memory_order_relaxed) };
+	dg_topology *cur = have != NULL ? hold(m->topo) : NULL;
 	pthread_mutex_unlock(&m->mu);
 	if (coord != dg_tp_self(tp)) {
-		forward(m, in, coord, m->cfg.join_timeout_ms);
+		dg_topology_release(cur);
+		/* bounded like the joiner's own attempt: it asks again (through
+		 * this seed or another) rather than wait on a dead coordinator */
+		forward(m, in, coord, JOIN_ATTEMPT_MS);
 		return;
+	}
+	if (cur != NULL) {
+		/* a JOIN again from a member: it asks because the TOPOLOGY that
+		 * added it did not reach it (or the ack did not) — send it again */
+		topo_send(m, cur, (dg_node_id)j->node_id);
+		dg_topology_release(cur);
 	}
 	if (have == NULL) {
 		dg_err e = change(m, NULL, 0, j, &ack.topology_version, &ack.order);
@@ -1257,17 +1371,51 @@ static void adopt_timings(dg_member *m, const dg_msg_join_ack *ack)
 	atomic_store(&m->hb_ms, hb);
 }
 
+/* What one round over the seeds found. */
+struct round {
+	bool member;        /* a seed in a cluster answered (it is alive and
+	                       reachable) though the join did not complete */
+	dg_err member_err;  /* its answer (DG_OK: the TOPOLOGY did not come) */
+	dg_err refused;     /* a seed refused this node's handshake */
+};
+
+/* A seed's answer that says the cluster is there but busy changing (its
+ * coordinator died or left, a request timed out on the way): ask again.
+ * Anything else (DG_ERR_INVAL: this node's address is too long, ...) the
+ * next JOIN would get again. */
+static bool join_transient(dg_err e)
+{
+	return e == DG_OK || e == DG_ERR_TIMEOUT || e == DG_ERR_CLOSED ||
+	    e == DG_ERR_CONN_BROKEN || e == DG_ERR_BUSY || e == DG_ERR_UNREACHABLE ||
+	    e == DG_ERR_NET || e == DG_ERR_NOT_READY;
+}
+
+static uint32_t attempt_ms(uint64_t deadline)
+{
+	uint64_t now = dgi_now_ms();
+	uint64_t left = deadline > now ? deadline - now : 1;
+	return (uint32_t)(left < JOIN_ATTEMPT_MS ? left : JOIN_ATTEMPT_MS);
+}
+
 /* One round over the seeds (urls: the config's, or a rejoining node's).
- * DG_OK when joined; DG_ERR_STATE when some seed with a smaller id is up
- * but not in a cluster yet (wait for it); DG_ERR_UNREACHABLE when no seed
- * is in a cluster. */
-static dg_err join_round(dg_member *m, char *const *urls, size_t nurls, uint64_t deadline)
+ * DG_OK when joined; DG_ERR_NOT_READY when a seed in a cluster answered
+ * but the join did not complete (its coordinator died and it has not
+ * noticed yet, the TOPOLOGY did not come in time): ask again; the refusal
+ * when a seed refused this node's handshake; DG_ERR_STATE when some seed
+ * with a smaller id is up but not in a cluster yet (wait for it);
+ * DG_ERR_UNREACHABLE only when no seed is in a cluster.  Each JOIN, and
+ * the wait for its TOPOLOGY, is bounded by JOIN_ATTEMPT_MS: one answer
+ * that never comes does not use up the join. */
+static dg_err join_round(dg_member *m, char *const *urls, size_t nurls, uint64_t deadline,
+    struct round *r)
 {
 	dg_tp *tp = m->tp;
 	bool smaller_waiting = false;
-	dg_err refused = DG_OK;
 	dg_msg_join j = { { dg_tp_address(tp), (uint32_t)strlen(dg_tp_address(tp)) },
 		(int64_t)dg_tp_self(tp), m->cfg.attrs, m->cfg.version_floor };
+	r->member = false;
+	r->member_err = DG_OK;
+	r->refused = DG_OK;
 	for (size_t i = 0; i < nurls; i++) {
 		dg_node_id peer;
 		if (strcmp(urls[i], dg_tp_address(tp)) == 0)
@@ -1278,31 +1426,52 @@ static dg_err join_round(dg_member *m, char *const *urls, size_t nurls, uint64_t
 		if (ce != DG_OK) {
 			/* someone is there and would not have us (secret, TLS,
 			 * cluster name): never form a cluster of our own then */
-			refused = ce;
+			r->refused = ce;
 			continue;
 		}
 		dg_msg_join_ack ack;
-		dg_err e = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, m->cfg.join_timeout_ms, &ack, NULL);
+		dg_err e = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, attempt_ms(deadline), &ack, NULL);
 		if (e == DG_OK) {
 			adopt_timings(m, &ack);
-			if (wait_version(m, ack.topology_version, deadline))
+			uint64_t until = dgi_now_ms() + attempt_ms(deadline);
+			if (wait_version(m, ack.topology_version, until))
 				return DG_OK;
-		} else if (e == DG_ERR_STATE && peer < dg_tp_self(tp)) {
-			smaller_waiting = true;
-		} else if (e != DG_ERR_STATE) {
-			refused = e; /* in a cluster but the join failed: retry */
+			r->member = true; /* the JOIN again brings the TOPOLOGY again */
+			r->member_err = DG_OK;
+		} else if (e == DG_ERR_STATE) {
+			smaller_waiting |= peer < dg_tp_self(tp);
+		} else {
+			/* up, and not "no cluster here": its coordinator could not
+			 * be reached, did not answer in time, was changing hands
+			 * — never a reason to form a cluster of our own */
+			r->member = true;
+			r->member_err = e;
 		}
 	}
-	if (refused != DG_OK)
-		return refused;
+	if (r->member)
+		return DG_ERR_NOT_READY;
+	if (r->refused != DG_OK)
+		return r->refused;
 	return smaller_waiting ? DG_ERR_STATE : DG_ERR_UNREACHABLE;
 }
 
+/* Joins through the seeds, or forms a cluster when none is in one.  It
+ * gives up after join_timeout_ms — but while seeds of a cluster answer (the
+ * cluster is alive and reachable: its coordinator may have just died, the
+ * seeds notice within the failure detection timeout and another takes
+ * over) it goes on, up to join_timeout_ms plus the longer of twice that
+ * and twice the failure detection (timeout + heartbeat). */
 static dg_err join(dg_member *m)
 {
-	uint64_t deadline = dgi_now_ms() + m->cfg.join_timeout_ms;
+	uint64_t start = dgi_now_ms(), logged = start;
+	uint64_t deadline = start + m->cfg.join_timeout_ms;
+	uint64_t fd = 2 * ((uint64_t)atomic_load(&m->ft_ms) + atomic_load(&m->hb_ms));
+	uint64_t longest = start + m->cfg.join_timeout_ms +
+	    (fd > 2ull * m->cfg.join_timeout_ms ? fd : 2ull * m->cfg.join_timeout_ms);
+	dg_err refused = DG_OK;
 	for (;;) {
-		dg_err e = join_round(m, m->seeds, m->cfg.nseeds, deadline);
+		struct round r;
+		dg_err e = join_round(m, m->seeds, m->cfg.nseeds, deadline, &r);
 		if (e == DG_OK)
 			break;
 		pthread_mutex_lock(&m->mu);
@@ -1310,6 +1479,8 @@ static dg_err join(dg_member *m)
 		pthread_mutex_unlock(&m->mu);
 		if (joined)
 			break; /* a TOPOLOGY with this node arrived meanwhile */
+		if (r.refused != DG_OK)
+			refused = r.refused;
 		if (e == DG_ERR_UNREACHABLE) {
 			/* no seed is in a cluster, none smaller is waiting: form one */
 			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp),
@@ -1322,11 +1493,27 @@ static dg_err join(dg_member *m)
 			dgi_log("info", "CLUSTER-FORMED", "node=%016llx", (unsigned long long)self.id);
 			return DG_OK;
 		}
-		if (dgi_now_ms() > deadline) {
-			dgi_log("error", "JOIN-FAIL", "node=%016llx err=%s",
-			    (unsigned long long)dg_tp_self(m->tp),
-			    dg_strerror(e == DG_ERR_STATE ? DG_ERR_TIMEOUT : e));
-			return e == DG_ERR_STATE ? DG_ERR_TIMEOUT : e;
+		uint64_t now = dgi_now_ms();
+		if (r.member && join_transient(r.member_err) && deadline < longest) {
+			/* the cluster is there: keep asking while it answers */
+			uint64_t more = now + m->cfg.join_timeout_ms;
+			deadline = more < longest ? (more > deadline ? more : deadline) : longest;
+		}
+		if (r.member && now - logged >= 2000) {
+			logged = now;
+			dgi_log("warn", "JOIN-RETRY", "node=%016llx waited_ms=%llu err=%s",
+			    (unsigned long long)dg_tp_self(m->tp), (unsigned long long)(now - start),
+			    r.member_err == DG_OK ? "no TOPOLOGY after JOIN_ACK" :
+			    dg_strerror(r.member_err));
+		}
+		if (now > deadline) {
+			dg_err why = refused != DG_OK ? refused :
+			    r.member && !join_transient(r.member_err) ? r.member_err :
+			    e == DG_ERR_STATE || e == DG_ERR_NOT_READY ? DG_ERR_TIMEOUT : e;
+			dgi_log("error", "JOIN-FAIL", "node=%016llx err=%s waited_ms=%llu",
+			    (unsigned long long)dg_tp_self(m->tp), dg_strerror(why),
+			    (unsigned long long)(now - start));
+			return why;
 		}
 		struct timespec ts = { 0, 100 * 1000000 };
 		nanosleep(&ts, NULL);
@@ -1603,7 +1790,8 @@ static void rejoin(dg_member *m)
 	bool joined = false, stopping = false;
 	while (urls != NULL) {
 		uint64_t now = dgi_now_ms();
-		dg_err e = join_round(m, urls, n, now + m->cfg.join_timeout_ms);
+		struct round r;
+		dg_err e = join_round(m, urls, n, now + m->cfg.join_timeout_ms, &r);
 		pthread_mutex_lock(&m->mu);
 		joined = m->joined;
 		stopping = m->stopping;
@@ -1711,6 +1899,9 @@ dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx)
 	if (m->nlisteners < MAX_LISTENERS) {
 		m->listeners[m->nlisteners].fn = fn;
 		m->listeners[m->nlisteners].ctx = ctx;
+		/* versions installed but not delivered yet reach it too: one
+		 * that reads the current topology before listening misses none */
+		m->listeners[m->nlisteners].after = m->delivered != NULL ? m->delivered->version : 0;
 		m->nlisteners++;
 		e = DG_OK;
 	}
@@ -1738,6 +1929,8 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 		m->cfg.join_timeout_ms = 10000;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
+	pthread_cond_init(&m->ncv, NULL);
+	m->nq_tail = &m->nq_head;
 	m->seeds = dgi_calloc(cfg->nseeds ? cfg->nseeds : 1, sizeof(char *));
 	if (m->seeds == NULL) {
 		dg_member_stop(m);
@@ -1762,6 +1955,11 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	dg_tp_handle(tp, DG_MSG_BASELINE, on_baseline, m);
 	dg_tp_handle(tp, DG_MSG_REMOVED, on_removed, m);
 	dg_registry_set_hook(m->reg, propose, m);
+	if (pthread_create(&m->notifier, NULL, notifier_thread, m) != 0) {
+		dg_member_stop(m);
+		return DG_ERR_NOMEM;
+	}
+	m->notifier_started = true;
 	dg_err e = join(m);
 	pthread_mutex_lock(&m->mu);
 	m->tick_ms = dgi_now_ms();
@@ -1797,6 +1995,7 @@ static void member_stop(dg_member *m, bool leave)
 	pthread_mutex_lock(&m->mu);
 	m->stopping = true;
 	pthread_cond_broadcast(&m->cv);
+	pthread_cond_signal(&m->ncv);
 	pthread_mutex_unlock(&m->mu);
 	dg_topology *t = leave ? dg_member_topology(m) : NULL;
 	for (uint32_t i = 0; t != NULL && i < t->count; i++)
@@ -1808,6 +2007,8 @@ static void member_stop(dg_member *m, bool leave)
 	dg_registry_set_hook(m->reg, NULL, NULL);
 	if (m->thread_started)
 		pthread_join(m->thread, NULL);
+	if (m->notifier_started)
+		pthread_join(m->notifier, NULL); /* no listener runs after this */
 	/* no handler may run on m after this: unset them and wait out any
 	 * running; requests in flight hold their own reference */
 	for (int type = DG_MSG_HEARTBEAT; type <= DG_MSG_LEAVE; type++)
@@ -1824,7 +2025,15 @@ static void member_free(dg_member *m)
 		dgi_free(m->seeds[i]);
 	dgi_free(m->seeds);
 	dg_topology_release(m->topo);
+	dg_topology_release(m->delivered);
+	while (m->nq_head != NULL) {
+		struct tq *q = m->nq_head;
+		m->nq_head = q->next;
+		dg_topology_release(q->t);
+		dgi_free(q);
+	}
 	dgi_free(m->since);
+	pthread_cond_destroy(&m->ncv);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
 	dgi_free(m);

@@ -267,8 +267,15 @@ dg_err dg_tp_set_address(dg_tp *tp, dg_node_id peer, const char *url)
 	struct peer *p = dgi_peer_get(tp, peer, true);
 	if (p == NULL)
 		return DG_ERR_NOMEM;
-	char *u = xstrdup(url);
-	if (u == NULL)
+	/* Another node at this node's own address: the one it replaced (a
+	 * restart on the same address, before the others dropped the dead
+	 * node).  It is not there: no address, so sends to it fail at once
+	 * (DG_ERR_UNREACHABLE) instead of dialling this node, which refuses
+	 * its own id, as fast as frames for it come. */
+	const char *me = atomic_load(&tp->address); /* NULL: still starting */
+	bool self = peer != tp->self && url != NULL && me != NULL && strcmp(url, me) == 0;
+	char *u = self ? NULL : xstrdup(url);
+	if (u == NULL && !self)
 		return DG_ERR_NOMEM;
 	pthread_mutex_lock(&p->mu);
 	char *old = p->url;
@@ -991,10 +998,11 @@ dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out)
 	}
 listening:
 	e = DG_ERR_NOMEM;
-	tp->address = cfg->advertise_url ? xstrdup(cfg->advertise_url) : bound_url(tp);
-	if (tp->address == NULL)
+	char *address = cfg->advertise_url ? xstrdup(cfg->advertise_url) : bound_url(tp);
+	if (address == NULL)
 		goto fail;
-	tp->cfg.advertise_url = tp->address;
+	atomic_store(&tp->address, address);
+	tp->cfg.advertise_url = address;
 	if (tp->listener != NULL && (e = dgi_conn_accept_start(tp)) != DG_OK)
 		goto fail;
 	if (pthread_create(&tp->service, NULL, service, tp) != 0)

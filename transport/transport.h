@@ -456,15 +456,21 @@ typedef struct dg_member_config {
 
 void dg_member_config_init(dg_member_config *cfg);
 
-/* Topology listener: runs on a transport or membership thread after each new
- * version is installed (old may be NULL at the first).  Must not block. */
+/* Topology listener: runs on the membership's notifier thread after each
+ * new version is installed, every version in order (old: the one before,
+ * NULL at the first), never on the thread that installed it — so a slow
+ * listener holds up no message.  Should not block for long all the same:
+ * the next versions wait for it. */
 typedef void (*dg_topology_fn)(void *ctx, const dg_topology *old,
     const dg_topology *now);
 
 /* Joins the cluster through the seeds (or forms one when no seed is in a
  * cluster and this node's id is the smallest among those reachable), then
  * keeps heartbeats and failure detection running.  Blocks up to
- * join_timeout_ms.  Installs the type-registration hook on cfg->reg and
+ * join_timeout_ms — while seeds of a cluster answer (its coordinator may
+ * have died: they forward to it until they notice), up to join_timeout_ms
+ * plus the longer of twice that and twice the failure detection (timeout
+ * plus heartbeat); each JOIN is bounded (3 s) and asked again.  Installs the type-registration hook on cfg->reg and
  * receives every type accepted so far.  *out owned by the caller
  * (dg_member_stop, before dg_tp_stop).  A node never forms its own cluster
  * when a seed answered but refused it.  Errors: DG_ERR_TIMEOUT (no cluster
@@ -477,7 +483,11 @@ void dg_member_stop(dg_member *m);
 
 /* The current topology, held (release it); NULL before the join. */
 dg_topology *dg_member_topology(dg_member *m);
-/* Adds a listener; up to 16.  DG_ERR_LIMIT. */
+/* Adds a listener; up to 16.  It gets every version not yet given to the
+ * listeners when it is added, and every later one; the caller reads the
+ * current one with dg_member_topology (before or after adding: an older
+ * version may still come, a listener ignores versions older than the one
+ * it has).  DG_ERR_LIMIT. */
 dg_err dg_member_listen(dg_member *m, dg_topology_fn fn, void *ctx);
 bool dg_member_is_coordinator(dg_member *m);
 /* Whether this node's view of the cluster may be stale because the node

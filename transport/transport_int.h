@@ -256,7 +256,10 @@ struct handler {
 
 struct dg_tp {
 	dg_tp_config cfg;
-	char *listen_url, *address, *cluster;
+	char *listen_url, *cluster;
+	/* what peers dial (advertised); set once the listener is bound —
+	 * after the reactor may already run handshakes, hence atomic */
+	char *_Atomic address;
 	uint8_t *secret;
 	size_t secret_len;
 	dg_node_id self;

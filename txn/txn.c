@@ -82,6 +82,7 @@ struct dg_tx {
 	/* the admin CLI's view (dgi_tx_list, dgi_tx_kill) */
 	struct dg_tx *live_prev, *live_next;  /* the service's live list */
 	_Atomic int fate;           /* FATE_*: killed, or past the point of no kill */
+	_Atomic bool victim;        /* a deadlock's victim: its calls fail DG_ERR_DEADLOCK */
 	_Atomic int shown;          /* state, for other threads */
 	_Atomic uint32_t nkeys;     /* entries, for other threads */
 };
@@ -232,6 +233,14 @@ static bool killed(const dg_tx *tx)
 	return atomic_load_explicit(&tx->fate, memory_order_acquire) == FATE_KILLED;
 }
 
+/* What a killed tx's calls fail with: an operator's kill rolls back, a
+ * deadlock's victim hears why. */
+static dg_err kill_err(const dg_tx *tx)
+{
+	return atomic_load_explicit(&tx->victim, memory_order_acquire) ? DG_ERR_DEADLOCK :
+	    DG_ERR_TX_ROLLED_BACK;
+}
+
 static void near_info(const dg_tx *tx, uint64_t now, dgi_tx_info *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -298,6 +307,24 @@ dg_err dgi_tx_near_kill(dgi_txsvc *s, uint64_t id)
 	return e;
 }
 
+dg_err dgi_tx_near_victim(dgi_txsvc *s, uint64_t id)
+{
+	dgi_txnear_live *l = dgi_txsvc_live(s);
+	dg_err e = DG_ERR_NOT_FOUND;
+	pthread_mutex_lock(&l->mu);
+	for (dg_tx *tx = l->head; tx != NULL; tx = tx->live_next) {
+		if (tx->id.seq != id)
+			continue;
+		atomic_store(&tx->victim, true);
+		int was = FATE_NONE;
+		atomic_compare_exchange_strong(&tx->fate, &was, FATE_KILLED);
+		e = DG_OK;
+		break;
+	}
+	pthread_mutex_unlock(&l->mu);
+	return e;
+}
+
 /* ---- begin / free ---- */
 
 dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
@@ -347,6 +374,7 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 	if (label != NULL)
 		snprintf(tx->label, sizeof(tx->label), "%s", label);
 	atomic_store_explicit(&tx->fate, FATE_NONE, memory_order_relaxed);
+	atomic_store_explicit(&tx->victim, false, memory_order_relaxed);
 	atomic_store_explicit(&tx->shown, DGI_TXS_ACTIVE, memory_order_relaxed);
 	atomic_store_explicit(&tx->nkeys, 0, memory_order_relaxed);
 	live_link(tx);
@@ -509,7 +537,9 @@ static void step(dg_tx *tx, dgi_txe ev)
 static dg_err fail_tx(dg_tx *tx, dg_err e)
 {
 	if (killed(tx))
-		e = DG_ERR_TX_ROLLED_BACK; /* whatever the kill made the call fail with */
+		e = kill_err(tx); /* whatever the kill made the call fail with */
+	else if (e == DG_ERR_TX_ROLLED_BACK && atomic_load(&tx->victim))
+		e = DG_ERR_DEADLOCK; /* its commit began as it was chosen: refused for that */
 	if (dgi_txs_final(tx->state) || tx->state == DGI_TXS_ROLLING_BACK)
 		return e;
 	step(tx, e == DG_ERR_TIMEOUT ? DGI_TXE_TIMEOUT : DGI_TXE_PREPARE_FAILED);
@@ -579,7 +609,7 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			if (locking && (e == DG_OK || !retriable(e)))
 				add_locked(tx, own[0]);
 			if (killed(tx))
-				return DG_ERR_TX_ROLLED_BACK; /* a lock granted after the kill goes too */
+				return kill_err(tx); /* a lock granted after the kill goes too */
 			if (e == DG_OK && locking && tx->topver == 0)
 				tx->topver = tv;
 			if (e == DG_OK && node != NULL)
@@ -600,7 +630,7 @@ static dg_err check_cache(dg_tx *tx, dg_cache *c)
 	if (tx->state != DGI_TXS_ACTIVE)
 		return DG_ERR_STATE;
 	if (killed(tx))
-		return fail_tx(tx, DG_ERR_TX_ROLLED_BACK);
+		return fail_tx(tx, kill_err(tx));
 	if (dg_cache_config_of(c)->atomicity != DG_TRANSACTIONAL)
 		return DG_ERR_UNSUPPORTED;
 	return DG_OK;

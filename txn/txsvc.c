@@ -866,6 +866,11 @@ static dg_err victim_err(dgi_txsvc *s, const dgi_txid *tx, dg_err err)
  * decided: it will never commit). */
 static void kill_victim(dgi_txsvc *s, const dgi_txid *victim, dg_err why)
 {
+	/* its near node: a lock granted before the kill reached its primary
+	 * (the winner committed and released meanwhile), then released by
+	 * it, must not make the victim's commit say only "rolled back" */
+	if (why == DG_ERR_DEADLOCK && victim->node == s->self)
+		(void)dgi_tx_near_victim(s, victim->seq);
 	pthread_mutex_lock(&s->mu);
 	/* A victim that prepared here, or is being committed (a takeover),
 	 * waits for nothing here any more — the cycle was seen in a snapshot

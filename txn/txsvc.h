@@ -330,6 +330,10 @@ dgi_txnear_live *dgi_txsvc_live(dgi_txsvc *s);
 size_t dgi_tx_near_list(dgi_txsvc *s, dgi_tx_info *out, size_t cap);
 /* Kills this node's tx `id` (no waiting: a transport thread may call it). */
 dg_err dgi_tx_near_kill(dgi_txsvc *s, uint64_t id);
+/* This node's tx `id` was chosen as a deadlock's victim: its next call (or
+ * its commit, refused for it) fails with DG_ERR_DEADLOCK, not as an
+ * operator's kill.  No waiting. */
+dg_err dgi_tx_near_victim(dgi_txsvc *s, uint64_t id);
 /* Releases tx everywhere (TX_KILL with flags to every node of the topology,
  * and here): what the deadlock detector does with a victim. */
 void dgi_txsvc_kill(dgi_txsvc *s, const dgi_txid *tx, int64_t flags);
