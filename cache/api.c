@@ -123,16 +123,23 @@ dg_err dg_cache_put(dg_cache *c, const void *key, size_t klen, const void *val, 
 	return dgi_update(c, OP_PUT, kenc, kenc_len, NULL, 0, venc, venc_len, NULL, NULL);
 }
 
+/* A conditional operation: *done (when not NULL) says whether it wrote. */
+static dg_err flagged(dg_cache *c, int op, const uint8_t *key, size_t klen, const uint8_t *exp,
+    size_t elen, const uint8_t *val, size_t vlen, bool *done)
+{
+	int64_t flag = 0;
+	dg_err e = dgi_update(c, op, key, klen, exp, elen, val, vlen, &flag, NULL);
+	if (done != NULL)
+		*done = e == DG_OK && flag;
+	return e;
+}
+
 dg_err dg_cache_put_if_absent(dg_cache *c, const void *key, size_t klen, const void *val,
     size_t vlen, bool *put)
 {
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
-	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_PUT_IF_ABSENT, kenc, kenc_len, NULL, 0, venc, venc_len, &flag, NULL);
-	if (put != NULL)
-		*put = e == DG_OK && flag;
-	return e;
+	return flagged(c, OP_PUT_IF_ABSENT, kenc, kenc_len, NULL, 0, venc, venc_len, put);
 }
 
 dg_err dg_cache_replace(dg_cache *c, const void *key, size_t klen, const void *val,
@@ -140,11 +147,7 @@ dg_err dg_cache_replace(dg_cache *c, const void *key, size_t klen, const void *v
 {
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
-	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REPLACE, kenc, kenc_len, NULL, 0, venc, venc_len, &flag, NULL);
-	if (replaced != NULL)
-		*replaced = e == DG_OK && flag;
-	return e;
+	return flagged(c, OP_REPLACE, kenc, kenc_len, NULL, 0, venc, venc_len, replaced);
 }
 
 dg_err dg_cache_get_and_put(dg_cache *c, const void *key, size_t klen, const void *val,
@@ -167,11 +170,7 @@ dg_err dg_cache_get_and_put(dg_cache *c, const void *key, size_t klen, const voi
 dg_err dg_cache_remove(dg_cache *c, const void *key, size_t klen, bool *removed)
 {
 	ENC_KEY(key, klen);
-	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REMOVE, kenc, kenc_len, NULL, 0, NULL, 0, &flag, NULL);
-	if (removed != NULL)
-		*removed = e == DG_OK && flag;
-	return e;
+	return flagged(c, OP_REMOVE, kenc, kenc_len, NULL, 0, NULL, 0, removed);
 }
 
 #define ENC_EXP(exp, elen)                                                     \
@@ -184,17 +183,8 @@ dg_err dg_cache_remove(dg_cache *c, const void *key, size_t klen, bool *removed)
 	if (eenc == NULL)                                                      \
 		return DG_ERR_NOMEM
 
-/* A compare-and-set (OP_REPLACE_IF_EQ, OP_REMOVE_IF_EQ) of encoded values:
- * *done (optional) is the flag. */
-static dg_err cas(dg_cache *c, int op, const uint8_t *key, size_t klen, const uint8_t *exp,
-    size_t elen, const uint8_t *val, size_t vlen, bool *done)
-{
-	int64_t flag = 0;
-	dg_err e = dgi_update(c, op, key, klen, exp, elen, val, vlen, &flag, NULL);
-	if (done != NULL)
-		*done = e == DG_OK && flag;
-	return e;
-}
+/* Compare-and-set (OP_REPLACE_IF_EQ, OP_REMOVE_IF_EQ): the expected value
+ * is encoded like the new one and compared with the stored encoding. */
 
 dg_err dg_cache_replace_if_equals(dg_cache *c, const void *key, size_t klen,
     const void *expected, size_t elen, const void *val, size_t vlen, bool *replaced)
@@ -202,7 +192,7 @@ dg_err dg_cache_replace_if_equals(dg_cache *c, const void *key, size_t klen,
 	ENC_KEY(key, klen);
 	ENC_EXP(expected, elen);
 	ENC_VAL(val, vlen);
-	return cas(c, OP_REPLACE_IF_EQ, kenc, kenc_len, eenc, eenc_len, venc, venc_len, replaced);
+	return flagged(c, OP_REPLACE_IF_EQ, kenc, kenc_len, eenc, eenc_len, venc, venc_len, replaced);
 }
 
 dg_err dg_cache_remove_if_equals(dg_cache *c, const void *key, size_t klen,
@@ -210,7 +200,7 @@ dg_err dg_cache_remove_if_equals(dg_cache *c, const void *key, size_t klen,
 {
 	ENC_KEY(key, klen);
 	ENC_EXP(expected, elen);
-	return cas(c, OP_REMOVE_IF_EQ, kenc, kenc_len, eenc, eenc_len, NULL, 0, removed);
+	return flagged(c, OP_REMOVE_IF_EQ, kenc, kenc_len, eenc, eenc_len, NULL, 0, removed);
 }
 
 dg_err dg_cache_get(dg_cache *c, const void *key, size_t klen, dg_buf *val)
@@ -257,11 +247,7 @@ dg_err dg_cache_remove_val(dg_cache *c, const uint8_t *key, size_t klen, bool *r
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REMOVE, key, klen, NULL, 0, NULL, 0, &flag, NULL);
-	if (removed != NULL)
-		*removed = e == DG_OK && flag;
-	return e;
+	return flagged(c, OP_REMOVE, key, klen, NULL, 0, NULL, 0, removed);
 }
 
 dg_err dg_cache_put_if_absent_val(dg_cache *c, const uint8_t *key, size_t klen,
@@ -269,11 +255,7 @@ dg_err dg_cache_put_if_absent_val(dg_cache *c, const uint8_t *key, size_t klen,
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_PUT_IF_ABSENT, key, klen, NULL, 0, val, vlen, &flag, NULL);
-	if (put != NULL)
-		*put = e == DG_OK && flag;
-	return e;
+	return flagged(c, OP_PUT_IF_ABSENT, key, klen, NULL, 0, val, vlen, put);
 }
 
 dg_err dg_cache_replace_val(dg_cache *c, const uint8_t *key, size_t klen,
@@ -281,11 +263,7 @@ dg_err dg_cache_replace_val(dg_cache *c, const uint8_t *key, size_t klen,
 {
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	int64_t flag = 0;
-	dg_err e = dgi_update(c, OP_REPLACE, key, klen, NULL, 0, val, vlen, &flag, NULL);
-	if (replaced != NULL)
-		*replaced = e == DG_OK && flag;
-	return e;
+	return flagged(c, OP_REPLACE, key, klen, NULL, 0, val, vlen, replaced);
 }
 
 dg_err dg_cache_get_and_put_val(dg_cache *c, const uint8_t *key, size_t klen,
@@ -321,7 +299,7 @@ dg_err dg_cache_replace_if_equals_val(dg_cache *c, const uint8_t *key, size_t kl
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK || check_val(val, vlen, DG_VALUE_MAX) != DG_OK ||
 	    check_val(expected, elen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	return cas(c, OP_REPLACE_IF_EQ, key, klen, expected, elen, val, vlen, replaced);
+	return flagged(c, OP_REPLACE_IF_EQ, key, klen, expected, elen, val, vlen, replaced);
 }
 
 dg_err dg_cache_remove_if_equals_val(dg_cache *c, const uint8_t *key, size_t klen,
@@ -330,7 +308,7 @@ dg_err dg_cache_remove_if_equals_val(dg_cache *c, const uint8_t *key, size_t kle
 	if (check_val(key, klen, DG_KEY_MAX) != DG_OK ||
 	    check_val(expected, elen, DG_VALUE_MAX) != DG_OK)
 		return DG_ERR_INVAL;
-	return cas(c, OP_REMOVE_IF_EQ, key, klen, expected, elen, NULL, 0, removed);
+	return flagged(c, OP_REMOVE_IF_EQ, key, klen, expected, elen, NULL, 0, removed);
 }
 
 /* ---- batches: one operation per key, through the raw or encoded flavour ---- */
@@ -570,7 +548,7 @@ static dg_err cas_obj(dg_cache *c, int op, const dg_desc *kd, const void *key,
 	if (e == DG_OK)
 		e = ee != DG_OK ? ee : ve;
 	if (e == DG_OK)
-		e = cas(c, op, kb.data, kb.len, eb.data, eb.len, val != NULL ? vb.data : NULL,
+		e = flagged(c, op, kb.data, kb.len, eb.data, eb.len, val != NULL ? vb.data : NULL,
 		    vb.len, done);
 	obj_buf_free(&kb, kst);
 	obj_buf_free(&eb, est);

@@ -37,6 +37,7 @@
  */
 #define _GNU_SOURCE
 #include "bank.h"
+#include "wl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,73 +61,7 @@
 #define PRINT_MAX 50
 #define PROGRESS_MS 5000            /* violation lines printed per command */
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* Wall-clock ms, printed on VIOLATION, STUCK and PROGRESS lines to line
- * them up with the test's kills. */
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
-/* "TX_CONFLICT" for DG_ERR_TX_CONFLICT ("DG_OK" for DG_OK). */
-static const char *err_name(dg_err e, char *buf, size_t cap)
-{
-	const char *s = dg_strerror(e);
-	if (strncmp(s, "DG_ERR_", 7) == 0)
-		s += 7;
-	snprintf(buf, cap, "%.*s", (int)strcspn(s, ":"), s);
-	return buf;
-}
-
-#define ERRNAME(e) err_name((e), (char[48]){ 0 }, 48)
-
-static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void out(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	pthread_mutex_lock(&out_mu);
-	vprintf(fmt, ap);
-	fflush(stdout);
-	pthread_mutex_unlock(&out_mu);
-	va_end(ap);
-}
-
-/* xorshift64*, seeded through splitmix64 */
-static uint64_t mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545f4914f6cdd1dull;
-}
+#define ERRNAME(e) wl_err_name((e), 1, (char[48]){ 0 }, 48)
 
 /* A decimal int64 filling exactly [p, p+n). */
 static bool parse_i64(const uint8_t *p, size_t n, int64_t *out)
@@ -196,10 +131,10 @@ static dg_err tx_set_balance(dg_tx *tx, dg_cache *c, unsigned i, int64_t v)
 
 int bank_init(const struct bank_opts *o)
 {
-	uint64_t t0 = now_ms(), end = t0 + o->duration_s * 1000u;
+	uint64_t t0 = wl_now_ms(), end = t0 + o->duration_s * 1000u;
 	unsigned attempts = 0;
 	dg_err e = DG_ERR_TIMEOUT;
-	while (now_ms() < end) {
+	while (wl_now_ms() < end) {
 		attempts++;
 		dg_tx *tx;
 		e = dg_tx_begin(o->node, DG_PESSIMISTIC, DG_REPEATABLE_READ, o->timeout_ms,
@@ -213,17 +148,17 @@ int bank_init(const struct bank_opts *o)
 		e = e == DG_OK ? dg_tx_commit(tx) : (dg_tx_rollback(tx), e);
 		if (e == DG_OK)
 			break;
-		out("bank-init attempt %u: %s (retrying)\n", attempts, ERRNAME(e));
-		sleep_ms(100);
+		wl_out("bank-init attempt %u: %s (retrying)\n", attempts, ERRNAME(e));
+		wl_sleep_us(1000u * 100);
 	}
 	if (e != DG_OK) {
-		out("bank-init failed after %u attempts in %" PRIu64 " ms: %s\n", attempts,
-		    now_ms() - t0, ERRNAME(e));
+		wl_out("bank-init failed after %u attempts in %" PRIu64 " ms: %s\n", attempts,
+		    wl_now_ms() - t0, ERRNAME(e));
 		return 1;
 	}
-	out("bank-init accounts=%u balance=%" PRId64 " total=%" PRId64 " attempts=%u ms=%" PRIu64
+	wl_out("bank-init accounts=%u balance=%" PRId64 " total=%" PRId64 " attempts=%u ms=%" PRIu64
 	    "\n", o->accounts, o->balance, o->balance * (int64_t)o->accounts, attempts,
-	    now_ms() - t0);
+	    wl_now_ms() - t0);
 	return 0;
 }
 
@@ -263,10 +198,7 @@ static void violation(struct run *r, const char *fmt, ...)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
-	pthread_mutex_lock(&out_mu);
-	vprintf(fmt, ap);
-	fflush(stdout);
-	pthread_mutex_unlock(&out_mu);
+	wl_vout(fmt, ap);
 	va_end(ap);
 }
 
@@ -288,7 +220,7 @@ static void tx_begun(struct rthread *t, uint64_t n, uint64_t t0)
 static void tx_end(struct rthread *t, const char *label, dg_err e, uint64_t t0)
 {
 	struct run *r = t->r;
-	uint64_t ms = now_ms() - t0;
+	uint64_t ms = wl_now_ms() - t0;
 	atomic_store(&t->tx_start, 0);
 	uint64_t max = atomic_load(&r->max_tx_ms);
 	while (ms > max && !atomic_compare_exchange_weak(&r->max_tx_ms, &max, ms))
@@ -296,7 +228,7 @@ static void tx_end(struct rthread *t, const char *label, dg_err e, uint64_t t0)
 	if (ms > r->limit_ms)
 		violation(r, "VIOLATION outlived-timeout tx=%s result=%s ms=%" PRIu64
 		    " timeout_ms=%u at_ms=%" PRIu64 "\n", label, ERRNAME(e), ms, r->o->timeout_ms,
-		    wall_ms());
+		    wl_wall_ms());
 }
 
 static void log_line(struct run *r, int fd, const char *line, size_t len)
@@ -312,16 +244,16 @@ static void transfer(struct rthread *t, uint64_t n, uint64_t *rs, dg_buf *b)
 	struct run *r = t->r;
 	const struct bank_opts *o = r->o;
 	dg_cache *c = o->cache;
-	unsigned from = (unsigned)(rnd(rs) % o->accounts);
-	unsigned to = (unsigned)(rnd(rs) % (o->accounts - 1));
+	unsigned from = (unsigned)(wl_rnd(rs) % o->accounts);
+	unsigned to = (unsigned)(wl_rnd(rs) % (o->accounts - 1));
 	if (to >= from)
 		to++;
 	/* the account read (and, PESSIMISTIC, locked) first */
 	unsigned first = o->ordered && to < from ? to : from, second = first == from ? to : from;
-	int64_t amt = 1 + (int64_t)(rnd(rs) % MAX_AMOUNT);
+	int64_t amt = 1 + (int64_t)(wl_rnd(rs) % MAX_AMOUNT);
 	char key[48];
 	tx_label(t, n, key, sizeof(key));
-	uint64_t t0 = now_ms();
+	uint64_t t0 = wl_now_ms();
 	tx_begun(t, n, t0);
 	atomic_fetch_add(&r->transfers, 1);
 	dg_tx *tx;
@@ -329,7 +261,7 @@ static void transfer(struct rthread *t, uint64_t n, uint64_t *rs, dg_buf *b)
 	if (e != DG_OK) {
 		atomic_fetch_add(&r->failed[e], 1);
 		tx_end(t, key, e, t0);
-		sleep_ms(FAIL_PAUSE_MS);
+		wl_sleep_us(1000u * FAIL_PAUSE_MS);
 		return;
 	}
 	int64_t v1 = 0, v2 = 0;
@@ -344,7 +276,7 @@ static void transfer(struct rthread *t, uint64_t n, uint64_t *rs, dg_buf *b)
 	if (e == DG_ERR_NOT_FOUND || bad) {
 		dg_tx_rollback(tx);
 		violation(r, "VIOLATION bad-account tx=%s acct%u %s at_ms=%" PRIu64 "\n", key, badacct,
-		    bad ? "holds no decimal" : "not found", wall_ms());
+		    bad ? "holds no decimal" : "not found", wl_wall_ms());
 		tx_end(t, key, e, t0);
 		return;
 	}
@@ -352,7 +284,7 @@ static void transfer(struct rthread *t, uint64_t n, uint64_t *rs, dg_buf *b)
 		dg_tx_rollback(tx);
 		atomic_fetch_add(&r->failed[e], 1);
 		tx_end(t, key, e, t0);
-		sleep_ms(FAIL_PAUSE_MS);
+		wl_sleep_us(1000u * FAIL_PAUSE_MS);
 		return;
 	}
 	if (vf < amt) {
@@ -374,18 +306,18 @@ static void transfer(struct rthread *t, uint64_t n, uint64_t *rs, dg_buf *b)
 		dg_tx_rollback(tx);
 		atomic_fetch_add(&r->failed[e], 1);
 		tx_end(t, key, e, t0);
-		sleep_ms(FAIL_PAUSE_MS);
+		wl_sleep_us(1000u * FAIL_PAUSE_MS);
 		return;
 	}
-	uint64_t begun_at = wall_ms() - (now_ms() - t0);
+	uint64_t begun_at = wl_wall_ms() - (wl_now_ms() - t0);
 	e = dg_tx_commit(tx);
-	uint64_t ms = now_ms() - t0;
+	uint64_t ms = wl_now_ms() - t0;
 	tx_end(t, key, e, t0);
 	char line[256];
 	int ll;
 	if (e == DG_OK) {
 		atomic_fetch_add(&r->committed, 1);
-		atomic_store(&r->last_commit_ms, now_ms());
+		atomic_store(&r->last_commit_ms, wl_now_ms());
 		if (lose)
 			atomic_fetch_add(&r->lost_credit, 1);
 		ll = snprintf(line, sizeof(line), "%s %s begin_ms=%" PRIu64 " ms=%" PRIu64 "\n", key,
@@ -400,7 +332,7 @@ static void transfer(struct rthread *t, uint64_t n, uint64_t *rs, dg_buf *b)
 	ll = snprintf(line, sizeof(line), "%s %s %s begin_ms=%" PRIu64 " ms=%" PRIu64 "\n", key,
 	    ERRNAME(e), rec, begun_at, ms);
 	log_line(r, r->fail_fd, line, (size_t)ll);
-	sleep_ms(FAIL_PAUSE_MS);
+	wl_sleep_us(1000u * FAIL_PAUSE_MS);
 }
 
 static void audit(struct rthread *t, uint64_t n, dg_buf *b, int64_t *vals, bool *ok)
@@ -409,7 +341,7 @@ static void audit(struct rthread *t, uint64_t n, dg_buf *b, int64_t *vals, bool 
 	const struct bank_opts *o = r->o;
 	char label[48];
 	tx_label(t, n, label, sizeof(label));
-	uint64_t t0 = now_ms();
+	uint64_t t0 = wl_now_ms();
 	tx_begun(t, n, t0);
 	dg_tx *tx;
 	dg_err e = dg_tx_begin(o->node, DG_PESSIMISTIC, DG_REPEATABLE_READ, o->timeout_ms, label,
@@ -454,7 +386,7 @@ static void audit(struct rthread *t, uint64_t n, dg_buf *b, int64_t *vals, bool 
 			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s?", i ? "," : "");
 	}
 	violation(r, "VIOLATION audit tx=%s total=%" PRId64 " want=%" PRId64 " balances=%s at_ms=%"
-	    PRIu64 "\n", label, total, o->balance * (int64_t)o->accounts, list, wall_ms());
+	    PRIu64 "\n", label, total, o->balance * (int64_t)o->accounts, list, wl_wall_ms());
 }
 
 static void *run_thread(void *arg)
@@ -462,16 +394,16 @@ static void *run_thread(void *arg)
 	struct rthread *t = arg;
 	struct run *r = t->r;
 	const struct bank_opts *o = r->o;
-	uint64_t rs = mix(o->rand_seed ^ mix(t->index + 1)) | 1;
+	uint64_t rs = wl_mix(o->rand_seed ^ wl_mix(t->index + 1)) | 1;
 	dg_buf b;
 	dg_buf_init(&b);
 	int64_t vals[MAX_ACCOUNTS];
 	bool ok[MAX_ACCOUNTS];
 	for (uint64_t n = 0; !atomic_load(&r->stop); n++) {
 		if (t->auditor) {
-			for (uint64_t end = now_ms() + o->audit_pause_ms;
-			    now_ms() < end && !atomic_load(&r->stop);)
-				sleep_ms(10);
+			for (uint64_t end = wl_now_ms() + o->audit_pause_ms;
+			    wl_now_ms() < end && !atomic_load(&r->stop);)
+				wl_sleep_us(1000u * 10);
 			if (!atomic_load(&r->stop))
 				audit(t, n, &b, vals, ok);
 		} else {
@@ -503,7 +435,7 @@ static void summary(struct run *r, uint64_t ms)
 	char failed[1024], afailed[1024];
 	counts(r->failed, failed, sizeof(failed));
 	counts(r->audit_failed, afailed, sizeof(afailed));
-	out("bank-run summary client=%s mode=%s ms=%" PRIu64 " transfers=%" PRIu64
+	wl_out("bank-run summary client=%s mode=%s ms=%" PRIu64 " transfers=%" PRIu64
 	    " committed=%" PRIu64 " skipped=%" PRIu64 " unknown=%" PRIu64 " failed=%s audits=%"
 	    PRIu64 " audit_failed=%s max_tx_ms=%" PRIu64 " lost_credit=%" PRIu64
 	    " log_errors=%" PRIu64 " stalls=%" PRIu64 " violations=%" PRIu64 "\n",
@@ -517,14 +449,14 @@ static void summary(struct run *r, uint64_t ms)
 /* Every PROGRESS_MS: the counters so far (a stall after a kill shows). */
 static void progress(struct run *r, uint64_t *next)
 {
-	uint64_t now = now_ms();
+	uint64_t now = wl_now_ms();
 	if (now < *next)
 		return;
 	*next = now + PROGRESS_MS;
 	char failed[1024];
 	counts(r->failed, failed, sizeof(failed));
-	out("PROGRESS at_ms=%" PRIu64 " transfers=%" PRIu64 " committed=%" PRIu64 " unknown=%"
-	    PRIu64 " failed=%s audits=%" PRIu64 " violations=%" PRIu64 "\n", wall_ms(),
+	wl_out("PROGRESS at_ms=%" PRIu64 " transfers=%" PRIu64 " committed=%" PRIu64 " unknown=%"
+	    PRIu64 " failed=%s audits=%" PRIu64 " violations=%" PRIu64 "\n", wl_wall_ms(),
 	    atomic_load(&r->transfers), atomic_load(&r->committed), atomic_load(&r->unknown),
 	    failed, atomic_load(&r->audits), atomic_load(&r->violations));
 }
@@ -535,24 +467,24 @@ static void stall_check(struct run *r, uint64_t t0)
 {
 	if (r->o->stall_ms == 0)
 		return;
-	uint64_t now = now_ms(), last = atomic_load(&r->last_commit_ms);
+	uint64_t now = wl_now_ms(), last = atomic_load(&r->last_commit_ms);
 	if (last < t0)
 		last = t0;
 	if (!r->stalled && now - last > r->o->stall_ms) {
 		r->stalled = true;
 		r->stalls++;
-		out("STALL no transfer committed for %" PRIu64 " ms at_ms=%" PRIu64 "\n", now - last,
-		    wall_ms());
+		wl_out("STALL no transfer committed for %" PRIu64 " ms at_ms=%" PRIu64 "\n", now - last,
+		    wl_wall_ms());
 	} else if (r->stalled && now - last <= r->o->stall_ms) {
 		r->stalled = false;
-		out("STALL-END transfers commit again at_ms=%" PRIu64 "\n", wall_ms());
+		wl_out("STALL-END transfers commit again at_ms=%" PRIu64 "\n", wl_wall_ms());
 	}
 }
 
 /* Main thread: a tx running past the bound is reported (once) as STUCK. */
 static void watch(struct rthread *ts, unsigned n)
 {
-	uint64_t now = now_ms();
+	uint64_t now = wl_now_ms();
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t start = atomic_load(&ts[i].tx_start);
 		if (start == 0 || start == ts[i].stuck_reported || now - start <= ts[i].r->limit_ms)
@@ -560,8 +492,8 @@ static void watch(struct rthread *ts, unsigned n)
 		ts[i].stuck_reported = start;
 		char label[48];
 		tx_label(&ts[i], atomic_load(&ts[i].tx_n), label, sizeof(label));
-		out("STUCK tx=%s running_ms=%" PRIu64 " timeout_ms=%u at_ms=%" PRIu64 "\n", label,
-		    now - start, ts[i].r->o->timeout_ms, wall_ms());
+		wl_out("STUCK tx=%s running_ms=%" PRIu64 " timeout_ms=%u at_ms=%" PRIu64 "\n", label,
+		    now - start, ts[i].r->o->timeout_ms, wl_wall_ms());
 	}
 }
 
@@ -586,13 +518,13 @@ int bank_run(const struct bank_opts *o)
 	r.fail_fd = open_log(o->fail_log);
 	if ((o->ok_log != NULL && r.ok_fd < 0) || (o->fail_log != NULL && r.fail_fd < 0))
 		return 1;
-	out("bank-run client=%s mode=%s reads=%s threads=%u audit_pause_ms=%u accounts=%u balance=%" PRId64 " timeout_ms=%u"
+	wl_out("bank-run client=%s mode=%s reads=%s threads=%u audit_pause_ms=%u accounts=%u balance=%" PRId64 " timeout_ms=%u"
 	    " duration_s=%" PRIu64 " rand_seed=%" PRIu64 " at_ms=%" PRIu64 "%s\n", o->client_id,
 	    o->mode, o->ordered ? "ordered" : "source-first", o->threads, o->audit_pause_ms, o->accounts, o->balance, o->timeout_ms, o->duration_s,
-	    o->rand_seed, wall_ms(),
+	    o->rand_seed, wl_wall_ms(),
 	    o->lose_credit_every ? " (LOSING CREDITS: testing the checker)" : "");
 	unsigned n = o->threads + 1, started = 0;
-	uint64_t t0 = now_ms();
+	uint64_t t0 = wl_now_ms();
 	for (unsigned i = 0; i < n; i++) {
 		ts[i] = (struct rthread){ .r = &r, .index = i, .auditor = i == o->threads };
 		int rc = pthread_create(&ts[i].tid, NULL, run_thread, &ts[i]);
@@ -603,21 +535,21 @@ int bank_run(const struct bank_opts *o)
 		started++;
 	}
 	uint64_t end = t0 + (started == n ? o->duration_s * 1000u : 0), next = t0 + PROGRESS_MS;
-	while (now_ms() < end) {
-		sleep_ms(100);
+	while (wl_now_ms() < end) {
+		wl_sleep_us(1000u * 100);
 		watch(ts, started);
 		progress(&r, &next);
 		stall_check(&r, t0);
 	}
 	atomic_store(&r.stop, true);
-	uint64_t hang_end = now_ms() + o->timeout_ms + HANG_GRACE_MS;
+	uint64_t hang_end = wl_now_ms() + o->timeout_ms + HANG_GRACE_MS;
 	for (;;) {
 		unsigned running = 0;
 		for (unsigned i = 0; i < started; i++)
 			running += !atomic_load(&ts[i].done);
 		if (running == 0)
 			break;
-		if (now_ms() >= hang_end) {
+		if (wl_now_ms() >= hang_end) {
 			for (unsigned i = 0; i < started; i++) {
 				uint64_t start = atomic_load(&ts[i].tx_start);
 				if (atomic_load(&ts[i].done) || start == 0)
@@ -625,21 +557,21 @@ int bank_run(const struct bank_opts *o)
 				char label[48];
 				tx_label(&ts[i], atomic_load(&ts[i].tx_n), label, sizeof(label));
 				violation(&r, "VIOLATION hung-tx tx=%s running_ms=%" PRIu64
-				    " timeout_ms=%u at_ms=%" PRIu64 "\n", label, now_ms() - start,
-				    o->timeout_ms, wall_ms());
+				    " timeout_ms=%u at_ms=%" PRIu64 "\n", label, wl_now_ms() - start,
+				    o->timeout_ms, wl_wall_ms());
 			}
-			summary(&r, now_ms() - t0);
-			out("bank-run: %u thread(s) still inside a transaction %u ms after the end: "
+			summary(&r, wl_now_ms() - t0);
+			wl_out("bank-run: %u thread(s) still inside a transaction %u ms after the end: "
 			    "exiting without leaving the cluster\n", running,
 			    o->timeout_ms + HANG_GRACE_MS);
 			_exit(1);
 		}
-		sleep_ms(50);
+		wl_sleep_us(1000u * 50);
 		watch(ts, started);
 	}
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(ts[i].tid, NULL);
-	summary(&r, now_ms() - t0);
+	summary(&r, wl_now_ms() - t0);
 	if (r.ok_fd >= 0)
 		close(r.ok_fd);
 	if (r.fail_fd >= 0)
@@ -783,7 +715,7 @@ static dg_err read_accounts(const struct bank_opts *o, uint64_t end, int64_t *va
 	dg_buf b;
 	dg_buf_init(&b);
 	dg_err e = DG_ERR_TIMEOUT;
-	for (unsigned attempt = 1; now_ms() < end; attempt++) {
+	for (unsigned attempt = 1; wl_now_ms() < end; attempt++) {
 		dg_tx *tx;
 		if ((e = dg_tx_begin(o->node, DG_PESSIMISTIC, DG_REPEATABLE_READ, o->timeout_ms,
 		    "bank-verify", &tx)) != DG_OK)
@@ -798,9 +730,9 @@ static dg_err read_accounts(const struct bank_opts *o, uint64_t end, int64_t *va
 		e = e == DG_OK ? dg_tx_commit(tx) : (dg_tx_rollback(tx), e);
 		if (e == DG_OK)
 			break;
-		out("bank-verify: reading the accounts, attempt %u: %s (retrying)\n", attempt,
+		wl_out("bank-verify: reading the accounts, attempt %u: %s (retrying)\n", attempt,
 		    ERRNAME(e));
-		sleep_ms(100);
+		wl_sleep_us(1000u * 100);
 	}
 	dg_buf_free(&b);
 	return e;
@@ -897,7 +829,7 @@ static int check_log(struct verify *v, struct xset *x, const char *path, bool ok
 {
 	FILE *f = fopen(path, "r");
 	if (f == NULL) {
-		out("bank-verify: %s: %s\n", path, strerror(errno));
+		wl_out("bank-verify: %s: %s\n", path, strerror(errno));
 		return -1;
 	}
 	char line[320];
@@ -1151,7 +1083,7 @@ static void chain_walk(struct verify *v, struct xset *x, unsigned a, int64_t fin
 				tnext++;
 			e = byt[tnext];
 			if (reports++ < WALK_REPORTS)
-				out("CHAIN-DETAIL acct%u: %s (%s, begin_ms=%" PRIu64 " end_ms=%" PRIu64
+				wl_out("CHAIN-DETAIL acct%u: %s (%s, begin_ms=%" PRIu64 " end_ms=%" PRIu64
 				    ") read %" PRId64 " and wrote %" PRId64 ", but no record read the %"
 				    PRId64 " that %s (%s, end_ms=%" PRIu64 ") wrote\n", a, e->r->key,
 				    e->r->status, e->r->begin_ms, e->r->end_ms, e->old, e->now, cur,
@@ -1163,7 +1095,7 @@ static void chain_walk(struct verify *v, struct xset *x, unsigned a, int64_t fin
 		prev = e;
 	}
 	if (cur != fin && reports++ < WALK_REPORTS)
-		out("CHAIN-DETAIL acct%u: the history ends at %" PRId64 " (%s, end_ms=%" PRIu64
+		wl_out("CHAIN-DETAIL acct%u: the history ends at %" PRId64 " (%s, end_ms=%" PRIu64
 		    "), the balance is %" PRId64 "\n", a, cur, prev != NULL ? prev->r->key : "bank-init",
 		    prev != NULL ? prev->r->end_ms : 0, fin);
 	free(byt);
@@ -1173,12 +1105,12 @@ static void chain_walk(struct verify *v, struct xset *x, unsigned a, int64_t fin
 int bank_verify(const struct bank_opts *o)
 {
 	struct verify v = { .o = o };
-	uint64_t t0 = now_ms(), end = t0 + o->duration_s * 1000u;
+	uint64_t t0 = wl_now_ms(), end = t0 + o->duration_s * 1000u;
 	int64_t vals[MAX_ACCOUNTS];
 	bool ok[MAX_ACCOUNTS];
 	dg_err e = read_accounts(o, end, vals, ok);
 	if (e != DG_OK) {
-		out("bank-verify: could not read the accounts within %" PRIu64 " s: %s\n",
+		wl_out("bank-verify: could not read the accounts within %" PRIu64 " s: %s\n",
 		    o->duration_s, ERRNAME(e));
 		return 1;
 	}
@@ -1202,7 +1134,7 @@ int bank_verify(const struct bank_opts *o)
 			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%" PRId64,
 			    i ? "," : "", vals[i]);
 	}
-	out("bank-verify balances=%s total=%" PRId64 " want=%" PRId64 "\n", list, total, want);
+	wl_out("bank-verify balances=%s total=%" PRId64 " want=%" PRId64 "\n", list, total, want);
 	if (total != want)
 		problem(&v, "VIOLATION total %" PRId64 " != %" PRId64 "\n", total, want);
 
@@ -1212,17 +1144,17 @@ int bank_verify(const struct bank_opts *o)
 	for (unsigned attempt = 1;; attempt++) {
 		unsigned before = v.problems, printed = v.printed;
 		e = scan_records(&v, &x, &others);
-		if (e == DG_OK || now_ms() >= end)
+		if (e == DG_OK || wl_now_ms() >= end)
 			break;
-		out("bank-verify: scan attempt %u: %s (retrying)\n", attempt, ERRNAME(e));
+		wl_out("bank-verify: scan attempt %u: %s (retrying)\n", attempt, ERRNAME(e));
 		xset_free(&x);
 		v.problems = before;
 		v.printed = printed;
 		others = 0;
-		sleep_ms(200);
+		wl_sleep_us(1000u * 200);
 	}
 	if (e != DG_OK) {
-		out("bank-verify: could not scan the cache: %s\n", ERRNAME(e));
+		wl_out("bank-verify: could not scan the cache: %s\n", ERRNAME(e));
 		xset_free(&x);
 		return 1;
 	}
@@ -1264,15 +1196,15 @@ int bank_verify(const struct bank_opts *o)
 		chain_bad += bad;
 	}
 	if (v.printed > PRINT_MAX)
-		out("... %u more problems not printed\n", v.printed - PRINT_MAX);
-	out("bank-verify summary total=%" PRId64 " want=%" PRId64 " negative=%u records=%zu"
+		wl_out("... %u more problems not printed\n", v.printed - PRINT_MAX);
+	wl_out("bank-verify summary total=%" PRId64 " want=%" PRId64 " negative=%u records=%zu"
 	    " ledger_mismatch=%u chain_breaks=%u acked=%" PRIu64 " acked_missing=%" PRIu64
 	    " scan_missed=%" PRIu64 " failed=%" PRIu64 " failed_but_applied=%" PRIu64
 	    " unknown=%" PRIu64 " unknown_applied=%" PRIu64 " unlogged_records=%" PRIu64
 	    " other_keys=%" PRIu64 " problems=%u ms=%" PRIu64 "\n", total, want, negative, x.n,
 	    ledger_bad, chain_bad, st.acked, st.acked_missing, st.scan_missed, st.failed,
 	    st.failed_applied, st.unknown, st.unknown_applied, unlogged, others, v.problems,
-	    now_ms() - t0);
+	    wl_now_ms() - t0);
 	xset_free(&x);
 	free(v.absent);
 	return v.problems == 0 && bad_logs == 0 ? 0 : 1;

@@ -77,6 +77,36 @@ agree_nodes() {
 	AGREED_V=$v
 }
 
+# The fault tests' servers live in slots (SRV: the current server of each
+# slot, SERVERS of them, 3 unless set) next to workload clients (CLIENTS).
+
+# servers_agree NAME...: every NAME's last TOPOLOGY has one version and
+# counts the NAMEs plus the clients still running.
+servers_agree() {
+	local c=0 n
+	for n in "${CLIENTS[@]}"; do
+		if alive "$n"; then c=$((c + 1)); fi
+	done
+	agree_nodes $(($# + c)) "$@"
+}
+
+# others SLOT: OTHERS=(the servers of the other slots)
+others() {
+	local i
+	OTHERS=()
+	for ((i = 0; i < ${SERVERS:-3}; i++)); do
+		((i == $1)) || OTHERS+=("${SRV[i]}")
+	done
+}
+
+# A nemesis's random numbers, reproducible: seed RNG (the test's SEED);
+# rng N: R in 0..N-1.
+rng() {
+	RNG=$(((RNG * 1103515245 + 12345) % 2147483648))
+	R=$(((RNG >> 8) % $1))
+}
+wall_ms() { local t=${EPOCHREALTIME/./}; WALL=$((10#$t / 1000)); }
+
 # seeds_of NAME...: SEEDS=(--seed URL ...) for the nodes named.
 seeds_of() {
 	local n

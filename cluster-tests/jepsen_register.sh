@@ -130,14 +130,9 @@ CACHE_ARGS=(
 BREAK_ARGS=()
 [[ -z ${DG_JEPSEN_BREAK:-} ]] || BREAK_ARGS=(--break-every "$DG_JEPSEN_BREAK")
 
-# The nemesis's own generator (bash's RANDOM also picks the ports): an LCG
-# seeded with SEED.  rng N: R in 0..N-1.
+# The nemesis's own generator (rng, cachelib.sh; bash's RANDOM also picks
+# the ports), seeded with SEED.
 RNG=$SEED
-rng() {
-	RNG=$(((RNG * 1103515245 + 12345) % 2147483648))
-	R=$(((RNG >> 8) % $1))
-}
-wall_ms() { local t=${EPOCHREALTIME/./}; WALL=$((10#$t / 1000)); }
 # MONO_OFF_MS: wall ms minus the clients' CLOCK_MONOTONIC ms (from the
 # first register client's start line); 0 until known.
 MONO_OFF_MS=0
@@ -195,25 +190,6 @@ start_server() {
 		--failure-detection-timeout "$FT" --data-dir "${DIR_OF[$slot]}" --storage-sync \
 		"${CACHE_ARGS[@]}" "${seeds[@]}"
 	SRV[slot]=$name
-}
-
-# servers_agree NAME...: every NAME's last TOPOLOGY has one version and
-# counts the NAMEs plus the clients still running.
-servers_agree() {
-	local c=0 n
-	for n in "${CLIENTS[@]}"; do
-		if alive "$n"; then c=$((c + 1)); fi
-	done
-	agree_nodes $(($# + c)) "$@"
-}
-
-# others SLOT: OTHERS=(the servers of the other slots)
-others() {
-	local i
-	OTHERS=()
-	for ((i = 0; i < SERVERS; i++)); do
-		((i == $1)) || OTHERS+=("${SRV[i]}")
-	done
 }
 
 # settled NAME: NAME's dgctl state: S servers, ACTIVE (nothing moving, no

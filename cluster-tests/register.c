@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "register.h"
+#include "wl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,73 +43,7 @@
 enum op { OP_READ, OP_WRITE, OP_CAS, OP__COUNT };
 static const char *const op_names[OP__COUNT] = { "read", "write", "cas" };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t now_ms(void) { return mono_ns() / 1000000u; }
-
-/* Wall-clock ms, printed on PROGRESS and STUCK lines to line them up with
- * the test's nemesis events. */
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_us(uint64_t us)
-{
-	struct timespec ts = { (time_t)(us / 1000000u), (long)(us % 1000000u) * 1000L };
-	nanosleep(&ts, NULL);
-}
-
-static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void out(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	pthread_mutex_lock(&out_mu);
-	vprintf(fmt, ap);
-	fflush(stdout);
-	pthread_mutex_unlock(&out_mu);
-	va_end(ap);
-}
-
-/* xorshift64*, seeded through splitmix64 */
-static uint64_t mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545f4914f6cdd1dull;
-}
-
-/* "DG_ERR_TIMEOUT" for DG_ERR_TIMEOUT (dg_strerror up to its ':'). */
-static const char *err_name(dg_err e, char *buf, size_t cap)
-{
-	const char *s = dg_strerror(e);
-	snprintf(buf, cap, "%.*s", (int)strcspn(s, ":"), s);
-	return buf;
-}
-
-#define ERRNAME(e) err_name((e), (char[48]){ 0 }, 48)
+#define ERRNAME(e) wl_err_name((e), 0, (char[48]){ 0 }, 48)
 
 /* Whether a write's error leaves its outcome unknown (DESIGN.md). */
 static bool outcome_unknown(dg_err e)
@@ -159,7 +94,7 @@ static void hist_event(struct hist *h, const char *proc, const char *phase, cons
     const char *op, const char *args)
 {
 	char line[LINE_MAX_];
-	int n = snprintf(line, sizeof(line), "%" PRIu64 " %s %s %s %s%s%s\n", mono_ns(), proc, phase,
+	int n = snprintf(line, sizeof(line), "%" PRIu64 " %s %s %s %s%s%s\n", wl_mono_ns(), proc, phase,
 	    key, op, args[0] ? " " : "", args);
 	if (n < 0 || (size_t)n >= sizeof(line) || write(h->fd, line, (size_t)n) != n)
 		atomic_fetch_add(&h->errors, 1);
@@ -208,13 +143,13 @@ static void op_begin(struct rthread *t, uint64_t n, enum op kind, unsigned key)
 	atomic_store(&t->op_n, n);
 	atomic_store(&t->op_kind, (unsigned)kind);
 	atomic_store(&t->op_key, key);
-	atomic_store(&t->op_start, now_ms());
+	atomic_store(&t->op_start, wl_now_ms());
 }
 
 static void op_end(struct rthread *t)
 {
 	struct run *r = t->r;
-	uint64_t ms = now_ms() - atomic_load(&t->op_start);
+	uint64_t ms = wl_now_ms() - atomic_load(&t->op_start);
 	atomic_store(&t->op_start, 0);
 	uint64_t max = atomic_load(&r->max_op_ms);
 	while (ms > max && !atomic_compare_exchange_weak(&r->max_op_ms, &max, ms))
@@ -294,13 +229,13 @@ static void *run_thread(void *arg)
 	struct rthread *t = arg;
 	struct run *r = t->r;
 	const struct reg_opts *o = r->o;
-	uint64_t rs = mix(o->rand_seed ^ mix(t->index + 1)) | 1;
+	uint64_t rs = wl_mix(o->rand_seed ^ wl_mix(t->index + 1)) | 1;
 	dg_buf b;
 	dg_buf_init(&b);
 	char key[REG_PREFIX_MAX + 16];
 	for (uint64_t n = 0; !atomic_load(&r->stop); n++) {
-		unsigned k = (unsigned)(rnd(&rs) % o->keys);
-		unsigned w = (unsigned)(rnd(&rs) % r->wsum);
+		unsigned k = (unsigned)(wl_rnd(&rs) % o->keys);
+		unsigned w = (unsigned)(wl_rnd(&rs) % r->wsum);
 		enum op kind = w < r->weight[OP_READ] ? OP_READ :
 		    w < r->weight[OP_READ] + r->weight[OP_WRITE] ? OP_WRITE : OP_CAS;
 		if (kind == OP_CAS && t->known[k][0] == 0)
@@ -316,7 +251,7 @@ static void *run_thread(void *arg)
 			do_cas(t, key, k, n);
 		op_end(t);
 		if (o->pause_us != 0)
-			sleep_us(rnd(&rs) % ((uint64_t)o->pause_us + 1));
+			wl_sleep_us(wl_rnd(&rs) % ((uint64_t)o->pause_us + 1));
 	}
 	dg_buf_free(&b);
 	atomic_store(&t->done, true);
@@ -348,7 +283,7 @@ static void summary(struct run *r, uint64_t ms)
 {
 	char errs[2048];
 	err_counts(r->errors, errs, sizeof(errs));
-	out("register-run summary client=%s cache=%s ms=%" PRIu64 " ops=%" PRIu64 " ok=%" PRIu64
+	wl_out("register-run summary client=%s cache=%s ms=%" PRIu64 " ops=%" PRIu64 " ok=%" PRIu64
 	    " fail=%" PRIu64 " info=%" PRIu64 " reads=%" PRIu64 " reads_nil=%" PRIu64
 	    " writes=%" PRIu64 " cas=%" PRIu64 " cas_true=%" PRIu64 " cas_false=%" PRIu64
 	    " max_op_ms=%" PRIu64 " broken=%" PRIu64 " history_errors=%" PRIu64 " errors=%s\n",
@@ -361,14 +296,14 @@ static void summary(struct run *r, uint64_t ms)
 
 static void progress(struct run *r, uint64_t *next)
 {
-	uint64_t now = now_ms();
+	uint64_t now = wl_now_ms();
 	if (now < *next)
 		return;
 	*next = now + PROGRESS_MS;
 	char errs[2048];
 	err_counts(r->errors, errs, sizeof(errs));
-	out("PROGRESS at_ms=%" PRIu64 " ops=%" PRIu64 " ok=%" PRIu64 " fail=%" PRIu64 " info=%"
-	    PRIu64 " max_op_ms=%" PRIu64 " errors=%s\n", wall_ms(), total_ops(r),
+	wl_out("PROGRESS at_ms=%" PRIu64 " ops=%" PRIu64 " ok=%" PRIu64 " fail=%" PRIu64 " info=%"
+	    PRIu64 " max_op_ms=%" PRIu64 " errors=%s\n", wl_wall_ms(), total_ops(r),
 	    atomic_load(&r->ok), atomic_load(&r->fail), atomic_load(&r->info),
 	    atomic_load(&r->max_op_ms), errs);
 }
@@ -377,7 +312,7 @@ static void progress(struct run *r, uint64_t *next)
  * set, as HUNG: after the end). */
 static void watch(struct rthread *ts, unsigned n, bool hung)
 {
-	uint64_t now = now_ms();
+	uint64_t now = wl_now_ms();
 	for (unsigned i = 0; i < n; i++) {
 		struct rthread *t = &ts[i];
 		uint64_t start = atomic_load(&t->op_start);
@@ -387,9 +322,9 @@ static void watch(struct rthread *ts, unsigned n, bool hung)
 		t->stuck_reported = start;
 		char key[REG_PREFIX_MAX + 16];
 		key_name(t->r->o, atomic_load(&t->op_key), key, sizeof(key));
-		out("%s proc=%s key=%s op=%s n=%" PRIu64 " running_ms=%" PRIu64 " at_ms=%" PRIu64
+		wl_out("%s proc=%s key=%s op=%s n=%" PRIu64 " running_ms=%" PRIu64 " at_ms=%" PRIu64
 		    "\n", hung ? "HUNG" : "STUCK", t->proc, key, op_names[atomic_load(&t->op_kind)],
-		    atomic_load(&t->op_n), now - start, wall_ms());
+		    atomic_load(&t->op_n), now - start, wl_wall_ms());
 	}
 }
 
@@ -409,8 +344,8 @@ int register_run(const struct reg_opts *o)
 	}
 	if (hist_open(&r.h, o->history) != 0)
 		return 1;
-	uint64_t mono0 = mono_ns(), wall0 = wall_ms();
-	out("register-run client=%s cache=%s threads=%u keys=%u prefix=%s mix=%u:%u:%u pause_us=%u"
+	uint64_t mono0 = wl_mono_ns(), wall0 = wl_wall_ms();
+	wl_out("register-run client=%s cache=%s threads=%u keys=%u prefix=%s mix=%u:%u:%u pause_us=%u"
 	    " duration_s=%" PRIu64 " rand_seed=%" PRIu64 " mono_ns=%" PRIu64 " at_ms=%" PRIu64
 	    "%s\n", o->client_id, o->cache_name, o->threads, o->keys, o->key_prefix, o->mix_read,
 	    o->mix_write, o->mix_cas, o->pause_us, o->duration_s, o->rand_seed, mono0, wall0,
@@ -435,37 +370,37 @@ int register_run(const struct reg_opts *o)
 		}
 		started++;
 	}
-	uint64_t t0 = now_ms();
+	uint64_t t0 = wl_now_ms();
 	uint64_t end = t0 + (fail ? 0 : o->duration_s * 1000u), next = t0 + PROGRESS_MS;
-	while (now_ms() < end) {
-		sleep_us(100000);
+	while (wl_now_ms() < end) {
+		wl_sleep_us(100000);
 		watch(ts, started, false);
 		progress(&r, &next);
 	}
 	atomic_store(&r.stop, true);
-	uint64_t hang_end = now_ms() + o->op_bound_ms + HANG_GRACE_MS;
+	uint64_t hang_end = wl_now_ms() + o->op_bound_ms + HANG_GRACE_MS;
 	for (;;) {
 		unsigned running = 0;
 		for (unsigned i = 0; i < started; i++)
 			running += !atomic_load(&ts[i].done);
 		if (running == 0)
 			break;
-		if (now_ms() >= hang_end) {
+		if (wl_now_ms() >= hang_end) {
 			watch(ts, started, true);
-			summary(&r, now_ms() - t0);
-			out("register-run: %u thread(s) still inside an op %u ms after the end: "
+			summary(&r, wl_now_ms() - t0);
+			wl_out("register-run: %u thread(s) still inside an op %u ms after the end: "
 			    "exiting without leaving the cluster\n", running,
 			    o->op_bound_ms + HANG_GRACE_MS);
 			_exit(1);
 		}
-		sleep_us(50000);
+		wl_sleep_us(50000);
 		watch(ts, started, false);
 	}
 	for (unsigned i = 0; i < started; i++) {
 		pthread_join(ts[i].tid, NULL);
 		free(ts[i].known);
 	}
-	summary(&r, now_ms() - t0);
+	summary(&r, wl_now_ms() - t0);
 	close(r.h.fd);
 	return !fail && atomic_load(&r.h.errors) == 0 ? 0 : 1;
 }
@@ -479,7 +414,7 @@ int register_read_all(const struct reg_opts *o)
 		return 1;
 	char proc[32], key[REG_PREFIX_MAX + 16], args[2 * VAL_MAX + 16];
 	snprintf(proc, sizeof(proc), "%s-0", o->client_id);
-	uint64_t t0 = now_ms(), end = t0 + o->duration_s * 1000u;
+	uint64_t t0 = wl_now_ms(), end = t0 + o->duration_s * 1000u;
 	uint64_t ok = 0, nil = 0, attempts = 0;
 	atomic_uint_fast64_t errors[DG_ERR__COUNT];
 	for (int e = 0; e < DG_ERR__COUNT; e++)
@@ -499,25 +434,25 @@ int register_read_all(const struct reg_opts *o)
 				else
 					snprintf(args, sizeof(args), "nil");
 				hist_event(&h, proc, "ok", key, "read", args);
-				out("read-all %s = %s\n", key, args);
+				wl_out("read-all %s = %s\n", key, args);
 				ok++;
 				nil += e == DG_ERR_NOT_FOUND;
 				break;
 			}
 			hist_event(&h, proc, "fail", key, "read", "");
 			atomic_fetch_add(&errors[e], 1);
-			if (now_ms() >= end)
+			if (wl_now_ms() >= end)
 				break;
-			sleep_us(200000);
+			wl_sleep_us(200000);
 		}
 	}
 	dg_buf_free(&b);
 	char errs[2048];
 	err_counts(errors, errs, sizeof(errs));
-	out("register-read-all summary client=%s cache=%s keys=%u read=%" PRIu64 " nil=%" PRIu64
+	wl_out("register-read-all summary client=%s cache=%s keys=%u read=%" PRIu64 " nil=%" PRIu64
 	    " attempts=%" PRIu64 " history_errors=%" PRIu64 " errors=%s ms=%" PRIu64 "\n",
 	    o->client_id, o->cache_name, o->keys, ok, nil, attempts, atomic_load(&h.errors), errs,
-	    now_ms() - t0);
+	    wl_now_ms() - t0);
 	close(h.fd);
 	return ok == o->keys && atomic_load(&h.errors) == 0 ? 0 : 1;
 }

@@ -50,25 +50,6 @@ RESTARTED=0
 BAD=0             # starts that did not join in time
 BAD_LIST=()
 
-# servers_agree NAME...: every NAME's last TOPOLOGY has one version and
-# counts the NAMEs plus the clients still running.
-servers_agree() {
-	local c=0 n
-	for n in "${CLIENTS[@]}"; do
-		if alive "$n"; then c=$((c + 1)); fi
-	done
-	agree_nodes $(($# + c)) "$@"
-}
-
-# others SLOT: OTHERS=(the servers of the other slots)
-others() {
-	local i
-	OTHERS=()
-	for i in 0 1 2; do
-		((i == $1)) || OTHERS+=("${SRV[i]}")
-	done
-}
-
 past() { now_ms; ((NOW >= $1)); }
 clients_alive() {
 	local c

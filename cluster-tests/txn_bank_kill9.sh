@@ -92,38 +92,14 @@ BREAK_ARGS=()
 [[ -z ${DG_BANK_BREAK:-} ]] || BREAK_ARGS=(--lose-credit-every "$DG_BANK_BREAK")
 [[ ${DG_BANK_TX_DEBUG:-0} != 1 ]] || export DG_TX_DEBUG=1
 
-# The kills' own generator (bash's RANDOM also picks the ports): an LCG
-# seeded with SEED.  rng N: R in 0..N-1.
+# The nemesis's own generator (rng, cachelib.sh; bash's RANDOM also picks
+# the ports), seeded with SEED.
 RNG=$SEED
-rng() {
-	RNG=$(((RNG * 1103515245 + 12345) % 2147483648))
-	R=$(((RNG >> 8) % $1))
-}
-wall_ms() { local t=${EPOCHREALTIME/./}; WALL=$((10#$t / 1000)); }
 
 SRV=(n1 n2 n3)    # the current server of each slot
 declare -A PORT_OF=()
 CLIENTS=()        # the bank-run clients (counted in the topology while alive)
 KILLS=0
-
-# servers_agree NAME...: every NAME's last TOPOLOGY has the same version
-# and counts the NAMEs plus the clients still running.
-servers_agree() {
-	local c=0 n
-	for n in "${CLIENTS[@]}"; do
-		if alive "$n"; then c=$((c + 1)); fi
-	done
-	agree_nodes $(($# + c)) "$@"
-}
-
-# others SLOT: OTHERS=(the servers of the other slots)
-others() {
-	local i
-	OTHERS=()
-	for i in 0 1 2; do
-		((i == $1)) || OTHERS+=("${SRV[i]}")
-	done
-}
 
 # kill_restart SLOT: kill -9 the slot's server; restart it on its port
 # (once the others dropped it, unless DG_BANK_FAST_RESTART=1) and wait
