@@ -651,7 +651,8 @@ void dgi_psync_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms);
 /* This node installed version: answers the requests that waited for it. */
 void dgi_psync_installed(dgi_grid *g, int64_t version);
 void dgi_psync_register(dgi_grid *g);
-void dgi_psync_stop(dgi_grid *g);          /* frees the requests still waiting */
+void dgi_psync_stop(dgi_grid *g);          /* ends this node's questions (their callbacks
+                                              run now) and frees the requests waiting */
 void dgi_psync_free_part(dgi_part *pt);
 
 /* ---- the update-id table (dedup.c) ---- */

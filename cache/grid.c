@@ -1184,6 +1184,7 @@ void dgi_grid_stop(dgi_grid *g)
 		pthread_join(g->rebalancer, NULL);
 		pthread_join(g->sweeper, NULL);
 	}
+	dgi_psync_stop(g);
 	dgi_grid_reclaim(g, true); /* no section of this node is left */
 	dgi_intmap_each(&g->caches, free_cache_cb, NULL);
 	dgi_intmap_destroy(&g->caches);
@@ -1192,7 +1193,6 @@ void dgi_grid_stop(dgi_grid *g)
 		g->grave = c->grave_next;
 		cache_free(c);
 	}
-	dgi_psync_stop(g);
 	dgi_pstore_close(g->ps);
 	if (g->topo != NULL)
 		dg_topology_release(g->topo);

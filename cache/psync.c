@@ -267,8 +267,13 @@ void dgi_psync_installed(dgi_grid *g, int64_t version)
 	}
 }
 
+static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply);
+
 void dgi_psync_stop(dgi_grid *g)
 {
+	/* this node's own questions still unanswered end now, while the
+	 * grid they name is whole (the transport stops after it) */
+	dg_tp_cancel(g->tp, on_psync_res);
 	while (g->psync_parked != NULL) {
 		struct psync_parked *p = g->psync_parked;
 		g->psync_parked = p->next;
@@ -365,8 +370,8 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	struct psync_call *k = ctx;
 	dgi_grid *g = k->g;
-	dg_cache *c = dgi_grid_cache(g, k->cache_id);
-	if (c != NULL && err == DG_OK) {
+	dg_cache *c = err == DG_OK ? dgi_grid_cache(g, k->cache_id) : NULL;
+	if (c != NULL) {
 		const dg_msg_raw *body = reply->body;
 		dgi_part *pt = &c->parts[k->part];
 		pthread_mutex_lock(&pt->mu);

@@ -231,7 +231,7 @@ dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bo
 /* A GET forwarded by a MOVING primary to its supplier: the answer goes
  * back to the original requester. */
 struct fwd {
-	dgi_grid *g;
+	dg_tp *tp;                  /* (not the grid: the answer may come after it stopped) */
 	dg_msg_in in;
 };
 
@@ -239,9 +239,9 @@ static void on_fwd_res(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	struct fwd *f = ctx;
 	if (err == DG_OK)
-		dg_tp_reply(f->g->tp, &f->in, DGI_MSG_GET_RES, reply->body);
+		dg_tp_reply(f->tp, &f->in, DGI_MSG_GET_RES, reply->body);
 	else
-		dg_tp_reply_error(f->g->tp, &f->in, err == DG_ERR_NOT_FOUND ? err : DG_ERR_NOT_READY);
+		dg_tp_reply_error(f->tp, &f->in, err == DG_ERR_NOT_FOUND ? err : DG_ERR_NOT_READY);
 	dgi_free(f);
 }
 
@@ -312,7 +312,7 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dgi_msg_get fm = *m;
 		fm.flags = DGI_GET_SUPPLIER;
 		if (f != NULL) {
-			f->g = g;
+			f->tp = tp;
 			f->in = *in;
 			f->in.body = NULL;
 			if (dg_tp_request(tp, sup, DGI_MSG_GET, &fm, g->cfg.request_timeout_ms,

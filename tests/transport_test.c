@@ -1876,6 +1876,51 @@ static void test_request_timeout(void **state)
 	dg_tp_stop(b);
 }
 
+/* on_result's twin, told apart by dg_tp_cancel */
+static void on_result_other(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	on_result(ctx, err, reply);
+}
+
+/* dg_tp_cancel(cb): every pending request of that callback fails with
+ * DG_ERR_CLOSED before it returns — so a module that stops before its
+ * transport (the cache grid: a partition sync's question still out) can
+ * free what the callbacks use; those of another callback stay.  Without
+ * it the grid's callbacks ran at dg_tp_stop, on a freed grid (ASan, in
+ * the 66-node scale test). */
+static void test_request_cancel(void **state)
+{
+	(void)state;
+	dg_tp *a = NODE(0), *b = NODE(0);
+	struct counter sink;
+	memset(&sink, 0, sizeof(sink));
+	OK(dg_tp_handle(b, (dg_msg_type)T_SINK, on_count, &sink));
+	dg_node_id bid = connect_ok(a, b);
+	struct result r[3], other;
+	memset(r, 0, sizeof(r));
+	memset(&other, 0, sizeof(other));
+	t_i64 v = { 0 };
+	for (int i = 0; i < 3; i++)
+		OK(dg_tp_request(a, bid, (dg_msg_type)T_SINK, &v, 20000, on_result, &r[i]));
+	OK(dg_tp_request(a, bid, (dg_msg_type)T_SINK, &v, 20000, on_result_other, &other));
+	WAIT_FOR(atomic_load(&sink.n) == 4);
+	dg_tp_cancel(a, on_result);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(atomic_load(&r[i].calls), 1);
+		assert_int_equal(atomic_load(&r[i].err), DG_ERR_CLOSED);
+	}
+	assert_int_equal(atomic_load(&other.calls), 0);
+	dg_tp_cancel(a, on_result); /* nothing left of it: no second call */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&r[i].calls), 1);
+	OK(ping(a, bid, "after a cancel")); /* the connection is fine */
+	dg_tp_stop(a);
+	assert_int_equal(atomic_load(&other.calls), 1); /* failed by the stop */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&r[i].calls), 1);
+	dg_tp_stop(b);
+}
+
 struct err_reply {
 	_Atomic int calls;
 	_Atomic int err, reply_err, flags, type;
@@ -3291,6 +3336,39 @@ static void test_membership_pause_coordinator(void **state)
 	pause_and_back(0);
 }
 
+/* A node that rejoined after a pause syncs the cluster's types with the
+ * coordinator; that must not hold up its heartbeats.  Here the coordinator
+ * never answers TYPES_SNAPSHOT (the call waits its whole join timeout, 10
+ * s): the node is back and stays — it used to make the call on its
+ * heartbeat thread, fell silent for longer than the failure timeout and was
+ * dropped again at once (seen under load as a second SELF-PAUSED). */
+static void test_membership_rejoin_slow_type_sync(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	struct counter asked;
+	memset(&asked, 0, sizeof(asked));
+	OK(dg_tp_handle(n[0].tp, DG_MSG_TYPES_SNAPSHOT, on_count, &asked));
+	int64_t v = mversion(&n[0]);
+	mnode_pause(&n[2], 3000, &n[0]);
+	WAIT_FOR_MS(mcount(&n[0]) == 2 && mcount(&n[1]) == 2, 2900);
+	WAIT_FOR_MS(magree(n, 3, 3) && mversion(&n[0]) > v + 1, 3000 + 5000);
+	WAIT_FOR(atomic_load(&asked.n) >= 1); /* its sync is waiting */
+	int64_t back = mversion(&n[0]);
+	sleep_ms(2500); /* > 2 failure timeouts, < the sync's 10 s */
+	assert_true(magree(n, 3, 3));
+	assert_int_equal(mversion(&n[0]), back);
+	/* the coordinator first: its going ends the sync's call */
+	mnode_stop(&n[0], false);
+	mnode_stop(&n[2], false);
+	mnode_stop(&n[1], false);
+}
+
 /* The coordinator crashes and a new node starts at once on its address,
  * seeded by a member that has not noticed the crash yet: the seed forwards
  * the JOIN to the dead coordinator, whose dial reaches the new node.  The
@@ -3852,6 +3930,7 @@ int main(void)
 		FX(test_raw_after_handshake),
 		cmocka_unit_test(test_injected_after_handshake),
 		cmocka_unit_test(test_request_timeout),
+		cmocka_unit_test(test_request_cancel),
 		cmocka_unit_test(test_request_errors),
 		cmocka_unit_test(test_peer_stop_fails_inflight),
 		cmocka_unit_test(test_disconnect_redials),
@@ -3872,6 +3951,7 @@ int main(void)
 		cmocka_unit_test(test_membership_removed_rules),
 		cmocka_unit_test(test_membership_pause_member),
 		cmocka_unit_test(test_membership_pause_coordinator),
+		cmocka_unit_test(test_membership_rejoin_slow_type_sync),
 		cmocka_unit_test(test_membership_restart_on_coordinator_address),
 		cmocka_unit_test(test_membership_slow_listener),
 		cmocka_unit_test(test_peer_moved_fails_fast),

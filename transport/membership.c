@@ -96,6 +96,10 @@ struct dg_member {
 	uint64_t told_ms;              /* REMOVED answers: logged once a second */
 	uint32_t told;
 	uint32_t test_stall_ms;        /* dgi_member_test_stall */
+	/* a rejoin's type sync, off the heartbeat thread (joined at stop) */
+	pthread_t typesync;
+	bool typesync_started;
+	dg_node_id typesync_coord;
 };
 
 static void member_free(dg_member *m);
@@ -1769,6 +1773,30 @@ static void tick(dg_member *m)
  * version is above the one that left it out.  When no candidate could be
  * reached for join_timeout_ms (every other node gone), it forms a cluster
  * of its own, as a starting node would. */
+static void *typesync_thread(void *arg)
+{
+	dg_member *m = arg;
+	sync_types(m, m->typesync_coord);
+	return NULL;
+}
+
+/* The type sync after a rejoin runs on a thread of its own: its calls (one
+ * per type, each up to a timeout) must not hold up this thread's
+ * heartbeats — a node that just rejoined would be dropped again, silent
+ * for longer than the failure timeout.  (This thread only.) */
+static void typesync_start(dg_member *m, dg_node_id coord)
+{
+	if (m->typesync_started) { /* the last rejoin's, long done as a rule */
+		pthread_join(m->typesync, NULL);
+		m->typesync_started = false;
+	}
+	m->typesync_coord = coord;
+	if (pthread_create(&m->typesync, NULL, typesync_thread, m) == 0)
+		m->typesync_started = true;
+	else
+		sync_types(m, coord);
+}
+
 static void rejoin(dg_member *m)
 {
 	dg_topology *t = dg_member_topology(m);
@@ -1843,7 +1871,7 @@ static void rejoin(dg_member *m)
 	dgi_log("info", "NODE-REJOINED", "node=%016llx order=%lld version=%lld took_ms=%llu",
 	    (unsigned long long)dg_tp_self(m->tp), (long long)order, (long long)version,
 	    (unsigned long long)(dgi_now_ms() - start));
-	sync_types(m, coord);
+	typesync_start(m, coord);
 }
 
 static void *member_thread(void *arg)
@@ -2007,6 +2035,8 @@ static void member_stop(dg_member *m, bool leave)
 	dg_registry_set_hook(m->reg, NULL, NULL);
 	if (m->thread_started)
 		pthread_join(m->thread, NULL);
+	if (m->typesync_started) /* (started by that thread only) */
+		pthread_join(m->typesync, NULL);
 	if (m->notifier_started)
 		pthread_join(m->notifier, NULL); /* no listener runs after this */
 	/* no handler may run on m after this: unset them and wait out any

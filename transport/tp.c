@@ -513,6 +513,8 @@ void dgi_complete(dg_tp *tp, const dg_msg_in *in)
 	struct pending p;
 	pthread_mutex_lock(&s->mu);
 	bool found = in->corr > 1 && pend_take_from(s, in->corr, in->from, &p);
+	if (found)
+		atomic_fetch_add(&tp->in_callback, 1);
 	pthread_mutex_unlock(&s->mu);
 	if (!found)
 		return; /* late (timed out) or not ours: dropped, counted as received */
@@ -525,13 +527,15 @@ void dgi_complete(dg_tp *tp, const dg_msg_in *in)
 		bad.body = NULL;
 		bad.err = DG_ERR_BAD_TAG;
 		p.cb(p.ctx, DG_ERR_BAD_TAG, &bad);
-		return;
+	} else {
+		p.cb(p.ctx, in->err, in);
 	}
-	p.cb(p.ctx, in->err, in);
+	atomic_fetch_sub(&tp->in_callback, 1);
 }
 
-/* Collect and fail entries matching (peer or deadline) outside the lock. */
-static void fail_where(dg_tp *tp, dg_node_id peer, uint64_t now, dg_err err)
+/* Collect and fail entries matching (callback cb, or peer, or deadline)
+ * outside the lock. */
+static void fail_where(dg_tp *tp, dg_reply_fn cb, dg_node_id peer, uint64_t now, dg_err err)
 {
 	struct pending batch[64];
 	for (int k = 0; k < PEND_STRIPES; k++) {
@@ -543,18 +547,20 @@ static void fail_where(dg_tp *tp, dg_node_id peer, uint64_t now, dg_err err)
 				struct pending *e = &s->slots[i];
 				if (e->corr <= 1)
 					continue;
-				bool hit = peer != 0 ? e->peer == peer :
+				bool hit = cb != NULL ? e->cb == cb : peer != 0 ? e->peer == peer :
 				    now == UINT64_MAX || e->deadline_ms <= now;
 				if (hit) {
 					batch[n++] = *e;
 					pend_remove(s, i); /* only slots up to i change */
 				}
 			}
+			atomic_fetch_add(&tp->in_callback, (int)n);
 			pthread_mutex_unlock(&s->mu);
 			dgi_epoch_enter(); /* callbacks run inside a section */
 			for (size_t i = 0; i < n; i++)
 				batch[i].cb(batch[i].ctx, err, NULL);
 			dgi_epoch_leave();
+			atomic_fetch_sub(&tp->in_callback, (int)n);
 			if (n < 64)
 				break;
 		}
@@ -563,7 +569,20 @@ static void fail_where(dg_tp *tp, dg_node_id peer, uint64_t now, dg_err err)
 
 void dgi_fail_peer(dg_tp *tp, dg_node_id peer, dg_err err)
 {
-	fail_where(tp, peer, 0, err);
+	fail_where(tp, NULL, peer, 0, err);
+}
+
+void dg_tp_cancel(dg_tp *tp, dg_reply_fn cb)
+{
+	if (tp == NULL || cb == NULL)
+		return;
+	fail_where(tp, cb, 0, 0, DG_ERR_CLOSED);
+	/* and the callbacks another thread took from the table just before
+	 * (a reply, a timeout) have returned */
+	while (atomic_load(&tp->in_callback) > 0) {
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
 }
 
 dg_err dg_tp_request(dg_tp *tp, dg_node_id to, dg_msg_type type,
@@ -830,7 +849,7 @@ static void *service(void *arg)
 		pthread_cond_timedwait(&tp->service_cv, &tp->mu, &ts);
 		pthread_mutex_unlock(&tp->mu);
 		uint64_t now = dgi_now_ms();
-		fail_where(tp, 0, now, DG_ERR_TIMEOUT);
+		fail_where(tp, NULL, 0, now, DG_ERR_TIMEOUT);
 		dgi_peers_dup_expire(tp, now);
 		dgi_conn_expire(tp, now);
 		dgi_conn_reap(tp);
@@ -1048,7 +1067,7 @@ void dg_tp_stop(dg_tp *tp)
 	}
 	/* close every connection, then wait for every dial and callback */
 	dgi_conn_stop_all(tp);
-	fail_where(tp, 0, UINT64_MAX, DG_ERR_CLOSED);
+	fail_where(tp, NULL, 0, UINT64_MAX, DG_ERR_CLOSED);
 	dgi_reactor_stop(tp);
 	nng_aio_free(tp->accept_aio);
 	nng_stream_listener_free(tp->listener);

@@ -336,6 +336,12 @@ dg_err dg_tp_send(dg_tp *tp, dg_node_id to, dg_msg_type type, const void *body);
 typedef void (*dg_reply_fn)(void *ctx, dg_err err, const dg_msg_in *reply);
 dg_err dg_tp_request(dg_tp *tp, dg_node_id to, dg_msg_type type,
     const void *body, uint32_t timeout_ms, dg_reply_fn cb, void *ctx);
+/* Fails every pending request whose callback is cb, now: cb runs with
+ * DG_ERR_CLOSED (and no reply), and every reply callback already running
+ * has returned, before this returns — for a module that stops before the
+ * transport, whose callbacks must not outlive it.  A request made
+ * meanwhile is not covered.  Not from a reply callback or a handler. */
+void dg_tp_cancel(dg_tp *tp, dg_reply_fn cb);
 /* Blocking request: decodes the reply body into reply (its row's struct;
  * views copied into arena, which may be NULL when the body has none). */
 dg_err dg_tp_call(dg_tp *tp, dg_node_id to, dg_msg_type type,

@@ -279,6 +279,9 @@ struct dg_tp {
 	_Atomic bool stopping;
 	_Atomic uint64_t next_corr;
 	_Atomic int in_handler;     /* handlers running now (dg_tp_quiesce) */
+	_Atomic int in_callback;    /* reply callbacks taken from the table and not
+	                               yet returned (dg_tp_cancel); counted under
+	                               the stripe lock that takes them */
 	struct stripe stripes[PEND_STRIPES];
 	struct handler handlers[DG_MSG__COUNT];
 	struct ctr hs_tx[DG_MSG__COUNT], hs_rx[DG_MSG__COUNT];
