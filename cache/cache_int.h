@@ -217,6 +217,10 @@ void dgi_part_purge_tombs(dgi_part *p);
  * sets *more.  fn returning false stops. */
 uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
     bool (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more);
+/* Writes e as an entry of a page (PROTOCOL.md, "Entry pages": key, value
+ * or NULL for a tombstone, version, expiry, update id; 8 values) — SUPPLY,
+ * SCAN_RES and PSYNC_RES alike (rebalance.c). */
+void dgi_entry_write(dg_writer *w, const dgi_entry *e);
 /* Removes expired entries and tombstones (expire_ms <= now); returns how
  * many.  gone (optional) sees each before it goes. */
 uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max);

@@ -141,15 +141,7 @@ static bool enc_entry(void *ctx, const dgi_entry *e)
 	struct psync_enc *p = ctx;
 	if (e->ver.topver < p->since && !(e->flags & DGI_ENTRY_TENTATIVE))
 		return true;
-	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
-	dg_write_bytes(p->w, dgi_entry_key(e), e->klen);
-	dg_write_bytes(p->w, tomb ? NULL : dgi_entry_val(e), e->vlen);
-	dg_write_i64(p->w, e->ver.topver);
-	dg_write_i64(p->w, (int64_t)e->ver.counter);
-	dg_write_i64(p->w, e->ver.order);
-	dg_write_i64(p->w, e->expire_ms);
-	dg_write_i64(p->w, (int64_t)e->op_node);
-	dg_write_i64(p->w, (int64_t)e->op_seq);
+	dgi_entry_write(p->w, e);
 	p->n++;
 	return true;
 }

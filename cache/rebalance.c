@@ -32,20 +32,26 @@ struct page_ctx {
 	int64_t wall;
 };
 
+void dgi_entry_write(dg_writer *w, const dgi_entry *e)
+{
+	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
+	dg_write_bytes(w, dgi_entry_key(e), e->klen);
+	dg_write_bytes(w, tomb ? NULL : dgi_entry_val(e), e->vlen);
+	dg_write_i64(w, e->ver.topver);
+	dg_write_i64(w, (int64_t)e->ver.counter);
+	dg_write_i64(w, e->ver.order);
+	dg_write_i64(w, e->expire_ms);
+	dg_write_i64(w, (int64_t)e->op_node);
+	dg_write_i64(w, (int64_t)e->op_seq);
+}
+
 static bool page_one(void *ctx, const dgi_entry *e)
 {
 	struct page_ctx *p = ctx;
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
 	if (p->live_only && (tomb || (e->expire_ms != 0 && e->expire_ms <= p->wall)))
 		return true;
-	dg_write_bytes(p->w, dgi_entry_key(e), e->klen);
-	dg_write_bytes(p->w, tomb ? NULL : dgi_entry_val(e), e->vlen);
-	dg_write_i64(p->w, e->ver.topver);
-	dg_write_i64(p->w, (int64_t)e->ver.counter);
-	dg_write_i64(p->w, e->ver.order);
-	dg_write_i64(p->w, e->expire_ms);
-	dg_write_i64(p->w, (int64_t)e->op_node);
-	dg_write_i64(p->w, (int64_t)e->op_seq);
+	dgi_entry_write(p->w, e);
 	p->n++;
 	p->bytes += e->klen + e->vlen + 40;
 	return true;

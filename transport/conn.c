@@ -820,20 +820,8 @@ void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why)
 			rx_start(c);
 	} else {
 		dgi_log("warn", "DIAL-FAIL", "url=%s err=%s", d->url ? d->url : "?", why);
-		if (d->peer != NULL) {
-			struct peer *p = d->peer;
-			uint64_t dropped = 0;
-			pthread_mutex_lock(&p->mu);
-			p->dialing = false;
-			if (p->conn == NULL) {
-				dropped = p->queued_frames;
-				dg_buf_reset(&p->queue);
-				p->queued_frames = 0;
-			}
-			pthread_mutex_unlock(&p->mu);
-			atomic_fetch_add(&tp->t.dropped, dropped);
-			dgi_fail_peer(tp, p->id, DG_ERR_UNREACHABLE);
-		}
+		if (d->peer != NULL)
+			dgi_dial_failed(tp, d->peer, DG_ERR_UNREACHABLE);
 		wait_done(d->waiter, e, 0);
 	}
 	pthread_mutex_lock(&tp->mu);

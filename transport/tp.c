@@ -319,9 +319,10 @@ dg_err dgi_frame_encode(dg_buf *b, const dg_tp *tp, dg_msg_type type,
 	return DG_OK;
 }
 
-/* A dial decided under p->mu could not start (the transport is
- * stopping): what was queued for p goes nowhere, as when a dial fails. */
-static void dial_not_started(dg_tp *tp, struct peer *p, dg_err why)
+/* A dial of p failed, or could not start (the transport is stopping):
+ * what was queued for p goes nowhere (counted dropped) and p's requests
+ * fail with why. */
+void dgi_dial_failed(dg_tp *tp, struct peer *p, dg_err why)
 {
 	uint64_t dropped = 0;
 	pthread_mutex_lock(&p->mu);
@@ -392,7 +393,7 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 	if (dial != NULL) {
 		dg_err de = dgi_conn_dial_start(dial); /* no connection: go is NULL */
 		if (de != DG_OK) {
-			dial_not_started(tp, p, de);
+			dgi_dial_failed(tp, p, de);
 			return de;
 		}
 	}
@@ -890,7 +891,7 @@ void dgi_peers_dup_expire(dg_tp *tp, uint64_t now)
 		}
 		pthread_mutex_unlock(&p->mu);
 		if (d != NULL && dgi_conn_dial_start(d) != DG_OK)
-			dial_not_started(tp, p, DG_ERR_CONN_BROKEN);
+			dgi_dial_failed(tp, p, DG_ERR_CONN_BROKEN);
 	}
 }
 

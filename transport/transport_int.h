@@ -321,6 +321,9 @@ void dgi_count_failure(dg_tp *tp, dg_msg_type type);
 void dgi_complete(dg_tp *tp, const dg_msg_in *in);
 /* Fail every pending request to peer with err. */
 void dgi_fail_peer(dg_tp *tp, dg_node_id peer, dg_err err);
+/* A dial of p failed or could not start: its queue is dropped (counted),
+ * its requests fail with why (tp.c). */
+void dgi_dial_failed(dg_tp *tp, struct peer *p, dg_err why);
 /* An application frame arrived on an open connection. */
 void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
     const uint8_t *body);
