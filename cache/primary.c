@@ -354,10 +354,26 @@ out:
 	return e;
 }
 
-/* A backup's answer to a copy (handle_backup): DG_OK only when it holds the
- * copy's version (or a newer one) and agrees with the sender on the owner
- * set; see the header comment. */
-static dg_err backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m)
+static bool aff_has_node(const dgi_aff *a, dg_node_id id)
+{
+	for (uint32_t i = 0; i < a->nnodes; i++)
+		if (a->nodes[i] == id)
+			return true;
+	return false;
+}
+
+/* A backup's answer to a copy from `from` (handle_backup): DG_OK only when
+ * it holds the copy's version (or a newer one) and agrees with the sender
+ * on the owner set; see the header comment.  A copy it disagrees with is
+ * applied only from a server of its own topology (versions decide), and
+ * its update id is not recorded: the write was not acknowledged (that
+ * needed this node's DG_OK), and a retry of it elsewhere must run again —
+ * a record would answer the retry with the flag of a write that may be
+ * superseded here (a removed primary, woken from a pause, applying a
+ * compare-and-set on its stale copy: its "replaced" was reported, its
+ * value never seen).  From a node that is no server of its topology
+ * nothing is applied. */
+static dg_err backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m, dg_node_id from)
 {
 	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || m->key.ptr == NULL ||
 	    m->key.len == 0)
@@ -372,15 +388,16 @@ static dg_err backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m)
 	    dgi_aff_role(aff, part, g->self) > 0;
 	int st = atomic_load(&c->parts[part].state);
 	dg_err e = DG_OK;
-	if (st != P_NONE || agree) {
+	if (agree || (st != P_NONE && aff != NULL && aff_has_node(aff, from))) {
 		dgi_pver ver = { m->ver_topver, (uint64_t)m->ver_counter, (uint32_t)m->ver_order, 0 };
 		e = dgi_apply_copy(g, c, part, hash, m->key.ptr, m->key.len, m->val.ptr, m->val.len,
 		    &ver, m->expire_ms, (uint64_t)m->op_node, (uint64_t)m->op_seq);
 		if (e == DG_OK) {
 			dgi_part *pt = &c->parts[part];
 			pthread_mutex_lock(&pt->mu);
-			dgi_dedup_put(pt, (uint64_t)m->op_node, (uint64_t)m->op_seq, m->flag,
-			    dgi_now_ms());
+			if (agree || m->pw == 0) /* (a copy nobody waits for: acknowledged) */
+				dgi_dedup_put(pt, (uint64_t)m->op_node, (uint64_t)m->op_seq, m->flag,
+				    dgi_now_ms());
 			if (m->pw != 0)
 				dgi_pw_recent(pt, hash, &ver);
 			pthread_mutex_unlock(&pt->mu);
@@ -404,7 +421,7 @@ static void handle_backup(dgi_grid *g, const dg_msg_in *in, const dgi_msg_backup
 		return;
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
 	/* a node that has not learnt the cache yet holds nothing of it */
-	dg_err e = c != NULL ? backup_apply(g, c, m) : DG_ERR_NOT_READY;
+	dg_err e = c != NULL ? backup_apply(g, c, m, in->from) : DG_ERR_NOT_READY;
 	if (m->pw != 0) {
 		dgi_msg_backup_ack ack = { m->cache_id, m->part, m->pw, e };
 		dg_tp_send(g->tp, in->from, DGI_MSG_BACKUP_ACK, &ack);

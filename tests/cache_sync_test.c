@@ -190,6 +190,42 @@ static void test_backup_refuses_what_it_cannot_apply(void **state)
 	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_REMAP);
 	bad.topver = aff->topver + 1; /* the backup is behind */
 	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_NOT_READY);
+	/* ... and the update ids of copies it disagreed with are not taken
+	 * for done: a retry elsewhere runs again (a woken, removed primary's
+	 * compare-and-set was reported "replaced" from such a record while its
+	 * value lost to newer ones) */
+	int64_t flag;
+	dgi_part *pt1 = &c1->parts[mine];
+	pthread_mutex_lock(&pt1->mu);
+	bool agreed = dgi_dedup_find(pt1, (uint64_t)m.op_node, (uint64_t)m.op_seq, &flag);
+	pthread_mutex_unlock(&pt1->mu);
+	assert_true(agreed);
+	bad = m;
+	bad.owners ^= 1;
+	bad.op_seq = 78;
+	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_NOT_READY);
+	pthread_mutex_lock(&pt1->mu);
+	bool recorded = dgi_dedup_find(pt1, (uint64_t)bad.op_node, 78, &flag);
+	pthread_mutex_unlock(&pt1->mu);
+	assert_false(recorded);
+	/* from a node that is no server of its topology (the client node here):
+	 * nothing applied */
+	char before[64], after[64];
+	dg_cache *c4 = cache_on(cl.n[4], "refuse");
+	get_s(c4, key, before, sizeof(before));
+	uint8_t v2[16];
+	size_t vl2 = enc_raw("stale", v2);
+	bad.val = (dg_bytes){ v2, (uint32_t)vl2 };
+	bad.ver_counter = 5000; /* newer than anything: versions alone would take it */
+	bad.op_seq = 79;
+	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_NOT_READY);
+	pthread_mutex_lock(&pt1->mu);
+	dgi_entry *en = dgi_part_find(pt1, dgi_key_hash(k, kl), k, (uint32_t)kl);
+	bool took = en != NULL && en->ver.counter == 5000;
+	pthread_mutex_unlock(&pt1->mu);
+	assert_false(took);
+	(void)get_s(c4, key, after, sizeof(after));
+	assert_string_equal(before, after);
 	/* a partition it does not own (before: skipped, and acknowledged) */
 	for (int i = 0;; i++) {
 		snprintf(key, sizeof(key), "o%d", i);
