@@ -1271,18 +1271,34 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 		dg_topology_release(prev);
 }
 
+/* A report (TX_FENCE v) from in->from.  One it sends again, for the
+ * version this node's fence is open at, says its own fence is still shut:
+ * it may be waiting for this node's report, lost on the way (a connection
+ * broken or not up yet) — and this node, open, no longer repeats it.  It
+ * answers with its report then (only an open node answers, only a repeat:
+ * no echo between two). */
 static void h_fence(dgi_txsvc *s, const dg_msg_in *in)
 {
 	const dgi_msg_tx_ctl *m = in->body;
+	bool answer = false;
 	pthread_mutex_lock(&s->fmu);
 	struct fence *f = &s->f;
+	int64_t v = f->v;
 	if (m->value == f->v) {
+		uint32_t n = fence_count(f);
+		for (uint32_t i = 0; i < n; i++)
+			if (f->t->nodes[i].id == in->from)
+				answer = f->got[i] && f->open && f->reported;
 		fence_mark(f, in->from);
 	} else if (m->value > f->v && f->nearly < FENCE_EARLY) {
 		f->early[f->nearly].v = m->value;
 		f->early[f->nearly++].from = in->from;
 	}
 	pthread_mutex_unlock(&s->fmu);
+	if (answer) {
+		dgi_msg_tx_ctl r = { 0, 0, 0, 0, v };
+		dg_tp_send(s->tp, in->from, DGI_MSG_TX_FENCE, &r);
+	}
 }
 
 bool dgi_txsvc_fence_open(dgi_txsvc *s, int64_t v)
