@@ -293,8 +293,18 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	int st = atomic_load(&pt->state);
 	dg_node_id sup = pt->supplier;
 	dgi_entry *en = dgi_part_find(pt, hash, m->key.ptr, m->key.len);
-	/* a supplier read serves the store whatever the partition's state */
-	dg_err e = supplier ? DG_OK : dgi_part_may_serve(c, pt, part, st, en);
+	/* a supplier read serves the store whatever the partition's state; a
+	 * reader's read only on the topology this node's copy is at, as an
+	 * update (a node that just rejoined after a pause may still hold the
+	 * affinity under which it was primary, the reader the one it rejoined
+	 * by: its copy is stale until it has fetched) */
+	dgi_aff *aff = supplier ? NULL : atomic_load_explicit(&c->aff, memory_order_acquire);
+	int64_t mine = aff != NULL ? aff->topver : 0;
+	bool other = !supplier && m->topver != 0 && mine != m->topver;
+	dg_err e = supplier ? DG_OK : other ? (mine > m->topver ? DG_ERR_REMAP : DG_ERR_NOT_READY) :
+	    dgi_part_may_serve(c, pt, part, st, en);
+	if (other)
+		sup = 0; /* (the reader asks again: nothing to forward) */
 	if (e == DG_OK) {
 		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
 		if (dgi_entry_live(en, wall)) {
