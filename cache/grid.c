@@ -21,6 +21,7 @@
 #include "cache_int.h"
 
 #include <errno.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -814,11 +815,14 @@ static void count_one(void *ctx, uint32_t key, void *value)
 		(*(uint32_t *)ctx)++;
 }
 
-static dg_err send_configs(dgi_grid *g, dg_node_id to)
+/* Every cache config of this node, to node `to` (a one-way push), or as
+ * the answer to req (a new node's question at join) when req is not NULL:
+ * answered even when empty. */
+static dg_err send_configs_as(dgi_grid *g, dg_node_id to, const dg_msg_in *req)
 {
 	uint32_t n = 0;
 	dgi_intmap_each(&g->caches, count_one, &n);
-	if (n == 0)
+	if (n == 0 && req == NULL)
 		return DG_OK;
 	dg_buf b;
 	dg_writer w;
@@ -836,19 +840,27 @@ static dg_err send_configs(dgi_grid *g, dg_node_id to)
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK) {
 		dg_msg_raw body = { { b.data, (uint32_t)b.len } };
-		e = dg_tp_send(g->tp, to, DGI_MSG_CACHE_CONFIGS, &body);
+		e = req != NULL ? dg_tp_reply(g->tp, req, DGI_MSG_CACHE_CONFIGS, &body) :
+		    dg_tp_send(g->tp, to, DGI_MSG_CACHE_CONFIGS, &body);
 	}
 	dg_buf_free(&b);
 	return e;
 }
 
-static void on_configs(dg_tp *tp, const dg_msg_in *in, void *ctx)
+_Atomic bool dgi_test_no_config_push; /* tests: pushes to new nodes never arrive */
+
+static dg_err send_configs(dgi_grid *g, dg_node_id to)
 {
-	dgi_grid *g = ctx;
-	const dg_msg_raw *raw = in->body;
+	if (atomic_load_explicit(&dgi_test_no_config_push, memory_order_relaxed))
+		return DG_OK;
+	return send_configs_as(g, to, NULL);
+}
+
+/* Learns the caches of a CACHE_CONFIGS list (from: its sender). */
+static void take_configs(dgi_grid *g, const dg_msg_raw *raw, dg_node_id from)
+{
 	dg_reader r;
 	uint32_t count;
-	(void)tp;
 	dg_reader_init(&r, g->reg, raw->list.ptr, raw->list.len);
 	if (dg_read_begin(&r, DG_LIST, &count) != DG_OK || count % 9 != 0)
 		return;
@@ -863,8 +875,57 @@ static void on_configs(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		pthread_mutex_unlock(&g->mu);
 		if (e != DG_OK)
 			dgi_grid_log("error", "CACHE-CONFLICT", "cache=\"%s\" from=%016llx err=\"%s\"",
-			    cfg.name, (unsigned long long)in->from, dg_strerror(e));
+			    cfg.name, (unsigned long long)from, dg_strerror(e));
 	}
+}
+
+/* CACHE_CONFIGS: a push (one-way) is learnt; a request (a node joining:
+ * its own list, empty) is answered with this node's. */
+static void on_configs(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	(void)tp;
+	take_configs(g, in->body, in->from);
+	if (!(in->flags & DG_FRAME_ONEWAY))
+		send_configs_as(g, in->from, in);
+}
+
+struct configs_wait {
+	dgi_grid *g;
+	sem_t done;
+};
+
+static void on_configs_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct configs_wait *w = ctx;
+	if (err == DG_OK && reply->body != NULL)
+		take_configs(w->g, reply->body, reply->from);
+	sem_post(&w->done);
+}
+
+/* A node that joined learns every cache of the cluster before its start
+ * returns: it asks every other server of t.  The others' pushes (their
+ * topology listeners, on their notifier threads) may come after its own
+ * program created its caches — as new ones, owning empty partitions that
+ * the cluster holds data for. */
+static void ask_configs(dgi_grid *g, const dg_topology *t)
+{
+	static const uint8_t empty_list[] = { 0x0F, 0x00 }; /* an empty LIST */
+	dg_msg_raw none = { { empty_list, sizeof(empty_list) } };
+	struct configs_wait w = { g, { { 0 } } };
+	sem_init(&w.done, 0, 0);
+	uint32_t asked = 0;
+	for (uint32_t i = 0; i < t->count; i++) {
+		if (t->nodes[i].id == g->self || !is_server(t, t->nodes[i].id))
+			continue;
+		if (dg_tp_request(g->tp, t->nodes[i].id, DGI_MSG_CACHE_CONFIGS, &none,
+		    g->cfg.request_timeout_ms, on_configs_res, &w) == DG_OK)
+			asked++;
+	}
+	for (uint32_t i = 0; i < asked; i++)
+		while (sem_wait(&w.done) != 0)
+			;
+	sem_destroy(&w.done);
 }
 
 /* ---- persistence ---- */
@@ -1158,6 +1219,7 @@ dg_err dgi_grid_joined(dgi_grid *g, dg_member *m)
 	dg_topology *t = dg_member_topology(m);
 	if (t != NULL) {
 		on_topology(g, NULL, t);
+		ask_configs(g, t);
 		dg_topology_release(t);
 	}
 	return DG_OK;
