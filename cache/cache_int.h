@@ -274,7 +274,8 @@ static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
 #define DGI_MSG_GET_RES ((dg_msg_type)(69))  /* response */
 #define DGI_MSG_CACHE_CREATE ((dg_msg_type)(70))  /* request, to every node */
 #define DGI_MSG_CACHE_DESTROY ((dg_msg_type)(71))  /* request, to every node */
-#define DGI_MSG_CACHE_CONFIGS ((dg_msg_type)(72))  /* one-way: every cache config, to a new node */
+#define DGI_MSG_CACHE_CONFIGS ((dg_msg_type)(72))  /* every cache config: pushed to a new node,
+                                                      or asked for by one (PROTOCOL.md) */
 #define DGI_MSG_ACK ((dg_msg_type)(73))  /* response: result and a count */
 #define DGI_MSG_DEMAND ((dg_msg_type)(74))  /* rebalancing: request a batch of a partition */
 #define DGI_MSG_SUPPLY ((dg_msg_type)(75))  /* response: entries */
