@@ -275,16 +275,10 @@ void dgi_conn_close(struct conn *c, dg_err why)
 		} else if (c->dialer && !lost && p->conn == NULL) {
 			p->dialing = false;
 		}
-		if (p->conn == NULL && !p->dialing && p->queue.len > 0) {
-			dropped = p->queued_frames; /* nowhere to go: counted, not silent */
-			dg_buf_reset(&p->queue);
-			p->queued_frames = 0;
-		}
+		if (p->conn == NULL && !p->dialing && p->queue.len > 0)
+			dropped = dgi_peer_drop_queue(p); /* nowhere to go: counted, not silent */
 		pthread_mutex_unlock(&p->mu);
-		if (dropped) {
-			atomic_fetch_add(&tp->t.dropped, dropped);
-			atomic_fetch_add(&p->t.dropped, dropped);
-		}
+		dgi_count_dropped(tp, p, dropped);
 	}
 	if (lost) {
 		atomic_fetch_add(&tp->t.disconnects, 1);
@@ -454,9 +448,7 @@ static void peer_moved(struct conn *c)
 	if (gone) {
 		x->dialing = false;
 		x->dup_wait_ms = 0;
-		dropped = x->queued_frames;
-		dg_buf_reset(&x->queue);
-		x->queued_frames = 0;
+		dropped = dgi_peer_drop_queue(x);
 		url = x->url;
 		x->url = NULL;
 	}

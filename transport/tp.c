@@ -322,21 +322,31 @@ dg_err dgi_frame_encode(dg_buf *b, const dg_tp *tp, dg_msg_type type,
 /* A dial of p failed, or could not start (the transport is stopping):
  * what was queued for p goes nowhere (counted dropped) and p's requests
  * fail with why. */
+uint64_t dgi_peer_drop_queue(struct peer *p)
+{
+	uint64_t n = p->queued_frames;
+	dg_buf_reset(&p->queue);
+	p->queued_frames = 0;
+	return n;
+}
+
+void dgi_count_dropped(dg_tp *tp, struct peer *p, uint64_t n)
+{
+	if (n) {
+		atomic_fetch_add(&tp->t.dropped, n);
+		atomic_fetch_add(&p->t.dropped, n);
+	}
+}
+
 void dgi_dial_failed(dg_tp *tp, struct peer *p, dg_err why)
 {
 	uint64_t dropped = 0;
 	pthread_mutex_lock(&p->mu);
 	p->dialing = false;
-	if (p->conn == NULL) {
-		dropped = p->queued_frames;
-		dg_buf_reset(&p->queue);
-		p->queued_frames = 0;
-	}
+	if (p->conn == NULL)
+		dropped = dgi_peer_drop_queue(p);
 	pthread_mutex_unlock(&p->mu);
-	if (dropped) {
-		atomic_fetch_add(&tp->t.dropped, dropped);
-		atomic_fetch_add(&p->t.dropped, dropped);
-	}
+	dgi_count_dropped(tp, p, dropped);
 	dgi_fail_peer(tp, p->id, why);
 }
 
@@ -879,11 +889,7 @@ void dgi_peers_dup_expire(dg_tp *tp, uint64_t now)
 				d = dgi_conn_dial_new(tp, p->url, p, NULL, &e);
 			p->dialing = d != NULL;
 			if (!p->dialing && p->queue.len > 0) {
-				uint64_t dropped = p->queued_frames;
-				dg_buf_reset(&p->queue);
-				p->queued_frames = 0;
-				atomic_fetch_add(&tp->t.dropped, dropped);
-				atomic_fetch_add(&p->t.dropped, dropped);
+				dgi_count_dropped(tp, p, dgi_peer_drop_queue(p));
 				pthread_mutex_unlock(&p->mu);
 				dgi_fail_peer(tp, p->id, DG_ERR_CONN_BROKEN);
 				continue;

@@ -324,6 +324,10 @@ void dgi_fail_peer(dg_tp *tp, dg_node_id peer, dg_err err);
 /* A dial of p failed or could not start: its queue is dropped (counted),
  * its requests fail with why (tp.c). */
 void dgi_dial_failed(dg_tp *tp, struct peer *p, dg_err why);
+/* Empties p's send queue (p->mu held); returns the frames it held. */
+uint64_t dgi_peer_drop_queue(struct peer *p);
+/* Counts n dropped frames of p (node and peer totals). */
+void dgi_count_dropped(dg_tp *tp, struct peer *p, uint64_t n);
 /* An application frame arrived on an open connection. */
 void dgi_dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
     const uint8_t *body);
