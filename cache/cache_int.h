@@ -126,6 +126,9 @@ enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
  * supplier, plus the older ones of a copy that was itself partial), and
  * nodes an OWNING copy that is not whole took rented copies from. */
 #define DGI_PART_SRCS 4
+/* Other owners under the previous topology a MOVING copy may take the
+ * whole partition from when its supplier's copy is not whole (dgi_part.alts). */
+#define DGI_PART_ALTS 3
 
 /* A slot keeps the hash next to the pointer: a probe compares hashes
  * without touching the entry (one cache miss per lookup, not one per
@@ -188,6 +191,14 @@ typedef struct dgi_part {
 	uint8_t nsrcs, ntaken;
 	dg_node_id srcs[DGI_PART_SRCS];
 	dg_node_id taken[DGI_PART_SRCS];
+	/* alts:   MOVING from an owner of the previous topology: the other
+	 *         owners of that topology still servers.  When the supplier's
+	 *         copy is not whole (it was itself still fetching, from a node
+	 *         that then left), one of these that holds it whole completes
+	 *         the copy — rather than a LOST partition while whole copies
+	 *         survive. */
+	uint8_t nalts;
+	dg_node_id alts[DGI_PART_ALTS];
 } dgi_part;
 
 void dgi_part_init(dgi_part *p);

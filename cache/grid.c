@@ -199,8 +199,11 @@ bool dgi_grid_has_server(dgi_grid *g, dg_node_id id)
  * that left may have taken what only it held along: the copy is broken
  * unless sup has it whole (rebalance.c, "Whole copies"). */
 static void moving_from(dg_cache *c, uint32_t p, dgi_part *pt, const dg_topology *t,
-    dg_node_id sup, bool sup_owner)
+    dg_node_id sup, bool sup_owner, const dg_node_id *alts, uint8_t nalts)
 {
+	pt->nalts = nalts;
+	if (nalts > 0)
+		memcpy(pt->alts, alts, nalts * sizeof(alts[0]));
 	uint8_t n = 0;
 	if (atomic_load(&pt->whole))
 		pt->broken = false;
@@ -309,7 +312,8 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		dgi_part *pt = &c->parts[p];
 		int rn = dgi_aff_role(now, p, g->self);
 		bool any_old = false, gone = false;
-		dg_node_id supplier = 0;
+		dg_node_id supplier = 0, alts[DGI_PART_ALTS];
+		uint8_t nalts = 0;
 		if (old != NULL && old->nnodes > 0) {
 			for (uint32_t i = 0; i < old->copies; i++) {
 				dg_node_id o = dgi_aff_owner(old, p, i);
@@ -319,6 +323,8 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 					any_old = true;
 					if (supplier == 0 && o != g->self)
 						supplier = o;
+					else if (o != g->self && nalts < DGI_PART_ALTS)
+						alts[nalts++] = o;
 				}
 			}
 			gone = !any_old;
@@ -354,12 +360,12 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			pt->nsrcs = pt->ntaken = 0;
 		} else if (supplier != 0) {
 			ns = P_MOVING;
-			moving_from(c, p, pt, t, supplier, true);
+			moving_from(c, p, pt, t, supplier, true, alts, nalts);
 		} else if ((src = live_source(pt, t)) != 0) {
 			/* no old owner left to fetch from, but this copy is
 			 * partial and knows a node holding what it lacks */
 			ns = P_MOVING;
-			moving_from(c, p, pt, t, src, false);
+			moving_from(c, p, pt, t, src, false, NULL, 0);
 		} else if (guess == NULL && !atomic_load(&pt->whole) &&
 		    (pt->nsrcs > 0 || pt->broken)) {
 			/* a partial copy whose every source is gone: what it

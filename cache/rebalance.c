@@ -516,6 +516,10 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	dg_node_id sup = st == P_MOVING ? pt->supplier : 0;
 	bool sup_owner = st == P_MOVING && pt->sup_owner;
 	bool repair = st == P_OWNING && !atomic_load(&pt->whole) && pt->nsrcs > 0;
+	dg_node_id alts[DGI_PART_ALTS];
+	uint8_t nalts = sup_owner ? pt->nalts : 0;
+	if (nalts > 0)
+		memcpy(alts, pt->alts, nalts * sizeof(alts[0]));
 	f.topver = pt->state_topver;
 	fetch_queue(&f, sup);
 	for (uint8_t i = 0; i < pt->nsrcs; i++)
@@ -534,6 +538,14 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 		else if ((e = fetch_from(&f, f.q[i], &whole)) == DG_OK)
 			f.got[i] = true;
 		sup_whole = f.got[i] && f.q[i] == sup && sup_owner && whole;
+	}
+	/* the supplier's copy was not whole: another owner of the previous
+	 * topology that holds it whole has it all (alts) */
+	for (uint8_t i = 0; i < nalts && e == DG_OK && !sup_whole && f.got[0]; i++) {
+		bool whole = false;
+		if (dgi_grid_has_server(g, alts[i]) && fetch_from(&f, alts[i], &whole) == DG_OK &&
+		    whole)
+			sup_whole = true;
 	}
 	atomic_fetch_add_explicit(&c->rebal_bytes, f.a.bytes, memory_order_relaxed);
 	dg_buf_free(&f.reply);

@@ -106,7 +106,14 @@ enum rec_state { R_ACTIVE = 1, R_PREPARING, R_PREPARED, R_COMMITTING, R_BACKUP }
  * its keys, a backup of others' (one record per primary it came from), and
  * the new primary finishing a left primary's keys (a takeover, one per
  * left primary).  Records are keyed by (tx id, role, from). */
-enum rec_role { ROLE_PRIMARY = 0, ROLE_BACKUP, ROLE_TAKEOVER, ROLE_NEAR };
+enum rec_role { ROLE_PRIMARY = 0, ROLE_BACKUP, ROLE_TAKEOVER, ROLE_NEAR, ROLE_TAKEN };
+/* ROLE_TAKEN keys no record, only a finished-tx entry: copies of a left
+ * primary's entries came from the node that took them over, so the tx
+ * committed, but they carry only the keys that node is now the primary of
+ * — this node's backup record of the left primary (ended on them) held
+ * others too, which the near still sends to their new primaries (maybe
+ * this node): "applied here" is ROLE_BACKUP's entry alone, written when
+ * the left primary's own copies arrived. */
 
 struct rec {
 	struct dgi_txsvc *s;
@@ -2591,6 +2598,8 @@ static int64_t query_local(dgi_txsvc *s, const dgi_txid *tx, uint64_t origin)
 		bk = done_state(s, tx, ROLE_TAKEOVER, origin);
 		if (bk == DGI_TXQ_NONE)
 			bk = done_state(s, tx, ROLE_BACKUP, origin);
+		if (bk == DGI_TXQ_NONE)
+			bk = done_state(s, tx, ROLE_TAKEN, origin); /* committed (elsewhere) */
 	}
 	near = done_state(s, tx, ROLE_NEAR, 0);
 	if (near == DGI_TXQ_COMMITTED && done_state(s, tx, ROLE_NEAR, 1) == DGI_TXQ_COMMITTED)
@@ -2702,8 +2711,15 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 	if (e == DG_OK)
 		e = agree;
 	finish_role(s, &tx, ROLE_BACKUP, in->from, DGI_TXS_COMMITTED);
-	if (m->origin != 0 && (uint64_t)m->origin != in->from) /* a takeover's copies */
-		finish_role(s, &tx, ROLE_BACKUP, (uint64_t)m->origin, DGI_TXS_COMMITTED);
+	if (m->origin != 0 && (uint64_t)m->origin != in->from) { /* a takeover's copies */
+		pthread_mutex_lock(&s->mu);
+		struct rec *b = rec_find(s, &tx, ROLE_BACKUP, (uint64_t)m->origin);
+		if (b != NULL)
+			rec_unlink(s, b);
+		dgi_txid tk = role_key(&tx, ROLE_TAKEN, (uint64_t)m->origin);
+		dgi_txdone_put(s->done, &tk, DGI_TXS_COMMITTED, dgi_now_ms());
+		pthread_mutex_unlock(&s->mu);
+	}
 	STAT(s, backup_committed);
 	ack(s, in, e, -1);
 }
