@@ -116,6 +116,17 @@ static void member_put(dg_member *m)
 		member_free(m);
 }
 
+dg_member *dgi_member_hold(dg_member *m)
+{
+	return m != NULL ? member_get(m) : NULL;
+}
+
+void dgi_member_release(dg_member *m)
+{
+	if (m != NULL)
+		member_put(m);
+}
+
 /* ---- topologies ---- */
 
 void dg_topology_release(dg_topology *t)

@@ -505,6 +505,12 @@ bool dg_member_is_coordinator(dg_member *m);
  * (the transactions refuse locks and prepares, DG_ERR_NOT_READY).  False
  * when not in a cluster.  Thread-safe; takes the membership's lock. */
 bool dg_member_suspect(dg_member *m);
+/* A reference that keeps m's memory (not its threads) until released: a
+ * module that calls dg_member_suspect from message handlers holds one, so
+ * a handler still running when the node stops (dg_member_stop frees m with
+ * its last reference) reads a stopped membership, never a freed one. */
+dg_member *dgi_member_hold(dg_member *m);
+void dgi_member_release(dg_member *m);
 
 /* Changes the baseline: op DG_BASELINE_SET (exactly addrs), _ADD or
  * _REMOVE (from the set; with no set yet, from every server now in the

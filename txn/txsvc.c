@@ -1473,7 +1473,8 @@ dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeou
 	}
 	pthread_mutex_lock(&s->fmu);
 	s->fenced = s->g != NULL;
-	atomic_store(&s->m, m);
+	/* held: the handlers read it (paused) until dgi_txsvc_stop */
+	dgi_member_release(atomic_exchange(&s->m, dgi_member_hold(m)));
 	pthread_mutex_unlock(&s->fmu);
 	return dg_member_listen(m, on_topology, s);
 }
@@ -3374,6 +3375,7 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 		pthread_join(s->detector, NULL);
 	if (s->recoverer_up)
 		pthread_join(s->recoverer, NULL);
+	dgi_member_release(atomic_exchange(&s->m, NULL)); /* no handler runs now */
 	local_expire(s, UINT64_MAX);
 	dgi_locks_destroy(s->locks); /* answers every waiter DG_ERR_CLOSED */
 	for (uint32_t b = 0; b < NBUCKETS; b++) {
