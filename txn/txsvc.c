@@ -220,7 +220,8 @@ struct dgi_txsvc {
 	struct fence f;
 	uint32_t fence_timeout_ms;
 	uint64_t blocked_logged_ms;  /* the expirer's */
-	bool fenced;                /* joined: grants wait for the fence */
+	_Atomic bool fenced;        /* joined: grants wait for the fence (read by
+	                               handlers that may run before joined) */
 	_Atomic(struct dg_member *) m;  /* joined: its membership (this node's pauses) */
 	_Atomic uint64_t stale_logged_ms;  /* TX-STALE-REFUSED: once a second */
 	_Atomic uint32_t stale_refused;    /* ... with the count since */
@@ -3375,6 +3376,10 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 		pthread_join(s->detector, NULL);
 	if (s->recoverer_up)
 		pthread_join(s->recoverer, NULL);
+	/* the backups' answers still to come (a node killed with copies in
+	 * flight; recovery sends some too): answered now, none running after */
+	if (s->tp != NULL)
+		dg_tp_cancel(s->tp, on_backup_answer);
 	dgi_member_release(atomic_exchange(&s->m, NULL)); /* no handler runs now */
 	local_expire(s, UINT64_MAX);
 	dgi_locks_destroy(s->locks); /* answers every waiter DG_ERR_CLOSED */
