@@ -237,6 +237,16 @@ static void put_long(dg_node *n, dg_cache *c, const char *key, long v)
 	OK(dg_tx_commit(tx));
 }
 
+/* Keys prefix0 .. prefix(n-1), each v. */
+static void fill(dg_node *n, dg_cache *c, const char *prefix, int count, long v)
+{
+	for (int k = 0; k < count; k++) {
+		char key[16];
+		snprintf(key, sizeof(key), "%s%d", prefix, k);
+		put_long(n, c, key, v);
+	}
+}
+
 /* ---- one node ---- */
 
 static void test_basics_one_node(void **state)
@@ -649,22 +659,39 @@ struct bank_arg {
 	int recs[64], nrecs;
 };
 
+/* Two different accounts at random (false: the same one drawn): their
+ * keys in kf and kt. */
+static bool pick_accounts(unsigned *seed, int *from, int *to, char kf[8], char kt[8])
+{
+	*from = rand_r(seed) % 10;
+	*to = rand_r(seed) % 10;
+	if (*from == *to)
+		return false;
+	snprintf(kf, 8, "acct%d", *from);
+	snprintf(kt, 8, "acct%d", *to);
+	return true;
+}
+
+/* Reads both balances in tx. */
+static dg_err read_pair(dg_tx *tx, dg_cache *c, const char *kf, const char *kt, long *bf,
+    long *bt)
+{
+	dg_err e = tx_get_long(tx, c, kf, bf);
+	return e == DG_OK ? tx_get_long(tx, c, kt, bt) : e;
+}
+
 static void *transfers(void *p)
 {
 	struct bank_arg *a = p;
 	for (int i = 0; i < 60; i++) {
-		int from = rand_r(&a->seed) % 10, to = rand_r(&a->seed) % 10;
-		if (from == to)
-			continue;
+		int from, to;
 		char kf[8], kt[8];
-		snprintf(kf, sizeof(kf), "acct%d", from);
-		snprintf(kt, sizeof(kt), "acct%d", to);
+		if (!pick_accounts(&a->seed, &from, &to, kf, kt))
+			continue;
 		dg_tx *tx;
 		OK(dg_tx_begin(a->n, a->conc, a->iso, 3000, "transfer", &tx));
 		long bf, bt;
-		dg_err e = tx_get_long(tx, a->c, kf, &bf);
-		if (e == DG_OK)
-			e = tx_get_long(tx, a->c, kt, &bt);
+		dg_err e = read_pair(tx, a->c, kf, kt, &bf, &bt);
 		long amount = 1 + rand_r(&a->seed) % 20;
 		if (e == DG_OK && bf < amount) {
 			dg_tx_rollback(tx);
@@ -725,11 +752,7 @@ static void bank_case(dg_tx_concurrency conc, dg_tx_isolation iso)
 	c[0] = tx_cache(cl.n[0], "bank", 2);
 	c[1] = cache_on(cl.n[1], "bank");
 	c[2] = cache_on(cl.n[2], "bank");
-	for (int k = 0; k < 10; k++) {
-		char key[8];
-		snprintf(key, sizeof(key), "acct%d", k);
-		put_long(cl.n[0], c[0], key, 100);
-	}
+	fill(cl.n[0], c[0], "acct", 10, 100);
 	struct bank_arg args[6];
 	pthread_t t[6];
 	dgi_alloc_stats before, after;
@@ -808,11 +831,7 @@ static void test_steady_state_allocations(void **state)
 	struct cluster cl;
 	cluster_start(&cl, 3);
 	dg_cache *c = tx_cache(cl.n[0], "steady", 2);
-	for (int k = 0; k < 20; k++) {
-		char key[8];
-		snprintf(key, sizeof(key), "s%d", k);
-		put_long(cl.n[0], c, key, 100);
-	}
+	fill(cl.n[0], c, "s", 20, 100);
 	dg_buf vb;
 	dg_buf_init(&vb);
 	OK(dg_buf_reserve(&vb, 64));
@@ -1162,12 +1181,10 @@ static void *fb_transfers(void *p)
 {
 	struct fb_arg *a = p;
 	for (int i = 0; !atomic_load(a->stop) && a->nlog < a->cap; i++) {
-		int from = rand_r(&a->seed) % 10, to = rand_r(&a->seed) % 10;
-		if (from == to)
-			continue;
+		int from, to;
 		char kf[8], kt[8];
-		snprintf(kf, sizeof(kf), "acct%d", from);
-		snprintf(kt, sizeof(kt), "acct%d", to);
+		if (!pick_accounts(&a->seed, &from, &to, kf, kt))
+			continue;
 		dg_tx *tx;
 		uint64_t t0 = dgi_now_ms();
 		bool opt = a->id % 2 == 1;
@@ -1177,9 +1194,7 @@ static void *fb_transfers(void *p)
 		    opt ? DG_SERIALIZABLE : DG_REPEATABLE_READ, 2000, label, &tx) != DG_OK)
 			continue;
 		long bf, bt;
-		dg_err e = tx_get_long(tx, a->c, kf, &bf);
-		if (e == DG_OK)
-			e = tx_get_long(tx, a->c, kt, &bt);
+		dg_err e = read_pair(tx, a->c, kf, kt, &bf, &bt);
 		long amount = 1 + rand_r(&a->seed) % 9;
 		if (e != DG_OK || bf < amount) {
 			dg_tx_rollback(tx);
@@ -1213,11 +1228,7 @@ static void test_bank_through_primary_crashes(void **state)
 	struct cluster cl;
 	cluster_start(&cl, 3);
 	dg_cache *c0 = tx_cache(cl.n[0], "fbank", 2);
-	for (int k = 0; k < 10; k++) {
-		char key[8];
-		snprintf(key, sizeof(key), "acct%d", k);
-		put_long(cl.n[0], c0, key, 100);
-	}
+	fill(cl.n[0], c0, "acct", 10, 100);
 	const char *seed = dg_node_address(cl.n[0]);
 	start_client = true;
 	dg_node *near = start_node(&seed, 1);
@@ -1948,6 +1959,18 @@ static size_t encode_raw(const char *raw, uint8_t *out, size_t cap)
 	return n;
 }
 
+/* The owners of raw's key (encoded as the API does) under c's affinity:
+ * how many, the primary first in own. */
+static uint32_t owners_of_raw(dg_cache *c, const char *raw, uint64_t own[8])
+{
+	uint8_t key[32];
+	size_t klen = encode_raw(raw, key, sizeof(key));
+	uint64_t hash;
+	int64_t tv;
+	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	return dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv);
+}
+
 /* A TX_PREPARE from the wire names each entry's partition; the primary
  * checks it (one of the cache's, the one the key hashes to) and refuses a
  * forged one with DG_ERR_INVAL — it would otherwise pass the placement
@@ -2054,12 +2077,8 @@ static void test_takeover_after_partial_copies(void **state)
 	for (int i = 0; i < 200 && k1[0] == 0; i++) {
 		char raw[16];
 		snprintf(raw, sizeof(raw), "k1-%d", i);
-		uint8_t key[32];
-		size_t klen = encode_raw(raw, key, sizeof(key));
-		uint64_t hash, own[8];
-		int64_t tv;
-		uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
-		assert_true(dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv) > 0);
+		uint64_t own[8];
+		assert_true(owners_of_raw(c, raw, own) > 0);
 		if (own[0] == node_id(N))
 			strcpy(k1, raw);
 	}
@@ -2174,12 +2193,8 @@ static void test_commit_reaches_backups_on_many_nodes(void **state)
 	for (int i = 0; i < 20000 && nk < 400 && nseen < N - 1; i++) {
 		char raw[12];
 		snprintf(raw, sizeof(raw), "w%d", i);
-		uint8_t enc[32];
-		size_t elen = encode_raw(raw, enc, sizeof(enc));
-		uint64_t hash, own[8];
-		int64_t tv;
-		uint32_t part = dgi_cache_key_part(c[0], enc, elen, &hash);
-		uint32_t k = dgi_cache_owners(c[0], part, own, DGI_OWNERS_BUF, &tv);
+		uint64_t own[8];
+		uint32_t k = owners_of_raw(c[0], raw, own);
 		if (k < 3 || own[0] != self)
 			continue;
 		strcpy(keys[nk++], raw);
