@@ -1221,6 +1221,48 @@ static void *fb_transfers(void *p)
 	return NULL;
 }
 
+/* rounds times: one of cl's three servers crashes (dgi_node_kill) and a
+ * replacement joins — at once, or once near saw the crash — and holds its
+ * copies of cache before the next. */
+static void crash_rounds(struct cluster *cl, dg_node *near, const char *cache, int rounds)
+{
+	unsigned rs = 7;
+	for (int r = 0; r < rounds; r++) {
+		usleep((useconds_t)(200 + rand_r(&rs) % 700) * 1000);
+		int v = rand_r(&rs) % 3;
+		fprintf(stderr, "fb: kill %016llx at %llu\n", (unsigned long long)dg_node_get_id(cl->n[v]),
+		    (unsigned long long)dgi_now_ms());
+		dgi_node_kill(cl->n[v]);
+		const char *alive = dg_node_address(cl->n[(v + 1) % 3]);
+		/* its failure detected (the near sees 2 servers and itself), or
+		 * not yet */
+		uint64_t deadline = dgi_now_ms() + 8000;
+		for (bool wait = rand_r(&rs) % 2; wait;) {
+			int64_t ver;
+			dg_node_info info[8];
+			if (dg_node_topology(near, &ver, info, 8) == 3)
+				break;
+			assert_true(dgi_now_ms() < deadline);
+			usleep(10 * 1000);
+		}
+		usleep((useconds_t)(rand_r(&rs) % 500) * 1000);
+		cl->n[v] = start_node(&alive, 1);
+		deadline = dgi_now_ms() + 8000;
+		for (bool in = false; !in;) { /* the near knows the new one */
+			int64_t ver;
+			dg_node_info info[8];
+			size_t k = dg_node_topology(near, &ver, info, 8);
+			for (size_t j = 0; j < k && j < 8; j++)
+				in |= info[j].id == dg_node_get_id(cl->n[v]);
+			assert_true(dgi_now_ms() < deadline);
+			usleep(10 * 1000);
+		}
+		/* the new one holds its copies before the next crash (two of
+		 * three copies gone at once lose partitions) */
+		OK(dg_cache_wait_rebalanced(cache_on(cl->n[v], cache), 15000));
+	}
+}
+
 static void test_bank_through_primary_crashes(void **state)
 {
 	(void)state;
@@ -1242,41 +1284,7 @@ static void test_bank_through_primary_crashes(void **state)
 		args[i].log = calloc((size_t)args[i].cap, sizeof(struct fb_log));
 		pthread_create(&t[i], NULL, fb_transfers, &args[i]);
 	}
-	unsigned rs = 7;
-	for (int r = 0; r < rounds; r++) {
-		usleep((useconds_t)(200 + rand_r(&rs) % 700) * 1000);
-		int v = rand_r(&rs) % 3;
-		fprintf(stderr, "fb: kill %016llx at %llu\n", (unsigned long long)dg_node_get_id(cl.n[v]),
-		    (unsigned long long)dgi_now_ms());
-		dgi_node_kill(cl.n[v]);
-		const char *alive = dg_node_address(cl.n[(v + 1) % 3]);
-		/* its failure detected (the near sees 2 servers and itself), or
-		 * not yet */
-		uint64_t deadline = dgi_now_ms() + 8000;
-		for (bool wait = rand_r(&rs) % 2; wait;) {
-			int64_t ver;
-			dg_node_info info[8];
-			if (dg_node_topology(near, &ver, info, 8) == 3)
-				break;
-			assert_true(dgi_now_ms() < deadline);
-			usleep(10 * 1000);
-		}
-		usleep((useconds_t)(rand_r(&rs) % 500) * 1000);
-		cl.n[v] = start_node(&alive, 1);
-		deadline = dgi_now_ms() + 8000;
-		for (bool in = false; !in;) { /* the near knows the new one */
-			int64_t ver;
-			dg_node_info info[8];
-			size_t k = dg_node_topology(near, &ver, info, 8);
-			for (size_t j = 0; j < k && j < 8; j++)
-				in |= info[j].id == dg_node_get_id(cl.n[v]);
-			assert_true(dgi_now_ms() < deadline);
-			usleep(10 * 1000);
-		}
-		/* the new one holds its copies before the next crash (two of
-		 * three copies gone at once lose partitions) */
-		OK(dg_cache_wait_rebalanced(cache_on(cl.n[v], "fbank"), 15000));
-	}
+	crash_rounds(&cl, near, "fbank", rounds);
 	usleep(500 * 1000);
 	atomic_store(&stop, true);
 	for (int i = 0; i < 3; i++)
@@ -1377,6 +1385,118 @@ static void test_bank_through_primary_crashes(void **state)
 	assert_int_equal(total, 1000);
 	assert_int_equal(missing, 0);
 	assert_int_equal(broken, 0);
+	dg_node_stop(near);
+	cluster_stop(&cl);
+}
+
+/* ---- compare-and-set counters through primary crashes ----
+ * The same crashes under an ATOMIC FULL_SYNC cache: threads of a client
+ * node read a counter and compare-and-set it one up.  A read or a
+ * compare served by a copy behind the last acknowledged write would let
+ * two increments from the same value both succeed (one lost); a retry
+ * applied twice would count one twice.  So each counter ends between its
+ * acknowledged increments and those plus the unknown ones. */
+
+struct fc_arg {
+	dg_cache *c;
+	unsigned seed;
+	_Atomic bool *stop;
+	long ok[4], unknown[4];
+};
+
+static void *fc_increments(void *p)
+{
+	struct fc_arg *a = p;
+	while (!atomic_load(a->stop)) {
+		int k = rand_r(&a->seed) % 4;
+		char key[8], cur[24], next[24];
+		snprintf(key, sizeof(key), "c%d", k);
+		dg_buf b;
+		dg_buf_init(&b);
+		dg_err e = dg_cache_get(a->c, key, strlen(key), &b);
+		long v = -1;
+		if (e == DG_OK) {
+			char tmp[24] = { 0 };
+			memcpy(tmp, b.data, b.len < 23 ? b.len : 23);
+			v = atol(tmp);
+		}
+		dg_buf_free(&b);
+		if (e != DG_OK) {
+			usleep(10 * 1000);
+			continue;
+		}
+		int cl = snprintf(cur, sizeof(cur), "%ld", v);
+		int nl = snprintf(next, sizeof(next), "%ld", v + 1);
+		bool replaced = false;
+		e = dg_cache_replace_if_equals(a->c, key, strlen(key), cur, (size_t)cl, next, (size_t)nl,
+		    &replaced);
+		if (e == DG_OK && replaced)
+			a->ok[k]++;
+		else if (e == DG_ERR_TIMEOUT)
+			a->unknown[k]++;
+		else if (e != DG_OK)
+			usleep(10 * 1000); /* not written */
+	}
+	return NULL;
+}
+
+static void test_counters_through_primary_crashes(void **state)
+{
+	(void)state;
+	int rounds = getenv("DG_FB_ROUNDS") ? atoi(getenv("DG_FB_ROUNDS")) : 6;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache_config cfg;
+	dg_cache_config_init(&cfg, "fcount");
+	cfg.backups = 2;
+	cfg.write_sync = DG_FULL_SYNC;
+	dg_cache *c0;
+	OK(dg_cache_create(cl.n[0], &cfg, &c0));
+	for (int k = 0; k < 4; k++) {
+		char key[8];
+		snprintf(key, sizeof(key), "c%d", k);
+		OK(dg_cache_put(c0, key, strlen(key), "0", 1));
+	}
+	const char *seed = dg_node_address(cl.n[0]);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	dg_cache *cn = cache_on(near, "fcount");
+	_Atomic bool stop = false;
+	struct fc_arg args[3];
+	pthread_t t[3];
+	for (int i = 0; i < 3; i++) {
+		args[i] = (struct fc_arg){ cn, 201u + (unsigned)i, &stop, { 0 }, { 0 } };
+		pthread_create(&t[i], NULL, fc_increments, &args[i]);
+	}
+	crash_rounds(&cl, near, "fcount", rounds);
+	usleep(500 * 1000);
+	atomic_store(&stop, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < 3; i++) {
+		dg_cache_metrics cm;
+		OK(dg_cache_get_metrics(cache_on(cl.n[i], "fcount"), &cm));
+		assert_int_equal(cm.partitions_lost, 0);
+	}
+	long all = 0;
+	for (int k = 0; k < 4; k++) {
+		char key[8];
+		snprintf(key, sizeof(key), "c%d", k);
+		long ok = 0, unknown = 0;
+		for (int i = 0; i < 3; i++) {
+			ok += args[i].ok[k];
+			unknown += args[i].unknown[k];
+		}
+		long v = get_long(cn, key);
+		print_message("      %s = %ld: %ld increments acknowledged, %ld unknown\n", key, v, ok,
+		    unknown);
+		if (v < ok || v > ok + unknown)
+			fail_msg("%s = %ld, but %ld increments were acknowledged (+%ld unknown)", key, v,
+			    ok, unknown);
+		all += ok;
+	}
+	assert_true(all > 0);
 	dg_node_stop(near);
 	cluster_stop(&cl);
 }
@@ -2507,6 +2627,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_bank_optimistic_serializable, after_test),
 		cmocka_unit_test_teardown(test_bank_through_primary_crashes, after_test),
 		cmocka_unit_test_teardown(test_takeover_after_partial_copies, after_test),
+		cmocka_unit_test_teardown(test_counters_through_primary_crashes, after_test),
 		cmocka_unit_test_teardown(test_steady_state_allocations, after_test),
 		cmocka_unit_test_teardown(test_topology_change_waits_for_txs, after_test),
 		cmocka_unit_test_teardown(test_near_crash_after_prepare_commits, after_test),
