@@ -20,8 +20,7 @@
  *   datagrid_transport_connects_total, datagrid_transport_disconnects_total,
  *   datagrid_transport_auth_failures_total, datagrid_transport_handshake_failures_total,
  *   datagrid_transport_malformed_frames_total, datagrid_transport_dropped_frames_total,
- *   datagrid_transport_busy_total, datagrid_transport_dial_failures_total,
- *   datagrid_transport_backed_off_total            counters
+ *   datagrid_transport_busy_total                  counters
  * Messages, per type in use (dg_tp_metrics; label type="CACHE_UPDATE", ...)
  *   datagrid_messages_sent_total, datagrid_messages_received_total,
  *   datagrid_message_bytes_sent_total, datagrid_message_bytes_received_total,
@@ -280,10 +279,6 @@ static const field tp_fields[] = {
 	    "Queued frames lost to a broken connection."),
 	FIELD(dg_tp_stats, busy, "datagrid_transport_busy_total", C,
 	    "Sends refused because the peer's send queue was full."),
-	FIELD(dg_tp_stats, dial_failures, "datagrid_transport_dial_failures_total", C,
-	    "Dials to peers that failed."),
-	FIELD(dg_tp_stats, backed_off, "datagrid_transport_backed_off_total", C,
-	    "Sends refused at once while a peer's redial waits out its back-off."),
 };
 
 static void put_transport(mtext *t, dg_node *n)

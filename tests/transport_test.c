@@ -1888,49 +1888,6 @@ static void on_result_other(void *ctx, dg_err err, const dg_msg_in *reply)
  * free what the callbacks use; those of another callback stay.  Without
  * it the grid's callbacks ran at dg_tp_stop, on a freed grid (ASan, in
  * the 66-node scale test). */
-/* A peer whose dial fails is redialled after a back-off (50 ms doubled
- * up to 2 s, a random point in its upper half), not on every send: a
- * client used to redial a dead server some 500 times a second (issue 13);
- * sends meanwhile fail DG_ERR_UNREACHABLE at once. */
-static void test_dial_backoff(void **state)
-{
-	(void)state;
-	const uint32_t want[] = { 50, 100, 200, 400, 800, 1600, 2000, 2000 };
-	uint32_t b = 0;
-	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-		b = dgi_backoff_next(b);
-		assert_int_equal(b, want[i]);
-	}
-	for (uint64_t r = 0; r < 5000; r += 7) {
-		uint32_t w = dgi_backoff_wait(100, r * 0x9e3779b97f4a7c15ULL);
-		assert_true(w >= 50 && w <= 100);
-	}
-	dg_tp *a = NODE(0), *dead = NODE(0);
-	dg_node_id did = connect_ok(a, dead);
-	dg_tp_stop(dead); /* its address refuses from now on */
-	dg_tp_stats st0, st;
-	dg_tp_get_stats(a, &st0);
-	t_i64 v = { 0 };
-	uint64_t t0 = dgi_now_ms();
-	int sends = 0, unreachable = 0;
-	while (dgi_now_ms() - t0 < 1500) {
-		dg_err e = dg_tp_send(a, did, (dg_msg_type)T_SINK, &v);
-		sends++;
-		unreachable += e == DG_ERR_UNREACHABLE;
-		sleep_ms(1);
-	}
-	dg_tp_get_stats(a, &st);
-	uint64_t dials = st.dial_failures - st0.dial_failures;
-	print_message("      %d sends in 1.5 s to a dead peer: %d refused at once, %llu dials "
-	    "(failed), %llu sends backed off\n", sends, unreachable, (unsigned long long)dials,
-	    (unsigned long long)(st.backed_off - st0.backed_off));
-	/* 50 + 100 + 200 + 400 + 800 ms of back-off at the most: 6 dials;
-	 * at the least half of each: 8 */
-	assert_true(dials >= 2 && dials <= 9);
-	assert_true(st.backed_off - st0.backed_off > (uint64_t)sends / 2);
-	dg_tp_stop(a);
-}
-
 static void test_request_cancel(void **state)
 {
 	(void)state;
@@ -3974,7 +3931,6 @@ int main(void)
 		cmocka_unit_test(test_injected_after_handshake),
 		cmocka_unit_test(test_request_timeout),
 		cmocka_unit_test(test_request_cancel),
-		cmocka_unit_test(test_dial_backoff),
 		cmocka_unit_test(test_request_errors),
 		cmocka_unit_test(test_peer_stop_fails_inflight),
 		cmocka_unit_test(test_disconnect_redials),

@@ -405,10 +405,6 @@ static bool attach(struct conn *c, bool listener)
 		return false;
 	}
 	p->conn = c;
-	p->backoff_ms = 0; /* reachable again */
-	p->dial_after_ms = 0;
-	p->fail_logged_ms = 0;
-	p->fails_unlogged = 0;
 	atomic_store_explicit(&p->heard_ms, dgi_now_ms(), memory_order_relaxed);
 	if (c->dialer || p->dialing)
 		p->dialing = false; /* a dial of ours that loses the race is moot */
@@ -815,16 +811,7 @@ void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why)
 		else
 			rx_start(c);
 	} else {
-		uint32_t repeated = 0;
-		bool log = true;
-		if (d->peer != NULL) { /* a peer's: once per DGI_DIAL_LOG_MS */
-			pthread_mutex_lock(&d->peer->mu);
-			log = dgi_dial_log_due(d->peer, dgi_now_ms(), &repeated);
-			pthread_mutex_unlock(&d->peer->mu);
-		}
-		if (log)
-			dgi_log("warn", "DIAL-FAIL", "url=%s err=%s repeated=%u", d->url ? d->url : "?",
-			    why, repeated);
+		dgi_log("warn", "DIAL-FAIL", "url=%s err=%s", d->url ? d->url : "?", why);
 		if (d->peer != NULL)
 			dgi_dial_failed(tp, d->peer, DG_ERR_UNREACHABLE);
 		wait_done(d->waiter, e, 0);

@@ -169,8 +169,6 @@ static void totals(const struct tp_totals *t, const dg_msg_counters *sums,
 	out->malformed_frames = atomic_load(&m->malformed_frames);
 	out->dropped = atomic_load(&m->dropped);
 	out->busy = atomic_load(&m->busy);
-	out->dial_failures = atomic_load(&m->dial_failures);
-	out->backed_off = atomic_load(&m->backed_off);
 }
 
 void dg_tp_get_stats(const dg_tp *tp, dg_tp_stats *out)
@@ -340,41 +338,11 @@ void dgi_count_dropped(dg_tp *tp, struct peer *p, uint64_t n)
 	}
 }
 
-uint32_t dgi_backoff_next(uint32_t prev_ms)
-{
-	if (prev_ms < DGI_BACKOFF_MIN_MS)
-		return DGI_BACKOFF_MIN_MS;
-	return prev_ms >= DGI_BACKOFF_MAX_MS / 2 ? DGI_BACKOFF_MAX_MS : prev_ms * 2;
-}
-
-uint32_t dgi_backoff_wait(uint32_t backoff_ms, uint64_t rnd)
-{
-	uint32_t half = backoff_ms / 2;
-	return backoff_ms - half + (uint32_t)(rnd % (half + 1));
-}
-
-bool dgi_dial_log_due(struct peer *p, uint64_t now, uint32_t *repeated)
-{
-	if (p->fail_logged_ms != 0 && now - p->fail_logged_ms < DGI_DIAL_LOG_MS) {
-		p->fails_unlogged++;
-		return false;
-	}
-	*repeated = p->fails_unlogged;
-	p->fails_unlogged = 0;
-	p->fail_logged_ms = now;
-	return true;
-}
-
 void dgi_dial_failed(dg_tp *tp, struct peer *p, dg_err why)
 {
-	uint64_t dropped = 0, rnd = 0;
-	(void)dgi_random(&rnd, sizeof(rnd));
-	atomic_fetch_add(&tp->t.dial_failures, 1);
-	atomic_fetch_add(&p->t.dial_failures, 1);
+	uint64_t dropped = 0;
 	pthread_mutex_lock(&p->mu);
 	p->dialing = false;
-	p->backoff_ms = dgi_backoff_next(p->backoff_ms);
-	p->dial_after_ms = dgi_now_ms() + dgi_backoff_wait(p->backoff_ms, rnd);
 	if (p->conn == NULL)
 		dropped = dgi_peer_drop_queue(p);
 	pthread_mutex_unlock(&p->mu);
@@ -407,12 +375,6 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 	if (p->conn == NULL && !p->dialing) {
 		if (p->url == NULL) {
 			pthread_mutex_unlock(&p->mu);
-			return DG_ERR_UNREACHABLE;
-		}
-		if (p->dial_after_ms != 0 && dgi_coarse_ms() < p->dial_after_ms) {
-			pthread_mutex_unlock(&p->mu); /* backing off: the last dial failed */
-			atomic_fetch_add(&tp->t.backed_off, 1);
-			atomic_fetch_add(&p->t.backed_off, 1);
 			return DG_ERR_UNREACHABLE;
 		}
 		if ((dial = dgi_conn_dial_new(tp, p->url, p, NULL, &e)) == NULL) {

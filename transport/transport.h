@@ -370,9 +370,6 @@ typedef struct dg_tp_stats {
 	uint64_t auth_failures, handshake_failures, malformed_frames;
 	uint64_t dropped;            /* queued frames lost to a broken connection */
 	uint64_t busy;               /* sends refused for a full queue */
-	uint64_t dial_failures;      /* dials that failed (refused, timed out) */
-	uint64_t backed_off;         /* sends refused at once: the peer's last
-	                                dial failed, the next waits (back-off) */
 } dg_tp_stats;
 void dg_tp_get_stats(const dg_tp *tp, dg_tp_stats *out);
 dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);

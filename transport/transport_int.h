@@ -73,7 +73,6 @@ struct tp_totals {
 	_Atomic uint64_t connects, disconnects;
 	_Atomic uint64_t auth_failures, handshake_failures, malformed_frames;
 	_Atomic uint64_t dropped, busy;
-	_Atomic uint64_t dial_failures, backed_off;
 };
 
 enum conn_state {
@@ -211,14 +210,6 @@ struct peer {
 	                               frames wait for the peer's connection
 	                               until then, and are redialled after */
 	char *url;                  /* where to dial it (owned), or NULL */
-	/* Dial back-off (dgi_backoff_next): after a failed dial none is
-	 * started before dial_after_ms (sends fail DG_ERR_UNREACHABLE at once
-	 * meanwhile); a connection, ours or the peer's, resets it.  DIAL-FAIL
-	 * is logged once per DGI_DIAL_LOG_MS with the failures since. */
-	uint64_t dial_after_ms;
-	uint32_t backoff_ms;
-	uint32_t fails_unlogged;
-	uint64_t fail_logged_ms;
 	dg_buf queue;               /* frames not yet on the wire */
 	uint64_t queued_frames;
 	_Atomic uint64_t heard_ms;  /* when a frame last arrived from it */
@@ -333,18 +324,6 @@ void dgi_fail_peer(dg_tp *tp, dg_node_id peer, dg_err err);
 /* A dial of p failed or could not start: its queue is dropped (counted),
  * its requests fail with why (tp.c). */
 void dgi_dial_failed(dg_tp *tp, struct peer *p, dg_err why);
-/* The back-off after a failed dial: DGI_BACKOFF_MIN_MS after none,
- * doubled after each, at most DGI_BACKOFF_MAX_MS; the wait is a random
- * point (rnd) in its upper half, so peers that failed together do not
- * redial together. */
-#define DGI_BACKOFF_MIN_MS 50u
-#define DGI_BACKOFF_MAX_MS 2000u
-#define DGI_DIAL_LOG_MS 5000u
-uint32_t dgi_backoff_next(uint32_t prev_ms);
-uint32_t dgi_backoff_wait(uint32_t backoff_ms, uint64_t rnd);
-/* Whether a failed dial to p is logged now (p->mu held); *repeated: the
- * failures not logged since the last line. */
-bool dgi_dial_log_due(struct peer *p, uint64_t now, uint32_t *repeated);
 /* Empties p's send queue (p->mu held); returns the frames it held. */
 uint64_t dgi_peer_drop_queue(struct peer *p);
 /* Counts n dropped frames of p (node and peer totals). */
