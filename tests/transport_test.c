@@ -1888,6 +1888,28 @@ static void on_result_other(void *ctx, dg_err err, const dg_msg_in *reply)
  * free what the callbacks use; those of another callback stay.  Without
  * it the grid's callbacks ran at dg_tp_stop, on a freed grid (ASan, in
  * the 66-node scale test). */
+/* Lines that can repeat fast (HANDSHAKE-REFUSED / -REJECTED: a node
+ * restarted before its old instance's failure was detected logged
+ * thousands in seconds, issue 13) are written once per interval, with the
+ * count of those left out. */
+static void test_log_rate(void **state)
+{
+	(void)state;
+	struct dgi_lograte r;
+	memset(&r, 0, sizeof(r));
+	uint32_t left = 99;
+	assert_true(dgi_lograte_due(&r, 1000, 1000, &left));
+	assert_int_equal(left, 0);
+	assert_false(dgi_lograte_due(&r, 1001, 1000, &left));
+	assert_false(dgi_lograte_due(&r, 1999, 1000, &left));
+	assert_true(dgi_lograte_due(&r, 2000, 1000, &left));
+	assert_int_equal(left, 2);
+	for (uint64_t t = 2001; t < 3000; t++)
+		assert_false(dgi_lograte_due(&r, t, 1000, &left));
+	assert_true(dgi_lograte_due(&r, 3000, 1000, &left));
+	assert_int_equal(left, 999);
+}
+
 static void test_request_cancel(void **state)
 {
 	(void)state;
@@ -3931,6 +3953,7 @@ int main(void)
 		cmocka_unit_test(test_injected_after_handshake),
 		cmocka_unit_test(test_request_timeout),
 		cmocka_unit_test(test_request_cancel),
+		cmocka_unit_test(test_log_rate),
 		cmocka_unit_test(test_request_errors),
 		cmocka_unit_test(test_peer_stop_fails_inflight),
 		cmocka_unit_test(test_disconnect_redials),

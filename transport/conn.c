@@ -378,9 +378,12 @@ static void reject(struct conn *c, dg_reject_reason reason, const char *text)
 	dg_tp *tp = c->tp;
 	atomic_fetch_add(reason == DG_REJECT_AUTH ? &tp->t.auth_failures :
 	    &tp->t.handshake_failures, 1);
-	dgi_log("warn", reason == DG_REJECT_AUTH ? "AUTH-FAIL" : "HANDSHAKE-REFUSED",
-	    "peer=%016llx reason=%d text=\"%s\"", (unsigned long long)c->peer_id,
-	    (int)reason, text);
+	uint32_t repeated = 0;
+	if (reason == DG_REJECT_AUTH || dgi_lograte_due(&tp->lr_refused, dgi_now_ms(),
+	    DGI_HANDSHAKE_LOG_MS, &repeated))
+		dgi_log("warn", reason == DG_REJECT_AUTH ? "AUTH-FAIL" : "HANDSHAKE-REFUSED",
+		    "peer=%016llx reason=%d text=\"%s\" repeated=%u", (unsigned long long)c->peer_id,
+		    (int)reason, text, repeated);
 	/* best effort: the peer learns why; the close follows the write */
 	c->abandoned = true;
 	if (send_frame(c, DG_MSG_REJECT, &m) != DG_OK)
@@ -583,10 +586,12 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 	default:
 		return DG_ERR_STATE;
 	}
-rejected:
-	dgi_log("warn", "HANDSHAKE-REJECTED", "url=%s reason=%d text=\"%.*s\"",
-	    c->dial_url ? c->dial_url : "?", (int)m.rej.reason, (int)m.rej.text.len,
-	    m.rej.text.ptr ? m.rej.text.ptr : "");
+rejected:;
+	uint32_t repeated = 0;
+	if (dgi_lograte_due(&c->tp->lr_rejected, dgi_now_ms(), DGI_HANDSHAKE_LOG_MS, &repeated))
+		dgi_log("warn", "HANDSHAKE-REJECTED", "url=%s reason=%d text=\"%.*s\" repeated=%u",
+		    c->dial_url ? c->dial_url : "?", (int)m.rej.reason, (int)m.rej.text.len,
+		    m.rej.text.ptr ? m.rej.text.ptr : "", repeated);
 	if (m.rej.reason == DG_REJECT_DUPLICATE) {
 		/* the peer already has a connection with us: it serves */
 		wait_done(c->waiter, DG_OK, c->peer_id);

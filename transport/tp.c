@@ -48,6 +48,19 @@ void dgi_log(const char *level, const char *id, const char *fmt, ...)
 	fprintf(stderr, "level=%s id=%s %s\n", level, id, line);
 }
 
+bool dgi_lograte_due(struct dgi_lograte *r, uint64_t now_ms, uint32_t interval_ms,
+    uint32_t *suppressed)
+{
+	uint64_t last = atomic_load(&r->last_ms);
+	if ((last != 0 && now_ms - last < interval_ms) ||
+	    !atomic_compare_exchange_strong(&r->last_ms, &last, now_ms)) {
+		atomic_fetch_add(&r->suppressed, 1);
+		return false;
+	}
+	*suppressed = atomic_exchange(&r->suppressed, 0);
+	return true;
+}
+
 static char *xstrdup(const char *s)
 {
 	if (s == NULL)

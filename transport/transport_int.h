@@ -69,6 +69,19 @@ static inline void ctr_bump(struct ctr *c, size_t bytes)
 }
 
 /* Events (rare): atomic adds. */
+/* A log line that can repeat fast (a flood of refused handshakes): written
+ * at most once per interval, saying how many were left out since
+ * (dgi_lograte_due). */
+struct dgi_lograte {
+	_Atomic uint64_t last_ms;   /* 0: never written */
+	_Atomic uint32_t suppressed;
+};
+/* Whether to write the line now (now_ms: monotonic, > 0); *suppressed: the
+ * lines left out since the last one written.  Thread-safe. */
+bool dgi_lograte_due(struct dgi_lograte *r, uint64_t now_ms, uint32_t interval_ms,
+    uint32_t *suppressed);
+#define DGI_HANDSHAKE_LOG_MS 1000u
+
 struct tp_totals {
 	_Atomic uint64_t connects, disconnects;
 	_Atomic uint64_t auth_failures, handshake_failures, malformed_frames;
@@ -286,6 +299,7 @@ struct dg_tp {
 	struct handler handlers[DG_MSG__COUNT];
 	struct ctr hs_tx[DG_MSG__COUNT], hs_rx[DG_MSG__COUNT];
 	_Atomic uint64_t failures[DG_MSG__COUNT];
+	struct dgi_lograte lr_refused, lr_rejected; /* HANDSHAKE-REFUSED, -REJECTED */
 	struct tp_totals t;
 	pthread_t service;
 	pthread_cond_t service_cv;
