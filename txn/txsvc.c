@@ -1213,11 +1213,11 @@ static dg_err fence_check(dgi_txsvc *s, int64_t v)
 		return DG_OK;
 	pthread_mutex_lock(&s->fmu);
 	bool ok = s->f.open && v == s->f.v;
-	bool behind = v > s->f.v;
+	bool behind = v >= s->f.v; /* (read under fmu: on_topology writes it) */
 	pthread_mutex_unlock(&s->fmu);
 	if (ok)
 		return DG_OK;
-	return behind || v == s->f.v ? DG_ERR_NOT_READY : DG_ERR_REMAP;
+	return behind ? DG_ERR_NOT_READY : DG_ERR_REMAP;
 }
 
 static uint32_t fence_count(const struct fence *f)
