@@ -1221,6 +1221,27 @@ static void *fb_transfers(void *p)
 	return NULL;
 }
 
+/* A client node joined through seed_node, and its handle of cache. */
+static dg_node *start_near(dg_node *seed_node, const char *cache, dg_cache **c)
+{
+	const char *seed = dg_node_address(seed_node);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	*c = cache_on(near, cache);
+	return near;
+}
+
+/* No partition of cache is LOST on any of cl's three servers. */
+static void assert_none_lost(struct cluster *cl, const char *cache)
+{
+	for (int i = 0; i < 3; i++) {
+		dg_cache_metrics cm;
+		OK(dg_cache_get_metrics(cache_on(cl->n[i], cache), &cm));
+		assert_int_equal(cm.partitions_lost, 0);
+	}
+}
+
 /* rounds times: one of cl's three servers crashes (dgi_node_kill) and a
  * replacement joins — at once, or once near saw the crash — and holds its
  * copies of cache before the next. */
@@ -1271,11 +1292,8 @@ static void test_bank_through_primary_crashes(void **state)
 	cluster_start(&cl, 3);
 	dg_cache *c0 = tx_cache(cl.n[0], "fbank", 2);
 	fill(cl.n[0], c0, "acct", 10, 100);
-	const char *seed = dg_node_address(cl.n[0]);
-	start_client = true;
-	dg_node *near = start_node(&seed, 1);
-	start_client = false;
-	dg_cache *cn = cache_on(near, "fbank");
+	dg_cache *cn;
+	dg_node *near = start_near(cl.n[0], "fbank", &cn);
 	_Atomic bool stop = false;
 	struct fb_arg args[3];
 	pthread_t t[3];
@@ -1315,11 +1333,7 @@ static void test_bank_through_primary_crashes(void **state)
 	/* no partition lost: every crash left two whole copies (a new
 	 * owner whose supplier was itself still fetching from the crashed
 	 * node used to declare LOST partitions the others held whole) */
-	for (int i = 0; i < 3; i++) {
-		dg_cache_metrics cm;
-		OK(dg_cache_get_metrics(cache_on(cl.n[i], "fbank"), &cm));
-		assert_int_equal(cm.partitions_lost, 0);
-	}
+	assert_none_lost(&cl, "fbank");
 	int ok = 0, unknown = 0, failed = 0, missing = 0, broken = 0;
 	for (int w = 0; w < 3; w++)
 		for (int i = 0; i < args[w].nlog; i++) {
@@ -1457,11 +1471,8 @@ static void test_counters_through_primary_crashes(void **state)
 		snprintf(key, sizeof(key), "c%d", k);
 		OK(dg_cache_put(c0, key, strlen(key), "0", 1));
 	}
-	const char *seed = dg_node_address(cl.n[0]);
-	start_client = true;
-	dg_node *near = start_node(&seed, 1);
-	start_client = false;
-	dg_cache *cn = cache_on(near, "fcount");
+	dg_cache *cn;
+	dg_node *near = start_near(cl.n[0], "fcount", &cn);
 	_Atomic bool stop = false;
 	struct fc_arg args[3];
 	pthread_t t[3];
@@ -1474,11 +1485,7 @@ static void test_counters_through_primary_crashes(void **state)
 	atomic_store(&stop, true);
 	for (int i = 0; i < 3; i++)
 		pthread_join(t[i], NULL);
-	for (int i = 0; i < 3; i++) {
-		dg_cache_metrics cm;
-		OK(dg_cache_get_metrics(cache_on(cl.n[i], "fcount"), &cm));
-		assert_int_equal(cm.partitions_lost, 0);
-	}
+	assert_none_lost(&cl, "fcount");
 	long all = 0;
 	for (int k = 0; k < 4; k++) {
 		char key[8];
