@@ -734,6 +734,10 @@ static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, u
 		return DG_ERR_PARTITION_LOST;
 	if (st == P_NONE)
 		return DG_ERR_REMAP;
+	/* a copy is served only under a majority's lease (PROTOCOL.md,
+	 * "Majority"): without one the others may be promoting its backups */
+	if (dg_member_serving(c->g->m) != DG_OK)
+		return DG_ERR_NOT_READY;
 	if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver))
 		return DG_ERR_NOT_READY;
 	return DG_OK;

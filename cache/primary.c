@@ -143,6 +143,8 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 		return DG_ERR_REMAP;
 	if (atomic_load_explicit(&g->leaving, memory_order_relaxed))
 		return DG_ERR_NOT_READY; /* handing over: the next primary takes it */
+	if (dg_member_serving(g->m) != DG_OK)
+		return DG_ERR_NOT_READY; /* no majority's lease: the sender maps again */
 	dgi_part *pt = &c->parts[u->part];
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
@@ -174,8 +176,8 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 			u->pw = dgi_pw_start(g, c, u->part, aff, e, &err);
 		goto out;
 	}
-	if (err == DG_ERR_NOT_READY && u->op == OP_PUT)
-		err = DG_OK; /* a blind put needs no older copy */
+	if (err == DG_ERR_NOT_READY && u->op == OP_PUT && dg_member_serving(g->m) == DG_OK)
+		err = DG_OK; /* a blind put needs no older copy (but the lease) */
 	if (err != DG_OK)
 		goto out;
 	int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;

@@ -166,6 +166,8 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 	for (;;) {
 		if (atomic_load_explicit(&c->dead, memory_order_relaxed))
 			return DG_ERR_CLOSED;
+		if (dg_member_segmented(g->m))
+			return DG_ERR_SEGMENTED;
 		if (atomic_load_explicit(&c->lost[part], memory_order_relaxed))
 			return DG_ERR_PARTITION_LOST;
 		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
@@ -179,7 +181,7 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 			e = DG_ERR_REMAP;
 			if (role == 0 || (role > 0 && c->cfg.read_from_backup))
 				e = local_get(c, part, hash, key, (uint32_t)klen, out, unwrap, &deadline);
-			if (e == DG_ERR_NOT_READY) {
+			if (e == DG_ERR_NOT_READY && dg_member_serving(g->m) == DG_OK) {
 				/* MOVING: the supplier has what this copy lacks */
 				dgi_part *pt = &c->parts[part];
 				pthread_mutex_lock(&pt->mu);
@@ -317,7 +319,7 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dg_tp_reply(tp, in, DGI_MSG_GET_RES, &r); /* encoded under the lock: r views the entry */
 	}
 	pthread_mutex_unlock(&pt->mu);
-	if (e == DG_ERR_NOT_READY && sup != 0) {
+	if (e == DG_ERR_NOT_READY && sup != 0 && dg_member_serving(g->m) == DG_OK) {
 		struct fwd *f = dgi_alloc(sizeof(*f));
 		dgi_msg_get fm = *m;
 		fm.flags = DGI_GET_SUPPLIER;

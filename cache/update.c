@@ -211,6 +211,8 @@ static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t 
 		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 		if (atomic_load_explicit(&c->dead, memory_order_relaxed))
 			return maybe ? DG_ERR_TIMEOUT : DG_ERR_CLOSED;
+		if (dg_member_segmented(g->m))
+			return maybe ? DG_ERR_TIMEOUT : DG_ERR_SEGMENTED;
 		if (atomic_load_explicit(&c->lost[u.part], memory_order_relaxed))
 			return maybe ? DG_ERR_TIMEOUT : DG_ERR_PARTITION_LOST;
 		dg_node_id primary = aff != NULL ? dgi_aff_owner(aff, u.part, 0) : 0;

@@ -10,9 +10,13 @@
 #  4. restart the killed server (same address, fresh process, in memory);
 #     wait for its REBALANCE-DONE; verify round 2;
 #  5. kill -9 another original server; verify round 2;
-#  6. kill -9 the last original server: the restarted one is alone and must
-#     hold every key itself (backups=2 gave it a copy of every partition);
-#     verify round 2, size 100000, no partition lost.
+#  6. kill -9 the last original server: the restarted one is one of two
+#     voters, no majority (partition_policy=majority): it logs SEGMENTED
+#     and removes nobody;
+#  7. restart that server too (same address, in memory): its JOIN is its
+#     address's vote, the two go on; it fetches every partition from the
+#     other (backups=2 gave that one a copy of each); verify round 2, size
+#     100000, no partition lost.
 set -euo pipefail
 source "$(dirname "$0")/cachelib.sh"
 
@@ -108,12 +112,25 @@ kill_and_wait "${surv[0]}" "${surv[1]}" "$re"
 verify verify3 2 "${surv[1]}" "$re"
 wait_until 10000 "the client left: 2 nodes again" agree_nodes 2 "${surv[1]}" "$re"
 
-log "6. kill -9 the last original node, ${surv[1]}: $re alone"
-kill_and_wait "${surv[1]}" "$re"
-verify verify4 2 "$re"
-seeds_of "$re"
+last=${surv[1]}
+log "6. kill -9 the last original node, $last: $re alone of two voters"
+now_ms
+t_kill=$NOW
+kill9_node "$last"
+# under partition_policy=majority one of two voters is no majority: it
+# removes nobody and refuses (DG_ERR_SEGMENTED) rather than go on alone
+wait_until 10000 "$re logs SEGMENTED" has_log "$re" ' id=SEGMENTED '
+check "$re removed nobody (no NODE-FAILED for $last)" lacks_log "$re" " id=NODE-FAILED node=${ID[$last]} "
+lr=${last}r
+log "7. restart $last as $lr on ${URL[$last]}, in memory: the two go on"
+start_dgnode "$lr" "${PORT_OF[$last]}" "${NODE_ARGS[@]}" --seed "${URL[$re]}"
+wait_dgnode "$lr"
+wait_until 10000 "$re logs REJOINED" has_log "$re" ' id=REJOINED '
+wait_until 30000 "$lr logs REBALANCE-DONE" has_log "$lr" ' id=REBALANCE-DONE '
+verify verify4 2 "$re" "$lr"
+seeds_of "$re" "$lr"
 client size4 20000 "${SEEDS[@]}" --cache "$CACHE" size
-check "size4: $re alone holds $N entries" grep -q -x "size $N" "$WORK/size4.out"
+check "size4: $re and $lr hold $N entries" grep -q -x "size $N" "$WORK/size4.out"
 check "$re logged no PARTITION-LOST" lacks_log "$re" ' id=PARTITION-LOST '
 
 stop_all_checked

@@ -25,8 +25,10 @@
 #     each balance = 100 + what the records in the cache moved, each
 #     account's records chain up (every balance read as often as written);
 #  4. copies: kill -9 a server, bank-verify through the two others; kill -9
-#     another, bank-verify through the last one alone (it holds a copy of
-#     every partition: those copies must agree with the primaries').
+#     another: the last is one of two voters, SEGMENTED, and removes nobody
+#     (partition_policy=majority); restart the other on its address: it
+#     fetches every partition from the last, and a bank-verify through the
+#     two checks every copy the last held against the primaries'.
 # Knobs (environment):
 #   DG_BANK_LONG=1        600 s of transfers (DG_BANK_SECONDS=S: S seconds);
 #                         the budget grows to match
@@ -265,9 +267,29 @@ if [[ ${DG_BANK_COPIES:-1} == 1 ]]; then
 	kill_for_copies "${SRV[a]}" "${surv[@]}"
 	verify verify2 "${surv[@]}"
 	wait_until 10000 "the verify client left" servers_agree "${surv[@]}"
+	# the last of two voters is no majority (partition_policy=majority):
+	# it removes nobody and waits, SEGMENTED, until the other's address
+	# is back; the restarted node fetches every partition from it, so a
+	# verify through the two checks each of its copies
 	rng 2
-	kill_for_copies "${surv[R]}" "${surv[1 - R]}"
-	verify verify3 "${surv[1 - R]}"
+	gone=${surv[R]} last=${surv[1 - R]}
+	for ((i = 0; i < 3; i++)); do
+		[[ ${SRV[i]} == "$gone" ]] && slot=$i
+	done
+	segs=$(grep -c ' id=SEGMENTED ' "$WORK/$last.err" || true)
+	log "copies: kill -9 $gone (id ${ID[$gone]}): $last alone of two voters"
+	kill9_node "$gone"
+	wait_until 15000 "$last logs SEGMENTED" eval \
+		'(( $(grep -c " id=SEGMENTED " "$WORK/$last.err" || true) > segs ))'
+	check "$last removed nobody" lacks_log "$last" " id=NODE-FAILED node=${ID[$gone]} "
+	back=${gone}c
+	start_dgnode "$back" "${PORT_OF[$slot]}" "${NODE_ARGS[@]}" --seed "${URL[$last]}"
+	SRV[slot]=$back
+	wait_dgnode "$back" 20000
+	wait_until 30000 "$back logs REBALANCE-DONE" has_log "$back" ' id=REBALANCE-DONE '
+	wait_until 20000 "$last and $back agree on 2 nodes" agree_nodes 2 "$last" "$back"
+	log "copies: $last and $back agree on version=$AGREED_V"
+	verify verify3 "$last" "$back"
 fi
 
 for n in "${NODES[@]}"; do

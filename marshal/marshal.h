@@ -99,6 +99,8 @@ typedef enum dg_err {
 	DG_ERR_TX_CONFLICT,    /* optimistic serializable: a key read changed before commit */
 	DG_ERR_TX_ROLLED_BACK, /* the tx was rolled back (topology change, earlier failure) */
 	DG_ERR_TX_UNKNOWN,     /* commit: outcome not learnt in time (all or nothing, either way) */
+	/* membership */
+	DG_ERR_SEGMENTED,      /* this node cannot reach a majority of the voting servers: it refuses at once */
 	DG_ERR__COUNT
 } dg_err;
 

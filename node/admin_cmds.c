@@ -308,8 +308,28 @@ static dg_err cmd_state(call *c)
 	    cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c->result, "caches")));
 	cJSON_AddNumberToObject(c->result, "partitions_moving", moving);
 	cJSON_AddNumberToObject(c->result, "partitions_lost", lost);
-	cJSON_AddStringToObject(c->result, "state", lost > 0 ? "LOST_PARTITIONS" :
-	    moving > 0 || behind > 0 ? "REBALANCING" : "ACTIVE");
+	/* the majority (PROTOCOL.md, "Majority"): this node's view */
+	dg_member_quorum q;
+	dg_member_quorum_get(dgi_node_member(c->n), &q);
+	cJSON *mj = cJSON_AddObjectToObject(c->result, "quorum");
+	if (mj == NULL)
+		return DG_ERR_NOMEM;
+	cJSON_AddStringToObject(mj, "partition_policy",
+	    q.policy == DG_PARTITION_NONE ? "none" : "majority");
+	cJSON_AddBoolToObject(mj, "segmented", q.segmented);
+	cJSON_AddNumberToObject(mj, "segmented_ms", (double)q.segmented_ms);
+	cJSON_AddBoolToObject(mj, "leased", q.leased);
+	cJSON_AddNumberToObject(mj, "voters", q.voters);
+	cJSON_AddNumberToObject(mj, "need", q.need);
+	cJSON_AddNumberToObject(mj, "reachable", q.reachable);
+	cJSON *reach = cJSON_AddArrayToObject(mj, "reachable_voters");
+	for (uint32_t i = 0; reach != NULL && i < q.nreach; i++)
+		cJSON_AddItemToArray(reach, cJSON_CreateString(q.reach[i]));
+	cJSON_AddNumberToObject(mj, "segmentations", (double)q.segmentations);
+	cJSON_AddNumberToObject(mj, "rejoins", (double)q.rejoins);
+	cJSON_AddNumberToObject(mj, "lease_losses", (double)q.lease_losses);
+	cJSON_AddStringToObject(c->result, "state", q.segmented ? "SEGMENTED" :
+	    lost > 0 ? "LOST_PARTITIONS" : moving > 0 || behind > 0 ? "REBALANCING" : "ACTIVE");
 	return DG_OK;
 }
 

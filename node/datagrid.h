@@ -53,6 +53,20 @@ DG_API const char *dg_version(void);
  * ------------------------------------------------------------------------ */
 typedef struct dg_node dg_node;
 
+/* What each side of a network partition does (PROTOCOL.md, "Majority").
+ * MAJORITY: topology changes need a majority of the voting servers (the
+ * baseline, or every server); a node that cannot reach a majority within
+ * the failure timeout is SEGMENTED and refuses every operation with
+ * DG_ERR_SEGMENTED until the network heals and it rejoins; copies are
+ * served only under a lease a majority renews, so no read returns a value
+ * older than an acknowledged write.  A cluster of two voting servers stops
+ * when either is unreachable.  NONE: each side goes on alone (the state
+ * before 0.2: split brain, acknowledged writes lost on healing). */
+typedef enum dg_partition_policy {
+	DG_PARTITION_POLICY_MAJORITY = 0,
+	DG_PARTITION_POLICY_NONE = 1
+} dg_partition_policy;
+
 typedef struct dg_node_config {
 	const char *cluster_name;     /* default "datagrid" */
 	const char *listen_url;       /* default "tcp://127.0.0.1:47500";
@@ -82,6 +96,7 @@ typedef struct dg_node_config {
 	size_t recv_max;              /* largest peer message; default 16 MiB */
 	uint32_t rebalance_batch_bytes; /* per supply message; default 512 KiB */
 	bool client;                  /* a client node: joins, owns no partitions */
+	int partition_policy;         /* dg_partition_policy; default MAJORITY */
 	const char *admin_url;        /* admin endpoint for dgctl: tcp://HOST:PORT
 	                                 (tls+tcp:// with the node's TLS files);
 	                                 NULL: none (the default) */

@@ -481,6 +481,21 @@ static void do_state(const cmdline *c)
 		printf("caches:            %s\n", num(jnum(r, "caches_count"), b));
 		printf("partitions moving: %s\n", num(jnum(r, "partitions_moving"), b));
 		printf("partitions lost:   %s\n", num(jnum(r, "partitions_lost"), b));
+		const cJSON *q = cJSON_GetObjectItemCaseSensitive(r, "quorum");
+		if (q != NULL) {
+			char c2[32], c3[32];
+			printf("majority:          %s of %s voting servers reachable, %s needed "
+			    "(partition policy %s)\n", num(jnum(q, "reachable"), b),
+			    num(jnum(q, "voters"), c2), num(jnum(q, "need"), c3),
+			    jstr(q, "partition_policy") ? jstr(q, "partition_policy") : "?");
+			if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(q, "segmented")))
+				printf("segmented for:     %s ms (every operation here fails with "
+				    "DG_ERR_SEGMENTED)\n", num(jnum(q, "segmented_ms"), b));
+			const cJSON *rv = cJSON_GetObjectItemCaseSensitive(q, "reachable_voters"), *it;
+			cJSON_ArrayForEach(it, rv)
+				if (cJSON_IsString(it))
+					printf("  reaches:         %s\n", it->valuestring);
+		}
 	}
 	cJSON_Delete(r);
 }

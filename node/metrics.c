@@ -12,6 +12,9 @@
  *   datagrid_node_uptime_seconds                   gauge
  *   datagrid_topology_version                      gauge  the topology this node has installed
  *   datagrid_cluster_nodes                         gauge  nodes in it (servers and clients)
+ *   datagrid_segmented, datagrid_quorum_voters, datagrid_quorum_reachable   gauges
+ *   datagrid_segmentations_total, datagrid_rejoins_total,
+ *   datagrid_lease_losses_total                    counters (PROTOCOL.md, "Majority")
  *   datagrid_caches                                gauge  caches on this node (all of them, even
  *                                                         past DGI_METRICS_CACHES_MAX)
  * Transport (dg_tp_get_stats: this node's totals over every peer)
@@ -252,6 +255,21 @@ static void put_node(mtext *t, dg_node *n)
 	    (uint64_t)version_now);
 	put_one(t, "datagrid_cluster_nodes", G, "Nodes in that topology (servers and clients).",
 	    nodes);
+
+	dg_member_quorum q;
+	dg_member_quorum_get(dgi_node_member(n), &q);
+	put_one(t, "datagrid_segmented", G, "1 while this node cannot reach a majority of the "
+	    "voting servers (it refuses every operation).", q.segmented);
+	put_one(t, "datagrid_quorum_voters", G, "Voting servers of the installed topology.",
+	    q.voters);
+	put_one(t, "datagrid_quorum_reachable", G, "Of them, answering within the failure "
+	    "timeout (this node included).", q.reachable);
+	put_one(t, "datagrid_segmentations_total", C, "Times this node became SEGMENTED.",
+	    q.segmentations);
+	put_one(t, "datagrid_rejoins_total", C, "Times it was whole again after being SEGMENTED.",
+	    q.rejoins);
+	put_one(t, "datagrid_lease_losses_total", C, "Times its lease lapsed while not SEGMENTED "
+	    "(it served nothing until renewed).", q.lease_losses);
 }
 
 /* ---- transport ---- */

@@ -233,6 +233,8 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	mc.join_timeout_ms = n->cfg.join_timeout_ms;
 	mc.reg = n->reg;
 	mc.attrs = n->cfg.client ? DG_NODE_CLIENT : 0;
+	mc.partition_policy = n->cfg.partition_policy == DG_PARTITION_POLICY_NONE ?
+	    DG_PARTITION_NONE : DG_PARTITION_MAJORITY;
 	mc.version_floor = dgi_grid_version_floor(n->g);
 	if ((e = dg_member_start(n->tp, &mc, &n->m)) != DG_OK)
 		goto fail;

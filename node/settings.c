@@ -77,6 +77,7 @@ static const char *check_cache(const char *v, char *why, size_t n)
  * ------------------------------------------------------------------------ */
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
+static const char *const partition_policies[] = { "majority", "none", NULL };
 
 #define F(field) offsetof(dgnode_settings, field)
 
@@ -146,6 +147,14 @@ const dgnode_setting dgnode_settings_table[] = {
 	{ "client", DGNODE_BOOL, F(client), "false", 0, 0, NULL,
 	  NULL, "Run a client node: it joins the cluster but owns no "
 	  "partitions.", "dg_node_config.client", NULL },
+	{ "partition-policy", DGNODE_ENUM, F(partition_policy), "majority", 0, 0,
+	  partition_policies, "POLICY", "What a node cut off from the majority "
+	  "of the voting servers does. majority: it refuses every operation "
+	  "(DG_ERR_SEGMENTED) until the network heals, and the majority goes "
+	  "on — no acknowledged write is lost; two voting servers stop when "
+	  "either is unreachable. none: every side goes on alone (unsafe: "
+	  "writes are lost when the sides meet again).",
+	  "dg_node_config.partition_policy", NULL },
 	{ "admin-listen", DGNODE_STRING, F(admin_listen), "auto", 0, 0, NULL,
 	  "URL", "Where dgctl connects: tcp://HOST:PORT (tls+tcp:// with the "
 	  "node's TLS files; the cluster secret authenticates dgctl like a "
@@ -1266,6 +1275,7 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	cfg->recv_max = (size_t)s->recv_max;
 	cfg->rebalance_batch_bytes = (uint32_t)s->rebalance_batch;
 	cfg->client = s->client;
+	cfg->partition_policy = s->partition_policy;
 	if (endpoint(s->admin_listen, s->listen, 100, NULL, s->s_admin,
 	    sizeof(s->s_admin), err) != DGNODE_OK ||
 	    endpoint(s->http_listen, s->listen, 200, "http://", s->s_http,

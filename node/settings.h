@@ -89,6 +89,7 @@ typedef struct dgnode_settings {
 	uint64_t recv_max;
 	uint64_t rebalance_batch;
 	bool client;
+	int partition_policy;            /* dg_partition_policy */
 	const char *admin_listen;        /* "" or "none": no admin endpoint */
 	const char *http_listen;         /* "" or "none": no /metrics */
 	int log_level;                   /* dgnode_log_level */

@@ -735,8 +735,9 @@ static void expect_lost_everywhere(dg_cache *c, const char *key)
 
 static void lost_case(dg_atomicity atomicity)
 {
+	/* three servers: the two left are a majority, and remove the third */
 	struct cluster cl;
-	cluster_start(&cl, 2, 1);
+	cluster_start(&cl, 3, 1);
 	dg_cache_config cc;
 	const char *name = atomicity == DG_TRANSACTIONAL ? "lost5tx" : "lost5";
 	dg_cache_config_init(&cc, name);
@@ -744,7 +745,7 @@ static void lost_case(dg_atomicity atomicity)
 	cc.partitions = 16;
 	cc.atomicity = atomicity;
 	dg_cache *cli;
-	OK(dg_cache_create(cl.n[2], &cc, &cli));
+	OK(dg_cache_create(cl.n[3], &cc, &cli));
 	dg_cache *c0 = cache_on(cl.n[0], name);
 	OK(dg_cache_wait_rebalanced(c0, 5000));
 	char key[32];
@@ -763,6 +764,7 @@ static void lost_case(dg_atomicity atomicity)
 	dg_node *late = start_node(&cl.seed, 1, true, NULL);
 	expect_lost_everywhere(cache_on(late, name), key);
 	dg_node_stop(late);
+	dg_node_stop(cl.n[3]);
 	dg_node_stop(cl.n[2]);
 	dg_node_stop(cl.n[0]);
 }
@@ -785,6 +787,7 @@ static void test_lost_on_every_path_transactional(void **state)
 static void test_moving_without_supplier_is_lost(void **state)
 {
 	(void)state;
+	test_partition_policy = DG_PARTITION_POLICY_NONE; /* two voters, one dies */
 	dg_node *a = start_node(NULL, 0, false, NULL);
 	const char *seed = dg_node_address(a);
 	dg_cache_config cc;
@@ -825,6 +828,7 @@ static void test_moving_without_supplier_is_lost(void **state)
 	OK(dg_cache_reset_lost(cn));
 	OK(dg_cache_put(cn, moved, strlen(moved), "w", 1));
 	dg_node_stop(n);
+	test_partition_policy = DG_PARTITION_POLICY_MAJORITY;
 }
 
 /* A REPLICATED cache holds a copy on every server, however many (it was

@@ -1779,6 +1779,7 @@ static void test_baseline_joiner_standby(void **state)
 static void test_baseline_survives_coordinator(void **state)
 {
 	(void)state;
+	test_partition_policy = DG_PARTITION_POLICY_NONE; /* two voters, one dies */
 	struct cluster cl;
 	cluster_start(&cl, 3, 0);
 	char a0[128], a1[128];
@@ -1812,6 +1813,7 @@ static void test_baseline_survives_coordinator(void **state)
 	assert_int_equal(dg_node_baseline_get(cl.n[0], &set, NULL, bl, 4), 3);
 	assert_false(standby_in(cl.n[0], cl.n[1]));
 	cluster_stop(&cl);
+	test_partition_policy = DG_PARTITION_POLICY_MAJORITY;
 }
 
 /* A baseline without an online server owning data is refused, with a
@@ -1865,6 +1867,7 @@ static void test_baseline_refused(void **state)
 static void test_baseline_last_member_leaves(void **state)
 {
 	(void)state;
+	test_partition_policy = DG_PARTITION_POLICY_NONE; /* two voters, one dies */
 	struct cluster cl;
 	cluster_start(&cl, 2, 0);
 	dg_cache *c0 = create_on(cl.n[0], "bllast", 0);
@@ -1883,6 +1886,7 @@ static void test_baseline_last_member_leaves(void **state)
 	assert_int_equal(dg_cache_lost_partitions(c1, NULL, 0), 0);
 	all_keys_readable(c1, "z", 500);
 	cluster_stop(&cl);
+	test_partition_policy = DG_PARTITION_POLICY_MAJORITY;
 }
 
 /* ---- rented copies ---- */
@@ -2460,6 +2464,7 @@ static dg_node *start_persistent(const char *dir, size_t map_size, const char *c
 	cfg.request_timeout_ms = 5000;
 	cfg.data_dir = dir;
 	cfg.storage_nosync = true;
+	cfg.partition_policy = test_partition_policy;
 	if (map_size)
 		cfg.storage_map_size = map_size;
 	dg_node *n = NULL;
@@ -2775,6 +2780,7 @@ static void test_persist_reload_keeps_update_ids(void **state)
 static void test_persist_removed_key_stays_removed(void **state)
 {
 	(void)state;
+	test_partition_policy = DG_PARTITION_POLICY_NONE; /* two voters, one dies */
 	char *d0 = tmpdir(), *d1 = tmpdir();
 	dg_node *a = start_persistent(d0, 0, NULL, 0, NULL);
 	char seed[128];
@@ -2847,6 +2853,7 @@ static void test_persist_removed_key_stays_removed(void **state)
 	rmtree(d1);
 	free(d0);
 	free(d1);
+	test_partition_policy = DG_PARTITION_POLICY_MAJORITY;
 }
 
 static void test_persist_map_full(void **state)

@@ -29,6 +29,10 @@ struct cluster {
 	const char *seed;
 };
 void cluster_start(struct cluster *cl, int servers, int clients);
+/* The partition policy start_node gives its nodes (default MAJORITY): a
+ * test of what a lone survivor of two voters does sets NONE, and sets it
+ * back at its end. */
+extern int test_partition_policy;
 void cluster_stop(struct cluster *cl);
 /* The cache name on node n, once n has learnt it (waits up to 5 s). */
 dg_cache *cache_on(dg_node *n, const char *name);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 _Atomic int lost_events, rebalanced_events;
+int test_partition_policy = DG_PARTITION_POLICY_MAJORITY;
 
 static void on_event(void *ctx, const dg_event *ev)
 {
@@ -43,6 +44,7 @@ dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
 	cfg.data_dir = dir;
 	cfg.storage_nosync = true;
 	cfg.on_event = on_event;
+	cfg.partition_policy = test_partition_policy;
 	dg_node *n = NULL;
 	OK(dg_node_start(&cfg, &n));
 	return n;

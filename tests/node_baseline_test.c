@@ -31,6 +31,10 @@ static dg_node *start(const char *seed)
 	cfg.heartbeat_ms = 100;
 	cfg.join_timeout_ms = 5000;
 	cfg.request_timeout_ms = 5000;
+	/* a baseline with an offline address among two: refused under
+	 * majority (fewer than a majority online), which transport_test's
+	 * test_majority_baseline_refused covers */
+	cfg.partition_policy = DG_PARTITION_POLICY_NONE;
 	dg_node *n = NULL;
 	OK(dg_node_start(&cfg, &n));
 	return n;

@@ -138,7 +138,8 @@ static void test_table_is_sane(void **state)
 		"failure-detection-timeout", "heartbeat-interval", "join-timeout",
 		"request-timeout", "tx-topology-timeout", "data-dir", "storage-map-size",
 		"storage-sync",
-		"recv-max", "rebalance-batch", "client", "admin-listen", "http-listen",
+		"recv-max", "rebalance-batch", "client", "partition-policy", "admin-listen",
+		"http-listen",
 		"log-level", "cache" };
 	assert_int_equal(dgnode_settings_count, sizeof(names) / sizeof(names[0]));
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

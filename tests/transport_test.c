@@ -642,17 +642,28 @@ static void test_msg_rows_roundtrip(void **state)
 			assert_int_equal(o.data.len, 0);
 		}
 	}
-	{ /* HEARTBEAT, NODE_FAILED: I64, I64; JOIN_ACK: four I64 */
-		const dg_msg_type tt[] = { DG_MSG_HEARTBEAT, DG_MSG_NODE_FAILED };
+	{ /* NODE_FAILED, TOPO_VOTE: I64, I64; JOIN_ACK, HEARTBEAT: four I64 */
+		const dg_msg_type tt[] = { DG_MSG_NODE_FAILED, DG_MSG_TOPO_VOTE };
 		for (size_t i = 0; i < 2; i++) {
-			dg_msg_heartbeat m = { 42 + (int64_t)i, -1 }, o = { 0, 0 };
+			dg_msg_node_failed m = { 42 + (int64_t)i, -1 }, o = { 0, 0 };
 			ref_start(&ref, &w);
 			OK(dg_write_i64(&w, 42 + (int64_t)i));
 			OK(dg_write_i64(&w, -1));
 			row_roundtrip(tt[i], &m, &ref, &o);
-			assert_int_equal(o.topology_version, 42 + (int64_t)i);
-			assert_int_equal(o.time_ms, -1);
+			assert_int_equal(o.node_id, 42 + (int64_t)i);
+			assert_int_equal(o.topology_version, -1);
 		}
+		dg_msg_heartbeat h = { 5, 123456, 123000, DG_HB_ANSWER }, ho;
+		ref_start(&ref, &w);
+		OK(dg_write_i64(&w, 5));
+		OK(dg_write_i64(&w, 123456));
+		OK(dg_write_i64(&w, 123000));
+		OK(dg_write_i64(&w, DG_HB_ANSWER));
+		row_roundtrip(DG_MSG_HEARTBEAT, &h, &ref, &ho);
+		assert_int_equal(ho.topology_version, 5);
+		assert_int_equal(ho.time_ms, 123456);
+		assert_int_equal(ho.echo_ms, 123000);
+		assert_int_equal(ho.flags, DG_HB_ANSWER);
 		dg_msg_join_ack a = { 7, 3, 1000, 200 }, ao;
 		ref_start(&ref, &w);
 		OK(dg_write_i64(&w, 7));
@@ -847,11 +858,11 @@ static void test_msg_define(void **state)
 	static const char *const names[] = { "UNKNOWN", "HELLO", "CHALLENGE", "PROOF",
 		"WELCOME", "REJECT", "PING", "HEARTBEAT", "JOIN", "JOIN_ACK", "TOPOLOGY",
 		"NODE_FAILED", "TYPE_PROPOSE", "TYPE_ANNOUNCE", "TYPES_SNAPSHOT", "LEAVE",
-		"ECHO", "BASELINE", "BASELINE_ACK", "REMOVED" };
-	for (int t = 0; t <= DG_MSG_REMOVED; t++)
+		"ECHO", "BASELINE", "BASELINE_ACK", "REMOVED", "TOPO_PROPOSE", "TOPO_VOTE" };
+	for (int t = 0; t <= DG_MSG_TOPO_VOTE; t++)
 		assert_string_equal(dg_msg_name((dg_msg_type)t), names[t]);
 	assert_null(dg_msg_row_of(DG_MSG_UNKNOWN)); /* a name, but no codec */
-	assert_string_equal(dg_msg_name((dg_msg_type)(DG_MSG_REMOVED + 1)), "?");
+	assert_string_equal(dg_msg_name((dg_msg_type)(DG_MSG_TOPO_VOTE + 1)), "?");
 	assert_string_equal(dg_msg_name((dg_msg_type)T_UNUSED), "?");
 	assert_string_equal(dg_msg_name(DG_MSG__COUNT), "?");
 	assert_string_equal(dg_msg_name((dg_msg_type)70000), "?");
@@ -2011,7 +2022,7 @@ static void test_request_errors(void **state)
 	v.v = 1;
 	EXPECT(dg_tp_call(a, bid, (dg_msg_type)T_NOHANDLER, &v, 5000, NULL, NULL),
 	    DG_ERR_UNSUPPORTED);
-	dg_msg_heartbeat hb = { 1, 2 };
+	dg_msg_heartbeat hb = { 1, 2, 0, 0 };
 	EXPECT(dg_tp_call(a, bid, DG_MSG_HEARTBEAT, &hb, 5000, NULL, NULL), DG_ERR_UNSUPPORTED);
 	/* one-way without a handler: dropped quietly, no answer, no harm */
 	OK(dg_tp_send(a, bid, (dg_msg_type)T_NOHANDLER, &v));
@@ -2339,7 +2350,7 @@ static void test_metrics_exact(void **state)
 
 	dg_msg_bytes e10 = { { (const uint8_t *)"\0\0\0\0\0\0\0\0xy", 10 } };
 	dg_msg_bytes p5 = { { (const uint8_t *)"abcde", 5 } };
-	dg_msg_heartbeat hb = { 1, 2 };
+	dg_msg_heartbeat hb = { 1, 2, 0, 0 };
 	const uint64_t l_echo = H + body_len_of(DG_MSG_ECHO, &e10);
 	const uint64_t l_ping = H + body_len_of(DG_MSG_PING, &p5);
 	const uint64_t l_hb = H + body_len_of(DG_MSG_HEARTBEAT, &hb);
@@ -2651,8 +2662,25 @@ struct mnode {
 	dg_member *m;
 };
 
+static void mnode_start_policy(struct mnode *n, const char *url, const char *seed,
+    uint32_t timeout_ms, int policy);
+
 static void mnode_start(struct mnode *n, const char *url, const char *seed,
     uint32_t timeout_ms)
+{
+	mnode_start_policy(n, url, seed, timeout_ms, DG_PARTITION_MAJORITY);
+}
+
+/* Tests of what one node decides alone once the others are gone (a
+ * survivor of two coordinating): partition_policy none. */
+static void mnode_start_none(struct mnode *n, const char *url, const char *seed,
+    uint32_t timeout_ms)
+{
+	mnode_start_policy(n, url, seed, timeout_ms, DG_PARTITION_NONE);
+}
+
+static void mnode_start_policy(struct mnode *n, const char *url, const char *seed,
+    uint32_t timeout_ms, int policy)
 {
 	dg_tp_config c;
 	dg_member_config mc;
@@ -2669,6 +2697,7 @@ static void mnode_start(struct mnode *n, const char *url, const char *seed,
 	mc.nseeds = seed ? 1 : 0;
 	mc.failure_timeout_ms = timeout_ms;
 	mc.reg = n->reg;
+	mc.partition_policy = policy;
 	OK(dg_member_start(n->tp, &mc, &n->m));
 }
 
@@ -2922,11 +2951,11 @@ static void test_membership(void **state)
 	char ipc[128];
 	snprintf(ipc, sizeof(ipc), "ipc:///tmp/dg-member-%d", (int)getpid());
 	memset(n, 0, sizeof(n));
-	mnode_start(&n[0], ipc, NULL, 1000);
+	mnode_start_none(&n[0], ipc, NULL, 1000);
 	assert_int_equal(mversion(&n[0]), 1);
 	assert_true(dg_member_is_coordinator(n[0].m));
-	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
-	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start_none(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start_none(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
 	WAIT_FOR(magree(n, 3, 3));
 	assert_int_equal(mversion(&n[0]), 3);
 	assert_false(dg_member_is_coordinator(n[1].m));
@@ -3007,9 +3036,9 @@ static void test_membership_baseline(void **state)
 	(void)state;
 	struct mnode n[4];
 	memset(n, 0, sizeof(n));
-	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
-	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
-	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start_none(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start_none(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start_none(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
 	WAIT_FOR(magree(n, 3, 3));
 	char out[4][DG_BASELINE_ADDR_MAX];
 	bool set = true;
@@ -3043,7 +3072,7 @@ static void test_membership_baseline(void **state)
 	assert_int_equal(dg_member_baseline(n[1].m, out, 4, &set), 2);
 	assert_true(set && mstandby(&n[1], &n[2]));
 	/* a joiner outside the set is STANDBY; one named in it is not */
-	mnode_start(&n[3], "tcp://127.0.0.1:0", dg_tp_address(n[1].tp), 1000);
+	mnode_start_none(&n[3], "tcp://127.0.0.1:0", dg_tp_address(n[1].tp), 1000);
 	WAIT_FOR(magree(n, 4, 3));
 	assert_true(mstandby(&n[3], &n[3]) && mstandby(&n[1], &n[3]));
 	const char *four[] = { dg_tp_address(n[3].tp) };
@@ -3305,7 +3334,7 @@ static void test_membership_removed_rules(void **state)
 	connect_ok(x, n[1].tp);
 
 	/* a heartbeat of a newer version: a joiner, no answer */
-	dg_msg_heartbeat hb = { v + 5, 0 };
+	dg_msg_heartbeat hb = { v + 5, 0, 0, 0 };
 	OK(dg_tp_send(x, dg_tp_self(n[0].tp), DG_MSG_HEARTBEAT, &hb));
 	sleep_ms(300);
 	assert_int_equal(atomic_load(&l.n), 0);
@@ -3344,6 +3373,303 @@ static void test_membership_removed_rules(void **state)
 	mnode_stop(&n[1], false);
 	mnode_stop(&n[0], false);
 	dg_tp_stop(x);
+}
+
+/* ---- the majority (PROTOCOL.md, "Majority") ---- */
+
+/* A topology of n nodes (urls[i], CLIENT where client[i]) for the pure
+ * quorum functions; baseline: NULL (auto) or nb addresses. */
+static dg_topology *qtopo(int n, const char *const *urls, const bool *client,
+    const char *const *baseline, int nb)
+{
+	dg_topology *t = calloc(1, sizeof(*t) + (size_t)n * sizeof(t->nodes[0]));
+	assert_non_null(t);
+	t->version = 1;
+	t->count = (uint32_t)n;
+	atomic_init(&t->refs, 1);
+	for (int i = 0; i < n; i++) {
+		t->nodes[i].id = (dg_node_id)(i + 1);
+		t->nodes[i].order = i + 1;
+		t->nodes[i].url = urls[i];
+		t->nodes[i].attrs = client != NULL && client[i] ? DG_NODE_CLIENT : 0;
+	}
+	t->baseline_set = baseline != NULL;
+	t->nbaseline = (uint32_t)nb;
+	t->baseline = baseline;
+	return t;
+}
+
+static void test_majority_arithmetic(void **state)
+{
+	(void)state;
+	/* voters: servers, sorted and distinct (two instances of one
+	 * address — a restarted node not yet detected — are one voter) */
+	const char *urls[] = { "tcp://c:1", "tcp://a:1", "tcp://b:1", "tcp://a:1", "tcp://k:1" };
+	const bool client[] = { false, false, false, false, true };
+	dg_topology *t = qtopo(5, urls, client, NULL, 0);
+	const char *v[8];
+	assert_int_equal(dgi_quorum_voters(t, v, 8), 3);
+	assert_string_equal(v[0], "tcp://a:1");
+	assert_string_equal(v[1], "tcp://b:1");
+	assert_string_equal(v[2], "tcp://c:1");
+	assert_int_equal(dgi_quorum_index(v, 3, "tcp://b:1"), 1);
+	assert_int_equal(dgi_quorum_index(v, 3, "tcp://k:1"), -1); /* a client */
+	assert_int_equal(dgi_quorum_index(v, 0, "tcp://a:1"), -1);
+	free(t);
+	/* a baseline is the voting set, online or not */
+	const char *bl[] = { "tcp://a:1", "tcp://x:1", "tcp://y:1", "tcp://z:1" };
+	t = qtopo(5, urls, client, bl, 4);
+	assert_int_equal(dgi_quorum_voters(t, v, 8), 4);
+	assert_string_equal(v[1], "tcp://x:1");
+	assert_int_equal(dgi_quorum_index(v, 4, "tcp://c:1"), -1);
+	free(t);
+	/* majorities: one voter is one; five need three; four need three */
+	const uint32_t need[] = { 1, 1, 2, 2, 3, 3, 4 };
+	for (uint32_t n = 0; n < 7; n++)
+		assert_int_equal(dgi_quorum_need(n), need[n]);
+	/* the newest time a majority answered: the need-th largest */
+	uint64_t a[] = { 10, UINT64_MAX, 30, 20, 0 };
+	assert_int_equal(dgi_quorum_kth(a, 5), 20);
+	uint64_t b[] = { 7, 9 };
+	assert_int_equal(dgi_quorum_kth(b, 2), 7);
+	uint64_t c[] = { UINT64_MAX };
+	assert_true(dgi_quorum_kth(c, 1) == UINT64_MAX);
+	assert_int_equal(dgi_quorum_kth(NULL, 0), 0);
+	uint64_t d[] = { UINT64_MAX, 0, 0 }; /* alone of three: nobody answered */
+	assert_int_equal(dgi_quorum_kth(d, 3), 0);
+	/* leases */
+	assert_int_equal(dgi_lease_until(0, 500), 0);
+	assert_int_equal(dgi_lease_until(1000, 500), 1500);
+	assert_true(dgi_lease_until(UINT64_MAX, 500) == UINT64_MAX);
+	assert_true(dgi_lease_until(UINT64_MAX - 10, 500) == UINT64_MAX);
+}
+
+static dg_err mserving(struct mnode *n)
+{
+	return dg_member_serving(n->m);
+}
+
+/* Cuts (on) or heals node a from node b, both ways. */
+static void mcut(struct mnode *a, struct mnode *b, bool on)
+{
+	dgi_tp_test_cut(a->tp, dg_tp_self(b->tp), on);
+	dgi_tp_test_cut(b->tp, dg_tp_self(a->tp), on);
+}
+
+struct install_log {
+	_Atomic int64_t version;   /* the last installed */
+	_Atomic uint64_t at_ms;    /* when */
+};
+
+static void on_install_log(void *ctx, const dg_topology *old, const dg_topology *now)
+{
+	struct install_log *l = ctx;
+	(void)old;
+	atomic_store(&l->at_ms, dgi_now_ms());
+	atomic_store(&l->version, now->version);
+}
+
+/* Three voters, one cut off from the other two: the two remove it (its
+ * lease ran out before they installed the version without it), the one
+ * is SEGMENTED — refuses, installs nothing of its own — and, healed, is
+ * told it is out and joins again: one cluster of three. */
+static void minority_one(int victim)
+{
+	struct mnode n[3];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	for (int i = 0; i < 3; i++)
+		WAIT_FOR(mserving(&n[i]) == DG_OK);
+	int64_t v = mversion(&n[0]);
+	int a = (victim + 1) % 3, b = (victim + 2) % 3;
+	struct install_log l = { 0 };
+	OK(dg_member_listen(n[a].m, on_install_log, &l));
+	uint64_t cut = dgi_now_ms();
+	mcut(&n[victim], &n[a], true);
+	mcut(&n[victim], &n[b], true);
+	/* its lease lapses first, well before the others remove it */
+	WAIT_FOR(mserving(&n[victim]) != DG_OK);
+	uint64_t lapsed = dgi_now_ms();
+	assert_true(lapsed - cut <= 500 + 200 + 100); /* lease + heartbeat + slack */
+	WAIT_FOR(atomic_load(&l.version) > v);
+	assert_true(lapsed < atomic_load(&l.at_ms));
+	int64_t removed = atomic_load(&l.version);
+	struct mnode two[2] = { n[a], n[b] };
+	WAIT_FOR(magree(two, 2, 2));
+	/* the cut-off one: segmented, at its old version, refusing */
+	WAIT_FOR(dg_member_segmented(n[victim].m));
+	EXPECT(mserving(&n[victim]), DG_ERR_SEGMENTED);
+	sleep_ms(1500);
+	assert_int_equal(mversion(&n[victim]), v);
+	dg_member_quorum q;
+	dg_member_quorum_get(n[victim].m, &q);
+	assert_true(q.segmented && q.segmented_ms > 0);
+	assert_int_equal(q.voters, 3);
+	assert_int_equal(q.need, 2);
+	assert_int_equal(q.reachable, 1);
+	assert_int_equal(q.nreach, 1);
+	assert_string_equal(q.reach[0], dg_tp_address(n[victim].tp));
+	assert_int_equal(q.segmentations, 1);
+	dg_member_quorum_get(n[a].m, &q);
+	assert_false(q.segmented);
+	assert_int_equal(q.voters, 2);
+	assert_true(q.leased);
+	/* healed: one cluster of three again, within the failure timeout
+	 * and a few heartbeats of back-off */
+	uint64_t healed = dgi_now_ms();
+	mcut(&n[victim], &n[a], false);
+	mcut(&n[victim], &n[b], false);
+	WAIT_FOR(magree(n, 3, 3) && !dg_member_segmented(n[victim].m));
+	assert_true(dgi_now_ms() - healed <= 1000 + 2000 + 1000);
+	assert_true(mversion(&n[0]) > removed);
+	for (int i = 0; i < 3; i++)
+		WAIT_FOR(mserving(&n[i]) == DG_OK);
+	dg_member_quorum_get(n[victim].m, &q);
+	assert_int_equal(q.rejoins, 1);
+	for (int i = 2; i >= 0; i--)
+		mnode_stop(&n[i], false);
+}
+
+static void test_majority_member_cut_off(void **state)
+{
+	(void)state;
+	minority_one(2);
+}
+
+/* The coordinator cut off: it coordinates nothing more; the two others
+ * agree on a new coordinator by majority. */
+static void test_majority_coordinator_cut_off(void **state)
+{
+	(void)state;
+	minority_one(0);
+}
+
+/* Four voters split two and two: neither side has a majority, so neither
+ * changes the topology; healed, they go on as one, at the same version. */
+static void test_majority_even_split(void **state)
+{
+	(void)state;
+	struct mnode n[4];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	for (int i = 1; i < 4; i++)
+		mnode_start(&n[i], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 4, 4));
+	int64_t v = mversion(&n[0]);
+	for (int i = 0; i < 2; i++)
+		for (int k = 2; k < 4; k++)
+			mcut(&n[i], &n[k], true);
+	for (int i = 0; i < 4; i++)
+		WAIT_FOR(dg_member_segmented(n[i].m));
+	sleep_ms(1000);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(mversion(&n[i]), v);
+		EXPECT(mserving(&n[i]), DG_ERR_SEGMENTED);
+	}
+	for (int i = 0; i < 2; i++)
+		for (int k = 2; k < 4; k++)
+			mcut(&n[i], &n[k], false);
+	for (int i = 0; i < 4; i++)
+		WAIT_FOR(!dg_member_segmented(n[i].m) && mserving(&n[i]) == DG_OK);
+	assert_true(magree(n, 4, 4));
+	assert_int_equal(mversion(&n[0]), v);
+	for (int i = 3; i >= 0; i--)
+		mnode_stop(&n[i], false);
+}
+
+/* A voter's rules for TOPO_PROPOSE: it refuses a version not newer than
+ * its own, one from a proposer outside it, one removing a node it heard
+ * from lately, and one removing itself; it accepts a newer one that only
+ * adds a node, and then refuses another coordinator's of that version. */
+static void test_majority_vote_rules(void **state)
+{
+	(void)state;
+	struct mnode n[2];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 2, 2));
+	int64_t v = mversion(&n[1]);
+	dg_tp *x = NODE(.secret = "membership");
+	dg_tp *y = NODE(.secret = "membership");
+	connect_ok(x, n[1].tp);
+	connect_ok(y, n[1].tp);
+	dg_node_id id0 = dg_tp_self(n[0].tp), id1 = dg_tp_self(n[1].tp), idx = dg_tp_self(x);
+	const char *u0 = dg_tp_address(n[0].tp), *u1 = dg_tp_address(n[1].tp);
+	const char *ux = dg_tp_address(x);
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_msg_topo_vote r;
+	struct {
+		int64_t version;
+		dg_node_id ids[3];
+		const char *urls[3];
+		int n;
+		dg_tp *from;
+		int64_t granted;
+	} cases[] = {
+		{ v, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, 0 },      /* not newer */
+		{ v + 1, { id0, id1, 0 }, { u0, u1, NULL }, 2, NULL, 0 },  /* proposer outside */
+		{ v + 1, { id1, idx, 0 }, { u1, ux, NULL }, 2, NULL, 0 },  /* drops n[0], alive */
+		{ v + 1, { id0, idx, 0 }, { u0, ux, NULL }, 2, NULL, 0 },  /* drops the voter */
+		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, 1 },  /* adds x: granted */
+		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, 1 },  /* again, same proposer */
+		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, 0 },  /* y: voted for x */
+	};
+	cases[6].from = y;
+	cases[6].ids[2] = dg_tp_self(y);
+	cases[6].urls[2] = dg_tp_address(y);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		topo_body(&b, cases[i].version, cases[i].ids, cases[i].urls, cases[i].n);
+		dg_msg_topo_propose p = { v, { b.data, (uint32_t)b.len } };
+		OK(dg_tp_call(cases[i].from ? cases[i].from : x, id1, DG_MSG_TOPO_PROPOSE, &p, 2000,
+		    &r, NULL));
+		if (r.granted != cases[i].granted)
+			fail_msg("case %zu: granted %lld", i, (long long)r.granted);
+		if (!r.granted)
+			assert_true(r.version >= v);
+	}
+	/* nothing installed by a vote */
+	assert_int_equal(mversion(&n[1]), v);
+	dg_member_quorum q;
+	dg_member_quorum_get(n[1].m, &q);
+	assert_int_equal(q.votes_granted, 2);
+	assert_true(q.votes_refused >= 5);
+	dg_buf_free(&b);
+	dg_tp_stop(y);
+	dg_tp_stop(x);
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+}
+
+/* Under majority a baseline is the voting set: one with fewer than a
+ * majority of its addresses online is refused (the cluster would stop). */
+static void test_majority_baseline_refused(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	memset(n, 0, sizeof(n));
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	int64_t v = mversion(&n[0]);
+	const char *why = NULL;
+	const char *set[] = { dg_tp_address(n[0].tp), "tcp://127.0.0.1:9", "tcp://127.0.0.1:10" };
+	EXPECT(dgi_member_set_baseline(n[1].m, DG_BASELINE_SET, set, 3, 5000, &why),
+	    DG_ERR_INVAL);
+	assert_non_null(why);
+	assert_non_null(strstr(why, "majority"));
+	assert_int_equal(mversion(&n[0]), v);
+	/* two of three online: accepted, through the voters */
+	set[1] = dg_tp_address(n[1].tp);
+	OK(dgi_member_set_baseline(n[2].m, DG_BASELINE_SET, set, 3, 5000, &why));
+	WAIT_FOR(magree(n, 3, 3) && mversion(&n[0]) > v);
+	for (int i = 2; i >= 0; i--)
+		mnode_stop(&n[i], false);
 }
 
 static void test_membership_pause_member(void **state)
@@ -3975,6 +4301,12 @@ int main(void)
 		cmocka_unit_test(test_membership_pause_member),
 		cmocka_unit_test(test_membership_pause_coordinator),
 		cmocka_unit_test(test_membership_rejoin_slow_type_sync),
+		cmocka_unit_test(test_majority_arithmetic),
+		cmocka_unit_test(test_majority_member_cut_off),
+		cmocka_unit_test(test_majority_coordinator_cut_off),
+		cmocka_unit_test(test_majority_even_split),
+		cmocka_unit_test(test_majority_vote_rules),
+		cmocka_unit_test(test_majority_baseline_refused),
 		cmocka_unit_test(test_membership_restart_on_coordinator_address),
 		cmocka_unit_test(test_membership_slow_listener),
 		cmocka_unit_test(test_peer_moved_fails_fast),

@@ -673,7 +673,8 @@ static bool process(struct conn *c)
 				dgi_conn_close(c, e);
 				return false;
 			}
-		} else {
+		} else if (c->peer == NULL ||
+		    !atomic_load_explicit(&c->peer->test_cut, memory_order_relaxed)) {
 			dgi_dispatch(tp, c, &h, body);
 		}
 		off += need;
@@ -689,7 +690,8 @@ static bool process(struct conn *c)
 void dgi_conn_rx_done(struct conn *c, size_t n)
 {
 	c->rx.len += n;
-	if (c->peer != NULL) /* heard from: once per read, on the cheap clock */
+	if (c->peer != NULL && !atomic_load_explicit(&c->peer->test_cut, memory_order_relaxed))
+		/* heard from: once per read, on the cheap clock */
 		atomic_store_explicit(&c->peer->heard_ms, dgi_coarse_ms(),
 		    memory_order_relaxed);
 	if (process(c) && c->state != C_CLOSED) {

@@ -61,7 +61,13 @@ struct since {
 	uint64_t ms;     /* joined our view at; a floor for "last heard" */
 	bool left;       /* sent LEAVE: failed at once */
 	bool reported;   /* NODE_FAILED sent for the current version */
+	uint64_t acked;  /* the newest of our HEARTBEAT times it echoed (our
+	                    clock): it heard this node then — the lease */
+	int64_t echo;    /* time_ms of its newest HEARTBEAT: echoed in ours */
+	uint64_t resent_ms; /* our TOPOLOGY sent again (it is behind) at */
 };
+
+struct prop;
 
 struct dg_member {
 	_Atomic int refs;              /* the owner + each request in flight */
@@ -100,6 +106,26 @@ struct dg_member {
 	pthread_t typesync;
 	bool typesync_started;
 	dg_node_id typesync_coord;
+	/* the majority (PROTOCOL.md, "Majority"); under mu unless atomic */
+	int policy;                    /* DG_PARTITION_* */
+	const char **voters;           /* topo's voting servers (views into it) */
+	uint32_t nvoters;
+	int32_t *vidx;                 /* per node of topo: its voter index, -1 */
+	uint64_t *vvals;               /* scratch, nvoters */
+	_Atomic uint64_t lease_until;  /* monotonic ms; UINT64_MAX: always */
+	_Atomic bool segmented;
+	uint64_t seg_since;
+	bool leased;                   /* the last check found a lease */
+	uint32_t reachable;            /* voters heard within ft at the last check */
+	struct prop *prop;             /* a change waiting for votes, or NULL */
+	int64_t vote_floor;            /* refusals named this version: go above */
+	int64_t voted_version;         /* this node's own vote */
+	dg_node_id voted_for;
+	uint64_t voted_at;
+	bool hb_answer;                /* the next heartbeats carry DG_HB_ANSWER */
+	bool warned_two;               /* TWO-VOTERS logged */
+	struct dgi_lograte lr_lease;   /* LEASE-LOST */
+	_Atomic uint64_t n_segmented, n_rejoined, n_lease_lost, n_granted, n_refused;
 };
 
 static void member_free(dg_member *m);
@@ -320,6 +346,141 @@ bool dg_member_is_coordinator(dg_member *m)
 	return c;
 }
 
+/* ---- the majority (PROTOCOL.md, "Majority") ---- */
+
+/* A lease lasts half the failure timeout from the newest heartbeat a
+ * majority echoed; a voter accepts a version that removes a node only once
+ * that node was silent, here, for longer than a lease plus a heartbeat
+ * interval.  So a removed node's lease ran out before the majority that
+ * removed it accepted the version that moves its partitions. */
+static uint32_t lease_ms(dg_member *m)
+{
+	return atomic_load_explicit(&m->ft_ms, memory_order_relaxed) / 2;
+}
+
+static uint64_t removal_silence_ms(dg_member *m)
+{
+	return (uint64_t)lease_ms(m) + atomic_load_explicit(&m->hb_ms, memory_order_relaxed);
+}
+
+static bool majority(const dg_member *m)
+{
+	return m->policy == DG_PARTITION_MAJORITY;
+}
+
+/* The voters of t, and each node's index among them, as new arrays (the
+ * caller swaps them in with t).  false: no memory. */
+struct vset {
+	const char **voters;
+	uint32_t n;
+	int32_t *vidx;
+	uint64_t *vals;
+};
+
+static bool vset_of(const dg_topology *t, struct vset *v)
+{
+	uint32_t cap = t->count + t->nbaseline;
+	v->voters = dgi_calloc(cap ? cap : 1, sizeof(*v->voters));
+	v->vidx = dgi_calloc(t->count ? t->count : 1, sizeof(*v->vidx));
+	v->vals = dgi_calloc(cap ? cap : 1, sizeof(*v->vals));
+	if (v->voters == NULL || v->vidx == NULL || v->vals == NULL) {
+		dgi_free(v->voters);
+		dgi_free(v->vidx);
+		dgi_free(v->vals);
+		return false;
+	}
+	v->n = dgi_quorum_voters(t, v->voters, cap);
+	for (uint32_t i = 0; i < t->count; i++)
+		v->vidx[i] = dgi_quorum_index(v->voters, v->n, t->nodes[i].url);
+	return true;
+}
+
+/* The lease from the echoes (mu held).  Under NONE, or with no voter (a
+ * cluster of client nodes), always. */
+static void lease_locked(dg_member *m)
+{
+	if (!majority(m) || m->topo == NULL || m->nvoters == 0) {
+		atomic_store_explicit(&m->lease_until, UINT64_MAX, memory_order_relaxed);
+		return;
+	}
+	dg_node_id self = dg_tp_self(m->tp);
+	memset(m->vvals, 0, m->nvoters * sizeof(*m->vvals));
+	for (uint32_t i = 0; i < m->topo->count; i++) {
+		int32_t v = m->vidx[i];
+		uint64_t x = m->topo->nodes[i].id == self ? UINT64_MAX : m->since[i].acked;
+		if (v >= 0 && x > m->vvals[v])
+			m->vvals[v] = x;
+	}
+	uint64_t until = m->joined ? dgi_lease_until(dgi_quorum_kth(m->vvals, m->nvoters),
+	    lease_ms(m)) : 0;
+	atomic_store_explicit(&m->lease_until, until, memory_order_relaxed);
+}
+
+/* How many voters were heard from (echoed) within the failure timeout,
+ * this node included; a voter that joined our view less than a timeout
+ * ago counts as heard (mu held). */
+static uint32_t reachable_locked(dg_member *m, uint64_t now)
+{
+	if (m->topo == NULL)
+		return 0;
+	dg_node_id self = dg_tp_self(m->tp);
+	uint64_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	memset(m->vvals, 0, m->nvoters * sizeof(*m->vvals));
+	for (uint32_t i = 0; i < m->topo->count; i++) {
+		int32_t v = m->vidx[i];
+		if (v < 0)
+			continue;
+		const struct since *s = &m->since[i];
+		uint64_t x = m->topo->nodes[i].id == self ? UINT64_MAX :
+		    s->acked > s->ms ? s->acked : s->ms;
+		if (x > m->vvals[v])
+			m->vvals[v] = x;
+	}
+	uint32_t n = 0;
+	for (uint32_t v = 0; v < m->nvoters; v++)
+		n += m->vvals[v] == UINT64_MAX || (m->vvals[v] != 0 && now <= m->vvals[v] + ft);
+	return n;
+}
+
+dg_err dg_member_serving(dg_member *m)
+{
+	if (m == NULL)
+		return DG_OK;
+	if (atomic_load_explicit(&m->segmented, memory_order_relaxed))
+		return DG_ERR_SEGMENTED;
+	uint64_t until = atomic_load_explicit(&m->lease_until, memory_order_relaxed);
+	return until == UINT64_MAX || dgi_coarse_ms() < until ? DG_OK : DG_ERR_NOT_READY;
+}
+
+bool dg_member_segmented(dg_member *m)
+{
+	return m != NULL && atomic_load_explicit(&m->segmented, memory_order_relaxed);
+}
+
+void dg_member_quorum_get(dg_member *m, dg_member_quorum *q)
+{
+	memset(q, 0, sizeof(*q));
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&m->mu);
+	q->policy = m->policy;
+	q->segmented = atomic_load(&m->segmented);
+	q->segmented_ms = q->segmented ? now - m->seg_since : 0;
+	q->voters = m->nvoters;
+	q->need = m->nvoters > 0 ? dgi_quorum_need(m->nvoters) : 0;
+	q->reachable = reachable_locked(m, now);
+	uint64_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	for (uint32_t v = 0; v < m->nvoters && q->nreach < DG_QUORUM_REACH_MAX; v++)
+		if (m->vvals[v] == UINT64_MAX || (m->vvals[v] != 0 && now <= m->vvals[v] + ft))
+			snprintf(q->reach[q->nreach++], DG_BASELINE_ADDR_MAX, "%s", m->voters[v]);
+	pthread_mutex_unlock(&m->mu);
+	q->leased = dg_member_serving(m) == DG_OK;
+	q->segmentations = atomic_load(&m->n_segmented);
+	q->rejoins = atomic_load(&m->n_rejoined);
+	q->lease_losses = atomic_load(&m->n_lease_lost);
+	q->votes_granted = atomic_load(&m->n_granted);
+	q->votes_refused = atomic_load(&m->n_refused);
+}
+
 /* Makes t (its reference taken) the current topology if it is newer; under
  * m->mu.  Returns the topology it replaced (the caller releases it), or
  * sets *taken false (t released) when t is not newer.  The listeners get t
@@ -336,7 +497,8 @@ static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken)
 	}
 	struct since *s = dgi_calloc(t->count ? t->count : 1, sizeof(*s));
 	struct tq *q = dgi_alloc(sizeof(*q));
-	if (s == NULL || q == NULL) {
+	struct vset vs;
+	if (s == NULL || q == NULL || !vset_of(t, &vs)) {
 		dgi_free(s);
 		dgi_free(q);
 		dg_topology_release(t);
@@ -348,21 +510,40 @@ static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken)
 		/* (re)joining: a fresh timeout for everyone */
 		s[i].ms = old && m->joined ? old->ms : now;
 		s[i].left = old ? old->left : false;
+		s[i].acked = old ? old->acked : 0;
+		s[i].echo = old ? old->echo : 0;
 	}
 	dg_topology *old = m->topo;
 	dgi_free(m->since);
 	m->since = s;
 	m->topo = t;
+	dgi_free(m->voters);
+	dgi_free(m->vidx);
+	dgi_free(m->vvals);
+	m->voters = vs.voters;
+	m->nvoters = vs.n;
+	m->vidx = vs.vidx;
+	m->vvals = vs.vals;
 	bool member = dg_topology_find(t, dg_tp_self(m->tp)) != NULL;
 	/* out of the cluster's topology: never act as a member of the old
 	 * one — the listeners see a topology without this node (its caches
 	 * own nothing), and the thread joins again as a new member */
 	bool dropped = m->joined && !member;
-	if (dropped && !m->stopping)
+	if (dropped && !m->stopping) {
 		m->rejoin = true;
+		if (majority(m) && !atomic_load(&m->segmented)) {
+			/* out until it joins again: its calls fail at once */
+			atomic_store(&m->segmented, true);
+			m->seg_since = now;
+			atomic_fetch_add(&m->n_segmented, 1);
+		}
+	}
 	if (!member)
 		m->quiet = false;
 	m->joined = member;
+	m->hb_answer = true; /* the next heartbeats ask for an answer: the
+	                        lease under this version at once */
+	lease_locked(m);
 	q->t = hold(t);
 	q->next = NULL;
 	*m->nq_tail = q;
@@ -382,7 +563,14 @@ static void installed(dg_member *m, dg_topology *old, const dg_topology *t)
 	    dg_topology_find(t, self) == NULL;
 	pthread_mutex_lock(&m->mu);
 	bool stopping = m->stopping;
+	bool two = majority(m) && m->topo == t && m->nvoters == 2 && !m->warned_two;
+	if (two)
+		m->warned_two = true;
 	pthread_mutex_unlock(&m->mu);
+	if (two)
+		dgi_log("warn", "TWO-VOTERS", "version=%lld why=\"a cluster of two voting servers under "
+		    "partition_policy=majority stops (DG_ERR_SEGMENTED) when either is unreachable: "
+		    "run three, or set the baseline to three\"", (long long)t->version);
 	for (uint32_t i = 0; i < t->count; i++)
 		if (t->nodes[i].id != dg_tp_self(m->tp))
 			dg_tp_set_address(m->tp, t->nodes[i].id, t->nodes[i].url);
@@ -582,7 +770,7 @@ static bool bl_any_owner(const struct bl *b, const dg_topology_node *nodes, uint
 /* Applies op to b (which holds the current set; with none, the servers of
  * nodes stand for it).  Returns why it is refused, or NULL. */
 static const char *bl_apply(struct bl *b, const dg_topology_node *nodes, uint32_t n,
-    int op, const dg_str *addrs, uint32_t naddrs)
+    int op, const dg_str *addrs, uint32_t naddrs, bool need_majority)
 {
 	if (op < DG_BASELINE_SET || op > DG_BASELINE_REMOVE)
 		return "unknown operation (set, add or remove)";
@@ -618,6 +806,21 @@ static const char *bl_apply(struct bl *b, const dg_topology_node *nodes, uint32_
 	bl_normalize(b);
 	if (!bl_any_owner(b, nodes, n))
 		return "no online server node would own data (a baseline needs at least one)";
+	if (need_majority) {
+		/* the baseline is the voting set: one without a majority online
+		 * would stop the cluster at once (PROTOCOL.md, "Majority") */
+		uint32_t online = 0;
+		for (uint32_t i = 0; i < b->n; i++) {
+			bool on = false;
+			for (uint32_t k = 0; k < n && !on; k++)
+				on = !(nodes[k].attrs & DG_NODE_CLIENT) &&
+				    str_cmp(b->a[i], str_of(nodes[k].url)) == 0;
+			online += on;
+		}
+		if (online < dgi_quorum_need(b->n))
+			return "fewer than a majority of it online: under partition_policy=majority "
+			    "the cluster would stop";
+	}
 	return NULL;
 }
 
@@ -660,12 +863,285 @@ struct change {
 	int op;
 	const dg_str *addrs;
 	uint32_t naddrs;
+	/* a request to answer once a majority decided (JOIN: JOIN_ACK, with
+	 * join_ack's timings and order; BASELINE: BASELINE_ACK), or NULL */
+	const dg_msg_in *req;
+	dg_msg_join_ack join_ack;
+	bool wait;                /* wait here for the majority's answer */
 	/* out */
 	int64_t version;          /* the version installed (or the current one) */
 	int64_t order;            /* the joiner's */
 	bool changed;
+	bool pending;             /* req will be answered when the votes are in */
 	const char *why;          /* DG_ERR_INVAL: the reason */
 };
+
+/* A version waiting for a majority of the voters of the one before it
+ * (PROTOCOL.md, "Majority").  One at a time (m->prop); each TOPO_PROPOSE
+ * in flight and each waiter hold a reference (under m->mu). */
+enum { PROP_PENDING, PROP_DONE, PROP_ABANDONED };
+
+struct prop {
+	int refs;
+	int state;
+	bool sending;             /* votes still being sent: not decided yet */
+	dg_topology *cur, *t;     /* held */
+	const char **voters;      /* cur's (views into cur) */
+	uint32_t nvoters, need, granted;
+	bool *got;                /* per voter */
+	uint32_t sent, answered;
+	int64_t refused_above;    /* the highest version a refusal named */
+	dg_node_id drop_hint;     /* a node dropped (for the log) */
+	uint32_t ndrop;
+	/* the request to answer once decided */
+	dg_msg_type kind;         /* DG_MSG_JOIN, DG_MSG_BASELINE, or UNKNOWN */
+	dg_msg_in req;            /* type, flags, corr and from only */
+	dg_msg_join_ack join_ack;
+	dg_node_id joiner;
+	uint64_t started;
+};
+
+struct vote {
+	dg_member *m;
+	struct prop *p;
+	int32_t idx;
+};
+
+static void prop_release(dg_member *m, struct prop *p)
+{
+	pthread_mutex_lock(&m->mu);
+	bool last = --p->refs == 0;
+	pthread_mutex_unlock(&m->mu);
+	if (!last)
+		return;
+	dg_topology_release(p->cur);
+	dg_topology_release(p->t);
+	dgi_free(p->voters);
+	dgi_free(p->got);
+	dgi_free(p);
+}
+
+/* A new proposal of t after cur (mu held), with this node's vote and the
+ * joiner's (its JOIN is its vote for its own address) counted.  *direct:
+ * those make a majority already (one voter, or two and the joiner). */
+static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology *t,
+    const struct change *ch, bool *direct)
+{
+	*direct = false;
+	struct prop *p = dgi_calloc(1, sizeof(*p));
+	uint32_t cap = cur->count + cur->nbaseline;
+	if (p == NULL || (p->voters = dgi_calloc(cap ? cap : 1, sizeof(char *))) == NULL ||
+	    (p->got = dgi_calloc(cap ? cap : 1, sizeof(bool))) == NULL) {
+		if (p != NULL)
+			dgi_free(p->voters);
+		dgi_free(p);
+		return NULL;
+	}
+	p->nvoters = dgi_quorum_voters(cur, p->voters, cap);
+	p->need = p->nvoters > 0 ? dgi_quorum_need(p->nvoters) : 0;
+	int32_t me = dgi_quorum_index(p->voters, p->nvoters, dg_tp_address(m->tp));
+	if (me >= 0 && !p->got[me]) {
+		p->got[me] = true;
+		p->granted++;
+	}
+	/* a JOIN (a joiner, or a member rejoining: TOPOLOGY-RESYNC) is its
+	 * sender's vote for its own address */
+	const dg_msg_join *jn = ch->add != NULL ? ch->add :
+	    ch->req != NULL && ch->req->type == DG_MSG_JOIN ? ch->req->body : NULL;
+	if (jn != NULL && jn->address.len < 256) {
+		char url[256];
+		memcpy(url, jn->address.ptr, jn->address.len);
+		url[jn->address.len] = 0;
+		int32_t j = dgi_quorum_index(p->voters, p->nvoters, url);
+		if (j >= 0 && !p->got[j]) {
+			p->got[j] = true;
+			p->granted++;
+		}
+	}
+	/* a voter that left (LEAVE) serves nothing and votes no more: its
+	 * LEAVE is its vote for the versions without it */
+	for (uint32_t i = 0; i < cur->count && m->since != NULL && m->topo == cur; i++) {
+		int32_t k = m->since[i].left ?
+		    dgi_quorum_index(p->voters, p->nvoters, cur->nodes[i].url) : -1;
+		if (k >= 0 && !p->got[k]) {
+			p->got[k] = true;
+			p->granted++;
+		}
+	}
+	if (p->granted >= p->need) {
+		*direct = true;
+		dgi_free(p->voters);
+		dgi_free(p->got);
+		dgi_free(p);
+		return NULL;
+	}
+	p->refs = 1; /* m->prop's */
+	p->state = PROP_PENDING;
+	p->sending = true;
+	p->cur = hold(cur);
+	p->t = hold(t);
+	p->ndrop = (uint32_t)ch->ndrop;
+	p->drop_hint = ch->ndrop > 0 ? ch->drop[0] : 0;
+	p->started = dgi_now_ms();
+	if (ch->req != NULL && (ch->req->type == DG_MSG_JOIN || ch->req->type == DG_MSG_BASELINE)) {
+		p->kind = ch->req->type;
+		p->req = *ch->req;
+		p->req.body = NULL;
+		p->req.raw = NULL;
+		p->req.raw_len = 0;
+		p->join_ack = ch->join_ack;
+		p->joiner = ch->add != NULL ? (dg_node_id)ch->add->node_id : 0;
+	}
+	return p;
+}
+
+/* Decides p when it can be (mu held): DONE installs its version (*old: the
+ * one replaced, *installed set), ABANDONED leaves it.  Returns the new
+ * state (PROP_PENDING: not yet). */
+static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, bool *installed)
+{
+	*old = NULL;
+	*installed = false;
+	if (p->state != PROP_PENDING)
+		return PROP_PENDING;
+	bool won = p->granted >= p->need;
+	if (!won && (p->sending || p->answered < p->sent))
+		return PROP_PENDING;
+	if (won && m->topo == p->cur && m->joined && !m->stopping) {
+		bool taken;
+		*old = install_locked(m, hold(p->t), &taken);
+		*installed = taken;
+		p->state = taken ? PROP_DONE : PROP_ABANDONED;
+	} else {
+		/* refused, unanswered, or the topology moved on meanwhile */
+		p->state = PROP_ABANDONED;
+	}
+	if (p->refused_above > m->vote_floor)
+		m->vote_floor = p->refused_above;
+	if (m->prop == p) {
+		m->prop = NULL;
+		p->refs--; /* m->prop's (the caller holds one) */
+	}
+	pthread_cond_broadcast(&m->cv);
+	return p->state;
+}
+
+static void log_baseline(dg_member *m, const struct change *ch);
+
+/* After prop_decide_locked, outside mu: broadcast, log, answer. */
+static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *old, bool inst)
+{
+	if (state == PROP_PENDING)
+		return;
+	if (state == PROP_DONE) {
+		if (inst)
+			installed(m, old, p->t);
+		broadcast(m, p->t);
+		dgi_log("info", "TOPOLOGY-AGREED", "version=%lld votes=%u of=%u took_ms=%llu",
+		    (long long)p->t->version, p->granted, p->nvoters,
+		    (unsigned long long)(dgi_now_ms() - p->started));
+	} else {
+		dgi_log("warn", "TOPOLOGY-NOT-AGREED", "version=%lld votes=%u need=%u of=%u "
+		    "answered=%u refused_above=%lld dropped=%u node=%016llx",
+		    (long long)p->t->version, p->granted, p->need, p->nvoters, p->answered,
+		    (long long)p->refused_above, p->ndrop, (unsigned long long)p->drop_hint);
+	}
+	if (p->kind == DG_MSG_JOIN) {
+		if (state == PROP_DONE) {
+			const dg_topology_node *j = dg_topology_find(p->t, p->joiner);
+			dg_msg_join_ack ack = p->join_ack;
+			ack.topology_version = p->t->version;
+			if (j != NULL)
+				ack.order = j->order;
+			if (p->joiner != 0)
+				dgi_log("info", "NODE-JOINED", "node=%016llx order=%lld version=%lld",
+				    (unsigned long long)p->joiner, (long long)ack.order,
+				    (long long)ack.topology_version);
+			dg_tp_reply(m->tp, &p->req, DG_MSG_JOIN_ACK, &ack);
+		} else {
+			dg_tp_reply_error(m->tp, &p->req, DG_ERR_NOT_READY);
+		}
+	} else if (p->kind == DG_MSG_BASELINE) {
+		if (state == PROP_DONE) {
+			struct change ch = { .op = 0, .version = p->t->version, .changed = true };
+			log_baseline(m, &ch);
+			dg_msg_baseline_ack ack = { p->t->version, 1 };
+			dg_tp_reply(m->tp, &p->req, DG_MSG_BASELINE_ACK, &ack);
+		} else {
+			dg_tp_reply_error(m->tp, &p->req, DG_ERR_NOT_READY);
+		}
+	}
+	if (!inst)
+		dg_topology_release(old); /* (installed() released it) */
+}
+
+static void vote_done(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct vote *v = ctx;
+	dg_member *m = v->m;
+	struct prop *p = v->p;
+	const dg_msg_topo_vote *r = err == DG_OK ? reply->body : NULL;
+	dg_topology *old;
+	bool inst;
+	pthread_mutex_lock(&m->mu);
+	p->answered++;
+	if (r != NULL && r->granted == 1) {
+		if (v->idx >= 0 && !p->got[v->idx]) {
+			p->got[v->idx] = true;
+			p->granted++;
+		}
+	} else if (r != NULL && r->version > p->refused_above) {
+		p->refused_above = r->version;
+	}
+	int st = prop_decide_locked(m, p, &old, &inst);
+	pthread_mutex_unlock(&m->mu);
+	prop_finish(m, p, st, old, inst);
+	prop_release(m, p);
+	member_put(m);
+	dgi_free(v);
+}
+
+/* Sends p's TOPO_PROPOSE to every voter of its base (but the nodes it
+ * drops, silent by now), then decides what the sends alone decide (every
+ * one failed at once).  Outside mu; holds a reference to p meanwhile. */
+static void prop_send(dg_member *m, struct prop *p, const struct change *ch)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_err e = topo_encode_reg(m, p->t, &b);
+	dg_msg_topo_propose body = { p->cur->version, { b.data, (uint32_t)b.len } };
+	uint32_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	uint32_t timeout = ft / 2 > 100 ? ft / 2 : 100;
+	for (uint32_t i = 0; e == DG_OK && i < p->cur->count; i++) {
+		const dg_topology_node *n = &p->cur->nodes[i];
+		int32_t idx = dgi_quorum_index(p->voters, p->nvoters, n->url);
+		bool dropped = false;
+		for (size_t k = 0; k < ch->ndrop; k++)
+			dropped |= ch->drop[k] == n->id;
+		if (idx < 0 || p->got[idx] || dropped || n->id == dg_tp_self(m->tp))
+			continue;
+		struct vote *v = dgi_alloc(sizeof(*v));
+		if (v == NULL)
+			break;
+		v->m = member_get(m);
+		v->p = p;
+		v->idx = idx;
+		pthread_mutex_lock(&m->mu);
+		p->refs++;
+		p->sent++;
+		pthread_mutex_unlock(&m->mu);
+		if (dg_tp_request(m->tp, n->id, DG_MSG_TOPO_PROPOSE, &body, timeout, vote_done, v) != DG_OK)
+			vote_done(v, DG_ERR_UNREACHABLE, NULL);
+	}
+	dg_buf_free(&b);
+	dg_topology *old;
+	bool inst;
+	pthread_mutex_lock(&m->mu);
+	p->sending = false;
+	int st = prop_decide_locked(m, p, &old, &inst);
+	pthread_mutex_unlock(&m->mu);
+	prop_finish(m, p, st, old, inst);
+}
 
 /* The nodes of cur without ch->drop, plus ch->add (url: its storage). */
 static uint32_t next_nodes(const dg_topology *cur, struct change *ch,
@@ -731,6 +1207,13 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		dgi_free(bl);
 		return m->joined ? DG_ERR_NOT_READY : DG_ERR_STATE;
 	}
+	if (m->prop != NULL) {
+		/* one change at a time: the caller asks again (a joiner, the
+		 * next heartbeat round) once the majority answered this one */
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		return DG_ERR_BUSY;
+	}
 	dg_topology *cur = m->topo;
 	uint32_t n = next_nodes(cur, ch, nodes, url);
 	if (n > DG_TOPOLOGY_MAX) {
@@ -743,7 +1226,7 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 	bl_of(bl, cur);
 	ch->version = cur->version;
 	if (ch->rebase &&
-	    (ch->why = bl_apply(bl, nodes, n, ch->op, ch->addrs, ch->naddrs)) != NULL) {
+	    (ch->why = bl_apply(bl, nodes, n, ch->op, ch->addrs, ch->naddrs, majority(m))) != NULL) {
 		pthread_mutex_unlock(&m->mu);
 		dgi_free(bl);
 		return DG_ERR_INVAL;
@@ -752,9 +1235,12 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 	ch->changed = ch->add != NULL || n != cur->count || bits || !bl_same(bl, cur) ||
 	    ch->force;
 	dg_topology *t = NULL, *old = NULL;
-	bool taken = false;
+	struct prop *p = NULL;
+	bool taken = false, direct = true;
 	if (ch->changed) {
 		int64_t next = cur->version + 1;
+		if (m->vote_floor >= next && m->vote_floor < INT64_MAX / 2)
+			next = m->vote_floor + 1; /* a voter accepted that one already */
 		if (ch->add != NULL && ch->add->floor >= next && ch->add->floor < INT64_MAX / 2)
 			next = ch->add->floor + 1;
 		if (ch->force && ch->floor >= next && ch->floor < INT64_MAX / 2)
@@ -765,7 +1251,19 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 		 * JOIN on a transport thread) make two versions, one after the
 		 * other — never two different topologies of one version, the
 		 * loser broadcast and acknowledged all the same */
-		if (t != NULL) {
+		if (t != NULL && majority(m)) {
+			p = prop_new_locked(m, cur, t, ch, &direct);
+			if (p == NULL && !direct) {
+				dg_topology_release(t);
+				t = NULL;
+			}
+		}
+		if (p != NULL) {
+			m->prop = p;
+			p->refs++; /* this call's, until the votes are sent */
+			if (ch->wait)
+				p->refs++;
+		} else if (t != NULL) {
 			hold(t);
 			old = install_locked(m, t, &taken);
 		}
@@ -774,6 +1272,28 @@ static dg_err change_apply(dg_member *m, struct change *ch)
 	dgi_free(bl);
 	if (!ch->changed)
 		return DG_OK; /* e.g. a failure report raced the coordinator's own check */
+	if (p != NULL) {
+		/* a majority of the voters of cur decides; the request (if
+		 * any) is answered then */
+		ch->version = t->version;
+		ch->pending = p->kind != DG_MSG_UNKNOWN;
+		dg_topology_release(t);
+		prop_send(m, p, ch);
+		prop_release(m, p);
+		if (!ch->wait)
+			return DG_OK;
+		uint64_t deadline = dgi_now_ms() + atomic_load(&m->ft_ms);
+		pthread_mutex_lock(&m->mu);
+		while (p->state == PROP_PENDING && dgi_now_ms() < deadline) {
+			struct timespec ts;
+			dgi_abstime_in(&ts, 20);
+			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		}
+		int st = p->state;
+		pthread_mutex_unlock(&m->mu);
+		prop_release(m, p);
+		return st == PROP_DONE ? DG_OK : DG_ERR_NOT_READY;
+	}
 	if (t == NULL || !taken) {
 		dg_topology_release(t);
 		return DG_ERR_NOMEM;
@@ -866,11 +1386,16 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dg_topology_release(cur);
 	}
 	if (have == NULL) {
-		dg_err e = change(m, NULL, 0, j, &ack.topology_version, &ack.order);
+		struct change ch = { .add = j, .req = in, .join_ack = ack };
+		dg_err e = change_apply(m, &ch);
 		if (e != DG_OK) {
 			dg_tp_reply_error(tp, in, e);
 			return;
 		}
+		if (ch.pending)
+			return; /* answered once the voters accepted it */
+		ack.topology_version = ch.version;
+		ack.order = ch.order;
 		dgi_log("info", "NODE-JOINED", "node=%016llx order=%lld version=%lld",
 		    (unsigned long long)j->node_id, (long long)ack.order,
 		    (long long)ack.topology_version);
@@ -879,12 +1404,14 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		 * told it is out by a version this coordinator has not seen:
 		 * a version above that one puts it, and everyone, on this
 		 * topology (it would wait for one forever otherwise) */
-		struct change ch = { .force = true, .floor = j->floor };
+		struct change ch = { .force = true, .floor = j->floor, .req = in, .join_ack = ack };
 		dg_err e = change_apply(m, &ch);
 		if (e != DG_OK) {
 			dg_tp_reply_error(tp, in, e);
 			return;
 		}
+		if (ch.pending)
+			return;
 		dgi_log("warn", "TOPOLOGY-RESYNC", "rejoined_by=%016llx their_version=%lld version=%lld",
 		    (unsigned long long)j->node_id, (long long)j->floor, (long long)ch.version);
 		ack.topology_version = ch.version;
@@ -937,10 +1464,17 @@ static void log_baseline(dg_member *m, const struct change *ch)
 
 /* Coordinator: applies a baseline change (addrs: views valid meanwhile). */
 static dg_err rebase(dg_member *m, int op, const dg_str *addrs, uint32_t n,
-    dg_msg_baseline_ack *ack, const char **why)
+    const dg_msg_in *req, dg_msg_baseline_ack *ack, const char **why, bool *pending)
 {
-	struct change ch = { .rebase = true, .op = op, .addrs = addrs, .naddrs = n };
+	/* from a BASELINE request: answered once the voters accepted it; from
+	 * this node's own caller: waits for them */
+	struct change ch = { .rebase = true, .op = op, .addrs = addrs, .naddrs = n,
+		.req = req, .wait = req == NULL };
 	dg_err e = change_apply(m, &ch);
+	if (pending != NULL)
+		*pending = e == DG_OK && ch.pending;
+	if (e == DG_OK && ch.pending)
+		return DG_OK;
 	if (e == DG_ERR_INVAL && ch.why != NULL) {
 		dgi_log("warn", "BASELINE-REFUSED", "why=\"%s\"", ch.why);
 		if (why != NULL)
@@ -976,9 +1510,12 @@ static void on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_err e = addrs == NULL ? DG_ERR_NOMEM : addrs_decode(m, &b->addrs, addrs, &n);
 	if (e == DG_OK && (b->op < INT32_MIN || b->op > INT32_MAX))
 		e = DG_ERR_INVAL;
+	bool pending = false;
 	if (e == DG_OK)
-		e = rebase(m, (int)b->op, addrs, n, &ack, NULL);
+		e = rebase(m, (int)b->op, addrs, n, in, &ack, NULL, &pending);
 	dgi_free(addrs);
+	if (e == DG_OK && pending)
+		return;
 	if (e != DG_OK) {
 		dg_tp_reply_error(tp, in, e);
 		return;
@@ -1022,6 +1559,27 @@ static void on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	uint64_t now = dgi_now_ms();
 	pthread_mutex_lock(&m->mu);
 	bool member = m->topo != NULL && dg_topology_find(m->topo, in->from) != NULL;
+	struct since *s = member ? since_of(m, in->from) : NULL;
+	bool answer = false;
+	dg_topology *behind = NULL;
+	int64_t version = m->topo != NULL ? m->topo->version : 0;
+	if (s != NULL) {
+		/* the lease: it heard this node's heartbeat of echo_ms */
+		s->echo = hb->time_ms;
+		if (hb->echo_ms > 0 && (uint64_t)hb->echo_ms > s->acked &&
+		    (uint64_t)hb->echo_ms <= now) {
+			s->acked = (uint64_t)hb->echo_ms;
+			lease_locked(m);
+		}
+		answer = (hb->flags & DG_HB_ANSWER) && m->joined && !m->stopping;
+		if (m->joined && !m->stopping && hb->topology_version < version &&
+		    now >= s->resent_ms + 1000) {
+			/* a member behind (the TOPOLOGY was lost, or it was cut
+			 * off): this one again, at most once a second */
+			s->resent_ms = now;
+			behind = hold(m->topo);
+		}
+	}
 	dg_topology *t = NULL;
 	if (m->topo != NULL && m->joined && !m->stopping && !member &&
 	    hb->topology_version <= m->topo->version)
@@ -1036,6 +1594,14 @@ static void on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	if (t != NULL) {
 		tell_removed(m, in->from, t, hb->topology_version);
 		dg_topology_release(t);
+	}
+	if (answer) {
+		dg_msg_heartbeat back = { version, (int64_t)now, hb->time_ms, 0 };
+		dg_tp_send(m->tp, in->from, DG_MSG_HEARTBEAT, &back);
+	}
+	if (behind != NULL) {
+		topo_send(m, behind, in->from);
+		dg_topology_release(behind);
 	}
 }
 
@@ -1109,6 +1675,75 @@ static void on_leave(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	pthread_cond_broadcast(&m->cv); /* the thread acts on it now */
 	pthread_mutex_unlock(&m->mu);
 	dgi_log("info", "NODE-LEFT", "node=%016llx", (unsigned long long)in->from);
+}
+
+/* TOPO_PROPOSE (PROTOCOL.md, "Majority"): a voter accepts a version from
+ * a member of it when the version is above every one it installed or
+ * accepted for another coordinator lately, and every node it drops left
+ * or was silent here for longer than a lease plus a heartbeat (whatever
+ * lease such a node held ran out before this vote).  It never accepts its
+ * own removal. */
+static const char *vote_locked(dg_member *m, const dg_topology *t, int64_t base,
+    dg_node_id from, uint64_t now)
+{
+	dg_node_id self = dg_tp_self(m->tp);
+	int64_t mine = m->topo != NULL ? m->topo->version : 0;
+	if (m->topo == NULL || !m->joined || m->stopping)
+		return "not a member";
+	if (atomic_load(&m->segmented))
+		return "segmented";
+	if (t->version <= mine || base < mine)
+		return "not newer than this voter's topology";
+	if (m->voted_version >= t->version && m->voted_for != from &&
+	    now < m->voted_at + 2 * (uint64_t)atomic_load(&m->ft_ms))
+		return "accepted another coordinator's version";
+	if (dg_topology_find(t, from) == NULL)
+		return "the proposer is not in it";
+	if (dg_topology_find(t, self) == NULL)
+		return "it removes this voter";
+	uint64_t quiet = removal_silence_ms(m);
+	for (uint32_t i = 0; i < m->topo->count; i++) {
+		const dg_topology_node *n = &m->topo->nodes[i];
+		if (dg_topology_find(t, n->id) != NULL || n->id == self)
+			continue;
+		const struct since *s = &m->since[i];
+		uint64_t heard = dg_tp_last_heard(m->tp, n->id);
+		if (heard < s->ms)
+			heard = s->ms;
+		if (!s->left && now < heard + quiet)
+			return "it removes a node heard from lately";
+	}
+	return NULL;
+}
+
+static void on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_topo_propose *b = in->body;
+	dg_topology *t;
+	if (topo_decode(m, &b->topology, &t) != DG_OK) {
+		dg_tp_reply_error(tp, in, DG_ERR_BAD_LENGTH);
+		return;
+	}
+	uint64_t now = dgi_now_ms();
+	dg_msg_topo_vote v = { 0, 0 };
+	pthread_mutex_lock(&m->mu);
+	const char *why = vote_locked(m, t, b->base, in->from, now);
+	int64_t mine = m->topo != NULL ? m->topo->version : 0;
+	v.version = m->voted_version > mine ? m->voted_version : mine;
+	if (why == NULL) {
+		m->voted_version = t->version;
+		m->voted_for = in->from;
+		m->voted_at = now;
+		v.granted = 1;
+	}
+	pthread_mutex_unlock(&m->mu);
+	atomic_fetch_add(why == NULL ? &m->n_granted : &m->n_refused, 1);
+	if (why != NULL)
+		dgi_log("info", "VOTE-REFUSED", "version=%lld from=%016llx own_version=%lld why=\"%s\"",
+		    (long long)t->version, (unsigned long long)in->from, (long long)mine, why);
+	dg_topology_release(t);
+	dg_tp_reply(tp, in, DG_MSG_TOPO_VOTE, &v);
 }
 
 /* ---- cluster-wide types ---- */
@@ -1402,7 +2037,7 @@ static bool join_transient(dg_err e)
 {
 	return e == DG_OK || e == DG_ERR_TIMEOUT || e == DG_ERR_CLOSED ||
 	    e == DG_ERR_CONN_BROKEN || e == DG_ERR_BUSY || e == DG_ERR_UNREACHABLE ||
-	    e == DG_ERR_NET || e == DG_ERR_NOT_READY;
+	    e == DG_ERR_NET || e == DG_ERR_NOT_READY || e == DG_ERR_SEGMENTED;
 }
 
 static uint32_t attempt_ms(uint64_t deadline)
@@ -1581,7 +2216,7 @@ static dg_err precheck(dg_member *m, int op, const char *const *addrs, size_t n,
 	}
 	if (e == DG_OK) {
 		bl_of(b, m->topo);
-		*why = bl_apply(b, m->topo->nodes, m->topo->count, op, a, (uint32_t)n);
+		*why = bl_apply(b, m->topo->nodes, m->topo->count, op, a, (uint32_t)n, majority(m));
 		e = *why != NULL ? DG_ERR_INVAL : DG_OK;
 	}
 	pthread_mutex_unlock(&m->mu);
@@ -1605,7 +2240,7 @@ static dg_err baseline_once(dg_member *m, int op, const char *const *addrs, size
 		return DG_ERR_NOMEM;
 	for (size_t i = 0; i < n; i++)
 		a[i] = str_of(addrs[i]);
-	dg_err e = rebase(m, op, a, (uint32_t)n, ack, why);
+	dg_err e = rebase(m, op, a, (uint32_t)n, NULL, ack, why, NULL);
 	dgi_free(a);
 	return e;
 }
@@ -1729,22 +2364,74 @@ static void tick(dg_member *m)
 		self_paused(m, now, gap);
 	else if (m->quiet && now >= m->quiet_until)
 		quiet_over(m);
-	for (uint32_t i = 0; i < t->count && nfailed < 64; i++)
+	/* the majority: segmented while fewer than a majority of the voters
+	 * answered within the failure timeout; meanwhile nobody is failed
+	 * (the silence may be this side's) and no version is issued */
+	int seg_change = 0;
+	uint32_t reach = 0;
+	if (majority(m) && m->nvoters > 0) {
+		lease_locked(m);
+		reach = reachable_locked(m, now);
+		m->reachable = reach;
+		bool seg = reach < dgi_quorum_need(m->nvoters);
+		if (seg && !atomic_load(&m->segmented)) {
+			atomic_store(&m->segmented, true);
+			m->seg_since = now;
+			atomic_fetch_add(&m->n_segmented, 1);
+			seg_change = 1;
+		} else if (!seg && atomic_load(&m->segmented) && !m->rejoin) {
+			atomic_store(&m->segmented, false);
+			atomic_fetch_add(&m->n_rejoined, 1);
+			seg_change = -1;
+		}
+	}
+	bool leased = dg_member_serving(m) == DG_OK;
+	bool lost = m->leased && !leased && !atomic_load(&m->segmented);
+	m->leased = leased;
+	bool segmented = atomic_load(&m->segmented);
+	uint64_t seg_ms = now - m->seg_since;
+	uint32_t nvoters = m->nvoters;
+	for (uint32_t i = 0; i < t->count && nfailed < 64 && !segmented; i++)
 		if (failed_locked(m, &t->nodes[i], now))
 			failed[nfailed++] = t->nodes[i].id;
 	coord = coordinator_locked(m, now);
 	version = t->version;
+	/* every member gets a heartbeat echoing its latest one; after a new
+	 * version, or without a lease, asking for an answer at once */
+	int64_t *echo = dgi_calloc(t->count ? t->count : 1, sizeof(*echo));
+	for (uint32_t i = 0; echo != NULL && i < t->count; i++)
+		echo[i] = m->since[i].echo;
+	int64_t flags = m->hb_answer || !leased ? DG_HB_ANSWER : 0;
+	m->hb_answer = false;
 	pthread_mutex_unlock(&m->mu);
+	if (lost) {
+		atomic_fetch_add(&m->n_lease_lost, 1);
+		uint32_t sup;
+		if (dgi_lograte_due(&m->lr_lease, now, 1000, &sup))
+			dgi_log("warn", "LEASE-LOST", "node=%016llx version=%lld repeated=%u "
+			    "why=\"no majority echoed a heartbeat within the lease\"",
+			    (unsigned long long)dg_tp_self(tp), (long long)version, sup);
+	}
+	if (seg_change > 0)
+		dgi_log("warn", "SEGMENTED", "node=%016llx version=%lld reachable=%u voters=%u need=%u "
+		    "why=\"no majority of the voting servers answered within the failure timeout\"",
+		    (unsigned long long)dg_tp_self(tp), (long long)version, reach, nvoters,
+		    nvoters > 0 ? dgi_quorum_need(nvoters) : 0);
+	else if (seg_change < 0)
+		dgi_log("info", "REJOINED", "node=%016llx version=%lld reachable=%u voters=%u "
+		    "segmented_ms=%llu how=quorum", (unsigned long long)dg_tp_self(tp),
+		    (long long)version, reach, nvoters, (unsigned long long)seg_ms);
 
-	dg_msg_heartbeat hb = { version, (int64_t)now };
 	for (uint32_t i = 0; i < t->count; i++) {
 		dg_node_id id = t->nodes[i].id;
 		bool dead = false;
 		for (size_t k = 0; k < nfailed; k++)
 			dead |= failed[k] == id;
+		dg_msg_heartbeat hb = { version, (int64_t)now, echo != NULL ? echo[i] : 0, flags };
 		if (id != dg_tp_self(tp) && !dead)
 			dg_tp_send(tp, id, DG_MSG_HEARTBEAT, &hb);
 	}
+	dgi_free(echo);
 	if (nfailed > 0) {
 		if (coord == dg_tp_self(tp)) {
 			for (size_t k = 0; k < nfailed; k++) {
@@ -1825,6 +2512,7 @@ static void rejoin(dg_member *m)
 	dgi_log("info", "REJOIN-START", "node=%016llx version=%lld candidates=%zu",
 	    (unsigned long long)dg_tp_self(m->tp), (long long)(t != NULL ? t->version : 0), n);
 	uint64_t start = dgi_now_ms(), reached = start;
+	uint32_t backoff = 50;   /* ms between rounds while nobody answers */
 	dg_err last = DG_OK;
 	bool joined = false, stopping = false;
 	while (urls != NULL) {
@@ -1838,9 +2526,14 @@ static void rejoin(dg_member *m)
 		if (joined || stopping)
 			break;
 		now = dgi_now_ms();
-		if (e != DG_ERR_UNREACHABLE)
+		if (e != DG_ERR_UNREACHABLE) {
 			reached = now; /* someone is there: keep asking */
-		else if (now - reached >= m->cfg.join_timeout_ms) {
+			backoff = 50;
+		} else if (majority(m)) {
+			/* never a cluster of its own: the majority is somewhere
+			 * (a partition heals); ask again, backing off to 2 s */
+			backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+		} else if (now - reached >= m->cfg.join_timeout_ms) {
 			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp),
 				m->cfg.attrs & ~DG_NODE_STANDBY };
 			dg_topology *own = topo_new(m->cfg.version_floor + 1, &self, 1, NULL);
@@ -1860,7 +2553,8 @@ static void rejoin(dg_member *m)
 		last = e;
 		pthread_mutex_lock(&m->mu);
 		struct timespec ts;
-		dgi_abstime_in(&ts, 100);
+		/* jittered: the nodes of a healed side do not ask in step */
+		dgi_abstime_in(&ts, backoff / 2 + (uint32_t)(dgi_now_ms() * 2654435761u % (backoff / 2 + 1)));
 		if (!m->stopping)
 			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
 		pthread_mutex_unlock(&m->mu);
@@ -1871,6 +2565,13 @@ static void rejoin(dg_member *m)
 	 * round of the thread tries again */
 	m->rejoin = !m->joined && !m->stopping;
 	m->tick_ms = dgi_now_ms(); /* the time spent here was no pause */
+	uint64_t seg_ms = 0;
+	bool healed = m->joined && atomic_load(&m->segmented);
+	if (healed) {
+		atomic_store(&m->segmented, false);
+		atomic_fetch_add(&m->n_rejoined, 1);
+		seg_ms = m->tick_ms - m->seg_since;
+	}
 	const dg_topology_node *me = m->joined ? dg_topology_find(m->topo, dg_tp_self(m->tp)) : NULL;
 	int64_t order = me != NULL ? me->order : 0, version = m->topo != NULL ? m->topo->version : 0;
 	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
@@ -1882,17 +2583,27 @@ static void rejoin(dg_member *m)
 	dgi_log("info", "NODE-REJOINED", "node=%016llx order=%lld version=%lld took_ms=%llu",
 	    (unsigned long long)dg_tp_self(m->tp), (long long)order, (long long)version,
 	    (unsigned long long)(dgi_now_ms() - start));
+	if (healed)
+		dgi_log("info", "REJOINED", "node=%016llx version=%lld segmented_ms=%llu how=rejoin",
+		    (unsigned long long)dg_tp_self(m->tp), (long long)version,
+		    (unsigned long long)seg_ms);
 	typesync_start(m, coord);
 }
 
 static void *member_thread(void *arg)
 {
 	dg_member *m = arg;
+	bool first = true;
 	pthread_mutex_lock(&m->mu);
 	while (!m->stopping) {
 		struct timespec ts;
 		dgi_abstime_in(&ts, atomic_load_explicit(&m->hb_ms, memory_order_relaxed));
-		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		/* the first round at once: a node that just joined asks the
+		 * members for the echoes of its lease without waiting an
+		 * interval */
+		if (!first)
+			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		first = false;
 		if (m->stopping)
 			break;
 		uint32_t stall = m->test_stall_ms;
@@ -1963,6 +2674,9 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	if (m->cfg.heartbeat_ms == 0)
 		m->cfg.heartbeat_ms = m->cfg.failure_timeout_ms / 5 ? m->cfg.failure_timeout_ms / 5 : 1;
 	atomic_init(&m->ft_ms, m->cfg.failure_timeout_ms);
+	m->policy = cfg->partition_policy == DG_PARTITION_NONE ? DG_PARTITION_NONE :
+	    DG_PARTITION_MAJORITY;
+	atomic_init(&m->lease_until, 0);
 	atomic_init(&m->hb_ms, m->cfg.heartbeat_ms);
 	if (m->cfg.join_timeout_ms == 0)
 		m->cfg.join_timeout_ms = 10000;
@@ -1993,6 +2707,7 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	dg_tp_handle(tp, DG_MSG_TYPES_SNAPSHOT, on_types_snapshot, m);
 	dg_tp_handle(tp, DG_MSG_BASELINE, on_baseline, m);
 	dg_tp_handle(tp, DG_MSG_REMOVED, on_removed, m);
+	dg_tp_handle(tp, DG_MSG_TOPO_PROPOSE, on_topo_propose, m);
 	dg_registry_set_hook(m->reg, propose, m);
 	if (pthread_create(&m->notifier, NULL, notifier_thread, m) != 0) {
 		dg_member_stop(m);
@@ -2056,6 +2771,7 @@ static void member_stop(dg_member *m, bool leave)
 		dg_tp_handle(m->tp, (dg_msg_type)type, NULL, NULL);
 	dg_tp_handle(m->tp, DG_MSG_BASELINE, NULL, NULL);
 	dg_tp_handle(m->tp, DG_MSG_REMOVED, NULL, NULL);
+	dg_tp_handle(m->tp, DG_MSG_TOPO_PROPOSE, NULL, NULL);
 	dg_tp_quiesce(m->tp);
 	member_put(m);
 }
@@ -2074,6 +2790,16 @@ static void member_free(dg_member *m)
 		dgi_free(q);
 	}
 	dgi_free(m->since);
+	dgi_free(m->voters);
+	dgi_free(m->vidx);
+	dgi_free(m->vvals);
+	if (m->prop != NULL && --m->prop->refs == 0) {
+		dg_topology_release(m->prop->cur);
+		dg_topology_release(m->prop->t);
+		dgi_free(m->prop->voters);
+		dgi_free(m->prop->got);
+		dgi_free(m->prop);
+	}
 	pthread_cond_destroy(&m->ncv);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);

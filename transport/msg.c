@@ -6,6 +6,7 @@
  * the frame (strings and bytes are not copied). */
 #include "transport_int.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* ---- frame header ---- */
@@ -210,8 +211,8 @@ dg_err dg_msg_raw_decode(dg_reader *r, void *body)
 	return dg_msg_list_get(r, &((dg_msg_raw *)body)->list);
 }
 
-_Static_assert(sizeof(dg_msg_heartbeat) == 16 && sizeof(dg_msg_node_failed) == 16 &&
-    sizeof(dg_msg_baseline_ack) == 16, "two-I64 bodies are two int64_t");
+_Static_assert(sizeof(dg_msg_node_failed) == 16 && sizeof(dg_msg_baseline_ack) == 16 &&
+    sizeof(dg_msg_topo_vote) == 16, "two-I64 bodies are two int64_t");
 
 static dg_err enc_baseline(dg_writer *w, const void *body)
 {
@@ -227,7 +228,12 @@ static dg_err dec_baseline(dg_reader *r, void *body)
 	W(read_i64(r, &m->op));
 	return dg_msg_list_get(r, &m->addrs);
 }
-_Static_assert(sizeof(dg_msg_join_ack) == 32, "JOIN_ACK is four int64_t");
+_Static_assert(sizeof(dg_msg_join_ack) == 32 && sizeof(dg_msg_heartbeat) == 32,
+    "JOIN_ACK and HEARTBEAT are four int64_t");
+/* TOPO_PROPOSE is laid out as BASELINE: an I64, then one LIST */
+_Static_assert(sizeof(dg_msg_topo_propose) == sizeof(dg_msg_baseline) &&
+    offsetof(dg_msg_topo_propose, topology) == offsetof(dg_msg_baseline, addrs),
+    "TOPO_PROPOSE shares BASELINE's codec");
 
 static dg_err enc_four_i64(dg_writer *w, const void *body)
 {
@@ -253,7 +259,7 @@ static dg_msg_row rows[DG_MSG__COUNT] = {
 	[DG_MSG_WELCOME] = { "WELCOME", 0, enc_none, dec_none, DG_MSG_UNKNOWN },
 	[DG_MSG_REJECT] = { "REJECT", sizeof(dg_msg_reject), enc_reject, dec_reject, DG_MSG_UNKNOWN },
 	[DG_MSG_PING] = { "PING", sizeof(dg_msg_bytes), enc_bytes, dec_bytes, DG_MSG_UNKNOWN },
-	[DG_MSG_HEARTBEAT] = { "HEARTBEAT", sizeof(dg_msg_heartbeat), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
+	[DG_MSG_HEARTBEAT] = { "HEARTBEAT", sizeof(dg_msg_heartbeat), enc_four_i64, dec_four_i64, DG_MSG_UNKNOWN },
 	[DG_MSG_JOIN] = { "JOIN", sizeof(dg_msg_join), enc_join, dec_join, DG_MSG_JOIN_ACK },
 	[DG_MSG_JOIN_ACK] = { "JOIN_ACK", sizeof(dg_msg_join_ack), enc_four_i64, dec_four_i64, DG_MSG_UNKNOWN },
 	[DG_MSG_TOPOLOGY] = { "TOPOLOGY", sizeof(dg_msg_raw), dg_msg_raw_encode, dg_msg_raw_decode, DG_MSG_UNKNOWN },
@@ -266,6 +272,8 @@ static dg_msg_row rows[DG_MSG__COUNT] = {
 	[DG_MSG_BASELINE] = { "BASELINE", sizeof(dg_msg_baseline), enc_baseline, dec_baseline, DG_MSG_BASELINE_ACK },
 	[DG_MSG_BASELINE_ACK] = { "BASELINE_ACK", sizeof(dg_msg_baseline_ack), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
 	[DG_MSG_REMOVED] = { "REMOVED", sizeof(dg_msg_raw), dg_msg_raw_encode, dg_msg_raw_decode, DG_MSG_UNKNOWN },
+	[DG_MSG_TOPO_PROPOSE] = { "TOPO_PROPOSE", sizeof(dg_msg_topo_propose), enc_baseline, dec_baseline, DG_MSG_TOPO_VOTE },
+	[DG_MSG_TOPO_VOTE] = { "TOPO_VOTE", sizeof(dg_msg_topo_vote), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
 };
 
 dg_err dg_msg_define(dg_msg_type type, const dg_msg_row *row)

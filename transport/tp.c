@@ -1062,6 +1062,13 @@ fail:
 
 dg_node_id dg_tp_self(const dg_tp *tp) { return tp->self; }
 
+void dgi_tp_test_cut(dg_tp *tp, dg_node_id peer, bool on)
+{
+	struct peer *p = dgi_peer_get(tp, peer, true);
+	if (p != NULL)
+		atomic_store(&p->test_cut, on);
+}
+
 uint64_t dg_tp_last_heard(const dg_tp *tp, dg_node_id peer)
 {
 	struct peer *p = dgi_peer_get((dg_tp *)tp, peer, false);

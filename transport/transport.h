@@ -66,6 +66,8 @@ typedef enum dg_msg_type {
 	DG_MSG_BASELINE = 17,
 	DG_MSG_BASELINE_ACK = 18,
 	DG_MSG_REMOVED = 19,
+	DG_MSG_TOPO_PROPOSE = 20,
+	DG_MSG_TOPO_VOTE = 21,
 	DG_MSG_TRANSPORT_LAST = 63,   /* 64..127 cache, 128..191 txn, 192..255 node */
 	DG_MSG__COUNT = 256
 } dg_msg_type;
@@ -186,8 +188,26 @@ typedef struct dg_msg_bytes {   /* PING, ECHO, TYPE_PROPOSE, TYPE_ANNOUNCE */
 
 typedef struct dg_msg_heartbeat {
 	int64_t topology_version;
-	int64_t time_ms;
+	int64_t time_ms;        /* the sender's monotonic clock when sent */
+	int64_t echo_ms;        /* time_ms of the receiver's latest HEARTBEAT
+	                           the sender got (0: none): the receiver's lease */
+	int64_t flags;          /* DG_HB_ANSWER: answer with a HEARTBEAT at once */
 } dg_msg_heartbeat;
+#define DG_HB_ANSWER 0x1
+
+/* TOPO_PROPOSE: a topology version the coordinator asks a voter to accept
+ * before anyone installs it (PROTOCOL.md, "Majority"). */
+typedef struct dg_msg_topo_propose {
+	int64_t base;           /* the coordinator's version it follows */
+	dg_raw topology;        /* the TOPOLOGY body of the new version */
+} dg_msg_topo_propose;
+
+typedef struct dg_msg_topo_vote {
+	int64_t granted;        /* 1: accepted */
+	int64_t version;        /* refused: the highest version this voter
+	                           installed or accepted (the next proposal
+	                           goes above it) */
+} dg_msg_topo_vote;
 
 typedef struct dg_msg_join {
 	dg_str address;
@@ -458,7 +478,20 @@ typedef struct dg_member_config {
 	                                    versions it persisted (cache entry
 	                                    versions start with the topology
 	                                    version and must keep growing) */
+	int partition_policy;            /* DG_PARTITION_MAJORITY (default) or
+	                                    DG_PARTITION_NONE (PROTOCOL.md,
+	                                    "Majority") */
 } dg_member_config;
+
+/* Partition policies.  MAJORITY: every topology version is accepted by a
+ * majority of the voting servers of the version before it before anyone
+ * installs it; a node serves copies only under a lease renewed by a
+ * majority, and one that cannot reach a majority within the failure
+ * timeout is SEGMENTED.  NONE: the coordinator alone decides (each side of
+ * a network partition goes on alone: unsafe, kept for two-server setups
+ * that prefer availability). */
+#define DG_PARTITION_MAJORITY 0
+#define DG_PARTITION_NONE 1
 
 void dg_member_config_init(dg_member_config *cfg);
 
@@ -505,6 +538,38 @@ bool dg_member_is_coordinator(dg_member *m);
  * (the transactions refuse locks and prepares, DG_ERR_NOT_READY).  False
  * when not in a cluster.  Thread-safe; takes the membership's lock. */
 bool dg_member_suspect(dg_member *m);
+/* Whether this node may serve its copies now (PROTOCOL.md, "Majority"):
+ * DG_OK while it holds a lease a majority of the voting servers renewed
+ * (always under DG_PARTITION_NONE, and with m NULL); DG_ERR_NOT_READY when
+ * the lease lapsed (the others may be promoting new owners: the sender
+ * maps again); DG_ERR_SEGMENTED when it is segmented.  Lock-free: two
+ * atomic loads and a coarse clock read, for every read and update. */
+dg_err dg_member_serving(dg_member *m);
+/* SEGMENTED: no majority of the voting servers reached within the failure
+ * timeout, or dropped out of the topology and not back yet.  Every cache
+ * operation and transaction started on this node fails at once with
+ * DG_ERR_SEGMENTED.  Lock-free; false with m NULL. */
+bool dg_member_segmented(dg_member *m);
+
+#define DG_QUORUM_REACH_MAX 16
+typedef struct dg_member_quorum {
+	int policy;              /* DG_PARTITION_* */
+	bool segmented;
+	uint64_t segmented_ms;   /* for how long (0: not) */
+	bool leased;             /* dg_member_serving would say DG_OK */
+	uint32_t voters;         /* voting servers of the current version */
+	uint32_t need;           /* a majority of them */
+	uint32_t reachable;      /* of them heard within the failure timeout
+	                            (this node included) */
+	/* totals since start */
+	uint64_t segmentations, rejoins, lease_losses, votes_granted, votes_refused;
+	uint32_t nreach;         /* reach[]: up to DG_QUORUM_REACH_MAX of them */
+	char reach[DG_QUORUM_REACH_MAX][DG_BASELINE_ADDR_MAX];
+} dg_member_quorum;
+/* This node's view of the majority (dgctl state, metrics).  Takes the
+ * membership's lock. */
+void dg_member_quorum_get(dg_member *m, dg_member_quorum *q);
+
 /* A reference that keeps m's memory (not its threads) until released: a
  * module that calls dg_member_suspect from message handlers holds one, so
  * a handler still running when the node stops (dg_member_stop frees m with

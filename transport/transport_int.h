@@ -82,6 +82,22 @@ bool dgi_lograte_due(struct dgi_lograte *r, uint64_t now_ms, uint32_t interval_m
     uint32_t *suppressed);
 #define DGI_HANDSHAKE_LOG_MS 1000u
 
+/* quorum.c: majorities and leases (PROTOCOL.md, "Majority").  Pure.
+ * dgi_quorum_voters: t's voting servers — the baseline's addresses when one
+ * is set, else the URLs of its servers (not CLIENT) — sorted (strcmp) and
+ * distinct, as views into t, at most cap; returns how many.
+ * dgi_quorum_index: the index of url among them, -1 when not a voter.
+ * dgi_quorum_need: a majority of n voters (n / 2 + 1).
+ * dgi_quorum_kth: the need(n)-th largest of vals (reordered), 0 when n is 0:
+ * the newest time by which a majority answered.
+ * dgi_lease_until: the end of a lease renewed by that majority at kth (0:
+ * none; UINT64_MAX: kth is UINT64_MAX, this node is a majority alone). */
+uint32_t dgi_quorum_voters(const dg_topology *t, const char **out, uint32_t cap);
+int32_t dgi_quorum_index(const char *const *voters, uint32_t n, const char *url);
+uint32_t dgi_quorum_need(uint32_t nvoters);
+uint64_t dgi_quorum_kth(uint64_t *vals, uint32_t n);
+uint64_t dgi_lease_until(uint64_t kth, uint32_t lease_ms);
+
 struct tp_totals {
 	_Atomic uint64_t connects, disconnects;
 	_Atomic uint64_t auth_failures, handshake_failures, malformed_frames;
@@ -226,6 +242,8 @@ struct peer {
 	dg_buf queue;               /* frames not yet on the wire */
 	uint64_t queued_frames;
 	_Atomic uint64_t heard_ms;  /* when a frame last arrived from it */
+	_Atomic bool test_cut;      /* tests: its frames are read and dropped
+	                               (dgi_tp_test_cut) */
 	struct tp_totals t;         /* per-peer events */
 	struct ctr tx[DG_MSG__COUNT];     /* under mu */
 	struct ctr rx_old[DG_MSG__COUNT]; /* from closed connections, under mu */
@@ -316,6 +334,10 @@ void dgi_member_kill(dg_member *m);
  * a handler that blocks the transport's reactor thread as long, a node
  * is paused in-process (tests/transport_test.c, mnode_pause). */
 void dgi_member_test_stall(dg_member *m, uint32_t ms);
+/* Tests: a network cut in one process.  While on, every frame that comes
+ * from peer after its handshake is read and dropped (no handler, no reply
+ * callback, not "heard from"); cut both ends for a two-way cut. */
+void dgi_tp_test_cut(dg_tp *tp, dg_node_id peer, bool on);
 
 /* ---- tp.c: peers, pending requests, counters (used by conn.c) ---- */
 struct peer *dgi_peer_get(dg_tp *tp, dg_node_id id, bool create);

@@ -633,6 +633,8 @@ static dg_err check_cache(dg_tx *tx, dg_cache *c)
 		return fail_tx(tx, kill_err(tx));
 	if (dg_cache_config_of(c)->atomicity != DG_TRANSACTIONAL)
 		return DG_ERR_UNSUPPORTED;
+	if (dgi_txsvc_segmented(tx->s))
+		return fail_tx(tx, DG_ERR_SEGMENTED); /* no majority: at once */
 	return DG_OK;
 }
 
@@ -1560,8 +1562,10 @@ static dg_err commit(dg_tx *tx)
 {
 	if (tx->state != DGI_TXS_ACTIVE)
 		return tx->state == DGI_TXS_ROLLED_BACK ? DG_ERR_TX_ROLLED_BACK : DG_ERR_STATE;
-	if (!seal(tx)) {
-		dg_err k = fail_tx(tx, DG_ERR_TX_ROLLED_BACK);
+	if (dgi_txsvc_segmented(tx->s) || !seal(tx)) {
+		/* segmented: nothing was prepared yet, nothing will be */
+		dg_err k = fail_tx(tx, dgi_txsvc_segmented(tx->s) ? DG_ERR_SEGMENTED :
+		    DG_ERR_TX_ROLLED_BACK);
 		dgi_txsvc_near_done(tx->s, &tx->id, false, true);
 		return k;
 	}

@@ -1105,7 +1105,14 @@ static bool paused(dgi_txsvc *s)
 	struct dg_member *m = atomic_load_explicit(&s->m, memory_order_acquire);
 	if (m == NULL || atomic_load_explicit(&dgi_tx_test_ignore_pause, memory_order_relaxed))
 		return false;
-	return dg_member_suspect(m);
+	/* or without a majority's lease (PROTOCOL.md, "Majority"): the others
+	 * may be promoting new owners of its keys */
+	return dg_member_serving(m) != DG_OK || dg_member_suspect(m);
+}
+
+bool dgi_txsvc_segmented(dgi_txsvc *s)
+{
+	return s != NULL && dg_member_segmented(atomic_load_explicit(&s->m, memory_order_acquire));
 }
 
 static void stale_refused(dgi_txsvc *s, const char *what, uint64_t node, uint64_t seq)

@@ -245,6 +245,9 @@ void dgi_txsvc_topology(dgi_txsvc *s, const dg_topology *t);
  * decided commit but not every participant confirmed (!confirmed:
  * DG_ERR_TX_UNKNOWN), or rolled back; TX_QUERY answers from it (near byte
  * COMMITTED, COMMITTING, ROLLED_BACK). */
+/* This node is SEGMENTED (dg_member_segmented): its txs fail at once with
+ * DG_ERR_SEGMENTED.  Lock-free. */
+bool dgi_txsvc_segmented(dgi_txsvc *s);
 void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed, bool confirmed);
 /* Asks node `to` what it knows of tx (and of its role as origin's backup):
  * the TX_QUERY answer, or -1 when it could not be asked. */
