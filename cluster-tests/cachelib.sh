@@ -107,6 +107,15 @@ rng() {
 }
 wall_ms() { local t=${EPOCHREALTIME/./}; WALL=$((10#$t / 1000)); }
 
+# clients_started: every workload client in CLIENTS printed its start line
+# (register-run or bank-run).
+clients_started() {
+	local c
+	for c in "${CLIENTS[@]}"; do
+		has_line "$c" '^(register|bank)-run client=' || return 1
+	done
+}
+
 # seeds_of NAME...: SEEDS=(--seed URL ...) for the nodes named.
 seeds_of() {
 	local n

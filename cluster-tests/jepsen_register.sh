@@ -488,13 +488,7 @@ if ((BANK_ON)); then
 		CLIENTS+=("$name")
 	done
 fi
-all_started() {
-	local c
-	for c in "${CLIENTS[@]}"; do
-		has_line "$c" '^(register|bank)-run client=' || return 1
-	done
-}
-wait_until 30000 "every client starts its workload" all_started
+wait_until 30000 "every client starts its workload" clients_started
 now_ms
 RUN_END=$((NOW + RUN_S * 1000))
 line=$(grep -m1 '^register-run client=' "$WORK/${CLIENTS[0]}.out")

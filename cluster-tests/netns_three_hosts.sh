@@ -16,71 +16,25 @@
 #  4. kill -9 the node in h1; the two others agree on 2 nodes;
 #  5. a cacheclient in h3 verifies every key through them.
 # Needs root and `ip` (iproute2) with network namespaces: otherwise exit 77
-# with the reason.  The EXIT trap (lib.sh's, then cleanup_extra here) kills
-# every process and deletes every namespace this test made, pass or fail.
+# with the reason.  The EXIT trap (lib.sh's, then netnslib.sh's
+# cleanup_extra) kills every process and deletes every namespace this test
+# made, pass or fail.
 set -euo pipefail
 source "$(dirname "$0")/cachelib.sh"
+source "$(dirname "$0")/netnslib.sh"
 
 N=${DG_NETNS_KEYS:-10000}
 FT=1000
 CACHE=kv
 PORT=47500
 PREFIX=dgt$$
-SUBNET=10.231.$(($$ % 256))
-NS_MADE=()   # namespaces made, deleted by cleanup_extra
-
-cleanup_extra() {
-	local ns
-	for ns in "${NS_MADE[@]}"; do
-		ip netns delete "$ns" 2>/dev/null ||
-			echo "netns_three_hosts: could not delete namespace $ns" >&2
-	done
-	NS_MADE=()
-}
-
-((EUID == 0)) || skip "not root: creating network namespaces needs root"
-command -v ip >/dev/null || skip "no ip command (apt-get install iproute2)"
-
-# mkns NAME: a namespace with lo up; skips when the kernel or the container
-# does not allow it.
-mkns() {
-	local err
-	if ! err=$(ip netns add "$1" 2>&1); then
-		skip "ip netns add $1 failed: $err"
-	fi
-	NS_MADE+=("$1")
-	if ! err=$(ip netns exec "$1" ip link set lo up 2>&1); then
-		skip "ip netns exec $1 failed: $err"
-	fi
-}
-
-BR=$PREFIX-br
-mkns "$BR"
-ip -n "$BR" link add br0 type bridge || skip "no bridge support (ip link add type bridge failed)"
-ip -n "$BR" link set br0 up
 HOSTS=(h1 h2 h3)
-declare -A NS=() IP=()
-for i in 1 2 3; do
-	h=h$i
-	NS[$h]=$PREFIX-$h
-	IP[$h]=$SUBNET.$i
-	mkns "${NS[$h]}"
-	ip -n "$BR" link add "v$i" type veth peer name eth0 netns "${NS[$h]}" ||
-		skip "no veth support (ip link add type veth failed)"
-	ip -n "$BR" link set "v$i" master br0 up
-	ip -n "${NS[$h]}" addr add "${IP[$h]}/24" dev eth0
-	ip -n "${NS[$h]}" link set eth0 up
-done
-log "namespaces ${NS_MADE[*]}; hosts ${IP[h1]}, ${IP[h2]}, ${IP[h3]} on bridge br0 in $BR"
+netns_hosts "$PREFIX" "10.231.$(($$ % 256))" "${HOSTS[@]}"
+log "namespaces ${NS_MADE[*]}; hosts ${IP[h1]}, ${IP[h2]}, ${IP[h3]} on bridge br0 in $PREFIX-br"
 
 # The hosts reach each other (a few ms for the bridge ports to forward).
-pings() {
-	ip netns exec "${NS[h1]}" ping -c1 -W1 "${IP[h2]}" >/dev/null 2>&1 &&
-		ip netns exec "${NS[h2]}" ping -c1 -W1 "${IP[h3]}" >/dev/null 2>&1 &&
-		ip netns exec "${NS[h3]}" ping -c1 -W1 "${IP[h1]}" >/dev/null 2>&1
-}
 if command -v ping >/dev/null; then
-	wait_until 10000 "the hosts ping each other over the bridge" pings
+	wait_until 10000 "the hosts ping each other over the bridge" netns_pings "${HOSTS[@]}"
 fi
 
 SEEDS=()

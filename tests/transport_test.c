@@ -3377,6 +3377,23 @@ static void test_membership_removed_rules(void **state)
 
 /* ---- the majority (PROTOCOL.md, "Majority") ---- */
 
+/* k nodes (failure timeout 1 s; the first forms the cluster, the others
+ * join through it), agreeing on one topology of k; stopped in reverse. */
+static void mnodes_start(struct mnode *n, int k)
+{
+	memset(n, 0, sizeof(*n) * (size_t)k);
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	for (int i = 1; i < k; i++)
+		mnode_start(&n[i], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
+	WAIT_FOR(magree(n, k, (uint32_t)k));
+}
+
+static void mnodes_stop(struct mnode *n, int k)
+{
+	for (int i = k - 1; i >= 0; i--)
+		mnode_stop(&n[i], false);
+}
+
 /* A topology of n nodes (urls[i], CLIENT where client[i]) for the pure
  * quorum functions; baseline: NULL (auto) or nb addresses. */
 static dg_topology *qtopo(int n, const char *const *urls, const bool *client,
@@ -3476,11 +3493,7 @@ static void on_install_log(void *ctx, const dg_topology *old, const dg_topology 
 static void minority_one(int victim)
 {
 	struct mnode n[3];
-	memset(n, 0, sizeof(n));
-	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
-	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
-	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
-	WAIT_FOR(magree(n, 3, 3));
+	mnodes_start(n, 3);
 	for (int i = 0; i < 3; i++)
 		WAIT_FOR(mserving(&n[i]) == DG_OK);
 	int64_t v = mversion(&n[0]);
@@ -3529,8 +3542,7 @@ static void minority_one(int victim)
 		WAIT_FOR(mserving(&n[i]) == DG_OK);
 	dg_member_quorum_get(n[victim].m, &q);
 	assert_int_equal(q.rejoins, 1);
-	for (int i = 2; i >= 0; i--)
-		mnode_stop(&n[i], false);
+	mnodes_stop(n, 3);
 }
 
 static void test_majority_member_cut_off(void **state)
@@ -3553,11 +3565,7 @@ static void test_majority_even_split(void **state)
 {
 	(void)state;
 	struct mnode n[4];
-	memset(n, 0, sizeof(n));
-	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
-	for (int i = 1; i < 4; i++)
-		mnode_start(&n[i], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
-	WAIT_FOR(magree(n, 4, 4));
+	mnodes_start(n, 4);
 	int64_t v = mversion(&n[0]);
 	for (int i = 0; i < 2; i++)
 		for (int k = 2; k < 4; k++)
@@ -3576,8 +3584,7 @@ static void test_majority_even_split(void **state)
 		WAIT_FOR(!dg_member_segmented(n[i].m) && mserving(&n[i]) == DG_OK);
 	assert_true(magree(n, 4, 4));
 	assert_int_equal(mversion(&n[0]), v);
-	for (int i = 3; i >= 0; i--)
-		mnode_stop(&n[i], false);
+	mnodes_stop(n, 4);
 }
 
 /* A voter's rules for TOPO_PROPOSE: it refuses a version not newer than
@@ -3588,10 +3595,7 @@ static void test_majority_vote_rules(void **state)
 {
 	(void)state;
 	struct mnode n[2];
-	memset(n, 0, sizeof(n));
-	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
-	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
-	WAIT_FOR(magree(n, 2, 2));
+	mnodes_start(n, 2);
 	int64_t v = mversion(&n[1]);
 	dg_tp *x = NODE(.secret = "membership");
 	dg_tp *y = NODE(.secret = "membership");
@@ -3641,8 +3645,7 @@ static void test_majority_vote_rules(void **state)
 	dg_buf_free(&b);
 	dg_tp_stop(y);
 	dg_tp_stop(x);
-	mnode_stop(&n[1], false);
-	mnode_stop(&n[0], false);
+	mnodes_stop(n, 2);
 }
 
 /* Under majority a baseline is the voting set: one with fewer than a
@@ -3651,11 +3654,7 @@ static void test_majority_baseline_refused(void **state)
 {
 	(void)state;
 	struct mnode n[3];
-	memset(n, 0, sizeof(n));
-	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
-	mnode_start(&n[1], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
-	mnode_start(&n[2], "tcp://127.0.0.1:0", dg_tp_address(n[0].tp), 1000);
-	WAIT_FOR(magree(n, 3, 3));
+	mnodes_start(n, 3);
 	int64_t v = mversion(&n[0]);
 	const char *why = NULL;
 	const char *set[] = { dg_tp_address(n[0].tp), "tcp://127.0.0.1:9", "tcp://127.0.0.1:10" };
@@ -3668,8 +3667,7 @@ static void test_majority_baseline_refused(void **state)
 	set[1] = dg_tp_address(n[1].tp);
 	OK(dgi_member_set_baseline(n[2].m, DG_BASELINE_SET, set, 3, 5000, &why));
 	WAIT_FOR(magree(n, 3, 3) && mversion(&n[0]) > v);
-	for (int i = 2; i >= 0; i--)
-		mnode_stop(&n[i], false);
+	mnodes_stop(n, 3);
 }
 
 static void test_membership_pause_member(void **state)
