@@ -386,9 +386,16 @@ uint32_t dgi_cache_owners_hash(dg_cache *c, uint32_t part, uint64_t *out, uint32
  * older topology); DG_ERR_NOT_READY when it holds no copy. */
 dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
     const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver);
+/* The same for a reader: DG_ERR_NOT_READY while the entry is a FULL_SYNC
+ * write not yet on every backup (PENDING: a tx's commit is replicated as
+ * an ATOMIC write is, and read by nobody before). */
+dg_err dgi_cache_tx_read_settled(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver);
 /* Writes key as the primary (val NULL: removal, a tombstone): a new
  * version, persisted first, tagged with the tx id as the update id;
- * *ver and *expire_ms: what the backups get.  No backup is sent. */
+ * *ver and *expire_ms: what the backups get.  In a FULL_SYNC cache with
+ * backups the version is PENDING, and sent to the backups as an ATOMIC
+ * copy, until every one has it (readers wait for it). */
 dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
     dgi_pver *ver, int64_t *expire_ms);

@@ -308,6 +308,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		old = guess;
 	}
 	uint64_t now_ms = dgi_now_ms();
+	bool dropped = dg_topology_find(t, g->self) == NULL;
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
 		dgi_part *pt = &c->parts[p];
 		int rn = dgi_aff_role(now, p, g->self);
@@ -343,6 +344,18 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		int st = atomic_load(&pt->state);
 		int ns = st;
 		dg_node_id src;
+		if (dropped && (atomic_load(&pt->whole) || pt->nsrcs > 0)) {
+			/* out of the cluster's topology (removed while cut off or
+			 * paused): the others wrote without this copy, so it is
+			 * nobody's source — a new owner that fetches it fetches
+			 * the whole copy of another old owner too (newer versions
+			 * win), and goes LOST rather than take it alone as whole;
+			 * this node serves nothing from it (rebalance.c, "Whole
+			 * copies"; PROTOCOL.md, "Majority") */
+			atomic_store(&pt->whole, false);
+			pt->broken = true;
+			pt->nsrcs = pt->ntaken = 0;
+		}
 		if (rn < 0) {
 			ns = P_NONE;
 			if (st != P_NONE)

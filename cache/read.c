@@ -303,7 +303,11 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dgi_aff *aff = supplier ? NULL : atomic_load_explicit(&c->aff, memory_order_acquire);
 	int64_t mine = aff != NULL ? aff->topver : 0;
 	bool other = !supplier && m->topver != 0 && mine != m->topver;
-	dg_err e = supplier ? DG_OK : other ? (mine > m->topver ? DG_ERR_REMAP : DG_ERR_NOT_READY) :
+	/* (a supplier's copy that is not whole — it was dropped out of the
+	 * topology, or is still fetching — may be older than what the others
+	 * wrote: the reader asks again) */
+	dg_err e = supplier ? (atomic_load(&pt->whole) ? DG_OK : DG_ERR_NOT_READY) :
+	    other ? (mine > m->topver ? DG_ERR_REMAP : DG_ERR_NOT_READY) :
 	    dgi_part_may_serve(c, pt, part, st, en);
 	if (other)
 		sup = 0; /* (the reader asks again: nothing to forward) */

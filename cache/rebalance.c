@@ -365,6 +365,14 @@ static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void
  * is the partition OWNING and whole; REBALANCE_OWNED says yes for whole
  * copies, so a rented copy is dropped only once every owner has it all.
  *
+ * A node dropped out of the cluster's topology (removed while cut off or
+ * paused: PROTOCOL.md, "Majority") marks every copy it holds not whole
+ * and broken (grid.c, retopo_cache): the others wrote without it, so a
+ * new owner that fetches it also fetches another old owner's whole copy
+ * (newer versions win), and goes LOST rather than take it alone; a
+ * supplier read (a MOVING owner's reader forwarded) is answered only from
+ * a whole copy.
+ *
  * A source that left the cluster is passed over: what only it held is
  * lost (backups = 0, as when any sole owner fails), and so may be the
  * link to an older whole copy, which is still rented out somewhere.  The

@@ -90,7 +90,7 @@ uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, uint32_t ca
 }
 
 static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
-    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver);
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver, bool settled);
 
 dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
     const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
@@ -99,13 +99,25 @@ dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t ha
 	*ver = (dgi_pver){ 0, 0, 0, 0 };
 	dgi_epoch_enter();
 	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
-	    tx_read(c, topver, part, hash, key, klen, val, found, ver);
+	    tx_read(c, topver, part, hash, key, klen, val, found, ver, false);
+	dgi_epoch_leave();
+	return e;
+}
+
+dg_err dgi_cache_tx_read_settled(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
+{
+	*found = false;
+	*ver = (dgi_pver){ 0, 0, 0, 0 };
+	dgi_epoch_enter();
+	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
+	    tx_read(c, topver, part, hash, key, klen, val, found, ver, true);
 	dgi_epoch_leave();
 	return e;
 }
 
 static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
-    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver, bool settled)
 {
 	dgi_grid *g = c->g;
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
@@ -129,6 +141,8 @@ static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
 	else if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver))
 		err = DG_ERR_NOT_READY; /* the supplier may hold it, or a newer copy:
 		                           retry once it arrived */
+	if (err == DG_OK && e != NULL && settled && (e->flags & DGI_ENTRY_PENDING))
+		err = DG_ERR_NOT_READY; /* not on every backup yet: nobody reads it */
 	if (err == DG_OK && e != NULL) {
 		*ver = e->ver;
 		if (dgi_entry_live(e, dgi_wall_ms())) {
@@ -168,12 +182,24 @@ static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t 
 	pthread_mutex_lock(&pt->mu);
 	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
 	dg_err err = DG_OK;
+	dgi_entry *ne = NULL;
 	if (e != NULL && e->op_node == tx_node && e->op_seq == tx_seq) {
 		*ver = e->ver; /* this tx's write, applied already */
 		*expire_ms = e->expire_ms;
 	} else {
 		err = dgi_write_new_version(g, c, part, e, topver, hash, key, klen, val, vlen, tx_node,
-		    tx_seq, ver, expire_ms, NULL);
+		    tx_seq, ver, expire_ms, &ne);
+	}
+	/* FULL_SYNC: nobody reads the new version (plain reads wait, a tx's
+	 * reads are refused NOT_READY) until every backup has it — as an
+	 * ATOMIC write's (pending.c), whose copies it is sent as too.  A
+	 * primary cut off after this never shows a write the owners on the
+	 * other side may roll back (the tx's own TX_COMMIT_COPY still decides
+	 * what the near is told). */
+	if (err == DG_OK && ne != NULL && aff != NULL && aff->copies > 1 &&
+	    c->cfg.write_sync == DG_FULL_SYNC && dgi_aff_owner(aff, part, 0) == g->self) {
+		dg_err pe;
+		(void)dgi_pw_start(g, c, part, aff, ne, &pe);
 	}
 	if (val != NULL)
 		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);

@@ -65,6 +65,7 @@ struct since {
 	                    clock): it heard this node then — the lease */
 	int64_t echo;    /* time_ms of its newest HEARTBEAT: echoed in ours */
 	uint64_t resent_ms; /* our TOPOLOGY sent again (it is behind) at */
+	uint64_t reset_ms;  /* its connection dropped for silence at */
 };
 
 struct prop;
@@ -125,6 +126,9 @@ struct dg_member {
 	bool hb_answer;                /* the next heartbeats carry DG_HB_ANSWER */
 	bool warned_two;               /* TWO-VOTERS logged */
 	struct dgi_lograte lr_lease;   /* LEASE-LOST */
+	struct dgi_lograte lr_reset;   /* PEER-RESET */
+	struct dgi_lograte lr_vote;    /* VOTE-REFUSED */
+	struct dgi_lograte lr_agree;   /* TOPOLOGY-NOT-AGREED */
 	_Atomic uint64_t n_segmented, n_rejoined, n_lease_lost, n_granted, n_refused;
 };
 
@@ -1041,10 +1045,12 @@ static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *ol
 		    (long long)p->t->version, p->granted, p->nvoters,
 		    (unsigned long long)(dgi_now_ms() - p->started));
 	} else {
-		dgi_log("warn", "TOPOLOGY-NOT-AGREED", "version=%lld votes=%u need=%u of=%u "
-		    "answered=%u refused_above=%lld dropped=%u node=%016llx",
-		    (long long)p->t->version, p->granted, p->need, p->nvoters, p->answered,
-		    (long long)p->refused_above, p->ndrop, (unsigned long long)p->drop_hint);
+		uint32_t sup;
+		if (dgi_lograte_due(&m->lr_agree, dgi_now_ms(), 1000, &sup))
+			dgi_log("warn", "TOPOLOGY-NOT-AGREED", "version=%lld votes=%u need=%u of=%u "
+			    "answered=%u refused_above=%lld dropped=%u node=%016llx repeated=%u",
+			    (long long)p->t->version, p->granted, p->need, p->nvoters, p->answered,
+			    (long long)p->refused_above, p->ndrop, (unsigned long long)p->drop_hint, sup);
 	}
 	if (p->kind == DG_MSG_JOIN) {
 		if (state == PROP_DONE) {
@@ -1739,9 +1745,11 @@ static void on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	}
 	pthread_mutex_unlock(&m->mu);
 	atomic_fetch_add(why == NULL ? &m->n_granted : &m->n_refused, 1);
-	if (why != NULL)
-		dgi_log("info", "VOTE-REFUSED", "version=%lld from=%016llx own_version=%lld why=\"%s\"",
-		    (long long)t->version, (unsigned long long)in->from, (long long)mine, why);
+	uint32_t sup;
+	if (why != NULL && dgi_lograte_due(&m->lr_vote, now, 1000, &sup))
+		dgi_log("info", "VOTE-REFUSED", "version=%lld from=%016llx own_version=%lld repeated=%u "
+		    "why=\"%s\"", (long long)t->version, (unsigned long long)in->from, (long long)mine,
+		    sup, why);
 	dg_topology_release(t);
 	dg_tp_reply(tp, in, DG_MSG_TOPO_VOTE, &v);
 }
@@ -2394,6 +2402,25 @@ static void tick(dg_member *m)
 	for (uint32_t i = 0; i < t->count && nfailed < 64 && !segmented; i++)
 		if (failed_locked(m, &t->nodes[i], now))
 			failed[nfailed++] = t->nodes[i].id;
+	/* a member silent for the failure timeout gets a new connection: a
+	 * TCP connection whose packets a partition dropped can stay open for
+	 * minutes after the network heals (its retransmissions back off),
+	 * and the peer's new one is refused as a duplicate meanwhile */
+	dg_node_id reset[16];
+	size_t nreset = 0;
+	uint64_t ftl = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	for (uint32_t i = 0; i < t->count && nreset < 16 && !m->quiet; i++) {
+		struct since *s = &m->since[i];
+		if (t->nodes[i].id == dg_tp_self(tp) || s->left)
+			continue;
+		uint64_t heard = dg_tp_last_heard(tp, t->nodes[i].id);
+		if (heard < s->ms)
+			heard = s->ms;
+		if (now > heard + ftl && now > s->reset_ms + ftl) {
+			s->reset_ms = now;
+			reset[nreset++] = t->nodes[i].id;
+		}
+	}
 	coord = coordinator_locked(m, now);
 	version = t->version;
 	/* every member gets a heartbeat echoing its latest one; after a new
@@ -2432,6 +2459,14 @@ static void tick(dg_member *m)
 			dg_tp_send(tp, id, DG_MSG_HEARTBEAT, &hb);
 	}
 	dgi_free(echo);
+	for (size_t k = 0; k < nreset; k++) {
+		dg_tp_disconnect(tp, reset[k]);
+		uint32_t sup;
+		if (dgi_lograte_due(&m->lr_reset, now, 5000, &sup))
+			dgi_log("info", "PEER-RESET", "node=%016llx repeated=%u why=\"silent for the "
+			    "failure timeout: its connection is dropped, the next send dials again\"",
+			    (unsigned long long)reset[k], sup);
+	}
 	if (nfailed > 0) {
 		if (coord == dg_tp_self(tp)) {
 			for (size_t k = 0; k < nfailed; k++) {

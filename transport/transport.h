@@ -570,6 +570,11 @@ typedef struct dg_member_quorum {
  * membership's lock. */
 void dg_member_quorum_get(dg_member *m, dg_member_quorum *q);
 
+/* Tests: a network cut in one process.  While on, every frame that comes
+ * from peer after its handshake is read and dropped (no handler, no reply
+ * callback, not "heard from"); cut both ends for a two-way cut. */
+void dgi_tp_test_cut(dg_tp *tp, dg_node_id peer, bool on);
+
 /* A reference that keeps m's memory (not its threads) until released: a
  * module that calls dg_member_suspect from message handlers holds one, so
  * a handler still running when the node stops (dg_member_stop frees m with

@@ -334,10 +334,7 @@ void dgi_member_kill(dg_member *m);
  * a handler that blocks the transport's reactor thread as long, a node
  * is paused in-process (tests/transport_test.c, mnode_pause). */
 void dgi_member_test_stall(dg_member *m, uint32_t ms);
-/* Tests: a network cut in one process.  While on, every frame that comes
- * from peer after its handshake is read and dropped (no handler, no reply
- * callback, not "heard from"); cut both ends for a two-way cut. */
-void dgi_tp_test_cut(dg_tp *tp, dg_node_id peer, bool on);
+
 
 /* ---- tp.c: peers, pending requests, counters (used by conn.c) ---- */
 struct peer *dgi_peer_get(dg_tp *tp, dg_node_id id, bool create);

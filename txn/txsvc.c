@@ -1538,8 +1538,8 @@ static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t 
 		bool found = false;
 		dgi_pver ver = { 0, 0, 0, 0 };
 		if (c != NULL)
-			err = dgi_cache_tx_read(c, topver != 0 ? topver : dgi_grid_topver(s->g), part,
-			    hash, key, klen, val, &found, &ver);
+			err = dgi_cache_tx_read_settled(c, topver != 0 ? topver : dgi_grid_topver(s->g),
+			    part, hash, key, klen, val, &found, &ver);
 		if (err == DG_ERR_REMAP && topver == 0)
 			err = DG_ERR_NOT_READY;
 		r.res = err;
