@@ -1,5 +1,7 @@
-/* membership.c — discovery, the agreed topology, failure detection and
- * cluster-wide type metadata (PROTOCOL.md, "Membership").
+/* membership.c — discovery, the agreed topology, topology changes and
+ * their votes, failure detection (PROTOCOL.md, "Membership", "Majority");
+ * the voter's side, leases and SEGMENTED are member_quorum.c's, the
+ * cluster-wide types member_types.c's (member_int.h: what they share).
  *
  * The coordinator is the node with the smallest join order that this node
  * does not consider failed.  Only the coordinator changes the topology: it
@@ -39,112 +41,7 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_LISTENERS 16
-/* How long one JOIN (and the wait for the TOPOLOGY it brings) may take
- * before the joiner asks again; a forwarded JOIN is bounded the same. */
-#define JOIN_ATTEMPT_MS 3000
-
-struct listener {
-	dg_topology_fn fn;
-	void *ctx;
-	int64_t after;       /* gets only versions above this (the last one
-	                        delivered when it was added) */
-};
-
-struct tq {                    /* a version waiting for the listeners */
-	dg_topology *t;
-	struct tq *next;
-};
-
-struct since {
-	dg_node_id id;
-	uint64_t ms;     /* joined our view at; a floor for "last heard" */
-	bool left;       /* sent LEAVE: failed at once */
-	bool reported;   /* NODE_FAILED sent for the current version */
-	uint64_t acked;  /* the newest of our HEARTBEAT times it echoed (our
-	                    clock): it heard this node then — the lease */
-	int64_t echo;    /* time_ms of its newest HEARTBEAT: echoed in ours */
-	uint64_t resent_ms; /* our TOPOLOGY sent again (it is behind) at */
-	uint64_t reset_ms;  /* its connection dropped for silence at */
-};
-
-struct prop;
-
-struct dg_member {
-	_Atomic int refs;              /* the owner + each request in flight */
-	/* failure detection timings in force: the node's own config when it
-	 * formed the cluster, the cluster's once it joined (JOIN_ACK) */
-	_Atomic uint32_t ft_ms, hb_ms;
-	dg_tp *tp;
-	dg_registry *reg;
-	dg_member_config cfg;
-	char **seeds;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	dg_topology *topo;             /* current, one reference held here */
-	struct since *since;           /* one per node of topo */
-	struct listener listeners[MAX_LISTENERS];
-	int nlisteners;
-	/* installed versions not yet given to the listeners, oldest first
-	 * (each held); the notifier thread delivers them (ncv) */
-	struct tq *nq_head, **nq_tail;
-	dg_topology *delivered;        /* the last one delivered (held) */
-	pthread_cond_t ncv;
-	bool stopping;
-	bool joined;
-	pthread_t thread, notifier;
-	bool thread_started, notifier_started;
-	/* this node's own pauses (under mu) */
-	uint64_t tick_ms;              /* when the thread last ran tick */
-	bool quiet;                    /* paused: nobody failed, no topology change */
-	uint64_t quiet_until;          /* ... at the latest until then */
-	uint64_t vouch_after;          /* a member's heartbeat after this ends it */
-	bool rejoin;                   /* dropped out of the topology: join again */
-	uint64_t told_ms;              /* REMOVED answers: logged once a second */
-	uint32_t told;
-	uint32_t test_stall_ms;        /* dgi_member_test_stall */
-	/* a rejoin's type sync, off the heartbeat thread (joined at stop) */
-	pthread_t typesync;
-	bool typesync_started;
-	dg_node_id typesync_coord;
-	/* the majority (PROTOCOL.md, "Majority"); under mu unless atomic */
-	int policy;                    /* DG_PARTITION_* */
-	const char **voters;           /* topo's voting servers (views into it) */
-	uint32_t nvoters;
-	int32_t *vidx;                 /* per node of topo: its voter index, -1 */
-	uint64_t *vvals;               /* scratch, nvoters */
-	_Atomic uint64_t lease_until;  /* monotonic ms; UINT64_MAX: always */
-	_Atomic bool segmented;
-	uint64_t seg_since;
-	bool leased;                   /* the last check found a lease */
-	uint32_t reachable;            /* voters heard within ft at the last check */
-	struct prop *prop;             /* a change waiting for votes, or NULL */
-	int64_t vote_floor;            /* refusals named this version: go above */
-	int64_t voted_version;         /* this node's own vote */
-	dg_node_id voted_for;
-	uint64_t voted_at;
-	bool hb_answer;                /* the next heartbeats carry DG_HB_ANSWER */
-	bool warned_two;               /* TWO-VOTERS logged */
-	struct dgi_lograte lr_lease;   /* LEASE-LOST */
-	struct dgi_lograte lr_reset;   /* PEER-RESET */
-	struct dgi_lograte lr_vote;    /* VOTE-REFUSED */
-	struct dgi_lograte lr_agree;   /* TOPOLOGY-NOT-AGREED */
-	_Atomic uint64_t n_segmented, n_rejoined, n_lease_lost, n_granted, n_refused;
-};
-
-static void member_free(dg_member *m);
-
-static dg_member *member_get(dg_member *m)
-{
-	atomic_fetch_add(&m->refs, 1);
-	return m;
-}
-
-static void member_put(dg_member *m)
-{
-	if (atomic_fetch_sub(&m->refs, 1) == 1)
-		member_free(m);
-}
+#include "member_int.h"
 
 dg_member *dgi_member_hold(dg_member *m)
 {
@@ -323,7 +220,7 @@ static bool failed_locked(dg_member *m, const dg_topology_node *n, uint64_t now)
 }
 
 /* The oldest member this node does not consider failed. */
-static dg_node_id coordinator_locked(dg_member *m, uint64_t now)
+dg_node_id dgi_member_coordinator_locked(dg_member *m, uint64_t now)
 {
 	for (uint32_t i = 0; m->topo != NULL && i < m->topo->count; i++)
 		if (!failed_locked(m, &m->topo->nodes[i], now))
@@ -345,144 +242,9 @@ bool dg_member_is_coordinator(dg_member *m)
 {
 	pthread_mutex_lock(&m->mu);
 	bool c = m->topo != NULL && m->joined &&
-	    coordinator_locked(m, dgi_now_ms()) == dg_tp_self(m->tp);
+	    dgi_member_coordinator_locked(m, dgi_now_ms()) == dg_tp_self(m->tp);
 	pthread_mutex_unlock(&m->mu);
 	return c;
-}
-
-/* ---- the majority (PROTOCOL.md, "Majority") ---- */
-
-/* A lease lasts half the failure timeout from the newest heartbeat a
- * majority echoed; a voter accepts a version that removes a node only once
- * that node was silent, here, for longer than a lease plus a heartbeat
- * interval.  So a removed node's lease ran out before the majority that
- * removed it accepted the version that moves its partitions. */
-static uint32_t lease_ms(dg_member *m)
-{
-	return atomic_load_explicit(&m->ft_ms, memory_order_relaxed) / 2;
-}
-
-static uint64_t removal_silence_ms(dg_member *m)
-{
-	return (uint64_t)lease_ms(m) + atomic_load_explicit(&m->hb_ms, memory_order_relaxed);
-}
-
-static bool majority(const dg_member *m)
-{
-	return m->policy == DG_PARTITION_MAJORITY;
-}
-
-/* The voters of t, and each node's index among them, as new arrays (the
- * caller swaps them in with t).  false: no memory. */
-struct vset {
-	const char **voters;
-	uint32_t n;
-	int32_t *vidx;
-	uint64_t *vals;
-};
-
-static bool vset_of(const dg_topology *t, struct vset *v)
-{
-	uint32_t cap = t->count + t->nbaseline;
-	v->voters = dgi_calloc(cap ? cap : 1, sizeof(*v->voters));
-	v->vidx = dgi_calloc(t->count ? t->count : 1, sizeof(*v->vidx));
-	v->vals = dgi_calloc(cap ? cap : 1, sizeof(*v->vals));
-	if (v->voters == NULL || v->vidx == NULL || v->vals == NULL) {
-		dgi_free(v->voters);
-		dgi_free(v->vidx);
-		dgi_free(v->vals);
-		return false;
-	}
-	v->n = dgi_quorum_voters(t, v->voters, cap);
-	for (uint32_t i = 0; i < t->count; i++)
-		v->vidx[i] = dgi_quorum_index(v->voters, v->n, t->nodes[i].url);
-	return true;
-}
-
-/* The lease from the echoes (mu held).  Under NONE, or with no voter (a
- * cluster of client nodes), always. */
-static void lease_locked(dg_member *m)
-{
-	if (!majority(m) || m->topo == NULL || m->nvoters == 0) {
-		atomic_store_explicit(&m->lease_until, UINT64_MAX, memory_order_relaxed);
-		return;
-	}
-	dg_node_id self = dg_tp_self(m->tp);
-	memset(m->vvals, 0, m->nvoters * sizeof(*m->vvals));
-	for (uint32_t i = 0; i < m->topo->count; i++) {
-		int32_t v = m->vidx[i];
-		uint64_t x = m->topo->nodes[i].id == self ? UINT64_MAX : m->since[i].acked;
-		if (v >= 0 && x > m->vvals[v])
-			m->vvals[v] = x;
-	}
-	uint64_t until = m->joined ? dgi_lease_until(dgi_quorum_kth(m->vvals, m->nvoters),
-	    lease_ms(m)) : 0;
-	atomic_store_explicit(&m->lease_until, until, memory_order_relaxed);
-}
-
-/* How many voters were heard from (echoed) within the failure timeout,
- * this node included; a voter that joined our view less than a timeout
- * ago counts as heard (mu held). */
-static uint32_t reachable_locked(dg_member *m, uint64_t now)
-{
-	if (m->topo == NULL)
-		return 0;
-	dg_node_id self = dg_tp_self(m->tp);
-	uint64_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
-	memset(m->vvals, 0, m->nvoters * sizeof(*m->vvals));
-	for (uint32_t i = 0; i < m->topo->count; i++) {
-		int32_t v = m->vidx[i];
-		if (v < 0)
-			continue;
-		const struct since *s = &m->since[i];
-		uint64_t x = m->topo->nodes[i].id == self ? UINT64_MAX :
-		    s->acked > s->ms ? s->acked : s->ms;
-		if (x > m->vvals[v])
-			m->vvals[v] = x;
-	}
-	uint32_t n = 0;
-	for (uint32_t v = 0; v < m->nvoters; v++)
-		n += m->vvals[v] == UINT64_MAX || (m->vvals[v] != 0 && now <= m->vvals[v] + ft);
-	return n;
-}
-
-dg_err dg_member_serving(dg_member *m)
-{
-	if (m == NULL)
-		return DG_OK;
-	if (atomic_load_explicit(&m->segmented, memory_order_relaxed))
-		return DG_ERR_SEGMENTED;
-	uint64_t until = atomic_load_explicit(&m->lease_until, memory_order_relaxed);
-	return until == UINT64_MAX || dgi_coarse_ms() < until ? DG_OK : DG_ERR_NOT_READY;
-}
-
-bool dg_member_segmented(dg_member *m)
-{
-	return m != NULL && atomic_load_explicit(&m->segmented, memory_order_relaxed);
-}
-
-void dg_member_quorum_get(dg_member *m, dg_member_quorum *q)
-{
-	memset(q, 0, sizeof(*q));
-	uint64_t now = dgi_now_ms();
-	pthread_mutex_lock(&m->mu);
-	q->policy = m->policy;
-	q->segmented = atomic_load(&m->segmented);
-	q->segmented_ms = q->segmented ? now - m->seg_since : 0;
-	q->voters = m->nvoters;
-	q->need = m->nvoters > 0 ? dgi_quorum_need(m->nvoters) : 0;
-	q->reachable = reachable_locked(m, now);
-	uint64_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
-	for (uint32_t v = 0; v < m->nvoters && q->nreach < DG_QUORUM_REACH_MAX; v++)
-		if (m->vvals[v] == UINT64_MAX || (m->vvals[v] != 0 && now <= m->vvals[v] + ft))
-			snprintf(q->reach[q->nreach++], DG_BASELINE_ADDR_MAX, "%s", m->voters[v]);
-	pthread_mutex_unlock(&m->mu);
-	q->leased = dg_member_serving(m) == DG_OK;
-	q->segmentations = atomic_load(&m->n_segmented);
-	q->rejoins = atomic_load(&m->n_rejoined);
-	q->lease_losses = atomic_load(&m->n_lease_lost);
-	q->votes_granted = atomic_load(&m->n_granted);
-	q->votes_refused = atomic_load(&m->n_refused);
 }
 
 /* Makes t (its reference taken) the current topology if it is newer; under
@@ -501,8 +263,8 @@ static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken)
 	}
 	struct since *s = dgi_calloc(t->count ? t->count : 1, sizeof(*s));
 	struct tq *q = dgi_alloc(sizeof(*q));
-	struct vset vs;
-	if (s == NULL || q == NULL || !vset_of(t, &vs)) {
+	struct dgi_vset vs;
+	if (s == NULL || q == NULL || !dgi_member_vset(t, &vs)) {
 		dgi_free(s);
 		dgi_free(q);
 		dg_topology_release(t);
@@ -547,7 +309,7 @@ static dg_topology *install_locked(dg_member *m, dg_topology *t, bool *taken)
 	m->joined = member;
 	m->hb_answer = true; /* the next heartbeats ask for an answer: the
 	                        lease under this version at once */
-	lease_locked(m);
+	dgi_member_lease_locked(m);
 	q->t = hold(t);
 	q->next = NULL;
 	*m->nq_tail = q;
@@ -618,7 +380,7 @@ static void *notifier_thread(void *arg)
 		while (m->nq_head == NULL && !m->stopping)
 			pthread_cond_wait(&m->ncv, &m->mu);
 		if (m->stopping)
-			break; /* member_free releases what is left */
+			break; /* dgi_member_free releases what is left */
 		struct tq *q = m->nq_head;
 		m->nq_head = q->next;
 		if (m->nq_head == NULL)
@@ -689,7 +451,7 @@ static dg_err bl_decode(dg_reader *r, uint32_t left, struct bl *b)
  * decoded into one allocation sized by the body (up to DG_TOPOLOGY_MAX
  * nodes of 255-byte URLs and DG_BASELINE_MAX addresses: hundreds of KB,
  * too much for a network thread's stack); topology changes are rare. */
-static dg_err topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
+dg_err dgi_member_topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out)
 {
 	dg_reader r;
 	uint32_t count;
@@ -1371,7 +1133,7 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dg_tp_reply_error(tp, in, DG_ERR_STATE);
 		return;
 	}
-	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
+	dg_node_id coord = dgi_member_coordinator_locked(m, dgi_now_ms());
 	const dg_topology_node *have = dg_topology_find(m->topo, (dg_node_id)j->node_id);
 	dg_msg_join_ack ack = { m->topo->version, have ? have->order : 0,
 		atomic_load_explicit(&m->ft_ms, memory_order_relaxed),
@@ -1431,7 +1193,7 @@ static void on_topology(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	const dg_msg_raw *body = in->body;
 	dg_topology *t;
 	(void)tp;
-	if (topo_decode(m, &body->list, &t) == DG_OK)
+	if (dgi_member_topo_decode(m, &body->list, &t) == DG_OK)
 		install(m, t);
 	else
 		dgi_log("warn", "TOPOLOGY-BAD", "from=%016llx", (unsigned long long)in->from);
@@ -1500,7 +1262,7 @@ static void on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	const dg_msg_baseline *b = in->body;
 	pthread_mutex_lock(&m->mu);
 	bool ready = m->topo != NULL && m->joined && !m->stopping;
-	dg_node_id coord = ready ? coordinator_locked(m, dgi_now_ms()) : 0;
+	dg_node_id coord = ready ? dgi_member_coordinator_locked(m, dgi_now_ms()) : 0;
 	pthread_mutex_unlock(&m->mu);
 	if (!ready) {
 		dg_tp_reply_error(tp, in, DG_ERR_STATE);
@@ -1575,7 +1337,7 @@ static void on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		if (hb->echo_ms > 0 && (uint64_t)hb->echo_ms > s->acked &&
 		    (uint64_t)hb->echo_ms <= now) {
 			s->acked = (uint64_t)hb->echo_ms;
-			lease_locked(m);
+			dgi_member_lease_locked(m);
 		}
 		answer = (hb->flags & DG_HB_ANSWER) && m->joined && !m->stopping;
 		if (m->joined && !m->stopping && hb->topology_version < version &&
@@ -1618,7 +1380,7 @@ static void on_removed(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	const dg_msg_raw *body = in->body;
 	dg_topology *t;
 	(void)tp;
-	if (topo_decode(m, &body->list, &t) != DG_OK) {
+	if (dgi_member_topo_decode(m, &body->list, &t) != DG_OK) {
 		dgi_log("warn", "TOPOLOGY-BAD", "from=%016llx type=REMOVED", (unsigned long long)in->from);
 		return;
 	}
@@ -1645,7 +1407,7 @@ static void on_node_failed(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_node_id id = (dg_node_id)f->node_id;
 	uint64_t now = dgi_now_ms();
 	pthread_mutex_lock(&m->mu);
-	bool coord = m->topo != NULL && coordinator_locked(m, now) == dg_tp_self(tp);
+	bool coord = m->topo != NULL && dgi_member_coordinator_locked(m, now) == dg_tp_self(tp);
 	bool known = coord && dg_topology_find(m->topo, id) != NULL;
 	bool act = known &&
 	    /* trust the report only if this node has not heard it lately either */
@@ -1681,319 +1443,6 @@ static void on_leave(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	pthread_cond_broadcast(&m->cv); /* the thread acts on it now */
 	pthread_mutex_unlock(&m->mu);
 	dgi_log("info", "NODE-LEFT", "node=%016llx", (unsigned long long)in->from);
-}
-
-/* TOPO_PROPOSE (PROTOCOL.md, "Majority"): a voter accepts a version from
- * a member of it when the version is above every one it installed or
- * accepted for another coordinator lately, and every node it drops left
- * or was silent here for longer than a lease plus a heartbeat (whatever
- * lease such a node held ran out before this vote).  It never accepts its
- * own removal. */
-static const char *vote_locked(dg_member *m, const dg_topology *t, int64_t base,
-    dg_node_id from, uint64_t now)
-{
-	dg_node_id self = dg_tp_self(m->tp);
-	int64_t mine = m->topo != NULL ? m->topo->version : 0;
-	if (m->topo == NULL || !m->joined || m->stopping)
-		return "not a member";
-	if (atomic_load(&m->segmented))
-		return "segmented";
-	if (t->version <= mine || base < mine)
-		return "not newer than this voter's topology";
-	if (m->voted_version >= t->version && m->voted_for != from &&
-	    now < m->voted_at + 2 * (uint64_t)atomic_load(&m->ft_ms))
-		return "accepted another coordinator's version";
-	if (dg_topology_find(t, from) == NULL)
-		return "the proposer is not in it";
-	if (dg_topology_find(t, self) == NULL)
-		return "it removes this voter";
-	uint64_t quiet = removal_silence_ms(m);
-	for (uint32_t i = 0; i < m->topo->count; i++) {
-		const dg_topology_node *n = &m->topo->nodes[i];
-		if (dg_topology_find(t, n->id) != NULL || n->id == self)
-			continue;
-		const struct since *s = &m->since[i];
-		uint64_t heard = dg_tp_last_heard(m->tp, n->id);
-		if (heard < s->ms)
-			heard = s->ms;
-		if (!s->left && now < heard + quiet)
-			return "it removes a node heard from lately";
-	}
-	return NULL;
-}
-
-static void on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
-{
-	dg_member *m = ctx;
-	const dg_msg_topo_propose *b = in->body;
-	dg_topology *t;
-	if (topo_decode(m, &b->topology, &t) != DG_OK) {
-		dg_tp_reply_error(tp, in, DG_ERR_BAD_LENGTH);
-		return;
-	}
-	uint64_t now = dgi_now_ms();
-	dg_msg_topo_vote v = { 0, 0 };
-	pthread_mutex_lock(&m->mu);
-	const char *why = vote_locked(m, t, b->base, in->from, now);
-	int64_t mine = m->topo != NULL ? m->topo->version : 0;
-	v.version = m->voted_version > mine ? m->voted_version : mine;
-	if (why == NULL) {
-		m->voted_version = t->version;
-		m->voted_for = in->from;
-		m->voted_at = now;
-		v.granted = 1;
-	}
-	pthread_mutex_unlock(&m->mu);
-	atomic_fetch_add(why == NULL ? &m->n_granted : &m->n_refused, 1);
-	uint32_t sup;
-	if (why != NULL && dgi_lograte_due(&m->lr_vote, now, 1000, &sup))
-		dgi_log("info", "VOTE-REFUSED", "version=%lld from=%016llx own_version=%lld repeated=%u "
-		    "why=\"%s\"", (long long)t->version, (unsigned long long)in->from, (long long)mine,
-		    sup, why);
-	dg_topology_release(t);
-	dg_tp_reply(tp, in, DG_MSG_TOPO_VOTE, &v);
-}
-
-/* ---- cluster-wide types ---- */
-
-struct announce {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int left;
-	dg_err err;
-	dg_member *m;
-	dg_msg_in req;      /* a TYPE_PROPOSE to answer when all replied */
-	bool reply;
-};
-
-static void announce_free(struct announce *a)
-{
-	member_put(a->m);
-	pthread_cond_destroy(&a->cv);
-	pthread_mutex_destroy(&a->mu);
-	dgi_free(a);
-}
-
-static void announce_done(void *ctx, dg_err err, const dg_msg_in *in)
-{
-	struct announce *a = ctx;
-	(void)in;
-	pthread_mutex_lock(&a->mu);
-	if (err == DG_ERR_CONFLICT)
-		a->err = err; /* a node refused it: the proposer hears why */
-	bool last = --a->left == 0;
-	bool reply = a->reply; /* without reply, the waiter frees a once woken */
-	if (last && !reply)
-		pthread_cond_signal(&a->cv);
-	pthread_mutex_unlock(&a->mu);
-	if (last && reply) {
-		if (a->err == DG_OK)
-			dg_tp_reply(a->m->tp, &a->req, DG_MSG_TYPE_PROPOSE, &(dg_msg_bytes){ { (const uint8_t *)"", 0 } });
-		else
-			dg_tp_reply_error(a->m->tp, &a->req, a->err);
-		announce_free(a);
-	}
-}
-
-/* Announce a definition to every member but this node and `skip`; the
- * replies arrive in announce_done.  Returns how many were sent. */
-static int announce_all(dg_member *m, struct announce *a, const uint8_t *def,
-    size_t len, dg_node_id skip)
-{
-	dg_topology *t = dg_member_topology(m);
-	dg_msg_bytes body = { { def, (uint32_t)len } };
-	int sent = 0;
-	pthread_mutex_lock(&a->mu);
-	a->left = 1; /* held until all are sent */
-	pthread_mutex_unlock(&a->mu);
-	for (uint32_t i = 0; t != NULL && i < t->count; i++) {
-		dg_node_id id = t->nodes[i].id;
-		if (id == dg_tp_self(m->tp) || id == skip)
-			continue;
-		pthread_mutex_lock(&a->mu);
-		a->left++;
-		pthread_mutex_unlock(&a->mu);
-		if (dg_tp_request(m->tp, id, DG_MSG_TYPE_ANNOUNCE, &body,
-		    atomic_load_explicit(&m->ft_ms, memory_order_relaxed), announce_done, a) != DG_OK) {
-			pthread_mutex_lock(&a->mu);
-			a->left--;
-			pthread_mutex_unlock(&a->mu);
-		} else {
-			sent++;
-		}
-	}
-	dg_topology_release(t);
-	announce_done(a, DG_OK, NULL); /* drop the hold */
-	return sent;
-}
-
-static void on_type_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
-{
-	dg_member *m = ctx;
-	const dg_msg_bytes *b = in->body;
-	dg_err e = dg_registry_accept(m->reg, b->data.ptr, b->data.len, NULL);
-	if (e != DG_OK) {
-		dgi_log("warn", "TYPE-REFUSED", "from=%016llx err=%s", (unsigned long long)in->from,
-		    dg_strerror(e));
-		dg_tp_reply_error(tp, in, e);
-		return;
-	}
-	struct announce *a = dgi_calloc(1, sizeof(*a));
-	if (a == NULL) {
-		dg_tp_reply_error(tp, in, DG_ERR_NOMEM);
-		return;
-	}
-	pthread_mutex_init(&a->mu, NULL);
-	pthread_cond_init(&a->cv, NULL);
-	a->m = member_get(m);
-	a->req = *in;
-	a->reply = true;
-	announce_all(m, a, b->data.ptr, b->data.len, in->from);
-}
-
-static void on_type_announce(dg_tp *tp, const dg_msg_in *in, void *ctx)
-{
-	dg_member *m = ctx;
-	const dg_msg_bytes *b = in->body;
-	dg_err e = dg_registry_accept(m->reg, b->data.ptr, b->data.len, NULL);
-	if (e != DG_OK)
-		dg_tp_reply_error(tp, in, e);
-	else
-		dg_tp_reply(tp, in, DG_MSG_TYPE_ANNOUNCE, b);
-}
-
-static void on_types_snapshot(dg_tp *tp, const dg_msg_in *in, void *ctx)
-{
-	dg_member *m = ctx;
-	size_t n = dg_registry_list(m->reg, NULL, 0);
-	const dg_desc **ds = dgi_alloc((n ? n : 1) * sizeof(*ds));
-	dg_buf defs, list;
-	dg_buf_init(&defs);
-	dg_buf_init(&list);
-	if (ds == NULL) {
-		dg_tp_reply_error(tp, in, DG_ERR_NOMEM);
-		return;
-	}
-	n = dg_registry_list(m->reg, ds, n);
-	dg_writer w;
-	dg_writer_init(&w, m->reg, &list);
-	dg_write_list_begin(&w, (uint32_t)n);
-	for (size_t i = 0; i < n; i++) {
-		dg_buf_reset(&defs);
-		if (dg_desc_export(ds[i], &defs) == DG_OK)
-			dg_write_bytes(&w, defs.data, defs.len);
-		else
-			dg_write_bytes(&w, "", 0);
-	}
-	dg_write_end(&w);
-	dg_err e = dg_writer_finish(&w);
-	if (e == DG_OK) {
-		dg_msg_raw body = { { list.data, (uint32_t)list.len } };
-		dg_tp_reply(tp, in, DG_MSG_TYPES_SNAPSHOT, &body);
-	} else {
-		dg_tp_reply_error(tp, in, e);
-	}
-	dgi_free(ds);
-	dg_buf_free(&defs);
-	dg_buf_free(&list);
-}
-
-/* The registration hook: a new local type is agreed cluster-wide first. */
-static dg_err propose(void *ctx, const dg_desc *d, const uint8_t *def, size_t len)
-{
-	dg_member *m = ctx;
-	(void)d;
-	pthread_mutex_lock(&m->mu);
-	bool joined = m->joined;
-	dg_node_id coord = joined ? coordinator_locked(m, dgi_now_ms()) : 0;
-	pthread_mutex_unlock(&m->mu);
-	if (!joined)
-		return DG_OK; /* before the join: local; proposed after joining */
-	if (coord != dg_tp_self(m->tp)) {
-		dg_msg_bytes body = { { def, (uint32_t)len } }, reply;
-		uint8_t mem[64];
-		dg_arena a;
-		dg_arena_init(&a, mem, sizeof(mem));
-		return dg_tp_call(m->tp, coord, DG_MSG_TYPE_PROPOSE, &body,
-		    atomic_load_explicit(&m->ft_ms, memory_order_relaxed) + m->cfg.join_timeout_ms, &reply, &a);
-	}
-	/* this node coordinates: announce to everyone and wait for them */
-	struct announce *a = dgi_calloc(1, sizeof(*a));
-	if (a == NULL)
-		return DG_ERR_NOMEM;
-	pthread_mutex_init(&a->mu, NULL);
-	pthread_cond_init(&a->cv, NULL);
-	a->m = member_get(m);
-	pthread_mutex_lock(&a->mu);
-	a->left = 1;
-	pthread_mutex_unlock(&a->mu);
-	announce_all(m, a, def, len, 0);
-	pthread_mutex_lock(&a->mu);
-	while (a->left > 0)
-		pthread_cond_wait(&a->cv, &a->mu);
-	dg_err e = a->err;
-	pthread_mutex_unlock(&a->mu);
-	announce_free(a);
-	return e;
-}
-
-/* After joining: take every type the cluster has, offer every type this
- * node registered before it joined. */
-static void sync_types(dg_member *m, dg_node_id coord)
-{
-	dg_msg_raw snap;
-	uint8_t *mem = dgi_alloc(m->tp->cfg.recv_max);
-	dg_arena a;
-	if (mem == NULL)
-		return;
-	dg_arena_init(&a, mem, m->tp->cfg.recv_max);
-	static const uint8_t empty_list[] = { 0x0F, 0x00 }; /* the request's body */
-	dg_msg_raw none = { { empty_list, sizeof(empty_list) } };
-	dg_err e = dg_tp_call(m->tp, coord, DG_MSG_TYPES_SNAPSHOT, &none,
-	    m->cfg.join_timeout_ms, &snap, &a);
-	if (e == DG_OK) {
-		dg_reader r;
-		uint32_t n;
-		dg_reader_init(&r, m->reg, snap.list.ptr, snap.list.len);
-		if (dg_read_begin(&r, DG_LIST, &n) == DG_OK) {
-			for (uint32_t i = 0; i < n; i++) {
-				dg_bytes def;
-				if (dg_read_bytes(&r, &def, NULL) != DG_OK)
-					break;
-				dg_err ae = dg_registry_accept(m->reg, def.ptr, def.len, NULL);
-				if (ae != DG_OK)
-					dgi_log("error", "TYPE-CONFLICT", "err=%s why=\"a local type differs from the cluster's\"",
-					    dg_strerror(ae));
-			}
-		}
-	} else {
-		dgi_log("warn", "TYPES-SYNC", "err=%s", dg_strerror(e));
-	}
-	dgi_free(mem);
-	/* offer local types (the coordinator refuses conflicting ones) */
-	size_t n = dg_registry_list(m->reg, NULL, 0);
-	const dg_desc **ds = dgi_alloc((n ? n : 1) * sizeof(*ds));
-	dg_buf def;
-	dg_buf_init(&def);
-	if (ds != NULL && coord != dg_tp_self(m->tp)) {
-		n = dg_registry_list(m->reg, ds, n);
-		for (size_t i = 0; i < n; i++) {
-			dg_buf_reset(&def);
-			if (dg_desc_export(ds[i], &def) != DG_OK)
-				continue;
-			dg_msg_bytes body = { { def.data, (uint32_t)def.len } }, reply;
-			uint8_t small[64];
-			dg_arena sa;
-			dg_arena_init(&sa, small, sizeof(small));
-			dg_err pe = dg_tp_call(m->tp, coord, DG_MSG_TYPE_PROPOSE, &body,
-			    atomic_load_explicit(&m->ft_ms, memory_order_relaxed), &reply, &sa);
-			if (pe != DG_OK)
-				dgi_log("error", "TYPE-CONFLICT", "type=%s err=%s", dg_desc_name(ds[i]),
-				    dg_strerror(pe));
-		}
-	}
-	dgi_free(ds);
-	dg_buf_free(&def);
 }
 
 /* ---- joining ---- */
@@ -2177,9 +1626,9 @@ static dg_err join(dg_member *m)
 		nanosleep(&ts, NULL);
 	}
 	pthread_mutex_lock(&m->mu);
-	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
+	dg_node_id coord = dgi_member_coordinator_locked(m, dgi_now_ms());
 	pthread_mutex_unlock(&m->mu);
-	sync_types(m, coord);
+	dgi_member_sync_types(m, coord);
 	return DG_OK;
 }
 
@@ -2239,7 +1688,7 @@ static dg_err baseline_once(dg_member *m, int op, const char *const *addrs, size
     const char **why)
 {
 	pthread_mutex_lock(&m->mu);
-	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
+	dg_node_id coord = dgi_member_coordinator_locked(m, dgi_now_ms());
 	pthread_mutex_unlock(&m->mu);
 	if (coord != dg_tp_self(m->tp))
 		return dg_tp_call(m->tp, coord, DG_MSG_BASELINE, body, timeout_ms, ack, NULL);
@@ -2378,8 +1827,8 @@ static void tick(dg_member *m)
 	int seg_change = 0;
 	uint32_t reach = 0;
 	if (majority(m) && m->nvoters > 0) {
-		lease_locked(m);
-		reach = reachable_locked(m, now);
+		dgi_member_lease_locked(m);
+		reach = dgi_member_reachable_locked(m, now);
 		m->reachable = reach;
 		bool seg = reach < dgi_quorum_need(m->nvoters);
 		if (seg && !atomic_load(&m->segmented)) {
@@ -2421,7 +1870,7 @@ static void tick(dg_member *m)
 			reset[nreset++] = t->nodes[i].id;
 		}
 	}
-	coord = coordinator_locked(m, now);
+	coord = dgi_member_coordinator_locked(m, now);
 	version = t->version;
 	/* every member gets a heartbeat echoing its latest one; after a new
 	 * version, or without a lease, asking for an answer at once */
@@ -2509,7 +1958,7 @@ static void tick(dg_member *m)
 static void *typesync_thread(void *arg)
 {
 	dg_member *m = arg;
-	sync_types(m, m->typesync_coord);
+	dgi_member_sync_types(m, m->typesync_coord);
 	return NULL;
 }
 
@@ -2527,7 +1976,7 @@ static void typesync_start(dg_member *m, dg_node_id coord)
 	if (pthread_create(&m->typesync, NULL, typesync_thread, m) == 0)
 		m->typesync_started = true;
 	else
-		sync_types(m, coord);
+		dgi_member_sync_types(m, coord);
 }
 
 static void rejoin(dg_member *m)
@@ -2609,7 +2058,7 @@ static void rejoin(dg_member *m)
 	}
 	const dg_topology_node *me = m->joined ? dg_topology_find(m->topo, dg_tp_self(m->tp)) : NULL;
 	int64_t order = me != NULL ? me->order : 0, version = m->topo != NULL ? m->topo->version : 0;
-	dg_node_id coord = coordinator_locked(m, dgi_now_ms());
+	dg_node_id coord = dgi_member_coordinator_locked(m, dgi_now_ms());
 	joined = m->joined;
 	pthread_mutex_unlock(&m->mu);
 	dg_topology_release(t);
@@ -2737,13 +2186,13 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	dg_tp_handle(tp, DG_MSG_HEARTBEAT, on_heartbeat, m);
 	dg_tp_handle(tp, DG_MSG_NODE_FAILED, on_node_failed, m);
 	dg_tp_handle(tp, DG_MSG_LEAVE, on_leave, m);
-	dg_tp_handle(tp, DG_MSG_TYPE_PROPOSE, on_type_propose, m);
-	dg_tp_handle(tp, DG_MSG_TYPE_ANNOUNCE, on_type_announce, m);
-	dg_tp_handle(tp, DG_MSG_TYPES_SNAPSHOT, on_types_snapshot, m);
+	dg_tp_handle(tp, DG_MSG_TYPE_PROPOSE, dgi_member_on_type_propose, m);
+	dg_tp_handle(tp, DG_MSG_TYPE_ANNOUNCE, dgi_member_on_type_announce, m);
+	dg_tp_handle(tp, DG_MSG_TYPES_SNAPSHOT, dgi_member_on_types_snapshot, m);
 	dg_tp_handle(tp, DG_MSG_BASELINE, on_baseline, m);
 	dg_tp_handle(tp, DG_MSG_REMOVED, on_removed, m);
-	dg_tp_handle(tp, DG_MSG_TOPO_PROPOSE, on_topo_propose, m);
-	dg_registry_set_hook(m->reg, propose, m);
+	dg_tp_handle(tp, DG_MSG_TOPO_PROPOSE, dgi_member_on_topo_propose, m);
+	dg_registry_set_hook(m->reg, dgi_member_propose, m);
 	if (pthread_create(&m->notifier, NULL, notifier_thread, m) != 0) {
 		dg_member_stop(m);
 		return DG_ERR_NOMEM;
@@ -2811,7 +2260,7 @@ static void member_stop(dg_member *m, bool leave)
 	member_put(m);
 }
 
-static void member_free(dg_member *m)
+void dgi_member_free(dg_member *m)
 {
 	for (size_t i = 0; m->seeds != NULL && i < m->cfg.nseeds; i++)
 		dgi_free(m->seeds[i]);

@@ -1,0 +1,180 @@
+/*
+ * member_int.h — internals of the membership (not installed): struct
+ * dg_member, shared by membership.c (the topology, its codec, changes and
+ * their votes, joining, failure detection, start and stop),
+ * member_quorum.c (voters, leases, SEGMENTED, the voter's side of
+ * TOPO_PROPOSE) and member_types.c (cluster-wide types).  transport/
+ * README.md says which file holds what.
+ *
+ * Locks: m->mu guards every field not marked atomic (the topology and its
+ * `since` array, voters, proposals, the quiet and rejoin state); it is
+ * never held across a send, a call or a listener.  The notifier thread
+ * delivers installed versions under m->ncv.  A handler that needs m after
+ * it returns (a forwarded request, a vote in flight) holds a reference
+ * (member_get / member_put); the last one frees m.
+ */
+#ifndef DG_MEMBER_INT_H
+#define DG_MEMBER_INT_H
+
+#include "transport_int.h"
+
+#define MAX_LISTENERS 16
+/* How long one JOIN (and the wait for the TOPOLOGY it brings) may take
+ * before the joiner asks again; a forwarded JOIN is bounded the same. */
+#define JOIN_ATTEMPT_MS 3000
+
+struct listener {
+	dg_topology_fn fn;
+	void *ctx;
+	int64_t after;       /* gets only versions above this (the last one
+	                        delivered when it was added) */
+};
+
+struct tq {                    /* a version waiting for the listeners */
+	dg_topology *t;
+	struct tq *next;
+};
+
+struct since {
+	dg_node_id id;
+	uint64_t ms;     /* joined our view at; a floor for "last heard" */
+	bool left;       /* sent LEAVE: failed at once */
+	bool reported;   /* NODE_FAILED sent for the current version */
+	uint64_t acked;  /* the newest of our HEARTBEAT times it echoed (our
+	                    clock): it heard this node then — the lease */
+	int64_t echo;    /* time_ms of its newest HEARTBEAT: echoed in ours */
+	uint64_t resent_ms; /* our TOPOLOGY sent again (it is behind) at */
+	uint64_t reset_ms;  /* its connection dropped for silence at */
+};
+
+struct prop;
+
+struct dg_member {
+	_Atomic int refs;              /* the owner + each request in flight */
+	/* failure detection timings in force: the node's own config when it
+	 * formed the cluster, the cluster's once it joined (JOIN_ACK) */
+	_Atomic uint32_t ft_ms, hb_ms;
+	dg_tp *tp;
+	dg_registry *reg;
+	dg_member_config cfg;
+	char **seeds;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	dg_topology *topo;             /* current, one reference held here */
+	struct since *since;           /* one per node of topo */
+	struct listener listeners[MAX_LISTENERS];
+	int nlisteners;
+	/* installed versions not yet given to the listeners, oldest first
+	 * (each held); the notifier thread delivers them (ncv) */
+	struct tq *nq_head, **nq_tail;
+	dg_topology *delivered;        /* the last one delivered (held) */
+	pthread_cond_t ncv;
+	bool stopping;
+	bool joined;
+	pthread_t thread, notifier;
+	bool thread_started, notifier_started;
+	/* this node's own pauses (under mu) */
+	uint64_t tick_ms;              /* when the thread last ran tick */
+	bool quiet;                    /* paused: nobody failed, no topology change */
+	uint64_t quiet_until;          /* ... at the latest until then */
+	uint64_t vouch_after;          /* a member's heartbeat after this ends it */
+	bool rejoin;                   /* dropped out of the topology: join again */
+	uint64_t told_ms;              /* REMOVED answers: logged once a second */
+	uint32_t told;
+	uint32_t test_stall_ms;        /* dgi_member_test_stall */
+	/* a rejoin's type sync, off the heartbeat thread (joined at stop) */
+	pthread_t typesync;
+	bool typesync_started;
+	dg_node_id typesync_coord;
+	/* the majority (PROTOCOL.md, "Majority"); under mu unless atomic */
+	int policy;                    /* DG_PARTITION_* */
+	const char **voters;           /* topo's voting servers (views into it) */
+	uint32_t nvoters;
+	int32_t *vidx;                 /* per node of topo: its voter index, -1 */
+	uint64_t *vvals;               /* scratch, nvoters */
+	_Atomic uint64_t lease_until;  /* monotonic ms; UINT64_MAX: always */
+	_Atomic bool segmented;
+	uint64_t seg_since;
+	bool leased;                   /* the last check found a lease */
+	uint32_t reachable;            /* voters heard within ft at the last check */
+	struct prop *prop;             /* a change waiting for votes, or NULL */
+	int64_t vote_floor;            /* refusals named this version: go above */
+	int64_t voted_version;         /* this node's own vote */
+	dg_node_id voted_for;
+	uint64_t voted_at;
+	bool hb_answer;                /* the next heartbeats carry DG_HB_ANSWER */
+	bool warned_two;               /* TWO-VOTERS logged */
+	struct dgi_lograte lr_lease;   /* LEASE-LOST */
+	struct dgi_lograte lr_reset;   /* PEER-RESET */
+	struct dgi_lograte lr_vote;    /* VOTE-REFUSED */
+	struct dgi_lograte lr_agree;   /* TOPOLOGY-NOT-AGREED */
+	_Atomic uint64_t n_segmented, n_rejoined, n_lease_lost, n_granted, n_refused;
+};
+
+/* membership.c */
+void dgi_member_free(dg_member *m);              /* the last reference's */
+/* The oldest member this node does not consider failed (mu held). */
+dg_node_id dgi_member_coordinator_locked(dg_member *m, uint64_t now);
+/* Decodes a TOPOLOGY body (PROTOCOL.md). */
+dg_err dgi_member_topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out);
+
+static inline dg_member *member_get(dg_member *m)
+{
+	atomic_fetch_add(&m->refs, 1);
+	return m;
+}
+
+static inline void member_put(dg_member *m)
+{
+	if (atomic_fetch_sub(&m->refs, 1) == 1)
+		dgi_member_free(m);
+}
+
+/* member_quorum.c (PROTOCOL.md, "Majority") */
+/* A lease lasts half the failure timeout from the newest heartbeat a
+ * majority echoed; a voter accepts a version that removes a node only once
+ * that node was silent, here, for longer than a lease plus a heartbeat
+ * interval.  So a removed node's lease ran out before the majority that
+ * removed it accepted the version that moves its partitions. */
+static inline uint32_t lease_ms(dg_member *m)
+{
+	return atomic_load_explicit(&m->ft_ms, memory_order_relaxed) / 2;
+}
+
+static inline uint64_t removal_silence_ms(dg_member *m)
+{
+	return (uint64_t)lease_ms(m) + atomic_load_explicit(&m->hb_ms, memory_order_relaxed);
+}
+
+static inline bool majority(const dg_member *m)
+{
+	return m->policy == DG_PARTITION_MAJORITY;
+}
+
+/* The voters of t, and each node's index among them, as new arrays (the
+ * caller swaps them in with t).  false: no memory. */
+struct dgi_vset {
+	const char **voters;
+	uint32_t n;
+	int32_t *vidx;
+	uint64_t *vals;
+};
+bool dgi_member_vset(const dg_topology *t, struct dgi_vset *v);
+/* The lease from the echoes (mu held).  Under NONE, or with no voter (a
+ * cluster of client nodes), always. */
+void dgi_member_lease_locked(dg_member *m);
+/* How many voters echoed within the failure timeout, this node included
+ * (mu held); fills m->vvals. */
+uint32_t dgi_member_reachable_locked(dg_member *m, uint64_t now);
+/* TOPO_PROPOSE: the voter's side. */
+void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx);
+
+/* member_types.c: TYPE_PROPOSE, TYPE_ANNOUNCE, TYPES_SNAPSHOT, the
+ * registry's hook, and the sync of every type with the coordinator. */
+void dgi_member_on_type_propose(dg_tp *tp, const dg_msg_in *in, void *ctx);
+void dgi_member_on_type_announce(dg_tp *tp, const dg_msg_in *in, void *ctx);
+void dgi_member_on_types_snapshot(dg_tp *tp, const dg_msg_in *in, void *ctx);
+dg_err dgi_member_propose(void *ctx, const dg_desc *d, const uint8_t *def, size_t len);
+void dgi_member_sync_types(dg_member *m, dg_node_id coord);
+
+#endif /* DG_MEMBER_INT_H */

@@ -1,0 +1,185 @@
+/* member_quorum.c — the majority (PROTOCOL.md, "Majority"): the voters of
+ * a topology, leases from heartbeat echoes, reachability and SEGMENTED,
+ * and a voter's answer to TOPO_PROPOSE.  The coordinator's side of a
+ * vote (proposals) is membership.c's, with the changes it decides.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "member_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+bool dgi_member_vset(const dg_topology *t, struct dgi_vset *v)
+{
+	uint32_t cap = t->count + t->nbaseline;
+	v->voters = dgi_calloc(cap ? cap : 1, sizeof(*v->voters));
+	v->vidx = dgi_calloc(t->count ? t->count : 1, sizeof(*v->vidx));
+	v->vals = dgi_calloc(cap ? cap : 1, sizeof(*v->vals));
+	if (v->voters == NULL || v->vidx == NULL || v->vals == NULL) {
+		dgi_free(v->voters);
+		dgi_free(v->vidx);
+		dgi_free(v->vals);
+		return false;
+	}
+	v->n = dgi_quorum_voters(t, v->voters, cap);
+	for (uint32_t i = 0; i < t->count; i++)
+		v->vidx[i] = dgi_quorum_index(v->voters, v->n, t->nodes[i].url);
+	return true;
+}
+
+/* The lease from the echoes (mu held).  Under NONE, or with no voter (a
+ * cluster of client nodes), always. */
+void dgi_member_lease_locked(dg_member *m)
+{
+	if (!majority(m) || m->topo == NULL || m->nvoters == 0) {
+		atomic_store_explicit(&m->lease_until, UINT64_MAX, memory_order_relaxed);
+		return;
+	}
+	dg_node_id self = dg_tp_self(m->tp);
+	memset(m->vvals, 0, m->nvoters * sizeof(*m->vvals));
+	for (uint32_t i = 0; i < m->topo->count; i++) {
+		int32_t v = m->vidx[i];
+		uint64_t x = m->topo->nodes[i].id == self ? UINT64_MAX : m->since[i].acked;
+		if (v >= 0 && x > m->vvals[v])
+			m->vvals[v] = x;
+	}
+	uint64_t until = m->joined ? dgi_lease_until(dgi_quorum_kth(m->vvals, m->nvoters),
+	    lease_ms(m)) : 0;
+	atomic_store_explicit(&m->lease_until, until, memory_order_relaxed);
+}
+
+/* How many voters were heard from (echoed) within the failure timeout,
+ * this node included; a voter that joined our view less than a timeout
+ * ago counts as heard (mu held). */
+uint32_t dgi_member_reachable_locked(dg_member *m, uint64_t now)
+{
+	if (m->topo == NULL)
+		return 0;
+	dg_node_id self = dg_tp_self(m->tp);
+	uint64_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	memset(m->vvals, 0, m->nvoters * sizeof(*m->vvals));
+	for (uint32_t i = 0; i < m->topo->count; i++) {
+		int32_t v = m->vidx[i];
+		if (v < 0)
+			continue;
+		const struct since *s = &m->since[i];
+		uint64_t x = m->topo->nodes[i].id == self ? UINT64_MAX :
+		    s->acked > s->ms ? s->acked : s->ms;
+		if (x > m->vvals[v])
+			m->vvals[v] = x;
+	}
+	uint32_t n = 0;
+	for (uint32_t v = 0; v < m->nvoters; v++)
+		n += m->vvals[v] == UINT64_MAX || (m->vvals[v] != 0 && now <= m->vvals[v] + ft);
+	return n;
+}
+
+dg_err dg_member_serving(dg_member *m)
+{
+	if (m == NULL)
+		return DG_OK;
+	if (atomic_load_explicit(&m->segmented, memory_order_relaxed))
+		return DG_ERR_SEGMENTED;
+	uint64_t until = atomic_load_explicit(&m->lease_until, memory_order_relaxed);
+	return until == UINT64_MAX || dgi_coarse_ms() < until ? DG_OK : DG_ERR_NOT_READY;
+}
+
+bool dg_member_segmented(dg_member *m)
+{
+	return m != NULL && atomic_load_explicit(&m->segmented, memory_order_relaxed);
+}
+
+void dg_member_quorum_get(dg_member *m, dg_member_quorum *q)
+{
+	memset(q, 0, sizeof(*q));
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&m->mu);
+	q->policy = m->policy;
+	q->segmented = atomic_load(&m->segmented);
+	q->segmented_ms = q->segmented ? now - m->seg_since : 0;
+	q->voters = m->nvoters;
+	q->need = m->nvoters > 0 ? dgi_quorum_need(m->nvoters) : 0;
+	q->reachable = dgi_member_reachable_locked(m, now);
+	uint64_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	for (uint32_t v = 0; v < m->nvoters && q->nreach < DG_QUORUM_REACH_MAX; v++)
+		if (m->vvals[v] == UINT64_MAX || (m->vvals[v] != 0 && now <= m->vvals[v] + ft))
+			snprintf(q->reach[q->nreach++], DG_BASELINE_ADDR_MAX, "%s", m->voters[v]);
+	pthread_mutex_unlock(&m->mu);
+	q->leased = dg_member_serving(m) == DG_OK;
+	q->segmentations = atomic_load(&m->n_segmented);
+	q->rejoins = atomic_load(&m->n_rejoined);
+	q->lease_losses = atomic_load(&m->n_lease_lost);
+	q->votes_granted = atomic_load(&m->n_granted);
+	q->votes_refused = atomic_load(&m->n_refused);
+}
+
+/* TOPO_PROPOSE (PROTOCOL.md, "Majority"): a voter accepts a version from
+ * a member of it when the version is above every one it installed or
+ * accepted for another coordinator lately, and every node it drops left
+ * or was silent here for longer than a lease plus a heartbeat (whatever
+ * lease such a node held ran out before this vote).  It never accepts its
+ * own removal. */
+static const char *vote_locked(dg_member *m, const dg_topology *t, int64_t base,
+    dg_node_id from, uint64_t now)
+{
+	dg_node_id self = dg_tp_self(m->tp);
+	int64_t mine = m->topo != NULL ? m->topo->version : 0;
+	if (m->topo == NULL || !m->joined || m->stopping)
+		return "not a member";
+	if (atomic_load(&m->segmented))
+		return "segmented";
+	if (t->version <= mine || base < mine)
+		return "not newer than this voter's topology";
+	if (m->voted_version >= t->version && m->voted_for != from &&
+	    now < m->voted_at + 2 * (uint64_t)atomic_load(&m->ft_ms))
+		return "accepted another coordinator's version";
+	if (dg_topology_find(t, from) == NULL)
+		return "the proposer is not in it";
+	if (dg_topology_find(t, self) == NULL)
+		return "it removes this voter";
+	uint64_t quiet = removal_silence_ms(m);
+	for (uint32_t i = 0; i < m->topo->count; i++) {
+		const dg_topology_node *n = &m->topo->nodes[i];
+		if (dg_topology_find(t, n->id) != NULL || n->id == self)
+			continue;
+		const struct since *s = &m->since[i];
+		uint64_t heard = dg_tp_last_heard(m->tp, n->id);
+		if (heard < s->ms)
+			heard = s->ms;
+		if (!s->left && now < heard + quiet)
+			return "it removes a node heard from lately";
+	}
+	return NULL;
+}
+
+void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_topo_propose *b = in->body;
+	dg_topology *t;
+	if (dgi_member_topo_decode(m, &b->topology, &t) != DG_OK) {
+		dg_tp_reply_error(tp, in, DG_ERR_BAD_LENGTH);
+		return;
+	}
+	uint64_t now = dgi_now_ms();
+	dg_msg_topo_vote v = { 0, 0 };
+	pthread_mutex_lock(&m->mu);
+	const char *why = vote_locked(m, t, b->base, in->from, now);
+	int64_t mine = m->topo != NULL ? m->topo->version : 0;
+	v.version = m->voted_version > mine ? m->voted_version : mine;
+	if (why == NULL) {
+		m->voted_version = t->version;
+		m->voted_for = in->from;
+		m->voted_at = now;
+		v.granted = 1;
+	}
+	pthread_mutex_unlock(&m->mu);
+	atomic_fetch_add(why == NULL ? &m->n_granted : &m->n_refused, 1);
+	uint32_t sup;
+	if (why != NULL && dgi_lograte_due(&m->lr_vote, now, 1000, &sup))
+		dgi_log("info", "VOTE-REFUSED", "version=%lld from=%016llx own_version=%lld repeated=%u "
+		    "why=\"%s\"", (long long)t->version, (unsigned long long)in->from, (long long)mine,
+		    sup, why);
+	dg_topology_release(t);
+	dg_tp_reply(tp, in, DG_MSG_TOPO_VOTE, &v);
+}
