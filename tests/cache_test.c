@@ -2067,6 +2067,57 @@ static void test_scale_rent_replicated_many_owners(void **state)
 		dg_node_stop(n[i]);
 }
 
+/* A node the others removed while it was cut off (PROTOCOL.md, "Majority")
+ * holds copies the majority wrote past: once it learns it was dropped,
+ * none of them is whole, and all are broken — none is a complete source
+ * for a new owner, nor answers a supplier read, nor completes itself when
+ * its supplier's copy is partial (found by cluster-tests/partition_netns.sh:
+ * a node that rejoined fetched a stale copy from another cut off with it,
+ * and owned it as whole). */
+static void test_dropped_copies_not_whole(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 0);
+	dg_cache *c0 = create_on(cl.n[0], "dropped", 2);
+	rebalanced(cl.n, 3, "dropped");
+	put_keys(c0, "d", 300);
+	dg_node *x = cl.n[2];
+	dg_cache *cx = cache_on(x, "dropped");
+	dg_node_id xid = dg_node_get_id(x);
+	for (int i = 0; i < 2; i++) {
+		dgi_tp_test_cut(dgi_node_tp(cl.n[i]), xid, true);
+		dgi_tp_test_cut(dgi_node_tp(x), dg_node_get_id(cl.n[i]), true);
+	}
+	wait_agree(cl.n, 2); /* n[0], n[1] removed x */
+	atomic_store(&dgi_rebalance_paused, true); /* what x fetches stays out */
+	for (int i = 0; i < 2; i++) {
+		dgi_tp_test_cut(dgi_node_tp(cl.n[i]), xid, false);
+		dgi_tp_test_cut(dgi_node_tp(x), dg_node_get_id(cl.n[i]), false);
+	}
+	wait_agree(cl.n, 3); /* x told it was removed, and back */
+	uint32_t held = 0;
+	for (uint32_t p = 0; p < cx->cfg.partitions; p++) {
+		dgi_part *pt = &cx->parts[p];
+		pthread_mutex_lock(&pt->mu);
+		if (pt->count > 0) {
+			/* MOVING again (paused): its own copy is not taken as
+			 * complete — only a whole copy of another old owner is */
+			held++;
+			if (atomic_load(&pt->whole) || !pt->broken)
+				fail_msg("partition %u: a copy from before the drop is %s (state %d)", p,
+				    atomic_load(&pt->whole) ? "whole" : "not broken",
+				    atomic_load(&pt->state));
+		}
+		pthread_mutex_unlock(&pt->mu);
+	}
+	assert_true(held > 0);
+	atomic_store(&dgi_rebalance_paused, false);
+	rebalanced(cl.n, 3, "dropped");
+	all_keys_readable(cache_on(cl.n[0], "dropped"), "d", 300);
+	cluster_stop(&cl);
+}
+
 /* backups=0: a node taken out of the baseline and stopped (gracefully)
  * before its partitions' new owners fetched them pushes them on its way
  * out: nothing lost, no partition LOST. */
@@ -2988,6 +3039,7 @@ int main(void)
 		cmocka_unit_test(test_baseline_remove_hands_over),
 		cmocka_unit_test(test_baseline_joiner_standby),
 		cmocka_unit_test(test_baseline_survives_coordinator),
+		cmocka_unit_test(test_dropped_copies_not_whole),
 		cmocka_unit_test(test_baseline_refused),
 		cmocka_unit_test(test_baseline_last_member_leaves),
 		cmocka_unit_test_teardown(test_rent_kept_until_owners_have_it, rent_teardown),
