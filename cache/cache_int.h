@@ -481,7 +481,7 @@ extern _Atomic uint32_t dgi_grid_queue_jobs;    /* the jobs bound (tests lower i
 
 struct dgi_grid {
 	dg_tp *tp;
-	dg_member *m;
+	dg_member *m;                  /* held (dgi_member_hold) until stop */
 	dg_registry *reg;
 	dgi_grid_config cfg;
 	dg_node_id self;

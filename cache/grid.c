@@ -1231,7 +1231,10 @@ fail:
 
 dg_err dgi_grid_joined(dgi_grid *g, dg_member *m)
 {
-	g->m = m;
+	/* held until dgi_grid_stop: the handlers ask it for the lease
+	 * (dg_member_serving) until they are unset, after the membership
+	 * stopped (test_counters_through_primary_crashes, ASan) */
+	g->m = dgi_member_hold(m);
 	dg_err e = dg_member_listen(m, on_topology, g);
 	if (e != DG_OK)
 		return e;
@@ -1277,6 +1280,7 @@ void dgi_grid_stop(dgi_grid *g)
 	dgi_pstore_close(g->ps);
 	if (g->topo != NULL)
 		dg_topology_release(g->topo);
+	dgi_member_release(g->m);
 	dgi_free(g);
 }
 

@@ -764,10 +764,21 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 /* Decides p when it can be (mu held): DONE installs its version (*old: the
  * one replaced, *installed set), ABANDONED leaves it.  Returns the new
  * state (PROP_PENDING: not yet). */
-static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, bool *installed)
+/* What prop_finish logs, read under m->mu (votes still arriving change
+ * the counts). */
+struct tally {
+	uint32_t granted, answered;
+	int64_t refused_above;
+};
+
+static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, bool *installed,
+    struct tally *tl)
 {
 	*old = NULL;
 	*installed = false;
+	tl->granted = p->granted;
+	tl->answered = p->answered;
+	tl->refused_above = p->refused_above;
 	if (p->state != PROP_PENDING)
 		return PROP_PENDING;
 	bool won = p->granted >= p->need;
@@ -795,7 +806,8 @@ static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, b
 static void log_baseline(dg_member *m, const struct change *ch);
 
 /* After prop_decide_locked, outside mu: broadcast, log, answer. */
-static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *old, bool inst)
+static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *old, bool inst,
+    const struct tally *tl)
 {
 	if (state == PROP_PENDING)
 		return;
@@ -804,15 +816,15 @@ static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *ol
 			installed(m, old, p->t);
 		broadcast(m, p->t);
 		dgi_log("info", "TOPOLOGY-AGREED", "version=%lld votes=%u of=%u took_ms=%llu",
-		    (long long)p->t->version, p->granted, p->nvoters,
+		    (long long)p->t->version, tl->granted, p->nvoters,
 		    (unsigned long long)(dgi_now_ms() - p->started));
 	} else {
 		uint32_t sup;
 		if (dgi_lograte_due(&m->lr_agree, dgi_now_ms(), 1000, &sup))
 			dgi_log("warn", "TOPOLOGY-NOT-AGREED", "version=%lld votes=%u need=%u of=%u "
 			    "answered=%u refused_above=%lld dropped=%u node=%016llx repeated=%u",
-			    (long long)p->t->version, p->granted, p->need, p->nvoters, p->answered,
-			    (long long)p->refused_above, p->ndrop, (unsigned long long)p->drop_hint, sup);
+			    (long long)p->t->version, tl->granted, p->need, p->nvoters, tl->answered,
+			    (long long)tl->refused_above, p->ndrop, (unsigned long long)p->drop_hint, sup);
 	}
 	if (p->kind == DG_MSG_JOIN) {
 		if (state == PROP_DONE) {
@@ -861,9 +873,10 @@ static void vote_done(void *ctx, dg_err err, const dg_msg_in *reply)
 	} else if (r != NULL && r->version > p->refused_above) {
 		p->refused_above = r->version;
 	}
-	int st = prop_decide_locked(m, p, &old, &inst);
+	struct tally tl;
+	int st = prop_decide_locked(m, p, &old, &inst, &tl);
 	pthread_mutex_unlock(&m->mu);
-	prop_finish(m, p, st, old, inst);
+	prop_finish(m, p, st, old, inst, &tl);
 	prop_release(m, p);
 	member_put(m);
 	dgi_free(v);
@@ -886,7 +899,12 @@ static void prop_send(dg_member *m, struct prop *p, const struct change *ch)
 		bool dropped = false;
 		for (size_t k = 0; k < ch->ndrop; k++)
 			dropped |= ch->drop[k] == n->id;
-		if (idx < 0 || p->got[idx] || dropped || n->id == dg_tp_self(m->tp))
+		if (idx < 0 || dropped || n->id == dg_tp_self(m->tp))
+			continue;
+		pthread_mutex_lock(&m->mu); /* (answers to earlier sends write it) */
+		bool got = p->got[idx];
+		pthread_mutex_unlock(&m->mu);
+		if (got)
 			continue;
 		struct vote *v = dgi_alloc(sizeof(*v));
 		if (v == NULL)
@@ -906,9 +924,10 @@ static void prop_send(dg_member *m, struct prop *p, const struct change *ch)
 	bool inst;
 	pthread_mutex_lock(&m->mu);
 	p->sending = false;
-	int st = prop_decide_locked(m, p, &old, &inst);
+	struct tally tl;
+	int st = prop_decide_locked(m, p, &old, &inst, &tl);
 	pthread_mutex_unlock(&m->mu);
-	prop_finish(m, p, st, old, inst);
+	prop_finish(m, p, st, old, inst, &tl);
 }
 
 /* The nodes of cur without ch->drop, plus ch->add (url: its storage). */
