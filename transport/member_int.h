@@ -166,6 +166,9 @@ void dgi_member_lease_locked(dg_member *m);
 /* How many voters echoed within the failure timeout, this node included
  * (mu held); fills m->vvals. */
 uint32_t dgi_member_reachable_locked(dg_member *m, uint64_t now);
+/* The same, counting the nodes of without as unreachable. */
+uint32_t dgi_member_reachable_without_locked(dg_member *m, uint64_t now,
+    const dg_node_id *without, size_t nwithout);
 /* TOPO_PROPOSE: the voter's side. */
 void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx);
 

@@ -53,6 +53,12 @@ void dgi_member_lease_locked(dg_member *m)
  * ago counts as heard (mu held). */
 uint32_t dgi_member_reachable_locked(dg_member *m, uint64_t now)
 {
+	return dgi_member_reachable_without_locked(m, now, NULL, 0);
+}
+
+uint32_t dgi_member_reachable_without_locked(dg_member *m, uint64_t now,
+    const dg_node_id *without, size_t nwithout)
+{
 	if (m->topo == NULL)
 		return 0;
 	dg_node_id self = dg_tp_self(m->tp);
@@ -60,7 +66,10 @@ uint32_t dgi_member_reachable_locked(dg_member *m, uint64_t now)
 	memset(m->vvals, 0, m->nvoters * sizeof(*m->vvals));
 	for (uint32_t i = 0; i < m->topo->count; i++) {
 		int32_t v = m->vidx[i];
-		if (v < 0)
+		bool gone = false;
+		for (size_t k = 0; k < nwithout; k++)
+			gone |= without[k] == m->topo->nodes[i].id;
+		if (v < 0 || gone)
 			continue;
 		const struct since *s = &m->since[i];
 		uint64_t x = m->topo->nodes[i].id == self ? UINT64_MAX :

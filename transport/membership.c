@@ -1870,6 +1870,28 @@ static void tick(dg_member *m)
 	for (uint32_t i = 0; i < t->count && nfailed < 64 && !segmented; i++)
 		if (failed_locked(m, &t->nodes[i], now))
 			failed[nfailed++] = t->nodes[i].id;
+	/* (a voter that left votes for its removal: not one of those) */
+	dg_node_id silent[64];
+	size_t nsilent = 0;
+	for (size_t k = 0; k < nfailed; k++) {
+		struct since *fs = since_of(m, failed[k]);
+		if (fs == NULL || !fs->left)
+			silent[nsilent++] = failed[k];
+	}
+	if (nsilent > 0 && majority(m) && nvoters > 0 &&
+	    dgi_member_reachable_without_locked(m, now, silent, nsilent) < dgi_quorum_need(nvoters)) {
+		/* those failed are what a majority lacks: this side is the
+		 * minority (the echoes, on the precise clock, can trail the
+		 * silence, on the coarse one, by a few ms) — segmented now,
+		 * nobody failed */
+		atomic_store(&m->segmented, true);
+		m->seg_since = now;
+		atomic_fetch_add(&m->n_segmented, 1);
+		seg_change = 1;
+		segmented = true;
+		reach = dgi_member_reachable_without_locked(m, now, silent, nsilent);
+		nfailed = 0;
+	}
 	/* a member silent for the failure timeout gets a new connection: a
 	 * TCP connection whose packets a partition dropped can stay open for
 	 * minutes after the network heals (its retransmissions back off),
