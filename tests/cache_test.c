@@ -2067,6 +2067,59 @@ static void test_scale_rent_replicated_many_owners(void **state)
 		dg_node_stop(n[i]);
 }
 
+/* A client node cut off from every server is SEGMENTED: each operation
+ * fails at once with DG_ERR_SEGMENTED (not after its timeout); healed, it
+ * joins again and the same dg_cache handle works (PROTOCOL.md,
+ * "Majority"). */
+static void test_segmented_client_refuses_at_once(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3, 1);
+	dg_cache *c0 = create_on(cl.n[0], "seg", 2);
+	rebalanced(cl.n, 3, "seg");
+	dg_cache *cc = cache_on(cl.n[3], "seg");
+	OK(dg_cache_put(cc, "k", 1, "v1", 2));
+	dg_node_id cid = dg_node_get_id(cl.n[3]);
+	for (int i = 0; i < 3; i++) {
+		dgi_tp_test_cut(dgi_node_tp(cl.n[i]), cid, true);
+		dgi_tp_test_cut(dgi_node_tp(cl.n[3]), dg_node_get_id(cl.n[i]), true);
+	}
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (!dg_member_segmented(dgi_node_member(cl.n[3]))) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	uint64_t t0 = dgi_now_ms();
+	dg_buf b;
+	dg_buf_init(&b);
+	EXPECT(dg_cache_put(cc, "k", 1, "v2", 2), DG_ERR_SEGMENTED);
+	EXPECT(dg_cache_get(cc, "k", 1, &b), DG_ERR_SEGMENTED);
+	bool removed;
+	EXPECT(dg_cache_remove(cc, "k", 1, &removed), DG_ERR_SEGMENTED);
+	assert_true(dgi_now_ms() - t0 < 500); /* at once: the timeout is 5 s */
+	for (int i = 0; i < 3; i++) {
+		dgi_tp_test_cut(dgi_node_tp(cl.n[i]), cid, false);
+		dgi_tp_test_cut(dgi_node_tp(cl.n[3]), dg_node_get_id(cl.n[i]), false);
+	}
+	deadline = dgi_now_ms() + 10000;
+	while (dg_member_segmented(dgi_node_member(cl.n[3]))) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(10 * 1000);
+	}
+	/* the same handle, after the rejoin */
+	dg_err e;
+	while ((e = dg_cache_put(cc, "k", 1, "v3", 2)) != DG_OK) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	b.len = 0;
+	OK(dg_cache_get(c0, "k", 1, &b));
+	assert_true(b.len == 2 && memcmp(b.data, "v3", 2) == 0);
+	dg_buf_free(&b);
+	cluster_stop(&cl);
+}
+
 /* A node the others removed while it was cut off (PROTOCOL.md, "Majority")
  * holds copies the majority wrote past: once it learns it was dropped,
  * none of them is whole, and all are broken — none is a complete source
@@ -3040,6 +3093,7 @@ int main(void)
 		cmocka_unit_test(test_baseline_joiner_standby),
 		cmocka_unit_test(test_baseline_survives_coordinator),
 		cmocka_unit_test(test_dropped_copies_not_whole),
+		cmocka_unit_test(test_segmented_client_refuses_at_once),
 		cmocka_unit_test(test_baseline_refused),
 		cmocka_unit_test(test_baseline_last_member_leaves),
 		cmocka_unit_test_teardown(test_rent_kept_until_owners_have_it, rent_teardown),
