@@ -2067,6 +2067,18 @@ static void test_scale_rent_replicated_many_owners(void **state)
 		dg_node_stop(n[i]);
 }
 
+/* Cuts (on) or heals node x from the first n nodes of cl, both ways
+ * (transport.h, dgi_tp_test_cut). */
+static void cut_from(struct cluster *cl, int n, dg_node *x, bool on)
+{
+	for (int i = 0; i < n; i++) {
+		if (cl->n[i] == x)
+			continue;
+		dgi_tp_test_cut(dgi_node_tp(cl->n[i]), dg_node_get_id(x), on);
+		dgi_tp_test_cut(dgi_node_tp(x), dg_node_get_id(cl->n[i]), on);
+	}
+}
+
 /* A client node cut off from every server is SEGMENTED: each operation
  * fails at once with DG_ERR_SEGMENTED (not after its timeout); healed, it
  * joins again and the same dg_cache handle works (PROTOCOL.md,
@@ -2080,11 +2092,7 @@ static void test_segmented_client_refuses_at_once(void **state)
 	rebalanced(cl.n, 3, "seg");
 	dg_cache *cc = cache_on(cl.n[3], "seg");
 	OK(dg_cache_put(cc, "k", 1, "v1", 2));
-	dg_node_id cid = dg_node_get_id(cl.n[3]);
-	for (int i = 0; i < 3; i++) {
-		dgi_tp_test_cut(dgi_node_tp(cl.n[i]), cid, true);
-		dgi_tp_test_cut(dgi_node_tp(cl.n[3]), dg_node_get_id(cl.n[i]), true);
-	}
+	cut_from(&cl, 3, cl.n[3], true);
 	uint64_t deadline = dgi_now_ms() + 5000;
 	while (!dg_member_segmented(dgi_node_member(cl.n[3]))) {
 		assert_true(dgi_now_ms() < deadline);
@@ -2098,10 +2106,7 @@ static void test_segmented_client_refuses_at_once(void **state)
 	bool removed;
 	EXPECT(dg_cache_remove(cc, "k", 1, &removed), DG_ERR_SEGMENTED);
 	assert_true(dgi_now_ms() - t0 < 500); /* at once: the timeout is 5 s */
-	for (int i = 0; i < 3; i++) {
-		dgi_tp_test_cut(dgi_node_tp(cl.n[i]), cid, false);
-		dgi_tp_test_cut(dgi_node_tp(cl.n[3]), dg_node_get_id(cl.n[i]), false);
-	}
+	cut_from(&cl, 3, cl.n[3], false);
 	deadline = dgi_now_ms() + 10000;
 	while (dg_member_segmented(dgi_node_member(cl.n[3]))) {
 		assert_true(dgi_now_ms() < deadline);
@@ -2137,17 +2142,10 @@ static void test_dropped_copies_not_whole(void **state)
 	put_keys(c0, "d", 300);
 	dg_node *x = cl.n[2];
 	dg_cache *cx = cache_on(x, "dropped");
-	dg_node_id xid = dg_node_get_id(x);
-	for (int i = 0; i < 2; i++) {
-		dgi_tp_test_cut(dgi_node_tp(cl.n[i]), xid, true);
-		dgi_tp_test_cut(dgi_node_tp(x), dg_node_get_id(cl.n[i]), true);
-	}
+	cut_from(&cl, 3, x, true);
 	wait_agree(cl.n, 2); /* n[0], n[1] removed x */
 	atomic_store(&dgi_rebalance_paused, true); /* what x fetches stays out */
-	for (int i = 0; i < 2; i++) {
-		dgi_tp_test_cut(dgi_node_tp(cl.n[i]), xid, false);
-		dgi_tp_test_cut(dgi_node_tp(x), dg_node_get_id(cl.n[i]), false);
-	}
+	cut_from(&cl, 3, x, false);
 	wait_agree(cl.n, 3); /* x told it was removed, and back */
 	uint32_t held = 0;
 	for (uint32_t p = 0; p < cx->cfg.partitions; p++) {
