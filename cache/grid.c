@@ -32,14 +32,10 @@ _Atomic int64_t dgi_tomb_ttl_ms = DGI_TOMB_TTL_MS_DEFAULT;
 
 void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
 {
-	char line[1024];
-	int n = snprintf(line, sizeof(line), "level=%s id=%s ", level, id);
 	va_list ap;
 	va_start(ap, fmt);
-	if (n > 0 && (size_t)n < sizeof(line))
-		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	dgi_logv(level, id, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s\n", line);
 }
 
 uint32_t dgi_cache_id(const char *name)

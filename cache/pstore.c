@@ -43,6 +43,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cache/pstore.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <lmdb.h>
@@ -100,6 +101,17 @@ struct dgi_pstore {
 
 /* ---- log: one line per event, stderr ---- */
 
+static void plog(const char *level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void plog(const char *level, const char *id, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	dgi_logv(level, id, fmt, ap);
+	va_end(ap);
+}
+
 static void pstore_log(const char *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -110,7 +122,7 @@ static void pstore_log(const char *err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(extra, sizeof extra, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "level=error id=PSTORE-ERROR err=\"%s\" %s\n", err, extra);
+	plog("error", "PSTORE-ERROR", "err=\"%s\" %s", err, extra);
 }
 
 static dg_err map_rc(int rc)

@@ -36,6 +36,8 @@
 
 #include "marshal/marshal.h"
 
+#include <stdarg.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -378,6 +380,11 @@ dg_err dg_tp_reply_error(dg_tp *tp, const dg_msg_in *req, dg_err err);
  * when its connection opened; 0 if never. */
 uint64_t dg_tp_last_heard(const dg_tp *tp, dg_node_id peer);
 uint64_t dgi_now_ms(void);
+
+/* The node's one log line format: "ts=<UTC, ms> level=<l> id=<ID> <fields>"
+ * on stderr, one write per line.  Every layer above logs through it. */
+void dgi_logv(const char *level, const char *id, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 /* The CLOCK_REALTIME instant ms milliseconds from now, for the absolute
  * deadlines of pthread_cond_timedwait and sem_timedwait. */
 struct timespec;
