@@ -40,6 +40,10 @@ mkns() {
 	if ! err=$(ip netns exec "$1" ip link set lo up 2>&1); then
 		skip "ip netns exec $1 failed: $err"
 	fi
+	# Outgoing connections take ephemeral ports from 50000 up, so a node
+	# dialling its peers never holds the transport or admin port
+	# (47500/47600) another node of this host is about to listen on.
+	ip netns exec "$1" sysctl -qw net.ipv4.ip_local_port_range="50000 60999" 2>/dev/null || true
 }
 
 netns_hosts() {

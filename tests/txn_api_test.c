@@ -2670,6 +2670,111 @@ static void test_stale_primary_copies_refused(void **state)
 	paused_primary_run(true);
 }
 
+static void on_commit_ack(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	(void)reply;
+	atomic_store((_Atomic int *)ctx, err == DG_OK ? 1 : 2);
+}
+
+/* A primary dropped from the topology while alive (paused past the failure
+ * timeout) and back in it under a new join order forgets its records as it
+ * learns it was out, whatever the timing (issue 13: a rejoined primary
+ * re-applied a bank transfer's old entries by recovery, ~1 s after it came
+ * back, over the copies rebalancing had just refreshed).  Here a tx
+ * prepares on P and its near node stops before COMMIT (crash point 1; the
+ * near stays up and answers "committing"); P is paused, the others drop
+ * it, a backup takes the tx over (committed: 2) and a later write makes it
+ * 5; P comes back.  Past the tx's deadline and recovery's grace, every copy
+ * still holds 5.  Before the fix a scan every 200 ms looked for "not in the
+ * topology", a state a rejoin leaves within a millisecond, and P's
+ * recovery committed the prepared 2 over the 5. */
+static void test_rejoined_primary_forgets_records(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "rj", 2);
+	c[1] = cache_on(cl.n[1], "rj");
+	c[2] = cache_on(cl.n[2], "rj");
+	wait_settled(cl.n, 3, c, 3);
+	static char key[16], k1[16];
+	key_on(c[0], node_id(cl.n[2]), "q", key);
+	key_on(c[0], node_id(cl.n[1]), "o", k1); /* two primaries: two phases */
+	put_long(cl.n[0], c[0], key, 1);
+	dg_node_id p_id = node_id(cl.n[2]);
+	dg_topology *t = dg_member_topology(dgi_node_member(cl.n[2]));
+	int64_t order = dg_topology_find(t, p_id)->order;
+	dg_topology_release(t);
+
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 4000, "rejoiner", &tx));
+	long v;
+	OK(tx_get_long(tx, c[0], key, &v)); /* locked on P = n2 */
+	assert_int_equal(v, 1);
+	OK(tx_put_long(tx, c[0], key, 2));
+	OK(tx_put_long(tx, c[0], k1, 2));
+	dgi_tx_info near, prim;
+	memset(&near, 0, sizeof(near));
+	assert_true(listed(cl.n[0], 0, "rejoiner", 0, 0, &near));
+	atomic_store(&dgi_tx_crash_point, 1);
+	EXPECT(dg_tx_commit(tx), DG_ERR_TX_UNKNOWN); /* prepared everywhere */
+	atomic_store(&dgi_tx_crash_point, 0);
+	/* the near decided commit and its COMMITs were lost: it answers
+	 * "committing" to recovery's questions */
+	dgi_txid id = { near.near, near.id };
+	dgi_txsvc_near_done(dgi_node_txs(cl.n[0]), &id, true, false);
+	/* ... but the one to k1's primary arrived: k1 committed, its lock and
+	 * the fence free; only P's record stays prepared */
+	_Atomic int acked = 0;
+	dgi_msg_tx_ctl cm = { (int64_t)near.near, (int64_t)near.id, 0, 0, 0 };
+	OK(dgi_txsvc_request(dgi_node_txs(cl.n[0]), node_id(cl.n[1]), DGI_MSG_TX_COMMIT, &cm,
+	    5000, on_commit_ack, &acked));
+	while (atomic_load(&acked) == 0)
+		usleep(1000);
+	assert_int_equal(atomic_load(&acked), 1);
+	assert_int_equal(get_long(c[1], k1), 2);
+	assert_true(listed(cl.n[2], 1, NULL, near.near, near.id, &prim));
+	assert_string_equal(prim.state, "PREPARED");
+	uint64_t t0 = dgi_now_ms();
+
+	pause_node(cl.n[2], cl.n[1], 4000, 2500);
+	wait_installed(cl.n, 2, c[1]); /* the others dropped P */
+	/* P's backups finish the tx (its near answers "committing"): no
+	 * record of it left on them, the fence opens */
+	uint64_t deadline = dgi_now_ms() + 10000;
+	for (;;) {
+		int64_t tv;
+		dg_node_info ni[4];
+		dg_node_topology(cl.n[1], &tv, ni, 4);
+		if (!listed(cl.n[0], 2, NULL, near.near, near.id, &prim) &&
+		    !listed(cl.n[1], 2, NULL, near.near, near.id, &prim) &&
+		    dgi_txsvc_fence_open(dgi_node_txs(cl.n[1]), tv))
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	assert_int_equal(get_long(c[1], key), 2);
+	print_message("      taken over: %s = 2 on the owners of the new topology\n", key);
+	put_long(cl.n[1], c[1], key, 5); /* a later write */
+	wait_settled(cl.n, 3, c, 0); /* P is back by itself */
+	print_message("      P is back\n");
+	t = dg_member_topology(dgi_node_member(cl.n[2]));
+	assert_non_null(dg_topology_find(t, p_id));
+	/* a new incarnation: an order it never had (it was the last to join) */
+	assert_true(dg_topology_find(t, p_id)->order > order);
+	dg_topology_release(t);
+	assert_false(listed(cl.n[2], 1, NULL, near.near, near.id, &prim));
+	wait_settled(cl.n, 3, c, 3);
+	/* the tx's deadline + recovery's grace (3 s) + a round: nothing of
+	 * the old incarnation is committed over the 5 */
+	while (dgi_now_ms() - t0 < 4000 + 3000 + 1500)
+		usleep(50 * 1000);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(local_long(c[i], key), 5);
+	cluster_stop(&cl);
+}
+
 /* After a failed test: end the tx it left open on this thread (the next
  * test's dg_tx_begin would be refused with DG_ERR_STATE) and put back the
  * settings a test changes, so one failure is not reported five times. */
@@ -2724,6 +2829,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_scale_tx_lock_limit, after_test),
 		cmocka_unit_test_teardown(test_paused_primary_refuses_stale_commit, after_test),
 		cmocka_unit_test_teardown(test_stale_primary_copies_refused, after_test),
+		cmocka_unit_test_teardown(test_rejoined_primary_forgets_records, after_test),
 		cmocka_unit_test_teardown(test_tx_write_unread_until_on_backups, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */

@@ -950,7 +950,10 @@ static uint32_t next_nodes(const dg_topology *cur, struct change *ch,
 		memcpy(url, add->address.ptr, add->address.len);
 		url[add->address.len] = 0;
 		nodes[n].id = (dg_node_id)add->node_id;
-		nodes[n].order = max_order + 1;
+		/* above every order and the version joined from: a node that
+		 * rejoins never gets an order it had (its incarnation: the tx
+		 * service forgets the records of the one before) */
+		nodes[n].order = max_order >= cur->version ? max_order + 1 : cur->version + 1;
 		/* STANDBY is the coordinator's to set, never the joiner's */
 		nodes[n].attrs = add->attrs < 0 || add->attrs > UINT32_MAX ? 0 :
 		    (uint32_t)add->attrs & ~DG_NODE_STANDBY;

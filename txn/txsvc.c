@@ -209,6 +209,8 @@ struct dgi_txsvc {
 	dg_err victim_err[8];       /* what their waits answer */
 	int nvictims;
 	struct rec *buckets[NBUCKETS];
+	uint64_t incarn;            /* s->mu: bumped as every record is forgotten
+	                               (this node left the topology or rejoined it) */
 	struct rec *free_recs;
 	uint32_t nrecs, nfree;
 	struct waiter *free_waiters; /* s->mu */
@@ -1256,10 +1258,16 @@ static dg_topology *fence_topology(dgi_txsvc *s)
 	return t;
 }
 
+static void forget_records(dgi_txsvc *s, int64_t v);
+
 static void on_topology(void *ctx, const dg_topology *old, const dg_topology *now)
 {
 	dgi_txsvc *s = ctx;
-	(void)old;
+	/* out of this version, or in it under another join order than in the
+	 * one before (removed and back): every record is the past's */
+	const dg_topology_node *was = old != NULL ? dg_topology_find(old, s->self) : NULL;
+	const dg_topology_node *is = dg_topology_find(now, s->self);
+	bool reborn = is == NULL || (was != NULL && was->order != is->order);
 	dg_topology *prev = NULL;
 	pthread_mutex_lock(&s->fmu);
 	struct fence *f = &s->f;
@@ -1284,6 +1292,8 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 	pthread_mutex_unlock(&s->fmu);
 	if (prev != NULL)
 		dg_topology_release(prev);
+	if (reborn && atomic_load(&s->fenced))
+		forget_records(s, now->version);
 }
 
 /* A report (TX_FENCE v) from in->from.  One it sends again, for the
@@ -2796,26 +2806,24 @@ static void expire_records(dgi_txsvc *s, uint64_t now)
 }
 
 /* This node is out of the cluster's topology (removed while paused, or
- * cut off): its participant records belong to a topology it is no longer
- * part of.  It forgets them as a crash would — locks released, pending
- * requests answered DG_ERR_NOT_READY, no outcome remembered (the owners of
- * the new topology finish those txs: the backups keep the prepared
- * entries, the near re-sends) — so that none holds a lock or the fence, or
- * commits by recovery over newer writes, once the node joins again. */
-static void forget_if_out(dgi_txsvc *s)
+ * cut off), or back in it under a new join order (it rejoined): its
+ * participant records belong to a membership it is no longer part of.  It
+ * forgets them as a crash would — locks released, pending requests
+ * answered DG_ERR_NOT_READY, no outcome remembered (the owners of the new
+ * topology finish those txs: the backups keep the prepared entries, the
+ * near re-sends) — so that none holds a lock or the fence, or commits by
+ * recovery over newer writes (into copies rebalancing has just refreshed),
+ * once the node is back.  Runs from on_topology, on the notifier thread,
+ * before any listener sees the next version. */
+static void forget_records(dgi_txsvc *s, int64_t v)
 {
-	pthread_mutex_lock(&s->fmu);
-	bool out = s->fenced && s->f.v != 0 && s->f.t != NULL &&
-	    dg_topology_find(s->f.t, s->self) == NULL;
-	int64_t v = s->f.v;
-	pthread_mutex_unlock(&s->fmu);
-	if (!out)
-		return;
 	uint32_t total = 0;
 	for (;;) {
 		struct { dgi_txid id; int role; bool pending; dg_msg_in req; } g[32];
 		int n = 0;
 		pthread_mutex_lock(&s->mu);
+		if (total == 0)
+			s->incarn++; /* recovery's candidates found before are void */
 		for (uint32_t b = 0; b < NBUCKETS && n < 32; b++) {
 			struct rec *r = s->buckets[b];
 			while (r != NULL && n < 32) {
@@ -2868,6 +2876,7 @@ struct cand {
 	uint64_t from;
 	bool near_left;
 	int64_t nparts;             /* primaries the tx prepared on (0: unknown) */
+	uint64_t incarn;            /* s->incarn when found: forgotten since if not */
 };
 
 /* Ends a record that will not commit (if still as it was found): releases,
@@ -2893,7 +2902,7 @@ static void recover_commit(dgi_txsvc *s, const struct cand *c)
 {
 	pthread_mutex_lock(&s->mu);
 	struct rec *r = rec_find(s, &c->id, c->role, c->from);
-	bool go = r != NULL && r->st == c->st;
+	bool go = r != NULL && r->st == c->st && s->incarn == c->incarn;
 	if (go) {
 		r->st = R_COMMITTING;
 		r->have_req = false;
@@ -2986,7 +2995,7 @@ static void recover_scan(dgi_txsvc *s)
 			if (r->dead || r->role == ROLE_TAKEOVER || r->st == R_COMMITTING)
 				continue;
 			bool stale = r->deadline != 0 && now > r->deadline + RECOVER_GRACE_MS;
-			cs[n] = (struct cand){ r->id, r->role, r->st, r->from, false, 0 };
+			cs[n] = (struct cand){ r->id, r->role, r->st, r->from, false, 0, s->incarn };
 			dgi_msg_tx_prepare pm;
 			if (r->body != NULL && dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, r->body, r->blen,
 			    &pm) == DG_OK)
@@ -3003,6 +3012,11 @@ static void recover_scan(dgi_txsvc *s)
 	pthread_mutex_unlock(&s->mu);
 	for (int i = 0; i < n; i++) {
 		struct cand *c = &cs[i];
+		pthread_mutex_lock(&s->mu);
+		bool forgotten = s->incarn != c->incarn;
+		pthread_mutex_unlock(&s->mu);
+		if (forgotten)
+			break; /* every record found is gone (forget_records) */
 		c->near_left = s->fenced && !dgi_txsvc_alive(s, c->id.node);
 		bool stale_only = !c->near_left;
 		if (c->role == ROLE_PRIMARY && c->st == R_ACTIVE) {
@@ -3303,7 +3317,6 @@ static void *expirer(void *arg)
 		fence_tick(s, now);
 		if (now - last_scan >= 200) {
 			last_scan = now;
-			forget_if_out(s);
 			expire_records(s, now);
 			dgi_txdone_expire(s->done, now);
 		}
