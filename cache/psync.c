@@ -16,8 +16,10 @@
  * (CACHE_PSYNC, naming the topology it became primary at and the one
  * before): each answers, once it has installed that topology (so it takes
  * no more updates as the old primary), with its update-id records for the
- * partition and its entries written since the previous topology or marked
- * TENTATIVE.  The new primary applies what is newer than its own copy,
+ * partition and its entries written since the previous topology, marked
+ * TENTATIVE, or among the last FULL_SYNC copies it applied as a backup
+ * (pending.c's ring: an old primary that stayed primary while the topology
+ * moved on wrote its last values under an older version).  The new primary applies what is newer than its own copy,
  * records the ids, and sends every entry that became newer here to its
  * backups again as a pending write (pending.c), so nobody reads it before
  * every owner has it.  Until every old owner answered, it answers updates
@@ -168,6 +170,18 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	uint64_t after = 0;
 	for (bool first = true; more; first = false)
 		after = dgi_part_scan(pt, after, first, 4096, enc_entry, &pe, &more);
+	/* and the last FULL_SYNC copies this node applied as a backup,
+	 * whatever their version: the old primary may have written them
+	 * under an older topology than `since` (it stays primary while the
+	 * topology moves on: clients join, other partitions move), and their
+	 * ids above are worth nothing to the new primary without them */
+	for (uint8_t i = 0; i < pt->nrecent; i++) {
+		const dgi_entry *e = dgi_part_find_ver(pt, pt->recent[i].hash, &pt->recent[i].ver);
+		if (e != NULL && e->ver.topver < m->since && !(e->flags & DGI_ENTRY_TENTATIVE)) {
+			dgi_entry_write(&w, e);
+			pe.n++;
+		}
+	}
 	pthread_mutex_unlock(&pt->mu);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(&out, 32 + body.len)) == DG_OK) {

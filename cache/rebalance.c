@@ -262,6 +262,11 @@ static void on_page_req(dg_tp *tp, const dg_msg_in *in, void *ctx)
 			dg_tp_reply_error(tp, in, st == P_MOVING ? DG_ERR_NOT_READY : DG_ERR_REMAP);
 			return;
 		}
+		if (dg_member_serving(g->m) != DG_OK) {
+			/* no lease: the majority may have moved the partition */
+			dg_tp_reply_error(tp, in, DG_ERR_NOT_READY);
+			return;
+		}
 	}
 	uint64_t max = (uint64_t)m->max;
 	if (!demand && max > 65536)
@@ -828,7 +833,8 @@ static dg_err all_nodes(dg_cache *c, dg_msg_type type, int64_t *sum)
 static dg_err all_nodes_live(dg_cache *c, dg_msg_type type, int64_t *sum)
 {
 	dgi_epoch_enter();
-	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED : all_nodes(c, type, sum);
+	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
+	    dg_member_segmented(c->g->m) ? DG_ERR_SEGMENTED : all_nodes(c, type, sum);
 	dgi_epoch_leave();
 	return e;
 }
@@ -979,6 +985,8 @@ static dg_err scan_fetch(dg_scan *s)
 	for (;;) {
 		if (atomic_load(&c->dead))
 			return DG_ERR_CLOSED;
+		if (dg_member_segmented(g->m))
+			return DG_ERR_SEGMENTED;
 		if (atomic_load_explicit(&c->lost[s->part], memory_order_relaxed))
 			return DG_ERR_PARTITION_LOST;
 		dgi_aff *aff = atomic_load(&c->aff);
@@ -986,7 +994,8 @@ static dg_err scan_fetch(dg_scan *s)
 		dg_err e = DG_ERR_NOT_READY;
 		s->buf.len = 0;
 		if (primary == g->self &&
-		    atomic_load(&c->parts[s->part].state) == P_OWNING) {
+		    atomic_load(&c->parts[s->part].state) == P_OWNING &&
+		    dg_member_serving(g->m) == DG_OK) {
 			e = dgi_page_encode(g, c, s->part, s->after, s->first, s->page, false, true,
 			    &s->buf);
 		} else if (primary != 0) {

@@ -28,6 +28,10 @@
  *                         succeed in time)
  *   DG_ERR_BUSY           a persistent cache's write found the primary's
  *                         disk queue full: not applied (retry)
+ *   DG_ERR_SEGMENTED      this node reaches no majority of the voting
+ *                         servers (partition_policy majority): refused at
+ *                         once, not applied — gets, puts, size, clear,
+ *                         scans and txs alike — until it rejoins
  *   DG_ERR_NOMEM
  */
 #ifndef DATAGRID_H

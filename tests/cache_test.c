@@ -2105,6 +2105,15 @@ static void test_segmented_client_refuses_at_once(void **state)
 	EXPECT(dg_cache_get(cc, "k", 1, &b), DG_ERR_SEGMENTED);
 	bool removed;
 	EXPECT(dg_cache_remove(cc, "k", 1, &removed), DG_ERR_SEGMENTED);
+	uint64_t size;
+	EXPECT(dg_cache_size(cc, &size), DG_ERR_SEGMENTED);
+	EXPECT(dg_cache_clear(cc), DG_ERR_SEGMENTED);
+	dg_scan *sc;
+	OK(dg_scan_open(cc, 0, &sc));
+	const uint8_t *sk, *sv;
+	size_t skl, svl;
+	EXPECT(dg_scan_next(sc, &sk, &skl, &sv, &svl), DG_ERR_SEGMENTED);
+	dg_scan_close(sc);
 	assert_true(dgi_now_ms() - t0 < 500); /* at once: the timeout is 5 s */
 	cut_from(&cl, 3, cl.n[3], false);
 	deadline = dgi_now_ms() + 10000;

@@ -818,7 +818,13 @@ void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why)
 		else
 			rx_start(c);
 	} else {
-		dgi_log("warn", "DIAL-FAIL", "url=%s err=%s", d->url ? d->url : "?", why);
+		/* a peer cut off is dialled again and again: one line a second
+		 * per peer, with the count left out */
+		uint32_t rep;
+		struct dgi_lograte *lr = d->peer != NULL ? &d->peer->lr_dial : &tp->lr_dial;
+		if (dgi_lograte_due(lr, dgi_now_ms(), DGI_HANDSHAKE_LOG_MS, &rep))
+			dgi_log("warn", "DIAL-FAIL", "url=%s err=%s repeated=%u",
+			    d->url ? d->url : "?", why, rep);
 		if (d->peer != NULL)
 			dgi_dial_failed(tp, d->peer, DG_ERR_UNREACHABLE);
 		wait_done(d->waiter, e, 0);

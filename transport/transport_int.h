@@ -245,6 +245,7 @@ struct peer {
 	_Atomic bool test_cut;      /* tests: its frames are read and dropped
 	                               (dgi_tp_test_cut) */
 	struct tp_totals t;         /* per-peer events */
+	struct dgi_lograte lr_dial; /* DIAL-FAIL to it: once a second, counted */
 	struct ctr tx[DG_MSG__COUNT];     /* under mu */
 	struct ctr rx_old[DG_MSG__COUNT]; /* from closed connections, under mu */
 };
@@ -318,6 +319,7 @@ struct dg_tp {
 	struct ctr hs_tx[DG_MSG__COUNT], hs_rx[DG_MSG__COUNT];
 	_Atomic uint64_t failures[DG_MSG__COUNT];
 	struct dgi_lograte lr_refused, lr_rejected; /* HANDSHAKE-REFUSED, -REJECTED */
+	struct dgi_lograte lr_dial; /* DIAL-FAIL of dials by URL (no peer yet) */
 	struct tp_totals t;
 	pthread_t service;
 	pthread_cond_t service_cv;
