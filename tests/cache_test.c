@@ -2092,6 +2092,15 @@ static void test_segmented_client_refuses_at_once(void **state)
 	rebalanced(cl.n, 3, "seg");
 	dg_cache *cc = cache_on(cl.n[3], "seg");
 	OK(dg_cache_put(cc, "k", 1, "v1", 2));
+	dg_cache_config tcc;
+	dg_cache_config_init(&tcc, "segtx");
+	tcc.backups = 2;
+	tcc.partitions = 128;
+	tcc.atomicity = DG_TRANSACTIONAL;
+	dg_cache *tc0;
+	OK(dg_cache_create(cl.n[0], &tcc, &tc0));
+	rebalanced(cl.n, 3, "segtx");
+	dg_cache *tcc3 = cache_on(cl.n[3], "segtx");
 	cut_from(&cl, 3, cl.n[3], true);
 	uint64_t deadline = dgi_now_ms() + 5000;
 	while (!dg_member_segmented(dgi_node_member(cl.n[3]))) {
@@ -2114,6 +2123,13 @@ static void test_segmented_client_refuses_at_once(void **state)
 	size_t skl, svl;
 	EXPECT(dg_scan_next(sc, &sk, &skl, &sv, &svl), DG_ERR_SEGMENTED);
 	dg_scan_close(sc);
+	/* a tx is told why, not just "rolled back" */
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[3], DG_PESSIMISTIC, DG_REPEATABLE_READ, 5000, "seg", &tx));
+	EXPECT(dg_tx_put(tx, tcc3, "t", 1, "1", 1), DG_ERR_SEGMENTED);
+	OK(dg_tx_rollback(tx));
+	OK(dg_tx_begin(cl.n[3], DG_OPTIMISTIC, DG_SERIALIZABLE, 5000, "seg", &tx));
+	EXPECT(dg_tx_commit(tx), DG_ERR_SEGMENTED);
 	assert_true(dgi_now_ms() - t0 < 500); /* at once: the timeout is 5 s */
 	cut_from(&cl, 3, cl.n[3], false);
 	deadline = dgi_now_ms() + 10000;

@@ -1029,6 +1029,40 @@ static char *peer_url(dg_tp *tp, dg_node_id id)
 	return u;
 }
 
+/* A peer connecting again while its connection here has been silent for the
+ * stale time lost that connection on its side (a cut, a pause): the old one
+ * is closed and the new one serves.  Before, the new one was refused as a
+ * duplicate and the peer's frames went to a dead connection — a client
+ * rejoining after a partition waited out a 3 s JOIN (found by
+ * cluster-tests/partition_netns.sh).  A connection heard from recently is
+ * kept: the new one is refused, as in a both-dial race. */
+static void test_stale_connection_replaced(void **state)
+{
+	(void)state;
+	dg_tp *a = NODE(.secret = NULL);
+	dg_tp *b = NODE(.secret = NULL);
+	dg_node_id aid = dg_tp_self(a), bid = dg_tp_self(b);
+	assert_int_equal(connect_ok(a, b), bid);
+	OK(ping(a, bid, "x"));
+	dgi_tp_set_stale_ms(b, 300);
+	/* heard from: a dial by address is a duplicate, refused */
+	assert_int_equal(connect_ok(a, b), bid);
+	assert_int_equal(stats(b).connects, 1);
+	assert_int_equal(stats(b).disconnects, 0);
+	/* b hears nothing from a for longer than the stale time */
+	dgi_tp_test_cut(b, aid, true);
+	sleep_ms(400);
+	assert_int_equal(connect_ok(a, b), bid);
+	dgi_tp_test_cut(b, aid, false);
+	assert_int_equal(stats(b).connects, 2);
+	assert_int_equal(stats(b).disconnects, 1);
+	OK(ping(a, bid, "over the new one"));
+	OK(ping(b, aid, "and back"));
+	assert_int_equal(conn_count(b), 1);
+	dg_tp_stop(a);
+	dg_tp_stop(b);
+}
+
 static void test_handshake_ok(void **state)
 {
 	(void)state;
@@ -4266,6 +4300,7 @@ int main(void)
 		cmocka_unit_test(test_auth_mac),
 		cmocka_unit_test(test_start_config),
 		cmocka_unit_test(test_handshake_ok),
+		cmocka_unit_test(test_stale_connection_replaced),
 		cmocka_unit_test(test_handshake_wrong_secret),
 		cmocka_unit_test(test_handshake_secret_mismatch),
 		cmocka_unit_test(test_handshake_cluster_mismatch),

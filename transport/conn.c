@@ -400,6 +400,20 @@ static bool attach(struct conn *c, bool listener)
 	if (p == NULL)
 		return false;
 	pthread_mutex_lock(&p->mu);
+	uint32_t stale = atomic_load_explicit(&tp->stale_ms, memory_order_relaxed);
+	struct conn *old = p->conn;
+	if (listener && old != NULL && stale != 0 &&
+	    dgi_now_ms() - atomic_load_explicit(&p->heard_ms, memory_order_relaxed) >= stale) {
+		/* the peer dials only without a connection: this one is dead
+		 * on its side (half-open after a cut); it would refuse the
+		 * peer's new one as a duplicate and carry frames to nowhere */
+		pthread_mutex_unlock(&p->mu);
+		dgi_log("info", "PEER-STALE", "peer=%016llx why=\"it connected again while its "
+		    "connection here was silent for %u ms: that one is closed\"",
+		    (unsigned long long)p->id, stale);
+		dgi_conn_close(old, DG_ERR_CONN_BROKEN);
+		pthread_mutex_lock(&p->mu);
+	}
 	bool dup = p->conn != NULL;
 	if (listener && !dup && p->dialing && tp->self < c->peer_id)
 		dup = true; /* both dialing: the smaller id's dial wins */

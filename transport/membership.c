@@ -1498,6 +1498,7 @@ static void adopt_timings(dg_member *m, const dg_msg_join_ack *ack)
 		    ft, hb, atomic_load(&m->ft_ms));
 	atomic_store(&m->ft_ms, ft);
 	atomic_store(&m->hb_ms, hb);
+	dgi_tp_set_stale_ms(m->tp, ft);
 }
 
 /* What one round over the seeds found. */
@@ -2202,6 +2203,7 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	if (m->cfg.heartbeat_ms == 0)
 		m->cfg.heartbeat_ms = m->cfg.failure_timeout_ms / 5 ? m->cfg.failure_timeout_ms / 5 : 1;
 	atomic_init(&m->ft_ms, m->cfg.failure_timeout_ms);
+	dgi_tp_set_stale_ms(m->tp, m->cfg.failure_timeout_ms);
 	m->policy = cfg->partition_policy == DG_PARTITION_NONE ? DG_PARTITION_NONE :
 	    DG_PARTITION_MAJORITY;
 	atomic_init(&m->lease_until, 0);

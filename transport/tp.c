@@ -1072,6 +1072,11 @@ fail:
 
 dg_node_id dg_tp_self(const dg_tp *tp) { return tp->self; }
 
+void dgi_tp_set_stale_ms(dg_tp *tp, uint32_t ms)
+{
+	atomic_store(&tp->stale_ms, ms);
+}
+
 void dgi_tp_test_cut(dg_tp *tp, dg_node_id peer, bool on)
 {
 	struct peer *p = dgi_peer_get(tp, peer, true);

@@ -577,6 +577,13 @@ typedef struct dg_member_quorum {
  * membership's lock. */
 void dg_member_quorum_get(dg_member *m, dg_member_quorum *q);
 
+/* A peer that authenticates a new connection while its connection here has
+ * been silent for ms (the membership's failure timeout) lost that one on
+ * its side (a network cut, a pause: it dials only without a connection):
+ * the old one is closed and the new one serves, instead of being refused
+ * as a duplicate while the old one is dead.  0 (the default): never. */
+void dgi_tp_set_stale_ms(dg_tp *tp, uint32_t ms);
+
 /* Tests: a network cut in one process.  While on, every frame that comes
  * from peer after its handshake is read and dropped (no handler, no reply
  * callback, not "heard from"); cut both ends for a two-way cut. */

@@ -320,6 +320,7 @@ struct dg_tp {
 	_Atomic uint64_t failures[DG_MSG__COUNT];
 	struct dgi_lograte lr_refused, lr_rejected; /* HANDSHAKE-REFUSED, -REJECTED */
 	struct dgi_lograte lr_dial; /* DIAL-FAIL of dials by URL (no peer yet) */
+	_Atomic uint32_t stale_ms;  /* dgi_tp_set_stale_ms (0: never) */
 	struct tp_totals t;
 	pthread_t service;
 	pthread_cond_t service_cv;

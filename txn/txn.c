@@ -565,6 +565,7 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 	case DG_ERR_STORAGE:
 	case DG_ERR_STORAGE_FULL:
 	case DG_ERR_CLOSED:
+	case DG_ERR_SEGMENTED: /* no majority here: said as such, at once */
 		return e;
 	default:
 		/* the cause, for the operator: the caller sees "rolled back" */

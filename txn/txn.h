@@ -33,6 +33,9 @@
  *                          compare-and-set compared changed); rolled back
  *   DG_ERR_TIMEOUT         the tx's timeout passed (waiting for a lock, or
  *                          before the commit decision); rolled back
+ *   DG_ERR_SEGMENTED       this node reaches no majority of the voting
+ *                          servers: refused at once, rolled back (nothing
+ *                          was prepared)
  *   DG_ERR_TX_ROLLED_BACK  the tx was rolled back for another reason (the
  *                          topology changed under a PESSIMISTIC tx's locks,
  *                          a participant refused or left before the commit
