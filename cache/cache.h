@@ -318,6 +318,11 @@ size_t dgi_grid_cache_list(dgi_grid *g, dg_cache_config *out, size_t cap);
 /* The highest topology version this node persisted (0: none): the
  * membership version floor. */
 int64_t dgi_grid_version_floor(dgi_grid *g);
+/* The baseline persisted in data_dir when the node last ran (the topology's,
+ * once set: dgctl baseline), as addresses valid until dgi_grid_stop; 0 when
+ * none was set or the node has no data_dir.  For dg_member_config.baseline:
+ * a full-cluster restart waits for a majority of it. */
+uint32_t dgi_grid_persisted_baseline(dgi_grid *g, const char *const **addrs);
 
 /* Stable 32-bit cache id: FNV-1a of the name (never 0). */
 uint32_t dgi_cache_id(const char *name);

@@ -498,6 +498,11 @@ struct dgi_grid {
 	uint64_t rebal_gen;            /* bumped on every topology: rebalancer restarts */
 	dgi_pstore *ps;
 	int64_t persisted_topver;      /* highest topology version written to meta */
+	char *persisted_bl;            /* the baseline in meta ("baseline": the
+	                                  addresses, sorted, each ended by '\n';
+	                                  NULL: none set), under mu */
+	char **loaded_bl;              /* persisted_bl split, for the membership */
+	uint32_t nloaded_bl;
 	_Atomic uint64_t next_pw;      /* pending-write record ids (pending.c) */
 	struct psync_parked *psync_parked; /* PSYNC requests waiting for a
 	                                      topology (psync.c; grid->mu) */

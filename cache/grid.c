@@ -441,6 +441,38 @@ static void persist_topver(dgi_grid *g, int64_t v)
 		g->persisted_topver = v;
 }
 
+/* The baseline t carries, in meta "baseline" when it changed (grid->mu
+ * held): what a restarted node's membership starts from
+ * (dgi_grid_persisted_baseline).  A baseline cleared is deleted. */
+static void persist_baseline(dgi_grid *g, const dg_topology *t)
+{
+	if (g->ps == NULL)
+		return;
+	size_t len = 0;
+	for (uint32_t i = 0; t->baseline_set && i < t->nbaseline; i++)
+		len += strlen(t->baseline[i]) + 1;
+	char *s = t->baseline_set ? dgi_alloc(len + 1) : NULL;
+	if (t->baseline_set && s == NULL)
+		return;
+	size_t at = 0;
+	for (uint32_t i = 0; s != NULL && i < t->nbaseline; i++) {
+		size_t l = strlen(t->baseline[i]);
+		memcpy(s + at, t->baseline[i], l);
+		s[at + l] = '\n';
+		at += l + 1;
+	}
+	if (s != NULL)
+		s[at] = 0;
+	bool same = (s == NULL && g->persisted_bl == NULL) ||
+	    (s != NULL && g->persisted_bl != NULL && strcmp(s, g->persisted_bl) == 0);
+	if (same || dgi_pstore_meta_put(g->ps, "baseline", s, s != NULL ? at : 0) != DG_OK) {
+		dgi_free(s);
+		return;
+	}
+	dgi_free(g->persisted_bl);
+	g->persisted_bl = s;
+}
+
 struct retopo_ctx {
 	dgi_grid *g;
 	const dg_topology *t;
@@ -464,6 +496,7 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 		return;
 	}
 	persist_topver(g, now->version);
+	persist_baseline(g, now);
 	struct retopo_ctx r = { g, now };
 	dgi_intmap_each(&g->caches, retopo_one, &r);
 	atomic_fetch_add(&((dg_topology *)now)->refs, 1);
@@ -996,6 +1029,35 @@ static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t 
 		g->persisted_topver = strtoll(s, NULL, 10);
 		return DG_OK;
 	}
+	if (strcmp(name, "baseline") == 0) {
+		/* addresses each ended by '\n' (persist_baseline) */
+		char *b = dgi_alloc(len + 1);
+		uint32_t n = 0;
+		if (b == NULL)
+			return DG_ERR_NOMEM;
+		memcpy(b, val, len);
+		b[len] = 0;
+		for (size_t i = 0; i < len; i++)
+			n += b[i] == '\n';
+		char **a = dgi_calloc(n ? n : 1, sizeof(char *));
+		if (a == NULL) {
+			dgi_free(b);
+			return DG_ERR_NOMEM;
+		}
+		uint32_t k = 0;
+		for (char *p = b, *nl; k < n && (nl = strchr(p, '\n')) != NULL; p = nl + 1) {
+			size_t l = (size_t)(nl - p);
+			if (l == 0 || (a[k] = dgi_alloc(l + 1)) == NULL)
+				continue;
+			memcpy(a[k], p, l);
+			a[k++][l] = 0;
+		}
+		dgi_free(g->persisted_bl);
+		g->persisted_bl = b;
+		g->loaded_bl = a;
+		g->nloaded_bl = k;
+		return DG_OK;
+	}
 	if (strncmp(name, "cache:", 6) != 0)
 		return DG_OK;
 	dgi_msg_cfg m;
@@ -1023,6 +1085,20 @@ static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t 
 int64_t dgi_grid_version_floor(dgi_grid *g)
 {
 	return g->persisted_topver;
+}
+
+static void free_persisted(dgi_grid *g)
+{
+	for (uint32_t i = 0; i < g->nloaded_bl; i++)
+		dgi_free(g->loaded_bl[i]);
+	dgi_free(g->loaded_bl);
+	dgi_free(g->persisted_bl);
+}
+
+uint32_t dgi_grid_persisted_baseline(dgi_grid *g, const char *const **addrs)
+{
+	*addrs = (const char *const *)g->loaded_bl;
+	return g->nloaded_bl;
 }
 
 /* ---- worker pool (writes to persistent caches) and sweeper ---- */
@@ -1221,6 +1297,7 @@ fail:
 	dgi_pstore_close(g->ps);
 	dgi_intmap_each(&g->caches, free_cache_cb, NULL);
 	dgi_intmap_destroy(&g->caches);
+	free_persisted(g);
 	dgi_free(g);
 	return e;
 }
@@ -1277,6 +1354,7 @@ void dgi_grid_stop(dgi_grid *g)
 	if (g->topo != NULL)
 		dg_topology_release(g->topo);
 	dgi_member_release(g->m);
+	free_persisted(g);
 	dgi_free(g);
 }
 

@@ -195,7 +195,12 @@ DG_API size_t dg_node_topology(dg_node *n, int64_t *version,
  * offline); meanwhile the online members own their partitions.  When no
  * member of the set is online, every server owns data until one is back.
  * The set survives the coordinator's failure (it travels in every
- * topology) but not a restart of the whole cluster.
+ * topology), and a restart of the whole cluster where nodes have a
+ * data_dir: each node keeps it there, and a node that comes back to find
+ * no cluster forms one that carries it — under partition_policy majority
+ * it is SEGMENTED (refuses with DG_ERR_SEGMENTED) until a majority of the
+ * set is back, so a node that missed writes cannot serve its older copies
+ * alone.
  * ------------------------------------------------------------------------ */
 typedef enum dg_baseline_op {
 	DG_BASELINE_OP_SET = 0,       /* exactly these addresses */

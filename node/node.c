@@ -236,6 +236,9 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	mc.partition_policy = n->cfg.partition_policy == DG_PARTITION_POLICY_NONE ?
 	    DG_PARTITION_NONE : DG_PARTITION_MAJORITY;
 	mc.version_floor = dgi_grid_version_floor(n->g);
+	const char *const *pbl;
+	mc.nbaseline = dgi_grid_persisted_baseline(n->g, &pbl);
+	mc.baseline = pbl;
 	if ((e = dg_member_start(n->tp, &mc, &n->m)) != DG_OK)
 		goto fail;
 	if ((e = dgi_grid_joined(n->g, n->m)) != DG_OK)

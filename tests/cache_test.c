@@ -20,6 +20,9 @@
 #include <string.h>
 #include <time.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cache_test.h"
@@ -3077,6 +3080,121 @@ static void test_persist_cluster_restart(void **state)
 	free(d1);
 }
 
+/* A free TCP port on 127.0.0.1 (bound, then released: the test binds it
+ * again at once). */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0,
+		.sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	socklen_t l = sizeof(a);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static dg_node *start_at(const char *dir, const char *listen, const char *const *seeds,
+    size_t nseeds)
+{
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = listen;
+	cfg.cluster_name = "cache-baseline";
+	cfg.seeds = seeds;
+	cfg.nseeds = nseeds;
+	cfg.failure_timeout_ms = 1000;
+	cfg.heartbeat_ms = 100;
+	cfg.join_timeout_ms = 1500;
+	cfg.request_timeout_ms = 3000;
+	cfg.data_dir = dir;
+	cfg.storage_nosync = true;
+	dg_node *n = NULL;
+	OK(dg_node_start(&cfg, &n));
+	return n;
+}
+
+/* The baseline is persisted in data_dir (issue 13): after a full-cluster
+ * restart a node that comes back alone forms a cluster that carries it, so
+ * it is SEGMENTED — it refuses, rather than serve what it holds — until a
+ * majority of the baseline is back.  Here C missed a write (it was down);
+ * everyone stops; C comes back first: without the persisted baseline it
+ * formed a cluster of one and served the older value. */
+static void test_persisted_baseline_waits_for_majority(void **state)
+{
+	(void)state;
+	char *d[3], url[3][64];
+	const char *seeds[3];
+	for (int i = 0; i < 3; i++) {
+		d[i] = tmpdir();
+		snprintf(url[i], sizeof(url[i]), "tcp://127.0.0.1:%d", free_port());
+		seeds[i] = url[i];
+	}
+	dg_node *n[3];
+	n[0] = start_at(d[0], url[0], seeds, 3);
+	n[1] = start_at(d[1], url[1], seeds, 3);
+	n[2] = start_at(d[2], url[2], seeds, 3);
+	wait_agree(n, 3);
+	char why[256] = "";
+	OK(dg_node_baseline_change(n[0], DG_BASELINE_OP_SET, seeds, 3, 5000, why, sizeof(why)));
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "bl");
+	cc.persistence = true;
+	cc.backups = 2;
+	cc.partitions = 32;
+	dg_cache *c0;
+	OK(dg_cache_create(n[0], &cc, &c0));
+	rebalanced(n, 3, "bl");
+	OK(dg_cache_put(c0, "k", 1, "v1", 2));
+	dgi_node_kill(n[2]); /* C misses the next write */
+	wait_agree(n, 2);
+	OK(dg_cache_put(c0, "k", 1, "v2", 2));
+	dgi_node_kill(n[1]);
+	dgi_node_kill(n[0]);
+	/* C first, alone */
+	n[2] = start_at(d[2], url[2], seeds, 3);
+	dg_cache *c2 = cache_on(n[2], "bl");
+	dg_buf v;
+	dg_buf_init(&v);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	dg_err e;
+	while ((e = dg_cache_get(c2, "k", 1, &v)) != DG_ERR_SEGMENTED) {
+		assert_true(v.len == 0 || memcmp(v.data, "v1", 2) != 0); /* never the old value */
+		assert_true(dgi_now_ms() < deadline);
+		v.len = 0;
+		usleep(20 * 1000);
+	}
+	/* A is back: a majority of the baseline */
+	n[0] = start_at(d[0], url[0], seeds, 3);
+	dg_cache *ca = cache_on(n[0], "bl");
+	deadline = dgi_now_ms() + 10000;
+	for (;;) {
+		v.len = 0;
+		e = dg_cache_get(c2, "k", 1, &v);
+		if (e == DG_OK)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	/* active again.  Which copy the two keep is not reconciled yet by
+	 * version after a full restart (issue 13 leaves it open: C's older v1
+	 * can come back here); both answer the same */
+	assert_true(v.len == 2 && (memcmp(v.data, "v2", 2) == 0 || memcmp(v.data, "v1", 2) == 0));
+	char got[3] = { (char)v.data[0], (char)v.data[1], 0 };
+	print_message("      after the restart the cluster holds k=%s\n", got);
+	v.len = 0;
+	OK(dg_cache_get(ca, "k", 1, &v));
+	assert_true(v.len == 2 && memcmp(v.data, got, 2) == 0);
+	dg_buf_free(&v);
+	dg_node_stop(n[2]);
+	dg_node_stop(n[0]);
+	for (int i = 0; i < 3; i++) {
+		rmtree(d[i]);
+		free(d[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3133,6 +3251,7 @@ int main(void)
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
 		cmocka_unit_test(test_persist_cluster_restart),
+		cmocka_unit_test(test_persisted_baseline_waits_for_majority),
 		cmocka_unit_test(test_persist_queue_full_busy),
 	};
 	/* DG_TEST_FILTER=test_rent_* runs the matching tests only */

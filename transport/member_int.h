@@ -58,6 +58,7 @@ struct dg_member {
 	dg_registry *reg;
 	dg_member_config cfg;
 	char **seeds;
+	char **blcopy;              /* cfg.baseline's copy (cfg.nbaseline strings) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	dg_topology *topo;             /* current, one reference held here */

@@ -120,6 +120,21 @@ static void bl_of(struct bl *b, const dg_topology *t)
 		b->a[b->n++] = str_of(t->baseline[i]);
 }
 
+/* The baseline a cluster this node forms starts with: the one its owner
+ * persisted (dg_member_config.baseline), or none.  Views into m->cfg's
+ * copies. */
+static const struct bl *bl_formed(dg_member *m, struct bl *b)
+{
+	if (m->cfg.nbaseline == 0)
+		return NULL;
+	b->set = true;
+	b->n = 0;
+	for (uint32_t i = 0; i < m->cfg.nbaseline && b->n < DG_BASELINE_MAX; i++)
+		b->a[b->n++] = str_of(m->cfg.baseline[i]);
+	bl_normalize(b);
+	return b;
+}
+
 /* One allocation: header, nodes (sorted by order), the baseline's
  * pointers, then the strings (URLs, baseline addresses). */
 static dg_topology *topo_new(int64_t version, const dg_topology_node *nodes,
@@ -1615,12 +1630,15 @@ static dg_err join(dg_member *m)
 			/* no seed is in a cluster, none smaller is waiting: form one */
 			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp),
 				m->cfg.attrs & ~DG_NODE_STANDBY };
-			dg_topology *t = topo_new(m->cfg.version_floor > 0 ?
-			    m->cfg.version_floor + 1 : 1, &self, 1, NULL);
+			struct bl *b = dgi_alloc(sizeof(*b));
+			dg_topology *t = b == NULL ? NULL : topo_new(m->cfg.version_floor > 0 ?
+			    m->cfg.version_floor + 1 : 1, &self, 1, bl_formed(m, b));
+			dgi_free(b);
 			if (t == NULL)
 				return DG_ERR_NOMEM;
 			install(m, t);
-			dgi_log("info", "CLUSTER-FORMED", "node=%016llx", (unsigned long long)self.id);
+			dgi_log("info", "CLUSTER-FORMED", "node=%016llx baseline=%u", (unsigned long long)self.id,
+			    t->nbaseline);
 			return DG_OK;
 		}
 		uint64_t now = dgi_now_ms();
@@ -2227,6 +2245,26 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 		}
 		memcpy(m->seeds[i], cfg->seeds[i], l);
 	}
+	m->cfg.baseline = NULL;
+	m->cfg.nbaseline = 0;
+	if (cfg->nbaseline > 0 && cfg->baseline != NULL) {
+		uint32_t nb = cfg->nbaseline < DG_BASELINE_MAX ? cfg->nbaseline : DG_BASELINE_MAX;
+		if ((m->blcopy = dgi_calloc(nb, sizeof(char *))) == NULL) {
+			dg_member_stop(m);
+			return DG_ERR_NOMEM;
+		}
+		for (uint32_t i = 0; i < nb; i++) {
+			size_t l = strnlen(cfg->baseline[i], DG_BASELINE_ADDR_MAX - 1);
+			if ((m->blcopy[i] = dgi_alloc(l + 1)) == NULL) {
+				dg_member_stop(m);
+				return DG_ERR_NOMEM;
+			}
+			memcpy(m->blcopy[i], cfg->baseline[i], l);
+			m->blcopy[i][l] = 0;
+			m->cfg.nbaseline = i + 1;
+		}
+		m->cfg.baseline = (const char *const *)m->blcopy;
+	}
 	dg_tp_handle(tp, DG_MSG_JOIN, on_join, m);
 	dg_tp_handle(tp, DG_MSG_TOPOLOGY, on_topology, m);
 	dg_tp_handle(tp, DG_MSG_HEARTBEAT, on_heartbeat, m);
@@ -2311,6 +2349,9 @@ void dgi_member_free(dg_member *m)
 	for (size_t i = 0; m->seeds != NULL && i < m->cfg.nseeds; i++)
 		dgi_free(m->seeds[i]);
 	dgi_free(m->seeds);
+	for (uint32_t i = 0; m->blcopy != NULL && i < m->cfg.nbaseline; i++)
+		dgi_free(m->blcopy[i]);
+	dgi_free(m->blcopy);
 	dg_topology_release(m->topo);
 	dg_topology_release(m->delivered);
 	while (m->nq_head != NULL) {

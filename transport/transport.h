@@ -488,6 +488,14 @@ typedef struct dg_member_config {
 	int partition_policy;            /* DG_PARTITION_MAJORITY (default) or
 	                                    DG_PARTITION_NONE (PROTOCOL.md,
 	                                    "Majority") */
+	const char *const *baseline;     /* the baseline this node last knew
+	                                    (its owner persisted it), nbaseline
+	                                    addresses; a cluster this node forms
+	                                    carries it, so under MAJORITY it is
+	                                    SEGMENTED until a majority of those
+	                                    addresses is back (a full restart:
+	                                    PROTOCOL.md, "Baseline"); copied */
+	uint32_t nbaseline;
 } dg_member_config;
 
 /* Partition policies.  MAJORITY: every topology version is accepted by a
