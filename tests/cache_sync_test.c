@@ -543,48 +543,66 @@ static void test_retry_applied_once_after_move(void **state)
  * had it, and nobody retries it: the backup that becomes the primary sends
  * its last copies again (as pending writes) before it serves them, so the
  * value a reader gets is on every owner. */
-static void test_promoted_backup_finishes_last_copies(void **state)
+/* A 3-server cluster (and a client, cl->n[3]) with FULL_SYNC cache `name`
+ * (backups=2, 32 partitions); key (prefix + a number) owned in order
+ * A = n[0], B = n[1], C = n[2], holding v1.  Returns the client's handle. */
+static dg_cache *promo_setup(struct cluster *cl, const char *name, const char *prefix,
+    char *key, size_t cap)
 {
-	(void)state;
-	struct cluster cl;
-	cluster_start(&cl, 3, 1);
+	cluster_start(cl, 3, 1);
 	dg_cache_config cc;
-	dg_cache_config_init(&cc, "promote");
+	dg_cache_config_init(&cc, name);
 	cc.backups = 2;
 	cc.partitions = 32;
 	dg_cache *cli;
-	OK(dg_cache_create(cl.n[3], &cc, &cli));
-	dg_cache *c0 = cache_on(cl.n[0], "promote");
-	OK(dg_cache_wait_rebalanced(c0, 5000));
-	dg_node_id a = dg_node_get_id(cl.n[0]), b = dg_node_get_id(cl.n[1]);
-	char key[32], buf[32];
-	int i = 0;
-	for (;; i++) { /* owners in order A, B, C: B is the next primary */
-		snprintf(key, sizeof(key), "p%d", i);
+	OK(dg_cache_create(cl->n[3], &cc, &cli));
+	OK(dg_cache_wait_rebalanced(cache_on(cl->n[0], name), 5000));
+	dg_node_id a = dg_node_get_id(cl->n[0]), b = dg_node_get_id(cl->n[1]);
+	for (int i = 0;; i++) {
+		snprintf(key, cap, "%s%d", prefix, i);
 		if (owner_of(cli, key, 0) == a && owner_of(cli, key, 1) == b)
 			break;
 	}
 	OK(dg_cache_put(cli, key, strlen(key), "v1", 2));
+	return cli;
+}
+
+/* A (c0's node) writes key = val as the primary under update id (op_node,
+ * op_seq) and leaves the write pending (the caller plays its originator,
+ * which never waits for it); u's key and value live in k and v. */
+static void primary_write_pending(dg_cache *c0, const char *key, const char *val,
+    uint64_t op_node, uint64_t op_seq, struct upd *u, uint8_t k[64], uint8_t v[16])
+{
+	memset(u, 0, sizeof(*u));
+	u->op = OP_PUT;
+	u->sync = DG_FULL_SYNC;
+	u->key = k;
+	u->klen = (uint32_t)enc_raw(key, k);
+	u->hash = dgi_key_hash(k, u->klen);
+	u->part = dgi_part_of(u->hash, 32);
+	u->val = v;
+	u->vlen = (uint32_t)enc_raw(val, v);
+	u->op_node = op_node;
+	u->op_seq = op_seq;
+	aff_nodes(c0, &u->topver);
+	OK(dgi_primary_apply(c0->g, c0, u));
+	assert_non_null(u->pw);
+	pthread_mutex_unlock(&c0->parts[u->part].mu);
+}
+
+static void test_promoted_backup_finishes_last_copies(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	char key[32], buf[32];
+	dg_cache *cli = promo_setup(&cl, "promote", "p", key, sizeof(key));
+	dg_cache *c0 = cache_on(cl.n[0], "promote");
 	/* A writes v2 as the primary; B applies it, C drops it; then A dies
 	 * with the write pending and no originator to retry it */
 	atomic_store(&dgi_test_drop_backups_at, dg_node_get_id(cl.n[2]));
 	uint8_t k[64], v[16];
 	struct upd u;
-	memset(&u, 0, sizeof(u));
-	u.op = OP_PUT;
-	u.sync = DG_FULL_SYNC;
-	u.key = k;
-	u.klen = (uint32_t)enc_raw(key, k);
-	u.hash = dgi_key_hash(k, u.klen);
-	u.part = dgi_part_of(u.hash, 32);
-	u.val = v;
-	u.vlen = (uint32_t)enc_raw("v2", v);
-	u.op_node = a;
-	u.op_seq = (300ull << 40) | 1;
-	aff_nodes(c0, &u.topver);
-	OK(dgi_primary_apply(c0->g, c0, &u));
-	assert_non_null(u.pw);
-	pthread_mutex_unlock(&c0->parts[u.part].mu); /* nobody waits for it */
+	primary_write_pending(c0, key, "v2", dg_node_get_id(cl.n[0]), (300ull << 40) | 1, &u, k, v);
 	dg_cache *c1 = cache_on(cl.n[1], "promote"), *c2 = cache_on(cl.n[2], "promote");
 	uint64_t deadline = dgi_now_ms() + 5000;
 	while (strcmp(get_s(c1, key, buf, sizeof(buf)), "v2") != 0) { /* B has it */
@@ -621,46 +639,18 @@ static void test_promoted_backup_learns_write_older_than_last_version(void **sta
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 3, 1);
-	dg_cache_config cc;
-	dg_cache_config_init(&cc, "promote2");
-	cc.backups = 2;
-	cc.partitions = 32;
-	dg_cache *cli;
-	OK(dg_cache_create(cl.n[3], &cc, &cli));
-	dg_cache *c0 = cache_on(cl.n[0], "promote2");
-	OK(dg_cache_wait_rebalanced(c0, 5000));
-	dg_node_id a = dg_node_get_id(cl.n[0]), b = dg_node_get_id(cl.n[1]);
 	char key[32], buf[32];
-	for (int i = 0;; i++) { /* owners in order A, B, C: B is the next primary */
-		snprintf(key, sizeof(key), "q%d", i);
-		if (owner_of(cli, key, 0) == a && owner_of(cli, key, 1) == b)
-			break;
-	}
-	OK(dg_cache_put(cli, key, strlen(key), "v1", 2));
+	dg_cache *cli = promo_setup(&cl, "promote2", "q", key, sizeof(key));
+	dg_cache *c0 = cache_on(cl.n[0], "promote2");
+	dg_node_id a = dg_node_get_id(cl.n[0]), b = dg_node_get_id(cl.n[1]);
 	/* A writes v2 as the primary; C applies it (and records its id), B
 	 * drops it */
 	atomic_store(&dgi_test_drop_backups_at, b);
 	uint64_t op_node = dg_node_get_id(cl.n[3]), op_seq = (500ull << 40) | 1;
 	uint8_t k[64], v[16];
 	struct upd u;
-	memset(&u, 0, sizeof(u));
-	u.op = OP_PUT;
-	u.sync = DG_FULL_SYNC;
-	u.key = k;
-	u.klen = (uint32_t)enc_raw(key, k);
-	u.hash = dgi_key_hash(k, u.klen);
-	u.part = dgi_part_of(u.hash, 32);
-	u.val = v;
-	u.vlen = (uint32_t)enc_raw("v2", v);
-	u.op_node = op_node;
-	u.op_seq = op_seq;
-	int64_t wrote_at;
-	aff_nodes(c0, &wrote_at);
-	u.topver = wrote_at;
-	OK(dgi_primary_apply(c0->g, c0, &u));
-	assert_non_null(u.pw);
-	pthread_mutex_unlock(&c0->parts[u.part].mu); /* the test is its originator */
+	primary_write_pending(c0, key, "v2", op_node, op_seq, &u, k, v);
+	int64_t wrote_at = u.topver;
 	dg_cache *c1 = cache_on(cl.n[1], "promote2"), *c2 = cache_on(cl.n[2], "promote2");
 	uint64_t deadline = dgi_now_ms() + 5000;
 	for (;;) { /* C has it: its copy answers a local read */

@@ -2580,21 +2580,27 @@ static void rmtree(const char *d)
 	assert_int_equal(system(cmd), 0);
 }
 
+static void persist_cfg(dg_node_config *cfg, const char *dir, const char *const *seeds,
+    size_t nseeds, const char *listen)
+{
+	dg_node_config_init(cfg);
+	cfg->listen_url = listen ? listen : "tcp://127.0.0.1:0";
+	cfg->cluster_name = "cache-persist";
+	cfg->seeds = seeds;
+	cfg->nseeds = nseeds;
+	cfg->failure_timeout_ms = 1000;
+	cfg->heartbeat_ms = 100;
+	cfg->request_timeout_ms = 5000;
+	cfg->data_dir = dir;
+	cfg->storage_nosync = true;
+	cfg->partition_policy = test_partition_policy;
+}
+
 static dg_node *start_persistent(const char *dir, size_t map_size, const char *const *seeds,
     size_t nseeds, const char *listen)
 {
 	dg_node_config cfg;
-	dg_node_config_init(&cfg);
-	cfg.listen_url = listen ? listen : "tcp://127.0.0.1:0";
-	cfg.cluster_name = "cache-persist";
-	cfg.seeds = seeds;
-	cfg.nseeds = nseeds;
-	cfg.failure_timeout_ms = 1000;
-	cfg.heartbeat_ms = 100;
-	cfg.request_timeout_ms = 5000;
-	cfg.data_dir = dir;
-	cfg.storage_nosync = true;
-	cfg.partition_policy = test_partition_policy;
+	persist_cfg(&cfg, dir, seeds, nseeds, listen);
 	if (map_size)
 		cfg.storage_map_size = map_size;
 	dg_node *n = NULL;
@@ -3099,17 +3105,10 @@ static dg_node *start_at(const char *dir, const char *listen, const char *const 
     size_t nseeds)
 {
 	dg_node_config cfg;
-	dg_node_config_init(&cfg);
-	cfg.listen_url = listen;
+	persist_cfg(&cfg, dir, seeds, nseeds, listen);
 	cfg.cluster_name = "cache-baseline";
-	cfg.seeds = seeds;
-	cfg.nseeds = nseeds;
-	cfg.failure_timeout_ms = 1000;
-	cfg.heartbeat_ms = 100;
-	cfg.join_timeout_ms = 1500;
-	cfg.request_timeout_ms = 3000;
-	cfg.data_dir = dir;
-	cfg.storage_nosync = true;
+	cfg.join_timeout_ms = 1500; /* alone: forms its cluster soon */
+	cfg.partition_policy = DG_PARTITION_POLICY_MAJORITY;
 	dg_node *n = NULL;
 	OK(dg_node_start(&cfg, &n));
 	return n;
