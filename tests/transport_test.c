@@ -3451,6 +3451,34 @@ static dg_topology *qtopo(int n, const char *const *urls, const bool *client,
 	return t;
 }
 
+/* The rejoin back-off: 50 ms doubling to 2 s and staying there; each wait
+ * jittered within [interval / 2, interval], spread over that range by the
+ * seed (two nodes of a healed side do not ask in step). */
+static void test_rejoin_backoff(void **state)
+{
+	(void)state;
+	uint32_t want[] = { 50, 100, 200, 400, 800, 1600, 2000, 2000 };
+	uint32_t b = DGI_BACKOFF_MIN_MS;
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		assert_int_equal(b, want[i]);
+		b = dgi_backoff_next(b);
+	}
+	assert_int_equal(dgi_backoff_next(0), DGI_BACKOFF_MIN_MS);
+	assert_int_equal(dgi_backoff_next(1999), DGI_BACKOFF_MAX_MS);
+	for (uint32_t iv = 50; iv <= 2000; iv = dgi_backoff_next(iv)) {
+		uint32_t lo = UINT32_MAX, hi = 0;
+		for (uint64_t seed = 1; seed < 2000; seed++) {
+			uint32_t w = dgi_backoff_wait(iv, seed * 7919);
+			assert_true(w >= iv / 2 && w <= iv);
+			lo = w < lo ? w : lo;
+			hi = w > hi ? w : hi;
+		}
+		assert_true(hi - lo >= iv / 4); /* spread, not one value */
+		if (iv == 2000)
+			break;
+	}
+}
+
 static void test_majority_arithmetic(void **state)
 {
 	(void)state;
@@ -4336,6 +4364,7 @@ int main(void)
 		cmocka_unit_test(test_membership_pause_coordinator),
 		cmocka_unit_test(test_membership_rejoin_slow_type_sync),
 		cmocka_unit_test(test_majority_arithmetic),
+		cmocka_unit_test(test_rejoin_backoff),
 		cmocka_unit_test(test_majority_member_cut_off),
 		cmocka_unit_test(test_majority_coordinator_cut_off),
 		cmocka_unit_test(test_majority_even_split),

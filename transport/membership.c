@@ -2059,7 +2059,7 @@ static void rejoin(dg_member *m)
 	dgi_log("info", "REJOIN-START", "node=%016llx version=%lld candidates=%zu",
 	    (unsigned long long)dg_tp_self(m->tp), (long long)(t != NULL ? t->version : 0), n);
 	uint64_t start = dgi_now_ms(), reached = start;
-	uint32_t backoff = 50;   /* ms between rounds while nobody answers */
+	uint32_t backoff = DGI_BACKOFF_MIN_MS; /* between rounds while nobody answers */
 	dg_err last = DG_OK;
 	bool joined = false, stopping = false;
 	while (urls != NULL) {
@@ -2075,11 +2075,11 @@ static void rejoin(dg_member *m)
 		now = dgi_now_ms();
 		if (e != DG_ERR_UNREACHABLE) {
 			reached = now; /* someone is there: keep asking */
-			backoff = 50;
+			backoff = DGI_BACKOFF_MIN_MS;
 		} else if (majority(m)) {
 			/* never a cluster of its own: the majority is somewhere
 			 * (a partition heals); ask again, backing off to 2 s */
-			backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+			backoff = dgi_backoff_next(backoff);
 		} else if (now - reached >= m->cfg.join_timeout_ms) {
 			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp),
 				m->cfg.attrs & ~DG_NODE_STANDBY };
@@ -2101,7 +2101,7 @@ static void rejoin(dg_member *m)
 		pthread_mutex_lock(&m->mu);
 		struct timespec ts;
 		/* jittered: the nodes of a healed side do not ask in step */
-		dgi_abstime_in(&ts, backoff / 2 + (uint32_t)(dgi_now_ms() * 2654435761u % (backoff / 2 + 1)));
+		dgi_abstime_in(&ts, dgi_backoff_wait(backoff, dgi_now_ms()));
 		if (!m->stopping)
 			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
 		pthread_mutex_unlock(&m->mu);

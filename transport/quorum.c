@@ -69,3 +69,16 @@ uint64_t dgi_lease_until(uint64_t kth, uint32_t lease_ms)
 		return UINT64_MAX;      /* this node is a majority on its own */
 	return kth + lease_ms;
 }
+
+uint32_t dgi_backoff_next(uint32_t cur)
+{
+	if (cur < DGI_BACKOFF_MIN_MS)
+		return DGI_BACKOFF_MIN_MS;
+	return cur >= DGI_BACKOFF_MAX_MS / 2 ? DGI_BACKOFF_MAX_MS : cur * 2;
+}
+
+uint32_t dgi_backoff_wait(uint32_t interval, uint64_t seed)
+{
+	uint32_t half = interval / 2;
+	return half + (uint32_t)((seed * 2654435761u) % (uint64_t)(interval - half + 1));
+}

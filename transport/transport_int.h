@@ -97,6 +97,14 @@ int32_t dgi_quorum_index(const char *const *voters, uint32_t n, const char *url)
 uint32_t dgi_quorum_need(uint32_t nvoters);
 uint64_t dgi_quorum_kth(uint64_t *vals, uint32_t n);
 uint64_t dgi_lease_until(uint64_t kth, uint32_t lease_ms);
+/* The rejoin back-off (PROTOCOL.md, "Majority"): the next interval after
+ * cur ms without an answer — doubled, from DGI_BACKOFF_MIN_MS up to
+ * DGI_BACKOFF_MAX_MS — and the wait to use for an interval, jittered by
+ * seed into [interval / 2, interval] so a healed side does not ask in step. */
+#define DGI_BACKOFF_MIN_MS 50u
+#define DGI_BACKOFF_MAX_MS 2000u
+uint32_t dgi_backoff_next(uint32_t cur);
+uint32_t dgi_backoff_wait(uint32_t interval, uint64_t seed);
 
 struct tp_totals {
 	_Atomic uint64_t connects, disconnects;
