@@ -106,6 +106,9 @@ struct dg_member {
 	bool hb_answer;                /* the next heartbeats carry DG_HB_ANSWER */
 	bool warned_two;               /* TWO-VOTERS logged */
 	struct dgi_lograte lr_lease;   /* LEASE-LOST */
+	struct dgi_lograte lr_failed;  /* NODE-FAILED while the voters refuse */
+	uint64_t fail_retry_ms;        /* mu: when the removal of fail_set (a hash of */
+	uint64_t fail_set;             /* the failed ids) may be proposed again */
 	struct dgi_lograte lr_reset;   /* PEER-RESET */
 	struct dgi_lograte lr_vote;    /* VOTE-REFUSED */
 	struct dgi_lograte lr_agree;   /* TOPOLOGY-NOT-AGREED */

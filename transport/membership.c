@@ -1963,11 +1963,12 @@ static void tick(dg_member *m)
 
 	for (uint32_t i = 0; i < t->count; i++) {
 		dg_node_id id = t->nodes[i].id;
-		bool dead = false;
-		for (size_t k = 0; k < nfailed; k++)
-			dead |= failed[k] == id;
 		dg_msg_heartbeat hb = { version, (int64_t)now, echo != NULL ? echo[i] : 0, flags };
-		if (id != dg_tp_self(tp) && !dead)
+		/* a member taken for failed is still sent to (it is removed
+		 * within moments, or the voters refused: others hear it): after
+		 * PEER-RESET this send dials it again, which is how a cut only
+		 * some nodes saw heals */
+		if (id != dg_tp_self(tp))
 			dg_tp_send(tp, id, DG_MSG_HEARTBEAT, &hb);
 	}
 	dgi_free(echo);
@@ -1980,6 +1981,7 @@ static void tick(dg_member *m)
 			    (unsigned long long)reset[k], sup);
 	}
 	if (nfailed > 0) {
+		uint32_t sup_failed = 0;
 		if (coord == dg_tp_self(tp)) {
 			for (size_t k = 0; k < nfailed; k++) {
 				pthread_mutex_lock(&m->mu);
@@ -1989,11 +1991,28 @@ static void tick(dg_member *m)
 				if (left)
 					dgi_log("info", "NODE-REMOVED", "node=%016llx why=left",
 					    (unsigned long long)failed[k]);
-				else
-					dgi_log("warn", "NODE-FAILED", "node=%016llx silent_ms>%u",
-					    (unsigned long long)failed[k], atomic_load_explicit(&m->ft_ms, memory_order_relaxed));
+				else if (dgi_lograte_due(&m->lr_failed, now, 1000, &sup_failed))
+					dgi_log("warn", "NODE-FAILED", "node=%016llx silent_ms>%u repeated=%u",
+					    (unsigned long long)failed[k], atomic_load_explicit(&m->ft_ms,
+					    memory_order_relaxed), sup_failed);
 			}
-			change(m, failed, nfailed, NULL, NULL, NULL);
+			/* the same removal again once a heartbeat interval:
+			 * rounds also run when woken early (a vote ended, an
+			 * answer came), and one the voters refuse (a node only
+			 * some hear) is not proposed in a loop; another set of
+			 * failed nodes is proposed at once */
+			uint64_t set = 0;
+			for (size_t k = 0; k < nfailed; k++)
+				set ^= (failed[k] + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+			pthread_mutex_lock(&m->mu);
+			bool due = set != m->fail_set || now >= m->fail_retry_ms;
+			if (due) {
+				m->fail_set = set;
+				m->fail_retry_ms = now + atomic_load_explicit(&m->hb_ms, memory_order_relaxed);
+			}
+			pthread_mutex_unlock(&m->mu);
+			if (due)
+				change(m, failed, nfailed, NULL, NULL, NULL);
 		} else {
 			for (size_t k = 0; k < nfailed; k++) {
 				pthread_mutex_lock(&m->mu);

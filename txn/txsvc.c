@@ -2853,7 +2853,7 @@ static void forget_records(dgi_txsvc *s, int64_t v)
 	}
 	if (total > 0)
 		dgi_txlog("warn", "TX-FORGOTTEN", "records=%u topology=%lld why=\"this node "
-		    "is not in the cluster's topology: its records are the new owners' to finish\"",
+		    "was out of the cluster's topology: its records are the new owners' to finish\"",
 		    total, (long long)v);
 }
 
