@@ -501,8 +501,9 @@ struct dgi_grid {
 	char *persisted_bl;            /* the baseline in meta ("baseline": the
 	                                  addresses, sorted, each ended by '\n';
 	                                  NULL: none set), under mu */
-	char **loaded_bl;              /* persisted_bl split, for the membership */
-	uint32_t nloaded_bl;
+	char *loaded_buf;              /* the baseline loaded at start, split in  */
+	const char **loaded_bl;        /* place: nloaded_bl addresses into it, */
+	uint32_t nloaded_bl;           /* for the membership */
 	_Atomic uint64_t next_pw;      /* pending-write record ids (pending.c) */
 	struct psync_parked *psync_parked; /* PSYNC requests waiting for a
 	                                      topology (psync.c; grid->mu) */
@@ -545,8 +546,6 @@ void dgi_grid_event(dgi_grid *g, dg_event_kind kind, const char *cache, uint32_t
 dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
     int64_t expire_ms, bool tomb, uint64_t op_node, uint64_t op_seq);
-void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* Queues a job for the worker pool (it owns j from then on), or
  * DG_ERR_BUSY when the queue is full (GRID_QUEUE_JOBS, _BYTES: j is still
  * the caller's). */

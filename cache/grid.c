@@ -30,14 +30,6 @@
 
 _Atomic int64_t dgi_tomb_ttl_ms = DGI_TOMB_TTL_MS_DEFAULT;
 
-void dgi_grid_log(const char *level, const char *id, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	dgi_logv(level, id, fmt, ap);
-	va_end(ap);
-}
-
 uint32_t dgi_cache_id(const char *name)
 {
 	uint32_t h = 2166136261u;
@@ -102,7 +94,7 @@ static dg_err check_config(const dgi_grid *g, const dg_cache_config *cfg)
 	else if (cfg->persistence && g->ps == NULL && !g->cfg.client)
 		why = "persistence needs the node's data_dir"; /* clients store nothing */
 	if (why != NULL) {
-		dgi_grid_log("error", "CACHE-CONFIG", "cache=\"%.*s\" why=\"%s\"", (int)n,
+		dgi_log("error", "CACHE-CONFIG", "cache=\"%.*s\" why=\"%s\"", (int)n,
 		    cfg->name, why);
 		return DG_ERR_INVAL;
 	}
@@ -213,7 +205,7 @@ static void moving_from(dg_cache *c, uint32_t p, dgi_part *pt, const dg_topology
 	}
 	if (n == DGI_PART_SRCS) {
 		n--;
-		dgi_grid_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u forgotten=%016llx why=\"more than %d sources\"",
+		dgi_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u forgotten=%016llx why=\"more than %d sources\"",
 		    c->cfg.name, p, (unsigned long long)pt->srcs[n], DGI_PART_SRCS);
 		pt->broken = true;
 	}
@@ -234,7 +226,7 @@ static void owning_as_is(dg_cache *c, uint32_t p, dgi_part *pt)
 {
 	if (!atomic_load(&pt->whole) && (pt->nsrcs > 0 || pt->broken)) {
 		pt->broken = true;
-		dgi_grid_log("warn", "REBALANCE-BROKEN", "cache=\"%s\" partition=%u why=\"the nodes holding what its copy lacked left: it owns what it has and takes the rented copies that ask it\"",
+		dgi_log("warn", "REBALANCE-BROKEN", "cache=\"%s\" partition=%u why=\"the nodes holding what its copy lacked left: it owns what it has and takes the rented copies that ask it\"",
 		    c->cfg.name, p);
 	} else {
 		atomic_store(&pt->whole, true);
@@ -276,7 +268,7 @@ static void psync_retopo(dgi_grid *g, dg_cache *c, uint32_t p, dgi_part *pt,
 				from[n++] = o;
 		}
 		if (from == NULL)
-			dgi_grid_log("warn", "PSYNC-NOMEM", "cache=\"%s\" partition=%u", c->cfg.name, p);
+			dgi_log("warn", "PSYNC-NOMEM", "cache=\"%s\" partition=%u", c->cfg.name, p);
 		/* a guessed affinity (a cache this node learned or loaded) has
 		 * the new version: the writes to ask for are the previous one's */
 		dgi_psync_begin(g, c, p, t->version, guessed ? t->version - 1 : old->topver, from, n);
@@ -294,7 +286,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 	dgi_aff *guess = NULL;
 	dgi_aff *now = aff_for(c, t, 0);
 	if (now == NULL) {
-		dgi_grid_log("error", "AFFINITY-NOMEM", "cache=\"%s\"", c->cfg.name);
+		dgi_log("error", "AFFINITY-NOMEM", "cache=\"%s\"", c->cfg.name);
 		return;
 	}
 	if (old == NULL && !c->fresh) {
@@ -332,7 +324,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		}
 		if (gone && guess == NULL && !atomic_load_explicit(&c->lost[p], memory_order_relaxed)) {
 			atomic_store_explicit(&c->lost[p], 1, memory_order_relaxed);
-			dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld",
+			dgi_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld",
 			    c->cfg.name, p, (long long)t->version);
 			dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, p);
 		}
@@ -385,7 +377,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			ns = P_LOST;
 			owning_as_is(c, p, pt);
 			atomic_store_explicit(&c->lost[p], 1, memory_order_relaxed);
-			dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld "
+			dgi_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u version=%lld "
 			    "why=\"sources of a partial copy gone\"", c->cfg.name, p, (long long)t->version);
 			dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, p);
 		} else {
@@ -612,7 +604,7 @@ static dg_err local_create(dgi_grid *g, const dg_cache_config *cfg, bool fresh,
 		if (same_config(&have->cfg, cfg))
 			return DG_OK;
 		if (strcmp(have->cfg.name, cfg->name) != 0)
-			dgi_grid_log("error", "CACHE-ID-CLASH", "cache=\"%s\" other=\"%s\"", cfg->name,
+			dgi_log("error", "CACHE-ID-CLASH", "cache=\"%s\" other=\"%s\"", cfg->name,
 			    have->cfg.name);
 		return DG_ERR_EXISTS;
 	}
@@ -630,7 +622,7 @@ static dg_err local_create(dgi_grid *g, const dg_cache_config *cfg, bool fresh,
 		retopo_cache(g, c, g->topo);
 	g->rebal_gen++;
 	pthread_cond_broadcast(&g->cv);
-	dgi_grid_log("info", "CACHE-CREATED", "cache=\"%s\" id=%08x mode=%s backups=%u partitions=%u persistence=%s",
+	dgi_log("info", "CACHE-CREATED", "cache=\"%s\" id=%08x mode=%s backups=%u partitions=%u persistence=%s",
 	    cfg->name, c->id, cfg->mode == DG_REPLICATED ? "replicated" : "partitioned",
 	    cfg->backups, cfg->partitions, cfg->persistence ? "on" : "off");
 	if (out)
@@ -662,7 +654,7 @@ static void local_destroy(dgi_grid *g, dg_cache *c)
 		pthread_mutex_unlock(&c->parts[p].mu);
 	}
 	c->grave_tag = dgi_epoch_retire();
-	dgi_grid_log("info", "CACHE-DESTROYED", "cache=\"%s\"", c->cfg.name);
+	dgi_log("info", "CACHE-DESTROYED", "cache=\"%s\"", c->cfg.name);
 }
 
 void dgi_grid_reclaim(dgi_grid *g, bool all)
@@ -728,7 +720,7 @@ static dg_err to_all(dgi_grid *g, dg_msg_type type, const void *body, int64_t *s
 		if (e == DG_OK)
 			e = (dg_err)ack.res;
 		if (e != DG_OK)
-			dgi_grid_log("warn", "CACHE-REQUEST", "type=%s to=%016llx err=\"%s\"",
+			dgi_log("warn", "CACHE-REQUEST", "type=%s to=%016llx err=\"%s\"",
 			    dg_msg_name(type), (unsigned long long)ids[i], dg_strerror(e));
 		if (e == DG_ERR_CONN_BROKEN || e == DG_ERR_UNREACHABLE)
 			continue; /* left meanwhile: it learns on rejoin */
@@ -753,7 +745,7 @@ dg_err dgi_grid_cache_create(dgi_grid *g, const dg_cache_config *cfg, dg_cache *
 	dgi_msg_cfg m;
 	dgi_cfg_to_msg(cfg, &m);
 	if ((e = to_all(g, DGI_MSG_CACHE_CREATE, &m, NULL)) != DG_OK) {
-		dgi_grid_log("error", "CACHE-CREATE", "cache=\"%s\" err=\"%s\"", cfg->name,
+		dgi_log("error", "CACHE-CREATE", "cache=\"%s\" err=\"%s\"", cfg->name,
 		    dg_strerror(e));
 		return e;
 	}
@@ -922,7 +914,7 @@ static void take_configs(dgi_grid *g, const dg_msg_raw *raw, dg_node_id from)
 		dg_err e = local_create(g, &cfg, false, NULL);
 		pthread_mutex_unlock(&g->mu);
 		if (e != DG_OK)
-			dgi_grid_log("error", "CACHE-CONFLICT", "cache=\"%s\" from=%016llx err=\"%s\"",
+			dgi_log("error", "CACHE-CONFLICT", "cache=\"%s\" from=%016llx err=\"%s\"",
 			    cfg.name, (unsigned long long)from, dg_strerror(e));
 	}
 }
@@ -1030,30 +1022,31 @@ static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t 
 		return DG_OK;
 	}
 	if (strcmp(name, "baseline") == 0) {
-		/* addresses each ended by '\n' (persist_baseline) */
-		char *b = dgi_alloc(len + 1);
+		/* addresses each ended by '\n' (persist_baseline): kept as
+		 * persisted, and a copy split in place for the membership */
 		uint32_t n = 0;
-		if (b == NULL)
+		for (size_t i = 0; i < len; i++)
+			n += val[i] == '\n';
+		char *b = dgi_alloc(len + 1), *split = dgi_alloc(len + 1);
+		const char **a = dgi_calloc(n ? n : 1, sizeof(char *));
+		if (b == NULL || split == NULL || a == NULL) {
+			dgi_free(b);
+			dgi_free(split);
+			dgi_free(a);
 			return DG_ERR_NOMEM;
+		}
 		memcpy(b, val, len);
 		b[len] = 0;
-		for (size_t i = 0; i < len; i++)
-			n += b[i] == '\n';
-		char **a = dgi_calloc(n ? n : 1, sizeof(char *));
-		if (a == NULL) {
-			dgi_free(b);
-			return DG_ERR_NOMEM;
-		}
+		memcpy(split, val, len);
+		split[len] = 0;
 		uint32_t k = 0;
-		for (char *p = b, *nl; k < n && (nl = strchr(p, '\n')) != NULL; p = nl + 1) {
-			size_t l = (size_t)(nl - p);
-			if (l == 0 || (a[k] = dgi_alloc(l + 1)) == NULL)
-				continue;
-			memcpy(a[k], p, l);
-			a[k++][l] = 0;
+		for (char *p = split, *nl; (nl = strchr(p, '\n')) != NULL; p = nl + 1) {
+			*nl = 0;
+			if (nl > p)
+				a[k++] = p;
 		}
-		dgi_free(g->persisted_bl);
 		g->persisted_bl = b;
+		g->loaded_buf = split;
 		g->loaded_bl = a;
 		g->nloaded_bl = k;
 		return DG_OK;
@@ -1063,7 +1056,7 @@ static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t 
 	dgi_msg_cfg m;
 	dg_cache_config cfg;
 	if (dg_msg_decode(DGI_MSG_CACHE_CREATE, g->reg, val, len, &m) != DG_OK) {
-		dgi_grid_log("error", "CACHE-META-BAD", "key=\"%s\"", name);
+		dgi_log("error", "CACHE-META-BAD", "key=\"%s\"", name);
 		return DG_OK;
 	}
 	cfg_from_msg(&m, &cfg);
@@ -1076,7 +1069,7 @@ static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t 
 	struct load_ctx l = { g, c, 0 };
 	uint64_t t0 = dgi_now_ms();
 	e = dgi_pstore_load(g->ps, c->id, load_rec, &l);
-	dgi_grid_log("info", "CACHE-LOADED", "cache=\"%s\" entries=%llu ms=%llu err=\"%s\"",
+	dgi_log("info", "CACHE-LOADED", "cache=\"%s\" entries=%llu ms=%llu err=\"%s\"",
 	    cfg.name, (unsigned long long)l.n, (unsigned long long)(dgi_now_ms() - t0),
 	    dg_strerror(e));
 	return e;
@@ -1089,15 +1082,14 @@ int64_t dgi_grid_version_floor(dgi_grid *g)
 
 static void free_persisted(dgi_grid *g)
 {
-	for (uint32_t i = 0; i < g->nloaded_bl; i++)
-		dgi_free(g->loaded_bl[i]);
-	dgi_free(g->loaded_bl);
 	dgi_free(g->persisted_bl);
+	dgi_free(g->loaded_buf);
+	dgi_free(g->loaded_bl);
 }
 
 uint32_t dgi_grid_persisted_baseline(dgi_grid *g, const char *const **addrs)
 {
-	*addrs = (const char *const *)g->loaded_bl;
+	*addrs = g->loaded_bl;
 	return g->nloaded_bl;
 }
 
@@ -1127,7 +1119,7 @@ dg_err dgi_grid_job_push(dgi_grid *g, struct job *j)
 	uint64_t n = atomic_fetch_add(&g->jrefused, 1) + 1, now = dgi_now_ms();
 	uint64_t last = atomic_load(&g->jlogged_ms);
 	if (now - last >= 5000 && atomic_compare_exchange_strong(&g->jlogged_ms, &last, now))
-		dgi_grid_log("warn", "JOBS-FULL", "queued=%u refused=%llu why=\"persistent writes "
+		dgi_log("warn", "JOBS-FULL", "queued=%u refused=%llu why=\"persistent writes "
 		    "come faster than the disk takes them: answered DG_ERR_BUSY\"",
 		    atomic_load(&dgi_grid_queue_jobs), (unsigned long long)n);
 	return DG_ERR_BUSY;
@@ -1287,7 +1279,7 @@ dg_err dgi_grid_start(dg_tp *tp, dg_registry *reg, const dgi_grid_config *cfg,
 	    pthread_create(&g->sweeper, NULL, sweeper, g) != 0) {
 		/* stop what started (simplest: abort; threads are a resource
 		 * the system refuses only when it is exhausted) */
-		dgi_grid_log("error", "GRID-THREADS", "why=\"pthread_create failed\"");
+		dgi_log("error", "GRID-THREADS", "why=\"pthread_create failed\"");
 		abort();
 	}
 	g->threads_up = true;

@@ -101,17 +101,6 @@ struct dgi_pstore {
 
 /* ---- log: one line per event, stderr ---- */
 
-static void plog(const char *level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void plog(const char *level, const char *id, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	dgi_logv(level, id, fmt, ap);
-	va_end(ap);
-}
-
 static void pstore_log(const char *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -122,7 +111,7 @@ static void pstore_log(const char *err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(extra, sizeof extra, fmt, ap);
 	va_end(ap);
-	plog("error", "PSTORE-ERROR", "err=\"%s\" %s", err, extra);
+	dgi_log("error", "PSTORE-ERROR", "err=\"%s\" %s", err, extra);
 }
 
 static dg_err map_rc(int rc)

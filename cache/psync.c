@@ -19,11 +19,12 @@
  * partition and its entries written since the previous topology, marked
  * TENTATIVE, or among the last FULL_SYNC copies it applied as a backup
  * (pending.c's ring: an old primary that stayed primary while the topology
- * moved on wrote its last values under an older version).  The new primary applies what is newer than its own copy,
- * records the ids, and sends every entry that became newer here to its
- * backups again as a pending write (pending.c), so nobody reads it before
- * every owner has it.  Until every old owner answered, it answers updates
- * of the partition DG_ERR_NOT_READY (the originator retries); reads go on.
+ * moved on wrote its last values under an older version).  The new primary
+ * applies what is newer than its own copy, records the ids, and sends every
+ * entry that became newer here to its backups again as a pending write
+ * (pending.c), so nobody reads it before every owner has it.  Until every
+ * old owner answered, it answers updates of the partition
+ * DG_ERR_NOT_READY (the originator retries); reads go on.
  * An old owner that leaves the cluster meanwhile is no longer waited for
  * (what only it held is gone with it, as with any failure).
  */
@@ -72,7 +73,7 @@ void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64
 		dg_node_id *f = dgi_alloc(n * sizeof(*f));
 		if (f == NULL) {
 			pt->psync_n = 0; /* cannot wait: retries may not be recognised */
-			dgi_grid_log("warn", "PSYNC-NOMEM", "cache=\"%s\" partition=%u", c->cfg.name,
+			dgi_log("warn", "PSYNC-NOMEM", "cache=\"%s\" partition=%u", c->cfg.name,
 			    part);
 			return;
 		}
@@ -389,7 +390,7 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			remove_from(pt, k->from);
 		pthread_mutex_unlock(&pt->mu);
 		if (e != DG_OK)
-			dgi_grid_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"",
+			dgi_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"",
 			    c->cfg.name, k->part, (unsigned long long)k->from, dg_strerror(e));
 	}
 	/* an error: asked again at the next tick (a node that left is dropped

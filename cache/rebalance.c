@@ -444,7 +444,7 @@ static dg_err fetch_sources(struct fetch *f, const struct page_head *h)
 	f->broken |= h->broken;
 	for (uint8_t i = 0; i < h->nsrcs; i++)
 		if (!fetch_queue(f, h->srcs[i])) {
-			dgi_grid_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u why=\"more than %d nodes to fetch from\"",
+			dgi_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u why=\"more than %d nodes to fetch from\"",
 			    f->c->cfg.name, f->part, FETCH_NODES);
 			return DG_ERR_RANGE;
 		}
@@ -593,12 +593,12 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	}
 	pthread_mutex_unlock(&pt->mu);
 	if (lost) {
-		dgi_grid_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u why=\"a source of its copy left before it was fetched\"",
+		dgi_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u why=\"a source of its copy left before it was fetched\"",
 		    c->cfg.name, part);
 		dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, part);
 	}
 	if (e == DG_OK && gone > 0 && !whole)
-		dgi_grid_log("warn", "REBALANCE-SOURCE-GONE", "cache=\"%s\" partition=%u nodes=%u why=\"a node holding part of it left before it was fetched: completed from the rented copies that ask\"",
+		dgi_log("warn", "REBALANCE-SOURCE-GONE", "cache=\"%s\" partition=%u nodes=%u why=\"a node holding part of it left before it was fetched: completed from the rented copies that ask\"",
 		    c->cfg.name, part, gone);
 	return e;
 }
@@ -666,7 +666,7 @@ static void rebalance_done_check(void *ctx, uint32_t key, void *value)
 	if (!c->rebal_pending)
 		return;
 	c->rebal_pending = false;
-	dgi_grid_log("info", "REBALANCE-DONE", "cache=\"%s\" version=%lld partitions=%llu bytes=%llu",
+	dgi_log("info", "REBALANCE-DONE", "cache=\"%s\" version=%lld partitions=%llu bytes=%llu",
 	    c->cfg.name, (long long)atomic_load(&c->g->topver),
 	    (unsigned long long)atomic_load(&c->rebal_parts_done),
 	    (unsigned long long)atomic_load(&c->rebal_bytes));
@@ -710,7 +710,7 @@ void *dgi_rebalancer(void *arg)
 				failed++;
 		}
 		if (failed > 0)
-			dgi_grid_log("info", "REBALANCE-RETRY", "partitions=%zu why=\"a supplier was not ready or unreachable\"",
+			dgi_log("info", "REBALANCE-RETRY", "partitions=%zu why=\"a supplier was not ready or unreachable\"",
 			    failed);
 		dgi_epoch_enter();
 		dgi_intmap_each(&g->caches, rebalance_done_check, NULL);
@@ -1099,7 +1099,7 @@ static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		pt->broken |= take && h.broken;
 		for (uint8_t i = 0; take && i < h.nsrcs; i++)
 			if (h.srcs[i] != g->self && !dgi_part_src_add(pt, h.srcs[i]))
-				dgi_grid_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u why=\"more than %d sources\"",
+				dgi_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u why=\"more than %d sources\"",
 				    c->cfg.name, a.part, DGI_PART_SRCS);
 		/* the last page (pages come in order, the pusher stops at the
 		 * first failure): this copy now holds the pusher's, so the
@@ -1204,7 +1204,7 @@ static void leave_cache(struct leave_ctx *l, dg_cache *c)
 			continue; /* not ours, or other copies remain */
 		dg_err e = push_part(g, c, p, dgi_aff_owner(next, p, 0), &l->b);
 		if (e != DG_OK) {
-			dgi_grid_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u err=\"%s\"",
+			dgi_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u err=\"%s\"",
 			    c->cfg.name, p, dg_strerror(e));
 			continue;
 		}
@@ -1263,7 +1263,7 @@ void dgi_grid_leave(dgi_grid *g)
 	dg_buf_init(&l.parts);
 	uint64_t t0 = dgi_now_ms();
 	dgi_intmap_each(&g->caches, leave_one, &l); /* every cache, however many */
-	dgi_grid_log("info", "HANDOFF-DONE", "partitions=%zu rented=%zu ms=%llu", l.handed,
+	dgi_log("info", "HANDOFF-DONE", "partitions=%zu rented=%zu ms=%llu", l.handed,
 	    l.rented, (unsigned long long)(dgi_now_ms() - t0));
 	dg_buf_free(&l.b);
 	dg_buf_free(&l.parts);
@@ -1607,7 +1607,7 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 	}
 	dgi_epoch_leave();
 	if (dropped > 0)
-		dgi_grid_log("info", "RENT-DROPPED", "cache=\"%s\" partitions=%u", c->cfg.name, dropped);
+		dgi_log("info", "RENT-DROPPED", "cache=\"%s\" partitions=%u", c->cfg.name, dropped);
 	rent_check_free(&rc);
 }
 
@@ -1643,7 +1643,7 @@ static uint32_t rent_push(dgi_grid *g, dg_cache *c, dg_buf *b)
 				ok = false;
 				if (nfailed < 8)
 					failed[nfailed++] = o;
-				dgi_grid_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u rented=1 err=\"%s\"",
+				dgi_log("warn", "HANDOFF-FAIL", "cache=\"%s\" partition=%u rented=1 err=\"%s\"",
 				    c->cfg.name, rc.cand[k], dg_strerror(e));
 			}
 		}

@@ -382,7 +382,9 @@ uint64_t dg_tp_last_heard(const dg_tp *tp, dg_node_id peer);
 uint64_t dgi_now_ms(void);
 
 /* The node's one log line format: "ts=<UTC, ms> level=<l> id=<ID> <fields>"
- * on stderr, one write per line.  Every layer above logs through it. */
+ * on stderr, one write per line.  Every layer above logs through these. */
+void dgi_log(const char *level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void dgi_logv(const char *level, const char *id, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 /* The CLOCK_REALTIME instant ms milliseconds from now, for the absolute

@@ -44,9 +44,6 @@
 #define DG_HANDSHAKE_MAX 1024   /* largest handshake frame body accepted */
 #define PEND_STRIPES 16
 
-/* Logging: one line per event, level, stable id, key=value fields. */
-void dgi_log(const char *level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Per-type message counters.  Each array has a single writer, so an update
  * is a relaxed load and store — no locked instruction, no contention:

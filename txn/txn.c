@@ -301,7 +301,7 @@ dg_err dgi_tx_near_kill(dgi_txsvc *s, uint64_t id)
 	pthread_mutex_unlock(&l->mu);
 	if (txid.seq == 0)
 		return e;
-	dgi_txlog("warn", "TX-KILLED", "tx=%016llx:%llu label=\"%s\"",
+	dgi_log("warn", "TX-KILLED", "tx=%016llx:%llu label=\"%s\"",
 	    (unsigned long long)txid.node, (unsigned long long)txid.seq, label);
 	dgi_txsvc_kill(s, &txid, DGI_TXK_ADMIN);
 	return e;
@@ -527,7 +527,7 @@ static void step(dg_tx *tx, dgi_txe ev)
 		atomic_store_explicit(&tx->shown, next, memory_order_relaxed);
 		return;
 	}
-	dgi_txlog("error", "TX-STATE", "tx=%016llx:%llu state=%s event=%s",
+	dgi_log("error", "TX-STATE", "tx=%016llx:%llu state=%s event=%s",
 	    (unsigned long long)tx->id.node, (unsigned long long)tx->id.seq,
 	    dgi_txs_name(tx->state), dgi_txe_name(ev));
 }
@@ -544,7 +544,7 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 		return e;
 	step(tx, e == DG_ERR_TIMEOUT ? DGI_TXE_TIMEOUT : DGI_TXE_PREPARE_FAILED);
 	if (getenv("DG_TX_DEBUG"))
-		dgi_txlog("debug", "TX-DEBUG", "tx fail: %s", dg_strerror(e));
+		dgi_log("debug", "TX-DEBUG", "tx fail: %s", dg_strerror(e));
 	release_all(tx, release_wait(tx));
 	step(tx, DGI_TXE_ROLLED_BACK);
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
@@ -569,7 +569,7 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 		return e;
 	default:
 		/* the cause, for the operator: the caller sees "rolled back" */
-		dgi_txlog("warn", "TX-ROLLED-BACK", "tx=%016llx:%llu cause=\"%s\"",
+		dgi_log("warn", "TX-ROLLED-BACK", "tx=%016llx:%llu cause=\"%s\"",
 		    (unsigned long long)tx->id.node, (unsigned long long)tx->id.seq, dg_strerror(e));
 		return DG_ERR_TX_ROLLED_BACK;
 	}
@@ -1228,7 +1228,7 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 	bool lost = false;
 	for (uint32_t i = 0; i < ng; i++) {
 		if (calls[i].err != DG_OK && getenv("DG_TX_DEBUG"))
-			dgi_txlog("debug", "TX-DEBUG", "tx commit at %016llx: %s%s", (unsigned long long)groups[i].node,
+			dgi_log("debug", "TX-DEBUG", "tx commit at %016llx: %s%s", (unsigned long long)groups[i].node,
 			    dg_strerror(calls[i].err), calls[i].applied ? " (applied there)" : "");
 		for (uint32_t j = 0; j < groups[i].n; j++) {
 			dgi_txent *e = refs[groups[i].first + j].e;
@@ -1256,7 +1256,7 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 		dg_err e = map_entries(tx, refs, &nrefs, groups, &ng2, true, &topver);
 		if (e == DG_OK && nrefs == 0) {
 			if (lost)
-				dgi_txlog("warn", "TX-UNKNOWN", "tx=%016llx:%llu phase=commit "
+				dgi_log("warn", "TX-UNKNOWN", "tx=%016llx:%llu phase=commit "
 				    "why=\"a node that applied entries left before every owner confirmed "
 				    "them\"", (unsigned long long)tx->id.node,
 				    (unsigned long long)tx->id.seq);
@@ -1271,7 +1271,7 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 		    calls);
 		for (uint32_t i = 0; i < ng2; i++) {
 			if (calls[i].err != DG_OK && getenv("DG_TX_DEBUG"))
-				dgi_txlog("debug", "TX-DEBUG", "tx resend at %016llx: %s%s",
+				dgi_log("debug", "TX-DEBUG", "tx resend at %016llx: %s%s",
 				    (unsigned long long)groups[i].node, dg_strerror(calls[i].err),
 				    calls[i].applied ? " (applied there)" : "");
 			for (uint32_t j = 0; j < groups[i].n; j++) {
@@ -1658,7 +1658,7 @@ static dg_err commit(dg_tx *tx)
 			release_all(tx, release_wait(tx));
 			step(tx, DGI_TXE_RECOVERED_COMMIT);
 			dgi_txsvc_near_done(tx->s, &tx->id, false, true);
-			dgi_txlog("warn", "TX-UNKNOWN", "tx=%016llx:%llu phase=prepare",
+			dgi_log("warn", "TX-UNKNOWN", "tx=%016llx:%llu phase=prepare",
 			    (unsigned long long)tx->id.node, (unsigned long long)tx->id.seq);
 			goto out;
 		}

@@ -978,7 +978,7 @@ static void check_deadlock(dgi_txsvc *s, const dgi_txid *tx)
 	size_t ne2 = dgi_locks_edge_list(s->locks, ed, 64);
 	char msg[1024];
 	format_cycle(msg, sizeof(msg), cycle, n, ed, ne2 < 64 ? ne2 : 64, sizeof(ed[0]));
-	dgi_txlog("warn", "TX-DEADLOCK", "scope=node txs=%s victim=%016llx:%llu", msg,
+	dgi_log("warn", "TX-DEADLOCK", "scope=node txs=%s victim=%016llx:%llu", msg,
 	    (unsigned long long)victim.node, (unsigned long long)victim.seq);
 	kill_victim(s, &victim, DG_ERR_DEADLOCK);
 }
@@ -1123,7 +1123,7 @@ static void stale_refused(dgi_txsvc *s, const char *what, uint64_t node, uint64_
 	uint64_t now = dgi_now_ms(), last = atomic_load(&s->stale_logged_ms);
 	if (now - last < 1000 || !atomic_compare_exchange_strong(&s->stale_logged_ms, &last, now))
 		return;
-	dgi_txlog("warn", "TX-STALE-REFUSED", "what=%s tx=%016llx:%llu count=%u "
+	dgi_log("warn", "TX-STALE-REFUSED", "what=%s tx=%016llx:%llu count=%u "
 	    "why=\"this node was paused: its topology may be stale\"", what,
 	    (unsigned long long)node, (unsigned long long)seq,
 	    atomic_exchange(&s->stale_refused, 0));
@@ -1393,7 +1393,7 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 			if (!f->got[i])
 				off += (size_t)snprintf(miss + off, sizeof(miss) - off, "%s%016llx",
 				    off ? "," : "", (unsigned long long)f->t->nodes[i].id);
-		dgi_txlog("warn", "TX-FENCE-WAIT", "topology=%lld waited_ms=%llu "
+		dgi_log("warn", "TX-FENCE-WAIT", "topology=%lld waited_ms=%llu "
 		    "reported=%d near_in_flight=%u waiting_for=%s", (long long)v,
 		    (unsigned long long)(now - f->started_ms), f->reported, busy, miss);
 	}
@@ -1426,7 +1426,7 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 			ns_free(&x.bk);
 		if (!ended || !x.had)
 			continue;
-		dgi_txlog("warn", "TX-FENCE-ROLLBACK", "tx=%016llx:%llu topology=%lld",
+		dgi_log("warn", "TX-FENCE-ROLLBACK", "tx=%016llx:%llu topology=%lld",
 		    (unsigned long long)undo[i].node, (unsigned long long)undo[i].seq, (long long)v);
 		atomic_fetch_add(&s->fence_rollbacks, 1);
 		if (x.pending)
@@ -1445,7 +1445,7 @@ static void fence_tick(dgi_txsvc *s, uint64_t now)
 			for (uint32_t b = 0; b < NBUCKETS; b++)
 				for (struct rec *r = s->buckets[b]; r != NULL; r = r->next)
 					if (r->topver != 0 && r->topver < v)
-						dgi_txlog("warn", "TX-FENCE-HELD", "topology=%lld "
+						dgi_log("warn", "TX-FENCE-HELD", "topology=%lld "
 						    "tx=%016llx:%llu role=%d state=%d from=%016llx topver=%lld",
 						    (long long)v, (unsigned long long)r->id.node,
 						    (unsigned long long)r->id.seq, r->role, r->st,
@@ -1809,7 +1809,7 @@ static void h_backup_prepare(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx
 	e = backup_agrees(s, in, m, &member);
 	if (e != DG_OK) {
 		if (getenv("DG_TX_DEBUG"))
-			dgi_txlog("debug", "TX-DEBUG", "backup prepare refused: %s from=%016llx member=%d",
+			dgi_log("debug", "TX-DEBUG", "backup prepare refused: %s from=%016llx member=%d",
 			    dg_strerror(e), (unsigned long long)in->from, member);
 		ack(s, in, e, -1);
 		return;
@@ -2047,7 +2047,7 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		}
 		if (e != DG_OK) {
 			if (getenv("DG_TX_DEBUG"))
-				dgi_txlog("debug", "TX-DEBUG", "prepare refused: %s locked_here=%d have=%p st=%d "
+				dgi_log("debug", "TX-DEBUG", "prepare refused: %s locked_here=%d have=%p st=%d "
 				    "topver=%lld/%lld", dg_strerror(e), locked_here, (void *)have,
 				    have ? have->st : -1, have ? (long long)have->topver : -1,
 				    (long long)m->topver);
@@ -2077,7 +2077,7 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	if (e == DG_OK && !resend && !locked_here)
 		e = fence_check(s, m->topver);
 	if (e != DG_OK && getenv("DG_TX_DEBUG"))
-		dgi_txlog("debug", "TX-DEBUG", "prepare refused by the fence: %s locked_here=%d have=%p st=%d "
+		dgi_log("debug", "TX-DEBUG", "prepare refused by the fence: %s locked_here=%d have=%p st=%d "
 		    "topver=%lld/%lld", dg_strerror(e), locked_here, (void *)have,
 		    have ? have->st : -1, have ? (long long)have->topver : -1, (long long)m->topver);
 	if (e != DG_OK) {
@@ -2174,7 +2174,7 @@ static void on_backup_answer(void *ctx, dg_err err, const dg_msg_in *reply)
 	if (err == DG_OK && reply != NULL)
 		err = (dg_err)((const dgi_msg_tx_ctl *)reply->body)->res; /* its verdict */
 	if (err != DG_OK)
-		dgi_txlog("warn", "TX-BACKUP", "tx=%016llx:%llu err=%s from=%016llx",
+		dgi_log("warn", "TX-BACKUP", "tx=%016llx:%llu err=%s from=%016llx",
 		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq,
 		    dg_strerror(err), reply != NULL ? (unsigned long long)reply->from : 0ull);
 	bool answer = false, unlink = false, refuse = false;
@@ -2235,7 +2235,7 @@ static void prepare_refused(dgi_txsvc *s, struct rec *r, dg_err bfail)
 	    e == DG_ERR_BUSY || e == DG_ERR_CLOSED)
 		e = DG_ERR_NOT_READY;
 	if (getenv("DG_TX_DEBUG"))
-		dgi_txlog("debug", "TX-DEBUG", "prepare refused: a backup answered %s", dg_strerror(bfail));
+		dgi_log("debug", "TX-DEBUG", "prepare refused: a backup answered %s", dg_strerror(bfail));
 	if (x.pending)
 		ack(s, &x.req, e, -1);
 }
@@ -2479,10 +2479,10 @@ static void commit_apply(dgi_txsvc *s, struct rec *r)
 	if (e == DG_OK)
 		e = dg_write_end(&w);
 	if (e != DG_OK)
-		dgi_txlog("error", "TX-APPLY", "tx=%016llx:%llu err=%s",
+		dgi_log("error", "TX-APPLY", "tx=%016llx:%llu err=%s",
 		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq, dg_strerror(e));
 	if (be != DG_OK) /* applied here; some owner may miss the copies */
-		dgi_txlog("error", "TX-COPIES", "tx=%016llx:%llu owners=%u err=%s",
+		dgi_log("error", "TX-COPIES", "tx=%016llx:%llu owners=%u err=%s",
 		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq, t.bk.n,
 		    dg_strerror(be));
 	/* decided: the tx is committed here whatever a backup says */
@@ -2690,7 +2690,7 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 	dg_err agree = backup_agrees(s, in, m, &member);
 	if (!member) {
 		if (getenv("DG_TX_DEBUG"))
-			dgi_txlog("debug", "TX-DEBUG", "copies refused: %s from=%016llx (not a member)",
+			dgi_log("debug", "TX-DEBUG", "copies refused: %s from=%016llx (not a member)",
 			    dg_strerror(agree), (unsigned long long)in->from);
 		ack(s, in, agree, -1);
 		return;
@@ -2852,7 +2852,7 @@ static void forget_records(dgi_txsvc *s, int64_t v)
 			break;
 	}
 	if (total > 0)
-		dgi_txlog("warn", "TX-FORGOTTEN", "records=%u topology=%lld why=\"this node "
+		dgi_log("warn", "TX-FORGOTTEN", "records=%u topology=%lld why=\"this node "
 		    "was out of the cluster's topology: its records are the new owners' to finish\"",
 		    total, (long long)v);
 }
@@ -2893,7 +2893,7 @@ static void recover_rollback(dgi_txsvc *s, const struct cand *c)
 	if (!x.had)
 		return;
 	atomic_fetch_add(&s->recovered_rollback, 1);
-	dgi_txlog("warn", "TX-RECOVERED", "outcome=rollback tx=%016llx:%llu role=%d",
+	dgi_log("warn", "TX-RECOVERED", "outcome=rollback tx=%016llx:%llu role=%d",
 	    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
 }
 
@@ -2926,7 +2926,7 @@ static void recover_commit(dgi_txsvc *s, const struct cand *c)
 	rec_unref(s, r);
 	pthread_mutex_unlock(&s->mu);
 	atomic_fetch_add(&s->recovered_commit, 1);
-	dgi_txlog("warn", "TX-RECOVERED", "outcome=commit tx=%016llx:%llu role=%d",
+	dgi_log("warn", "TX-RECOVERED", "outcome=commit tx=%016llx:%llu role=%d",
 	    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
 }
 
@@ -3036,7 +3036,7 @@ static void recover_scan(dgi_txsvc *s)
 				 * kept entries anew could overwrite later writes */
 				if (end_role(s, &c->id, ROLE_BACKUP, c->from, prim == DGI_TXQ_COMMITTED ?
 				    DGI_TXS_COMMITTED : DGI_TXS_ROLLED_BACK, ST(R_BACKUP), NULL))
-					dgi_txlog("warn", "TX-RECOVERED", "outcome=forgotten "
+					dgi_log("warn", "TX-RECOVERED", "outcome=forgotten "
 					    "tx=%016llx:%llu role=%d why=\"its primary %s it\"",
 					    (unsigned long long)c->id.node, (unsigned long long)c->id.seq,
 					    c->role, prim == DGI_TXQ_COMMITTED ? "committed" : "rolled back");
@@ -3082,7 +3082,7 @@ static void recover_scan(dgi_txsvc *s)
 				ns_free(&x.bk);
 				if (x.pending)
 					ack(s, &x.req, DG_ERR_NOT_READY, -1);
-				dgi_txlog("warn", "TX-RECOVERED", "outcome=forgotten tx=%016llx:%llu "
+				dgi_log("warn", "TX-RECOVERED", "outcome=forgotten tx=%016llx:%llu "
 				    "role=%d why=\"committed and confirmed by its near node\"",
 				    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
 			}
@@ -3264,7 +3264,7 @@ static void deadlock_tick(dgi_txsvc *s)
 		/* name the transactions and the keys they wait for */
 		char msg[1024];
 		format_cycle(msg, sizeof(msg), cycle, cn, es, n, sizeof(es[0]));
-		dgi_txlog("warn", "TX-DEADLOCK", "scope=cluster txs=%s victim=%016llx:%llu",
+		dgi_log("warn", "TX-DEADLOCK", "scope=cluster txs=%s victim=%016llx:%llu",
 		    msg, (unsigned long long)victim.node, (unsigned long long)victim.seq);
 		atomic_fetch_add(&s->global_deadlocks, 1);
 		dgi_txsvc_kill(s, &victim, 0);

@@ -53,19 +53,7 @@
 #include "cache/cache.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
-
-/* The tx layer's log lines, in the node's one format (dgi_logv). */
-static inline void dgi_txlog(const char *level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static inline void dgi_txlog(const char *level, const char *id, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	dgi_logv(level, id, fmt, ap);
-	va_end(ap);
-}
 
 #define DGI_MSG_TX_LOCK ((dg_msg_type)(128))        /* request -> TX_LOCK_RES */
 #define DGI_MSG_TX_LOCK_RES ((dg_msg_type)(129))
