@@ -141,9 +141,16 @@ static void sum_counters(const dg_tp *tp, const struct peer *only,
 			add_ctr(&out[k], &p->tx[k], &p->rx_old[k]);
 	}
 	pthread_mutex_lock((pthread_mutex_t *)&tp->mu);
-	for (const struct conn *c = tp->conns; c != NULL; c = c->next) {
-		if (only != NULL && c->peer != only)
-			continue;
+	for (struct conn *c = tp->conns; c != NULL; c = c->next) {
+		if (only != NULL) {
+			/* (attach sets c->peer under c->mu; nothing holding c->mu
+			 * takes tp->mu) */
+			pthread_mutex_lock(&c->mu);
+			bool mine = c->peer == only;
+			pthread_mutex_unlock(&c->mu);
+			if (!mine)
+				continue;
+		}
 		for (int k = 0; k < DG_MSG__COUNT; k++)
 			add_ctr(&out[k], NULL, &c->rxc[k]);
 	}
