@@ -186,6 +186,12 @@ typedef struct dgi_part {
 	 *         full since it owns the partition (they may drop them). */
 	_Atomic bool whole;
 	bool broken;
+	bool stale;                 /* held from before this node was dropped
+	                               from the cluster's topology (or came back
+	                               as a new incarnation): nothing in it may
+	                               be merged into a live owner's copy; it is
+	                               emptied when the partition starts fetching
+	                               from an old owner (grid.c, retopo_cache) */
 	bool sup_owner;             /* MOVING: the supplier owned it under the
 	                               previous topology (whole, it has it all) */
 	uint8_t nsrcs, ntaken;

@@ -278,6 +278,29 @@ static void psync_retopo(dgi_grid *g, dg_cache *c, uint32_t p, dgi_part *pt,
 	}
 }
 
+/* Node id's join order in affinity a; -1: not one of its servers. */
+static int64_t aff_order(const dgi_aff *a, dg_node_id id)
+{
+	for (uint32_t k = 0; a != NULL && k < a->nnodes; k++)
+		if (a->nodes[k] == id)
+			return a->orders[k];
+	return -1;
+}
+
+/* Empties a stale copy about to fetch from an old owner (partition
+ * locked): entries, tombstones, persisted rows, update ids; it lacks all
+ * of it now, which its supplier holds — so it is no longer broken. */
+static void empty_stale(dgi_grid *g, dg_cache *c, uint32_t p, dgi_part *pt)
+{
+	dgi_part_clear(pt);
+	dgi_dedup_free(pt);
+	if (c->cfg.persistence && g->ps != NULL)
+		dgi_pstore_drop(g->ps, c->id, p);
+	pt->stale = false;
+	pt->broken = false;
+	dgi_log("debug", "STALE-DROPPED", "cache=\"%s\" partition=%u", c->cfg.name, p);
+}
+
 /* Moves c to the affinity of topology t (grid->mu held).  old: the
  * affinity the partitions' copies were placed by (NULL: none known). */
 static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
@@ -296,7 +319,11 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		old = guess;
 	}
 	uint64_t now_ms = dgi_now_ms();
-	bool dropped = dg_topology_find(t, g->self) == NULL;
+	const dg_topology_node *me = dg_topology_find(t, g->self);
+	/* out of the cluster's topology, or back in it as a new incarnation
+	 * (a new join order) without this node having seen itself removed */
+	int64_t was = aff_order(atomic_load(&c->aff), g->self);
+	bool dropped = me == NULL || (was >= 0 && me->order != was);
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
 		dgi_part *pt = &c->parts[p];
 		int rn = dgi_aff_role(now, p, g->self);
@@ -344,15 +371,20 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			pt->broken = true;
 			pt->nsrcs = pt->ntaken = 0;
 		}
+		if (dropped) {
+			pt->stale = pt->stale || pt->count > 0;
+			pt->nrecent = pt->recent_at = 0;
+			dgi_dedup_free(pt); /* updates it saw: not the cluster's */
+		}
 		if (rn < 0) {
 			ns = P_NONE;
 			if (st != P_NONE)
 				pt->rented_ms = now_ms;
 		} else if (atomic_load_explicit(&c->lost[p], memory_order_relaxed)) {
 			ns = P_LOST;
-		} else if (st == P_OWNING) {
+		} else if (st == P_OWNING && !pt->stale) {
 			ns = P_OWNING;
-		} else if (st == P_MOVING && is_server(t, pt->supplier)) {
+		} else if (st == P_MOVING && !pt->stale && is_server(t, pt->supplier)) {
 			ns = P_MOVING;
 		} else if (old == NULL || old->nnodes == 0) {
 			ns = P_OWNING; /* nothing to fetch from anyone: whole */
@@ -385,6 +417,17 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			 * nobody else has it): it owns what it has */
 			ns = P_OWNING;
 			owning_as_is(c, p, pt);
+		}
+		if (pt->stale && ns == P_MOVING && pt->sup_owner) {
+			/* a copy from before this node was dropped, and an old
+			 * owner of the cluster's to fetch from: what only this
+			 * copy holds was never the cluster's (a write applied
+			 * here alone while cut off, whose tx the others rolled
+			 * back) — start empty rather than merge it in (PROTOCOL.md,
+			 * "Majority"); the writes of t come after this */
+			empty_stale(g, c, p, pt);
+		} else if (pt->stale && ns != P_NONE) {
+			pt->stale = false; /* LOST, or owned as is: all there is */
 		}
 		if (ns != st || ns == P_MOVING) {
 			if (ns == P_MOVING && st != P_MOVING)

@@ -372,11 +372,13 @@ static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void
  *
  * A node dropped out of the cluster's topology (removed while cut off or
  * paused: PROTOCOL.md, "Majority") marks every copy it holds not whole
- * and broken (grid.c, retopo_cache): the others wrote without it, so a
- * new owner that fetches it also fetches another old owner's whole copy
- * (newer versions win), and goes LOST rather than take it alone; a
- * supplier read (a MOVING owner's reader forwarded) is answered only from
- * a whole copy.
+ * and broken, and stale (grid.c, retopo_cache): the others wrote without
+ * it, so a new owner that fetches it also fetches another old owner's
+ * whole copy (newer versions win), and goes LOST rather than take it
+ * alone; a supplier read (a MOVING owner's reader forwarded) is answered
+ * only from a whole copy.  When the dropped node owns a partition again
+ * and fetches it from an old owner, its stale copy is emptied first: it
+ * may hold writes applied there alone, which the cluster never had.
  *
  * A source that left the cluster is passed over: what only it held is
  * lost (backups = 0, as when any sole owner fails), and so may be the
@@ -1594,7 +1596,7 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 		    aff != NULL && aff->topver == rc.topver) {
 			dgi_part_clear(pt);
 			atomic_store(&pt->whole, false);
-			pt->broken = false;
+			pt->broken = pt->stale = false;
 			pt->nsrcs = pt->ntaken = 0;
 			/* under the lock, as every persisted write of the
 			 * partition: none of a new ownership can slip between */
