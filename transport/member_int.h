@@ -1,9 +1,12 @@
 /*
  * member_int.h — internals of the membership (not installed): struct
- * dg_member, shared by membership.c (the topology, its codec, changes and
- * their votes, joining, failure detection, start and stop),
- * member_quorum.c (voters, leases, SEGMENTED, the voter's side of
- * TOPO_PROPOSE) and member_types.c (cluster-wide types).  transport/
+ * dg_member, shared by membership.c (installing versions, the listeners,
+ * the handlers' registration, start and stop), member_topo.c (the
+ * topology, its codec, the baseline's sets), member_change.c (changes and
+ * the coordinator's side of their votes), member_join.c (joining and
+ * rejoining), member_fd.c (heartbeats, failure detection, the member
+ * thread), member_quorum.c (voters, leases, SEGMENTED, the voter's side
+ * of TOPO_PROPOSE) and member_types.c (cluster-wide types).  transport/
  * README.md says which file holds what.
  *
  * Locks: m->mu guards every field not marked atomic (the topology and its
@@ -117,10 +120,88 @@ struct dg_member {
 
 /* membership.c */
 void dgi_member_free(dg_member *m);              /* the last reference's */
-/* The oldest member this node does not consider failed (mu held). */
+/* The oldest member this node does not consider failed (mu held;
+ * member_fd.c). */
 dg_node_id dgi_member_coordinator_locked(dg_member *m, uint64_t now);
-/* Decodes a TOPOLOGY body (PROTOCOL.md). */
+/* Decodes a TOPOLOGY body (PROTOCOL.md; member_topo.c). */
 dg_err dgi_member_topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out);
+
+/* The topology changes the coordinator applies (member_change.c). */
+struct change {
+	const dg_node_id *drop;   /* nodes to remove (ndrop) */
+	size_t ndrop;
+	const dg_msg_join *add;   /* a joiner, or NULL */
+	bool rebase;              /* apply op/addrs to the baseline */
+	bool force;               /* a new version even if nothing changed */
+	int64_t floor;            /* force: the new version is above this */
+	int op;
+	const dg_str *addrs;
+	uint32_t naddrs;
+	/* a request to answer once a majority decided (JOIN: JOIN_ACK, with
+	 * join_ack's timings and order; BASELINE: BASELINE_ACK), or NULL */
+	const dg_msg_in *req;
+	dg_msg_join_ack join_ack;
+	bool wait;                /* wait here for the majority's answer */
+	/* out */
+	int64_t version;          /* the version installed (or the current one) */
+	int64_t order;            /* the joiner's */
+	bool changed;
+	bool pending;             /* req will be answered when the votes are in */
+	const char *why;          /* DG_ERR_INVAL: the reason */
+};
+
+/* A baseline being built or read: views (into a topology, a frame or the
+ * caller's strings), valid while it is used.  Kept sorted (strcmp), no
+ * duplicates, so equal sets compare equal. */
+struct bl {
+	bool set;
+	uint32_t n;
+	dg_str a[DG_BASELINE_MAX];
+};
+
+/* member_topo.c: topologies and the baseline's sets (mu held where the
+ * topology read is m->topo). */
+dg_topology *dgi_topo_hold(dg_topology *t);           /* one more reference */
+dg_topology *dgi_member_topo_new(int64_t version, const dg_topology_node *nodes,
+    uint32_t n, const struct bl *bl);
+dg_err dgi_member_topo_encode(dg_member *m, const dg_topology *t, dg_buf *b);
+void dgi_member_topo_send(dg_member *m, const dg_topology *t, dg_node_id to); /* 0: all */
+void dgi_member_broadcast(dg_member *m, const dg_topology *t);
+dg_str dgi_bl_str(const char *s);
+void dgi_bl_of(struct bl *b, const dg_topology *t);
+const struct bl *dgi_bl_formed(dg_member *m, struct bl *b);
+const char *dgi_bl_apply(struct bl *b, const dg_topology_node *nodes, uint32_t n,
+    int op, const dg_str *addrs, uint32_t naddrs, bool need_majority);
+bool dgi_bl_standby_bits(const struct bl *b, dg_topology_node *nodes, uint32_t n);
+bool dgi_bl_same(const struct bl *b, const dg_topology *t);
+
+/* membership.c: installing a version, forwarding to the coordinator */
+dg_topology *dgi_member_install_locked(dg_member *m, dg_topology *t, bool *taken);
+void dgi_member_installed(dg_member *m, dg_topology *old, const dg_topology *t);
+void dgi_member_install(dg_member *m, dg_topology *t);
+void dgi_member_forward(dg_member *m, const dg_msg_in *in, dg_node_id coord,
+    uint32_t timeout_ms);
+
+/* member_change.c: the coordinator's changes and BASELINE */
+dg_err dgi_member_change_apply(dg_member *m, struct change *ch);
+dg_err dgi_member_change(dg_member *m, const dg_node_id *drop, size_t ndrop,
+    const dg_msg_join *add, int64_t *version, int64_t *order);
+void dgi_member_on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx);
+/* At the last reference's free: m's proposal loses the reference m held. */
+void dgi_member_prop_drop(dg_member *m);
+
+/* member_join.c */
+bool dgi_member_wait_version(dg_member *m, int64_t version, uint64_t deadline);
+dg_err dgi_member_join(dg_member *m);
+void dgi_member_rejoin(dg_member *m);
+
+/* member_fd.c: heartbeats, failure detection, the member thread */
+struct since *dgi_member_since(dg_member *m, dg_node_id id);
+void dgi_member_on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx);
+void dgi_member_on_removed(dg_tp *tp, const dg_msg_in *in, void *ctx);
+void dgi_member_on_node_failed(dg_tp *tp, const dg_msg_in *in, void *ctx);
+void dgi_member_on_leave(dg_tp *tp, const dg_msg_in *in, void *ctx);
+void *dgi_member_thread(void *arg);
 
 static inline dg_member *member_get(dg_member *m)
 {

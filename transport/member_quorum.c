@@ -1,7 +1,7 @@
 /* member_quorum.c — the majority (PROTOCOL.md, "Majority"): the voters of
  * a topology, leases from heartbeat echoes, reachability and SEGMENTED,
  * and a voter's answer to TOPO_PROPOSE.  The coordinator's side of a
- * vote (proposals) is membership.c's, with the changes it decides.
+ * vote (proposals) is member_change.c's, with the changes it decides.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "member_int.h"

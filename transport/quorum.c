@@ -1,6 +1,6 @@
 /* quorum.c — the voting set of a topology and the arithmetic of majorities
  * and leases (PROTOCOL.md, "Majority").  Pure functions: no lock, no I/O,
- * no clock; membership.c applies them under its lock.
+ * no clock; the membership files apply them under its lock.
  */
 #include "transport_int.h"
 

@@ -1,0 +1,717 @@
+/* member_change.c — topology changes, the coordinator's side: a new
+ * version proposed to the voters of the one before it and installed once
+ * a majority granted it (PROTOCOL.md, "Majority"), joins, removals, and
+ * baseline changes (BASELINE).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "member_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- topology changes (coordinator) ---- */
+
+/* A version waiting for a majority of the voters of the one before it
+ * (PROTOCOL.md, "Majority").  One at a time (m->prop); each TOPO_PROPOSE
+ * in flight and each waiter hold a reference (under m->mu). */
+enum { PROP_PENDING, PROP_DONE, PROP_ABANDONED };
+
+struct prop {
+	int refs;
+	int state;
+	bool sending;             /* votes still being sent: not decided yet */
+	dg_topology *cur, *t;     /* held */
+	const char **voters;      /* cur's (views into cur) */
+	uint32_t nvoters, need, granted;
+	bool *got;                /* per voter */
+	uint32_t sent, answered;
+	int64_t refused_above;    /* the highest version a refusal named */
+	dg_node_id drop_hint;     /* a node dropped (for the log) */
+	uint32_t ndrop;
+	/* the request to answer once decided */
+	dg_msg_type kind;         /* DG_MSG_JOIN, DG_MSG_BASELINE, or UNKNOWN */
+	dg_msg_in req;            /* type, flags, corr and from only */
+	dg_msg_join_ack join_ack;
+	dg_node_id joiner;
+	uint64_t started;
+};
+
+struct vote {
+	dg_member *m;
+	struct prop *p;
+	int32_t idx;
+};
+
+static void prop_release(dg_member *m, struct prop *p)
+{
+	pthread_mutex_lock(&m->mu);
+	bool last = --p->refs == 0;
+	pthread_mutex_unlock(&m->mu);
+	if (!last)
+		return;
+	dg_topology_release(p->cur);
+	dg_topology_release(p->t);
+	dgi_free(p->voters);
+	dgi_free(p->got);
+	dgi_free(p);
+}
+
+void dgi_member_prop_drop(dg_member *m)
+{
+	struct prop *p = m->prop;
+	m->prop = NULL;
+	if (p != NULL && --p->refs == 0) {
+		dg_topology_release(p->cur);
+		dg_topology_release(p->t);
+		dgi_free(p->voters);
+		dgi_free(p->got);
+		dgi_free(p);
+	}
+}
+
+/* A new proposal of t after cur (mu held), with this node's vote and the
+ * joiner's (its JOIN is its vote for its own address) counted.  *direct:
+ * those make a majority already (one voter, or two and the joiner). */
+static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology *t,
+    const struct change *ch, bool *direct)
+{
+	*direct = false;
+	struct prop *p = dgi_calloc(1, sizeof(*p));
+	uint32_t cap = cur->count + cur->nbaseline;
+	if (p == NULL || (p->voters = dgi_calloc(cap ? cap : 1, sizeof(char *))) == NULL ||
+	    (p->got = dgi_calloc(cap ? cap : 1, sizeof(bool))) == NULL) {
+		if (p != NULL)
+			dgi_free(p->voters);
+		dgi_free(p);
+		return NULL;
+	}
+	p->nvoters = dgi_quorum_voters(cur, p->voters, cap);
+	p->need = p->nvoters > 0 ? dgi_quorum_need(p->nvoters) : 0;
+	int32_t me = dgi_quorum_index(p->voters, p->nvoters, dg_tp_address(m->tp));
+	if (me >= 0 && !p->got[me]) {
+		p->got[me] = true;
+		p->granted++;
+	}
+	/* a JOIN (a joiner, or a member rejoining: TOPOLOGY-RESYNC) is its
+	 * sender's vote for its own address */
+	const dg_msg_join *jn = ch->add != NULL ? ch->add :
+	    ch->req != NULL && ch->req->type == DG_MSG_JOIN ? ch->req->body : NULL;
+	if (jn != NULL && jn->address.len < 256) {
+		char url[256];
+		memcpy(url, jn->address.ptr, jn->address.len);
+		url[jn->address.len] = 0;
+		int32_t j = dgi_quorum_index(p->voters, p->nvoters, url);
+		if (j >= 0 && !p->got[j]) {
+			p->got[j] = true;
+			p->granted++;
+		}
+	}
+	/* a voter that left (LEAVE) serves nothing and votes no more: its
+	 * LEAVE is its vote for the versions without it */
+	for (uint32_t i = 0; i < cur->count && m->since != NULL && m->topo == cur; i++) {
+		int32_t k = m->since[i].left ?
+		    dgi_quorum_index(p->voters, p->nvoters, cur->nodes[i].url) : -1;
+		if (k >= 0 && !p->got[k]) {
+			p->got[k] = true;
+			p->granted++;
+		}
+	}
+	if (p->granted >= p->need) {
+		*direct = true;
+		dgi_free(p->voters);
+		dgi_free(p->got);
+		dgi_free(p);
+		return NULL;
+	}
+	p->refs = 1; /* m->prop's */
+	p->state = PROP_PENDING;
+	p->sending = true;
+	p->cur = dgi_topo_hold(cur);
+	p->t = dgi_topo_hold(t);
+	p->ndrop = (uint32_t)ch->ndrop;
+	p->drop_hint = ch->ndrop > 0 ? ch->drop[0] : 0;
+	p->started = dgi_now_ms();
+	if (ch->req != NULL && (ch->req->type == DG_MSG_JOIN || ch->req->type == DG_MSG_BASELINE)) {
+		p->kind = ch->req->type;
+		p->req = *ch->req;
+		p->req.body = NULL;
+		p->req.raw = NULL;
+		p->req.raw_len = 0;
+		p->join_ack = ch->join_ack;
+		p->joiner = ch->add != NULL ? (dg_node_id)ch->add->node_id : 0;
+	}
+	return p;
+}
+
+/* Decides p when it can be (mu held): DONE installs its version (*old: the
+ * one replaced, *installed set), ABANDONED leaves it.  Returns the new
+ * state (PROP_PENDING: not yet). */
+/* What prop_finish logs, read under m->mu (votes still arriving change
+ * the counts). */
+struct tally {
+	uint32_t granted, answered;
+	int64_t refused_above;
+};
+
+static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, bool *installed,
+    struct tally *tl)
+{
+	*old = NULL;
+	*installed = false;
+	tl->granted = p->granted;
+	tl->answered = p->answered;
+	tl->refused_above = p->refused_above;
+	if (p->state != PROP_PENDING)
+		return PROP_PENDING;
+	bool won = p->granted >= p->need;
+	if (!won && (p->sending || p->answered < p->sent))
+		return PROP_PENDING;
+	if (won && m->topo == p->cur && m->joined && !m->stopping) {
+		bool taken;
+		*old = dgi_member_install_locked(m, dgi_topo_hold(p->t), &taken);
+		*installed = taken;
+		p->state = taken ? PROP_DONE : PROP_ABANDONED;
+	} else {
+		/* refused, unanswered, or the topology moved on meanwhile */
+		p->state = PROP_ABANDONED;
+	}
+	if (p->refused_above > m->vote_floor)
+		m->vote_floor = p->refused_above;
+	if (m->prop == p) {
+		m->prop = NULL;
+		p->refs--; /* m->prop's (the caller holds one) */
+	}
+	pthread_cond_broadcast(&m->cv);
+	return p->state;
+}
+
+static void log_baseline(dg_member *m, const struct change *ch);
+
+/* After prop_decide_locked, outside mu: broadcast, log, answer. */
+static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *old, bool inst,
+    const struct tally *tl)
+{
+	if (state == PROP_PENDING)
+		return;
+	if (state == PROP_DONE) {
+		if (inst)
+			dgi_member_installed(m, old, p->t);
+		dgi_member_broadcast(m, p->t);
+		dgi_log("info", "TOPOLOGY-AGREED", "version=%lld votes=%u of=%u took_ms=%llu",
+		    (long long)p->t->version, tl->granted, p->nvoters,
+		    (unsigned long long)(dgi_now_ms() - p->started));
+	} else {
+		uint32_t sup;
+		if (dgi_lograte_due(&m->lr_agree, dgi_now_ms(), 1000, &sup))
+			dgi_log("warn", "TOPOLOGY-NOT-AGREED", "version=%lld votes=%u need=%u of=%u "
+			    "answered=%u refused_above=%lld dropped=%u node=%016llx repeated=%u",
+			    (long long)p->t->version, tl->granted, p->need, p->nvoters, tl->answered,
+			    (long long)tl->refused_above, p->ndrop, (unsigned long long)p->drop_hint, sup);
+	}
+	if (p->kind == DG_MSG_JOIN) {
+		if (state == PROP_DONE) {
+			const dg_topology_node *j = dg_topology_find(p->t, p->joiner);
+			dg_msg_join_ack ack = p->join_ack;
+			ack.topology_version = p->t->version;
+			if (j != NULL)
+				ack.order = j->order;
+			if (p->joiner != 0)
+				dgi_log("info", "NODE-JOINED", "node=%016llx order=%lld version=%lld",
+				    (unsigned long long)p->joiner, (long long)ack.order,
+				    (long long)ack.topology_version);
+			dg_tp_reply(m->tp, &p->req, DG_MSG_JOIN_ACK, &ack);
+		} else {
+			dg_tp_reply_error(m->tp, &p->req, DG_ERR_NOT_READY);
+		}
+	} else if (p->kind == DG_MSG_BASELINE) {
+		if (state == PROP_DONE) {
+			struct change ch = { .op = 0, .version = p->t->version, .changed = true };
+			log_baseline(m, &ch);
+			dg_msg_baseline_ack ack = { p->t->version, 1 };
+			dg_tp_reply(m->tp, &p->req, DG_MSG_BASELINE_ACK, &ack);
+		} else {
+			dg_tp_reply_error(m->tp, &p->req, DG_ERR_NOT_READY);
+		}
+	}
+	if (!inst)
+		dg_topology_release(old); /* (dgi_member_installed() released it) */
+}
+
+static void vote_done(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct vote *v = ctx;
+	dg_member *m = v->m;
+	struct prop *p = v->p;
+	const dg_msg_topo_vote *r = err == DG_OK ? reply->body : NULL;
+	dg_topology *old;
+	bool inst;
+	pthread_mutex_lock(&m->mu);
+	p->answered++;
+	if (r != NULL && r->granted == 1) {
+		if (v->idx >= 0 && !p->got[v->idx]) {
+			p->got[v->idx] = true;
+			p->granted++;
+		}
+	} else if (r != NULL && r->version > p->refused_above) {
+		p->refused_above = r->version;
+	}
+	struct tally tl;
+	int st = prop_decide_locked(m, p, &old, &inst, &tl);
+	pthread_mutex_unlock(&m->mu);
+	prop_finish(m, p, st, old, inst, &tl);
+	prop_release(m, p);
+	member_put(m);
+	dgi_free(v);
+}
+
+/* Sends p's TOPO_PROPOSE to every voter of its base (but the nodes it
+ * drops, silent by now), then decides what the sends alone decide (every
+ * one failed at once).  Outside mu; holds a reference to p meanwhile. */
+static void prop_send(dg_member *m, struct prop *p, const struct change *ch)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_err e = dgi_member_topo_encode(m, p->t, &b);
+	dg_msg_topo_propose body = { p->cur->version, { b.data, (uint32_t)b.len } };
+	uint32_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	uint32_t timeout = ft / 2 > 100 ? ft / 2 : 100;
+	for (uint32_t i = 0; e == DG_OK && i < p->cur->count; i++) {
+		const dg_topology_node *n = &p->cur->nodes[i];
+		int32_t idx = dgi_quorum_index(p->voters, p->nvoters, n->url);
+		bool dropped = false;
+		for (size_t k = 0; k < ch->ndrop; k++)
+			dropped |= ch->drop[k] == n->id;
+		if (idx < 0 || dropped || n->id == dg_tp_self(m->tp))
+			continue;
+		pthread_mutex_lock(&m->mu); /* (answers to earlier sends write it) */
+		bool got = p->got[idx];
+		pthread_mutex_unlock(&m->mu);
+		if (got)
+			continue;
+		struct vote *v = dgi_alloc(sizeof(*v));
+		if (v == NULL)
+			break;
+		v->m = member_get(m);
+		v->p = p;
+		v->idx = idx;
+		pthread_mutex_lock(&m->mu);
+		p->refs++;
+		p->sent++;
+		pthread_mutex_unlock(&m->mu);
+		if (dg_tp_request(m->tp, n->id, DG_MSG_TOPO_PROPOSE, &body, timeout, vote_done, v) != DG_OK)
+			vote_done(v, DG_ERR_UNREACHABLE, NULL);
+	}
+	dg_buf_free(&b);
+	dg_topology *old;
+	bool inst;
+	pthread_mutex_lock(&m->mu);
+	p->sending = false;
+	struct tally tl;
+	int st = prop_decide_locked(m, p, &old, &inst, &tl);
+	pthread_mutex_unlock(&m->mu);
+	prop_finish(m, p, st, old, inst, &tl);
+}
+
+/* The nodes of cur without ch->drop, plus ch->add (url: its storage). */
+static uint32_t next_nodes(const dg_topology *cur, struct change *ch,
+    dg_topology_node *nodes, char *url)
+{
+	uint32_t n = 0;
+	int64_t max_order = 0;
+	for (uint32_t i = 0; i < cur->count && n < DG_TOPOLOGY_MAX; i++) {
+		bool gone = false;
+		for (size_t k = 0; k < ch->ndrop; k++)
+			gone |= cur->nodes[i].id == ch->drop[k];
+		if (cur->nodes[i].order > max_order)
+			max_order = cur->nodes[i].order;
+		if (!gone)
+			nodes[n++] = cur->nodes[i];
+	}
+	const dg_msg_join *add = ch->add;
+	if (add != NULL) {
+		memcpy(url, add->address.ptr, add->address.len);
+		url[add->address.len] = 0;
+		nodes[n].id = (dg_node_id)add->node_id;
+		/* above every order and the version joined from: a node that
+		 * rejoins never gets an order it had (its incarnation: the tx
+		 * service forgets the records of the one before) */
+		nodes[n].order = max_order >= cur->version ? max_order + 1 : cur->version + 1;
+		/* STANDBY is the coordinator's to set, never the joiner's */
+		nodes[n].attrs = add->attrs < 0 || add->attrs > UINT32_MAX ? 0 :
+		    (uint32_t)add->attrs & ~DG_NODE_STANDBY;
+		nodes[n].url = url;
+		ch->order = nodes[n].order;
+		n++;
+	}
+	return n;
+}
+
+/* Coordinator: the next version from the current one, as ch says, with
+ * every node's STANDBY bit recomputed.  Installs and broadcasts it when
+ * something changed (ch->changed); nothing to change is DG_OK. */
+dg_err dgi_member_change_apply(dg_member *m, struct change *ch)
+{
+	char url[256];
+	/* the baseline and the next nodes (one more than fits: a join into a
+	 * full topology is seen, and refused) off the handler's stack */
+	struct bl *bl = dgi_alloc(sizeof(*bl) + (DG_TOPOLOGY_MAX + 1) * sizeof(dg_topology_node));
+	if (bl == NULL)
+		return DG_ERR_NOMEM;
+	dg_topology_node *nodes = (dg_topology_node *)(void *)(bl + 1);
+	if (ch->add != NULL && ch->add->address.len >= sizeof(url)) {
+		dgi_free(bl);
+		return DG_ERR_INVAL;
+	}
+	pthread_mutex_lock(&m->mu);
+	if (m->stopping) {
+		/* a node on its way out (LEAVE sent) coordinates nothing: the
+		 * others, seeing it gone, may already be choosing another */
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		return DG_ERR_CLOSED;
+	}
+	if (!m->joined || m->quiet) {
+		/* out of the topology, or just back from its own pause and not
+		 * yet vouched for: the cluster may have moved on without this
+		 * node, which must not issue a version of its own (the joiner
+		 * or the requester retries) */
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		return m->joined ? DG_ERR_NOT_READY : DG_ERR_STATE;
+	}
+	if (m->prop != NULL) {
+		/* one change at a time: the caller asks again (a joiner, the
+		 * next heartbeat round) once the majority answered this one */
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		return DG_ERR_BUSY;
+	}
+	dg_topology *cur = m->topo;
+	uint32_t n = next_nodes(cur, ch, nodes, url);
+	if (n > DG_TOPOLOGY_MAX) {
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		dgi_log("warn", "JOIN-REFUSED", "node=%016llx why=\"the topology holds %d nodes\"",
+		    (unsigned long long)ch->add->node_id, DG_TOPOLOGY_MAX);
+		return DG_ERR_LIMIT;
+	}
+	dgi_bl_of(bl, cur);
+	ch->version = cur->version;
+	if (ch->rebase &&
+	    (ch->why = dgi_bl_apply(bl, nodes, n, ch->op, ch->addrs, ch->naddrs, majority(m))) != NULL) {
+		pthread_mutex_unlock(&m->mu);
+		dgi_free(bl);
+		return DG_ERR_INVAL;
+	}
+	bool bits = dgi_bl_standby_bits(bl, nodes, n);
+	ch->changed = ch->add != NULL || n != cur->count || bits || !dgi_bl_same(bl, cur) ||
+	    ch->force;
+	dg_topology *t = NULL, *old = NULL;
+	struct prop *p = NULL;
+	bool taken = false, direct = true;
+	if (ch->changed) {
+		int64_t next = cur->version + 1;
+		if (m->vote_floor >= next && m->vote_floor < INT64_MAX / 2)
+			next = m->vote_floor + 1; /* a voter accepted that one already */
+		if (ch->add != NULL && ch->add->floor >= next && ch->add->floor < INT64_MAX / 2)
+			next = ch->add->floor + 1;
+		if (ch->force && ch->floor >= next && ch->floor < INT64_MAX / 2)
+			next = ch->floor + 1;
+		t = dgi_member_topo_new(next, nodes, n, bl);
+		/* installed in the same critical section it was computed in: two
+		 * changes at once (a failure found by the heartbeat thread, a
+		 * JOIN on a transport thread) make two versions, one after the
+		 * other — never two different topologies of one version, the
+		 * loser broadcast and acknowledged all the same */
+		if (t != NULL && majority(m)) {
+			p = prop_new_locked(m, cur, t, ch, &direct);
+			if (p == NULL && !direct) {
+				dg_topology_release(t);
+				t = NULL;
+			}
+		}
+		if (p != NULL) {
+			m->prop = p;
+			p->refs++; /* this call's, until the votes are sent */
+			if (ch->wait)
+				p->refs++;
+		} else if (t != NULL) {
+			dgi_topo_hold(t);
+			old = dgi_member_install_locked(m, t, &taken);
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+	dgi_free(bl);
+	if (!ch->changed)
+		return DG_OK; /* e.g. a failure report raced the coordinator's own check */
+	if (p != NULL) {
+		/* a majority of the voters of cur decides; the request (if
+		 * any) is answered then */
+		ch->version = t->version;
+		ch->pending = p->kind != DG_MSG_UNKNOWN;
+		dg_topology_release(t);
+		prop_send(m, p, ch);
+		prop_release(m, p);
+		if (!ch->wait)
+			return DG_OK;
+		uint64_t deadline = dgi_now_ms() + atomic_load(&m->ft_ms);
+		pthread_mutex_lock(&m->mu);
+		while (p->state == PROP_PENDING && dgi_now_ms() < deadline) {
+			struct timespec ts;
+			dgi_abstime_in(&ts, 20);
+			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		}
+		int st = p->state;
+		pthread_mutex_unlock(&m->mu);
+		prop_release(m, p);
+		return st == PROP_DONE ? DG_OK : DG_ERR_NOT_READY;
+	}
+	if (t == NULL || !taken) {
+		dg_topology_release(t);
+		return DG_ERR_NOMEM;
+	}
+	ch->version = t->version;
+	dgi_member_installed(m, old, t);
+	dgi_member_broadcast(m, t);
+	dg_topology_release(t);
+	return DG_OK;
+}
+
+/* change_apply for joins and removals. */
+dg_err dgi_member_change(dg_member *m, const dg_node_id *drop, size_t ndrop,
+    const dg_msg_join *add, int64_t *version, int64_t *order)
+{
+	struct change ch = { .drop = drop, .ndrop = ndrop, .add = add };
+	dg_err e = dgi_member_change_apply(m, &ch);
+	if (e == DG_OK && version)
+		*version = ch.version;
+	if (e == DG_OK && order)
+		*order = ch.order;
+	return e;
+}
+
+/* The STRINGs of a BASELINE body's list, as views into the frame. */
+static dg_err addrs_decode(dg_member *m, const dg_raw *list, dg_str *out, uint32_t *n)
+{
+	dg_reader r;
+	uint32_t count;
+	dg_err e;
+	dg_reader_init(&r, m->reg, list->ptr, list->len);
+	if ((e = dg_read_begin(&r, DG_LIST, &count)) != DG_OK)
+		return e;
+	if (count > DG_BASELINE_MAX)
+		return DG_ERR_LIMIT;
+	for (uint32_t i = 0; i < count; i++)
+		if ((e = dg_read_str(&r, &out[i], NULL)) != DG_OK)
+			return e;
+	*n = count;
+	return DG_OK;
+}
+
+static void log_baseline(dg_member *m, const struct change *ch)
+{
+	dg_topology *t = dg_member_topology(m);
+	uint32_t standby = 0;
+	for (uint32_t i = 0; t != NULL && i < t->count; i++)
+		standby += (t->nodes[i].attrs & DG_NODE_STANDBY) != 0;
+	dgi_log("info", "BASELINE-CHANGED", "op=%s version=%lld baseline=%u standby=%u changed=%s",
+	    ch->op == DG_BASELINE_SET ? "set" : ch->op == DG_BASELINE_ADD ? "add" : "remove",
+	    (long long)ch->version, t != NULL ? t->nbaseline : 0, standby,
+	    ch->changed ? "yes" : "no");
+	dg_topology_release(t);
+}
+
+/* Coordinator: applies a baseline change (addrs: views valid meanwhile). */
+static dg_err rebase(dg_member *m, int op, const dg_str *addrs, uint32_t n,
+    const dg_msg_in *req, dg_msg_baseline_ack *ack, const char **why, bool *pending)
+{
+	/* from a BASELINE request: answered once the voters accepted it; from
+	 * this node's own caller: waits for them */
+	struct change ch = { .rebase = true, .op = op, .addrs = addrs, .naddrs = n,
+		.req = req, .wait = req == NULL };
+	dg_err e = dgi_member_change_apply(m, &ch);
+	if (pending != NULL)
+		*pending = e == DG_OK && ch.pending;
+	if (e == DG_OK && ch.pending)
+		return DG_OK;
+	if (e == DG_ERR_INVAL && ch.why != NULL) {
+		dgi_log("warn", "BASELINE-REFUSED", "why=\"%s\"", ch.why);
+		if (why != NULL)
+			*why = ch.why;
+	}
+	if (e == DG_OK) {
+		log_baseline(m, &ch);
+		ack->topology_version = ch.version;
+		ack->changed = ch.changed;
+	}
+	return e;
+}
+
+void dgi_member_on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dg_member *m = ctx;
+	const dg_msg_baseline *b = in->body;
+	pthread_mutex_lock(&m->mu);
+	bool ready = m->topo != NULL && m->joined && !m->stopping;
+	dg_node_id coord = ready ? dgi_member_coordinator_locked(m, dgi_now_ms()) : 0;
+	pthread_mutex_unlock(&m->mu);
+	if (!ready) {
+		dg_tp_reply_error(tp, in, DG_ERR_STATE);
+		return;
+	}
+	if (coord != dg_tp_self(tp)) {
+		dgi_member_forward(m, in, coord, m->cfg.join_timeout_ms);
+		return;
+	}
+	dg_str *addrs = dgi_alloc(DG_BASELINE_MAX * sizeof(*addrs));
+	uint32_t n = 0;
+	dg_msg_baseline_ack ack = { 0, 0 };
+	dg_err e = addrs == NULL ? DG_ERR_NOMEM : addrs_decode(m, &b->addrs, addrs, &n);
+	if (e == DG_OK && (b->op < INT32_MIN || b->op > INT32_MAX))
+		e = DG_ERR_INVAL;
+	bool pending = false;
+	if (e == DG_OK)
+		e = rebase(m, (int)b->op, addrs, n, in, &ack, NULL, &pending);
+	dgi_free(addrs);
+	if (e == DG_OK && pending)
+		return;
+	if (e != DG_OK) {
+		dg_tp_reply_error(tp, in, e);
+		return;
+	}
+	dg_tp_reply(tp, in, DG_MSG_BASELINE_ACK, &ack);
+}
+
+/* ---- changing the baseline ---- */
+
+/* The BASELINE body's list of addresses. */
+static dg_err addrs_encode(dg_member *m, const char *const *addrs, size_t n, dg_buf *b)
+{
+	dg_writer w;
+	dg_writer_init(&w, m->reg, b);
+	dg_write_list_begin(&w, (uint32_t)n);
+	for (size_t i = 0; i < n; i++)
+		dg_write_str(&w, addrs[i], strlen(addrs[i]));
+	dg_write_end(&w);
+	return dg_writer_finish(&w);
+}
+
+/* The change checked against this node's topology first, so a refusal
+ * names its reason here (the coordinator checks again: it decides). */
+static dg_err precheck(dg_member *m, int op, const char *const *addrs, size_t n,
+    const char **why)
+{
+	*why = NULL;
+	if (n > DG_BASELINE_MAX) {
+		*why = "more than 1024 addresses";
+		return DG_ERR_INVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (addrs[i] == NULL) {
+			*why = "an address is NULL";
+			return DG_ERR_INVAL;
+		}
+	struct bl *b = dgi_alloc(sizeof(*b));
+	dg_str *a = dgi_alloc((n ? n : 1) * sizeof(*a));
+	dg_err e = b == NULL || a == NULL ? DG_ERR_NOMEM : DG_OK;
+	for (size_t i = 0; e == DG_OK && i < n; i++)
+		a[i] = dgi_bl_str(addrs[i]);
+	pthread_mutex_lock(&m->mu);
+	if (e == DG_OK && (m->topo == NULL || !m->joined)) {
+		*why = "not in a cluster";
+		e = DG_ERR_STATE;
+	}
+	if (e == DG_OK) {
+		dgi_bl_of(b, m->topo);
+		*why = dgi_bl_apply(b, m->topo->nodes, m->topo->count, op, a, (uint32_t)n, majority(m));
+		e = *why != NULL ? DG_ERR_INVAL : DG_OK;
+	}
+	pthread_mutex_unlock(&m->mu);
+	dgi_free(a);
+	dgi_free(b);
+	return e;
+}
+
+/* One attempt: the coordinator applies it (this node, or by BASELINE). */
+static dg_err baseline_once(dg_member *m, int op, const char *const *addrs, size_t n,
+    const dg_msg_baseline *body, uint32_t timeout_ms, dg_msg_baseline_ack *ack,
+    const char **why)
+{
+	pthread_mutex_lock(&m->mu);
+	dg_node_id coord = dgi_member_coordinator_locked(m, dgi_now_ms());
+	pthread_mutex_unlock(&m->mu);
+	if (coord != dg_tp_self(m->tp))
+		return dg_tp_call(m->tp, coord, DG_MSG_BASELINE, body, timeout_ms, ack, NULL);
+	dg_str *a = dgi_alloc((n ? n : 1) * sizeof(*a));
+	if (a == NULL)
+		return DG_ERR_NOMEM;
+	for (size_t i = 0; i < n; i++)
+		a[i] = dgi_bl_str(addrs[i]);
+	dg_err e = rebase(m, op, a, (uint32_t)n, NULL, ack, why, NULL);
+	dgi_free(a);
+	return e;
+}
+
+dg_err dgi_member_set_baseline(dg_member *m, int op, const char *const *addrs,
+    size_t n, uint32_t timeout_ms, const char **why)
+{
+	const char *w = NULL;
+	if (why == NULL)
+		why = &w;
+	*why = NULL;
+	if (m == NULL || (n > 0 && addrs == NULL))
+		return DG_ERR_INVAL;
+	dg_err e = precheck(m, op, addrs, n, why);
+	if (e != DG_OK)
+		return e;
+	dg_buf b;
+	dg_buf_init(&b);
+	e = addrs_encode(m, addrs, n, &b);
+	dg_msg_baseline body = { op, { b.data, (uint32_t)b.len } };
+	dg_msg_baseline_ack ack = { 0, 0 };
+	uint64_t deadline = dgi_now_ms() + timeout_ms;
+	while (e == DG_OK) {
+		uint64_t now = dgi_now_ms();
+		if (now >= deadline) {
+			e = DG_ERR_TIMEOUT;
+			break;
+		}
+		e = baseline_once(m, op, addrs, n, &body, (uint32_t)(deadline - now), &ack, why);
+		if (e != DG_ERR_CONN_BROKEN && e != DG_ERR_UNREACHABLE && e != DG_ERR_STATE &&
+		    e != DG_ERR_NOT_READY)
+			break;
+		/* the coordinator is changing hands (or back from a pause): ask
+		 * again */
+		e = DG_OK;
+		struct timespec ts = { 0, 50 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	dg_buf_free(&b);
+	if (e == DG_ERR_INVAL && *why == NULL)
+		*why = "refused by the coordinator (its log says why)";
+	if (e == DG_OK && !dgi_member_wait_version(m, ack.topology_version, deadline))
+		e = DG_ERR_TIMEOUT;
+	return e;
+}
+
+dg_err dg_member_set_baseline(dg_member *m, int op, const char *const *addrs,
+    size_t n, uint32_t timeout_ms)
+{
+	return dgi_member_set_baseline(m, op, addrs, n, timeout_ms, NULL);
+}
+
+size_t dg_member_baseline(dg_member *m, char (*out)[DG_BASELINE_ADDR_MAX], size_t cap,
+    bool *is_set)
+{
+	pthread_mutex_lock(&m->mu);
+	const dg_topology *t = m->topo;
+	size_t n = t != NULL ? t->nbaseline : 0;
+	if (is_set != NULL)
+		*is_set = t != NULL && t->baseline_set;
+	for (size_t i = 0; i < n && i < cap; i++)
+		snprintf(out[i], DG_BASELINE_ADDR_MAX, "%s", t->baseline[i]);
+	pthread_mutex_unlock(&m->mu);
+	return n;
+}
