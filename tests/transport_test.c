@@ -3527,6 +3527,49 @@ static void test_majority_arithmetic(void **state)
 	assert_true(dgi_lease_until(UINT64_MAX - 10, 500) == UINT64_MAX);
 }
 
+/* TOPO_PROPOSE's rule (quorum.c, dgi_vote_rule): each refusal, and that
+ * a voter grants one coordinator per version for good — no time after
+ * which another coordinator's topology of that version is granted too
+ * (tests/member_sim.c: two topologies of one version were agreed). */
+static void test_vote_rule(void **state)
+{
+	(void)state;
+	struct dgi_voter v = { true, false, 4, 0, 0 };
+	struct dgi_vote_ask a = { 5, 4, 7, true, true, false };
+	assert_null(dgi_vote_rule(&v, &a));
+	v.member = false;
+	assert_string_equal(dgi_vote_rule(&v, &a), "not a member");
+	v.member = true;
+	v.segmented = true;
+	assert_string_equal(dgi_vote_rule(&v, &a), "segmented");
+	v.segmented = false;
+	a.version = 4;
+	assert_string_equal(dgi_vote_rule(&v, &a), "not newer than this voter's topology");
+	a.version = 6;
+	a.base = 3; /* follows a version older than the voter's */
+	assert_string_equal(dgi_vote_rule(&v, &a), "not newer than this voter's topology");
+	a.base = 4;
+	/* it granted version 6 to coordinator 7: 7 again (a retry, or its
+	 * next one) yes, anyone else's 6 or below no — ever */
+	v.voted = 6;
+	v.voted_for = 7;
+	assert_null(dgi_vote_rule(&v, &a));
+	a.from = 9;
+	assert_string_equal(dgi_vote_rule(&v, &a), "accepted another coordinator's version");
+	a.version = 5;
+	assert_string_equal(dgi_vote_rule(&v, &a), "accepted another coordinator's version");
+	a.version = 7; /* above it: yes */
+	assert_null(dgi_vote_rule(&v, &a));
+	a.from_in = false;
+	assert_string_equal(dgi_vote_rule(&v, &a), "the proposer is not in it");
+	a.from_in = true;
+	a.self_in = false;
+	assert_string_equal(dgi_vote_rule(&v, &a), "it removes this voter");
+	a.self_in = true;
+	a.drops_heard = true;
+	assert_string_equal(dgi_vote_rule(&v, &a), "it removes a node heard from lately");
+}
+
 static dg_err mserving(struct mnode *n)
 {
 	return dg_member_serving(n->m);
@@ -4401,6 +4444,7 @@ int main(void)
 		cmocka_unit_test(test_membership_rejoin_slow_type_sync),
 		cmocka_unit_test(test_majority_arithmetic),
 		cmocka_unit_test(test_rejoin_backoff),
+		cmocka_unit_test(test_vote_rule),
 		cmocka_unit_test(test_member_silent_peer_reset),
 		cmocka_unit_test(test_majority_member_cut_off),
 		cmocka_unit_test(test_majority_coordinator_cut_off),

@@ -125,6 +125,12 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 		dgi_free(p);
 		return NULL;
 	}
+	/* its own vote, for good: it grants no other coordinator's topology
+	 * of this version (dgi_vote_rule) */
+	if (t->version > m->voted_version)
+		m->voted_version = t->version;
+	m->voted_for = dg_tp_self(m->tp);
+	dgi_member_freeze_locked(m, t);
 	p->refs = 1; /* m->prop's */
 	p->state = PROP_PENDING;
 	p->sending = true;
@@ -415,6 +421,8 @@ dg_err dgi_member_change_apply(dg_member *m, struct change *ch)
 		int64_t next = cur->version + 1;
 		if (m->vote_floor >= next && m->vote_floor < INT64_MAX / 2)
 			next = m->vote_floor + 1; /* a voter accepted that one already */
+		if (m->voted_version >= next && m->voted_version < INT64_MAX / 2)
+			next = m->voted_version + 1; /* this node did: its vote is taken */
 		if (ch->add != NULL && ch->add->floor >= next && ch->add->floor < INT64_MAX / 2)
 			next = ch->add->floor + 1;
 		if (ch->force && ch->floor >= next && ch->floor < INT64_MAX / 2)

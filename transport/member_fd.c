@@ -116,18 +116,24 @@ void dgi_member_on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_topology *behind = NULL;
 	int64_t version = m->topo != NULL ? m->topo->version : 0;
 	if (s != NULL) {
-		/* the lease: it heard this node's heartbeat of echo_ms */
-		s->echo = hb->time_ms;
+		/* the lease: it heard this node's heartbeat of echo_ms; not
+		 * echoed once this node granted a version without the sender */
+		if (!dgi_member_frozen_locked(m, in->from))
+			s->echo = hb->time_ms;
 		if (hb->echo_ms > 0 && (uint64_t)hb->echo_ms > s->acked &&
 		    (uint64_t)hb->echo_ms <= now) {
 			s->acked = (uint64_t)hb->echo_ms;
 			dgi_member_lease_locked(m);
 		}
-		answer = (hb->flags & DG_HB_ANSWER) && m->joined && !m->stopping;
-		if (m->joined && !m->stopping && hb->topology_version < version &&
-		    now >= s->resent_ms + 1000) {
+		answer = (hb->flags & DG_HB_ANSWER) && m->joined && !m->stopping &&
+		    !dgi_member_frozen_locked(m, in->from);
+		if (!m->stopping && hb->topology_version < version && now >= s->resent_ms + 1000) {
 			/* a member behind (the TOPOLOGY was lost, or it was cut
-			 * off): this one again, at most once a second */
+			 * off): this one again, at most once a second — from a
+			 * node rejoining too (what it holds was agreed), else a
+			 * member that missed the version removing it takes it
+			 * for the coordinator and forwards every JOIN to it
+			 * (tests/member_sim.c found the stall) */
 			s->resent_ms = now;
 			behind = dgi_topo_hold(m->topo);
 		}
@@ -313,9 +319,24 @@ static void tick(dg_member *m)
 	bool segmented = atomic_load(&m->segmented);
 	uint64_t seg_ms = now - m->seg_since;
 	uint32_t nvoters = m->nvoters;
-	for (uint32_t i = 0; i < t->count && nfailed < 64 && !segmented; i++)
-		if (failed_locked(m, &t->nodes[i], now))
-			failed[nfailed++] = t->nodes[i].id;
+	/* the ones proposed for removal: every failed client node, and under
+	 * majority one voter per version (Raft's single-server changes: a
+	 * majority of the old voters and one of the new always share a
+	 * voter; tests/member_sim.c found a lease on both sides of a cut when
+	 * two were removed at once) */
+	dg_node_id drop[64];
+	size_t ndrop = 0;
+	bool voter_dropped = false;
+	for (uint32_t i = 0; i < t->count && nfailed < 64 && !segmented; i++) {
+		if (!failed_locked(m, &t->nodes[i], now))
+			continue;
+		failed[nfailed++] = t->nodes[i].id;
+		bool voter = !(t->nodes[i].attrs & DG_NODE_CLIENT);
+		if (voter && voter_dropped && majority(m))
+			continue;
+		voter_dropped |= voter;
+		drop[ndrop++] = t->nodes[i].id;
+	}
 	/* (a voter that left votes for its removal: not one of those) */
 	dg_node_id silent[64];
 	size_t nsilent = 0;
@@ -426,8 +447,8 @@ static void tick(dg_member *m)
 			 * some hear) is not proposed in a loop; another set of
 			 * failed nodes is proposed at once */
 			uint64_t set = 0;
-			for (size_t k = 0; k < nfailed; k++)
-				set ^= (failed[k] + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+			for (size_t k = 0; k < ndrop; k++)
+				set ^= (drop[k] + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
 			pthread_mutex_lock(&m->mu);
 			bool due = set != m->fail_set || now >= m->fail_retry_ms;
 			if (due) {
@@ -436,7 +457,7 @@ static void tick(dg_member *m)
 			}
 			pthread_mutex_unlock(&m->mu);
 			if (due)
-				dgi_member_change(m, failed, nfailed, NULL, NULL, NULL);
+				dgi_member_change(m, drop, ndrop, NULL, NULL, NULL);
 		} else {
 			for (size_t k = 0; k < nfailed; k++) {
 				pthread_mutex_lock(&m->mu);

@@ -103,9 +103,16 @@ struct dg_member {
 	uint32_t reachable;            /* voters heard within ft at the last check */
 	struct prop *prop;             /* a change waiting for votes, or NULL */
 	int64_t vote_floor;            /* refusals named this version: go above */
-	int64_t voted_version;         /* this node's own vote */
+	int64_t voted_version;         /* the highest version this node granted
+	                                  or proposed (dgi_vote_rule) */
 	dg_node_id voted_for;
-	uint64_t voted_at;
+	/* voters a version this node granted (or proposed) removes: their
+	 * heartbeats are not echoed — their leases are not renewed through
+	 * this node — until it installs that version or a later one
+	 * (PROTOCOL.md, "Majority"; dgi_member_freeze_locked) */
+	dg_node_id frozen[16];
+	uint32_t nfrozen;
+	int64_t frozen_ver;
 	bool hb_answer;                /* the next heartbeats carry DG_HB_ANSWER */
 	bool warned_two;               /* TWO-VOTERS logged */
 	struct dgi_lograte lr_lease;   /* LEASE-LOST */
@@ -254,6 +261,11 @@ uint32_t dgi_member_reachable_locked(dg_member *m, uint64_t now);
 /* The same, counting the nodes of without as unreachable. */
 uint32_t dgi_member_reachable_without_locked(dg_member *m, uint64_t now,
     const dg_node_id *without, size_t nwithout);
+/* This node granted or proposed t (mu held): the voters of its topology
+ * that t removes renew no lease through it from now on. */
+void dgi_member_freeze_locked(dg_member *m, const dg_topology *t);
+/* Whether id's heartbeats go unechoed here (mu held). */
+bool dgi_member_frozen_locked(const dg_member *m, dg_node_id id);
 /* TOPO_PROPOSE: the voter's side. */
 void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx);
 

@@ -122,32 +122,44 @@ void dg_member_quorum_get(dg_member *m, dg_member_quorum *q)
 	q->votes_refused = atomic_load(&m->n_refused);
 }
 
-/* TOPO_PROPOSE (PROTOCOL.md, "Majority"): a voter accepts a version from
- * a member of it when the version is above every one it installed or
- * accepted for another coordinator lately, and every node it drops left
- * or was silent here for longer than a lease plus a heartbeat (whatever
- * lease such a node held ran out before this vote).  It never accepts its
- * own removal. */
+void dgi_member_freeze_locked(dg_member *m, const dg_topology *t)
+{
+	for (uint32_t i = 0; m->topo != NULL && i < m->topo->count; i++) {
+		const dg_topology_node *n = &m->topo->nodes[i];
+		if ((n->attrs & DG_NODE_CLIENT) || dg_topology_find(t, n->id) != NULL ||
+		    dgi_member_frozen_locked(m, n->id))
+			continue;
+		if (m->nfrozen == sizeof(m->frozen) / sizeof(m->frozen[0]))
+			break; /* (one voter per version is removed: never reached) */
+		m->frozen[m->nfrozen++] = n->id;
+	}
+	if (t->version > m->frozen_ver)
+		m->frozen_ver = t->version;
+}
+
+bool dgi_member_frozen_locked(const dg_member *m, dg_node_id id)
+{
+	for (uint32_t i = 0; i < m->nfrozen; i++)
+		if (m->frozen[i] == id)
+			return true;
+	return false;
+}
+
+/* TOPO_PROPOSE (PROTOCOL.md, "Majority"): dgi_vote_rule on what this
+ * voter knows; a node it would drop counts as heard from lately unless it
+ * left or was silent here for longer than a lease plus a heartbeat
+ * (whatever lease such a node held ran out before this vote). */
 static const char *vote_locked(dg_member *m, const dg_topology *t, int64_t base,
     dg_node_id from, uint64_t now)
 {
 	dg_node_id self = dg_tp_self(m->tp);
-	int64_t mine = m->topo != NULL ? m->topo->version : 0;
-	if (m->topo == NULL || !m->joined || m->stopping)
-		return "not a member";
-	if (atomic_load(&m->segmented))
-		return "segmented";
-	if (t->version <= mine || base < mine)
-		return "not newer than this voter's topology";
-	if (m->voted_version >= t->version && m->voted_for != from &&
-	    now < m->voted_at + 2 * (uint64_t)atomic_load(&m->ft_ms))
-		return "accepted another coordinator's version";
-	if (dg_topology_find(t, from) == NULL)
-		return "the proposer is not in it";
-	if (dg_topology_find(t, self) == NULL)
-		return "it removes this voter";
+	struct dgi_voter v = { m->topo != NULL && m->joined && !m->stopping,
+		atomic_load(&m->segmented), m->topo != NULL ? m->topo->version : 0,
+		m->voted_version, m->voted_for };
+	struct dgi_vote_ask a = { t->version, base, from, dg_topology_find(t, from) != NULL,
+		dg_topology_find(t, self) != NULL, false };
 	uint64_t quiet = removal_silence_ms(m);
-	for (uint32_t i = 0; i < m->topo->count; i++) {
+	for (uint32_t i = 0; v.member && i < m->topo->count && !a.drops_heard; i++) {
 		const dg_topology_node *n = &m->topo->nodes[i];
 		if (dg_topology_find(t, n->id) != NULL || n->id == self)
 			continue;
@@ -155,10 +167,9 @@ static const char *vote_locked(dg_member *m, const dg_topology *t, int64_t base,
 		uint64_t heard = dg_tp_last_heard(m->tp, n->id);
 		if (heard < s->ms)
 			heard = s->ms;
-		if (!s->left && now < heard + quiet)
-			return "it removes a node heard from lately";
+		a.drops_heard = !s->left && now < heard + quiet;
 	}
-	return NULL;
+	return dgi_vote_rule(&v, &a);
 }
 
 void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
@@ -177,9 +188,10 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	int64_t mine = m->topo != NULL ? m->topo->version : 0;
 	v.version = m->voted_version > mine ? m->voted_version : mine;
 	if (why == NULL) {
-		m->voted_version = t->version;
+		if (t->version > m->voted_version)
+			m->voted_version = t->version;
 		m->voted_for = in->from;
-		m->voted_at = now;
+		dgi_member_freeze_locked(m, t);
 		v.granted = 1;
 	}
 	pthread_mutex_unlock(&m->mu);

@@ -95,6 +95,8 @@ dg_topology *dgi_member_install_locked(dg_member *m, dg_topology *t, bool *taken
 	dgi_free(m->since);
 	m->since = s;
 	m->topo = t;
+	if (t->version >= m->frozen_ver)
+		m->nfrozen = 0; /* what it granted is decided now */
 	dgi_free(m->voters);
 	dgi_free(m->vidx);
 	dgi_free(m->vvals);

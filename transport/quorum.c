@@ -82,3 +82,24 @@ uint32_t dgi_backoff_wait(uint32_t interval, uint64_t seed)
 	uint32_t half = interval / 2;
 	return half + (uint32_t)((seed * 2654435761u) % (uint64_t)(interval - half + 1));
 }
+
+const char *dgi_vote_rule(const struct dgi_voter *v, const struct dgi_vote_ask *a)
+{
+	if (!v->member)
+		return "not a member";
+	if (v->segmented)
+		return "segmented";
+	if (a->version <= v->installed || a->base < v->installed)
+		return "not newer than this voter's topology";
+	/* no time limit: once a coordinator that got this vote is gone, the
+	 * next one goes above the version the refusal names (vote_floor) */
+	if (v->voted >= a->version && v->voted_for != a->from)
+		return "accepted another coordinator's version";
+	if (!a->from_in)
+		return "the proposer is not in it";
+	if (!a->self_in)
+		return "it removes this voter";
+	if (a->drops_heard)
+		return "it removes a node heard from lately";
+	return NULL;
+}
