@@ -557,8 +557,18 @@ static dg_cache *promo_setup(struct cluster *cl, const char *name, const char *p
 	dg_cache *cli;
 	OK(dg_cache_create(cl->n[3], &cc, &cli));
 	OK(dg_cache_wait_rebalanced(cache_on(cl->n[0], name), 5000));
+	/* the client maps by its own affinity: all three servers in it
+	 * (a clean-clone CI run once looped here forever on an older one) */
+	uint64_t deadline = dgi_now_ms() + 8000;
+	while (aff_nodes(cli, NULL) < 3) {
+		if (dgi_now_ms() > deadline)
+			fail_msg("the client's affinity has %u servers, not 3", aff_nodes(cli, NULL));
+		usleep(10 * 1000);
+	}
 	dg_node_id a = dg_node_get_id(cl->n[0]), b = dg_node_get_id(cl->n[1]);
 	for (int i = 0;; i++) {
+		if (i == 100000)
+			fail_msg("no key owned by n[0] then n[1] in 100000");
 		snprintf(key, cap, "%s%d", prefix, i);
 		if (owner_of(cli, key, 0) == a && owner_of(cli, key, 1) == b)
 			break;
