@@ -288,8 +288,6 @@ static void check_install(struct sim *s, int i, const struct topo *t)
 static void install(struct sim *s, int i, const struct topo *t)
 {
 	struct node *n = &s->n[i];
-	if (t->ver <= n->t.ver && n->joined)
-		return;
 	if (t->ver <= n->t.ver)
 		return;
 	check_install(s, i, t);
