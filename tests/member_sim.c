@@ -10,7 +10,8 @@
  * After the faults comes a quiet period on a healed network.  Checked
  * after every step:
  *   I1  never two installed topologies of one version (same members, same
- *       join orders);
+ *       join orders), and never two versions installed after one base
+ *       (sibling histories);
  *   I2  a node removed by an installed version held no lease then (the
  *       majority that removed it waited its lease out);
  * and at the end of the quiet period:
@@ -18,26 +19,31 @@
  *       whose members are exactly the live nodes.
  *
  * What is the code's and what is a model: a voter's answer to TOPO_PROPOSE
- * is the code's rule itself (dgi_vote_rule, quorum.c), and so are the
- * majority and lease arithmetic (dgi_quorum_need, dgi_quorum_kth,
- * dgi_lease_until).  The rest follows membership's rules as PROTOCOL.md
- * states them (member_*.c run them on threads and real sockets, which a
- * deterministic schedule cannot drive): heartbeats every failure timeout /
- * 5 carrying an echo, failure after a silent failure timeout, the
- * coordinator as the oldest member not taken for failed, one change at a
- * time, a proposal's own vote recorded, refusals raising the next version,
- * TOPOLOGY broadcast by the coordinator once a majority of the previous
- * version's voters granted it, REMOVED to a node that is not a member,
- * rejoining with a new join order, and a paused node's quiet period.  A
- * crashed node does not come back under its address (a restarted voter
- * forgets its vote: see the note at the end of this comment).
+ * is the code's rule itself (dgi_px_rule, quorum.c, with dgi_ballot_cmp),
+ * and so are the majority and lease arithmetic (dgi_quorum_need,
+ * dgi_quorum_kth, dgi_lease_until).  The rest follows membership's rules
+ * as PROTOCOL.md states them (member_*.c run them on threads and real
+ * sockets, which a deterministic schedule cannot drive): heartbeats every
+ * failure timeout / 5 carrying an echo, failure after a silent failure
+ * timeout, the coordinator as the oldest member not taken for failed, one
+ * change at a time, each version after a base agreed by both phases of
+ * Paxos (PREPARE: a majority's promise and what any of them accepted after
+ * that base; PROPOSE: that topology, adopted, else the coordinator's own;
+ * an adopted removal installed a lease later), TOPOLOGY broadcast by the
+ * coordinator, REMOVED to a node that is not a member, a heartbeat back to
+ * a node of a newer version, rejoining with a new join order, and a paused
+ * node's quiet period.  A crashed node does not come back under its
+ * address (a restarted voter forgets its promises: see the end of this
+ * comment).
  *
- *   member_sim [--schedules N] [--seed S] [--check-leases] [--check-heal]
- *              [--verbose]
+ *   member_sim [--schedules N] [--seed S] [--replay S1,S2,..]
+ *              [--check-leases] [--check-heal] [--verbose] [--keep-going]
  * runs N schedules (default 2000; DG_SIM_SCHEDULES overrides) from seed S
- * (default: from the clock, printed), each with its own seed, checking I1
- * and, when asked, I2 and I3; a failing one prints its seed, and
- * `--seed S --schedules 1 --verbose` replays it step by step.  Exit 0:
+ * (default: from the clock, printed), each with its own seed (S, S+1, ..),
+ * or one schedule per seed listed, checking I1 (and that no two versions
+ * follow one base) and, when asked, I2 and I3; a failing one prints its
+ * seed, and `--seed S --schedules 1 --verbose` replays it step by step
+ * (with --keep-going every failing one is printed and counted).  Exit 0:
  * every invariant checked held.
  *
  * What it found, fixed in the code (each seen failing here first): a
@@ -48,23 +54,26 @@
  * old did not meet); a voter that granted a node's removal went on
  * echoing its heartbeats, renewing its lease (I2); a node rejoining held
  * the version removing it but did not give it to a member behind, which
- * kept taking it for the coordinator (I3).
+ * kept taking it for the coordinator (I3).  Then, with one phase of
+ * voting, sibling versions: a voter granted v5 to one coordinator and v6,
+ * which follows v4, to another, so two histories went on from v4 (seed
+ * 438103: a node v5 added held a lease as v6 removed it; seeds 381095 and
+ * 1597348: a member of one sibling never met the others again) — 195 of
+ * the CI's 100,000 schedules installed siblings.  Both phases of Paxos
+ * closed it; and with them, an adopted topology that removes a live voter
+ * stalled while that voter refused its own removal (seed 99230: it now
+ * accepts it and stops counting itself toward its own lease), and a voter
+ * that accepted a version but missed its TOPOLOGY stayed behind for good,
+ * heartbeating only the members of its own while the node that version
+ * added was SEGMENTED (seeds 1163441, 1192692: it now answers a heartbeat
+ * of a newer version, and the sender sends that version).  The ctest
+ * member_sim_seeds replays these.
  *
- * Known (open; the ctest member_sim_known_* runs are expected to fail):
- *   - sibling versions, seed 438103 (I2): a voter grants v5 (coordinator
- *     A, installed only by A) and then v6 from B, which follows v4: B's
- *     history skips v5, whose new member holds a lease.  Closing it needs
- *     Paxos' first phase (a voter that granted v refuses bases below v and
- *     names v's topology; the coordinator proposes it again first) — and
- *     then a version re-proposed that removes a node heard from lately
- *     must still wait its lease out;
- *   - a segmented member whose topology holds only itself and dead nodes
- *     (a sibling version again), seed 381095 (I3): it heartbeats nobody
- *     alive and never dials the seeds;
- *   - a voter that restarts forgets what it granted, and the JOIN of a
- *     restarted voter counts as its vote (so a cluster of two voters can
- *     take it back): a version it granted before could be agreed twice.
- *     Not modelled (a crashed node stays down here).
+ * Not modelled: a voter that restarts forgets its promise and what it
+ * accepted, and the JOIN of a restarted voter counts as its promise and
+ * acceptance (so a cluster of two voters can go on once it is back): a
+ * version could then be agreed that a majority's memory would have
+ * refused.  A crashed node stays down here.
  */
 #define _GNU_SOURCE
 #include "transport/transport_int.h"
@@ -87,10 +96,11 @@
 #define MAXQ 8192
 #define MAXVER 4096
 
-enum { M_HB, M_PROPOSE, M_VOTE, M_TOPO, M_REMOVED, M_JOIN };
+enum { M_HB, M_PROPOSE, M_VOTE, M_TOPO, M_REMOVED, M_JOIN, M_PREPARE, M_PROMISE };
 
 struct topo {
 	int64_t ver;
+	int64_t base;           /* the version it follows (the proposer's) */
 	uint32_t members;       /* bit per node */
 	int64_t order[N];       /* join orders of the members */
 };
@@ -106,6 +116,14 @@ struct msg {
 	uint64_t hb_time, hb_echo;
 	int64_t hb_ver;         /* HB: the sender's version; JOIN: its floor */
 	int joiner;             /* JOIN (forwarded to the coordinator) */
+	/* PREPARE, PROMISE, PROPOSE (phase 2), VOTE */
+	struct dgi_ballot b;    /* the proposer's ballot; refusals: the voter's promise */
+	bool adopted;           /* PROPOSE: a topology a voter accepted before */
+	bool has_acc;           /* PROMISE: the voter accepted acc at acc_b */
+	struct dgi_ballot acc_b;
+	struct topo acc;
+	int64_t installed;      /* answers: the voter's version */
+	struct dgi_ballot promised; /* refusals: the voter's promise */
 };
 
 struct node {
@@ -117,17 +135,28 @@ struct node {
 	uint64_t heard[N], acked[N], echo[N], since[N];
 	uint64_t lease_until;
 	bool segmented;
-	int64_t voted;
-	int voted_for;
-	uint32_t frozen;        /* nodes a version it granted removes: their */
+	int64_t voted;          /* the highest version it accepted */
+	uint32_t frozen;        /* nodes a version it accepted removes: their */
 	int64_t frozen_ver;     /* heartbeats are not echoed until it installs that one */
-	int64_t vote_floor;
-	bool prop;
-	struct topo pt;
-	uint32_t pvoters, pgranted;
-	int64_t prefused;
-	uint64_t pdeadline;
+	int64_t vote_floor;     /* the highest version a refusal named */
 	uint64_t next_tick;
+	/* Paxos: the acceptor's side */
+	struct dgi_ballot prom; /* the highest ballot promised or accepted */
+	bool has_acc;
+	struct dgi_ballot acc_b;
+	struct topo acc;        /* the topology accepted last, at acc_b */
+	/* and the proposer's */
+	int phase;              /* 0 none, 1 PREPARE, 2 PROPOSE, 3 waiting out a lease */
+	struct topo pt;         /* wanted; from phase 2 the one proposed */
+	struct dgi_ballot pb;
+	uint32_t pvoters, ppromised, pgranted;
+	uint64_t pdeadline;
+	bool pbest;             /* a voter accepted pbest_t at pbest_b before */
+	struct dgi_ballot pbest_b;
+	struct topo pbest_t;
+	bool padopted;
+	int64_t seen_base, seen_round; /* the highest round a refusal named */
+	uint64_t pinstall_at;
 };
 
 struct sim {
@@ -138,6 +167,7 @@ struct sim {
 	bool link[N][N];        /* link[a][b]: a's messages reach b */
 	struct topo agreed[MAXVER]; /* I1: the first topology installed per version */
 	bool have[MAXVER];
+	int64_t next_of[MAXVER];    /* I1: the version installed after each base */
 	int crashes;
 	bool verbose, check_leases, check_heal;
 	const char *fail;
@@ -275,6 +305,14 @@ static void check_install(struct sim *s, int i, const struct topo *t)
 		violate(s, "I1", "node %d installed version %" PRId64 " with members %#x, "
 		    "another node members %#x", i, t->ver, t->members, s->agreed[t->ver].members);
 	}
+	if (t->base >= 0 && t->base < MAXVER) {
+		if (s->next_of[t->base] == 0)
+			s->next_of[t->base] = t->ver;
+		else if (s->next_of[t->base] != t->ver)
+			violate(s, "I1", "node %d installed version %" PRId64 " after v%" PRId64 ", which "
+			    "v%" PRId64 " follows too (sibling versions)", i, t->ver, t->base,
+			    s->next_of[t->base]);
+	}
 	for (int k = 0; k < N && s->check_leases; k++) {
 		const struct node *x = &s->n[k];
 		if (has(t, k) || x->crashed || !x->joined || x->t.ver >= t->ver || !has(&x->t, k))
@@ -295,7 +333,7 @@ static void install(struct sim *s, int i, const struct topo *t)
 		if (has(t, j) && (!has(&n->t, j) || n->t.order[j] != t->order[j]))
 			n->since[j] = s->now; /* joined our view now */
 	n->t = *t;
-	n->prop = false;
+	n->phase = 0;
 	if (t->ver >= n->frozen_ver)
 		n->frozen = 0;
 	bool was = n->joined;
@@ -350,37 +388,205 @@ static void freeze(struct node *n, const struct topo *t)
 		n->frozen_ver = t->ver;
 }
 
-static void propose(struct sim *s, int i, struct topo next, int joiner, bool faults)
+/* ---- a version after a base, agreed by both phases of Paxos ---- */
+
+static bool quorum(uint32_t got, uint32_t voters)
+{
+	return count(got & voters) >= (int)dgi_quorum_need((uint32_t)count(voters));
+}
+
+static void px_install(struct sim *s, int i, bool faults)
 {
 	struct node *n = &s->n[i];
-	next.ver = n->t.ver + 1;
+	struct topo t = n->pt;
+	n->phase = 0;
+	if (n->t.ver != n->pb.base || t.ver <= n->t.ver)
+		return; /* its topology moved on meanwhile */
+	install(s, i, &t);
+	broadcast_topo(s, i, &t, faults);
+}
+
+/* A majority accepted pt: it is agreed.  A topology adopted from an
+ * earlier ballot that removes a node was voted without the silence rule;
+ * every voter that accepted it stopped echoing that node, so its lease
+ * ends within a lease of the last acceptance: wait that out first. */
+static void px_accepted(struct sim *s, int i, bool faults)
+{
+	struct node *n = &s->n[i];
+	if (n->padopted && (n->t.members & ~n->pt.members) != 0) {
+		n->phase = 3;
+		n->pinstall_at = s->now + LEASE + HB;
+		vlog(s, "n%d: v%" PRId64 " agreed, installs it at %" PRIu64, i, n->pt.ver, n->pinstall_at);
+		return;
+	}
+	px_install(s, i, faults);
+}
+
+/* A majority promised pb: phase 2, with the topology accepted at the
+ * highest ballot any of them reported, else its own. */
+static void px_promised(struct sim *s, int i, bool faults)
+{
+	struct node *n = &s->n[i];
+	n->phase = 2;
+	n->padopted = n->pbest;
+	if (n->pbest)
+		n->pt = n->pbest_t;
+	n->pgranted = 0;
+	n->pdeadline = s->now + PROP_MS;
+	/* its own acceptance (of its own removal too, when adopted: it stops
+	 * counting itself toward its lease then) */
+	n->has_acc = true;
+	n->acc_b = n->pb;
+	n->acc = n->pt;
+	if (n->pt.ver > n->voted)
+		n->voted = n->pt.ver;
+	freeze(n, &n->pt);
+	n->pgranted = 1u << i;
+	vlog(s, "n%d proposes v%" PRId64 " members %#x (round %" PRId64 "%s)", i, n->pt.ver,
+	    n->pt.members, n->pb.round, n->padopted ? ", adopted" : "");
+	if (quorum(n->pgranted, n->pvoters)) {
+		px_accepted(s, i, faults);
+		return;
+	}
+	for (int j = 0; j < N; j++)
+		if (j != i && has(&n->t, j))
+			post(s, (struct msg){ .type = M_PROPOSE, .from = i, .to = j, .t = n->pt,
+			    .b = n->pb, .adopted = n->padopted }, faults);
+}
+
+static void px_propose(struct sim *s, int i, struct topo next, bool faults)
+{
+	struct node *n = &s->n[i];
+	int64_t base = n->t.ver, round = 1;
+	next.ver = base + 1; /* above every version refused or accepted (member_change.c) */
 	if (n->vote_floor >= next.ver)
 		next.ver = n->vote_floor + 1;
 	if (n->voted >= next.ver)
-		next.ver = n->voted + 1; /* above every version it granted */
+		next.ver = n->voted + 1;
+	next.base = base;
+	if (n->seen_base == base && n->seen_round >= round)
+		round = n->seen_round + 1;
+	if (n->prom.base == base && n->prom.round >= round)
+		round = n->prom.round + 1;
 	n->pt = next;
+	n->pb = (struct dgi_ballot){ base, round, (dg_node_id)(i + 1) };
+	n->phase = 1;
 	n->pvoters = n->t.members;
-	n->pgranted = 1u << i;
-	if (joiner >= 0 && has(&n->t, joiner))
-		n->pgranted |= 1u << joiner; /* a JOIN is its sender's vote */
-	n->prefused = 0;
+	n->pbest = false;
 	n->pdeadline = s->now + PROP_MS;
-	/* its own vote, for good (member_change.c, prop_new_locked) */
-	if (next.ver > n->voted)
-		n->voted = next.ver;
-	n->voted_for = i;
-	freeze(n, &next);
-	vlog(s, "n%d proposes v%" PRId64 " members %#x", i, next.ver, next.members);
-	if (count(n->pgranted & n->pvoters) >= (int)dgi_quorum_need((uint32_t)count(n->pvoters))) {
-		install(s, i, &next);
-		broadcast_topo(s, i, &next, faults);
+	n->prom = n->pb; /* its own promise: above the one it held, as computed */
+	n->ppromised = 1u << i;
+	if (n->has_acc && n->acc_b.base == base) {
+		n->pbest = true;
+		n->pbest_b = n->acc_b;
+		n->pbest_t = n->acc;
+	}
+	vlog(s, "n%d prepares round %" PRId64 " after v%" PRId64 " for members %#x", i, round, base,
+	    next.members);
+	if (quorum(n->ppromised, n->pvoters)) {
+		px_promised(s, i, faults);
 		return;
 	}
-	n->prop = true;
 	for (int j = 0; j < N; j++)
-		if (j != i && has(&n->t, j) && has(&next, j))
-			post(s, (struct msg){ .type = M_PROPOSE, .from = i, .to = j, .t = next,
-			    .base = n->t.ver }, faults);
+		if (j != i && has(&n->t, j))
+			post(s, (struct msg){ .type = M_PREPARE, .from = i, .to = j, .b = n->pb }, faults);
+}
+
+static void px_refused(struct node *n, const struct msg *m)
+{
+	if (m->installed > n->vote_floor)
+		n->vote_floor = m->installed;
+	if (m->promised.base == n->pb.base &&
+	    (n->seen_base != n->pb.base || m->promised.round > n->seen_round)) {
+		n->seen_base = n->pb.base;
+		n->seen_round = m->promised.round;
+	}
+}
+
+static bool drops_heard(struct sim *s, int i, const struct topo *t)
+{
+	struct node *n = &s->n[i];
+	for (int j = 0; j < N; j++)
+		if (j != i && has(&n->t, j) && !has(t, j) && s->now < heard(n, j) + SILENCE)
+			return true;
+	return false;
+}
+
+/* The acceptor's side: PREPARE, PROPOSE (phase 2); the proposer's:
+ * PROMISE, VOTE. */
+static void px_on_msg(struct sim *s, const struct msg *m, bool faults)
+{
+	struct node *n = &s->n[m->to];
+	int i = m->to;
+	struct dgi_acceptor v = { n->joined, n->segmented, n->t.ver, n->prom };
+	switch (m->type) {
+	case M_PREPARE: {
+		struct dgi_px_ask a = { m->b, false, false, false, false, false };
+		const char *why = dgi_px_rule(&v, &a);
+		struct msg r = { .type = M_PROMISE, .from = i, .to = m->from, .b = m->b,
+			.granted = why == NULL, .installed = n->voted > n->t.ver ? n->voted : n->t.ver,
+			.promised = n->prom };
+		if (why == NULL) {
+			n->prom = m->b;
+			if (n->has_acc && n->acc_b.base == m->b.base) {
+				r.has_acc = true;
+				r.acc_b = n->acc_b;
+				r.acc = n->acc;
+			}
+		}
+		vlog(s, "n%d promises %s round %" PRId64 " after v%" PRId64 " to n%d%s%s%s", i,
+		    why ? "not" : "", m->b.round, m->b.base, m->from, why ? ": " : "", why ? why : "",
+		    r.has_acc ? " (accepted one before)" : "");
+		post(s, r, faults);
+		break;
+	}
+	case M_PROMISE:
+		if (n->phase != 1 || dgi_ballot_cmp(&m->b, &n->pb) != 0)
+			break;
+		if (m->granted) {
+			n->ppromised |= 1u << m->from;
+			if (m->has_acc && (!n->pbest || dgi_ballot_cmp(&m->acc_b, &n->pbest_b) > 0)) {
+				n->pbest = true;
+				n->pbest_b = m->acc_b;
+				n->pbest_t = m->acc;
+			}
+		} else {
+			px_refused(n, m);
+		}
+		if (quorum(n->ppromised, n->pvoters))
+			px_promised(s, i, faults);
+		break;
+	case M_PROPOSE: {
+		struct dgi_px_ask a = { m->b, true, m->adopted, has(&m->t, m->from), has(&m->t, i),
+			drops_heard(s, i, &m->t) };
+		const char *why = dgi_px_rule(&v, &a);
+		if (why == NULL) {
+			n->prom = m->b;
+			n->has_acc = true;
+			n->acc_b = m->b;
+			n->acc = m->t;
+			if (m->t.ver > n->voted)
+				n->voted = m->t.ver;
+			freeze(n, &m->t);
+		}
+		vlog(s, "n%d votes %s on v%" PRId64 " of n%d%s%s", i, why ? "no" : "yes", m->t.ver,
+		    m->from, why ? ": " : "", why ? why : "");
+		post(s, (struct msg){ .type = M_VOTE, .from = i, .to = m->from, .t = m->t, .b = m->b,
+		    .granted = why == NULL, .installed = n->voted > n->t.ver ? n->voted : n->t.ver,
+			.promised = n->prom }, faults);
+		break;
+	}
+	case M_VOTE:
+		if (n->phase != 2 || dgi_ballot_cmp(&m->b, &n->pb) != 0)
+			break;
+		if (m->granted)
+			n->pgranted |= 1u << m->from;
+		else
+			px_refused(n, m);
+		if (quorum(n->pgranted, n->pvoters))
+			px_accepted(s, i, faults);
+		break;
+	}
 }
 
 static void tick(struct sim *s, int i, bool faults)
@@ -405,19 +611,18 @@ static void tick(struct sim *s, int i, bool faults)
 	for (int j = 0; j < N; j++) {
 		if (!has(&n->t, j))
 			continue;
-		vals[nv++] = j == i ? UINT64_MAX : n->acked[j];
+		vals[nv++] = j != i ? n->acked[j] : (n->frozen >> i) & 1u ? 0 : UINT64_MAX;
 		reach += j == i || !failed(s, n, j);
 	}
 	if (!n->joined)
 		return;
 	n->lease_until = dgi_lease_until(dgi_quorum_kth(vals, nv), LEASE);
 	n->segmented = reach < dgi_quorum_need(nv);
-	if (n->prop && s->now >= n->pdeadline) {
-		n->prop = false; /* abandoned */
-		if (n->prefused > n->vote_floor)
-			n->vote_floor = n->prefused;
-	}
-	if (n->prop || n->segmented || s->now < n->quiet_until || coordinator(s, i) != i)
+	if (n->phase == 3 && s->now >= n->pinstall_at)
+		px_install(s, i, faults);
+	if ((n->phase == 1 || n->phase == 2) && s->now >= n->pdeadline)
+		n->phase = 0; /* abandoned: the next round goes above the promises it saw */
+	if (n->phase || n->segmented || s->now < n->quiet_until || coordinator(s, i) != i)
 		return;
 	/* one voter removed per version (Raft's single-server changes): a
 	 * majority of the old voters and one of the new always share one */
@@ -426,7 +631,7 @@ static void tick(struct sim *s, int i, bool faults)
 		if (j != i && has(&n->t, j) && failed(s, n, j))
 			next.members &= ~(1u << j);
 	if (next.members != n->t.members)
-		propose(s, i, next, -1, faults);
+		px_propose(s, i, next, faults);
 }
 
 static void on_msg(struct sim *s, const struct msg *m, bool faults)
@@ -434,63 +639,32 @@ static void on_msg(struct sim *s, const struct msg *m, bool faults)
 	struct node *n = &s->n[m->to];
 	int i = m->to;
 	n->heard[m->from] = s->now; /* any message counts */
+	if (m->type == M_PREPARE || m->type == M_PROMISE || m->type == M_PROPOSE ||
+	    m->type == M_VOTE) {
+		px_on_msg(s, m, faults);
+		return;
+	}
 	switch (m->type) {
 	case M_HB:
-		if (!((n->frozen >> m->from) & 1u))
+		if (has(&n->t, m->from) && !((n->frozen >> m->from) & 1u))
 			n->echo[m->from] = m->hb_time;
-		if (m->hb_echo > n->acked[m->from])
+		if (has(&n->t, m->from) && m->hb_echo > n->acked[m->from])
 			n->acked[m->from] = m->hb_echo;
 		if (n->joined && !has(&n->t, m->from) && n->t.ver >= m->hb_ver)
 			post(s, (struct msg){ .type = M_REMOVED, .from = i, .to = m->from, .t = n->t },
 			    faults);
+		else if (!has(&n->t, m->from) && m->hb_ver > n->t.ver)
+			/* a node of a newer version: this one is behind (its
+			 * TOPOLOGY was lost) and heartbeats only the members of
+			 * its own — one back, without an echo, gets the newer one */
+			post(s, (struct msg){ .type = M_HB, .from = i, .to = m->from, .hb_time = s->now,
+			    .hb_ver = n->t.ver }, faults);
 		else if (has(&n->t, m->from) && m->hb_ver < n->t.ver)
 			/* (a node rejoining too: what it holds was agreed) */
 			post(s, (struct msg){ .type = M_TOPO, .from = i, .to = m->from, .t = n->t },
 			    faults);
 		if (s->now < n->quiet_until && n->joined && has(&n->t, m->from))
 			n->quiet_until = 0; /* a member vouched: the quiet is over */
-		break;
-	case M_PROPOSE: {
-		/* the voter's side: the code's rule */
-		bool drops_heard = false;
-		for (int j = 0; j < N; j++)
-			if (j != i && has(&n->t, j) && !has(&m->t, j) && s->now < heard(n, j) + SILENCE)
-				drops_heard = true;
-		struct dgi_voter v = { n->joined, n->segmented, n->t.ver, n->voted,
-			(dg_node_id)(n->voted_for + 1) }; /* ids: node + 1; 0 none */
-		struct dgi_vote_ask a = { m->t.ver, m->base, (dg_node_id)(m->from + 1),
-			has(&m->t, m->from), has(&m->t, i), drops_heard };
-		const char *why = dgi_vote_rule(&v, &a);
-		if (why == NULL) {
-			if (m->t.ver > n->voted)
-				n->voted = m->t.ver;
-			n->voted_for = m->from;
-			freeze(n, &m->t);
-		}
-		vlog(s, "n%d votes %s on v%" PRId64 " of n%d%s%s", i, why ? "no" : "yes", m->t.ver,
-		    m->from, why ? ": " : "", why ? why : "");
-		post(s, (struct msg){ .type = M_VOTE, .from = i, .to = m->from, .t = m->t,
-		    .granted = why == NULL, .refused = n->voted > n->t.ver ? n->voted : n->t.ver },
-		    faults);
-		break;
-	}
-	case M_VOTE:
-		if (!n->prop || m->t.ver != n->pt.ver || !same(&m->t, &n->pt)) {
-			vlog(s, "n%d: a vote of n%d on v%" PRId64 " comes late", i, m->from, m->t.ver);
-			break;
-		}
-		if (m->granted)
-			n->pgranted |= 1u << m->from;
-		else if (m->refused > n->prefused)
-			n->prefused = m->refused;
-		if (count(n->pgranted & n->pvoters) >= (int)dgi_quorum_need((uint32_t)count(n->pvoters))) {
-			struct topo t = n->pt;
-			n->prop = false;
-			if (n->joined && n->t.ver < t.ver) {
-				install(s, i, &t);
-				broadcast_topo(s, i, &t, faults);
-			}
-		}
 		break;
 	case M_TOPO:
 	case M_REMOVED:
@@ -512,15 +686,9 @@ static void on_msg(struct sim *s, const struct msg *m, bool faults)
 			 * not reach it — sent again; one told it is out by a
 			 * version this node has not seen gets a newer one */
 			post(s, (struct msg){ .type = M_TOPO, .from = i, .to = j, .t = n->t }, faults);
-			if (m->hb_ver >= n->t.ver && !n->prop && !n->segmented) {
-				struct topo next = n->t;
-				if (n->vote_floor < m->hb_ver)
-					n->vote_floor = m->hb_ver;
-				propose(s, i, next, j, faults);
-			}
 			break;
 		}
-		if (n->prop || n->segmented)
+		if (n->phase || n->segmented)
 			break; /* busy: it asks again */
 		struct topo next = n->t;
 		int64_t max = 0;
@@ -529,7 +697,7 @@ static void on_msg(struct sim *s, const struct msg *m, bool faults)
 				max = n->t.order[k];
 		next.members |= 1u << j;
 		next.order[j] = max >= n->t.ver ? max + 1 : n->t.ver + 1; /* a new incarnation */
-		propose(s, i, next, j, faults);
+		px_propose(s, i, next, faults);
 		break;
 	}
 	}
@@ -601,13 +769,12 @@ static void sim_init(struct sim *s, uint64_t seed, bool verbose, bool leases, bo
 	s->check_heal = heals;
 	s->rng = seed * 0x9E3779B97F4A7C15ULL + 1;
 	s->verbose = verbose;
-	struct topo t = { 1, (1u << N) - 1, { 0 } };
+	struct topo t = { 1, 0, (1u << N) - 1, { 0 } };
 	for (int i = 0; i < N; i++)
 		t.order[i] = i + 1;
 	for (int i = 0; i < N; i++) {
 		s->n[i].t = t;
 		s->n[i].joined = true;
-		s->n[i].voted_for = -1;
 		s->n[i].next_tick = rnd_in(s, 0, HB - 1);
 	}
 	s->have[1] = true;
@@ -694,6 +861,14 @@ static const char *run(struct sim *s, uint64_t seed, bool verbose, bool leases, 
 		s->stopped++;
 		return NULL;
 	}
+	for (int i = 0; i < N && s->verbose; i++) {
+		const struct node *n = &s->n[i];
+		vlog(s, "end: n%d v%" PRId64 " members %#x joined %d phase %d segmented %d coordinator "
+		    "n%d promised %" PRId64 "/%" PRId64 "/%" PRIu64 " accepted %d v%" PRId64 " at %" PRId64
+		    "/%" PRId64 " frozen %#x", i, n->t.ver, n->t.members, n->joined, n->phase,
+		    n->segmented, coordinator(s, i), n->prom.base, n->prom.round, n->prom.from,
+		    n->has_acc, n->acc.ver, n->acc_b.base, n->acc_b.round, n->frozen);
+	}
 	for (int i = 0; i < N; i++) {
 		const struct node *n = &s->n[i];
 		if (n->crashed)
@@ -711,13 +886,18 @@ static const char *run(struct sim *s, uint64_t seed, bool verbose, bool leases, 
 int main(int argc, char **argv)
 {
 	uint64_t seed = 0, schedules = 2000;
-	bool have_seed = false, verbose = false, leases = false, heals = false;
+	bool have_seed = false, verbose = false, leases = false, heals = false, keep = false;
+	const char *replay = NULL;
 	const char *env = getenv("DG_SIM_SCHEDULES");
 	if (env != NULL)
 		schedules = strtoull(env, NULL, 10);
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--schedules") == 0 && i + 1 < argc) {
 			schedules = strtoull(argv[++i], NULL, 10);
+		} else if (strcmp(argv[i], "--replay") == 0 && i + 1 < argc) {
+			replay = argv[++i];
+		} else if (strcmp(argv[i], "--keep-going") == 0) {
+			keep = true;
 		} else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
 			seed = strtoull(argv[++i], NULL, 10);
 			have_seed = true;
@@ -728,10 +908,22 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--check-heal") == 0) {
 			heals = true;
 		} else {
-			fprintf(stderr, "usage: member_sim [--schedules N] [--seed S] [--verbose] [--check-leases] "
+			fprintf(stderr, "usage: member_sim [--schedules N] [--seed S] [--replay S1,S2,..] [--verbose] [--keep-going] [--check-leases] "
 			    "[--check-heal]\n");
 			return 2;
 		}
+	}
+	/* --replay: those seeds, one schedule each (the regressions) */
+	uint64_t list[64];
+	size_t nlist = 0;
+	for (const char *p = replay; p != NULL && *p != 0 && nlist < 64;) {
+		char *end;
+		list[nlist++] = strtoull(p, &end, 10);
+		p = *end == ',' ? end + 1 : NULL;
+	}
+	if (nlist > 0) {
+		have_seed = true;
+		schedules = nlist;
 	}
 	if (!have_seed) {
 		struct timespec ts;
@@ -739,32 +931,38 @@ int main(int argc, char **argv)
 		seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
 		seed %= 1000000000u;
 	}
-	printf("member_sim: %" PRIu64 " schedules from seed %" PRIu64
-	    " (--seed %" PRIu64 " repeats them)\n", schedules, seed, seed);
+	if (nlist == 0)
+		printf("member_sim: %" PRIu64 " schedules from seed %" PRIu64
+		    " (--seed %" PRIu64 " repeats them)\n", schedules, seed, seed);
 	struct sim *s = malloc(sizeof(*s));
 	if (s == NULL)
 		return 2;
-	uint64_t steps = 0, installs = 0, removals = 0, stopped = 0;
+	uint64_t steps = 0, installs = 0, removals = 0, stopped = 0, failed = 0;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (uint64_t k = 0; k < schedules; k++) {
-		const char *bad = run(s, seed + k, verbose, leases, heals);
+		uint64_t sd = nlist > 0 ? list[k] : seed + k;
+		const char *bad = run(s, sd, verbose, leases, heals);
 		steps += s->steps;
 		installs += s->installs;
 		removals += s->removals;
 		stopped += s->stopped;
 		if (bad != NULL) {
 			printf("member_sim: FAIL %s in schedule %" PRIu64 " (--seed %" PRIu64
-			    " --schedules 1 --verbose replays it): %s\n", bad, k, seed + k, s->why);
-			free(s);
-			return 1;
+			    " --schedules 1 --verbose replays it): %s\n", bad, k, sd, s->why);
+			failed++;
+			if (!keep) {
+				free(s);
+				return 1;
+			}
 		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	printf("member_sim: ok: %" PRIu64 " schedules (%" PRIu64 " ended without a majority "
-	    "alive), %" PRIu64 " steps, %" PRIu64 " installs, %" PRIu64 " removals of a live node, "
-	    "%.1f s\n", schedules, stopped, steps, installs, removals, secs);
+	printf("member_sim: %s: %" PRIu64 " schedules, %" PRIu64 " failed (%" PRIu64 " ended without a "
+	    "majority alive), %" PRIu64 " steps, %" PRIu64 " installs, %" PRIu64 " removals of a live "
+	    "node, %.1f s\n", failed ? "FAIL" : "ok", schedules, failed, stopped, steps, installs,
+	    removals, secs);
 	free(s);
-	return 0;
+	return failed ? 1 : 0;
 }

@@ -26,6 +26,7 @@
 
 #include "transport/transport.h"
 #include "transport/transport_int.h"
+#include "transport/member_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -642,9 +643,35 @@ static void test_msg_rows_roundtrip(void **state)
 			assert_int_equal(o.data.len, 0);
 		}
 	}
-	{ /* NODE_FAILED, TOPO_VOTE: I64, I64; JOIN_ACK, HEARTBEAT: four I64 */
-		const dg_msg_type tt[] = { DG_MSG_NODE_FAILED, DG_MSG_TOPO_VOTE };
-		for (size_t i = 0; i < 2; i++) {
+	{ /* TOPO_VOTE: eight I64, BYTES */
+		dg_msg_topo_vote m = { 1, 9, 8, 3, 77, 8, 2, 66, { (const uint8_t *)"\x0f\x00", 2 } }, o;
+		ref_start(&ref, &w);
+		for (int k = 0; k < 8; k++)
+			OK(dg_write_i64(&w, ((const int64_t *)&m)[k]));
+		OK(dg_write_bytes(&w, "\x0f\x00", 2));
+		row_roundtrip(DG_MSG_TOPO_VOTE, &m, &ref, &o);
+		assert_int_equal(o.granted, 1);
+		assert_int_equal(o.version, 9);
+		assert_int_equal(o.promised_base, 8);
+		assert_int_equal(o.promised_round, 3);
+		assert_int_equal(o.promised_from, 77);
+		assert_int_equal(o.acc_base, 8);
+		assert_int_equal(o.acc_round, 2);
+		assert_int_equal(o.acc_from, 66);
+		assert_int_equal(o.acc.len, 2);
+		assert_memory_equal(o.acc.ptr, "\x0f\x00", 2);
+		m.acc = (dg_bytes){ NULL, 0 }; /* none: empty, not null */
+		ref_start(&ref, &w);
+		for (int k = 0; k < 8; k++)
+			OK(dg_write_i64(&w, ((const int64_t *)&m)[k]));
+		OK(dg_write_bytes(&w, "", 0));
+		row_roundtrip(DG_MSG_TOPO_VOTE, &m, &ref, &o);
+		assert_non_null(o.acc.ptr);
+		assert_int_equal(o.acc.len, 0);
+	}
+	{ /* NODE_FAILED: I64, I64; JOIN_ACK, HEARTBEAT: four I64 */
+		const dg_msg_type tt[] = { DG_MSG_NODE_FAILED };
+		for (size_t i = 0; i < 1; i++) {
 			dg_msg_node_failed m = { 42 + (int64_t)i, -1 }, o = { 0, 0 };
 			ref_start(&ref, &w);
 			OK(dg_write_i64(&w, 42 + (int64_t)i));
@@ -3527,47 +3554,58 @@ static void test_majority_arithmetic(void **state)
 	assert_true(dgi_lease_until(UINT64_MAX - 10, 500) == UINT64_MAX);
 }
 
-/* TOPO_PROPOSE's rule (quorum.c, dgi_vote_rule): each refusal, and that
- * a voter grants one coordinator per version for good — no time after
- * which another coordinator's topology of that version is granted too
- * (tests/member_sim.c: two topologies of one version were agreed). */
-static void test_vote_rule(void **state)
+/* TOPO_PROPOSE's rule (quorum.c, dgi_px_rule): ballots ordered on (base,
+ * round, from); a promise refuses every smaller ballot, and an older base
+ * for good; a new topology's own rules in phase 2, an adopted one's not
+ * (tests/member_sim.c: with one phase, a voter granted a version to one
+ * coordinator and a later one following the version before it to
+ * another — sibling versions). */
+static void test_px_rule(void **state)
 {
 	(void)state;
-	struct dgi_voter v = { true, false, 4, 0, 0 };
-	struct dgi_vote_ask a = { 5, 4, 7, true, true, false };
-	assert_null(dgi_vote_rule(&v, &a));
+	struct dgi_ballot a1 = { 4, 1, 7 }, a2 = { 4, 1, 9 }, a3 = { 4, 2, 1 }, a4 = { 5, 1, 1 };
+	assert_int_equal(dgi_ballot_cmp(&a1, &a1), 0);
+	assert_true(dgi_ballot_cmp(&a1, &a2) < 0); /* the sender breaks a tie */
+	assert_true(dgi_ballot_cmp(&a2, &a3) < 0); /* rounds before senders */
+	assert_true(dgi_ballot_cmp(&a3, &a4) < 0); /* bases before rounds */
+	assert_true(dgi_ballot_cmp(&a4, &a1) > 0);
+
+	struct dgi_acceptor v = { true, false, 4, { 4, 1, 7 } };
+	struct dgi_px_ask q = { { 4, 1, 7 }, false, false, false, false, false };
+	assert_null(dgi_px_rule(&v, &q)); /* the same ballot again: yes */
 	v.member = false;
-	assert_string_equal(dgi_vote_rule(&v, &a), "not a member");
+	assert_string_equal(dgi_px_rule(&v, &q), "not a member");
 	v.member = true;
 	v.segmented = true;
-	assert_string_equal(dgi_vote_rule(&v, &a), "segmented");
+	assert_string_equal(dgi_px_rule(&v, &q), "segmented");
 	v.segmented = false;
-	a.version = 4;
-	assert_string_equal(dgi_vote_rule(&v, &a), "not newer than this voter's topology");
-	a.version = 6;
-	a.base = 3; /* follows a version older than the voter's */
-	assert_string_equal(dgi_vote_rule(&v, &a), "not newer than this voter's topology");
-	a.base = 4;
-	/* it granted version 6 to coordinator 7: 7 again (a retry, or its
-	 * next one) yes, anyone else's 6 or below no — ever */
-	v.voted = 6;
-	v.voted_for = 7;
-	assert_null(dgi_vote_rule(&v, &a));
-	a.from = 9;
-	assert_string_equal(dgi_vote_rule(&v, &a), "accepted another coordinator's version");
-	a.version = 5;
-	assert_string_equal(dgi_vote_rule(&v, &a), "accepted another coordinator's version");
-	a.version = 7; /* above it: yes */
-	assert_null(dgi_vote_rule(&v, &a));
-	a.from_in = false;
-	assert_string_equal(dgi_vote_rule(&v, &a), "the proposer is not in it");
-	a.from_in = true;
-	a.self_in = false;
-	assert_string_equal(dgi_vote_rule(&v, &a), "it removes this voter");
-	a.self_in = true;
-	a.drops_heard = true;
-	assert_string_equal(dgi_vote_rule(&v, &a), "it removes a node heard from lately");
+	q.b.base = 3; /* proposed after a version older than the voter's */
+	q.b.round = 99;
+	assert_string_equal(dgi_px_rule(&v, &q), "not newer than this voter's topology");
+	q.b = (struct dgi_ballot){ 4, 1, 5 }; /* below its promise */
+	assert_string_equal(dgi_px_rule(&v, &q), "promised a newer ballot");
+	q.accept = true;
+	assert_string_equal(dgi_px_rule(&v, &q), "promised a newer ballot");
+	q.b = (struct dgi_ballot){ 4, 2, 5 };
+	q.from_in = q.self_in = true;
+	assert_null(dgi_px_rule(&v, &q));
+	q.from_in = false;
+	assert_string_equal(dgi_px_rule(&v, &q), "the proposer is not in it");
+	q.from_in = true;
+	q.self_in = false;
+	assert_string_equal(dgi_px_rule(&v, &q), "it removes this voter");
+	q.self_in = true;
+	q.drops_heard = true;
+	assert_string_equal(dgi_px_rule(&v, &q), "it removes a node heard from lately");
+	/* adopted: some voter accepted it at an earlier ballot, under these
+	 * rules then; now it is accepted as it is (the coordinator waits out
+	 * the leases of the nodes it removes) */
+	q.adopted = true;
+	q.from_in = q.self_in = false;
+	assert_null(dgi_px_rule(&v, &q));
+	/* a voter behind (base above its version) promises */
+	q = (struct dgi_px_ask){ { 6, 1, 5 }, false, false, false, false, false };
+	assert_null(dgi_px_rule(&v, &q));
 }
 
 static dg_err mserving(struct mnode *n)
@@ -3729,10 +3767,13 @@ static void test_majority_even_split(void **state)
 	mnodes_stop(n, 4);
 }
 
-/* A voter's rules for TOPO_PROPOSE: it refuses a version not newer than
- * its own, one from a proposer outside it, one removing a node it heard
- * from lately, and one removing itself; it accepts a newer one that only
- * adds a node, and then refuses another coordinator's of that version. */
+/* A voter's rules for TOPO_PROPOSE, through the messages: it refuses a
+ * version not newer than its own, one from a proposer outside it, one
+ * removing a node it heard from lately, and one removing itself; it
+ * accepts a newer one that only adds a node.  Then Paxos' first phase: a
+ * PREPARE of a higher ballot (another coordinator) is promised and answered
+ * with the topology accepted, a lower ballot is refused from then on and
+ * names the promise, and nothing is installed by votes. */
 static void test_majority_vote_rules(void **state)
 {
 	(void)state;
@@ -3744,6 +3785,7 @@ static void test_majority_vote_rules(void **state)
 	connect_ok(x, n[1].tp);
 	connect_ok(y, n[1].tp);
 	dg_node_id id0 = dg_tp_self(n[0].tp), id1 = dg_tp_self(n[1].tp), idx = dg_tp_self(x);
+	dg_node_id idy = dg_tp_self(y);
 	const char *u0 = dg_tp_address(n[0].tp), *u1 = dg_tp_address(n[1].tp);
 	const char *ux = dg_tp_address(x);
 	dg_buf b;
@@ -3755,35 +3797,63 @@ static void test_majority_vote_rules(void **state)
 		const char *urls[3];
 		int n;
 		dg_tp *from;
+		int64_t base, round, phase;
 		int64_t granted;
 	} cases[] = {
-		{ v, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, 0 },      /* not newer */
-		{ v + 1, { id0, id1, 0 }, { u0, u1, NULL }, 2, NULL, 0 },  /* proposer outside */
-		{ v + 1, { id1, idx, 0 }, { u1, ux, NULL }, 2, NULL, 0 },  /* drops n[0], alive */
-		{ v + 1, { id0, idx, 0 }, { u0, ux, NULL }, 2, NULL, 0 },  /* drops the voter */
-		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, 1 },  /* adds x: granted */
-		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, 1 },  /* again, same proposer */
-		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, 0 },  /* y: voted for x */
+		{ v, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, v - 1, 1, DG_PX_PREPARE, 0 }, /* older base */
+		{ v + 1, { id0, id1, 0 }, { u0, u1, NULL }, 2, NULL, v, 1, DG_PX_ACCEPT, 0 },  /* proposer outside */
+		{ v + 1, { id1, idx, 0 }, { u1, ux, NULL }, 2, NULL, v, 1, DG_PX_ACCEPT, 0 },  /* drops n[0], alive */
+		{ v + 1, { id0, idx, 0 }, { u0, ux, NULL }, 2, NULL, v, 1, DG_PX_ACCEPT, 0 },  /* drops the voter */
+		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, v, 1, DG_PX_PREPARE, 1 }, /* promised */
+		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, v, 1, DG_PX_ACCEPT, 1 },  /* adds x: accepted */
+		{ v + 1, { id0, id1, idx }, { u0, u1, ux }, 3, NULL, v, 1, DG_PX_ACCEPT, 1 },  /* again */
+		{ v + 2, { id0, id1, idy }, { u0, u1, NULL }, 3, NULL, v, 2, DG_PX_PREPARE, 1 }, /* y, higher */
+		{ v + 2, { id0, id1, idy }, { u0, u1, NULL }, 3, NULL, v, 1, DG_PX_ACCEPT, 0 }, /* x, lower */
+		{ v + 2, { id0, id1, idy }, { u0, u1, NULL }, 3, NULL, v, 1, DG_PX_PREPARE, 0 }, /* y, lower */
 	};
-	cases[6].from = y;
-	cases[6].ids[2] = dg_tp_self(y);
-	cases[6].urls[2] = dg_tp_address(y);
+	for (size_t i = 7; i < 10; i++) {
+		cases[i].from = i == 8 ? x : y;
+		cases[i].urls[2] = dg_tp_address(y);
+	}
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		topo_body(&b, cases[i].version, cases[i].ids, cases[i].urls, cases[i].n);
-		dg_msg_topo_propose p = { v, { b.data, (uint32_t)b.len } };
+		dg_msg_topo_propose p = { cases[i].base, cases[i].round, cases[i].phase,
+			{ b.data, (uint32_t)b.len } };
 		OK(dg_tp_call(cases[i].from ? cases[i].from : x, id1, DG_MSG_TOPO_PROPOSE, &p, 2000,
 		    &r, NULL));
 		if (r.granted != cases[i].granted)
 			fail_msg("case %zu: granted %lld", i, (long long)r.granted);
 		if (!r.granted)
 			assert_true(r.version >= v);
+		if (i == 4)
+			assert_int_equal(r.acc_from, 0); /* nothing accepted yet */
+		if (i == 7) {
+			/* y's PREPARE learns that the voter accepted x's topology
+			 * after v: y must propose that one */
+			assert_int_equal(r.acc_base, v);
+			assert_int_equal(r.acc_round, 1);
+			assert_int_equal((dg_node_id)r.acc_from, idx);
+			assert_true(r.acc.len > 0);
+			dg_topology *t;
+			dg_raw raw = { r.acc.ptr, r.acc.len };
+			OK(dgi_member_topo_decode(n[1].m, &raw, &t));
+			assert_int_equal(t->version, v + 1);
+			assert_int_equal(t->count, 3);
+			assert_non_null(dg_topology_find(t, idx));
+			dg_topology_release(t);
+		}
+		if (i >= 8) { /* refused, naming y's round 2 */
+			assert_int_equal(r.promised_base, v);
+			assert_int_equal(r.promised_round, 2);
+			assert_int_equal((dg_node_id)r.promised_from, idy);
+		}
 	}
 	/* nothing installed by a vote */
 	assert_int_equal(mversion(&n[1]), v);
 	dg_member_quorum q;
 	dg_member_quorum_get(n[1].m, &q);
-	assert_int_equal(q.votes_granted, 2);
-	assert_true(q.votes_refused >= 5);
+	assert_int_equal(q.votes_granted, 4);
+	assert_true(q.votes_refused >= 6);
 	dg_buf_free(&b);
 	dg_tp_stop(y);
 	dg_tp_stop(x);
@@ -4444,7 +4514,7 @@ int main(void)
 		cmocka_unit_test(test_membership_rejoin_slow_type_sync),
 		cmocka_unit_test(test_majority_arithmetic),
 		cmocka_unit_test(test_rejoin_backoff),
-		cmocka_unit_test(test_vote_rule),
+		cmocka_unit_test(test_px_rule),
 		cmocka_unit_test(test_member_silent_peer_reset),
 		cmocka_unit_test(test_majority_member_cut_off),
 		cmocka_unit_test(test_majority_coordinator_cut_off),

@@ -13,20 +13,33 @@
 
 /* ---- topology changes (coordinator) ---- */
 
-/* A version waiting for a majority of the voters of the one before it
- * (PROTOCOL.md, "Majority").  One at a time (m->prop); each TOPO_PROPOSE
- * in flight and each waiter hold a reference (under m->mu). */
-enum { PROP_PENDING, PROP_DONE, PROP_ABANDONED };
+/* A version waiting for a majority of the voters of the one before it:
+ * Paxos over the version after cur (PROTOCOL.md, "Majority").  Phase 1
+ * (PREPARE) gets a majority's promise for ballot b and learns what any of
+ * them accepted after cur; phase 2 (ACCEPT) proposes that topology, the
+ * one accepted at the highest ballot (ADOPTED), else the one this node
+ * wants.  One at a time (m->prop); each TOPO_PROPOSE in flight and each
+ * waiter hold a reference (under m->mu). */
+enum { PROP_PENDING, PROP_DONE, PROP_ABANDONED, PROP_NEXT };
+enum { PHASE_WAIT = 4 }; /* agreed; installed at install_at (after DG_PX_*) */
 
 struct prop {
 	int refs;
 	int state;
-	bool sending;             /* votes still being sent: not decided yet */
-	dg_topology *cur, *t;     /* held */
+	int phase;                /* DG_PX_PREPARE, DG_PX_ACCEPT or _ADOPTED, PHASE_WAIT */
+	bool sending;             /* this phase's messages still being sent */
+	dg_topology *cur, *t;     /* held; t: wanted, from phase 2 the proposed */
+	struct dgi_ballot b;
 	const char **voters;      /* cur's (views into cur) */
 	uint32_t nvoters, need, granted;
-	bool *got;                /* per voter */
-	uint32_t sent, answered;
+	bool *got;                /* per voter, this phase */
+	bool *pre;                /* per voter: counted in both phases unasked
+	                             (itself, the joiner, a voter that left) */
+	uint32_t npre;
+	uint32_t sent, answered;  /* this phase */
+	dg_topology *best;        /* phase 1: accepted at the highest ballot a */
+	struct dgi_ballot best_b; /* voter reported (held), or NULL */
+	uint64_t install_at;      /* PHASE_WAIT */
 	int64_t refused_above;    /* the highest version a refusal named */
 	dg_node_id drop_hint;     /* a node dropped (for the log) */
 	uint32_t ndrop;
@@ -42,38 +55,49 @@ struct vote {
 	dg_member *m;
 	struct prop *p;
 	int32_t idx;
+	int phase;                /* the one it was sent in */
 };
+
+static void prop_free(struct prop *p)
+{
+	dg_topology_release(p->cur);
+	dg_topology_release(p->t);
+	dg_topology_release(p->best);
+	dgi_free(p->voters);
+	dgi_free(p->got);
+	dgi_free(p->pre);
+	dgi_free(p);
+}
 
 static void prop_release(dg_member *m, struct prop *p)
 {
 	pthread_mutex_lock(&m->mu);
 	bool last = --p->refs == 0;
 	pthread_mutex_unlock(&m->mu);
-	if (!last)
-		return;
-	dg_topology_release(p->cur);
-	dg_topology_release(p->t);
-	dgi_free(p->voters);
-	dgi_free(p->got);
-	dgi_free(p);
+	if (last)
+		prop_free(p);
 }
 
 void dgi_member_prop_drop(dg_member *m)
 {
 	struct prop *p = m->prop;
 	m->prop = NULL;
-	if (p != NULL && --p->refs == 0) {
-		dg_topology_release(p->cur);
-		dg_topology_release(p->t);
-		dgi_free(p->voters);
-		dgi_free(p->got);
-		dgi_free(p);
+	if (p != NULL && --p->refs == 0)
+		prop_free(p);
+}
+
+static void count_pre(struct prop *p, int32_t k)
+{
+	if (k >= 0 && !p->pre[k]) {
+		p->pre[k] = true;
+		p->npre++;
 	}
 }
 
-/* A new proposal of t after cur (mu held), with this node's vote and the
- * joiner's (its JOIN is its vote for its own address) counted.  *direct:
- * those make a majority already (one voter, or two and the joiner). */
+/* A new proposal of t after cur (mu held), with this node's promise and
+ * the joiner's and leavers' votes counted.  *direct: those make a majority
+ * already (one voter, or two and the joiner) and this node accepted
+ * nothing after cur: t is agreed. */
 static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology *t,
     const struct change *ch, bool *direct)
 {
@@ -81,19 +105,18 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 	struct prop *p = dgi_calloc(1, sizeof(*p));
 	uint32_t cap = cur->count + cur->nbaseline;
 	if (p == NULL || (p->voters = dgi_calloc(cap ? cap : 1, sizeof(char *))) == NULL ||
-	    (p->got = dgi_calloc(cap ? cap : 1, sizeof(bool))) == NULL) {
-		if (p != NULL)
+	    (p->got = dgi_calloc(cap ? cap : 1, sizeof(bool))) == NULL ||
+	    (p->pre = dgi_calloc(cap ? cap : 1, sizeof(bool))) == NULL) {
+		if (p != NULL) {
 			dgi_free(p->voters);
+			dgi_free(p->got);
+		}
 		dgi_free(p);
 		return NULL;
 	}
 	p->nvoters = dgi_quorum_voters(cur, p->voters, cap);
 	p->need = p->nvoters > 0 ? dgi_quorum_need(p->nvoters) : 0;
-	int32_t me = dgi_quorum_index(p->voters, p->nvoters, dg_tp_address(m->tp));
-	if (me >= 0 && !p->got[me]) {
-		p->got[me] = true;
-		p->granted++;
-	}
+	count_pre(p, dgi_quorum_index(p->voters, p->nvoters, dg_tp_address(m->tp)));
 	/* a JOIN (a joiner, or a member rejoining: TOPOLOGY-RESYNC) is its
 	 * sender's vote for its own address */
 	const dg_msg_join *jn = ch->add != NULL ? ch->add :
@@ -102,35 +125,35 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 		char url[256];
 		memcpy(url, jn->address.ptr, jn->address.len);
 		url[jn->address.len] = 0;
-		int32_t j = dgi_quorum_index(p->voters, p->nvoters, url);
-		if (j >= 0 && !p->got[j]) {
-			p->got[j] = true;
-			p->granted++;
-		}
+		count_pre(p, dgi_quorum_index(p->voters, p->nvoters, url));
 	}
 	/* a voter that left (LEAVE) serves nothing and votes no more: its
 	 * LEAVE is its vote for the versions without it */
-	for (uint32_t i = 0; i < cur->count && m->since != NULL && m->topo == cur; i++) {
-		int32_t k = m->since[i].left ?
-		    dgi_quorum_index(p->voters, p->nvoters, cur->nodes[i].url) : -1;
-		if (k >= 0 && !p->got[k]) {
-			p->got[k] = true;
-			p->granted++;
-		}
-	}
-	if (p->granted >= p->need) {
+	for (uint32_t i = 0; i < cur->count && m->since != NULL && m->topo == cur; i++)
+		if (m->since[i].left)
+			count_pre(p, dgi_quorum_index(p->voters, p->nvoters, cur->nodes[i].url));
+	bool accepted = m->acc != NULL && m->acc_b.base == cur->version;
+	if (p->npre >= p->need && !accepted) {
 		*direct = true;
-		dgi_free(p->voters);
-		dgi_free(p->got);
-		dgi_free(p);
+		prop_free(p);
 		return NULL;
 	}
-	/* its own vote, for good: it grants no other coordinator's topology
-	 * of this version (dgi_vote_rule) */
-	if (t->version > m->voted_version)
-		m->voted_version = t->version;
-	m->voted_for = dg_tp_self(m->tp);
-	dgi_member_freeze_locked(m, t);
+	/* its own promise: above every round it promised or saw refused */
+	int64_t round = 1;
+	if (m->seen_base == cur->version && m->seen_round >= round)
+		round = m->seen_round + 1;
+	if (m->promised.base == cur->version && m->promised.round >= round)
+		round = m->promised.round + 1;
+	p->b = (struct dgi_ballot){ cur->version, round, dg_tp_self(m->tp) };
+	if (dgi_ballot_cmp(&p->b, &m->promised) > 0)
+		m->promised = p->b;
+	if (accepted) {
+		p->best = dgi_topo_hold(m->acc);
+		p->best_b = m->acc_b;
+	}
+	memcpy(p->got, p->pre, p->nvoters * sizeof(bool));
+	p->granted = p->npre;
+	p->phase = DG_PX_PREPARE;
 	p->refs = 1; /* m->prop's */
 	p->state = PROP_PENDING;
 	p->sending = true;
@@ -151,9 +174,6 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 	return p;
 }
 
-/* Decides p when it can be (mu held): DONE installs its version (*old: the
- * one replaced, *installed set), ABANDONED leaves it.  Returns the new
- * state (PROP_PENDING: not yet). */
 /* What prop_finish logs, read under m->mu (votes still arriving change
  * the counts). */
 struct tally {
@@ -161,6 +181,46 @@ struct tally {
 	int64_t refused_above;
 };
 
+/* Phase 1 won (mu held): phase 2 with the topology accepted at the
+ * highest ballot a voter reported, else the wanted one, accepted here
+ * first (its own removal too, when adopted: it stops counting itself
+ * toward its lease). */
+static void phase2_locked(dg_member *m, struct prop *p)
+{
+	p->phase = DG_PX_ACCEPT;
+	if (p->best != NULL) {
+		dg_topology_release(p->t);
+		p->t = p->best;
+		p->best = NULL;
+		p->phase = DG_PX_ADOPTED;
+	}
+	if (dgi_ballot_cmp(&p->b, &m->promised) >= 0) {
+		m->promised = p->b;
+		dg_topology_release(m->acc);
+		m->acc = dgi_topo_hold(p->t);
+		m->acc_b = p->b;
+		if (p->t->version > m->voted_version)
+			m->voted_version = p->t->version;
+		dgi_member_freeze_locked(m, p->t);
+	}
+	memcpy(p->got, p->pre, p->nvoters * sizeof(bool));
+	p->granted = p->npre;
+	p->sent = p->answered = 0;
+	p->sending = true;
+}
+
+/* A node of cur that t has not (a removal). */
+static bool removes(const dg_topology *cur, const dg_topology *t)
+{
+	for (uint32_t i = 0; i < cur->count; i++)
+		if (dg_topology_find(t, cur->nodes[i].id) == NULL)
+			return true;
+	return false;
+}
+
+/* Decides p when it can be (mu held): DONE installs its version (*old: the
+ * one replaced, *installed set), ABANDONED leaves it, NEXT starts phase 2
+ * (the caller sends it).  Returns the new state (PROP_PENDING: not yet). */
 static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, bool *installed,
     struct tally *tl)
 {
@@ -171,10 +231,29 @@ static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, b
 	tl->refused_above = p->refused_above;
 	if (p->state != PROP_PENDING)
 		return PROP_PENDING;
+	bool current = m->topo == p->cur && m->joined && !m->stopping;
 	bool won = p->granted >= p->need;
-	if (!won && (p->sending || p->answered < p->sent))
+	if (p->phase == PHASE_WAIT) {
+		if (current && dgi_now_ms() < p->install_at)
+			return PROP_PENDING;
+	} else if (!won && (p->sending || p->answered < p->sent)) {
 		return PROP_PENDING;
-	if (won && m->topo == p->cur && m->joined && !m->stopping) {
+	}
+	if (won && current && p->phase == DG_PX_PREPARE) {
+		phase2_locked(m, p);
+		return PROP_NEXT;
+	}
+	if (won && current && p->phase == DG_PX_ADOPTED && removes(p->cur, p->t)) {
+		/* adopted: voted without the silence rule; every voter that
+		 * accepted it echoes the nodes it removes no more, so their
+		 * leases end within a lease of the last acceptance */
+		p->phase = PHASE_WAIT;
+		p->install_at = dgi_now_ms() + removal_silence_ms(m);
+		dgi_log("info", "TOPOLOGY-AGREED-WAIT", "version=%lld wait_ms=%llu",
+		    (long long)p->t->version, (unsigned long long)removal_silence_ms(m));
+		return PROP_PENDING;
+	}
+	if ((won || p->phase == PHASE_WAIT) && current) {
 		bool taken;
 		*old = dgi_member_install_locked(m, dgi_topo_hold(p->t), &taken);
 		*installed = taken;
@@ -194,31 +273,39 @@ static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, b
 }
 
 static void log_baseline(dg_member *m, const struct change *ch);
+static void prop_send(dg_member *m, struct prop *p);
 
-/* After prop_decide_locked, outside mu: broadcast, log, answer. */
+/* After prop_decide_locked, outside mu: broadcast, log, answer — or send
+ * phase 2. */
 static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *old, bool inst,
     const struct tally *tl)
 {
+	if (state == PROP_NEXT) {
+		prop_send(m, p);
+		return;
+	}
 	if (state == PROP_PENDING)
 		return;
 	if (state == PROP_DONE) {
 		if (inst)
 			dgi_member_installed(m, old, p->t);
 		dgi_member_broadcast(m, p->t);
-		dgi_log("info", "TOPOLOGY-AGREED", "version=%lld votes=%u of=%u took_ms=%llu",
-		    (long long)p->t->version, tl->granted, p->nvoters,
+		dgi_log("info", "TOPOLOGY-AGREED", "version=%lld votes=%u of=%u round=%lld%s took_ms=%llu",
+		    (long long)p->t->version, tl->granted, p->nvoters, (long long)p->b.round,
+		    p->phase == DG_PX_ACCEPT ? "" : " adopted=1",
 		    (unsigned long long)(dgi_now_ms() - p->started));
 	} else {
 		uint32_t sup;
 		if (dgi_lograte_due(&m->lr_agree, dgi_now_ms(), 1000, &sup))
-			dgi_log("warn", "TOPOLOGY-NOT-AGREED", "version=%lld votes=%u need=%u of=%u "
+			dgi_log("warn", "TOPOLOGY-NOT-AGREED", "version=%lld phase=%d votes=%u need=%u of=%u "
 			    "answered=%u refused_above=%lld dropped=%u node=%016llx repeated=%u",
-			    (long long)p->t->version, tl->granted, p->need, p->nvoters, tl->answered,
-			    (long long)tl->refused_above, p->ndrop, (unsigned long long)p->drop_hint, sup);
+			    (long long)p->t->version, p->phase, tl->granted, p->need, p->nvoters,
+			    tl->answered, (long long)tl->refused_above, p->ndrop,
+			    (unsigned long long)p->drop_hint, sup);
 	}
 	if (p->kind == DG_MSG_JOIN) {
-		if (state == PROP_DONE) {
-			const dg_topology_node *j = dg_topology_find(p->t, p->joiner);
+		const dg_topology_node *j = state == PROP_DONE ? dg_topology_find(p->t, p->joiner) : NULL;
+		if (j != NULL || (state == PROP_DONE && p->joiner == 0)) {
 			dg_msg_join_ack ack = p->join_ack;
 			ack.topology_version = p->t->version;
 			if (j != NULL)
@@ -229,10 +316,11 @@ static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *ol
 				    (long long)ack.topology_version);
 			dg_tp_reply(m->tp, &p->req, DG_MSG_JOIN_ACK, &ack);
 		} else {
+			/* (an adopted version without the joiner: it asks again) */
 			dg_tp_reply_error(m->tp, &p->req, DG_ERR_NOT_READY);
 		}
 	} else if (p->kind == DG_MSG_BASELINE) {
-		if (state == PROP_DONE) {
+		if (state == PROP_DONE && p->phase == DG_PX_ACCEPT) {
 			struct change ch = { .op = 0, .version = p->t->version, .changed = true };
 			log_baseline(m, &ch);
 			dg_msg_baseline_ack ack = { p->t->version, 1 };
@@ -245,54 +333,98 @@ static void prop_finish(dg_member *m, struct prop *p, int state, dg_topology *ol
 		dg_topology_release(old); /* (dgi_member_installed() released it) */
 }
 
+/* The member thread's tick: an agreed version waiting out a lease. */
+void dgi_member_prop_tick(dg_member *m)
+{
+	pthread_mutex_lock(&m->mu);
+	struct prop *p = m->prop;
+	if (p == NULL || p->phase != PHASE_WAIT) {
+		pthread_mutex_unlock(&m->mu);
+		return;
+	}
+	p->refs++;
+	dg_topology *old;
+	bool inst;
+	struct tally tl;
+	int st = prop_decide_locked(m, p, &old, &inst, &tl);
+	pthread_mutex_unlock(&m->mu);
+	prop_finish(m, p, st, old, inst, &tl);
+	prop_release(m, p);
+}
+
 static void vote_done(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	struct vote *v = ctx;
 	dg_member *m = v->m;
 	struct prop *p = v->p;
 	const dg_msg_topo_vote *r = err == DG_OK ? reply->body : NULL;
+	dg_topology *acc = NULL; /* a PREPARE's answer: what it accepted */
+	if (r != NULL && r->granted == 1 && v->phase == DG_PX_PREPARE && r->acc_from != 0 &&
+	    r->acc_base == p->b.base) {
+		dg_raw raw = { r->acc.ptr, r->acc.len };
+		if (dgi_member_topo_decode(m, &raw, &acc) != DG_OK)
+			acc = NULL; /* (a broken answer counts as none) */
+	}
 	dg_topology *old;
 	bool inst;
 	pthread_mutex_lock(&m->mu);
-	p->answered++;
-	if (r != NULL && r->granted == 1) {
-		if (v->idx >= 0 && !p->got[v->idx]) {
-			p->got[v->idx] = true;
-			p->granted++;
+	if (v->phase == p->phase) {
+		p->answered++;
+		if (r != NULL && r->granted == 1) {
+			if (v->idx >= 0 && !p->got[v->idx]) {
+				p->got[v->idx] = true;
+				p->granted++;
+			}
+			struct dgi_ballot ab = { r->acc_base, r->acc_round, (dg_node_id)r->acc_from };
+			if (acc != NULL && (p->best == NULL || dgi_ballot_cmp(&ab, &p->best_b) > 0)) {
+				dg_topology_release(p->best);
+				p->best = acc;
+				p->best_b = ab;
+				acc = NULL;
+			}
+		} else if (r != NULL) {
+			if (r->version > p->refused_above)
+				p->refused_above = r->version;
+			if (r->promised_base == p->b.base &&
+			    (m->seen_base != p->b.base || r->promised_round > m->seen_round)) {
+				m->seen_base = p->b.base;
+				m->seen_round = r->promised_round;
+			}
 		}
-	} else if (r != NULL && r->version > p->refused_above) {
-		p->refused_above = r->version;
 	}
 	struct tally tl;
 	int st = prop_decide_locked(m, p, &old, &inst, &tl);
 	pthread_mutex_unlock(&m->mu);
+	dg_topology_release(acc);
 	prop_finish(m, p, st, old, inst, &tl);
 	prop_release(m, p);
 	member_put(m);
 	dgi_free(v);
 }
 
-/* Sends p's TOPO_PROPOSE to every voter of its base (but the nodes it
- * drops, silent by now), then decides what the sends alone decide (every
- * one failed at once).  Outside mu; holds a reference to p meanwhile. */
-static void prop_send(dg_member *m, struct prop *p, const struct change *ch)
+/* Sends p's TOPO_PROPOSE of its phase to every voter of its base but
+ * itself and the nodes p->t drops (silent by now, as a rule), then
+ * decides what the sends alone decide (every one failed at once).  Outside
+ * mu; holds a reference to p meanwhile. */
+static void prop_send(dg_member *m, struct prop *p)
 {
+	pthread_mutex_lock(&m->mu);
+	int phase = p->phase;
+	dg_topology *t = dgi_topo_hold(p->t);
+	pthread_mutex_unlock(&m->mu);
 	dg_buf b;
 	dg_buf_init(&b);
-	dg_err e = dgi_member_topo_encode(m, p->t, &b);
-	dg_msg_topo_propose body = { p->cur->version, { b.data, (uint32_t)b.len } };
+	dg_err e = dgi_member_topo_encode(m, t, &b);
+	dg_msg_topo_propose body = { p->b.base, p->b.round, phase, { b.data, (uint32_t)b.len } };
 	uint32_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
 	uint32_t timeout = ft / 2 > 100 ? ft / 2 : 100;
 	for (uint32_t i = 0; e == DG_OK && i < p->cur->count; i++) {
 		const dg_topology_node *n = &p->cur->nodes[i];
 		int32_t idx = dgi_quorum_index(p->voters, p->nvoters, n->url);
-		bool dropped = false;
-		for (size_t k = 0; k < ch->ndrop; k++)
-			dropped |= ch->drop[k] == n->id;
-		if (idx < 0 || dropped || n->id == dg_tp_self(m->tp))
+		if (idx < 0 || dg_topology_find(t, n->id) == NULL || n->id == dg_tp_self(m->tp))
 			continue;
 		pthread_mutex_lock(&m->mu); /* (answers to earlier sends write it) */
-		bool got = p->got[idx];
+		bool got = p->got[idx] || p->phase != phase;
 		pthread_mutex_unlock(&m->mu);
 		if (got)
 			continue;
@@ -302,6 +434,7 @@ static void prop_send(dg_member *m, struct prop *p, const struct change *ch)
 		v->m = member_get(m);
 		v->p = p;
 		v->idx = idx;
+		v->phase = phase;
 		pthread_mutex_lock(&m->mu);
 		p->refs++;
 		p->sent++;
@@ -310,10 +443,12 @@ static void prop_send(dg_member *m, struct prop *p, const struct change *ch)
 			vote_done(v, DG_ERR_UNREACHABLE, NULL);
 	}
 	dg_buf_free(&b);
+	dg_topology_release(t);
 	dg_topology *old;
 	bool inst;
 	pthread_mutex_lock(&m->mu);
-	p->sending = false;
+	if (p->phase == phase)
+		p->sending = false;
 	struct tally tl;
 	int st = prop_decide_locked(m, p, &old, &inst, &tl);
 	pthread_mutex_unlock(&m->mu);
@@ -460,7 +595,7 @@ dg_err dgi_member_change_apply(dg_member *m, struct change *ch)
 		ch->version = t->version;
 		ch->pending = p->kind != DG_MSG_UNKNOWN;
 		dg_topology_release(t);
-		prop_send(m, p, ch);
+		prop_send(m, p);
 		prop_release(m, p);
 		if (!ch->wait)
 			return DG_OK;

@@ -142,6 +142,14 @@ void dgi_member_on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	if (m->topo != NULL && m->joined && !m->stopping && !member &&
 	    hb->topology_version <= m->topo->version)
 		t = dgi_topo_hold(m->topo); /* its sender was removed (a newer version: it joined) */
+	/* a node of a newer version this one has not: this one is behind (the
+	 * TOPOLOGY that added it was lost) and heartbeats only the members of
+	 * its own — one back, without an echo (no lease from a non-member),
+	 * and the sender sends the newer one (tests/member_sim.c found a
+	 * voter that accepted a version, missed its TOPOLOGY, and stayed
+	 * behind for good while the node it added was SEGMENTED) */
+	bool behind_self = m->topo != NULL && !m->stopping && !member &&
+	    hb->topology_version > m->topo->version;
 	bool vouched = m->quiet && member && now > m->vouch_after;
 	if (vouched)
 		m->quiet = false; /* a member still heartbeats it: it is one of them */
@@ -155,6 +163,9 @@ void dgi_member_on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	}
 	if (answer) {
 		dg_msg_heartbeat back = { version, (int64_t)now, hb->time_ms, 0 };
+		dg_tp_send(m->tp, in->from, DG_MSG_HEARTBEAT, &back);
+	} else if (behind_self) {
+		dg_msg_heartbeat back = { version, (int64_t)now, 0, 0 };
 		dg_tp_send(m->tp, in->from, DG_MSG_HEARTBEAT, &back);
 	}
 	if (behind != NULL) {
@@ -501,10 +512,12 @@ void *dgi_member_thread(void *arg)
 			struct timespec st = { stall / 1000, (long)(stall % 1000) * 1000000 };
 			nanosleep(&st, NULL);
 		}
-		if (again)
+		if (again) {
 			dgi_member_rejoin(m);
-		else
+		} else {
+			dgi_member_prop_tick(m);
 			tick(m);
+		}
 		pthread_mutex_lock(&m->mu);
 	}
 	pthread_mutex_unlock(&m->mu);

@@ -103,9 +103,17 @@ struct dg_member {
 	uint32_t reachable;            /* voters heard within ft at the last check */
 	struct prop *prop;             /* a change waiting for votes, or NULL */
 	int64_t vote_floor;            /* refusals named this version: go above */
-	int64_t voted_version;         /* the highest version this node granted
-	                                  or proposed (dgi_vote_rule) */
-	dg_node_id voted_for;
+	int64_t voted_version;         /* the highest version this node accepted
+	                                  or proposed */
+	/* Paxos over the version after each base (PROTOCOL.md, "Majority";
+	 * dgi_px_rule): this voter's promise, and the topology it accepted
+	 * last (held; NULL: none) with its ballot */
+	struct dgi_ballot promised;
+	struct dgi_ballot acc_b;
+	dg_topology *acc;
+	/* the coordinator's side: the highest round a refusal named, after
+	 * seen_base (the next ballot goes above it) */
+	int64_t seen_base, seen_round;
 	/* voters a version this node granted (or proposed) removes: their
 	 * heartbeats are not echoed — their leases are not renewed through
 	 * this node — until it installs that version or a later one
@@ -196,6 +204,8 @@ dg_err dgi_member_change(dg_member *m, const dg_node_id *drop, size_t ndrop,
 void dgi_member_on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx);
 /* At the last reference's free: m's proposal loses the reference m held. */
 void dgi_member_prop_drop(dg_member *m);
+/* The member thread's tick: installs an agreed version whose wait is over. */
+void dgi_member_prop_tick(dg_member *m);
 
 /* member_join.c */
 bool dgi_member_wait_version(dg_member *m, int64_t version, uint64_t deadline);

@@ -39,7 +39,10 @@ void dgi_member_lease_locked(dg_member *m)
 	memset(m->vvals, 0, m->nvoters * sizeof(*m->vvals));
 	for (uint32_t i = 0; i < m->topo->count; i++) {
 		int32_t v = m->vidx[i];
-		uint64_t x = m->topo->nodes[i].id == self ? UINT64_MAX : m->since[i].acked;
+		/* itself counts at once — unless it accepted its own removal
+		 * (an adopted topology, PROTOCOL.md "Majority") */
+		uint64_t x = m->topo->nodes[i].id != self ? m->since[i].acked :
+		    dgi_member_frozen_locked(m, self) ? 0 : UINT64_MAX;
 		if (v >= 0 && x > m->vvals[v])
 			m->vvals[v] = x;
 	}
@@ -145,21 +148,21 @@ bool dgi_member_frozen_locked(const dg_member *m, dg_node_id id)
 	return false;
 }
 
-/* TOPO_PROPOSE (PROTOCOL.md, "Majority"): dgi_vote_rule on what this
- * voter knows; a node it would drop counts as heard from lately unless it
- * left or was silent here for longer than a lease plus a heartbeat
- * (whatever lease such a node held ran out before this vote). */
-static const char *vote_locked(dg_member *m, const dg_topology *t, int64_t base,
+/* TOPO_PROPOSE (PROTOCOL.md, "Majority"): dgi_px_rule on what this voter
+ * knows; a node it would drop counts as heard from lately unless it left or
+ * was silent here for longer than a lease plus a heartbeat (whatever lease
+ * such a node held ran out before this vote).  t: NULL for a PREPARE. */
+static const char *vote_locked(dg_member *m, const dg_msg_topo_propose *b, const dg_topology *t,
     dg_node_id from, uint64_t now)
 {
 	dg_node_id self = dg_tp_self(m->tp);
-	struct dgi_voter v = { m->topo != NULL && m->joined && !m->stopping,
-		atomic_load(&m->segmented), m->topo != NULL ? m->topo->version : 0,
-		m->voted_version, m->voted_for };
-	struct dgi_vote_ask a = { t->version, base, from, dg_topology_find(t, from) != NULL,
-		dg_topology_find(t, self) != NULL, false };
+	struct dgi_acceptor v = { m->topo != NULL && m->joined && !m->stopping,
+		atomic_load(&m->segmented), m->topo != NULL ? m->topo->version : 0, m->promised };
+	struct dgi_px_ask a = { { b->base, b->round, from }, t != NULL, b->phase == DG_PX_ADOPTED,
+		t != NULL && dg_topology_find(t, from) != NULL,
+		t != NULL && dg_topology_find(t, self) != NULL, false };
 	uint64_t quiet = removal_silence_ms(m);
-	for (uint32_t i = 0; v.member && i < m->topo->count && !a.drops_heard; i++) {
+	for (uint32_t i = 0; t != NULL && v.member && i < m->topo->count && !a.drops_heard; i++) {
 		const dg_topology_node *n = &m->topo->nodes[i];
 		if (dg_topology_find(t, n->id) != NULL || n->id == self)
 			continue;
@@ -169,38 +172,62 @@ static const char *vote_locked(dg_member *m, const dg_topology *t, int64_t base,
 			heard = s->ms;
 		a.drops_heard = !s->left && now < heard + quiet;
 	}
-	return dgi_vote_rule(&v, &a);
+	return dgi_px_rule(&v, &a);
 }
 
 void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
 	dg_member *m = ctx;
 	const dg_msg_topo_propose *b = in->body;
-	dg_topology *t;
+	dg_topology *t = NULL;
+	if (b->phase < DG_PX_PREPARE || b->phase > DG_PX_ADOPTED || b->round < 1) {
+		dg_tp_reply_error(tp, in, DG_ERR_INVAL);
+		return;
+	}
 	if (dgi_member_topo_decode(m, &b->topology, &t) != DG_OK) {
 		dg_tp_reply_error(tp, in, DG_ERR_BAD_LENGTH);
 		return;
 	}
 	uint64_t now = dgi_now_ms();
-	dg_msg_topo_vote v = { 0, 0 };
+	dg_msg_topo_vote v;
+	memset(&v, 0, sizeof(v));
+	dg_buf acc;
+	dg_buf_init(&acc);
 	pthread_mutex_lock(&m->mu);
-	const char *why = vote_locked(m, t, b->base, in->from, now);
+	bool prepare = b->phase == DG_PX_PREPARE;
+	const char *why = vote_locked(m, b, prepare ? NULL : t, in->from, now);
 	int64_t mine = m->topo != NULL ? m->topo->version : 0;
-	v.version = m->voted_version > mine ? m->voted_version : mine;
 	if (why == NULL) {
-		if (t->version > m->voted_version)
-			m->voted_version = t->version;
-		m->voted_for = in->from;
-		dgi_member_freeze_locked(m, t);
+		m->promised = (struct dgi_ballot){ b->base, b->round, in->from };
+		if (prepare && m->acc != NULL && m->acc_b.base == b->base &&
+		    dgi_member_topo_encode(m, m->acc, &acc) == DG_OK) {
+			/* Paxos' first phase: what it accepted after this base */
+			v.acc_base = m->acc_b.base;
+			v.acc_round = m->acc_b.round;
+			v.acc_from = (int64_t)m->acc_b.from;
+			v.acc = (dg_bytes){ acc.data, (uint32_t)acc.len };
+		} else if (!prepare) {
+			dg_topology_release(m->acc);
+			m->acc = dgi_topo_hold(t);
+			m->acc_b = m->promised;
+			if (t->version > m->voted_version)
+				m->voted_version = t->version;
+			dgi_member_freeze_locked(m, t);
+		}
 		v.granted = 1;
 	}
+	v.version = m->voted_version > mine ? m->voted_version : mine;
+	v.promised_base = m->promised.base;
+	v.promised_round = m->promised.round;
+	v.promised_from = (int64_t)m->promised.from;
 	pthread_mutex_unlock(&m->mu);
 	atomic_fetch_add(why == NULL ? &m->n_granted : &m->n_refused, 1);
 	uint32_t sup;
 	if (why != NULL && dgi_lograte_due(&m->lr_vote, now, 1000, &sup))
-		dgi_log("info", "VOTE-REFUSED", "version=%lld from=%016llx own_version=%lld repeated=%u "
-		    "why=\"%s\"", (long long)t->version, (unsigned long long)in->from, (long long)mine,
-		    sup, why);
+		dgi_log("info", "VOTE-REFUSED", "version=%lld round=%lld phase=%lld from=%016llx "
+		    "own_version=%lld repeated=%u why=\"%s\"", (long long)t->version, (long long)b->round,
+		    (long long)b->phase, (unsigned long long)in->from, (long long)mine, sup, why);
 	dg_topology_release(t);
 	dg_tp_reply(tp, in, DG_MSG_TOPO_VOTE, &v);
+	dg_buf_free(&acc);
 }

@@ -97,6 +97,12 @@ dg_topology *dgi_member_install_locked(dg_member *m, dg_topology *t, bool *taken
 	m->topo = t;
 	if (t->version >= m->frozen_ver)
 		m->nfrozen = 0; /* what it granted is decided now */
+	if (m->acc != NULL && t->version > m->acc_b.base) {
+		/* the version after acc's base is decided: no PREPARE of that
+		 * base is promised any more */
+		dg_topology_release(m->acc);
+		m->acc = NULL;
+	}
 	dgi_free(m->voters);
 	dgi_free(m->vidx);
 	dgi_free(m->vvals);
@@ -513,6 +519,7 @@ void dgi_member_free(dg_member *m)
 	dgi_free(m->vidx);
 	dgi_free(m->vvals);
 	dgi_member_prop_drop(m);
+	dg_topology_release(m->acc);
 	pthread_cond_destroy(&m->ncv);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);

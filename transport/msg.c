@@ -211,8 +211,8 @@ dg_err dg_msg_raw_decode(dg_reader *r, void *body)
 	return dg_msg_list_get(r, &((dg_msg_raw *)body)->list);
 }
 
-_Static_assert(sizeof(dg_msg_node_failed) == 16 && sizeof(dg_msg_baseline_ack) == 16 &&
-    sizeof(dg_msg_topo_vote) == 16, "two-I64 bodies are two int64_t");
+_Static_assert(sizeof(dg_msg_node_failed) == 16 && sizeof(dg_msg_baseline_ack) == 16,
+    "two-I64 bodies are two int64_t");
 
 static dg_err enc_baseline(dg_writer *w, const void *body)
 {
@@ -230,10 +230,47 @@ static dg_err dec_baseline(dg_reader *r, void *body)
 }
 _Static_assert(sizeof(dg_msg_join_ack) == 32 && sizeof(dg_msg_heartbeat) == 32,
     "JOIN_ACK and HEARTBEAT are four int64_t");
-/* TOPO_PROPOSE is laid out as BASELINE: an I64, then one LIST */
-_Static_assert(sizeof(dg_msg_topo_propose) == sizeof(dg_msg_baseline) &&
-    offsetof(dg_msg_topo_propose, topology) == offsetof(dg_msg_baseline, addrs),
-    "TOPO_PROPOSE shares BASELINE's codec");
+
+static dg_err enc_topo_propose(dg_writer *w, const void *body)
+{
+	const dg_msg_topo_propose *m = body;
+	W(dg_write_i64(w, m->base));
+	W(dg_write_i64(w, m->round));
+	W(dg_write_i64(w, m->phase));
+	return dg_msg_list_put(w, &m->topology);
+}
+
+static dg_err dec_topo_propose(dg_reader *r, void *body)
+{
+	dg_msg_topo_propose *m = body;
+	W(read_i64(r, &m->base));
+	W(read_i64(r, &m->round));
+	W(read_i64(r, &m->phase));
+	return dg_msg_list_get(r, &m->topology);
+}
+
+/* TOPO_VOTE: eight I64 (laid out as eight int64_t), then BYTES */
+_Static_assert(offsetof(dg_msg_topo_vote, acc) == 8 * sizeof(int64_t),
+    "TOPO_VOTE's integers are eight int64_t");
+
+static dg_err enc_topo_vote(dg_writer *w, const void *body)
+{
+	const int64_t *v = body;
+	for (int i = 0; i < 8; i++)
+		W(dg_write_i64(w, v[i]));
+	const dg_msg_topo_vote *m = body;
+	return dg_write_bytes(w, m->acc.ptr ? (const void *)m->acc.ptr : "", m->acc.len);
+}
+
+static dg_err dec_topo_vote(dg_reader *r, void *body)
+{
+	int64_t *v = body;
+	for (int i = 0; i < 8; i++)
+		W(read_i64(r, &v[i]));
+	dg_msg_topo_vote *m = body;
+	W(dg_read_bytes(r, &m->acc, NULL));
+	return m->acc.ptr != NULL ? DG_OK : DG_ERR_TYPE_MISMATCH;
+}
 
 static dg_err enc_four_i64(dg_writer *w, const void *body)
 {
@@ -272,8 +309,8 @@ static dg_msg_row rows[DG_MSG__COUNT] = {
 	[DG_MSG_BASELINE] = { "BASELINE", sizeof(dg_msg_baseline), enc_baseline, dec_baseline, DG_MSG_BASELINE_ACK },
 	[DG_MSG_BASELINE_ACK] = { "BASELINE_ACK", sizeof(dg_msg_baseline_ack), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
 	[DG_MSG_REMOVED] = { "REMOVED", sizeof(dg_msg_raw), dg_msg_raw_encode, dg_msg_raw_decode, DG_MSG_UNKNOWN },
-	[DG_MSG_TOPO_PROPOSE] = { "TOPO_PROPOSE", sizeof(dg_msg_topo_propose), enc_baseline, dec_baseline, DG_MSG_TOPO_VOTE },
-	[DG_MSG_TOPO_VOTE] = { "TOPO_VOTE", sizeof(dg_msg_topo_vote), enc_two_i64, dec_two_i64, DG_MSG_UNKNOWN },
+	[DG_MSG_TOPO_PROPOSE] = { "TOPO_PROPOSE", sizeof(dg_msg_topo_propose), enc_topo_propose, dec_topo_propose, DG_MSG_TOPO_VOTE },
+	[DG_MSG_TOPO_VOTE] = { "TOPO_VOTE", sizeof(dg_msg_topo_vote), enc_topo_vote, dec_topo_vote, DG_MSG_UNKNOWN },
 };
 
 dg_err dg_msg_define(dg_msg_type type, const dg_msg_row *row)

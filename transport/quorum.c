@@ -83,22 +83,32 @@ uint32_t dgi_backoff_wait(uint32_t interval, uint64_t seed)
 	return half + (uint32_t)((seed * 2654435761u) % (uint64_t)(interval - half + 1));
 }
 
-const char *dgi_vote_rule(const struct dgi_voter *v, const struct dgi_vote_ask *a)
+int dgi_ballot_cmp(const struct dgi_ballot *a, const struct dgi_ballot *b)
+{
+	if (a->base != b->base)
+		return a->base < b->base ? -1 : 1;
+	if (a->round != b->round)
+		return a->round < b->round ? -1 : 1;
+	return (a->from > b->from) - (a->from < b->from);
+}
+
+const char *dgi_px_rule(const struct dgi_acceptor *v, const struct dgi_px_ask *a)
 {
 	if (!v->member)
 		return "not a member";
 	if (v->segmented)
 		return "segmented";
-	if (a->version <= v->installed || a->base < v->installed)
+	if (a->b.base < v->installed)
 		return "not newer than this voter's topology";
-	/* no time limit: once a coordinator that got this vote is gone, the
-	 * next one goes above the version the refusal names (vote_floor) */
-	if (v->voted >= a->version && v->voted_for != a->from)
-		return "accepted another coordinator's version";
-	if (!a->from_in)
-		return "the proposer is not in it";
+	if (dgi_ballot_cmp(&a->b, &v->promised) < 0)
+		return "promised a newer ballot";
+	if (!a->accept || a->adopted)
+		return NULL; /* (a voter that accepts its own removal stops
+		                counting itself toward its own lease) */
 	if (!a->self_in)
 		return "it removes this voter";
+	if (!a->from_in)
+		return "the proposer is not in it";
 	if (a->drops_heard)
 		return "it removes a node heard from lately";
 	return NULL;

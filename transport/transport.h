@@ -197,18 +197,27 @@ typedef struct dg_msg_heartbeat {
 } dg_msg_heartbeat;
 #define DG_HB_ANSWER 0x1
 
-/* TOPO_PROPOSE: a topology version the coordinator asks a voter to accept
- * before anyone installs it (PROTOCOL.md, "Majority"). */
+/* TOPO_PROPOSE: both phases of Paxos over the topology that follows
+ * `base` (PROTOCOL.md, "Majority"); the ballot is (base, round, sender). */
+enum { DG_PX_PREPARE = 1, DG_PX_ACCEPT = 2, DG_PX_ADOPTED = 3 };
 typedef struct dg_msg_topo_propose {
 	int64_t base;           /* the coordinator's version it follows */
-	dg_raw topology;        /* the TOPOLOGY body of the new version */
+	int64_t round;
+	int64_t phase;          /* DG_PX_*: ADOPTED is ACCEPT of a topology a
+	                           voter accepted at an earlier ballot */
+	dg_raw topology;        /* the TOPOLOGY body of the new version (in a
+	                           PREPARE: the one the coordinator wants) */
 } dg_msg_topo_propose;
 
 typedef struct dg_msg_topo_vote {
-	int64_t granted;        /* 1: accepted */
-	int64_t version;        /* refused: the highest version this voter
-	                           installed or accepted (the next proposal
-	                           goes above it) */
+	int64_t granted;        /* 1: promised (PREPARE) or accepted */
+	int64_t version;        /* the highest version this voter installed or
+	                           accepted (a refused proposal goes above it) */
+	int64_t promised_base, promised_round, promised_from; /* its promise now */
+	int64_t acc_base, acc_round, acc_from; /* a PREPARE promised: the ballot
+	                           of the topology it accepted last after that
+	                           base (acc_from 0: none) */
+	dg_bytes acc;           /* ... and its TOPOLOGY body (empty: none) */
 } dg_msg_topo_vote;
 
 typedef struct dg_msg_join {

@@ -103,28 +103,32 @@ uint64_t dgi_lease_until(uint64_t kth, uint32_t lease_ms);
 uint32_t dgi_backoff_next(uint32_t cur);
 uint32_t dgi_backoff_wait(uint32_t interval, uint64_t seed);
 
-/* A voter's answer to TOPO_PROPOSE (PROTOCOL.md, "Majority"), the rule
- * alone: what the voter knows of itself, and what the caller found in the
- * proposal.  A voter grants one coordinator's topology per version, for
- * good (its own proposal counts as its vote): two majorities of one set
- * of voters share a voter, so no two topologies of one version can both
- * be agreed.  Returns NULL (grant) or why it refuses.
- * tests/member_sim.c runs the same rule. */
-struct dgi_voter {
+/* Paxos over the topology that follows version `base` (PROTOCOL.md,
+ * "Majority"): a proposer's ballot, ordered on (base, round, from) — a
+ * voter that promised one refuses every smaller one, and never goes back
+ * to an older base. */
+struct dgi_ballot {
+	int64_t base, round;
+	dg_node_id from;
+};
+int dgi_ballot_cmp(const struct dgi_ballot *a, const struct dgi_ballot *b);
+struct dgi_acceptor {
 	bool member;            /* joined, and not stopping */
 	bool segmented;
 	int64_t installed;      /* the version of its topology */
-	int64_t voted;          /* the highest version it granted (or proposed) */
-	dg_node_id voted_for;   /* to whom */
+	struct dgi_ballot promised; /* the highest ballot it promised or accepted */
 };
-struct dgi_vote_ask {
-	int64_t version, base;  /* proposed, and the version it follows */
-	dg_node_id from;        /* the proposer */
+struct dgi_px_ask {
+	struct dgi_ballot b;
+	bool accept;            /* phase 2 (a topology to accept); else PREPARE */
+	bool adopted;           /* phase 2 of a topology some voter accepted before:
+	                           a new topology's own rules were checked then */
 	bool from_in;           /* the proposer is a node of it */
 	bool self_in;           /* the voter is a node of it */
 	bool drops_heard;       /* it removes a node the voter heard from lately */
 };
-const char *dgi_vote_rule(const struct dgi_voter *v, const struct dgi_vote_ask *a);
+/* NULL: promise (PREPARE) or accept; else why not. */
+const char *dgi_px_rule(const struct dgi_acceptor *v, const struct dgi_px_ask *a);
 
 struct tp_totals {
 	_Atomic uint64_t connects, disconnects;
