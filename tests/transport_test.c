@@ -3962,6 +3962,47 @@ static void test_membership_restart_on_coordinator_address(void **state)
 	mnode_stop(&n[1], false);
 }
 
+/* A segmented member dials its seeds (PROTOCOL.md, "Majority"): n2 is cut
+ * off from n0 and n1; then both restart on their addresses under new ids,
+ * a new cluster, while n2 is still cut.  n2's heartbeats go to the old ids
+ * and are dropped at those addresses (PEER-MOVED): only by dialling its
+ * seed does it find the new cluster, which adds it in a version above its
+ * own (a lower one it would not install).  Without the dialling it stays
+ * SEGMENTED for good. */
+static void test_majority_segmented_dials_seeds(void **state)
+{
+	(void)state;
+	struct mnode n[5];
+	memset(n, 0, sizeof(n));
+	char u0[128], u1[128];
+	mnode_start(&n[0], "tcp://127.0.0.1:0", NULL, 1000);
+	snprintf(u0, sizeof(u0), "%s", dg_tp_address(n[0].tp));
+	mnode_start(&n[1], "tcp://127.0.0.1:0", u0, 1000);
+	mnode_start(&n[2], "tcp://127.0.0.1:0", u0, 1000);
+	WAIT_FOR(magree(n, 3, 3));
+	snprintf(u1, sizeof(u1), "%s", dg_tp_address(n[1].tp));
+	dg_node_id old0 = dg_tp_self(n[0].tp), old1 = dg_tp_self(n[1].tp);
+	mcut(&n[2], &n[0], true);
+	mcut(&n[2], &n[1], true);
+	WAIT_FOR(dg_member_segmented(n[2].m));
+	int64_t v2 = mversion(&n[2]);
+	mnode_stop(&n[0], true);
+	mnode_stop(&n[1], true);
+	dgi_tp_test_cut(n[2].tp, old0, false); /* (the new ids are not cut) */
+	dgi_tp_test_cut(n[2].tp, old1, false);
+	mnode_start(&n[3], u0, NULL, 1000); /* a new cluster, on the same addresses */
+	mnode_start(&n[4], u1, u0, 1000);
+	WAIT_FOR(mcount(&n[3]) >= 2);
+	n[0] = n[3];
+	n[1] = n[4];
+	memset(&n[3], 0, 2 * sizeof(n[3]));
+	WAIT_FOR_MS(magree(n, 3, 3) && !dg_member_segmented(n[2].m), 10000);
+	assert_true(mversion(&n[2]) > v2);
+	mnode_stop(&n[2], false);
+	mnode_stop(&n[1], false);
+	mnode_stop(&n[0], false);
+}
+
 static void on_topo_slow(void *ctx, const dg_topology *old, const dg_topology *now)
 {
 	struct topo_log *l = ctx;
@@ -4256,6 +4297,37 @@ static int closed_port(void)
  * DG_ERR_TIMEOUT after connect_timeout_ms; bad URLs are refused before any
  * dial; host names resolve (on the dial's own thread); listening on the
  * wildcard and on a name works. */
+/* A peer that cannot be dialled is not dialled at every send: after a
+ * failed dial, sends fail at once (DG_ERR_UNREACHABLE) until a redial time
+ * that backs off from 50 ms to 2 s; then one send dials again (issue 13: a
+ * client redialled a dead server ~500 times a second, and a cut-off node
+ * ~1,500).  500 sends 1 ms apart to a closed port start a handful of dials,
+ * not hundreds — and more than one. */
+static void test_tcp_redial_backs_off(void **state)
+{
+	(void)state;
+	char url[96];
+	dg_tp *a = NODE(.connect_timeout_ms = 300);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", closed_port());
+	dg_node_id ghost = 0x5eed5eed5eedULL;
+	OK(dg_tp_set_address(a, ghost, url));
+	dg_msg_bytes ping = { { (const uint8_t *)"x", 1 } };
+	int dials = 0, refused = 0;
+	for (int i = 0; i < 500; i++) {
+		dg_err e = dg_tp_send(a, ghost, DG_MSG_PING, &ping);
+		if (e == DG_OK)
+			dials++; /* queued: a dial started (or one in flight) */
+		else if (e == DG_ERR_UNREACHABLE)
+			refused++;
+		sleep_ms(1);
+	}
+	print_message("      %d sends queued for a dial, %d refused at once\n", dials, refused);
+	assert_true(dials >= 2);
+	assert_true(dials <= 30);
+	assert_true(refused >= 450);
+	dg_tp_stop(a);
+}
+
 static void test_tcp_dials(void **state)
 {
 	(void)state;
@@ -4522,11 +4594,13 @@ int main(void)
 		cmocka_unit_test(test_majority_vote_rules),
 		cmocka_unit_test(test_majority_baseline_refused),
 		cmocka_unit_test(test_membership_restart_on_coordinator_address),
+		cmocka_unit_test(test_majority_segmented_dials_seeds),
 		cmocka_unit_test(test_membership_slow_listener),
 		cmocka_unit_test(test_peer_moved_fails_fast),
 		cmocka_unit_test(test_tcp_partial_writes),
 		FX(test_tcp_peer_closes_mid_frame),
 		cmocka_unit_test(test_tcp_dials),
+		cmocka_unit_test(test_tcp_redial_backs_off),
 		cmocka_unit_test(test_tcp_stop_with_pending_writes),
 	};
 	/* DG_TEST_FILTER=test_membership* runs the matching tests only */

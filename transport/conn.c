@@ -426,6 +426,8 @@ static bool attach(struct conn *c, bool listener)
 	if (c->dialer || p->dialing)
 		p->dialing = false; /* a dial of ours that loses the race is moot */
 	p->dup_wait_ms = 0;
+	p->redial_ms = 0;
+	p->redial_backoff = 0;
 	pthread_mutex_lock(&c->mu);
 	c->peer = p;
 	c->state = C_OPEN;

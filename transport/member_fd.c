@@ -517,6 +517,7 @@ void *dgi_member_thread(void *arg)
 		} else {
 			dgi_member_prop_tick(m);
 			tick(m);
+			dgi_member_probe_start(m); /* (when segmented) */
 		}
 		pthread_mutex_lock(&m->mu);
 	}

@@ -89,6 +89,12 @@ struct dg_member {
 	/* a rejoin's type sync, off the heartbeat thread (joined at stop) */
 	pthread_t typesync;
 	bool typesync_started;
+	/* a segmented member's dialling of its seeds (member_join.c; started
+	 * by the member thread, joined at stop) */
+	pthread_t probe;
+	bool probe_started;
+	bool probing;                  /* mu: the probe thread runs */
+	uint64_t n_probes;             /* mu: JOINs it sent */
 	dg_node_id typesync_coord;
 	/* the majority (PROTOCOL.md, "Majority"); under mu unless atomic */
 	int policy;                    /* DG_PARTITION_* */
@@ -204,6 +210,10 @@ dg_err dgi_member_change(dg_member *m, const dg_node_id *drop, size_t ndrop,
 void dgi_member_on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx);
 /* At the last reference's free: m's proposal loses the reference m held. */
 void dgi_member_prop_drop(dg_member *m);
+/* A segmented member dials its seeds and the addresses of the nodes of its
+ * topology it does not hear, and sends each a JOIN (member_join.c): the
+ * member thread starts it; it ends once the node is not segmented. */
+void dgi_member_probe_start(dg_member *m);
 /* The member thread's tick: installs an agreed version whose wait is over. */
 void dgi_member_prop_tick(dg_member *m);
 

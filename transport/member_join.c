@@ -325,3 +325,125 @@ void dgi_member_rejoin(dg_member *m)
 		    (unsigned long long)seg_ms);
 	typesync_start(m, coord);
 }
+
+/* ---- a segmented member dials ---- */
+
+/* The addresses a segmented member asks (mu held): its seeds, then the
+ * addresses of its topology's nodes, but its own and those of members it
+ * heard from within the failure timeout (their heartbeats do the work; a
+ * node restarted on an address under a new id answers there, where the
+ * old id's heartbeats are dropped).  Returns how many; urls: *n owned. */
+static size_t probe_urls(dg_member *m, uint64_t now, char ***out)
+{
+	const dg_topology *t = m->topo;
+	size_t cap = m->cfg.nseeds + t->count, n = 0;
+	char **urls = dgi_calloc(cap ? cap : 1, sizeof(char *));
+	uint64_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
+	const char *self = dg_tp_address(m->tp);
+	for (size_t k = 0; urls != NULL && k < cap; k++) {
+		const char *u = k < m->cfg.nseeds ? m->seeds[k] : t->nodes[k - m->cfg.nseeds].url;
+		bool skip = strcmp(u, self) == 0;
+		for (uint32_t i = 0; !skip && i < t->count; i++)
+			if (strcmp(t->nodes[i].url, u) == 0 && t->nodes[i].id != dg_tp_self(m->tp))
+				skip = now <= dg_tp_last_heard(m->tp, t->nodes[i].id) + ft;
+		for (size_t i = 0; !skip && i < n; i++)
+			skip = strcmp(urls[i], u) == 0;
+		if (!skip && (urls[n] = strdup(u)) != NULL)
+			n++;
+	}
+	*out = urls;
+	return n;
+}
+
+static bool probe_go_locked(dg_member *m)
+{
+	return !m->stopping && m->joined && !m->rejoin && m->topo != NULL &&
+	    atomic_load(&m->segmented);
+}
+
+/* One JOIN to each address, the floor being this node's version: a
+ * cluster that removed it (or never had it: its members restarted under new
+ * ids) adds it in a version above its own, which it installs; one that has
+ * it sends its TOPOLOGY again.  Between rounds it backs off from 50 ms to
+ * 2 s, jittered. */
+static void *probe_thread(void *arg)
+{
+	dg_member *m = arg;
+	dg_tp *tp = m->tp;
+	uint32_t backoff = 0;
+	uint64_t logged = 0, rounds = 0;
+	for (;;) {
+		char **urls = NULL;
+		size_t n = 0;
+		int64_t floor = 0;
+		pthread_mutex_lock(&m->mu);
+		bool go = probe_go_locked(m);
+		if (go) {
+			n = probe_urls(m, dgi_now_ms(), &urls);
+			floor = m->topo->version > m->cfg.version_floor ? m->topo->version :
+			    m->cfg.version_floor;
+		}
+		if (!go)
+			m->probing = false;
+		pthread_mutex_unlock(&m->mu);
+		if (!go)
+			break;
+		dg_err last = DG_ERR_UNREACHABLE;
+		dg_msg_join j = { { dg_tp_address(tp), (uint32_t)strlen(dg_tp_address(tp)) },
+			(int64_t)dg_tp_self(tp), m->cfg.attrs, floor };
+		for (size_t i = 0; i < n; i++) {
+			pthread_mutex_lock(&m->mu);
+			go = probe_go_locked(m);
+			pthread_mutex_unlock(&m->mu);
+			dg_node_id peer;
+			if (go && dg_tp_connect(tp, urls[i], &peer) == DG_OK) {
+				dg_msg_join_ack ack;
+				last = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, JOIN_ATTEMPT_MS, &ack, NULL);
+				pthread_mutex_lock(&m->mu);
+				m->n_probes++;
+				pthread_mutex_unlock(&m->mu);
+			}
+			free(urls[i]);
+		}
+		dgi_free(urls);
+		rounds++;
+		uint64_t now = dgi_now_ms();
+		if (now >= logged + 10000) {
+			logged = now;
+			dgi_log("info", "SEGMENTED-DIAL", "node=%016llx rounds=%llu candidates=%zu "
+			    "floor=%lld last=%s", (unsigned long long)dg_tp_self(tp),
+			    (unsigned long long)rounds, n, (long long)floor, dg_strerror(last));
+		}
+		backoff = dgi_backoff_next(backoff);
+		pthread_mutex_lock(&m->mu);
+		struct timespec ts;
+		dgi_abstime_in(&ts, dgi_backoff_wait(backoff, now ^ dg_tp_self(tp)));
+		if (!m->stopping)
+			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		pthread_mutex_unlock(&m->mu);
+	}
+	return NULL;
+}
+
+void dgi_member_probe_start(dg_member *m)
+{
+	pthread_mutex_lock(&m->mu);
+	bool start = !m->probing && probe_go_locked(m);
+	pthread_mutex_unlock(&m->mu);
+	if (!start)
+		return;
+	if (m->probe_started) { /* the last one's, ended (probing is false) */
+		pthread_join(m->probe, NULL);
+		m->probe_started = false;
+	}
+	pthread_mutex_lock(&m->mu);
+	m->probing = true;
+	pthread_mutex_unlock(&m->mu);
+	if (pthread_create(&m->probe, NULL, probe_thread, m) == 0) {
+		m->probe_started = true;
+	} else {
+		pthread_mutex_lock(&m->mu);
+		m->probing = false;
+		pthread_mutex_unlock(&m->mu);
+	}
+}

@@ -302,11 +302,13 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dgi_log("info", "NODE-JOINED", "node=%016llx order=%lld version=%lld",
 		    (unsigned long long)j->node_id, (long long)ack.order,
 		    (long long)ack.topology_version);
-	} else if (j->floor >= ack.topology_version) {
+	} else if (j->floor > ack.topology_version) {
 		/* a member rejoining (PROTOCOL.md, "A paused node") that was
 		 * told it is out by a version this coordinator has not seen:
 		 * a version above that one puts it, and everyone, on this
-		 * topology (it would wait for one forever otherwise) */
+		 * topology (it would wait for one forever otherwise).  (Its own
+		 * version, as a segmented member's JOIN names: the same topology,
+		 * one version having one topology — sent again above.) */
 		struct change ch = { .force = true, .floor = j->floor, .req = in, .join_ack = ack };
 		dg_err e = dgi_member_change_apply(m, &ch);
 		if (e != DG_OK) {
@@ -485,6 +487,8 @@ static void member_stop(dg_member *m, bool leave)
 		pthread_join(m->thread, NULL);
 	if (m->typesync_started) /* (started by that thread only) */
 		pthread_join(m->typesync, NULL);
+	if (m->probe_started) /* (likewise) */
+		pthread_join(m->probe, NULL);
 	if (m->notifier_started)
 		pthread_join(m->notifier, NULL); /* no listener runs after this */
 	/* no handler may run on m after this: unset them and wait out any

@@ -371,8 +371,11 @@ void dgi_count_dropped(dg_tp *tp, struct peer *p, uint64_t n)
 void dgi_dial_failed(dg_tp *tp, struct peer *p, dg_err why)
 {
 	uint64_t dropped = 0;
+	uint64_t now = dgi_now_ms();
 	pthread_mutex_lock(&p->mu);
 	p->dialing = false;
+	p->redial_backoff = dgi_backoff_next(p->redial_backoff);
+	p->redial_ms = now + dgi_backoff_wait(p->redial_backoff, now ^ p->id);
 	if (p->conn == NULL)
 		dropped = dgi_peer_drop_queue(p);
 	pthread_mutex_unlock(&p->mu);
@@ -403,7 +406,7 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 	dg_err e = DG_OK;
 	struct dial *dial = NULL;
 	if (p->conn == NULL && !p->dialing) {
-		if (p->url == NULL) {
+		if (p->url == NULL || (p->redial_ms != 0 && dgi_now_ms() < p->redial_ms)) {
 			pthread_mutex_unlock(&p->mu);
 			return DG_ERR_UNREACHABLE;
 		}

@@ -271,6 +271,11 @@ struct peer {
 	                               frames wait for the peer's connection
 	                               until then, and are redialled after */
 	char *url;                  /* where to dial it (owned), or NULL */
+	uint64_t redial_ms;         /* after a failed dial, a send dials again
+	                               only from then on (fails at once before):
+	                               backing off 50 ms to 2 s, jittered, so a
+	                               peer cut off is not dialled at every send */
+	uint32_t redial_backoff;    /* the last wait's base; 0 once connected */
 	dg_buf queue;               /* frames not yet on the wire */
 	uint64_t queued_frames;
 	_Atomic uint64_t heard_ms;  /* when a frame last arrived from it */
