@@ -22,8 +22,11 @@
 #     and complete=true at the 4-node topology;
 #  8. wrong secret: exit 1 "authentication failed"; shutdown of one node:
 #     it exits 0, nodes shows 3; kill -9 another: its admin port exits 1
-#     "cannot connect" within ~3 s; a port that accepts but never answers
-#     (a node's cluster port) exits 1 within the timeout;
+#     "cannot connect" within ~3 s; a cache with backups 0 lost its
+#     partitions: state LOST_PARTITIONS, gets of its keys there fail
+#     PARTITION_LOST; cache reset-lost: none lost, the other keys kept; a
+#     port that accepts but never answers (a node's cluster port) exits 1
+#     within the timeout;
 #  9. shutdown --cluster: every remaining dgnode exits 0.
 # TODO(baseline): `dgctl baseline [show|set|add|remove]` is not available
 # yet; test it here once it is.
@@ -347,6 +350,16 @@ ctl n1 nodes
 check "nodes table after the shutdown: 3 rows" \
 	test "$(grep -c -E '^ +[0-9]+ +[0-9a-f]{16} ' <<<"$OUT")" = 3
 
+# a cache without backups loses n3's partitions with n3: LOST until
+# cache reset-lost, then served (empty) again
+ctl n1 cache create lossy --backups 0 --json
+expect_rc 0 "cache create lossy (backups 0)"
+lossy_rebalanced() { ctl n1 rebalance status --json && jout '.complete == true'; }
+wait_until 20000 "rebalancing complete with lossy" lossy_rebalanced
+for i in $(seq 0 29); do
+	ctl n1 cache put lossy "l$i" "v$i"
+	[[ $CRC == 0 ]] || check "cache put lossy l$i" false
+done
 kill9_node n3
 ctl n3 --timeout 2s state
 expect_rc 1 "state at n3's admin port after kill -9"
@@ -355,6 +368,29 @@ check "dead node: exit within 3 s (took $CTL_MS ms)" test "$CTL_MS" -lt 3000
 wait_until 10000 "n1, n2 agree on 2 nodes" agree_nodes 2 n1 n2
 ctl n2 nodes --json
 check "nodes after the kill: 2" jout '(.nodes | length) == 2'
+lost_seen() { ctl n1 state --json && jout '.state == "LOST_PARTITIONS" and .partitions_lost > 0'; }
+wait_until 10000 "n1's state LOST_PARTITIONS" lost_seen
+nlost=0
+for i in $(seq 0 29); do
+	ctl n2 cache get lossy "l$i"
+	if [[ $CRC != 0 ]] && err_has 'PARTITION_LOST|partition lost'; then nlost=$((nlost + 1)); fi
+done
+check "some of lossy's 30 keys are on lost partitions ($nlost)" test "$nlost" -gt 0
+ctl n2 cache reset-lost lossy --json
+check "cache reset-lost: exit 0, lost before > 0, none after" \
+	eval 'test "$CRC" = 0 && jout ".lost_here_before > 0 and .lost_here_after == 0"'
+ctl n1 cache reset-lost lossy
+check "cache reset-lost table line" eval 'test "$CRC" = 0 && out_has "LOST here: 0 before, 0 after"'
+ctl n1 state --json
+check "state after reset-lost: not LOST_PARTITIONS" jout '.state != "LOST_PARTITIONS" and .partitions_lost == 0'
+nlost=0 nfound=0
+for i in $(seq 0 29); do
+	ctl n2 cache get lossy "l$i"
+	if [[ $CRC == 0 ]]; then nfound=$((nfound + 1));
+	elif err_has 'PARTITION_LOST|partition lost'; then nlost=$((nlost + 1)); fi
+done
+check "after reset-lost no key is on a lost partition ($nlost), the others kept ($nfound found)" \
+	eval 'test "$nlost" = 0 && test "$nfound" -gt 0 && test "$nfound" -lt 30'
 ctl_port "${PORT_OF[n1]}" --timeout 2s state
 expect_rc 1 "state at n1's cluster port (accepts, speaks another protocol)"
 check "cluster port: exit within 2.5 s (took $CTL_MS ms)" test "$CTL_MS" -lt 2500

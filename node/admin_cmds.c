@@ -463,6 +463,23 @@ static dg_err cmd_cache_destroy(call *c)
 	return e;
 }
 
+/* Every node's LOST partitions of the cache owned as they are: after every
+ * copy of a partition was lost (crashes, a cut during rebalancing), the
+ * operator accepts what is left (transport/PROTOCOL.md, CACHE_LOST_RESET). */
+static dg_err cmd_cache_reset_lost(call *c)
+{
+	dg_cache *h;
+	dg_err e = open_cache(c, &h);
+	if (e != DG_OK)
+		return e;
+	size_t before = dg_cache_lost_partitions(h, NULL, 0);
+	if ((e = dg_cache_reset_lost(h)) != DG_OK)
+		return e;
+	cJSON_AddNumberToObject(c->result, "lost_here_before", (double)before);
+	cJSON_AddNumberToObject(c->result, "lost_here_after", (double)dg_cache_lost_partitions(h, NULL, 0));
+	return DG_OK;
+}
+
 static dg_err cmd_cache_put(call *c)
 {
 	dg_cache *h;
@@ -961,8 +978,17 @@ static dg_err cmd_tx_kill(call *c)
 		return DG_ERR_INVAL;
 	}
 	e = dgi_tx_kill(dgi_node_txs(c->n), near, seq);
-	if (e == DG_ERR_NOT_FOUND)
+	if (e == DG_ERR_UNREACHABLE || e == DG_ERR_CONN_BROKEN) {
+		/* its near node is gone (or cut off) and not yet removed: the
+		 * tx ends with it, finished by recovery (a holder that just
+		 * exited was found so, killed or not, until its removal) */
+		e = DG_ERR_NOT_FOUND;
+		snprintf(c->why, sizeof(c->why), "no running transaction %s: its near node "
+		    "%016llx does not answer (gone or cut off: recovery finishes its "
+		    "transactions)", id, near);
+	} else if (e == DG_ERR_NOT_FOUND) {
 		snprintf(c->why, sizeof(c->why), "no running transaction %s", id);
+	}
 	else if (e == DG_ERR_CONFLICT)
 		snprintf(c->why, sizeof(c->why), "transaction %s is already committing: it "
 		    "finishes", id);
@@ -1054,6 +1080,7 @@ static const struct {
 	{ "cache.list", cmd_cache_list },
 	{ "cache.create", cmd_cache_create },
 	{ "cache.destroy", cmd_cache_destroy },
+	{ "cache.reset-lost", cmd_cache_reset_lost },
 	{ "cache.put", cmd_cache_put },
 	{ "cache.get", cmd_cache_get },
 	{ "cache.remove", cmd_cache_remove },

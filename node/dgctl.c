@@ -56,6 +56,7 @@ static const char usage_text[] =
 "  cache create NAME [--mode M] [--backups N] [--sync S] [--atomicity A]\n"
 "                    [--persistence] [--ttl DURATION]\n"
 "  cache destroy NAME\n"
+"  cache reset-lost NAME          own what is left of LOST partitions\n"
 "  cache put NAME KEY VALUE\n"
 "  cache get NAME KEY\n"
 "  cache remove NAME KEY\n"
@@ -605,6 +606,19 @@ static void do_cache(const cmdline *c)
 		cJSON_Delete(r);
 		return;
 	}
+	if (strcmp(sub, "reset-lost") == 0) {
+		want_args(&rest, 1, 1, "cache reset-lost NAME");
+		cJSON_AddStringToObject(args, "cache", rest.argv[0]);
+		cJSON *r = request("cache.reset-lost", args);
+		if (opt.json)
+			print_json(r, false);
+		else
+			printf("cache %s: every node owns what it holds of its LOST partitions "
+			    "(LOST here: %.0f before, %.0f after)\n", rest.argv[0],
+			    jnum(r, "lost_here_before"), jnum(r, "lost_here_after"));
+		cJSON_Delete(r);
+		return;
+	}
 	if (strcmp(sub, "put") == 0 || strcmp(sub, "get") == 0 || strcmp(sub, "remove") == 0) {
 		bool put = sub[0] == 'p';
 		if (put)
@@ -1025,6 +1039,8 @@ static const struct {
 	  "       [--sync full_sync|primary_sync|full_async] [--atomicity atomic|transactional]\n"
 	  "       [--persistence] [--ttl DURATION]\n"
 	  "dgctl cache destroy NAME\n"
+	  "dgctl cache reset-lost NAME  (after every copy of a partition was lost: each\n"
+	  "       node owns what it holds of it; its writes may be missing)\n"
 	  "dgctl cache put NAME KEY VALUE\n"
 	  "dgctl cache get NAME KEY      (exit 1 when the key is absent)\n"
 	  "dgctl cache remove NAME KEY\n"
