@@ -10,8 +10,9 @@
  * After the faults comes a quiet period on a healed network.  Checked
  * after every step:
  *   I1  never two installed topologies of one version (same members, same
- *       join orders), and never two versions installed after one base
- *       (sibling histories);
+ *       join orders), never two versions installed after one base
+ *       (sibling histories), and never two topologies accepted by a
+ *       majority after one base (Paxos' safety, before any install);
  *   I2  a node removed by an installed version held no lease then (the
  *       majority that removed it waited its lease out);
  * and at the end of the quiet period:
@@ -95,6 +96,7 @@
 #define QUIET_MS 12000u         /* then a healed network for this long */
 #define MAXQ 8192
 #define MAXVER 4096
+#define MAXACC 512
 
 enum { M_HB, M_PROPOSE, M_VOTE, M_TOPO, M_REMOVED, M_JOIN, M_PREPARE, M_PROMISE };
 
@@ -168,6 +170,14 @@ struct sim {
 	struct topo agreed[MAXVER]; /* I1: the first topology installed per version */
 	bool have[MAXVER];
 	int64_t next_of[MAXVER];    /* I1: the version installed after each base */
+	struct {                    /* I1: who accepted each ballot's topology */
+		struct dgi_ballot b;
+		uint32_t who;
+		struct topo t;
+	} acc[MAXACC];
+	uint32_t nacc;
+	struct topo chosen[MAXVER]; /* I1: accepted by a majority after each base */
+	bool have_chosen[MAXVER];
 	int crashes;
 	bool verbose, check_leases, check_heal;
 	const char *fail;
@@ -323,6 +333,38 @@ static void check_install(struct sim *s, int i, const struct topo *t)
 	}
 }
 
+/* Node i accepted t at ballot b: once a majority of the voters of b's base
+ * accepted one ballot's topology, it is chosen — and no other may ever be
+ * chosen after that base (I1 before anyone installs it). */
+static void accepted(struct sim *s, int i, const struct dgi_ballot *b, const struct topo *t)
+{
+	if (b->base < 1 || b->base >= MAXVER || !s->have[b->base])
+		return;
+	uint32_t k = 0;
+	while (k < s->nacc && dgi_ballot_cmp(&s->acc[k].b, b) != 0)
+		k++;
+	if (k == s->nacc) {
+		if (s->nacc == MAXACC)
+			return;
+		s->nacc++;
+		s->acc[k].b = *b;
+		s->acc[k].who = 0;
+		s->acc[k].t = *t;
+	}
+	s->acc[k].who |= 1u << i;
+	uint32_t voters = s->agreed[b->base].members;
+	if (count(s->acc[k].who & voters) < (int)dgi_quorum_need((uint32_t)count(voters)))
+		return;
+	if (!s->have_chosen[b->base]) {
+		s->have_chosen[b->base] = true;
+		s->chosen[b->base] = *t;
+	} else if (!same(&s->chosen[b->base], t)) {
+		violate(s, "I1", "after v%" PRId64 " a majority accepted members %#x (v%" PRId64
+		    ") and members %#x (v%" PRId64 ")", b->base, s->chosen[b->base].members,
+		    s->chosen[b->base].ver, t->members, t->ver);
+	}
+}
+
 static void install(struct sim *s, int i, const struct topo *t)
 {
 	struct node *n = &s->n[i];
@@ -431,17 +473,22 @@ static void px_promised(struct sim *s, int i, bool faults)
 	n->padopted = n->pbest;
 	if (n->pbest)
 		n->pt = n->pbest_t;
-	n->pgranted = 0;
 	n->pdeadline = s->now + PROP_MS;
 	/* its own acceptance (of its own removal too, when adopted: it stops
-	 * counting itself toward its lease then) */
-	n->has_acc = true;
-	n->acc_b = n->pb;
-	n->acc = n->pt;
-	if (n->pt.ver > n->voted)
-		n->voted = n->pt.ver;
-	freeze(n, &n->pt);
-	n->pgranted = 1u << i;
+	 * counting itself toward its lease then) — unless it promised a
+	 * higher ballot meanwhile (another coordinator's PREPARE) */
+	n->pgranted = 0;
+	if (dgi_ballot_cmp(&n->pb, &n->prom) >= 0) {
+		n->prom = n->pb;
+		n->has_acc = true;
+		n->acc_b = n->pb;
+		n->acc = n->pt;
+		if (n->pt.ver > n->voted)
+			n->voted = n->pt.ver;
+		freeze(n, &n->pt);
+		n->pgranted = 1u << i;
+		accepted(s, i, &n->pb, &n->pt);
+	}
 	vlog(s, "n%d proposes v%" PRId64 " members %#x (round %" PRId64 "%s)", i, n->pt.ver,
 	    n->pt.members, n->pb.round, n->padopted ? ", adopted" : "");
 	if (quorum(n->pgranted, n->pvoters)) {
@@ -474,8 +521,11 @@ static void px_propose(struct sim *s, int i, struct topo next, bool faults)
 	n->pvoters = n->t.members;
 	n->pbest = false;
 	n->pdeadline = s->now + PROP_MS;
-	n->prom = n->pb; /* its own promise: above the one it held, as computed */
-	n->ppromised = 1u << i;
+	n->ppromised = 0;
+	if (dgi_ballot_cmp(&n->pb, &n->prom) >= 0) { /* (not when it promised a later base) */
+		n->prom = n->pb;
+		n->ppromised = 1u << i;
+	}
 	if (n->has_acc && n->acc_b.base == base) {
 		n->pbest = true;
 		n->pbest_b = n->acc_b;
@@ -568,6 +618,7 @@ static void px_on_msg(struct sim *s, const struct msg *m, bool faults)
 			if (m->t.ver > n->voted)
 				n->voted = m->t.ver;
 			freeze(n, &m->t);
+			accepted(s, i, &m->b, &m->t);
 		}
 		vlog(s, "n%d votes %s on v%" PRId64 " of n%d%s%s", i, why ? "no" : "yes", m->t.ver,
 		    m->from, why ? ": " : "", why ? why : "");

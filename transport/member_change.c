@@ -36,6 +36,7 @@ struct prop {
 	bool *pre;                /* per voter: counted in both phases unasked
 	                             (itself, the joiner, a voter that left) */
 	uint32_t npre;
+	int32_t self_idx;         /* this node's voter index, or -1 */
 	uint32_t sent, answered;  /* this phase */
 	dg_topology *best;        /* phase 1: accepted at the highest ballot a */
 	struct dgi_ballot best_b; /* voter reported (held), or NULL */
@@ -116,7 +117,18 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 	}
 	p->nvoters = dgi_quorum_voters(cur, p->voters, cap);
 	p->need = p->nvoters > 0 ? dgi_quorum_need(p->nvoters) : 0;
-	count_pre(p, dgi_quorum_index(p->voters, p->nvoters, dg_tp_address(m->tp)));
+	/* its ballot: above every round it promised or saw refused */
+	int64_t round = 1;
+	if (m->seen_base == cur->version && m->seen_round >= round)
+		round = m->seen_round + 1;
+	if (m->promised.base == cur->version && m->promised.round >= round)
+		round = m->promised.round + 1;
+	p->b = (struct dgi_ballot){ cur->version, round, dg_tp_self(m->tp) };
+	/* its own promise — unless it promised a later base (it is behind) */
+	bool self_ok = dgi_ballot_cmp(&p->b, &m->promised) >= 0;
+	p->self_idx = dgi_quorum_index(p->voters, p->nvoters, dg_tp_address(m->tp));
+	if (self_ok)
+		count_pre(p, p->self_idx);
 	/* a JOIN (a joiner, or a member rejoining: TOPOLOGY-RESYNC) is its
 	 * sender's vote for its own address */
 	const dg_msg_join *jn = ch->add != NULL ? ch->add :
@@ -138,14 +150,7 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 		prop_free(p);
 		return NULL;
 	}
-	/* its own promise: above every round it promised or saw refused */
-	int64_t round = 1;
-	if (m->seen_base == cur->version && m->seen_round >= round)
-		round = m->seen_round + 1;
-	if (m->promised.base == cur->version && m->promised.round >= round)
-		round = m->promised.round + 1;
-	p->b = (struct dgi_ballot){ cur->version, round, dg_tp_self(m->tp) };
-	if (dgi_ballot_cmp(&p->b, &m->promised) > 0)
+	if (self_ok)
 		m->promised = p->b;
 	if (accepted) {
 		p->best = dgi_topo_hold(m->acc);
@@ -194,6 +199,8 @@ static void phase2_locked(dg_member *m, struct prop *p)
 		p->best = NULL;
 		p->phase = DG_PX_ADOPTED;
 	}
+	memcpy(p->got, p->pre, p->nvoters * sizeof(bool));
+	p->granted = p->npre;
 	if (dgi_ballot_cmp(&p->b, &m->promised) >= 0) {
 		m->promised = p->b;
 		dg_topology_release(m->acc);
@@ -202,9 +209,12 @@ static void phase2_locked(dg_member *m, struct prop *p)
 		if (p->t->version > m->voted_version)
 			m->voted_version = p->t->version;
 		dgi_member_freeze_locked(m, p->t);
+	} else if (p->self_idx >= 0 && p->got[p->self_idx]) {
+		/* it promised a higher ballot meanwhile (another coordinator's
+		 * PREPARE): its acceptance does not count */
+		p->got[p->self_idx] = false;
+		p->granted--;
 	}
-	memcpy(p->got, p->pre, p->nvoters * sizeof(bool));
-	p->granted = p->npre;
 	p->sent = p->answered = 0;
 	p->sending = true;
 }
