@@ -328,6 +328,7 @@ static dg_err cmd_state(call *c)
 	cJSON_AddNumberToObject(mj, "segmentations", (double)q.segmentations);
 	cJSON_AddNumberToObject(mj, "rejoins", (double)q.rejoins);
 	cJSON_AddNumberToObject(mj, "lease_losses", (double)q.lease_losses);
+	cJSON_AddNumberToObject(mj, "segmented_dials", (double)q.segmented_dials);
 	cJSON_AddStringToObject(c->result, "state", q.segmented ? "SEGMENTED" :
 	    lost > 0 ? "LOST_PARTITIONS" : moving > 0 || behind > 0 ? "REBALANCING" : "ACTIVE");
 	return DG_OK;

@@ -14,7 +14,8 @@
  *   datagrid_cluster_nodes                         gauge  nodes in it (servers and clients)
  *   datagrid_segmented, datagrid_quorum_voters, datagrid_quorum_reachable   gauges
  *   datagrid_segmentations_total, datagrid_rejoins_total,
- *   datagrid_lease_losses_total                    counters (PROTOCOL.md, "Majority")
+ *   datagrid_lease_losses_total,
+ *   datagrid_segmented_dials_total                 counters (PROTOCOL.md, "Majority")
  *   datagrid_caches                                gauge  caches on this node (all of them, even
  *                                                         past DGI_METRICS_CACHES_MAX)
  * Transport (dg_tp_get_stats: this node's totals over every peer)
@@ -270,6 +271,8 @@ static void put_node(mtext *t, dg_node *n)
 	    q.rejoins);
 	put_one(t, "datagrid_lease_losses_total", C, "Times its lease lapsed while not SEGMENTED "
 	    "(it served nothing until renewed).", q.lease_losses);
+	put_one(t, "datagrid_segmented_dials_total", C, "JOINs it sent to its seeds and to "
+	    "members it did not hear while SEGMENTED.", q.segmented_dials);
 }
 
 /* ---- transport ---- */

@@ -3998,6 +3998,9 @@ static void test_majority_segmented_dials_seeds(void **state)
 	memset(&n[3], 0, 2 * sizeof(n[3]));
 	WAIT_FOR_MS(magree(n, 3, 3) && !dg_member_segmented(n[2].m), 10000);
 	assert_true(mversion(&n[2]) > v2);
+	dg_member_quorum q;
+	dg_member_quorum_get(n[2].m, &q);
+	assert_true(q.segmented_dials >= 1); /* (datagrid_segmented_dials_total) */
 	mnode_stop(&n[2], false);
 	mnode_stop(&n[1], false);
 	mnode_stop(&n[0], false);

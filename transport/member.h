@@ -176,6 +176,8 @@ typedef struct dg_member_quorum {
 	                            (this node included) */
 	/* totals since start */
 	uint64_t segmentations, rejoins, lease_losses, votes_granted, votes_refused;
+	uint64_t segmented_dials; /* JOINs sent to seeds and unheard members
+	                            while SEGMENTED */
 	uint32_t nreach;         /* reach[]: up to DG_QUORUM_REACH_MAX of them */
 	char reach[DG_QUORUM_REACH_MAX][DG_BASELINE_ADDR_MAX];
 } dg_member_quorum;

@@ -123,6 +123,9 @@ void dg_member_quorum_get(dg_member *m, dg_member_quorum *q)
 	q->lease_losses = atomic_load(&m->n_lease_lost);
 	q->votes_granted = atomic_load(&m->n_granted);
 	q->votes_refused = atomic_load(&m->n_refused);
+	pthread_mutex_lock(&m->mu);
+	q->segmented_dials = m->n_probes;
+	pthread_mutex_unlock(&m->mu);
 }
 
 void dgi_member_freeze_locked(dg_member *m, const dg_topology *t)
