@@ -408,11 +408,22 @@ lost_acks() {
 	while IFS= read -r line; do log "    $line"; done <<<"$out"
 }
 
-# idle_verify NODE [CACHE...]: no divergent partition.
+# idle_verify NODE [CACHE...]: no divergent partition.  A node that did
+# not answer (a client node that just left, not yet removed) is asked
+# again, for 10 s at most; a divergence is never retried.
 idle_verify() {
-	local node=$1
+	local node=$1 until_ms
 	shift
-	CTL_LIMIT_S=60 ctl "$node" idle-verify "$@" --json
+	now_ms
+	until_ms=$((NOW + 10000))
+	while :; do
+		CTL_LIMIT_S=60 ctl "$node" idle-verify "$@" --json
+		jout '.divergent_count == 0 and .nodes_unanswered > 0' || break
+		now_ms
+		((NOW < until_ms)) || break
+		log "idle-verify: $(jq -r .nodes_unanswered <<<"$OUT") nodes did not answer: again"
+		sleep 0.5
+	done
 	if ((CRC == 0)) && jout '.divergent_count == 0 and .nodes_unanswered == 0'; then
 		log "ok: idle-verify ${*:-(all caches)}: $(jq -c '{partitions_checked, partitions_skipped, divergent_count}' <<<"$OUT")"
 		return 0
