@@ -30,7 +30,8 @@
  * change at a time, each version after a base agreed by both phases of
  * Paxos (PREPARE: a majority's promise and what any of them accepted after
  * that base; PROPOSE: that topology, adopted, else the coordinator's own;
- * an adopted removal installed a lease later), TOPOLOGY broadcast by the
+ * an adopted removal installed a lease later; a voter and a proposer that
+ * make a majority install at the acceptance), TOPOLOGY broadcast by the
  * coordinator, REMOVED to a node that is not a member, a heartbeat back to
  * a node of a newer version, rejoining with a new join order, and a paused
  * node's quiet period.  A crashed node does not come back under its
@@ -67,8 +68,12 @@
  * that accepted a version but missed its TOPOLOGY stayed behind for good,
  * heartbeating only the members of its own while the node that version
  * added was SEGMENTED (seeds 1163441, 1192692: it now answers a heartbeat
- * of a newer version, and the sender sends that version).  The ctest
- * member_sim_seeds replays these.
+ * of a newer version, and the sender sends that version); and a version
+ * adding a third voter to two, installed only by its proposer, which
+ * then died, left the other voter SEGMENTED for good (seeds 3157670,
+ * 3354139: a voter that accepts what the proposer accepted first, the two
+ * a majority, installs it at once).  The ctest member_sim_seeds replays
+ * these.
  *
  * Not modelled: a voter that restarts forgets its promise and what it
  * accepted, and the JOIN of a restarted voter counts as its promise and
@@ -121,6 +126,7 @@ struct msg {
 	/* PREPARE, PROMISE, PROPOSE (phase 2), VOTE */
 	struct dgi_ballot b;    /* the proposer's ballot; refusals: the voter's promise */
 	bool adopted;           /* PROPOSE: a topology a voter accepted before */
+	bool pacc;              /* PROPOSE: the proposer accepted it itself */
 	bool has_acc;           /* PROMISE: the voter accepted acc at acc_b */
 	struct dgi_ballot acc_b;
 	struct topo acc;
@@ -498,7 +504,7 @@ static void px_promised(struct sim *s, int i, bool faults)
 	for (int j = 0; j < N; j++)
 		if (j != i && has(&n->t, j))
 			post(s, (struct msg){ .type = M_PROPOSE, .from = i, .to = j, .t = n->pt,
-			    .b = n->pb, .adopted = n->padopted }, faults);
+			    .b = n->pb, .adopted = n->padopted, .pacc = (n->pgranted >> i) & 1u }, faults);
 }
 
 static void px_propose(struct sim *s, int i, struct topo next, bool faults)
@@ -625,6 +631,17 @@ static void px_on_msg(struct sim *s, const struct msg *m, bool faults)
 		post(s, (struct msg){ .type = M_VOTE, .from = i, .to = m->from, .t = m->t, .b = m->b,
 		    .granted = why == NULL, .installed = n->voted > n->t.ver ? n->voted : n->t.ver,
 			.promised = n->prom }, faults);
+		/* it and the proposer (which accepted first) make a majority
+		 * of two or three voters: agreed — installed here too, so a
+		 * proposer that dies at once does not take it along (an
+		 * adopted removal waits for the proposer's lease wait) */
+		int known = (why == NULL) + (m->pacc && m->from != i && has(&n->t, m->from));
+		if (why == NULL && n->joined && m->b.base == n->t.ver &&
+		    known >= (int)dgi_quorum_need((uint32_t)count(n->t.members)) &&
+		    (!m->adopted || (n->t.members & ~m->t.members) == 0)) {
+			vlog(s, "n%d learns v%" PRId64 " is agreed", i, m->t.ver);
+			install(s, i, &m->t);
+		}
 		break;
 	}
 	case M_VOTE:

@@ -3860,6 +3860,40 @@ static void test_majority_vote_rules(void **state)
 	mnodes_stop(n, 2);
 }
 
+/* A voter that accepts a topology the proposer accepted first, the two a
+ * majority of two or three voters, installs it at once (TOPOLOGY-LEARNED):
+ * a proposer that dies right after its own install does not take the
+ * version along (tests/member_sim.c, seeds 3157670 and 3354139: a two-voter
+ * cluster adding a third stayed SEGMENTED for good).  Without the
+ * proposer's flag nothing is installed by the vote. */
+static void test_majority_voter_learns(void **state)
+{
+	(void)state;
+	struct mnode n[2];
+	mnodes_start(n, 2);
+	int64_t v = mversion(&n[1]);
+	dg_node_id ids[2] = { dg_tp_self(n[0].tp), dg_tp_self(n[1].tp) };
+	const char *urls[2] = { dg_tp_address(n[0].tp), dg_tp_address(n[1].tp) };
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_msg_topo_vote r;
+	topo_body(&b, v + 1, ids, urls, 2);
+	dg_msg_topo_propose p = { v, 50, DG_PX_ACCEPT, { b.data, (uint32_t)b.len } };
+	OK(dg_tp_call(n[0].tp, ids[1], DG_MSG_TOPO_PROPOSE, &p, 2000, &r, NULL));
+	assert_int_equal(r.granted, 1);
+	sleep_ms(200);
+	assert_int_equal(mversion(&n[1]), v); /* one acceptance known: not agreed */
+	p.round = 51;
+	p.phase = DG_PX_ACCEPT | DG_PX_PROPOSER_ACCEPTED;
+	OK(dg_tp_call(n[0].tp, ids[1], DG_MSG_TOPO_PROPOSE, &p, 2000, &r, NULL));
+	assert_int_equal(r.granted, 1);
+	WAIT_FOR(mversion(&n[1]) == v + 1); /* two of two: agreed, installed */
+	p.phase = 0x20 | DG_PX_ACCEPT; /* an unknown flag */
+	EXPECT(dg_tp_call(n[0].tp, ids[1], DG_MSG_TOPO_PROPOSE, &p, 2000, &r, NULL), DG_ERR_INVAL);
+	dg_buf_free(&b);
+	mnodes_stop(n, 2);
+}
+
 /* Under majority a baseline is the voting set: one with fewer than a
  * majority of its addresses online is refused (the cluster would stop). */
 static void test_majority_baseline_refused(void **state)
@@ -4595,6 +4629,7 @@ int main(void)
 		cmocka_unit_test(test_majority_coordinator_cut_off),
 		cmocka_unit_test(test_majority_even_split),
 		cmocka_unit_test(test_majority_vote_rules),
+		cmocka_unit_test(test_majority_voter_learns),
 		cmocka_unit_test(test_majority_baseline_refused),
 		cmocka_unit_test(test_membership_restart_on_coordinator_address),
 		cmocka_unit_test(test_majority_segmented_dials_seeds),

@@ -425,7 +425,11 @@ static void prop_send(dg_member *m, struct prop *p)
 	dg_buf b;
 	dg_buf_init(&b);
 	dg_err e = dgi_member_topo_encode(m, t, &b);
-	dg_msg_topo_propose body = { p->b.base, p->b.round, phase, { b.data, (uint32_t)b.len } };
+	pthread_mutex_lock(&m->mu);
+	bool pacc = phase != DG_PX_PREPARE && p->self_idx >= 0 && p->got[p->self_idx];
+	pthread_mutex_unlock(&m->mu);
+	dg_msg_topo_propose body = { p->b.base, p->b.round,
+		phase | (pacc ? DG_PX_PROPOSER_ACCEPTED : 0), { b.data, (uint32_t)b.len } };
 	uint32_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
 	uint32_t timeout = ft / 2 > 100 ? ft / 2 : 100;
 	for (uint32_t i = 0; e == DG_OK && i < p->cur->count; i++) {

@@ -161,7 +161,8 @@ static const char *vote_locked(dg_member *m, const dg_msg_topo_propose *b, const
 	dg_node_id self = dg_tp_self(m->tp);
 	struct dgi_acceptor v = { m->topo != NULL && m->joined && !m->stopping,
 		atomic_load(&m->segmented), m->topo != NULL ? m->topo->version : 0, m->promised };
-	struct dgi_px_ask a = { { b->base, b->round, from }, t != NULL, b->phase == DG_PX_ADOPTED,
+	struct dgi_px_ask a = { { b->base, b->round, from }, t != NULL,
+		(b->phase & 0x0f) == DG_PX_ADOPTED,
 		t != NULL && dg_topology_find(t, from) != NULL,
 		t != NULL && dg_topology_find(t, self) != NULL, false };
 	uint64_t quiet = removal_silence_ms(m);
@@ -178,12 +179,37 @@ static const char *vote_locked(dg_member *m, const dg_msg_topo_propose *b, const
 	return dgi_px_rule(&v, &a);
 }
 
+/* This voter just accepted t (mu held): with the proposer, which accepted
+ * it first, a majority of two or three voters — t is agreed, and installed
+ * here too, so a proposer that dies at once does not take it along
+ * (tests/member_sim.c: a 2-voter version adding a third was installed only
+ * by its proposer, which died; the voter that accepted it stayed behind,
+ * SEGMENTED, and the new voter out, for good).  Not an adopted removal: the
+ * proposer waits out the removed nodes' leases first. */
+static bool learned_locked(dg_member *m, const dg_msg_topo_propose *b, const dg_topology *t,
+    dg_node_id from, bool pacc, int phase)
+{
+	if (!m->joined || m->topo == NULL || b->base != m->topo->version || m->nvoters == 0)
+		return false;
+	for (uint32_t i = 0; phase == DG_PX_ADOPTED && i < m->topo->count; i++)
+		if (dg_topology_find(t, m->topo->nodes[i].id) == NULL)
+			return false;
+	int32_t me = dgi_quorum_index(m->voters, m->nvoters, dg_tp_address(m->tp));
+	const dg_topology_node *pn = dg_topology_find(m->topo, from);
+	int32_t pv = pn != NULL ? dgi_quorum_index(m->voters, m->nvoters, pn->url) : -1;
+	uint32_t known = (uint32_t)(me >= 0) + (uint32_t)(pacc && pv >= 0 && pv != me);
+	return known >= dgi_quorum_need(m->nvoters);
+}
+
 void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
 	dg_member *m = ctx;
 	const dg_msg_topo_propose *b = in->body;
 	dg_topology *t = NULL;
-	if (b->phase < DG_PX_PREPARE || b->phase > DG_PX_ADOPTED || b->round < 1) {
+	int phase = (int)(b->phase & 0x0f);
+	bool pacc = (b->phase & DG_PX_PROPOSER_ACCEPTED) != 0;
+	if (phase < DG_PX_PREPARE || phase > DG_PX_ADOPTED || b->round < 1 ||
+	    (b->phase & ~(int64_t)(0x0f | DG_PX_PROPOSER_ACCEPTED)) != 0) {
 		dg_tp_reply_error(tp, in, DG_ERR_INVAL);
 		return;
 	}
@@ -197,7 +223,8 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_buf acc;
 	dg_buf_init(&acc);
 	pthread_mutex_lock(&m->mu);
-	bool prepare = b->phase == DG_PX_PREPARE;
+	bool prepare = phase == DG_PX_PREPARE;
+	bool learn = false;
 	const char *why = vote_locked(m, b, prepare ? NULL : t, in->from, now);
 	int64_t mine = m->topo != NULL ? m->topo->version : 0;
 	if (why == NULL) {
@@ -216,6 +243,7 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 			if (t->version > m->voted_version)
 				m->voted_version = t->version;
 			dgi_member_freeze_locked(m, t);
+			learn = learned_locked(m, b, t, in->from, pacc, phase);
 		}
 		v.granted = 1;
 	}
@@ -230,7 +258,13 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dgi_log("info", "VOTE-REFUSED", "version=%lld round=%lld phase=%lld from=%016llx "
 		    "own_version=%lld repeated=%u why=\"%s\"", (long long)t->version, (long long)b->round,
 		    (long long)b->phase, (unsigned long long)in->from, (long long)mine, sup, why);
-	dg_topology_release(t);
 	dg_tp_reply(tp, in, DG_MSG_TOPO_VOTE, &v);
 	dg_buf_free(&acc);
+	if (learn) {
+		dgi_log("info", "TOPOLOGY-LEARNED", "version=%lld from=%016llx why=\"this voter and "
+		    "the proposer are a majority\"", (long long)t->version, (unsigned long long)in->from);
+		dgi_member_install(m, t); /* (takes t) */
+	} else {
+		dg_topology_release(t);
+	}
 }

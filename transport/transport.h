@@ -200,6 +200,9 @@ typedef struct dg_msg_heartbeat {
 /* TOPO_PROPOSE: both phases of Paxos over the topology that follows
  * `base` (PROTOCOL.md, "Majority"); the ballot is (base, round, sender). */
 enum { DG_PX_PREPARE = 1, DG_PX_ACCEPT = 2, DG_PX_ADOPTED = 3 };
+/* or'ed into an ACCEPT's phase: the proposer accepted it itself first (a
+ * voter that accepts too knows two acceptances) */
+#define DG_PX_PROPOSER_ACCEPTED 0x10
 typedef struct dg_msg_topo_propose {
 	int64_t base;           /* the coordinator's version it follows */
 	int64_t round;
