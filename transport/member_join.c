@@ -333,25 +333,34 @@ void dgi_member_rejoin(dg_member *m)
  * heard from within the failure timeout (their heartbeats do the work; a
  * node restarted on an address under a new id answers there, where the
  * old id's heartbeats are dropped).  Returns how many; urls: *n owned. */
-static size_t probe_urls(dg_member *m, uint64_t now, char ***out)
+static size_t probe_urls(dg_member *m, uint64_t now, char ***out, dg_node_id **ids)
 {
 	const dg_topology *t = m->topo;
 	size_t cap = m->cfg.nseeds + t->count, n = 0;
 	char **urls = dgi_calloc(cap ? cap : 1, sizeof(char *));
+	dg_node_id *known = dgi_calloc(cap ? cap : 1, sizeof(dg_node_id));
+	if (known == NULL) {
+		dgi_free(urls);
+		urls = NULL;
+	}
 	uint64_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
 	const char *self = dg_tp_address(m->tp);
 	for (size_t k = 0; urls != NULL && k < cap; k++) {
 		const char *u = k < m->cfg.nseeds ? m->seeds[k] : t->nodes[k - m->cfg.nseeds].url;
 		bool skip = strcmp(u, self) == 0;
+		dg_node_id id = 0;
 		for (uint32_t i = 0; !skip && i < t->count; i++)
-			if (strcmp(t->nodes[i].url, u) == 0 && t->nodes[i].id != dg_tp_self(m->tp))
-				skip = now <= dg_tp_last_heard(m->tp, t->nodes[i].id) + ft;
+			if (strcmp(t->nodes[i].url, u) == 0 && t->nodes[i].id != dg_tp_self(m->tp)) {
+				id = t->nodes[i].id;
+				skip = now <= dg_tp_last_heard(m->tp, id) + ft;
+			}
 		for (size_t i = 0; !skip && i < n; i++)
 			skip = strcmp(urls[i], u) == 0;
 		if (!skip && (urls[n] = strdup(u)) != NULL)
-			n++;
+			known[n++] = id;
 	}
 	*out = urls;
+	*ids = known;
 	return n;
 }
 
@@ -361,7 +370,9 @@ static bool probe_go_locked(dg_member *m)
 	    atomic_load(&m->segmented);
 }
 
-/* One JOIN to each address, the floor being this node's version: a
+/* One JOIN to each address where a node this one's topology does not name
+ * there answers (the one it names gets its heartbeats, and REMOVED or
+ * TOPOLOGY follow as after any cut), the floor being this node's version: a
  * cluster that removed it (or never had it: its members restarted under new
  * ids) adds it in a version above its own, which it installs; one that has
  * it sends its TOPOLOGY again.  Between rounds it backs off from 50 ms to
@@ -374,12 +385,13 @@ static void *probe_thread(void *arg)
 	uint64_t logged = 0, rounds = 0;
 	for (;;) {
 		char **urls = NULL;
+		dg_node_id *known = NULL;
 		size_t n = 0;
 		int64_t floor = 0;
 		pthread_mutex_lock(&m->mu);
 		bool go = probe_go_locked(m);
 		if (go) {
-			n = probe_urls(m, dgi_now_ms(), &urls);
+			n = probe_urls(m, dgi_now_ms(), &urls, &known);
 			floor = m->topo->version > m->cfg.version_floor ? m->topo->version :
 			    m->cfg.version_floor;
 		}
@@ -396,7 +408,10 @@ static void *probe_thread(void *arg)
 			go = probe_go_locked(m);
 			pthread_mutex_unlock(&m->mu);
 			dg_node_id peer;
-			if (go && dg_tp_connect(tp, urls[i], &peer) == DG_OK) {
+			/* the member its topology names there answers: its
+			 * heartbeats reach it (REMOVED or TOPOLOGY follow) — only
+			 * a node it does not know there is asked to JOIN */
+			if (go && dg_tp_connect(tp, urls[i], &peer) == DG_OK && peer != known[i]) {
 				dg_msg_join_ack ack;
 				last = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, JOIN_ATTEMPT_MS, &ack, NULL);
 				pthread_mutex_lock(&m->mu);
@@ -406,6 +421,7 @@ static void *probe_thread(void *arg)
 			free(urls[i]);
 		}
 		dgi_free(urls);
+		dgi_free(known);
 		rounds++;
 		uint64_t now = dgi_now_ms();
 		if (now >= logged + 10000) {
