@@ -860,7 +860,13 @@ dg_err dg_tp_connect(dg_tp *tp, const char *url, dg_node_id *peer)
 		pthread_mutex_unlock(&w.mu);
 		if (e == DG_OK && w.peer != 0) {
 			struct peer *p = dgi_peer_get(tp, w.peer, true);
-			if (p != NULL && p->url == NULL)
+			bool unset = false;
+			if (p != NULL) { /* (a handshake may set it meanwhile: under its lock) */
+				pthread_mutex_lock(&p->mu);
+				unset = p->url == NULL;
+				pthread_mutex_unlock(&p->mu);
+			}
+			if (unset)
 				dg_tp_set_address(tp, w.peer, url);
 		}
 	}
