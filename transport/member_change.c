@@ -219,15 +219,6 @@ static void phase2_locked(dg_member *m, struct prop *p)
 	p->sending = true;
 }
 
-/* A node of cur that t has not (a removal). */
-static bool removes(const dg_topology *cur, const dg_topology *t)
-{
-	for (uint32_t i = 0; i < cur->count; i++)
-		if (dg_topology_find(t, cur->nodes[i].id) == NULL)
-			return true;
-	return false;
-}
-
 /* Decides p when it can be (mu held): DONE installs its version (*old: the
  * one replaced, *installed set), ABANDONED leaves it, NEXT starts phase 2
  * (the caller sends it).  Returns the new state (PROP_PENDING: not yet). */
@@ -253,7 +244,7 @@ static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, b
 		phase2_locked(m, p);
 		return PROP_NEXT;
 	}
-	if (won && current && p->phase == DG_PX_ADOPTED && removes(p->cur, p->t)) {
+	if (won && current && p->phase == DG_PX_ADOPTED && dgi_topo_removes(p->cur, p->t)) {
 		/* adopted: voted without the silence rule; every voter that
 		 * accepted it echoes the nodes it removes no more, so their
 		 * leases end within a lease of the last acceptance */

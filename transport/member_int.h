@@ -183,6 +183,7 @@ struct bl {
 /* member_topo.c: topologies and the baseline's sets (mu held where the
  * topology read is m->topo). */
 dg_topology *dgi_topo_hold(dg_topology *t);           /* one more reference */
+bool dgi_topo_removes(const dg_topology *cur, const dg_topology *t); /* a node of cur t lacks */
 dg_topology *dgi_member_topo_new(int64_t version, const dg_topology_node *nodes,
     uint32_t n, const struct bl *bl);
 dg_err dgi_member_topo_encode(dg_member *m, const dg_topology *t, dg_buf *b);

@@ -162,7 +162,7 @@ static const char *vote_locked(dg_member *m, const dg_msg_topo_propose *b, const
 	struct dgi_acceptor v = { m->topo != NULL && m->joined && !m->stopping,
 		atomic_load(&m->segmented), m->topo != NULL ? m->topo->version : 0, m->promised };
 	struct dgi_px_ask a = { { b->base, b->round, from }, t != NULL,
-		(b->phase & 0x0f) == DG_PX_ADOPTED,
+		(b->phase & DG_PX_PHASE_MASK) == DG_PX_ADOPTED,
 		t != NULL && dg_topology_find(t, from) != NULL,
 		t != NULL && dg_topology_find(t, self) != NULL, false };
 	uint64_t quiet = removal_silence_ms(m);
@@ -191,9 +191,8 @@ static bool learned_locked(dg_member *m, const dg_msg_topo_propose *b, const dg_
 {
 	if (!m->joined || m->topo == NULL || b->base != m->topo->version || m->nvoters == 0)
 		return false;
-	for (uint32_t i = 0; phase == DG_PX_ADOPTED && i < m->topo->count; i++)
-		if (dg_topology_find(t, m->topo->nodes[i].id) == NULL)
-			return false;
+	if (phase == DG_PX_ADOPTED && dgi_topo_removes(m->topo, t))
+		return false;
 	int32_t me = dgi_quorum_index(m->voters, m->nvoters, dg_tp_address(m->tp));
 	const dg_topology_node *pn = dg_topology_find(m->topo, from);
 	int32_t pv = pn != NULL ? dgi_quorum_index(m->voters, m->nvoters, pn->url) : -1;
@@ -206,10 +205,10 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_member *m = ctx;
 	const dg_msg_topo_propose *b = in->body;
 	dg_topology *t = NULL;
-	int phase = (int)(b->phase & 0x0f);
+	int phase = (int)(b->phase & DG_PX_PHASE_MASK);
 	bool pacc = (b->phase & DG_PX_PROPOSER_ACCEPTED) != 0;
 	if (phase < DG_PX_PREPARE || phase > DG_PX_ADOPTED || b->round < 1 ||
-	    (b->phase & ~(int64_t)(0x0f | DG_PX_PROPOSER_ACCEPTED)) != 0) {
+	    (b->phase & ~(int64_t)(DG_PX_PHASE_MASK | DG_PX_PROPOSER_ACCEPTED)) != 0) {
 		dg_tp_reply_error(tp, in, DG_ERR_INVAL);
 		return;
 	}
@@ -226,11 +225,13 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	bool prepare = phase == DG_PX_PREPARE;
 	bool learn = false;
 	const char *why = vote_locked(m, b, prepare ? NULL : t, in->from, now);
+	bool report = why == NULL && prepare && m->acc != NULL && m->acc_b.base == b->base;
+	if (report && dgi_member_topo_encode(m, m->acc, &acc) != DG_OK)
+		why = "out of memory"; /* a promise must name what it accepted */
 	int64_t mine = m->topo != NULL ? m->topo->version : 0;
 	if (why == NULL) {
 		m->promised = (struct dgi_ballot){ b->base, b->round, in->from };
-		if (prepare && m->acc != NULL && m->acc_b.base == b->base &&
-		    dgi_member_topo_encode(m, m->acc, &acc) == DG_OK) {
+		if (report) {
 			/* Paxos' first phase: what it accepted after this base */
 			v.acc_base = m->acc_b.base;
 			v.acc_round = m->acc_b.round;

@@ -137,6 +137,14 @@ dg_topology *dgi_topo_hold(dg_topology *t)
 	return t;
 }
 
+bool dgi_topo_removes(const dg_topology *cur, const dg_topology *t)
+{
+	for (uint32_t i = 0; i < cur->count; i++)
+		if (dg_topology_find(t, cur->nodes[i].id) == NULL)
+			return true;
+	return false;
+}
+
 dg_topology *dg_member_topology(dg_member *m)
 {
 	pthread_mutex_lock(&m->mu);

@@ -203,6 +203,7 @@ enum { DG_PX_PREPARE = 1, DG_PX_ACCEPT = 2, DG_PX_ADOPTED = 3 };
 /* or'ed into an ACCEPT's phase: the proposer accepted it itself first (a
  * voter that accepts too knows two acceptances) */
 #define DG_PX_PROPOSER_ACCEPTED 0x10
+#define DG_PX_PHASE_MASK 0x0f
 typedef struct dg_msg_topo_propose {
 	int64_t base;           /* the coordinator's version it follows */
 	int64_t round;
