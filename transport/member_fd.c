@@ -393,7 +393,14 @@ static void tick(dg_member *m)
 	version = t->version;
 	/* every member gets a heartbeat echoing its latest one; after a new
 	 * version, or without a lease, asking for an answer at once */
-	int64_t *echo = dgi_calloc(t->count ? t->count : 1, sizeof(*echo));
+	if (m->echo_cap < t->count) {
+		int64_t *nb = dgi_realloc(m->echo_buf, t->count * sizeof(*nb));
+		if (nb != NULL) {
+			m->echo_buf = nb;
+			m->echo_cap = t->count;
+		}
+	}
+	int64_t *echo = m->echo_cap >= t->count ? m->echo_buf : NULL;
 	for (uint32_t i = 0; echo != NULL && i < t->count; i++)
 		echo[i] = m->since[i].echo;
 	int64_t flags = m->hb_answer || !leased ? DG_HB_ANSWER : 0;
@@ -427,7 +434,6 @@ static void tick(dg_member *m)
 		if (id != dg_tp_self(tp))
 			dg_tp_send(tp, id, DG_MSG_HEARTBEAT, &hb);
 	}
-	dgi_free(echo);
 	for (size_t k = 0; k < nreset; k++) {
 		dg_tp_disconnect(tp, reset[k]);
 		uint32_t sup;

@@ -66,6 +66,11 @@ struct dg_member {
 	pthread_cond_t cv;
 	dg_topology *topo;             /* current, one reference held here */
 	struct since *since;           /* one per node of topo */
+	int64_t *echo_buf;             /* tick's copy of the echoes (the
+	                                * member thread's alone): grown only
+	                                * when the topology grows, so a steady
+	                                * tick allocates nothing */
+	uint32_t echo_cap;
 	struct listener listeners[MAX_LISTENERS];
 	int nlisteners;
 	/* installed versions not yet given to the listeners, oldest first

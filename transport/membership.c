@@ -519,6 +519,7 @@ void dgi_member_free(dg_member *m)
 		dgi_free(q);
 	}
 	dgi_free(m->since);
+	dgi_free(m->echo_buf);
 	dgi_free(m->voters);
 	dgi_free(m->vidx);
 	dgi_free(m->vvals);

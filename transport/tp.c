@@ -892,6 +892,10 @@ void dg_tp_disconnect(dg_tp *tp, dg_node_id peer)
 static void *service(void *arg)
 {
 	dg_tp *tp = arg;
+	/* take this thread's section slot now (its one allocation), not at
+	 * the first expiry scan in the middle of a node's steady state */
+	dgi_epoch_enter();
+	dgi_epoch_leave();
 	pthread_mutex_lock(&tp->mu);
 	while (!atomic_load(&tp->stopping)) {
 		struct timespec ts;
