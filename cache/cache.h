@@ -290,6 +290,10 @@ typedef struct dgi_grid_config {
 	size_t storage_map_size;
 	bool storage_nosync;
 	bool client;
+	bool majority;                  /* partition policy majority: a topology
+	                                   serves only with a majority of its
+	                                   baseline (copies loaded from disk
+	                                   wait for one to merge) */
 	void (*on_event)(void *ctx, const dg_event *ev);
 	void *event_ctx;
 } dgi_grid_config;

@@ -192,6 +192,13 @@ typedef struct dgi_part {
 	                               be merged into a live owner's copy; it is
 	                               emptied when the partition starts fetching
 	                               from an old owner (grid.c, retopo_cache) */
+	bool reloaded;              /* loaded from data_dir at start and not yet
+	                               merged with the copies the other servers
+	                               loaded (rebalance.c, "Copies loaded from
+	                               disk"): not whole, not served; an owner
+	                               stays MOVING until it fetched from every
+	                               server of a topology that holds a
+	                               majority of its baseline */
 	bool sup_owner;             /* MOVING: the supplier owned it under the
 	                               previous topology (whole, it has it all) */
 	uint8_t nsrcs, ntaken;
@@ -498,6 +505,9 @@ struct dgi_grid {
 	dgi_aff *limbo;                /* replaced affinities not freed yet */
 	dg_topology *topo;             /* current (held); grid->mu */
 	_Atomic int64_t topver;
+	_Atomic bool active;           /* topo holds a majority of its baseline
+	                                  (or none is set, or policy none):
+	                                  loaded copies merge (dgi_topo_active) */
 	_Atomic int64_t self_order;    /* read by updates without grid->mu */
 	bool stopping;
 	_Atomic bool leaving;          /* graceful leave: no more updates as primary */

@@ -172,6 +172,27 @@ static bool is_server(const dg_topology *t, dg_node_id id)
 	return n != NULL && !(n->attrs & DG_NODE_CLIENT);
 }
 
+/* Whether t may serve data: it holds a majority of its baseline's
+ * addresses (servers), or no baseline is set, or the partition policy is
+ * none.  Copies loaded from disk merge only under such a topology: before,
+ * the node is SEGMENTED and the copies of those still away may be newer. */
+static bool topo_active(const dgi_grid *g, const dg_topology *t)
+{
+	if (!g->cfg.majority || !t->baseline_set || t->nbaseline == 0)
+		return true;
+	uint32_t in = 0;
+	for (uint32_t i = 0; i < t->count; i++) {
+		if (t->nodes[i].attrs & DG_NODE_CLIENT || t->nodes[i].url == NULL)
+			continue;
+		for (uint32_t b = 0; b < t->nbaseline; b++)
+			if (strcmp(t->nodes[i].url, t->baseline[b]) == 0) {
+				in++;
+				break;
+			}
+	}
+	return in >= t->nbaseline / 2 + 1;
+}
+
 bool dgi_grid_has_server(dgi_grid *g, dg_node_id id)
 {
 	pthread_mutex_lock(&g->mu);
@@ -319,6 +340,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 		old = guess;
 	}
 	uint64_t now_ms = dgi_now_ms();
+	bool active = topo_active(g, t);
 	const dg_topology_node *me = dg_topology_find(t, g->self);
 	/* out of the cluster's topology, or back in it as a new incarnation
 	 * (a new join order) without this node having seen itself removed */
@@ -380,8 +402,27 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			ns = P_NONE;
 			if (st != P_NONE)
 				pt->rented_ms = now_ms;
+			/* a loaded copy this node does not own under an active
+			 * topology: an ordinary rented copy (its owners fetch it
+			 * in their merge and then tell it to go) */
+			if (active)
+				pt->reloaded = false;
 		} else if (atomic_load_explicit(&c->lost[p], memory_order_relaxed)) {
 			ns = P_LOST;
+		} else if (pt->reloaded) {
+			/* loaded from disk: merged with every other server's copy
+			 * (newest version wins) before it serves, once t is
+			 * active (rebalance.c, "Copies loaded from disk") */
+			ns = P_MOVING;
+			atomic_store(&pt->whole, false);
+			pt->broken = false;
+			pt->nsrcs = pt->ntaken = pt->nalts = 0;
+			pt->supplier = 0;
+			pt->sup_owner = false;
+			/* only what is written under t is current: a copy
+			 * fetched meanwhile from a later node's disk can hold
+			 * versions above the one this node first moved at */
+			pt->moving_topver = t->version;
 		} else if (st == P_OWNING && !pt->stale) {
 			ns = P_OWNING;
 		} else if (st == P_MOVING && !pt->stale && is_server(t, pt->supplier)) {
@@ -532,6 +573,7 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 	}
 	persist_topver(g, now->version);
 	persist_baseline(g, now);
+	atomic_store(&g->active, topo_active(g, now));
 	struct retopo_ctx r = { g, now };
 	dgi_intmap_each(&g->caches, retopo_one, &r);
 	atomic_fetch_add(&((dg_topology *)now)->refs, 1);
@@ -1112,6 +1154,11 @@ static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t 
 	struct load_ctx l = { g, c, 0 };
 	uint64_t t0 = dgi_now_ms();
 	e = dgi_pstore_load(g->ps, c->id, load_rec, &l);
+	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
+		pthread_mutex_lock(&c->parts[p].mu);
+		c->parts[p].reloaded = true;
+		pthread_mutex_unlock(&c->parts[p].mu);
+	}
 	dgi_log("info", "CACHE-LOADED", "cache=\"%s\" entries=%llu ms=%llu err=\"%s\"",
 	    cfg.name, (unsigned long long)l.n, (unsigned long long)(dgi_now_ms() - t0),
 	    dg_strerror(e));

@@ -391,7 +391,24 @@ static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void
  * REBALANCE_OWNED about the partition becomes a source it fetches from
  * (with the sources that one names) while it goes on serving, and once
  * it has taken that node's copy in full it answers that node yes (taken),
- * so the copy is dropped only when the owner has it. */
+ * so the copy is dropped only when the owner has it.
+ *
+ * Copies loaded from disk.  After a restart of the whole cluster every
+ * server's copies come from its own data_dir, and a server that was down
+ * while the others wrote holds older ones.  No loaded copy is whole and
+ * none is served (grid.c, retopo_cache: `reloaded`): an owner stays MOVING
+ * with no supplier — its readers wait rather than be forwarded to a copy
+ * as old — until the topology is active (a majority of its baseline;
+ * before that the node is SEGMENTED), then fetches the partition from
+ * every other server of that topology, newest version winning, and only
+ * then is OWNING and whole.  A server that does not own the partition
+ * keeps its loaded copy as a rented one until every owner has merged it.
+ * Owners that merge at the same time fetch each other's loaded copies (the
+ * merge is commutative); a server that comes back after an owner merged
+ * fetches that owner's whole copy (newer versions win over what it
+ * loaded).  A topology change during the merge starts it again with the
+ * new topology's servers; a server that left took its copy along, as one
+ * that never came back (DEPLOY.md, "A full-cluster restart"). */
 
 bool dgi_part_node_add(dg_node_id *list, uint8_t *n, dg_node_id id)
 {
@@ -522,12 +539,41 @@ static uint8_t sources_done(dgi_part *pt, const struct fetch *f)
  * whole (the rest is not needed then), or when it was not broken, no
  * source was gone, no page came from a broken copy and no source was
  * added meanwhile.  DG_OK when done. */
+/* The servers of the current topology other than this node, up to cap
+ * (more: cap + 1), and its version. */
+static uint32_t servers_now(dgi_grid *g, dg_node_id *ids, uint32_t cap, int64_t *version)
+{
+	uint32_t n = 0;
+	pthread_mutex_lock(&g->mu);
+	*version = g->topo != NULL ? g->topo->version : 0;
+	for (uint32_t i = 0; g->topo != NULL && i < g->topo->count && n <= cap; i++) {
+		const dg_topology_node *tn = &g->topo->nodes[i];
+		if ((tn->attrs & DG_NODE_CLIENT) || tn->id == g->self)
+			continue;
+		if (n < cap)
+			ids[n] = tn->id;
+		n++;
+	}
+	pthread_mutex_unlock(&g->mu);
+	return n;
+}
+
 static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 {
 	dgi_part *pt = &c->parts[part];
 	struct fetch f = { .g = g, .c = c, .part = part, .gen = gen, .a = { g, c, part, 0 } };
+	dg_node_id all[FETCH_NODES];
+	int64_t all_ver;
+	uint32_t nall = servers_now(g, all, FETCH_NODES, &all_ver);
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load(&pt->state);
+	/* a copy loaded from disk merges every other server's ("Copies
+	 * loaded from disk"), once the topology is active */
+	bool reload = st == P_MOVING && pt->reloaded;
+	if (reload && (!atomic_load(&g->active) || pt->state_topver != all_ver)) {
+		pthread_mutex_unlock(&pt->mu);
+		return atomic_load(&g->active) ? DG_ERR_STATE : DG_OK;
+	}
 	dg_node_id sup = st == P_MOVING ? pt->supplier : 0;
 	bool sup_owner = st == P_MOVING && pt->sup_owner;
 	bool repair = st == P_OWNING && !atomic_load(&pt->whole) && pt->nsrcs > 0;
@@ -539,7 +585,13 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	fetch_queue(&f, sup);
 	for (uint8_t i = 0; i < pt->nsrcs; i++)
 		fetch_queue(&f, pt->srcs[i]);
+	for (uint32_t i = 0; reload && i < nall && i < FETCH_NODES; i++)
+		fetch_queue(&f, all[i]);
 	pthread_mutex_unlock(&pt->mu);
+	if (reload && nall > FETCH_NODES)
+		dgi_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u servers=%u "
+		    "why=\"a copy loaded from disk merges the copies of the first %d other servers only\"",
+		    c->cfg.name, part, nall, FETCH_NODES);
 	if (st != P_MOVING && !repair)
 		return DG_OK;
 	dg_buf_init(&f.reply);
@@ -572,13 +624,16 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	    (st == P_MOVING && pt->supplier != sup)) {
 		e = DG_ERR_STATE;
 	} else {
-		pt->broken |= gone > 0 || f.broken;
+		/* (a server that left during a merge of loaded copies took
+		 * its copy along, as one that never came back: no loss) */
+		pt->broken |= (gone > 0 && !reload) || f.broken;
 		uint8_t left = sources_done(pt, &f);
 		whole = sup_whole || (!pt->broken && left == 0);
 		atomic_store(&pt->whole, whole);
 		if (whole) {
 			pt->broken = false;
 			pt->nsrcs = pt->ntaken = 0;
+			pt->reloaded = false;
 		}
 		if (st == P_MOVING && !whole && pt->broken) {
 			/* what a source that left held is lost with it: the
@@ -636,6 +691,14 @@ static void collect(void *ctx, uint32_t key, void *value)
 			continue;
 		} else {
 			c->rebal_pending = true;
+			if (!atomic_load(&c->g->active)) {
+				/* a loaded copy waits for an active topology */
+				pthread_mutex_lock(&pt->mu);
+				bool wait = pt->reloaded;
+				pthread_mutex_unlock(&pt->mu);
+				if (wait)
+					continue;
+			}
 		}
 		if (cc->n == cc->cap) {
 			size_t nc = cc->cap ? cc->cap * 2 : 256;

@@ -36,7 +36,8 @@
 #  4. the checker (dglinz) on each register cache's merged histories:
 #     linearizable; the bank clients saw no violation and bank-verify
 #     passes (total, every acknowledged transfer there, no failed one);
-#  5. persistence: kill -9 every server at once, restart all with their
+#  5. persistence (the baseline was set to every server at the start):
+#     kill -9 every server at once, restart all with their
 #     data dirs, wait for the cluster; register-read-all on reg_persist
 #     appends one read of every key to its history, and the checker runs
 #     again (a read returning an older value than an acknowledged write is
@@ -462,6 +463,17 @@ for ((i = 0; i < SERVERS; i++)); do
 	SEEDS+=(--seed "tcp://127.0.0.1:${PORT_OF[s$i]}")
 done
 COMMON=(--failure-detection-timeout "$FT" --request-timeout "$REQUEST_MS")
+if [[ ${DG_JEPSEN_PERSIST:-1} == 1 ]]; then
+	# step 5 restarts every server: with the baseline persisted the
+	# cluster activates with a majority of it, and the copies each server
+	# loaded are merged (newest version wins) before they serve
+	BL=()
+	for ((i = 0; i < SERVERS; i++)); do
+		BL+=("tcp://127.0.0.1:${PORT_OF[s$i]}")
+	done
+	ctl "${SRV[0]}" baseline set "${BL[@]}"
+	expect_rc 0 "baseline set (every server)"
+fi
 
 if ((BANK_ON)); then
 	log "bank-init"

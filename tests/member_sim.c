@@ -35,8 +35,7 @@
  * coordinator, REMOVED to a node that is not a member, a heartbeat back to
  * a node of a newer version, rejoining with a new join order, and a paused
  * node's quiet period.  A crashed node does not come back under its
- * address (a restarted voter forgets its promises: see the end of this
- * comment).
+ * address unless --restarts (see the end of this comment).
  *
  *   member_sim [--schedules N] [--seed S] [--replay S1,S2,..]
  *              [--check-leases] [--check-heal] [--verbose] [--keep-going]
@@ -75,11 +74,21 @@
  * a majority, installs it at once).  The ctest member_sim_seeds replays
  * these.
  *
- * Not modelled: a voter that restarts forgets its promise and what it
- * accepted, and the JOIN of a restarted voter counts as its promise and
- * acceptance (so a cluster of two voters can go on once it is back): a
- * version could then be agreed that a majority's memory would have
- * refused.  A crashed node stays down here.
+ * Restarts (--restarts amnesiac|durable; not in CI's runs, which it
+ * would fail): a node killed and restarted on its address as a new
+ * incarnation (another node id: nothing it sends is its predecessor's),
+ * which rejoins with a JOIN that counts as its promise and acceptance
+ * (member_change.c, so that two voters go on once one is back);
+ * `durable` keeps its acceptor state (promise, what it accepted) across
+ * the restart.  Both find two topologies a majority accepted after one
+ * base, each installed by live nodes (7 of 50,000 schedules from seed
+ * 100000, either way: the JOIN is counted whatever the joiner promised
+ * before, e.g. seed 102612), and live clusters that never take the
+ * restarted node back (I3: members SEGMENTED without it refuse the
+ * version that would add it, ~1%).  Open (issue 13): a JOIN must carry
+ * the joiner's persisted acceptor state and count as its promise only,
+ * the joiner then answering phase 2 as a voter.  Without --restarts a
+ * crashed node stays down.
  */
 #define _GNU_SOURCE
 #include "transport/transport_int.h"
@@ -123,6 +132,11 @@ struct msg {
 	uint64_t hb_time, hb_echo;
 	int64_t hb_ver;         /* HB: the sender's version; JOIN: its floor */
 	int joiner;             /* JOIN (forwarded to the coordinator) */
+	bool fresh;             /* JOIN: from a restarted incarnation (its own
+	                           address still a member: a new node id) */
+	bool newinc;            /* sent by a restarted incarnation not yet a
+	                           member: another node id than the member of
+	                           its address (post sets it) */
 	/* PREPARE, PROMISE, PROPOSE (phase 2), VOTE */
 	struct dgi_ballot b;    /* the proposer's ballot; refusals: the voter's promise */
 	bool adopted;           /* PROPOSE: a topology a voter accepted before */
@@ -136,6 +150,9 @@ struct msg {
 
 struct node {
 	bool crashed;
+	bool restarted;         /* a new incarnation not yet a member */
+	int64_t prev_order;     /* restarted: its predecessor's join order (a
+	                           topology naming that one does not name it) */
 	uint64_t paused_until;  /* processes nothing before */
 	uint64_t quiet_until;   /* after its own pause: takes nobody for failed */
 	struct topo t;
@@ -158,6 +175,7 @@ struct node {
 	struct topo pt;         /* wanted; from phase 2 the one proposed */
 	struct dgi_ballot pb;
 	uint32_t pvoters, ppromised, pgranted;
+	int pjoiner;            /* whose JOIN counts as its vote (-1: none) */
 	uint64_t pdeadline;
 	bool pbest;             /* a voter accepted pbest_t at pbest_b before */
 	struct dgi_ballot pbest_b;
@@ -186,6 +204,7 @@ struct sim {
 	bool have_chosen[MAXVER];
 	int crashes;
 	bool verbose, check_leases, check_heal;
+	int restarts;           /* --restarts: 1 amnesiac, 2 durable acceptor */
 	const char *fail;
 	char why[256];
 	uint64_t steps, installs, removals;
@@ -278,6 +297,7 @@ static void post(struct sim *s, struct msg m, bool faults)
 		return;
 	if (faults && rnd(s) % 100 < 2)
 		return;
+	m.newinc = s->n[m.from].restarted;
 	int copies = faults && rnd(s) % 100 < 2 ? 2 : 1;
 	for (int i = 0; i < copies; i++) {
 		m.at = s->now + rnd_in(s, 1, 30);
@@ -385,7 +405,9 @@ static void install(struct sim *s, int i, const struct topo *t)
 	if (t->ver >= n->frozen_ver)
 		n->frozen = 0;
 	bool was = n->joined;
-	n->joined = has(t, i);
+	n->joined = has(t, i) && (!n->restarted || t->order[i] > n->prev_order);
+	if (n->joined)
+		n->restarted = false;
 	if (was && !n->joined)
 		s->removals++;
 	vlog(s, "n%d installs v%" PRId64 " members %#x%s", i, t->ver, t->members,
@@ -495,6 +517,10 @@ static void px_promised(struct sim *s, int i, bool faults)
 		n->pgranted = 1u << i;
 		accepted(s, i, &n->pb, &n->pt);
 	}
+	if (n->pjoiner >= 0 && has(&n->pt, n->pjoiner)) {
+		n->pgranted |= 1u << n->pjoiner;
+		accepted(s, n->pjoiner, &n->pb, &n->pt);
+	}
 	vlog(s, "n%d proposes v%" PRId64 " members %#x (round %" PRId64 "%s)", i, n->pt.ver,
 	    n->pt.members, n->pb.round, n->padopted ? ", adopted" : "");
 	if (quorum(n->pgranted, n->pvoters)) {
@@ -507,7 +533,7 @@ static void px_promised(struct sim *s, int i, bool faults)
 			    .b = n->pb, .adopted = n->padopted, .pacc = (n->pgranted >> i) & 1u }, faults);
 }
 
-static void px_propose(struct sim *s, int i, struct topo next, bool faults)
+static void px_propose(struct sim *s, int i, struct topo next, int joiner, bool faults)
 {
 	struct node *n = &s->n[i];
 	int64_t base = n->t.ver, round = 1;
@@ -532,6 +558,10 @@ static void px_propose(struct sim *s, int i, struct topo next, bool faults)
 		n->prom = n->pb;
 		n->ppromised = 1u << i;
 	}
+	/* a JOIN is its sender's vote for its own address (member_change.c) */
+	n->pjoiner = joiner;
+	if (joiner >= 0)
+		n->ppromised |= 1u << joiner;
 	if (n->has_acc && n->acc_b.base == base) {
 		n->pbest = true;
 		n->pbest_b = n->acc_b;
@@ -667,7 +697,7 @@ static void tick(struct sim *s, int i, bool faults)
 		int to = (int)rnd_in(s, 0, N - 2);
 		to += to >= i;
 		post(s, (struct msg){ .type = M_JOIN, .from = i, .to = to, .joiner = i,
-		    .hb_ver = n->t.ver }, faults);
+		    .hb_ver = n->t.ver, .fresh = n->restarted }, faults);
 	}
 	for (int j = 0; j < N; j++)
 		if (j != i && has(&n->t, j))
@@ -699,14 +729,18 @@ static void tick(struct sim *s, int i, bool faults)
 		if (j != i && has(&n->t, j) && failed(s, n, j))
 			next.members &= ~(1u << j);
 	if (next.members != n->t.members)
-		px_propose(s, i, next, faults);
+		px_propose(s, i, next, -1, faults);
 }
 
 static void on_msg(struct sim *s, const struct msg *m, bool faults)
 {
 	struct node *n = &s->n[m->to];
 	int i = m->to;
-	n->heard[m->from] = s->now; /* any message counts */
+	/* a restarted incarnation is not the member of its address (another
+	 * node id): nothing it sends is that member's */
+	bool mem = has(&n->t, m->from) && !m->newinc;
+	if (!m->newinc)
+		n->heard[m->from] = s->now; /* any message counts */
 	if (m->type == M_PREPARE || m->type == M_PROMISE || m->type == M_PROPOSE ||
 	    m->type == M_VOTE) {
 		px_on_msg(s, m, faults);
@@ -714,24 +748,24 @@ static void on_msg(struct sim *s, const struct msg *m, bool faults)
 	}
 	switch (m->type) {
 	case M_HB:
-		if (has(&n->t, m->from) && !((n->frozen >> m->from) & 1u))
+		if (mem && !((n->frozen >> m->from) & 1u))
 			n->echo[m->from] = m->hb_time;
-		if (has(&n->t, m->from) && m->hb_echo > n->acked[m->from])
+		if (mem && m->hb_echo > n->acked[m->from])
 			n->acked[m->from] = m->hb_echo;
-		if (n->joined && !has(&n->t, m->from) && n->t.ver >= m->hb_ver)
+		if (n->joined && !mem && n->t.ver >= m->hb_ver)
 			post(s, (struct msg){ .type = M_REMOVED, .from = i, .to = m->from, .t = n->t },
 			    faults);
-		else if (!has(&n->t, m->from) && m->hb_ver > n->t.ver)
+		else if (!mem && m->hb_ver > n->t.ver)
 			/* a node of a newer version: this one is behind (its
 			 * TOPOLOGY was lost) and heartbeats only the members of
 			 * its own — one back, without an echo, gets the newer one */
 			post(s, (struct msg){ .type = M_HB, .from = i, .to = m->from, .hb_time = s->now,
 			    .hb_ver = n->t.ver }, faults);
-		else if (has(&n->t, m->from) && m->hb_ver < n->t.ver)
+		else if (mem && m->hb_ver < n->t.ver)
 			/* (a node rejoining too: what it holds was agreed) */
 			post(s, (struct msg){ .type = M_TOPO, .from = i, .to = m->from, .t = n->t },
 			    faults);
-		if (s->now < n->quiet_until && n->joined && has(&n->t, m->from))
+		if (s->now < n->quiet_until && n->joined && mem)
 			n->quiet_until = 0; /* a member vouched: the quiet is over */
 		break;
 	case M_TOPO:
@@ -749,15 +783,17 @@ static void on_msg(struct sim *s, const struct msg *m, bool faults)
 			post(s, f, faults); /* forwarded */
 			break;
 		}
-		if (has(&n->t, j)) {
+		if (has(&n->t, j) && !m->fresh) {
 			/* a member asking again: the TOPOLOGY that added it did
 			 * not reach it — sent again; one told it is out by a
 			 * version this node has not seen gets a newer one */
 			post(s, (struct msg){ .type = M_TOPO, .from = i, .to = j, .t = n->t }, faults);
 			break;
 		}
-		if (n->phase || n->segmented)
+		if (n->phase)
 			break; /* busy: it asks again */
+		/* (a SEGMENTED coordinator too: a JOIN still becomes a version
+		 * if a majority accepts it — PROTOCOL.md, "SEGMENTED") */
 		struct topo next = n->t;
 		int64_t max = 0;
 		for (int k = 0; k < N; k++)
@@ -765,7 +801,10 @@ static void on_msg(struct sim *s, const struct msg *m, bool faults)
 				max = n->t.order[k];
 		next.members |= 1u << j;
 		next.order[j] = max >= n->t.ver ? max + 1 : n->t.ver + 1; /* a new incarnation */
-		px_propose(s, i, next, faults);
+		/* (a restarted one replaces its predecessor at once here: the
+		 * code adds it under its new id, and removes the old one once
+		 * it is taken for failed) */
+		px_propose(s, i, next, j, faults);
 		break;
 	}
 	}
@@ -784,7 +823,7 @@ static void nemesis(struct sim *s)
 {
 	heal(s);
 	int x = (int)rnd_in(s, 0, N - 1);
-	switch (rnd_in(s, 0, 6)) {
+	switch (rnd_in(s, 0, s->restarts ? 7 : 6)) {
 	case 0: /* heal only */
 		vlog(s, "nemesis: healed");
 		break;
@@ -825,14 +864,39 @@ static void nemesis(struct sim *s)
 			vlog(s, "nemesis: n%d crashed", x);
 		}
 		break;
+	case 7: { /* kill -9 and restart on its address (--restarts) */
+		struct node *n = &s->n[x];
+		if (n->crashed)
+			break;
+		struct node fresh;
+		memset(&fresh, 0, sizeof(fresh));
+		if (s->restarts == 2) { /* its acceptor state kept on disk */
+			fresh.prom = n->prom;
+			fresh.has_acc = n->has_acc;
+			fresh.acc_b = n->acc_b;
+			fresh.acc = n->acc;
+			fresh.voted = n->voted;
+		}
+		fresh.restarted = true;
+		fresh.prev_order = has(&n->t, x) ? n->t.order[x] : 0;
+		if (n->restarted && n->prev_order > fresh.prev_order)
+			fresh.prev_order = n->prev_order;
+		fresh.pjoiner = -1;
+		fresh.next_tick = s->now + rnd_in(s, 50, 500);
+		*n = fresh;
+		vlog(s, "nemesis: n%d restarted%s", x, s->restarts == 2 ? "" : " (forgets its promises)");
+		break;
+	}
 	}
 }
 
 /* ---- one schedule ---- */
 
-static void sim_init(struct sim *s, uint64_t seed, bool verbose, bool leases, bool heals)
+static void sim_init(struct sim *s, uint64_t seed, bool verbose, bool leases, bool heals,
+    int restarts)
 {
 	memset(s, 0, sizeof(*s));
+	s->restarts = restarts;
 	s->check_leases = leases;
 	s->check_heal = heals;
 	s->rng = seed * 0x9E3779B97F4A7C15ULL + 1;
@@ -843,6 +907,7 @@ static void sim_init(struct sim *s, uint64_t seed, bool verbose, bool leases, bo
 	for (int i = 0; i < N; i++) {
 		s->n[i].t = t;
 		s->n[i].joined = true;
+		s->n[i].pjoiner = -1;
 		s->n[i].next_tick = rnd_in(s, 0, HB - 1);
 	}
 	s->have[1] = true;
@@ -852,9 +917,10 @@ static void sim_init(struct sim *s, uint64_t seed, bool verbose, bool leases, bo
 
 /* Runs one schedule; NULL when every invariant held, else the one that
  * failed (s->why says how). */
-static const char *run(struct sim *s, uint64_t seed, bool verbose, bool leases, bool heals)
+static const char *run(struct sim *s, uint64_t seed, bool verbose, bool leases, bool heals,
+    int restarts)
 {
-	sim_init(s, seed, verbose, leases, heals);
+	sim_init(s, seed, verbose, leases, heals, restarts);
 	uint64_t next_fault = rnd_in(s, 200, 1500);
 	uint64_t end = FAULT_MS + QUIET_MS;
 	while (s->now < end && s->fail == NULL) {
@@ -955,6 +1021,7 @@ int main(int argc, char **argv)
 {
 	uint64_t seed = 0, schedules = 2000;
 	bool have_seed = false, verbose = false, leases = false, heals = false, keep = false;
+	int restarts = 0;
 	const char *replay = NULL;
 	const char *env = getenv("DG_SIM_SCHEDULES");
 	if (env != NULL)
@@ -975,9 +1042,16 @@ int main(int argc, char **argv)
 			leases = true;
 		} else if (strcmp(argv[i], "--check-heal") == 0) {
 			heals = true;
+		} else if (strcmp(argv[i], "--restarts") == 0 && i + 1 < argc) {
+			const char *r = argv[++i];
+			restarts = strcmp(r, "amnesiac") == 0 ? 1 : strcmp(r, "durable") == 0 ? 2 : -1;
+			if (restarts < 0) {
+				fprintf(stderr, "member_sim: --restarts amnesiac|durable\n");
+				return 2;
+			}
 		} else {
 			fprintf(stderr, "usage: member_sim [--schedules N] [--seed S] [--replay S1,S2,..] [--verbose] [--keep-going] [--check-leases] "
-			    "[--check-heal]\n");
+			    "[--check-heal] [--restarts amnesiac|durable]\n");
 			return 2;
 		}
 	}
@@ -1010,7 +1084,7 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (uint64_t k = 0; k < schedules; k++) {
 		uint64_t sd = nlist > 0 ? list[k] : seed + k;
-		const char *bad = run(s, sd, verbose, leases, heals);
+		const char *bad = run(s, sd, verbose, leases, heals, restarts);
 		steps += s->steps;
 		installs += s->installs;
 		removals += s->removals;
