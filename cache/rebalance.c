@@ -604,7 +604,10 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 			gone++; /* left the cluster: its copy went with it */
 		else if ((e = fetch_from(&f, f.q[i], &whole)) == DG_OK)
 			f.got[i] = true;
-		sup_whole = f.got[i] && f.q[i] == sup && sup_owner && whole;
+		/* (a merge of loaded copies: any whole copy is the partition
+		 * — an owner merged before this node came back — and the
+		 * broken or partial ones rented out elsewhere add nothing) */
+		sup_whole = f.got[i] && whole && ((f.q[i] == sup && sup_owner) || reload);
 	}
 	/* the supplier's copy was not whole: another owner of the previous
 	 * topology that holds it whole has it all (alts) */

@@ -3295,6 +3295,84 @@ static void test_persisted_baseline_waits_for_majority(void **state)
 	}
 }
 
+struct start_arg {
+	const char *dir, *url;
+	const char *const *seeds;
+	dg_node *n;
+	dg_err e;
+};
+
+static void *start_thread(void *arg)
+{
+	struct start_arg *a = arg;
+	dg_node_config cfg;
+	persist_cfg(&cfg, a->dir, a->seeds, 5, a->url);
+	cfg.cluster_name = "cache-baseline";
+	cfg.join_timeout_ms = 1500;
+	cfg.partition_policy = DG_PARTITION_POLICY_MAJORITY;
+	a->e = dg_node_start(&cfg, &a->n);
+	return NULL;
+}
+
+/* A full restart with a baseline of five: the first node back waits
+ * SEGMENTED; the others JOIN it at once, and while it adds one per
+ * version the JOINs of those waiting count as their votes — before, it
+ * had only its own and one joiner's, two of five, and nobody ever got in
+ * (jepsen_register.sh --servers 5, step 5).  Then the copies they loaded
+ * merge: every key reads its last value everywhere. */
+static void test_persisted_baseline_five_restart(void **state)
+{
+	(void)state;
+	enum { K = 5 };
+	char *d[K], url[K][64];
+	const char *seeds[K];
+	for (int i = 0; i < K; i++) {
+		d[i] = tmpdir();
+		snprintf(url[i], sizeof(url[i]), "tcp://127.0.0.1:%d", free_port());
+		seeds[i] = url[i];
+	}
+	dg_node *n[K];
+	for (int i = 0; i < K; i++)
+		n[i] = start_at(d[i], url[i], seeds, K);
+	wait_agree(n, K);
+	char why[256] = "";
+	OK(dg_node_baseline_change(n[0], DG_BASELINE_OP_SET, seeds, K, 5000, why, sizeof(why)));
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "bl5");
+	cc.persistence = true;
+	cc.backups = 2;
+	cc.partitions = 64;
+	dg_cache *c0;
+	OK(dg_cache_create(n[0], &cc, &c0));
+	rebalanced(n, K, "bl5");
+	put_keys(c0, "f", 300);
+	for (int i = K - 1; i >= 0; i--)
+		dgi_node_kill(n[i]);
+	n[0] = start_at(d[0], url[0], seeds, K); /* alone: SEGMENTED */
+	struct start_arg a[K];
+	pthread_t th[K];
+	for (int i = 1; i < K; i++) {
+		a[i] = (struct start_arg){ d[i], url[i], seeds, NULL, DG_OK };
+		assert_int_equal(pthread_create(&th[i], NULL, start_thread, &a[i]), 0);
+	}
+	for (int i = 1; i < K; i++) {
+		pthread_join(th[i], NULL);
+		if (a[i].e != DG_OK)
+			fail_msg("node %d did not rejoin: %s", i, dg_strerror(a[i].e));
+		n[i] = a[i].n;
+	}
+	wait_agree(n, K);
+	rebalanced(n, K, "bl5");
+	for (int i = 0; i < K; i++)
+		all_keys_readable(cache_on(n[i], "bl5"), "f", 300);
+	for (int i = 0; i < K; i++)
+		dg_node_stop(n[i]);
+	for (int i = 0; i < K; i++) {
+		rmtree(d[i]);
+		free(d[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3352,6 +3430,7 @@ int main(void)
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
 		cmocka_unit_test(test_persist_cluster_restart),
 		cmocka_unit_test(test_persisted_baseline_waits_for_majority),
+		cmocka_unit_test(test_persisted_baseline_five_restart),
 		cmocka_unit_test(test_persist_queue_full_busy),
 	};
 	/* DG_TEST_FILTER=test_rent_* runs the matching tests only */

@@ -95,6 +95,42 @@ static void count_pre(struct prop *p, int32_t k)
 	}
 }
 
+/* How long a JOIN counts as its sender's vote: until its next attempt. */
+#define RECENT_JOIN_MS (2 * JOIN_ATTEMPT_MS)
+
+void dgi_member_join_seen(dg_member *m, const dg_msg_join *j)
+{
+	if (j->address.len == 0 || j->address.len >= DG_BASELINE_ADDR_MAX ||
+	    (j->attrs & DG_NODE_CLIENT))
+		return;
+	uint64_t now = dgi_now_ms();
+	pthread_mutex_lock(&m->mu);
+	struct recent_join *slot = &m->rjoin[0];
+	for (size_t k = 0; k < sizeof(m->rjoin) / sizeof(m->rjoin[0]); k++) {
+		struct recent_join *r = &m->rjoin[k];
+		if (strlen(r->url) == j->address.len &&
+		    memcmp(r->url, j->address.ptr, j->address.len) == 0) {
+			slot = r;
+			break;
+		}
+		if (r->ms < slot->ms)
+			slot = r; /* the oldest goes */
+	}
+	memcpy(slot->url, j->address.ptr, j->address.len);
+	slot->url[j->address.len] = 0;
+	slot->ms = now;
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* Whether a node of t listens at url. */
+static bool url_in(const dg_topology *t, const char *url)
+{
+	for (uint32_t i = 0; i < t->count; i++)
+		if (t->nodes[i].url != NULL && strcmp(t->nodes[i].url, url) == 0)
+			return true;
+	return false;
+}
+
 /* A new proposal of t after cur (mu held), with this node's promise and
  * the joiner's and leavers' votes counted.  *direct: those make a majority
  * already (one voter, or two and the joiner) and this node accepted
@@ -138,6 +174,14 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 		memcpy(url, jn->address.ptr, jn->address.len);
 		url[jn->address.len] = 0;
 		count_pre(p, dgi_quorum_index(p->voters, p->nvoters, url));
+	}
+	/* and so is every JOIN still waiting its turn from an address no node
+	 * of cur holds (a voter restarted as a new node) */
+	uint64_t now = dgi_now_ms();
+	for (size_t k = 0; k < sizeof(m->rjoin) / sizeof(m->rjoin[0]); k++) {
+		const struct recent_join *r = &m->rjoin[k];
+		if (r->ms != 0 && now - r->ms <= RECENT_JOIN_MS && !url_in(cur, r->url))
+			count_pre(p, dgi_quorum_index(p->voters, p->nvoters, r->url));
 	}
 	/* a voter that left (LEAVE) serves nothing and votes no more: its
 	 * LEAVE is its vote for the versions without it */

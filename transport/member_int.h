@@ -66,6 +66,15 @@ struct dg_member {
 	pthread_cond_t cv;
 	dg_topology *topo;             /* current, one reference held here */
 	struct since *since;           /* one per node of topo */
+	/* JOINs this coordinator got lately (any address, under mu): each is
+	 * its sender's vote for the next version while it waits its turn
+	 * (member_change.c, prop_new_locked) — so a cluster restarted in full
+	 * with a baseline of five forms again: its first node and two joiners
+	 * are a majority, though only one joiner is added per version */
+	struct recent_join {
+		char url[DG_BASELINE_ADDR_MAX];
+		uint64_t ms;
+	} rjoin[8];
 	int64_t *echo_buf;             /* tick's copy of the echoes (the
 	                                * member thread's alone): grown only
 	                                * when the topology grows, so a steady
@@ -211,6 +220,9 @@ void dgi_member_forward(dg_member *m, const dg_msg_in *in, dg_node_id coord,
 
 /* member_change.c: the coordinator's changes and BASELINE */
 dg_err dgi_member_change_apply(dg_member *m, struct change *ch);
+/* A JOIN reached this coordinator: its sender's vote while it waits
+ * (member_change.c; takes mu). */
+void dgi_member_join_seen(dg_member *m, const dg_msg_join *j);
 dg_err dgi_member_change(dg_member *m, const dg_node_id *drop, size_t ndrop,
     const dg_msg_join *add, int64_t *version, int64_t *order);
 void dgi_member_on_baseline(dg_tp *tp, const dg_msg_in *in, void *ctx);

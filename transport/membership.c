@@ -289,6 +289,7 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dg_topology_release(cur);
 	}
 	if (have == NULL) {
+		dgi_member_join_seen(m, j);
 		struct change ch = { .add = j, .req = in, .join_ack = ack };
 		dg_err e = dgi_member_change_apply(m, &ch);
 		if (e != DG_OK) {
