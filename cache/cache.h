@@ -228,6 +228,9 @@ typedef struct dg_cache_metrics {
 	uint64_t rebalance_bytes;        /* received by this node since start */
 	uint64_t expired;                /* entries removed by the sweeper */
 	uint64_t remaps;                 /* operations mapped again after a topology change */
+	uint32_t partitions_repairing;   /* OWNING but not whole: fetching what
+	                                    it lacks from copies rented out
+	                                    elsewhere (counted in owning too) */
 } dg_cache_metrics;
 DG_API dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out);
 

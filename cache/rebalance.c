@@ -973,6 +973,8 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 		out->bytes += pt->bytes;
 		if (aff != NULL && dgi_aff_owner(aff, p, 0) == c->g->self)
 			out->primary_entries += pt->live;
+		out->partitions_repairing += st == P_OWNING && !atomic_load(&pt->whole) &&
+		    pt->nsrcs > 0;
 		pthread_mutex_unlock(&pt->mu);
 		out->partitions_owning += st == P_OWNING;
 		out->partitions_moving += st == P_MOVING;

@@ -304,7 +304,7 @@ check "rebalance status --json: complete, nothing moving" \
 	eval 'test "$CRC" = 0 && jout ".complete == true and .partitions_moving == 0"'
 ctl n2 rebalance status
 check "rebalance status table: complete, header, the $BANK row" \
-	eval 'test "$CRC" = 0 && out_has "rebalancing complete$" && out_has "^CACHE +MOVING +DONE +LEFT +RECEIVED +LOST$" && out_has "^$BANK +0 "'
+	eval 'test "$CRC" = 0 && out_has "rebalancing complete$" && out_has "^CACHE +MOVING +DONE +LEFT +RECEIVED +LOST +REPAIRING$" && out_has "^$BANK +0 "'
 # data to move (small rebalancing batches: the move takes a while)
 seeds_of n1
 client fill 30000 "${SEEDS[@]}" --cache "$KV" --failure-detection-timeout "$FT" put --count $NFILL

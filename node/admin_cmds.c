@@ -197,7 +197,7 @@ static dg_err cmd_nodes(call *c)
 }
 
 /* The per-cache numbers of local.rebalance that rebalance_totals sums. */
-static const char *const sums[] = { "moving", "lost", "done", "left", "bytes" };
+static const char *const sums[] = { "moving", "lost", "done", "left", "bytes", "repairing" };
 #define NSUMS (sizeof(sums) / sizeof(sums[0]))
 
 /* The totals object of cache `name` in caches, made (zeroed) if absent. */
@@ -223,7 +223,8 @@ static cJSON *cache_total(cJSON *caches, const char *name)
  * at this node's topology version (nodes_behind) — right after a change
  * nothing is MOVING anywhere until every node applied it, and that is no
  * settled cluster: the state is REBALANCING, the rebalancing incomplete. */
-static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost, int *behind)
+static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost, int *behind,
+    int *repairing)
 {
 	dgi_fanres *r;
 	size_t nr;
@@ -231,7 +232,7 @@ static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost, i
 	dg_err e = dgi_fanout(c->n, "local.rebalance", NULL, fan_ms(c), &r, &nr, &ver);
 	if (e != DG_OK)
 		return e;
-	*moving = *lost = 0;
+	*moving = *lost = *repairing = 0;
 	if (!cJSON_HasObjectItem(c->result, "topology_version"))
 		cJSON_AddNumberToObject(c->result, "topology_version", (double)ver);
 	cJSON *caches = cJSON_AddArrayToObject(c->result, "caches");
@@ -262,6 +263,8 @@ static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost, i
 			const cJSON *ls = cJSON_GetObjectItemCaseSensitive(one, "lost");
 			*moving += cJSON_IsNumber(mv) ? mv->valueint : 0;
 			*lost += cJSON_IsNumber(ls) ? ls->valueint : 0;
+			const cJSON *rp = cJSON_GetObjectItemCaseSensitive(one, "repairing");
+			*repairing += cJSON_IsNumber(rp) ? rp->valueint : 0;
 		}
 		if (nodes != NULL) {
 			cJSON *o = cJSON_CreateObject();
@@ -300,14 +303,15 @@ static dg_err cmd_state(call *c)
 		if (t->nodes[i].id == cid)
 			cJSON_AddStringToObject(c->result, "coordinator_address", t->nodes[i].url);
 	dg_topology_release(t);
-	int moving, lost, behind;
-	dg_err e = rebalance_totals(c, false, &moving, &lost, &behind);
+	int moving, lost, behind, repairing;
+	dg_err e = rebalance_totals(c, false, &moving, &lost, &behind, &repairing);
 	if (e != DG_OK)
 		return e;
 	cJSON_AddNumberToObject(c->result, "caches_count",
 	    cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c->result, "caches")));
 	cJSON_AddNumberToObject(c->result, "partitions_moving", moving);
 	cJSON_AddNumberToObject(c->result, "partitions_lost", lost);
+	cJSON_AddNumberToObject(c->result, "partitions_repairing", repairing);
 	/* the majority (PROTOCOL.md, "Majority"): this node's view */
 	dg_member_quorum q;
 	dg_member_quorum_get(dgi_node_member(c->n), &q);
@@ -330,18 +334,22 @@ static dg_err cmd_state(call *c)
 	cJSON_AddNumberToObject(mj, "lease_losses", (double)q.lease_losses);
 	cJSON_AddNumberToObject(mj, "segmented_dials", (double)q.segmented_dials);
 	cJSON_AddStringToObject(c->result, "state", q.segmented ? "SEGMENTED" :
-	    lost > 0 ? "LOST_PARTITIONS" : moving > 0 || behind > 0 ? "REBALANCING" : "ACTIVE");
+	    lost > 0 ? "LOST_PARTITIONS" : moving > 0 || repairing > 0 || behind > 0 ?
+	    "REBALANCING" : "ACTIVE");
 	return DG_OK;
 }
 
 static dg_err cmd_rebalance(call *c)
 {
-	int moving, lost, behind;
-	dg_err e = rebalance_totals(c, true, &moving, &lost, &behind);
+	int moving, lost, behind, repairing;
+	dg_err e = rebalance_totals(c, true, &moving, &lost, &behind, &repairing);
 	if (e != DG_OK)
 		return e;
 	cJSON_AddNumberToObject(c->result, "partitions_moving", moving);
-	cJSON_AddBoolToObject(c->result, "complete", moving == 0 && behind == 0);
+	cJSON_AddNumberToObject(c->result, "partitions_repairing", repairing);
+	/* (a copy still repairing is not whole: a node lost meanwhile can
+	 * take the rest of it along) */
+	cJSON_AddBoolToObject(c->result, "complete", moving == 0 && behind == 0 && repairing == 0);
 	return DG_OK;
 }
 

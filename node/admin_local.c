@@ -81,6 +81,7 @@ static dg_err local_rebalance(dg_node *n, cJSON *r)
 		cJSON_AddNumberToObject(o, "owning", m.partitions_owning);
 		cJSON_AddNumberToObject(o, "moving", m.partitions_moving);
 		cJSON_AddNumberToObject(o, "lost", m.partitions_lost);
+		cJSON_AddNumberToObject(o, "repairing", m.partitions_repairing);
 		cJSON_AddNumberToObject(o, "done", (double)m.rebalance_partitions_done);
 		cJSON_AddNumberToObject(o, "left", (double)m.rebalance_partitions_left);
 		cJSON_AddNumberToObject(o, "bytes", (double)m.rebalance_bytes);

@@ -784,15 +784,16 @@ static void do_rebalance(const cmdline *c)
 			    tty ? "   " : "\n");
 			fflush(stdout);
 		} else {
-			char b[5][32];
+			char b[6][32];
 			printf("topology version %s: rebalancing %s\n",
 			    num(jnum(r, "topology_version"), b[0]), complete ? "complete" : "in progress");
-			table t = { .ncols = 6, .right = { false, true, true, true, true, true } };
-			t_row(&t, "CACHE", "MOVING", "DONE", "LEFT", "RECEIVED", "LOST");
+			table t = { .ncols = 7, .right = { false, true, true, true, true, true, true } };
+			t_row(&t, "CACHE", "MOVING", "DONE", "LEFT", "RECEIVED", "LOST", "REPAIRING");
 			cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "caches"))
 				t_row(&t, jstr(o, "cache"), num(jnum(o, "moving"), b[0]),
 				    num(jnum(o, "done"), b[1]), num(jnum(o, "left"), b[2]),
-				    human_bytes(jnum(o, "bytes"), b[3]), num(jnum(o, "lost"), b[4]));
+				    human_bytes(jnum(o, "bytes"), b[3]), num(jnum(o, "lost"), b[4]),
+				    num(jnum(o, "repairing"), b[5]));
 			t_print(&t);
 		}
 		cJSON_Delete(r);

@@ -3205,6 +3205,34 @@ static dg_node *start_at(const char *dir, const char *listen, const char *const 
 	return n;
 }
 
+/* k persistent nodes on fixed addresses (d, url, seeds filled in), the
+ * baseline set to all of them, and a persistent cache (backups 2) created
+ * and placed: the full-restart tests' start. */
+static dg_cache *baseline_cluster(int k, char **d, char (*url)[64], const char **seeds,
+    dg_node **n, const char *cache, uint32_t partitions)
+{
+	for (int i = 0; i < k; i++) {
+		d[i] = tmpdir();
+		snprintf(url[i], 64, "tcp://127.0.0.1:%d", free_port());
+		seeds[i] = url[i];
+	}
+	for (int i = 0; i < k; i++)
+		n[i] = start_at(d[i], url[i], seeds, (size_t)k);
+	wait_agree(n, k);
+	char why[256] = "";
+	OK(dg_node_baseline_change(n[0], DG_BASELINE_OP_SET, seeds, (size_t)k, 5000, why,
+	    sizeof(why)));
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, cache);
+	cc.persistence = true;
+	cc.backups = 2;
+	cc.partitions = partitions;
+	dg_cache *c0;
+	OK(dg_cache_create(n[0], &cc, &c0));
+	rebalanced(n, k, cache);
+	return c0;
+}
+
 /* The baseline is persisted in data_dir (issue 13): after a full-cluster
  * restart a node that comes back alone forms a cluster that carries it, so
  * it is SEGMENTED — it refuses, rather than serve what it holds — until a
@@ -3216,26 +3244,8 @@ static void test_persisted_baseline_waits_for_majority(void **state)
 	(void)state;
 	char *d[3], url[3][64];
 	const char *seeds[3];
-	for (int i = 0; i < 3; i++) {
-		d[i] = tmpdir();
-		snprintf(url[i], sizeof(url[i]), "tcp://127.0.0.1:%d", free_port());
-		seeds[i] = url[i];
-	}
 	dg_node *n[3];
-	n[0] = start_at(d[0], url[0], seeds, 3);
-	n[1] = start_at(d[1], url[1], seeds, 3);
-	n[2] = start_at(d[2], url[2], seeds, 3);
-	wait_agree(n, 3);
-	char why[256] = "";
-	OK(dg_node_baseline_change(n[0], DG_BASELINE_OP_SET, seeds, 3, 5000, why, sizeof(why)));
-	dg_cache_config cc;
-	dg_cache_config_init(&cc, "bl");
-	cc.persistence = true;
-	cc.backups = 2;
-	cc.partitions = 32;
-	dg_cache *c0;
-	OK(dg_cache_create(n[0], &cc, &c0));
-	rebalanced(n, 3, "bl");
+	dg_cache *c0 = baseline_cluster(3, d, url, seeds, n, "bl", 32);
 	OK(dg_cache_put(c0, "k", 1, "v1", 2));
 	dgi_node_kill(n[2]); /* C misses the next write */
 	wait_agree(n, 2);
@@ -3326,25 +3336,8 @@ static void test_persisted_baseline_five_restart(void **state)
 	enum { K = 5 };
 	char *d[K], url[K][64];
 	const char *seeds[K];
-	for (int i = 0; i < K; i++) {
-		d[i] = tmpdir();
-		snprintf(url[i], sizeof(url[i]), "tcp://127.0.0.1:%d", free_port());
-		seeds[i] = url[i];
-	}
 	dg_node *n[K];
-	for (int i = 0; i < K; i++)
-		n[i] = start_at(d[i], url[i], seeds, K);
-	wait_agree(n, K);
-	char why[256] = "";
-	OK(dg_node_baseline_change(n[0], DG_BASELINE_OP_SET, seeds, K, 5000, why, sizeof(why)));
-	dg_cache_config cc;
-	dg_cache_config_init(&cc, "bl5");
-	cc.persistence = true;
-	cc.backups = 2;
-	cc.partitions = 64;
-	dg_cache *c0;
-	OK(dg_cache_create(n[0], &cc, &c0));
-	rebalanced(n, K, "bl5");
+	dg_cache *c0 = baseline_cluster(K, d, url, seeds, n, "bl5", 64);
 	put_keys(c0, "f", 300);
 	for (int i = K - 1; i >= 0; i--)
 		dgi_node_kill(n[i]);

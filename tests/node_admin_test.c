@@ -29,6 +29,7 @@
 #include "node/admin.h"
 #include "node/adminwire.h"
 #include "cache/cache.h"
+#include "cache/cache_int.h"
 #include "txn/txn.h"
 #include "transport/transport.h"
 
@@ -647,6 +648,54 @@ static dg_cache *cache_everywhere(const char *name)
 	return first;
 }
 
+/* `rebalance` and `state` count a partition that is OWNING but not whole
+ * and fetching what it lacks (repairing): not complete, REBALANCING —
+ * before, "complete" while a copy still lacked entries that a node lost
+ * next could take along. */
+static void test_rebalance_counts_repairing(void **state)
+{
+	(void)state;
+	cli k;
+	cli_open(&k, nodes[0]);
+	cJSON *r = cli_ok(&k, "cache.create", sargs("cache", "rep", NULL));
+	cJSON_Delete(r);
+	dg_cache *c = cache_everywhere("rep");
+	r = cli_ok(&k, "rebalance", NULL);
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result(r), "complete")));
+	assert_true(jnum(result(r), "partitions_repairing") == 0);
+	cJSON_Delete(r);
+	atomic_store(&dgi_rebalance_paused, true); /* nobody fetches it */
+	uint32_t p = 0;
+	while (p < c->cfg.partitions && atomic_load(&c->parts[p].state) != P_OWNING)
+		p++;
+	assert_true(p < c->cfg.partitions);
+	dgi_part *pt = &c->parts[p];
+	pthread_mutex_lock(&pt->mu);
+	atomic_store(&pt->whole, false);
+	pt->srcs[0] = 0x1234;
+	pt->nsrcs = 1;
+	pthread_mutex_unlock(&pt->mu);
+	r = cli_ok(&k, "rebalance", NULL);
+	assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(result(r), "complete")));
+	assert_true(jnum(result(r), "partitions_repairing") == 1);
+	assert_true(jnum(result(r), "partitions_moving") == 0);
+	cJSON_Delete(r);
+	r = cli_ok(&k, "state", NULL);
+	assert_string_equal(S(jstr(result(r), "state")), "REBALANCING");
+	cJSON_Delete(r);
+	pthread_mutex_lock(&pt->mu);
+	atomic_store(&pt->whole, true);
+	pt->nsrcs = 0;
+	pthread_mutex_unlock(&pt->mu);
+	atomic_store(&dgi_rebalance_paused, false);
+	r = cli_ok(&k, "rebalance", NULL);
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result(r), "complete")));
+	cJSON_Delete(r);
+	r = cli_ok(&k, "cache.destroy", sargs("cache", "rep", NULL));
+	cJSON_Delete(r);
+	cli_close(&k);
+}
+
 /* The cache "adm" (backups 1) made through node 0's endpoint, rebalanced. */
 static void make_cache(cli *k)
 {
@@ -1193,6 +1242,7 @@ int main(void)
 		cmocka_unit_test(test_requests_in_order),
 		cmocka_unit_test(test_nodes),
 		cmocka_unit_test(test_cache_commands),
+		cmocka_unit_test(test_rebalance_counts_repairing),
 		cmocka_unit_test(test_idle_verify),
 		cmocka_unit_test(test_tx_list_and_kill),
 		cmocka_unit_test(test_shutdown),

@@ -175,10 +175,12 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 		url[jn->address.len] = 0;
 		count_pre(p, dgi_quorum_index(p->voters, p->nvoters, url));
 	}
-	/* and so is every JOIN still waiting its turn from an address no node
-	 * of cur holds (a voter restarted as a new node) */
+	/* and, while this node is SEGMENTED (it has no majority to ask),
+	 * every JOIN still waiting its turn from an address no node of cur
+	 * holds (a voter restarted as a new node) */
 	uint64_t now = dgi_now_ms();
-	for (size_t k = 0; k < sizeof(m->rjoin) / sizeof(m->rjoin[0]); k++) {
+	bool seg = atomic_load(&m->segmented);
+	for (size_t k = 0; seg && k < sizeof(m->rjoin) / sizeof(m->rjoin[0]); k++) {
 		const struct recent_join *r = &m->rjoin[k];
 		if (r->ms != 0 && now - r->ms <= RECENT_JOIN_MS && !url_in(cur, r->url))
 			count_pre(p, dgi_quorum_index(p->voters, p->nvoters, r->url));

@@ -66,8 +66,9 @@ struct dg_member {
 	pthread_cond_t cv;
 	dg_topology *topo;             /* current, one reference held here */
 	struct since *since;           /* one per node of topo */
-	/* JOINs this coordinator got lately (any address, under mu): each is
-	 * its sender's vote for the next version while it waits its turn
+	/* JOINs this coordinator got lately (any address, under mu): while it
+	 * is SEGMENTED each is its sender's vote for the next version while it
+	 * waits its turn
 	 * (member_change.c, prop_new_locked) — so a cluster restarted in full
 	 * with a baseline of five forms again: its first node and two joiners
 	 * are a majority, though only one joiner is added per version */
