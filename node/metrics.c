@@ -34,6 +34,7 @@
  *   datagrid_cache_hits_total, datagrid_cache_misses_total          counters (ops started here)
  *   datagrid_cache_entries, datagrid_cache_primary_entries, datagrid_cache_bytes   gauges
  *   datagrid_cache_partitions{state="owning"|"moving"|"lost"}      gauge
+ *   datagrid_cache_partitions_repairing                            gauge
  *   datagrid_cache_rebalance_partitions_done_total                 counter
  *   datagrid_cache_rebalance_partitions_left                       gauge
  *   datagrid_cache_rebalance_bytes_total, datagrid_cache_expired_total,
@@ -360,6 +361,9 @@ static const field cache_fields[] = {
 	    "Partitions held by this node, by state.", "state", "moving"),
 	FIELD_L(dg_cache_metrics, partitions_lost, "datagrid_cache_partitions", G,
 	    "Partitions held by this node, by state.", "state", "lost"),
+	FIELD(dg_cache_metrics, partitions_repairing, "datagrid_cache_partitions_repairing", G,
+	    "Owned partitions not yet whole, fetching what they lack from copies rented out "
+	    "elsewhere (counted in state=\"owning\" too)."),
 	FIELD(dg_cache_metrics, rebalance_partitions_done,
 	    "datagrid_cache_rebalance_partitions_done_total", C,
 	    "Partitions this node finished fetching."),

@@ -329,6 +329,8 @@ static void test_two_nodes_count_the_exchange(void **state)
 	    value_of(rb.body, "datagrid_cache_entries{cache=\"metrics\"}") == 100);
 	assert_true(value_of(ra.body,
 	    "datagrid_cache_partitions{cache=\"metrics\",state=\"owning\"}") > 0);
+	assert_true(value_of(ra.body,
+	    "datagrid_cache_partitions_repairing{cache=\"metrics\"}") == 0);
 	assert_true(value_of(ra.body, "datagrid_caches") == 1);
 	assert_true(value_of(ra.body, "datagrid_tx_started_total") == 0);
 	assert_true(value_of(ra.body, "datagrid_transport_connects_total") >= 1);
