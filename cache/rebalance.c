@@ -405,8 +405,10 @@ static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void
  * keeps its loaded copy as a rented one until every owner has merged it.
  * Owners that merge at the same time fetch each other's loaded copies (the
  * merge is commutative); a server that comes back after an owner merged
- * fetches that owner's whole copy (newer versions win over what it
- * loaded).  A topology change during the merge starts it again with the
+ * takes that owner's whole copy in place of what it loaded (drop_loaded:
+ * what it loaded may hold a write it persisted and never replicated
+ * before a kill -9), keeping only what was written under the topology it
+ * moved at.  A topology change during the merge starts it again with the
  * new topology's servers; a server that left took its copy along, as one
  * that never came back (DEPLOY.md, "A full-cluster restart"). */
 
@@ -435,6 +437,7 @@ struct fetch {
 	bool got[FETCH_NODES];      /* fetched in full (else: gone) */
 	uint32_t nq;
 	bool broken;                /* a page from a broken copy */
+	bool reload;                /* a merge of loaded copies */
 	struct apply_ctx a;
 	dg_buf reply;
 };
@@ -476,6 +479,77 @@ static dg_err fetch_sources(struct fetch *f, const struct page_head *h)
 	return DG_OK;
 }
 
+/* Whether a page list says its sender's copy is whole (its head's third
+ * value; page_head_read checks the rest). */
+static bool page_says_whole(dgi_grid *g, const dg_raw *list)
+{
+	dg_reader r;
+	uint32_t count;
+	int64_t v[3];
+	dg_reader_init(&r, g->reg, list->ptr, list->len);
+	if (dg_read_begin(&r, DG_LIST, &count) != DG_OK || count < 3)
+		return false;
+	for (int i = 0; i < 3; i++)
+		if (dg_read_i64(&r, &v[i]) != DG_OK)
+			return false;
+	return v[2] == DGI_COPY_WHOLE;
+}
+
+struct older {
+	int64_t below;
+	dgi_entry **e;
+	uint32_t n, cap;
+};
+
+static void older_one(void *ctx, const dgi_entry *e)
+{
+	struct older *o = ctx;
+	if (e->ver.topver >= o->below || (e->flags & DGI_ENTRY_PENDING))
+		return;
+	if (o->n == o->cap) {
+		uint32_t nc = o->cap ? o->cap * 2 : 64;
+		dgi_entry **ne = dgi_realloc(o->e, nc * sizeof(*ne));
+		if (ne == NULL)
+			return; /* (kept: merged, newer versions winning, as before) */
+		o->e = ne;
+		o->cap = nc;
+	}
+	o->e[o->n++] = (dgi_entry *)e;
+}
+
+/* A copy loaded from disk meets a whole one (an owner that merged before
+ * this node came back): what it loaded is replaced, never merged in —
+ * it may hold a write it persisted and never replicated before a kill -9,
+ * which the cluster does not have.  Entries older than the topology it
+ * moved at go, in memory and on disk; those written since (this node
+ * already takes the partition's writes) stay.  Partition locked. */
+static void drop_loaded(dgi_grid *g, dg_cache *c, uint32_t part, dgi_part *pt)
+{
+	struct older o = { pt->moving_topver, NULL, 0, 0 };
+	dgi_part_each(pt, older_one, &o);
+	dgi_prec *recs = NULL;
+	if (o.n > 0 && c->cfg.persistence && g->ps != NULL)
+		recs = dgi_alloc(o.n * sizeof(*recs));
+	for (uint32_t i = 0; recs != NULL && i < o.n; i++) {
+		const dgi_entry *e = o.e[i];
+		recs[i] = (dgi_prec){ c->id, part, dgi_entry_key(e), e->klen, NULL, 0, e->ver,
+			0, 0, 0 };
+		recs[i].ver.flags = 0;
+	}
+	if (recs != NULL && dgi_pstore_write(g->ps, recs, o.n) != DG_OK)
+		dgi_log("warn", "RELOAD-DROP-STORE", "cache=\"%s\" partition=%u entries=%u",
+		    c->cfg.name, part, o.n);
+	dgi_free(recs);
+	for (uint32_t i = 0; i < o.n; i++) {
+		const dgi_entry *e = o.e[i];
+		dgi_part_del(pt, e->hash, dgi_entry_key(e), e->klen);
+	}
+	if (o.n > 0)
+		dgi_log("debug", "RELOAD-REPLACED", "cache=\"%s\" partition=%u dropped=%u",
+		    c->cfg.name, part, o.n);
+	dgi_free(o.e);
+}
+
 /* Every page of the partition from one node, applied; *whole: every page
  * said the node holds it whole. */
 static dg_err fetch_from(struct fetch *f, dg_node_id from, bool *whole)
@@ -496,6 +570,13 @@ static dg_err fetch_from(struct fetch *f, dg_node_id from, bool *whole)
 		if (e != DG_OK)
 			return e;
 		dg_raw list = { f->reply.data, (uint32_t)f->reply.len };
+		if (f->reload && first && page_says_whole(g, &list)) {
+			dgi_part *pt = &f->c->parts[f->part];
+			pthread_mutex_lock(&pt->mu);
+			if (pt->state_topver == f->topver && pt->reloaded)
+				drop_loaded(g, f->c, f->part, pt);
+			pthread_mutex_unlock(&pt->mu);
+		}
 		struct page_head h;
 		if ((e = page_decode(g, &list, &h, &f->c->parts[f->part], apply_one, &f->a)) != DG_OK)
 			return e;
@@ -570,6 +651,7 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	/* a copy loaded from disk merges every other server's ("Copies
 	 * loaded from disk"), once the topology is active */
 	bool reload = st == P_MOVING && pt->reloaded;
+	f.reload = reload;
 	if (reload && (!atomic_load(&g->active) || pt->state_topver != all_ver)) {
 		pthread_mutex_unlock(&pt->mu);
 		return atomic_load(&g->active) ? DG_ERR_STATE : DG_OK;

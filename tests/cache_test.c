@@ -3127,6 +3127,66 @@ static void test_persist_map_full(void **state)
 	free(dir);
 }
 
+/* A server restarted on its data dir rejoins a cluster that went on
+ * without it: what it loaded is replaced by the cluster's copy, never
+ * merged in.  Its disk holds a record the cluster never had (as a write
+ * persisted and never replicated before a kill -9 would be): before, the
+ * restarted node fetched newer versions over its loaded copy and kept
+ * that record, a key only it held. */
+static void test_restarted_copy_replaced(void **state)
+{
+	(void)state;
+	char *d[3];
+	dg_node *n[3];
+	char seed[128];
+	const char *seeds[] = { seed };
+	for (int i = 0; i < 3; i++) {
+		d[i] = tmpdir();
+		n[i] = start_persistent(d[i], 0, i ? seeds : NULL, i ? 1 : 0, NULL);
+		if (i == 0)
+			snprintf(seed, sizeof(seed), "%s", dg_node_address(n[0]));
+	}
+	wait_agree(n, 3);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "zomb");
+	cc.persistence = true;
+	cc.backups = 2; /* every node owns every partition */
+	cc.partitions = 32;
+	dg_cache *c0;
+	OK(dg_cache_create(n[0], &cc, &c0));
+	rebalanced(n, 3, "zomb");
+	put_keys(c0, "z", 200);
+	/* on C's disk only, at an old version */
+	dg_cache *cc2 = cache_on(n[2], "zomb");
+	uint8_t k[16] = { 0x0A, 6, 'z', 'o', 'm', 'b', 'i', 'e' }, v[8] = { 0x0A, 1, 'x' };
+	uint64_t h = dgi_key_hash(k, 8);
+	dgi_pver old = { 1, 1, 1, 0 };
+	OK(dgi_grid_persist(cc2->g, cc2, dgi_part_of(h, cc2->cfg.partitions), k, 8, v, 3, &old, 0,
+	    false, 0, 0));
+	dgi_node_kill(n[2]);
+	wait_agree(n, 2);
+	put_keys(c0, "y", 50); /* written without C */
+	n[2] = start_persistent(d[2], 0, seeds, 1, NULL);
+	wait_agree(n, 3);
+	rebalanced(n, 3, "zomb");
+	for (int i = 0; i < 3; i++) {
+		dg_cache *ci = cache_on(n[i], "zomb");
+		assert_int_equal(copies_on(ci, "zombie", NULL), 0);
+		all_keys_readable(ci, "z", 200);
+		all_keys_readable(ci, "y", 50);
+	}
+	for (uint32_t p = 0; p < c0->cfg.partitions; p++) {
+		only_cluster_entries(cache_on(n[2], "zomb"), c0, p);
+		only_cluster_entries(c0, cache_on(n[2], "zomb"), p);
+	}
+	for (int i = 2; i >= 0; i--)
+		dg_node_stop(n[i]);
+	for (int i = 0; i < 3; i++) {
+		rmtree(d[i]);
+		free(d[i]);
+	}
+}
+
 static void test_persist_cluster_restart(void **state)
 {
 	(void)state;
@@ -3424,6 +3484,7 @@ int main(void)
 		cmocka_unit_test(test_persist_cluster_restart),
 		cmocka_unit_test(test_persisted_baseline_waits_for_majority),
 		cmocka_unit_test(test_persisted_baseline_five_restart),
+		cmocka_unit_test(test_restarted_copy_replaced),
 		cmocka_unit_test(test_persist_queue_full_busy),
 	};
 	/* DG_TEST_FILTER=test_rent_* runs the matching tests only */
