@@ -291,7 +291,14 @@ struct apply_ctx {
 	dg_cache *c;
 	uint32_t part;
 	uint64_t bytes;
+	int64_t replace_below;      /* > 0: replacing loaded entries below this
+	                               topology version (replace_one) */
 };
+
+struct apply_ctx;
+static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, uint32_t klen,
+    const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire, uint64_t op_node,
+    uint64_t op_seq);
 
 /* One entry of a SUPPLY or PUSH page: applied with its update id, so a
  * retry of that update reaching this node (its new owner) is applied once. */
@@ -304,6 +311,9 @@ static dg_err apply_one(void *ctx, const uint8_t *key, uint32_t klen, const uint
 	if (dgi_part_of(h, a->c->cfg.partitions) != a->part)
 		return DG_ERR_INVAL;
 	a->bytes += klen + vlen;
+	if (a->replace_below > 0)
+		return replace_one(a, h, key, klen, tomb ? NULL : val, vlen, ver, expire, op_node,
+		    op_seq);
 	return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, tomb ? NULL : val, vlen, ver,
 	    expire, op_node, op_seq);
 }
@@ -405,10 +415,10 @@ static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void
  * keeps its loaded copy as a rented one until every owner has merged it.
  * Owners that merge at the same time fetch each other's loaded copies (the
  * merge is commutative); a server that comes back after an owner merged
- * takes that owner's whole copy in place of what it loaded (drop_loaded:
- * what it loaded may hold a write it persisted and never replicated
- * before a kill -9), keeping only what was written under the topology it
- * moved at.  A topology change during the merge starts it again with the
+ * takes that owner's whole copy in place of what it loaded (replace_one,
+ * sweep_loaded: what it loaded may hold a write it persisted and never
+ * replicated before a kill -9), keeping only what was written under the
+ * topology it moved at.  A topology change during the merge starts it again with the
  * new topology's servers; a server that left took its copy along, as one
  * that never came back (DEPLOY.md, "A full-cluster restart"). */
 
@@ -438,6 +448,7 @@ struct fetch {
 	uint32_t nq;
 	bool broken;                /* a page from a broken copy */
 	bool reload;                /* a merge of loaded copies */
+	dg_node_id replace_from;    /* its whole copy replaces the loaded one */
 	struct apply_ctx a;
 	dg_buf reply;
 };
@@ -495,59 +506,104 @@ static bool page_says_whole(dgi_grid *g, const dg_raw *list)
 	return v[2] == DGI_COPY_WHOLE;
 }
 
-struct older {
+/* A copy loaded from disk meets a whole one (an owner that merged before
+ * this node came back, or the cluster that went on without it): what it
+ * loaded is replaced by that copy, never merged in — it may hold a write
+ * it persisted and never replicated before a kill -9, which the cluster
+ * does not have.  While the whole copy's pages come in, each loaded entry
+ * (older than the topology the partition moved at) that the page holds is
+ * marked seen, and overwritten when its version differs, older or not;
+ * once the last page is in, the loaded entries not seen go (sweep_loaded),
+ * in memory and on disk.  Entries written since the partition moved (this
+ * node already takes its writes) follow the one rule, newest wins.  An
+ * unchanged entry is not written again: a restart of an up-to-date node
+ * rewrites nothing. */
+#define DGI_ENTRY_SEEN 0x80u    /* (rebalance.c only, while replacing) */
+
+struct marks {
 	int64_t below;
+	bool clear;                 /* else: collect the unseen ones */
 	dgi_entry **e;
 	uint32_t n, cap;
 };
 
-static void older_one(void *ctx, const dgi_entry *e)
+static void mark_one(void *ctx, const dgi_entry *ce)
 {
-	struct older *o = ctx;
-	if (e->ver.topver >= o->below || (e->flags & DGI_ENTRY_PENDING))
+	struct marks *m = ctx;
+	dgi_entry *e = (dgi_entry *)ce;
+	if (m->clear || e->ver.topver >= m->below || (e->flags & (DGI_ENTRY_SEEN | DGI_ENTRY_PENDING))) {
+		e->flags &= ~DGI_ENTRY_SEEN;
 		return;
-	if (o->n == o->cap) {
-		uint32_t nc = o->cap ? o->cap * 2 : 64;
-		dgi_entry **ne = dgi_realloc(o->e, nc * sizeof(*ne));
-		if (ne == NULL)
-			return; /* (kept: merged, newer versions winning, as before) */
-		o->e = ne;
-		o->cap = nc;
 	}
-	o->e[o->n++] = (dgi_entry *)e;
+	if (m->n == m->cap) {
+		uint32_t nc = m->cap ? m->cap * 2 : 64;
+		dgi_entry **ne = dgi_realloc(m->e, nc * sizeof(*ne));
+		if (ne == NULL)
+			return; /* (kept: a later fetch sweeps it) */
+		m->e = ne;
+		m->cap = nc;
+	}
+	m->e[m->n++] = e;
 }
 
-/* A copy loaded from disk meets a whole one (an owner that merged before
- * this node came back): what it loaded is replaced, never merged in —
- * it may hold a write it persisted and never replicated before a kill -9,
- * which the cluster does not have.  Entries older than the topology it
- * moved at go, in memory and on disk; those written since (this node
- * already takes the partition's writes) stay.  Partition locked. */
-static void drop_loaded(dgi_grid *g, dg_cache *c, uint32_t part, dgi_part *pt)
+/* Removes a stored record whatever its version (a removal at its own
+ * version deletes it: pstore.h, "Versions"). */
+static dg_err unstore(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_entry *e)
 {
-	struct older o = { pt->moving_topver, NULL, 0, 0 };
-	dgi_part_each(pt, older_one, &o);
-	dgi_prec *recs = NULL;
-	if (o.n > 0 && c->cfg.persistence && g->ps != NULL)
-		recs = dgi_alloc(o.n * sizeof(*recs));
-	for (uint32_t i = 0; recs != NULL && i < o.n; i++) {
-		const dgi_entry *e = o.e[i];
-		recs[i] = (dgi_prec){ c->id, part, dgi_entry_key(e), e->klen, NULL, 0, e->ver,
-			0, 0, 0 };
-		recs[i].ver.flags = 0;
-	}
-	if (recs != NULL && dgi_pstore_write(g->ps, recs, o.n) != DG_OK)
-		dgi_log("warn", "RELOAD-DROP-STORE", "cache=\"%s\" partition=%u entries=%u",
-		    c->cfg.name, part, o.n);
-	dgi_free(recs);
-	for (uint32_t i = 0; i < o.n; i++) {
-		const dgi_entry *e = o.e[i];
+	if (!c->cfg.persistence || g->ps == NULL)
+		return DG_OK;
+	dgi_prec r = { c->id, part, dgi_entry_key(e), e->klen, NULL, 0, e->ver, 0, 0, 0 };
+	r.ver.flags = 0;
+	return dgi_pstore_write(g->ps, &r, 1);
+}
+
+/* The loaded entries the whole copy did not hold go; marks are cleared.
+ * Partition locked. */
+static void sweep_loaded(dgi_grid *g, dg_cache *c, uint32_t part, dgi_part *pt, int64_t below)
+{
+	struct marks m = { below, false, NULL, 0, 0 };
+	dgi_part_each(pt, mark_one, &m);
+	for (uint32_t i = 0; i < m.n; i++) {
+		const dgi_entry *e = m.e[i];
+		if (unstore(g, c, part, e) != DG_OK)
+			continue; /* (kept: a later fetch sweeps it) */
 		dgi_part_del(pt, e->hash, dgi_entry_key(e), e->klen);
 	}
-	if (o.n > 0)
-		dgi_log("debug", "RELOAD-REPLACED", "cache=\"%s\" partition=%u dropped=%u",
-		    c->cfg.name, part, o.n);
-	dgi_free(o.e);
+	if (m.n > 0)
+		dgi_log("info", "RELOAD-REPLACED", "cache=\"%s\" partition=%u dropped=%u "
+		    "why=\"loaded from disk, not in the cluster's copy\"", c->cfg.name, part, m.n);
+	dgi_free(m.e);
+}
+
+/* One entry of the whole copy, replacing a loaded one (apply_one). */
+static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, uint32_t klen,
+    const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire, uint64_t op_node,
+    uint64_t op_seq)
+{
+	dgi_part *pt = &a->c->parts[a->part];
+	pthread_mutex_lock(&pt->mu);
+	dgi_entry *cur = dgi_part_find(pt, h, key, klen);
+	if (cur != NULL && (cur->ver.topver >= a->replace_below || (cur->flags & DGI_ENTRY_PENDING))) {
+		pthread_mutex_unlock(&pt->mu);
+		return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, val, vlen, ver, expire,
+		    op_node, op_seq);
+	}
+	dg_err e = DG_OK;
+	if (cur == NULL || dgi_pver_cmp(ver, &cur->ver) != 0) {
+		if (val == NULL && expire == 0)
+			expire = dgi_wall_ms() + DGI_TOMB_TTL_MS;
+		if ((cur == NULL || (e = unstore(a->g, a->c, a->part, cur)) == DG_OK) &&
+		    a->c->cfg.persistence)
+			e = dgi_grid_persist(a->g, a->c, a->part, key, klen, val, vlen, ver, expire,
+			    val == NULL, op_node, op_seq);
+		if (e == DG_OK)
+			e = dgi_part_set(pt, h, key, klen, val, vlen, ver, expire, op_node, op_seq,
+			    val == NULL ? DGI_ENTRY_TOMB : 0, &cur);
+	}
+	if (e == DG_OK && cur != NULL)
+		cur->flags |= DGI_ENTRY_SEEN;
+	pthread_mutex_unlock(&pt->mu);
+	return e;
 }
 
 /* Every page of the partition from one node, applied; *whole: every page
@@ -570,11 +626,16 @@ static dg_err fetch_from(struct fetch *f, dg_node_id from, bool *whole)
 		if (e != DG_OK)
 			return e;
 		dg_raw list = { f->reply.data, (uint32_t)f->reply.len };
-		if (f->reload && first && page_says_whole(g, &list)) {
+		if (f->reload && first && f->a.replace_below == 0 && page_says_whole(g, &list)) {
+			/* the cluster's whole copy: it replaces what was loaded */
 			dgi_part *pt = &f->c->parts[f->part];
 			pthread_mutex_lock(&pt->mu);
-			if (pt->state_topver == f->topver && pt->reloaded)
-				drop_loaded(g, f->c, f->part, pt);
+			if (pt->state_topver == f->topver && pt->reloaded) {
+				struct marks mk = { 0, true, NULL, 0, 0 };
+				dgi_part_each(pt, mark_one, &mk); /* marks of an earlier try go */
+				f->a.replace_below = pt->moving_topver;
+				f->replace_from = from;
+			}
 			pthread_mutex_unlock(&pt->mu);
 		}
 		struct page_head h;
@@ -714,6 +775,19 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 		pt->broken |= (gone > 0 && !reload) || f.broken;
 		uint8_t left = sources_done(pt, &f);
 		whole = sup_whole || (!pt->broken && left == 0);
+		if (f.a.replace_below > 0) {
+			/* the whole copy came in full: what it lacks goes, or
+			 * (cut short) the marks do */
+			bool full = false;
+			for (uint32_t i = 0; i < f.nq; i++)
+				full |= f.q[i] == f.replace_from && f.got[i];
+			if (full && sup_whole)
+				sweep_loaded(g, c, part, pt, f.a.replace_below);
+			else {
+				struct marks m = { 0, true, NULL, 0, 0 };
+				dgi_part_each(pt, mark_one, &m);
+			}
+		}
 		atomic_store(&pt->whole, whole);
 		if (whole) {
 			pt->broken = false;
@@ -1238,7 +1312,7 @@ static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
 	dg_err e = DG_ERR_NOT_FOUND;
 	if (c != NULL && m->part >= 0 && (uint64_t)m->part < c->cfg.partitions) {
-		struct apply_ctx a = { g, c, (uint32_t)m->part, 0 };
+		struct apply_ctx a = { g, c, (uint32_t)m->part, 0, 0 };
 		struct page_head h;
 		e = page_decode(g, &m->list, &h, &c->parts[a.part], apply_one, &a);
 		dgi_part *pt = &c->parts[a.part];
