@@ -101,6 +101,9 @@ uint64_t dgi_aff_owners_hash(const dgi_aff *a, uint32_t p);
 #define DGI_ENTRY_TENTATIVE 0x4u /* written as the primary, whose pending write
                                    ended when this node lost the role: maybe
                                    not on every backup (psync.c hands it on) */
+#define DGI_ENTRY_SEEN 0x8u     /* a loaded entry the cluster's whole copy
+                                   holds too, while that copy replaces a
+                                   loaded one (rebalance.c, replace_one) */
 
 /* How long a removal is remembered (as a tombstone, in memory and in LMDB):
  * a copy older than it that arrives within that time — a late backup

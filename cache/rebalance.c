@@ -295,7 +295,6 @@ struct apply_ctx {
 	                               topology version (replace_one) */
 };
 
-struct apply_ctx;
 static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, uint32_t klen,
     const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire, uint64_t op_node,
     uint64_t op_seq);
@@ -418,9 +417,10 @@ static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void
  * takes that owner's whole copy in place of what it loaded (replace_one,
  * sweep_loaded: what it loaded may hold a write it persisted and never
  * replicated before a kill -9), keeping only what was written under the
- * topology it moved at.  A topology change during the merge starts it again with the
- * new topology's servers; a server that left took its copy along, as one
- * that never came back (DEPLOY.md, "A full-cluster restart"). */
+ * topology it moved at.  A topology change during the merge starts it
+ * again with the new topology's servers; a server that left took its copy
+ * along, as one that never came back (DEPLOY.md, "A full-cluster
+ * restart"). */
 
 bool dgi_part_node_add(dg_node_id *list, uint8_t *n, dg_node_id id)
 {
@@ -518,8 +518,6 @@ static bool page_says_whole(dgi_grid *g, const dg_raw *list)
  * node already takes its writes) follow the one rule, newest wins.  An
  * unchanged entry is not written again: a restart of an up-to-date node
  * rewrites nothing. */
-#define DGI_ENTRY_SEEN 0x80u    /* (rebalance.c only, while replacing) */
-
 struct marks {
 	int64_t below;
 	bool clear;                 /* else: collect the unseen ones */
@@ -703,7 +701,7 @@ static uint32_t servers_now(dgi_grid *g, dg_node_id *ids, uint32_t cap, int64_t 
 static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 {
 	dgi_part *pt = &c->parts[part];
-	struct fetch f = { .g = g, .c = c, .part = part, .gen = gen, .a = { g, c, part, 0 } };
+	struct fetch f = { .g = g, .c = c, .part = part, .gen = gen, .a = { g, c, part, 0, 0 } };
 	dg_node_id all[FETCH_NODES];
 	int64_t all_ver;
 	uint32_t nall = servers_now(g, all, FETCH_NODES, &all_ver);
