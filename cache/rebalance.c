@@ -544,6 +544,13 @@ static void mark_one(void *ctx, const dgi_entry *ce)
 	m->e[m->n++] = e;
 }
 
+/* Clears every mark (partition locked). */
+static void clear_marks(dgi_part *pt)
+{
+	struct marks m = { 0, true, NULL, 0, 0 };
+	dgi_part_each(pt, mark_one, &m);
+}
+
 /* Removes a stored record whatever its version (a removal at its own
  * version deletes it: pstore.h, "Versions"). */
 static dg_err unstore(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_entry *e)
@@ -629,8 +636,7 @@ static dg_err fetch_from(struct fetch *f, dg_node_id from, bool *whole)
 			dgi_part *pt = &f->c->parts[f->part];
 			pthread_mutex_lock(&pt->mu);
 			if (pt->state_topver == f->topver && pt->reloaded) {
-				struct marks mk = { 0, true, NULL, 0, 0 };
-				dgi_part_each(pt, mark_one, &mk); /* marks of an earlier try go */
+				clear_marks(pt); /* those of an earlier try go */
 				f->a.replace_below = pt->moving_topver;
 				f->replace_from = from;
 			}
@@ -672,13 +678,6 @@ static uint8_t sources_done(dgi_part *pt, const struct fetch *f)
 	return n;
 }
 
-/* Fetches one partition from its supplier and the sources (above): a
- * MOVING one, which then becomes OWNING, or an OWNING one that is not
- * whole and has sources (it stays OWNING).  The copy is whole when its
- * supplier owned the partition under the previous topology and held it
- * whole (the rest is not needed then), or when it was not broken, no
- * source was gone, no page came from a broken copy and no source was
- * added meanwhile.  DG_OK when done. */
 /* The servers of the current topology other than this node, up to cap
  * (more: cap + 1), and its version. */
 static uint32_t servers_now(dgi_grid *g, dg_node_id *ids, uint32_t cap, int64_t *version)
@@ -698,13 +697,25 @@ static uint32_t servers_now(dgi_grid *g, dg_node_id *ids, uint32_t cap, int64_t 
 	return n;
 }
 
+/* Fetches one partition from its supplier and the sources (above): a
+ * MOVING one, which then becomes OWNING, or an OWNING one that is not
+ * whole and has sources (it stays OWNING).  The copy is whole when its
+ * supplier owned the partition under the previous topology and held it
+ * whole (the rest is not needed then), or when it was not broken, no
+ * source was gone, no page came from a broken copy and no source was
+ * added meanwhile.  DG_OK when done. */
 static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 {
 	dgi_part *pt = &c->parts[part];
 	struct fetch f = { .g = g, .c = c, .part = part, .gen = gen, .a = { g, c, part, 0, 0 } };
 	dg_node_id all[FETCH_NODES];
-	int64_t all_ver;
-	uint32_t nall = servers_now(g, all, FETCH_NODES, &all_ver);
+	int64_t all_ver = 0;
+	uint32_t nall = 0;
+	pthread_mutex_lock(&pt->mu);
+	bool loaded = pt->reloaded; /* (set at start only: read again below) */
+	pthread_mutex_unlock(&pt->mu);
+	if (loaded) /* (grid->mu before a partition's, never inside) */
+		nall = servers_now(g, all, FETCH_NODES, &all_ver);
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load(&pt->state);
 	/* a copy loaded from disk merges every other server's ("Copies
@@ -781,10 +792,8 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 				full |= f.q[i] == f.replace_from && f.got[i];
 			if (full && sup_whole)
 				sweep_loaded(g, c, part, pt, f.a.replace_below);
-			else {
-				struct marks m = { 0, true, NULL, 0, 0 };
-				dgi_part_each(pt, mark_one, &m);
-			}
+			else
+				clear_marks(pt);
 		}
 		atomic_store(&pt->whole, whole);
 		if (whole) {
