@@ -2196,6 +2196,66 @@ static void test_disconnect_redials(void **state)
 	dg_tp_stop(b);
 }
 
+/* Connections reset from outside while others close and the service
+ * thread frees them: the member thread's PEER-RESET (dg_tp_disconnect) took
+ * the peer's connection and closed it after dropping the peer's lock, so a
+ * close elsewhere (the other side's reset, a broken read) could move it to
+ * the dead list and have it freed under the closer's feet (TSan caught the
+ * use in CI; ASan reports it as heap-use-after-free). */
+struct resetter {
+	dg_tp *tp;
+	dg_node_id peer;
+	_Atomic bool *stop;
+	int n;
+};
+
+static void *reset_loop(void *arg)
+{
+	struct resetter *r = arg;
+	uint64_t seq = 0;
+	dg_msg_bytes m = { { (const uint8_t *)&seq, 8 } };
+	while (!atomic_load(r->stop)) {
+		(void)dg_tp_send(r->tp, r->peer, DG_MSG_ECHO, &m); /* redials */
+		dg_tp_disconnect(r->tp, r->peer);
+		r->n++;
+		sched_yield();
+	}
+	return NULL;
+}
+
+static void test_disconnect_storm(void **state)
+{
+	(void)state;
+	dg_tp *a = NODE(.id = 0x3A), *b = NODE(.id = 0x3B);
+	struct counter echo_a, echo_b;
+	memset(&echo_a, 0, sizeof(echo_a));
+	memset(&echo_b, 0, sizeof(echo_b));
+	OK(dg_tp_handle(a, DG_MSG_ECHO, on_count, &echo_a));
+	OK(dg_tp_handle(b, DG_MSG_ECHO, on_count, &echo_b));
+	connect_ok(a, b);
+	_Atomic bool stop = false;
+	struct resetter r[3] = {
+		{ a, 0x3B, &stop, 0 }, { a, 0x3B, &stop, 0 }, { b, 0x3A, &stop, 0 },
+	};
+	pthread_t th[3];
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, reset_loop, &r[i]), 0);
+	uint64_t t0 = now_ms();
+	while (now_ms() - t0 < 1500)
+		sleep_ms(10);
+	atomic_store(&stop, true);
+	for (int i = 0; i < 3; i++) {
+		pthread_join(th[i], NULL);
+		assert_true(r[i].n > 0);
+	}
+	/* and the pair still works afterwards: both ways */
+	WAIT_FOR(ping(a, 0x3B, "after") == DG_OK);
+	WAIT_FOR(ping(b, 0x3A, "back") == DG_OK);
+	assert_true(stats(a).disconnects > 0);
+	dg_tp_stop(a);
+	dg_tp_stop(b);
+}
+
 /* A peer died and another node now listens at its address (a restart on
  * the same port, with a new id): a request to the dead one fails at once
  * with DG_ERR_UNREACHABLE — the dial finds another id there — instead of
@@ -4613,6 +4673,7 @@ int main(void)
 		cmocka_unit_test(test_request_errors),
 		cmocka_unit_test(test_peer_stop_fails_inflight),
 		cmocka_unit_test(test_disconnect_redials),
+		cmocka_unit_test(test_disconnect_storm),
 		cmocka_unit_test(test_ordering),
 		cmocka_unit_test(test_backpressure),
 		cmocka_unit_test(test_metrics_exact),

@@ -74,6 +74,18 @@ static void wait_done(struct connect_wait *w, dg_err err, dg_node_id peer)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* The dialer's waiter, taken once: it lives on dg_tp_connect's stack and is
+ * gone once woken, so the handshake's end and a close from another thread
+ * (a reset right after attach) must not both wake it. */
+static struct connect_wait *take_waiter(struct conn *c)
+{
+	pthread_mutex_lock(&c->mu);
+	struct connect_wait *w = c->waiter;
+	c->waiter = NULL;
+	pthread_mutex_unlock(&c->mu);
+	return w;
+}
+
 struct conn *dgi_conn_new(dg_tp *tp, const struct conn_ops *ops, bool dialer)
 {
 	struct conn *c = dgi_calloc(1, sizeof(*c));
@@ -243,6 +255,8 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	}
 	c->state = C_CLOSED;
 	c->fail = why;
+	struct connect_wait *waiter = c->waiter;
+	c->waiter = NULL;
 	pthread_mutex_unlock(&c->mu);
 	c->ops->close(c); /* pending I/O fails or never completes */
 
@@ -294,7 +308,7 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	if (!c->dialer && !c->abandoned && c->peer_id != 0 && p == NULL &&
 	    why == DG_ERR_CONN_BROKEN)
 		atomic_fetch_add(&tp->t.handshake_failures, 1);
-	wait_done(c->waiter, why == DG_OK ? DG_ERR_CONN_BROKEN : why, c->peer_id);
+	wait_done(waiter, why == DG_OK ? DG_ERR_CONN_BROKEN : why, c->peer_id);
 	if (lost && tp->cfg.on_peer != NULL && !atomic_load(&tp->stopping))
 		tp->cfg.on_peer(tp->cfg.on_peer_ctx, p->id, false, why);
 
@@ -308,6 +322,18 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	c->next = tp->dead;
 	tp->dead = c;
 	pthread_mutex_unlock(&tp->mu);
+}
+
+void dgi_conn_close_held(struct peer *p, dg_err why)
+{
+	struct conn *c = p->conn;
+	if (c != NULL)
+		atomic_fetch_add(&c->users, 1); /* before p->mu goes: see dgi_conn_reap */
+	pthread_mutex_unlock(&p->mu);
+	if (c == NULL)
+		return;
+	dgi_conn_close(c, why);
+	atomic_fetch_sub(&c->users, 1);
 }
 
 bool dgi_conn_reap(dg_tp *tp)
@@ -401,17 +427,15 @@ static bool attach(struct conn *c, bool listener)
 		return false;
 	pthread_mutex_lock(&p->mu);
 	uint32_t stale = atomic_load_explicit(&tp->stale_ms, memory_order_relaxed);
-	struct conn *old = p->conn;
-	if (listener && old != NULL && stale != 0 &&
+	if (listener && p->conn != NULL && stale != 0 &&
 	    dgi_now_ms() - atomic_load_explicit(&p->heard_ms, memory_order_relaxed) >= stale) {
 		/* the peer dials only without a connection: this one is dead
 		 * on its side (half-open after a cut); it would refuse the
 		 * peer's new one as a duplicate and carry frames to nowhere */
-		pthread_mutex_unlock(&p->mu);
 		dgi_log("info", "PEER-STALE", "peer=%016llx why=\"it connected again while its "
 		    "connection here was silent for %u ms: that one is closed\"",
 		    (unsigned long long)p->id, stale);
-		dgi_conn_close(old, DG_ERR_CONN_BROKEN);
+		dgi_conn_close_held(p, DG_ERR_CONN_BROKEN);
 		pthread_mutex_lock(&p->mu);
 	}
 	bool dup = p->conn != NULL;
@@ -589,15 +613,15 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 			goto rejected;
 		if (h->type != DG_MSG_WELCOME)
 			return DG_ERR_BAD_TAG;
+		/* taken first: once attached, a reset may close it at once */
+		struct connect_wait *w = take_waiter(c);
 		if (!attach(c, false)) {
 			/* connected meanwhile by the peer's own dial: that one serves */
-			wait_done(c->waiter, DG_OK, c->peer_id);
-			c->waiter = NULL;
+			wait_done(w, DG_OK, c->peer_id);
 			dgi_conn_close(c, DG_OK);
 			return DG_OK;
 		}
-		wait_done(c->waiter, DG_OK, c->peer_id);
-		c->waiter = NULL;
+		wait_done(w, DG_OK, c->peer_id);
 		return DG_OK;
 	default:
 		return DG_ERR_STATE;
@@ -610,8 +634,7 @@ rejected:;
 		    m.rej.text.ptr ? m.rej.text.ptr : "", repeated);
 	if (m.rej.reason == DG_REJECT_DUPLICATE) {
 		/* the peer already has a connection with us: it serves */
-		wait_done(c->waiter, DG_OK, c->peer_id);
-		c->waiter = NULL;
+		wait_done(take_waiter(c), DG_OK, c->peer_id);
 		c->dup_refused = true;
 		dgi_conn_close(c, DG_OK);
 		return DG_OK;

@@ -881,10 +881,7 @@ void dg_tp_disconnect(dg_tp *tp, dg_node_id peer)
 	if (p == NULL)
 		return;
 	pthread_mutex_lock(&p->mu);
-	struct conn *c = p->conn;
-	pthread_mutex_unlock(&p->mu);
-	if (c != NULL)
-		dgi_conn_close(c, DG_ERR_CONN_BROKEN);
+	dgi_conn_close_held(p, DG_ERR_CONN_BROKEN); /* unlocks p->mu */
 }
 
 /* ---- the service thread ---- */

@@ -227,7 +227,8 @@ struct conn {
 	/* dialer waiting in dg_tp_connect */
 	struct connect_wait *waiter;
 	struct ctr rxc[DG_MSG__COUNT]; /* frames received on this connection */
-	_Atomic int users;          /* kicks between preparing and starting a write */
+	_Atomic int users;          /* kicks between preparing and starting a write,
+	                             * closes of a connection taken from its peer */
 };
 
 /* A dial in progress (either backend); freed by the service thread once
@@ -456,6 +457,11 @@ void dgi_cork_flush(struct dgi_cork *ck);
 void dgi_peers_dup_expire(dg_tp *tp, uint64_t now);
 /* Close a connection (from any thread, callbacks included). */
 void dgi_conn_close(struct conn *c, dg_err why);
+/* Close the peer's connection, taken as peer->mu is held (the caller holds
+ * it and must not later): the connection stays allocated until this returns
+ * (c->users), as another thread may close it meanwhile and the service
+ * thread would free it. */
+void dgi_conn_close_held(struct peer *p, dg_err why);
 /* Hand the peer's queued frames to its open connection (peer->mu held):
  * returns the connection whose write must be started, or NULL. */
 struct conn *dgi_conn_kick(struct peer *p);
