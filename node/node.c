@@ -240,6 +240,17 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	const char *const *pbl;
 	mc.nbaseline = dgi_grid_persisted_baseline(n->g, &pbl);
 	mc.baseline = pbl;
+	char accpath[4096];
+	if (n->cfg.data_dir != NULL && !n->cfg.client) {
+		/* what this voter promised survives a restart (PROTOCOL.md, "A
+		 * voter that restarted") */
+		int l = snprintf(accpath, sizeof(accpath), "%s/acceptor", n->cfg.data_dir);
+		if (l < 0 || (size_t)l >= sizeof(accpath)) {
+			e = DG_ERR_INVAL;
+			goto fail;
+		}
+		mc.acceptor_path = accpath;
+	}
 	if ((e = dg_member_start(n->tp, &mc, &n->m)) != DG_OK)
 		goto fail;
 	if ((e = dgi_grid_joined(n->g, n->m)) != DG_OK)

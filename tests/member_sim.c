@@ -74,21 +74,27 @@
  * a majority, installs it at once).  The ctest member_sim_seeds replays
  * these.
  *
- * Restarts (--restarts amnesiac|durable; not in CI's runs, which it
- * would fail): a node killed and restarted on its address as a new
- * incarnation (another node id: nothing it sends is its predecessor's),
- * which rejoins with a JOIN that counts as its promise and acceptance
- * (member_change.c, so that two voters go on once one is back);
- * `durable` keeps its acceptor state (promise, what it accepted) across
- * the restart.  Both find two topologies a majority accepted after one
- * base, each installed by live nodes (7 of 50,000 schedules from seed
- * 100000, either way: the JOIN is counted whatever the joiner promised
- * before, e.g. seed 102612), and live clusters that never take the
- * restarted node back (I3: members SEGMENTED without it refuse the
- * version that would add it, ~1%).  Open (issue 13): a JOIN must carry
- * the joiner's persisted acceptor state and count as its promise only,
- * the joiner then answering phase 2 as a voter.  Without --restarts a
- * crashed node stays down.
+ * Restarts (--restarts amnesiac|durable): a node killed and restarted on
+ * its address as a new incarnation (another node id: nothing it sends is
+ * its predecessor's), which rejoins; `durable` keeps its acceptor state
+ * (promise, what it accepted) across the restart, as the acceptor file
+ * does (member_acceptor.c); `amnesiac` does not, and its grants say so
+ * until it is a member again.  A joiner is asked to vote like the voters
+ * of its address (PROTOCOL.md, "A voter that restarted").  When a JOIN
+ * counted as its sender's vote, both modes found two topologies a
+ * majority accepted after one base, each installed by live nodes (7 of
+ * 50,000 schedules from seed 100000, e.g. seed 102612), and live clusters
+ * that never took the restarted node back (~1%: members SEGMENTED by the
+ * lost voter refused every proposal).  Then, with joiners asked: a joiner
+ * granted a removal while its predecessor's echoes could still hold the
+ * removed node's lease (I2, seed 118492 durable: it now waits a lease and
+ * a heartbeat after its start and its last echo), and SEGMENTED members
+ * still refused (I3, seed 102638: they promise and accept now).  CI runs
+ * both modes (member_sim_restarts_*) and replays these seeds.  Without
+ * --restarts a crashed node stays down.  I3 is not due where the live
+ * nodes hold no majority of the voters of the newest version one of them
+ * holds (amnesiac ones counting as dgi_quorum_won says), nor where no
+ * live member of it is left (a new cluster would be formed: not modelled).
  */
 #define _GNU_SOURCE
 #include "transport/transport_int.h"
@@ -140,17 +146,22 @@ struct msg {
 	/* PREPARE, PROMISE, PROPOSE (phase 2), VOTE */
 	struct dgi_ballot b;    /* the proposer's ballot; refusals: the voter's promise */
 	bool adopted;           /* PROPOSE: a topology a voter accepted before */
+	bool removes;           /* PROPOSE: it removes a node of its base */
 	bool pacc;              /* PROPOSE: the proposer accepted it itself */
 	bool has_acc;           /* PROMISE: the voter accepted acc at acc_b */
 	struct dgi_ballot acc_b;
 	struct topo acc;
 	int64_t installed;      /* answers: the voter's version */
 	struct dgi_ballot promised; /* refusals: the voter's promise */
+	bool amnesiac;          /* PROMISE, VOTE: granted by a joiner that lost
+	                           its acceptor state in a restart */
 };
 
 struct node {
 	bool crashed;
 	bool restarted;         /* a new incarnation not yet a member */
+	bool amnesiac;          /* restarted without its acceptor state (until
+	                           it is a member again) */
 	int64_t prev_order;     /* restarted: its predecessor's join order (a
 	                           topology naming that one does not name it) */
 	uint64_t paused_until;  /* processes nothing before */
@@ -158,6 +169,8 @@ struct node {
 	struct topo t;
 	bool joined;
 	uint64_t heard[N], acked[N], echo[N], since[N];
+	uint64_t started;       /* this incarnation's start */
+	uint64_t echoed;        /* when it last echoed a heartbeat */
 	uint64_t lease_until;
 	bool segmented;
 	int64_t voted;          /* the highest version it accepted */
@@ -175,7 +188,7 @@ struct node {
 	struct topo pt;         /* wanted; from phase 2 the one proposed */
 	struct dgi_ballot pb;
 	uint32_t pvoters, ppromised, pgranted;
-	int pjoiner;            /* whose JOIN counts as its vote (-1: none) */
+	uint32_t pamn;          /* this phase's grants by amnesiac joiners */
 	uint64_t pdeadline;
 	bool pbest;             /* a voter accepted pbest_t at pbest_b before */
 	struct dgi_ballot pbest_b;
@@ -406,8 +419,11 @@ static void install(struct sim *s, int i, const struct topo *t)
 		n->frozen = 0;
 	bool was = n->joined;
 	n->joined = has(t, i) && (!n->restarted || t->order[i] > n->prev_order);
-	if (n->joined)
+	if (n->joined) {
 		n->restarted = false;
+		n->amnesiac = false; /* it promises from here on under a version
+		                        its predecessor never saw */
+	}
 	if (was && !n->joined)
 		s->removals++;
 	vlog(s, "n%d installs v%" PRId64 " members %#x%s", i, t->ver, t->members,
@@ -460,9 +476,12 @@ static void freeze(struct node *n, const struct topo *t)
 
 /* ---- a version after a base, agreed by both phases of Paxos ---- */
 
-static bool quorum(uint32_t got, uint32_t voters)
+/* got: grants by voters that keep their promises, amn: by amnesiac
+ * joiners (dgi_quorum_won: one counts, among an even number of voters) */
+static bool quorum(uint32_t got, uint32_t amn, uint32_t voters)
 {
-	return count(got & voters) >= (int)dgi_quorum_need((uint32_t)count(voters));
+	return dgi_quorum_won((uint32_t)count(got & voters), (uint32_t)count(amn & ~got & voters),
+	    (uint32_t)count(voters));
 }
 
 static void px_install(struct sim *s, int i, bool faults)
@@ -517,20 +536,18 @@ static void px_promised(struct sim *s, int i, bool faults)
 		n->pgranted = 1u << i;
 		accepted(s, i, &n->pb, &n->pt);
 	}
-	if (n->pjoiner >= 0 && has(&n->pt, n->pjoiner)) {
-		n->pgranted |= 1u << n->pjoiner;
-		accepted(s, n->pjoiner, &n->pb, &n->pt);
-	}
 	vlog(s, "n%d proposes v%" PRId64 " members %#x (round %" PRId64 "%s)", i, n->pt.ver,
 	    n->pt.members, n->pb.round, n->padopted ? ", adopted" : "");
-	if (quorum(n->pgranted, n->pvoters)) {
+	n->pamn = 0;
+	if (quorum(n->pgranted, n->pamn, n->pvoters)) {
 		px_accepted(s, i, faults);
 		return;
 	}
 	for (int j = 0; j < N; j++)
 		if (j != i && has(&n->t, j))
 			post(s, (struct msg){ .type = M_PROPOSE, .from = i, .to = j, .t = n->pt,
-			    .b = n->pb, .adopted = n->padopted, .pacc = (n->pgranted >> i) & 1u }, faults);
+			    .b = n->pb, .adopted = n->padopted, .pacc = (n->pgranted >> i) & 1u,
+			    .removes = (n->t.members & ~n->pt.members) != 0 }, faults);
 }
 
 static void px_propose(struct sim *s, int i, struct topo next, int joiner, bool faults)
@@ -558,10 +575,10 @@ static void px_propose(struct sim *s, int i, struct topo next, int joiner, bool 
 		n->prom = n->pb;
 		n->ppromised = 1u << i;
 	}
-	/* a JOIN is its sender's vote for its own address (member_change.c) */
-	n->pjoiner = joiner;
-	if (joiner >= 0)
-		n->ppromised |= 1u << joiner;
+	/* the joiner is asked like every voter of its address: a restarted
+	 * incarnation there answers as a joiner (member_change.c) */
+	(void)joiner;
+	n->pamn = 0;
 	if (n->has_acc && n->acc_b.base == base) {
 		n->pbest = true;
 		n->pbest_b = n->acc_b;
@@ -569,7 +586,7 @@ static void px_propose(struct sim *s, int i, struct topo next, int joiner, bool 
 	}
 	vlog(s, "n%d prepares round %" PRId64 " after v%" PRId64 " for members %#x", i, round, base,
 	    next.members);
-	if (quorum(n->ppromised, n->pvoters)) {
+	if (quorum(n->ppromised, n->pamn, n->pvoters)) {
 		px_promised(s, i, faults);
 		return;
 	}
@@ -589,9 +606,17 @@ static void px_refused(struct node *n, const struct msg *m)
 	}
 }
 
-static bool drops_heard(struct sim *s, int i, const struct topo *t)
+static bool drops_heard(struct sim *s, int i, const struct topo *t, bool removes)
 {
 	struct node *n = &s->n[i];
+	if (!n->joined) {
+		/* a joiner knows no base: its predecessor at its address (or
+		 * itself, before it was removed) may have echoed the removed
+		 * node until it started (echoed last) — a lease and a heartbeat
+		 * later, every lease renewed through this address is over */
+		uint64_t last = n->started > n->echoed ? n->started : n->echoed;
+		return removes && s->now < last + SILENCE;
+	}
 	for (int j = 0; j < N; j++)
 		if (j != i && has(&n->t, j) && !has(t, j) && s->now < heard(n, j) + SILENCE)
 			return true;
@@ -604,14 +629,15 @@ static void px_on_msg(struct sim *s, const struct msg *m, bool faults)
 {
 	struct node *n = &s->n[m->to];
 	int i = m->to;
-	struct dgi_acceptor v = { n->joined, n->segmented, n->t.ver, n->prom };
+	struct dgi_acceptor v = { n->joined, !n->joined, n->segmented, n->joined ? n->t.ver : 0,
+		n->prom };
 	switch (m->type) {
 	case M_PREPARE: {
 		struct dgi_px_ask a = { m->b, false, false, false, false, false };
 		const char *why = dgi_px_rule(&v, &a);
 		struct msg r = { .type = M_PROMISE, .from = i, .to = m->from, .b = m->b,
 			.granted = why == NULL, .installed = n->voted > n->t.ver ? n->voted : n->t.ver,
-			.promised = n->prom };
+			.promised = n->prom, .amnesiac = n->amnesiac && !n->joined };
 		if (why == NULL) {
 			n->prom = m->b;
 			if (n->has_acc && n->acc_b.base == m->b.base) {
@@ -630,7 +656,10 @@ static void px_on_msg(struct sim *s, const struct msg *m, bool faults)
 		if (n->phase != 1 || dgi_ballot_cmp(&m->b, &n->pb) != 0)
 			break;
 		if (m->granted) {
-			n->ppromised |= 1u << m->from;
+			if (m->amnesiac)
+				n->pamn |= 1u << m->from;
+			else
+				n->ppromised |= 1u << m->from;
 			if (m->has_acc && (!n->pbest || dgi_ballot_cmp(&m->acc_b, &n->pbest_b) > 0)) {
 				n->pbest = true;
 				n->pbest_b = m->acc_b;
@@ -639,12 +668,12 @@ static void px_on_msg(struct sim *s, const struct msg *m, bool faults)
 		} else {
 			px_refused(n, m);
 		}
-		if (quorum(n->ppromised, n->pvoters))
+		if (quorum(n->ppromised, n->pamn, n->pvoters))
 			px_promised(s, i, faults);
 		break;
 	case M_PROPOSE: {
 		struct dgi_px_ask a = { m->b, true, m->adopted, has(&m->t, m->from), has(&m->t, i),
-			drops_heard(s, i, &m->t) };
+			drops_heard(s, i, &m->t, m->removes) };
 		const char *why = dgi_px_rule(&v, &a);
 		if (why == NULL) {
 			n->prom = m->b;
@@ -660,7 +689,7 @@ static void px_on_msg(struct sim *s, const struct msg *m, bool faults)
 		    m->from, why ? ": " : "", why ? why : "");
 		post(s, (struct msg){ .type = M_VOTE, .from = i, .to = m->from, .t = m->t, .b = m->b,
 		    .granted = why == NULL, .installed = n->voted > n->t.ver ? n->voted : n->t.ver,
-			.promised = n->prom }, faults);
+			.promised = n->prom, .amnesiac = n->amnesiac && !n->joined }, faults);
 		/* it and the proposer (which accepted first) make a majority
 		 * of two or three voters: agreed — installed here too, so a
 		 * proposer that dies at once does not take it along (an
@@ -677,11 +706,13 @@ static void px_on_msg(struct sim *s, const struct msg *m, bool faults)
 	case M_VOTE:
 		if (n->phase != 2 || dgi_ballot_cmp(&m->b, &n->pb) != 0)
 			break;
-		if (m->granted)
+		if (m->granted && m->amnesiac)
+			n->pamn |= 1u << m->from;
+		else if (m->granted)
 			n->pgranted |= 1u << m->from;
 		else
 			px_refused(n, m);
-		if (quorum(n->pgranted, n->pvoters))
+		if (quorum(n->pgranted, n->pamn, n->pvoters))
 			px_accepted(s, i, faults);
 		break;
 	}
@@ -749,7 +780,7 @@ static void on_msg(struct sim *s, const struct msg *m, bool faults)
 	switch (m->type) {
 	case M_HB:
 		if (mem && !((n->frozen >> m->from) & 1u))
-			n->echo[m->from] = m->hb_time;
+			n->echo[m->from] = m->hb_time, n->echoed = s->now;
 		if (mem && m->hb_echo > n->acked[m->from])
 			n->acked[m->from] = m->hb_echo;
 		if (n->joined && !mem && n->t.ver >= m->hb_ver)
@@ -878,10 +909,11 @@ static void nemesis(struct sim *s)
 			fresh.voted = n->voted;
 		}
 		fresh.restarted = true;
+		fresh.started = s->now;
+		fresh.amnesiac = s->restarts == 1;
 		fresh.prev_order = has(&n->t, x) ? n->t.order[x] : 0;
 		if (n->restarted && n->prev_order > fresh.prev_order)
 			fresh.prev_order = n->prev_order;
-		fresh.pjoiner = -1;
 		fresh.next_tick = s->now + rnd_in(s, 50, 500);
 		*n = fresh;
 		vlog(s, "nemesis: n%d restarted%s", x, s->restarts == 2 ? "" : " (forgets its promises)");
@@ -907,7 +939,6 @@ static void sim_init(struct sim *s, uint64_t seed, bool verbose, bool leases, bo
 	for (int i = 0; i < N; i++) {
 		s->n[i].t = t;
 		s->n[i].joined = true;
-		s->n[i].pjoiner = -1;
 		s->n[i].next_tick = rnd_in(s, 0, HB - 1);
 	}
 	s->have[1] = true;
@@ -981,17 +1012,29 @@ static const char *run(struct sim *s, uint64_t seed, bool verbose, bool leases, 
 	if (s->fail != NULL || !s->check_heal)
 		return s->fail;
 	/* I3: one cluster of the live nodes — when they hold a majority of
-	 * the last agreed version's voters (else the cluster stops, by design:
-	 * PROTOCOL.md, "Majority") */
-	uint32_t live = 0;
+	 * the voters of the newest version a live node holds (else the
+	 * cluster stops, by design: PROTOCOL.md, "Majority"; a version only
+	 * dead nodes installed is gone with them), those restarted without
+	 * their acceptor state counting as dgi_quorum_won says */
+	uint32_t live = 0, amn = 0;
 	int64_t ver = -1, last = 1;
+	for (int i = 0; i < N; i++) {
+		const struct node *n = &s->n[i];
+		live |= (uint32_t)!n->crashed << i;
+		amn |= (uint32_t)(n->amnesiac && !n->crashed) << i;
+		if (!n->crashed && n->t.ver > last && n->t.ver < MAXVER)
+			last = n->t.ver;
+	}
+	uint32_t voters = s->agreed[last].members, members = 0;
 	for (int i = 0; i < N; i++)
-		live |= (uint32_t)!s->n[i].crashed << i;
-	for (int64_t v = 1; v < MAXVER; v++)
-		if (s->have[v])
-			last = v;
-	uint32_t voters = s->agreed[last].members;
-	if (count(voters & live) < (int)dgi_quorum_need((uint32_t)count(voters))) {
+		members |= (uint32_t)(!s->n[i].crashed && s->n[i].joined &&
+		    s->n[i].t.ver == last) << i;
+	vlog(s, "end: v%" PRId64 " voters %#x live %#x amnesiac %#x members %#x", last, voters, live,
+	    amn, members);
+	/* (with no live member of that version left — every one of them
+	 * restarted — only a new cluster would go on, which a node restarted
+	 * in the code forms when no seed is in one: not modelled) */
+	if (!quorum(live & ~amn, amn, voters) || members == 0) {
 		s->stopped++;
 		return NULL;
 	}

@@ -2813,6 +2813,9 @@ static void mnode_start_none(struct mnode *n, const char *url, const char *seed,
 	mnode_start_policy(n, url, seed, timeout_ms, DG_PARTITION_NONE);
 }
 
+/* The acceptor file the next mnode_start gives its node (NULL: none). */
+static const char *mnode_acceptor_path;
+
 static void mnode_start_policy(struct mnode *n, const char *url, const char *seed,
     uint32_t timeout_ms, int policy)
 {
@@ -2832,6 +2835,7 @@ static void mnode_start_policy(struct mnode *n, const char *url, const char *see
 	mc.failure_timeout_ms = timeout_ms;
 	mc.reg = n->reg;
 	mc.partition_policy = policy;
+	mc.acceptor_path = mnode_acceptor_path;
 	OK(dg_member_start(n->tp, &mc, &n->m));
 }
 
@@ -3640,14 +3644,17 @@ static void test_px_rule(void **state)
 	assert_true(dgi_ballot_cmp(&a3, &a4) < 0); /* bases before rounds */
 	assert_true(dgi_ballot_cmp(&a4, &a1) > 0);
 
-	struct dgi_acceptor v = { true, false, 4, { 4, 1, 7 } };
+	struct dgi_acceptor v = { true, false, false, 4, { 4, 1, 7 } };
 	struct dgi_px_ask q = { { 4, 1, 7 }, false, false, false, false, false };
 	assert_null(dgi_px_rule(&v, &q)); /* the same ballot again: yes */
 	v.member = false;
 	assert_string_equal(dgi_px_rule(&v, &q), "not a member");
 	v.member = true;
+	/* a SEGMENTED member promises too (it reached the proposer): when
+	 * it refused, two members segmented by a lost voter and a restarted
+	 * one never added it back (member_sim --restarts, I3) */
 	v.segmented = true;
-	assert_string_equal(dgi_px_rule(&v, &q), "segmented");
+	assert_null(dgi_px_rule(&v, &q));
 	v.segmented = false;
 	q.b.base = 3; /* proposed after a version older than the voter's */
 	q.b.round = 99;
@@ -3676,6 +3683,47 @@ static void test_px_rule(void **state)
 	/* a voter behind (base above its version) promises */
 	q = (struct dgi_px_ask){ { 6, 1, 5 }, false, false, false, false, false };
 	assert_null(dgi_px_rule(&v, &q));
+	/* a joiner (a voter restarted on its address) promises and accepts
+	 * like a member, a topology without it too; it holds a newer version
+	 * than the base: refused; a removal while its address may still
+	 * hold a lease up (drops_heard, member_quorum.c): refused */
+	struct dgi_acceptor j = { false, true, true, 0, { 0, 0, 0 } };
+	q = (struct dgi_px_ask){ { 6, 1, 5 }, false, false, false, false, false };
+	assert_null(dgi_px_rule(&j, &q));
+	j.promised = q.b;
+	q.accept = true;
+	q.from_in = true;
+	assert_null(dgi_px_rule(&j, &q)); /* (self_in false: not removed) */
+	q.drops_heard = true;
+	assert_string_equal(dgi_px_rule(&j, &q), "it removes a node heard from lately");
+	q.drops_heard = false;
+	j.installed = 7;
+	assert_string_equal(dgi_px_rule(&j, &q), "not newer than this voter's topology");
+	j.installed = 0;
+	q.b.round = 0;
+	assert_string_equal(dgi_px_rule(&j, &q), "promised a newer ballot");
+}
+
+/* Grants of joiners restarted without their acceptor file (dgi_quorum_won):
+ * one counts, and only among an even number of voters — the rest of that
+ * majority, n/2 voters that remember, meets every majority of n; among an
+ * odd number n/2 do not (a 3-voter base: the coordinator and an amnesiac
+ * joiner could agree a second topology after one the joiner's predecessor
+ * and the third voter agreed; member_sim --restarts amnesiac, seed 102612). */
+static void test_quorum_amnesiac(void **state)
+{
+	(void)state;
+	assert_true(dgi_quorum_won(0, 0, 0));
+	assert_true(dgi_quorum_won(1, 0, 1));
+	assert_false(dgi_quorum_won(0, 1, 1));
+	assert_true(dgi_quorum_won(1, 1, 2)); /* two voters: the survivor and the restarted one */
+	assert_false(dgi_quorum_won(1, 0, 2));
+	assert_false(dgi_quorum_won(1, 1, 3));
+	assert_true(dgi_quorum_won(2, 0, 3));
+	assert_true(dgi_quorum_won(2, 1, 4));
+	assert_false(dgi_quorum_won(1, 2, 4)); /* one counts */
+	assert_false(dgi_quorum_won(2, 2, 5));
+	assert_true(dgi_quorum_won(3, 0, 5));
 }
 
 static dg_err mserving(struct mnode *n)
@@ -3958,10 +4006,99 @@ static void test_majority_voter_learns(void **state)
 	OK(dg_tp_call(n[0].tp, ids[1], DG_MSG_TOPO_PROPOSE, &p, 2000, &r, NULL));
 	assert_int_equal(r.granted, 1);
 	WAIT_FOR(mversion(&n[1]) == v + 1); /* two of two: agreed, installed */
-	p.phase = 0x20 | DG_PX_ACCEPT; /* an unknown flag */
+	p.phase = 0x40 | DG_PX_ACCEPT; /* an unknown flag */
 	EXPECT(dg_tp_call(n[0].tp, ids[1], DG_MSG_TOPO_PROPOSE, &p, 2000, &r, NULL), DG_ERR_INVAL);
 	dg_buf_free(&b);
 	mnodes_stop(n, 2);
+}
+
+/* A TOPO_PROPOSE from x to n (arena: the answer's topology). */
+static dg_err propose(dg_tp *x, struct mnode *n, int64_t base, int64_t round, int64_t phase,
+    const dg_buf *t, dg_msg_topo_vote *r, dg_arena *a)
+{
+	dg_msg_topo_propose p = { base, round, phase, { t->data, (uint32_t)t->len } };
+	a->used = 0;
+	return dg_tp_call(x, dg_tp_self(n->tp), DG_MSG_TOPO_PROPOSE, &p, 2000, r, a);
+}
+
+/* What a voter promised and accepted survives its restart: it is in the
+ * acceptor file before the answer leaves (member_acceptor.c), read back at
+ * start; a damaged file is refused and written anew.  Before, a voter
+ * restarted on its address promised again what it had refused and lost
+ * what it had accepted (member_sim --restarts: two topologies a majority
+ * accepted after one base). */
+static void test_membership_acceptor_kept(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/dg_acceptor_XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[64];
+	snprintf(path, sizeof(path), "%s/acceptor", dir);
+	mnode_acceptor_path = path;
+	struct mnode n;
+	memset(&n, 0, sizeof(n));
+	mnode_start(&n, "tcp://127.0.0.1:0", NULL, 1000);
+	int64_t v = mversion(&n);
+	dg_tp *x = NODE(.secret = "membership");
+	dg_node_id xid = dg_tp_self(x);
+	dg_buf t;
+	dg_buf_init(&t);
+	dg_node_id ids[2] = { dg_tp_self(n.tp), xid };
+	const char *urls[2] = { dg_tp_address(n.tp), dg_tp_address(x) };
+	topo_body(&t, v + 1, ids, urls, 2);
+	dg_msg_topo_vote r;
+	uint8_t mem[4096];
+	dg_arena a;
+	dg_arena_init(&a, mem, sizeof(mem));
+	connect_ok(x, n.tp);
+	OK(propose(x, &n, v, 5, DG_PX_PREPARE, &t, &r, &a));
+	assert_int_equal(r.granted, DG_VOTE_GRANTED);
+	OK(propose(x, &n, v, 5, DG_PX_ACCEPT, &t, &r, &a));
+	assert_int_equal(r.granted, DG_VOTE_GRANTED);
+	mnode_stop(&n, true); /* kill: nothing more written */
+
+	/* the next incarnation on that file */
+	mnode_start(&n, "tcp://127.0.0.1:0", NULL, 1000);
+	connect_ok(x, n.tp);
+	OK(propose(x, &n, v, 3, DG_PX_PREPARE, &t, &r, &a));
+	assert_int_equal(r.granted, 0); /* below what it promised */
+	assert_int_equal(r.promised_round, 5);
+	assert_int_equal(r.promised_from, (int64_t)xid);
+	OK(propose(x, &n, v, 6, DG_PX_PREPARE, &t, &r, &a));
+	assert_int_equal(r.granted, DG_VOTE_GRANTED);
+	/* ... naming what it accepted: Paxos' phase 1 */
+	assert_int_equal(r.acc_base, v);
+	assert_int_equal(r.acc_round, 5);
+	assert_int_equal(r.acc_from, (int64_t)xid);
+	assert_true(r.acc.len > 0 && r.acc.len == t.len);
+	assert_memory_equal(r.acc.ptr, t.data, t.len);
+	mnode_stop(&n, true);
+
+	/* a damaged file: refused (ACCEPTOR-BAD), the node starts, and the
+	 * file is written anew with what it promises next */
+	FILE *f = fopen(path, "r+b");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 20, SEEK_SET), 0);
+	assert_int_equal(fputc(0x5a, f), 0x5a);
+	fclose(f);
+	mnode_start(&n, "tcp://127.0.0.1:0", NULL, 1000);
+	connect_ok(x, n.tp);
+	OK(propose(x, &n, v, 2, DG_PX_PREPARE, &t, &r, &a));
+	assert_int_equal(r.granted, DG_VOTE_GRANTED); /* (its promise of 6 is gone) */
+	OK(propose(x, &n, v, 9, DG_PX_PREPARE, &t, &r, &a));
+	assert_int_equal(r.granted, DG_VOTE_GRANTED);
+	mnode_stop(&n, true);
+	mnode_start(&n, "tcp://127.0.0.1:0", NULL, 1000);
+	connect_ok(x, n.tp);
+	OK(propose(x, &n, v, 8, DG_PX_PREPARE, &t, &r, &a));
+	assert_int_equal(r.granted, 0);
+	assert_int_equal(r.promised_round, 9);
+	mnode_stop(&n, false);
+	mnode_acceptor_path = NULL;
+	dg_tp_stop(x);
+	dg_buf_free(&t);
+	unlink(path);
+	rmdir(dir);
 }
 
 /* Under majority a baseline is the voting set: one with fewer than a
@@ -4695,6 +4832,8 @@ int main(void)
 		cmocka_unit_test(test_majority_arithmetic),
 		cmocka_unit_test(test_rejoin_backoff),
 		cmocka_unit_test(test_px_rule),
+		cmocka_unit_test(test_quorum_amnesiac),
+		cmocka_unit_test(test_membership_acceptor_kept),
 		cmocka_unit_test(test_member_silent_peer_reset),
 		cmocka_unit_test(test_majority_member_cut_off),
 		cmocka_unit_test(test_majority_coordinator_cut_off),

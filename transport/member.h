@@ -94,6 +94,12 @@ typedef struct dg_member_config {
 	                                    addresses is back (a full restart:
 	                                    PROTOCOL.md, "Baseline"); copied */
 	uint32_t nbaseline;
+	const char *acceptor_path;       /* where this node keeps what it
+	                                    promised and accepted (a file in
+	                                    its data dir), so a restart does
+	                                    not forget it; NULL: memory only
+	                                    (PROTOCOL.md, "A voter that
+	                                    restarted"); copied */
 } dg_member_config;
 
 /* Partition policies.  MAJORITY: every topology version is accepted by a

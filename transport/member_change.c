@@ -34,8 +34,16 @@ struct prop {
 	uint32_t nvoters, need, granted;
 	bool *got;                /* per voter, this phase */
 	bool *pre;                /* per voter: counted in both phases unasked
-	                             (itself, the joiner, a voter that left) */
+	                             (itself, a voter that left) */
 	uint32_t npre;
+	uint32_t namn;            /* this phase's grants by amnesiac joiners
+	                             (dgi_quorum_won) */
+	/* joiners asked besides cur's nodes: a voter's address under a node
+	 * id cur does not hold (a restart; PROTOCOL.md, "A voter that
+	 * restarted") — the joiner, and while SEGMENTED the recent ones */
+	dg_node_id xid[1 + RJOIN_MAX];
+	int32_t xidx[1 + RJOIN_MAX];
+	uint32_t nx;
 	int32_t self_idx;         /* this node's voter index, or -1 */
 	uint32_t sent, answered;  /* this phase */
 	dg_topology *best;        /* phase 1: accepted at the highest ballot a */
@@ -95,7 +103,7 @@ static void count_pre(struct prop *p, int32_t k)
 	}
 }
 
-/* How long a JOIN counts as its sender's vote: until its next attempt. */
+/* How long a JOIN's sender is asked to vote: until its next attempt. */
 #define RECENT_JOIN_MS (2 * JOIN_ATTEMPT_MS)
 
 void dgi_member_join_seen(dg_member *m, const dg_msg_join *j)
@@ -118,6 +126,7 @@ void dgi_member_join_seen(dg_member *m, const dg_msg_join *j)
 	}
 	memcpy(slot->url, j->address.ptr, j->address.len);
 	slot->url[j->address.len] = 0;
+	slot->id = (dg_node_id)j->node_id;
 	slot->ms = now;
 	pthread_mutex_unlock(&m->mu);
 }
@@ -131,10 +140,25 @@ static bool url_in(const dg_topology *t, const char *url)
 	return false;
 }
 
+/* A joiner to ask besides cur's nodes: a server whose address is a voter
+ * of cur under a node id cur does not hold. */
+static void add_extra(dg_member *m, struct prop *p, const dg_topology *cur, dg_node_id id,
+    const char *url)
+{
+	int32_t idx = dgi_quorum_index(p->voters, p->nvoters, url);
+	if (idx < 0 || id == 0 || id == dg_tp_self(m->tp) || dg_topology_find(cur, id) != NULL ||
+	    p->nx == sizeof(p->xid) / sizeof(p->xid[0]))
+		return;
+	for (uint32_t k = 0; k < p->nx; k++)
+		if (p->xid[k] == id)
+			return;
+	p->xid[p->nx] = id;
+	p->xidx[p->nx++] = idx;
+}
+
 /* A new proposal of t after cur (mu held), with this node's promise and
- * the joiner's and leavers' votes counted.  *direct: those make a majority
- * already (one voter, or two and the joiner) and this node accepted
- * nothing after cur: t is agreed. */
+ * the leavers' votes counted.  *direct: those make a majority already (one
+ * voter) and this node accepted nothing after cur: t is agreed. */
 static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology *t,
     const struct change *ch, bool *direct)
 {
@@ -165,25 +189,26 @@ static struct prop *prop_new_locked(dg_member *m, dg_topology *cur, dg_topology 
 	p->self_idx = dgi_quorum_index(p->voters, p->nvoters, dg_tp_address(m->tp));
 	if (self_ok)
 		count_pre(p, p->self_idx);
-	/* a JOIN (a joiner, or a member rejoining: TOPOLOGY-RESYNC) is its
-	 * sender's vote for its own address */
+	/* a joiner on a voter's address (a voter restarted as a new node)
+	 * is asked like the voters: it promises and accepts as one, from
+	 * the state it kept on disk (PROTOCOL.md, "A voter that restarted") */
 	const dg_msg_join *jn = ch->add != NULL ? ch->add :
 	    ch->req != NULL && ch->req->type == DG_MSG_JOIN ? ch->req->body : NULL;
-	if (jn != NULL && jn->address.len < 256) {
-		char url[256];
+	if (jn != NULL && jn->address.len < DG_BASELINE_ADDR_MAX && !(jn->attrs & DG_NODE_CLIENT)) {
+		char url[DG_BASELINE_ADDR_MAX];
 		memcpy(url, jn->address.ptr, jn->address.len);
 		url[jn->address.len] = 0;
-		count_pre(p, dgi_quorum_index(p->voters, p->nvoters, url));
+		add_extra(m, p, cur, (dg_node_id)jn->node_id, url);
 	}
-	/* and, while this node is SEGMENTED (it has no majority to ask),
-	 * every JOIN still waiting its turn from an address no node of cur
-	 * holds (a voter restarted as a new node) */
+	/* and, while this node is SEGMENTED (it has no majority of members
+	 * to ask), every joiner still waiting its turn from an address no
+	 * node of cur holds */
 	uint64_t now = dgi_now_ms();
 	bool seg = atomic_load(&m->segmented);
-	for (size_t k = 0; seg && k < sizeof(m->rjoin) / sizeof(m->rjoin[0]); k++) {
+	for (size_t k = 0; seg && k < RJOIN_MAX; k++) {
 		const struct recent_join *r = &m->rjoin[k];
 		if (r->ms != 0 && now - r->ms <= RECENT_JOIN_MS && !url_in(cur, r->url))
-			count_pre(p, dgi_quorum_index(p->voters, p->nvoters, r->url));
+			add_extra(m, p, cur, r->id, r->url);
 	}
 	/* a voter that left (LEAVE) serves nothing and votes no more: its
 	 * LEAVE is its vote for the versions without it */
@@ -247,6 +272,7 @@ static void phase2_locked(dg_member *m, struct prop *p)
 	}
 	memcpy(p->got, p->pre, p->nvoters * sizeof(bool));
 	p->granted = p->npre;
+	p->namn = 0;
 	if (dgi_ballot_cmp(&p->b, &m->promised) >= 0) {
 		m->promised = p->b;
 		dg_topology_release(m->acc);
@@ -279,7 +305,7 @@ static int prop_decide_locked(dg_member *m, struct prop *p, dg_topology **old, b
 	if (p->state != PROP_PENDING)
 		return PROP_PENDING;
 	bool current = m->topo == p->cur && m->joined && !m->stopping;
-	bool won = p->granted >= p->need;
+	bool won = dgi_quorum_won(p->granted, p->namn, p->nvoters);
 	if (p->phase == PHASE_WAIT) {
 		if (current && dgi_now_ms() < p->install_at)
 			return PROP_PENDING;
@@ -406,7 +432,8 @@ static void vote_done(void *ctx, dg_err err, const dg_msg_in *reply)
 	struct prop *p = v->p;
 	const dg_msg_topo_vote *r = err == DG_OK ? reply->body : NULL;
 	dg_topology *acc = NULL; /* a PREPARE's answer: what it accepted */
-	if (r != NULL && r->granted == 1 && v->phase == DG_PX_PREPARE && r->acc_from != 0 &&
+	bool yes = r != NULL && (r->granted & DG_VOTE_GRANTED);
+	if (yes && v->phase == DG_PX_PREPARE && r->acc_from != 0 &&
 	    r->acc_base == p->b.base) {
 		dg_raw raw = { r->acc.ptr, r->acc.len };
 		if (dgi_member_topo_decode(m, &raw, &acc) != DG_OK)
@@ -417,10 +444,13 @@ static void vote_done(void *ctx, dg_err err, const dg_msg_in *reply)
 	pthread_mutex_lock(&m->mu);
 	if (v->phase == p->phase) {
 		p->answered++;
-		if (r != NULL && r->granted == 1) {
+		if (yes) {
 			if (v->idx >= 0 && !p->got[v->idx]) {
 				p->got[v->idx] = true;
-				p->granted++;
+				if (r->granted & DG_VOTE_AMNESIAC)
+					p->namn++; /* (dgi_quorum_won counts one) */
+				else
+					p->granted++;
 			}
 			struct dgi_ballot ab = { r->acc_base, r->acc_round, (dg_node_id)r->acc_from };
 			if (acc != NULL && (p->best == NULL || dgi_ballot_cmp(&ab, &p->best_b) > 0)) {
@@ -450,9 +480,11 @@ static void vote_done(void *ctx, dg_err err, const dg_msg_in *reply)
 }
 
 /* Sends p's TOPO_PROPOSE of its phase to every voter of its base but
- * itself and the nodes p->t drops (silent by now, as a rule), then
- * decides what the sends alone decide (every one failed at once).  Outside
- * mu; holds a reference to p meanwhile. */
+ * itself and the nodes p->t drops (silent by now, as a rule), and to the
+ * joiners on voters' addresses (p->xid), then decides what the sends alone
+ * decide (every one failed at once).  This node's own promise or
+ * acceptance is on disk first.  Outside mu; holds a reference to p
+ * meanwhile. */
 static void prop_send(dg_member *m, struct prop *p)
 {
 	pthread_mutex_lock(&m->mu);
@@ -461,19 +493,31 @@ static void prop_send(dg_member *m, struct prop *p)
 	pthread_mutex_unlock(&m->mu);
 	dg_buf b;
 	dg_buf_init(&b);
-	dg_err e = dgi_member_topo_encode(m, t, &b);
+	dg_err e = dgi_acceptor_save(m); /* (a failure asks nobody: not agreed) */
+	if (e == DG_OK)
+		e = dgi_member_topo_encode(m, t, &b);
 	pthread_mutex_lock(&m->mu);
 	bool pacc = phase != DG_PX_PREPARE && p->self_idx >= 0 && p->got[p->self_idx];
 	pthread_mutex_unlock(&m->mu);
+	bool removes = phase != DG_PX_PREPARE && dgi_topo_removes(p->cur, t);
 	dg_msg_topo_propose body = { p->b.base, p->b.round,
-		phase | (pacc ? DG_PX_PROPOSER_ACCEPTED : 0), { b.data, (uint32_t)b.len } };
+		phase | (pacc ? DG_PX_PROPOSER_ACCEPTED : 0) | (removes ? DG_PX_REMOVES : 0),
+		{ b.data, (uint32_t)b.len } };
 	uint32_t ft = atomic_load_explicit(&m->ft_ms, memory_order_relaxed);
 	uint32_t timeout = ft / 2 > 100 ? ft / 2 : 100;
-	for (uint32_t i = 0; e == DG_OK && i < p->cur->count; i++) {
-		const dg_topology_node *n = &p->cur->nodes[i];
-		int32_t idx = dgi_quorum_index(p->voters, p->nvoters, n->url);
-		if (idx < 0 || dg_topology_find(t, n->id) == NULL || n->id == dg_tp_self(m->tp))
-			continue;
+	for (uint32_t i = 0; e == DG_OK && i < p->cur->count + p->nx; i++) {
+		dg_node_id id;
+		int32_t idx;
+		if (i < p->cur->count) {
+			const dg_topology_node *n = &p->cur->nodes[i];
+			id = n->id;
+			idx = dgi_quorum_index(p->voters, p->nvoters, n->url);
+			if (idx < 0 || dg_topology_find(t, n->id) == NULL || n->id == dg_tp_self(m->tp))
+				continue;
+		} else {
+			id = p->xid[i - p->cur->count];
+			idx = p->xidx[i - p->cur->count];
+		}
 		pthread_mutex_lock(&m->mu); /* (answers to earlier sends write it) */
 		bool got = p->got[idx] || p->phase != phase;
 		pthread_mutex_unlock(&m->mu);
@@ -490,7 +534,7 @@ static void prop_send(dg_member *m, struct prop *p)
 		p->refs++;
 		p->sent++;
 		pthread_mutex_unlock(&m->mu);
-		if (dg_tp_request(m->tp, n->id, DG_MSG_TOPO_PROPOSE, &body, timeout, vote_done, v) != DG_OK)
+		if (dg_tp_request(m->tp, id, DG_MSG_TOPO_PROPOSE, &body, timeout, vote_done, v) != DG_OK)
 			vote_done(v, DG_ERR_UNREACHABLE, NULL);
 	}
 	dg_buf_free(&b);

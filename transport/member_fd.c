@@ -118,8 +118,10 @@ void dgi_member_on_heartbeat(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	if (s != NULL) {
 		/* the lease: it heard this node's heartbeat of echo_ms; not
 		 * echoed once this node granted a version without the sender */
-		if (!dgi_member_frozen_locked(m, in->from))
+		if (!dgi_member_frozen_locked(m, in->from)) {
 			s->echo = hb->time_ms;
+			m->echoed_ms = now;
+		}
 		if (hb->echo_ms > 0 && (uint64_t)hb->echo_ms > s->acked &&
 		    (uint64_t)hb->echo_ms <= now) {
 			s->acked = (uint64_t)hb->echo_ms;

@@ -6,10 +6,12 @@
  * the coordinator's side of their votes), member_join.c (joining and
  * rejoining), member_fd.c (heartbeats, failure detection, the member
  * thread), member_quorum.c (voters, leases, SEGMENTED, the voter's side
- * of TOPO_PROPOSE) and member_types.c (cluster-wide types).  transport/
- * README.md says which file holds what.
+ * of TOPO_PROPOSE), member_acceptor.c (the acceptor file) and
+ * member_types.c (cluster-wide types).  transport/README.md says which
+ * file holds what.
  *
- * Locks: m->mu guards every field not marked atomic (the topology and its
+ * Locks: m->pmu (the acceptor file's writes) is taken before m->mu, never
+ * under it.  m->mu guards every field not marked atomic (the topology and its
  * `since` array, voters, proposals, the quiet and rejoin state); it is
  * never held across a send, a call or a listener.  The notifier thread
  * delivers installed versions under m->ncv.  A handler that needs m after
@@ -25,6 +27,7 @@
 /* How long one JOIN (and the wait for the TOPOLOGY it brings) may take
  * before the joiner asks again; a forwarded JOIN is bounded the same. */
 #define JOIN_ATTEMPT_MS 3000
+#define RJOIN_MAX 8 /* recent JOINs a coordinator remembers */
 
 struct listener {
 	dg_topology_fn fn;
@@ -62,20 +65,22 @@ struct dg_member {
 	dg_member_config cfg;
 	char **seeds;
 	char **blcopy;              /* cfg.baseline's copy (cfg.nbaseline strings) */
+	char *acc_path;             /* cfg.acceptor_path's copy */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	dg_topology *topo;             /* current, one reference held here */
 	struct since *since;           /* one per node of topo */
 	/* JOINs this coordinator got lately (any address, under mu): while it
-	 * is SEGMENTED each is its sender's vote for the next version while it
-	 * waits its turn
-	 * (member_change.c, prop_new_locked) — so a cluster restarted in full
-	 * with a baseline of five forms again: its first node and two joiners
-	 * are a majority, though only one joiner is added per version */
+	 * is SEGMENTED each sender is asked to vote on the next version, as a
+	 * joiner, while it waits its turn (member_change.c, prop_new_locked)
+	 * — so a cluster restarted in full with a baseline of five forms
+	 * again: its first node and two joiners are a majority, though only
+	 * one joiner is added per version */
 	struct recent_join {
 		char url[DG_BASELINE_ADDR_MAX];
+		dg_node_id id;
 		uint64_t ms;
-	} rjoin[8];
+	} rjoin[RJOIN_MAX];
 	int64_t *echo_buf;             /* tick's copy of the echoes (the
 	                                * member thread's alone): grown only
 	                                * when the topology grows, so a steady
@@ -132,6 +137,19 @@ struct dg_member {
 	struct dgi_ballot promised;
 	struct dgi_ballot acc_b;
 	dg_topology *acc;
+	/* ... kept in cfg.acceptor_path before any answer relies on it
+	 * (member_acceptor.c): pmu orders the writes (taken before mu);
+	 * saved_*: what the file holds */
+	pthread_mutex_t pmu;
+	struct dgi_ballot saved_p, saved_a;
+	bool saved_acc;
+	/* no acceptor file was read at start (none configured, or none
+	 * there): until this incarnation is a member, what its predecessor
+	 * on this address promised is unknown — its grants as a joiner say
+	 * so (DG_VOTE_AMNESIAC) */
+	bool amnesiac;
+	uint64_t started_ms;           /* this incarnation's start */
+	uint64_t echoed_ms;            /* mu: it last echoed a heartbeat */
 	/* the coordinator's side: the highest round a refusal named, after
 	 * seen_base (the next ballot goes above it) */
 	int64_t seen_base, seen_round;
@@ -221,8 +239,8 @@ void dgi_member_forward(dg_member *m, const dg_msg_in *in, dg_node_id coord,
 
 /* member_change.c: the coordinator's changes and BASELINE */
 dg_err dgi_member_change_apply(dg_member *m, struct change *ch);
-/* A JOIN reached this coordinator: its sender's vote while it waits
- * (member_change.c; takes mu). */
+/* A JOIN reached this coordinator: its sender is asked to vote (as a
+ * joiner) while it waits (member_change.c; takes mu). */
 void dgi_member_join_seen(dg_member *m, const dg_msg_join *j);
 dg_err dgi_member_change(dg_member *m, const dg_node_id *drop, size_t ndrop,
     const dg_msg_join *add, int64_t *version, int64_t *order);
@@ -260,6 +278,14 @@ static inline void member_put(dg_member *m)
 	if (atomic_fetch_sub(&m->refs, 1) == 1)
 		dgi_member_free(m);
 }
+
+/* member_acceptor.c: the acceptor's state on disk (PROTOCOL.md, "A voter
+ * that restarted").  load: at start (m->promised, acc_b, acc, amnesiac),
+ * writing a first file when there is none; save: outside mu, before an
+ * answer or a proposal relies on the state in memory — a no-op without
+ * cfg.acceptor_path or when the file holds it already. */
+dg_err dgi_acceptor_load(dg_member *m);
+dg_err dgi_acceptor_save(dg_member *m);
 
 /* member_quorum.c (PROTOCOL.md, "Majority") */
 /* A lease lasts half the failure timeout from the newest heartbeat a
@@ -305,6 +331,9 @@ uint32_t dgi_member_reachable_without_locked(dg_member *m, uint64_t now,
 void dgi_member_freeze_locked(dg_member *m, const dg_topology *t);
 /* Whether id's heartbeats go unechoed here (mu held). */
 bool dgi_member_frozen_locked(const dg_member *m, dg_node_id id);
+/* Whether this node answers TOPO_PROPOSE as a joiner (mu held): a server
+ * that is not a member (joining, or removed and rejoining). */
+bool dgi_member_joiner_locked(const dg_member *m);
 /* TOPO_PROPOSE: the voter's side. */
 void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx);
 

@@ -151,6 +151,11 @@ bool dgi_member_frozen_locked(const dg_member *m, dg_node_id id)
 	return false;
 }
 
+bool dgi_member_joiner_locked(const dg_member *m)
+{
+	return !m->stopping && !(m->cfg.attrs & DG_NODE_CLIENT) && !(m->topo != NULL && m->joined);
+}
+
 /* TOPO_PROPOSE (PROTOCOL.md, "Majority"): dgi_px_rule on what this voter
  * knows; a node it would drop counts as heard from lately unless it left or
  * was silent here for longer than a lease plus a heartbeat (whatever lease
@@ -159,13 +164,26 @@ static const char *vote_locked(dg_member *m, const dg_msg_topo_propose *b, const
     dg_node_id from, uint64_t now)
 {
 	dg_node_id self = dg_tp_self(m->tp);
-	struct dgi_acceptor v = { m->topo != NULL && m->joined && !m->stopping,
-		atomic_load(&m->segmented), m->topo != NULL ? m->topo->version : 0, m->promised };
+	bool member = m->topo != NULL && m->joined && !m->stopping;
+	/* (a joiner's topology says nothing of the proposer's base: one told
+	 * it is out by a version the coordinator never saw rejoins through
+	 * TOPOLOGY-RESYNC, which it must be able to vote for — its promise
+	 * and what it accepted are what keep it safe) */
+	struct dgi_acceptor v = { member, dgi_member_joiner_locked(m), atomic_load(&m->segmented),
+		member ? m->topo->version : 0, m->promised };
 	struct dgi_px_ask a = { { b->base, b->round, from }, t != NULL,
 		(b->phase & DG_PX_PHASE_MASK) == DG_PX_ADOPTED,
 		t != NULL && dg_topology_find(t, from) != NULL,
 		t != NULL && dg_topology_find(t, self) != NULL, false };
 	uint64_t quiet = removal_silence_ms(m);
+	if (t != NULL && v.joiner) {
+		/* a joiner knows no base: its predecessor on this address (or
+		 * itself before it was removed) may have echoed the node t
+		 * removes until it started (or echoed last) — a lease and a
+		 * heartbeat after that, no lease renewed here is left */
+		uint64_t last = m->started_ms > m->echoed_ms ? m->started_ms : m->echoed_ms;
+		a.drops_heard = (b->phase & DG_PX_REMOVES) && now < last + quiet;
+	}
 	for (uint32_t i = 0; t != NULL && v.member && i < m->topo->count && !a.drops_heard; i++) {
 		const dg_topology_node *n = &m->topo->nodes[i];
 		if (dg_topology_find(t, n->id) != NULL || n->id == self)
@@ -208,7 +226,8 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	int phase = (int)(b->phase & DG_PX_PHASE_MASK);
 	bool pacc = (b->phase & DG_PX_PROPOSER_ACCEPTED) != 0;
 	if (phase < DG_PX_PREPARE || phase > DG_PX_ADOPTED || b->round < 1 ||
-	    (b->phase & ~(int64_t)(DG_PX_PHASE_MASK | DG_PX_PROPOSER_ACCEPTED)) != 0) {
+	    (b->phase & ~(int64_t)(DG_PX_PHASE_MASK | DG_PX_PROPOSER_ACCEPTED |
+	    DG_PX_REMOVES)) != 0) {
 		dg_tp_reply_error(tp, in, DG_ERR_INVAL);
 		return;
 	}
@@ -224,6 +243,7 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	pthread_mutex_lock(&m->mu);
 	bool prepare = phase == DG_PX_PREPARE;
 	bool learn = false;
+	bool joiner = dgi_member_joiner_locked(m);
 	const char *why = vote_locked(m, b, prepare ? NULL : t, in->from, now);
 	bool report = why == NULL && prepare && m->acc != NULL && m->acc_b.base == b->base;
 	if (report && dgi_member_topo_encode(m, m->acc, &acc) != DG_OK)
@@ -246,13 +266,19 @@ void dgi_member_on_topo_propose(dg_tp *tp, const dg_msg_in *in, void *ctx)
 			dgi_member_freeze_locked(m, t);
 			learn = learned_locked(m, b, t, in->from, pacc, phase);
 		}
-		v.granted = 1;
+		v.granted = DG_VOTE_GRANTED | (joiner && m->amnesiac ? DG_VOTE_AMNESIAC : 0);
 	}
 	v.version = m->voted_version > mine ? m->voted_version : mine;
 	v.promised_base = m->promised.base;
 	v.promised_round = m->promised.round;
 	v.promised_from = (int64_t)m->promised.from;
 	pthread_mutex_unlock(&m->mu);
+	if (why == NULL && dgi_acceptor_save(m) != DG_OK) {
+		/* not on disk: no promise (memory keeps the stricter state) */
+		why = "its acceptor state could not be saved";
+		v.granted = 0;
+		learn = false;
+	}
 	atomic_fetch_add(why == NULL ? &m->n_granted : &m->n_refused, 1);
 	uint32_t sup;
 	if (why != NULL && dgi_lograte_due(&m->lr_vote, now, 1000, &sup))

@@ -126,6 +126,9 @@ dg_topology *dgi_member_install_locked(dg_member *m, dg_topology *t, bool *taken
 	}
 	if (!member)
 		m->quiet = false;
+	else
+		m->amnesiac = false; /* it promises from here on under versions
+		                        its predecessor never saw */
 	m->joined = member;
 	m->hb_answer = true; /* the next heartbeats ask for an answer: the
 	                        lease under this version at once */
@@ -386,6 +389,7 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	if (m->cfg.join_timeout_ms == 0)
 		m->cfg.join_timeout_ms = 10000;
 	pthread_mutex_init(&m->mu, NULL);
+	pthread_mutex_init(&m->pmu, NULL);
 	pthread_cond_init(&m->cv, NULL);
 	pthread_cond_init(&m->ncv, NULL);
 	m->nq_tail = &m->nq_head;
@@ -421,6 +425,22 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 			m->cfg.nbaseline = i + 1;
 		}
 		m->cfg.baseline = (const char *const *)m->blcopy;
+	}
+	m->started_ms = dgi_now_ms();
+	m->cfg.acceptor_path = NULL;
+	if (cfg->acceptor_path != NULL) {
+		size_t l = strlen(cfg->acceptor_path) + 1;
+		if ((m->acc_path = dgi_alloc(l)) == NULL) {
+			dg_member_stop(m);
+			return DG_ERR_NOMEM;
+		}
+		memcpy(m->acc_path, cfg->acceptor_path, l);
+		m->cfg.acceptor_path = m->acc_path;
+	}
+	dg_err le = dgi_acceptor_load(m); /* before anyone asks for a vote */
+	if (le != DG_OK) {
+		dg_member_stop(m);
+		return le;
 	}
 	dg_tp_handle(tp, DG_MSG_JOIN, on_join, m);
 	dg_tp_handle(tp, DG_MSG_TOPOLOGY, on_topology, m);
@@ -526,8 +546,10 @@ void dgi_member_free(dg_member *m)
 	dgi_free(m->vvals);
 	dgi_member_prop_drop(m);
 	dg_topology_release(m->acc);
+	dgi_free(m->acc_path);
 	pthread_cond_destroy(&m->ncv);
 	pthread_cond_destroy(&m->cv);
+	pthread_mutex_destroy(&m->pmu);
 	pthread_mutex_destroy(&m->mu);
 	dgi_free(m);
 }

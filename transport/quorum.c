@@ -94,10 +94,8 @@ int dgi_ballot_cmp(const struct dgi_ballot *a, const struct dgi_ballot *b)
 
 const char *dgi_px_rule(const struct dgi_acceptor *v, const struct dgi_px_ask *a)
 {
-	if (!v->member)
+	if (!v->member && !v->joiner)
 		return "not a member";
-	if (v->segmented)
-		return "segmented";
 	if (a->b.base < v->installed)
 		return "not newer than this voter's topology";
 	if (dgi_ballot_cmp(&a->b, &v->promised) < 0)
@@ -105,11 +103,19 @@ const char *dgi_px_rule(const struct dgi_acceptor *v, const struct dgi_px_ask *a
 	if (!a->accept || a->adopted)
 		return NULL; /* (a voter that accepts its own removal stops
 		                counting itself toward its own lease) */
-	if (!a->self_in)
+	if (!a->self_in && !v->joiner)
 		return "it removes this voter";
 	if (!a->from_in)
 		return "the proposer is not in it";
 	if (a->drops_heard)
 		return "it removes a node heard from lately";
 	return NULL;
+}
+
+bool dgi_quorum_won(uint32_t full, uint32_t amnesiac, uint32_t nvoters)
+{
+	if (nvoters == 0)
+		return true;
+	uint32_t n = full + (amnesiac > 0 && nvoters % 2 == 0 ? 1 : 0);
+	return n >= dgi_quorum_need(nvoters);
 }

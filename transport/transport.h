@@ -203,6 +203,10 @@ enum { DG_PX_PREPARE = 1, DG_PX_ACCEPT = 2, DG_PX_ADOPTED = 3 };
 /* or'ed into an ACCEPT's phase: the proposer accepted it itself first (a
  * voter that accepts too knows two acceptances) */
 #define DG_PX_PROPOSER_ACCEPTED 0x10
+/* or'ed into an ACCEPT's phase: the topology removes a node of its base (a
+ * joiner, which knows no base, grants a removal only once every lease its
+ * address renewed is over) */
+#define DG_PX_REMOVES 0x20
 #define DG_PX_PHASE_MASK 0x0f
 typedef struct dg_msg_topo_propose {
 	int64_t base;           /* the coordinator's version it follows */
@@ -213,8 +217,13 @@ typedef struct dg_msg_topo_propose {
 	                           PREPARE: the one the coordinator wants) */
 } dg_msg_topo_propose;
 
+/* TOPO_VOTE granted: bit 0 promised (PREPARE) or accepted; bit 1 (with
+ * bit 0) by a joiner restarted without its acceptor state (dgi_quorum_won
+ * counts one such grant, among an even number of voters) */
+#define DG_VOTE_GRANTED 0x1
+#define DG_VOTE_AMNESIAC 0x2
 typedef struct dg_msg_topo_vote {
-	int64_t granted;        /* 1: promised (PREPARE) or accepted */
+	int64_t granted;        /* DG_VOTE_* bits; 0: refused */
 	int64_t version;        /* the highest version this voter installed or
 	                           accepted (a refused proposal goes above it) */
 	int64_t promised_base, promised_round, promised_from; /* its promise now */

@@ -114,6 +114,11 @@ struct dgi_ballot {
 int dgi_ballot_cmp(const struct dgi_ballot *a, const struct dgi_ballot *b);
 struct dgi_acceptor {
 	bool member;            /* joined, and not stopping */
+	bool joiner;            /* not a member: a server joining (a voter
+	                           restarted on its address, or one removed and
+	                           rejoining) — it promises and accepts like a
+	                           member, a topology without it too (PROTOCOL.md,
+	                           "A voter that restarted") */
 	bool segmented;
 	int64_t installed;      /* the version of its topology */
 	struct dgi_ballot promised; /* the highest ballot it promised or accepted */
@@ -129,6 +134,13 @@ struct dgi_px_ask {
 };
 /* NULL: promise (PREPARE) or accept; else why not. */
 const char *dgi_px_rule(const struct dgi_acceptor *v, const struct dgi_px_ask *a);
+/* Whether grants make a majority of nvoters: `full` from voters that keep
+ * their promises, `amnesiac` from joiners that lost theirs (a restart
+ * without its acceptor file).  One amnesiac grant counts, and only among
+ * an even number of voters: the other n/2 of that majority meet every
+ * majority of n in a voter that remembers (PROTOCOL.md, "A voter that
+ * restarted"). */
+bool dgi_quorum_won(uint32_t full, uint32_t amnesiac, uint32_t nvoters);
 
 struct tp_totals {
 	_Atomic uint64_t connects, disconnects;
