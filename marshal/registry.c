@@ -699,13 +699,13 @@ dg_err dg_registry_accept(dg_registry *reg, const uint8_t *def, size_t len,
     const dg_desc **out)
 {
 	struct fdef f[DG_MAX_FIELDS];
-	const uint8_t *p = def, *end = def + len;
 	uint64_t nl, n;
 	dg_err e;
 	if (reg == NULL || (def == NULL && len > 0))
 		return DG_ERR_INVAL;
-	if (p >= end)
+	if (len == 0) /* (before def + len: NULL + 0 is undefined, UBSan says) */
 		return DG_ERR_TRUNCATED;
+	const uint8_t *p = def, *end = def + len;
 	if (*p++ != DEF_VERSION)
 		return DG_ERR_BAD_TAG;
 	if ((e = dgi_get_uvarint(&p, end, &nl)) != DG_OK)

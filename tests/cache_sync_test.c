@@ -85,15 +85,22 @@ static int index_of(struct cluster *cl, dg_node_id id)
 	return -1;
 }
 
-/* A key "<prefix><i>" whose primary is node want, into out. */
+/* A key "<prefix><i>" whose primary is node want, into out — once c maps
+ * by a topology with want in it (a handle learns topologies on its node's
+ * notifier thread: a client's may still map by an older one just after
+ * the servers rebalanced; CI's TSan run failed so, once). */
 static void key_with_primary(dg_cache *c, dg_node_id want, const char *prefix, char *out,
     size_t cap)
 {
-	for (int i = 0; i < 100000; i++) {
-		snprintf(out, cap, "%s%d", prefix, i);
-		if (owner_of(c, out, 0) == want)
-			return;
-	}
+	uint64_t deadline = dgi_now_ms() + 5000;
+	do {
+		for (int i = 0; i < 100000; i++) {
+			snprintf(out, cap, "%s%d", prefix, i);
+			if (owner_of(c, out, 0) == want)
+				return;
+		}
+		usleep(10 * 1000);
+	} while (dgi_now_ms() < deadline);
 	fail_msg("no key with that primary");
 }
 

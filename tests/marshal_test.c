@@ -2360,6 +2360,11 @@ static void test_accept_malformed(void **state)
 		if (e == DG_OK)
 			fail_msg("accept of %zu of %zu bytes succeeded", n, def.len);
 	}
+	/* no definition at all, as a TYPES_SNAPSHOT with an empty element
+	 * hands it (NULL, 0): refused before any pointer arithmetic on NULL
+	 * (UBSan reported def + len with def NULL; issue 14) */
+	EXPECT(dg_registry_accept(reg, NULL, 0, &d), DG_ERR_TRUNCATED);
+	EXPECT(dg_registry_accept(reg, NULL, 5, &d), DG_ERR_INVAL);
 	dg_registry_get_stats(reg, &s1);
 	assert_int_equal(s1.types, s0.types);
 	assert_null(dg_registry_find(reg, dg_type_id("Wide")));

@@ -193,6 +193,7 @@ typedef struct node_opt {
 	dg_node_id id;
 	struct peer_log *log;
 	const char *url;
+	uint32_t max_handshakes;
 } node_opt;
 
 static dg_tp *node_start(const node_opt *o)
@@ -213,6 +214,7 @@ static dg_tp *node_start(const node_opt *o)
 		cfg.send_queue_max = o->send_queue_max;
 	if (o->connect_timeout_ms)
 		cfg.connect_timeout_ms = o->connect_timeout_ms;
+	cfg.max_handshakes = o->max_handshakes;
 	cfg.node_id = o->id;
 	if (o->url != NULL)
 		cfg.listen_url = o->url;
@@ -1603,6 +1605,90 @@ static void test_raw_silent(void **state)
 		fail_msg("half-done handshake closed after %llu ms", (unsigned long long)took);
 	fx_still_serves(f);
 	expect_moved(&before, f->b, -1, 0, 1, 0);
+}
+
+/* Nothing of a peer that has not proved the secret is kept: the handshake
+ * stored the address a HELLO named for its node id — a peer entry of ~8 KiB
+ * each — before the PROOF was checked (issue 14: 120,000 HELLOs grew a node
+ * to 1.1 GB).  The address is the peer's once its PROOF checks. */
+static void test_raw_unproven_leaves_nothing(void **state)
+{
+	struct fx *f = *state;
+	uint8_t nd[DG_NONCE_LEN], nl[DG_NONCE_LEN], mac[DG_MAC_LEN], body[512];
+	dg_frame_header h;
+	dg_buf b;
+	dg_buf_init(&b);
+	const char *addr = "tcp://127.0.0.1:9";
+	for (int proof = 0; proof < 2; proof++) {
+		for (int i = 0; i < (proof ? 1 : 50); i++) {
+			dg_node_id id = ++raw_ids;
+			dg_msg_hello hello = { DG_FRAME_VERSION, { "datagrid", 8 }, (int64_t)id,
+				{ addr, strlen(addr) }, { nd, DG_NONCE_LEN }, true };
+			OK(dgi_random(nd, DG_NONCE_LEN));
+			int fd = raw_connect(f->b);
+			dg_buf_reset(&b);
+			frame_msg(&b, 0, DG_MSG_HELLO, 0, id, &hello);
+			raw_send(fd, b.data, b.len);
+			OK(raw_read_frame(fd, &h, body, sizeof(body)));
+			assert_int_equal(h.type, DG_MSG_CHALLENGE);
+			dg_msg_challenge ch;
+			OK(dg_msg_decode(DG_MSG_CHALLENGE, reg, body, h.body_len, &ch));
+			memcpy(nl, ch.nonce.ptr, DG_NONCE_LEN);
+			if (!proof) {
+				/* challenged, never proved: no trace of it */
+				close(fd);
+				assert_null(dgi_peer_get(f->b, id, false));
+				continue;
+			}
+			ref_mac('d', FX_SECRET, nl, nd, id, f->bid, "datagrid", mac);
+			dg_msg_proof pr = { { mac, DG_MAC_LEN } };
+			dg_buf_reset(&b);
+			frame_msg(&b, 0, DG_MSG_PROOF, 0, id, &pr);
+			raw_send(fd, b.data, b.len);
+			OK(raw_read_frame(fd, &h, body, sizeof(body)));
+			assert_int_equal(h.type, DG_MSG_WELCOME);
+			/* proved: its address is known */
+			struct peer *p = dgi_peer_get(f->b, id, false);
+			assert_non_null(p);
+			pthread_mutex_lock(&p->mu);
+			assert_non_null(p->url);
+			assert_string_equal(p->url, addr);
+			pthread_mutex_unlock(&p->mu);
+			close(fd);
+		}
+	}
+	dg_buf_free(&b);
+	fx_still_serves(f);
+}
+
+/* Accepted connections in their handshake are bounded in number (and in
+ * time, by connect_timeout_ms): the one past max_handshakes is closed at
+ * once, and a slot comes back when one of them closes — so silent sockets
+ * cannot pile up memory, and a node gets in once they are gone. */
+static void test_raw_handshakes_bounded(void **state)
+{
+	(void)state;
+	dg_tp *b = NODE(.secret = FX_SECRET, .max_handshakes = 4, .connect_timeout_ms = 3000);
+	int fd[4];
+	for (int i = 0; i < 4; i++)
+		fd[i] = raw_connect(b);
+	WAIT_FOR(atomic_load(&b->half_open) == 4);
+	uint64_t failed = stats(b).handshake_failures;
+	int extra = raw_connect(b);
+	assert_true(raw_wait_closed(extra, 1000)); /* at once, not after 3 s */
+	close(extra);
+	assert_int_equal(stats(b).handshake_failures, failed + 1);
+	close(fd[0]); /* a slot back: a node connects */
+	WAIT_FOR(atomic_load(&b->half_open) == 3);
+	dg_tp *a = NODE(.secret = FX_SECRET);
+	connect_ok(a, b);
+	OK(ping(a, dg_tp_self(b), "in"));
+	assert_int_equal(atomic_load(&b->half_open), 3); /* its slot went back */
+	for (int i = 1; i < 4; i++)
+		close(fd[i]);
+	WAIT_FOR(atomic_load(&b->half_open) == 0);
+	dg_tp_stop(a);
+	dg_tp_stop(b);
 }
 
 static void test_raw_handshake_by_hand(void **state)
@@ -4801,6 +4887,8 @@ int main(void)
 		FX(test_raw_before_handshake),
 		FX(test_raw_silent),
 		FX(test_raw_handshake_by_hand),
+		FX(test_raw_unproven_leaves_nothing),
+		cmocka_unit_test(test_raw_handshakes_bounded),
 		FX(test_raw_fast_handshakes),
 		FX(test_raw_after_handshake),
 		cmocka_unit_test(test_injected_after_handshake),

@@ -89,17 +89,23 @@ static struct connect_wait *take_waiter(struct conn *c)
 struct conn *dgi_conn_new(dg_tp *tp, const struct conn_ops *ops, bool dialer)
 {
 	struct conn *c = dgi_calloc(1, sizeof(*c));
-	if (c == NULL)
+	if (c == NULL) {
+		if (!dialer)
+			atomic_fetch_sub(&tp->half_open, 1);
 		return NULL;
+	}
 	c->tp = tp;
 	c->ops = ops;
 	c->fd = -1;
 	c->dialer = dialer;
+	c->half = !dialer; /* the slot dgi_conn_admit took */
 	c->state = dialer ? C_DIALED : C_ACCEPTED;
 	c->deadline_ms = dgi_now_ms() + tp->cfg.connect_timeout_ms;
 	dg_buf_init(&c->rx);
 	dg_buf_init(&c->wire);
 	if (pthread_mutex_init(&c->mu, NULL) != 0) {
+		if (!dialer)
+			atomic_fetch_sub(&tp->half_open, 1);
 		dgi_free(c);
 		return NULL;
 	}
@@ -111,8 +117,31 @@ struct conn *dgi_conn_new(dg_tp *tp, const struct conn_ops *ops, bool dialer)
 	return c;
 }
 
+/* c's handshake slot goes back (once): it is open, or closed. */
+static void half_done(struct conn *c)
+{
+	if (atomic_exchange(&c->half, false))
+		atomic_fetch_sub(&c->tp->half_open, 1);
+}
+
+bool dgi_conn_admit(dg_tp *tp)
+{
+	if (atomic_fetch_add(&tp->half_open, 1) < tp->cfg.max_handshakes)
+		return true;
+	atomic_fetch_sub(&tp->half_open, 1);
+	atomic_fetch_add(&tp->t.handshake_failures, 1);
+	uint32_t repeated = 0;
+	if (dgi_lograte_due(&tp->lr_busy, dgi_now_ms(), DGI_HANDSHAKE_LOG_MS, &repeated))
+		dgi_log("warn", "HANDSHAKE-BUSY", "in_handshake=%u repeated=%u why=\"as many "
+		    "accepted connections are in their handshake as max_handshakes allows: this one "
+		    "is closed\"", tp->cfg.max_handshakes, repeated);
+	return false;
+}
+
 void dgi_conn_discard(struct conn *c)
 {
+	half_done(c);
+	dgi_free(c->hello_url);
 	dg_buf_free(&c->rx);
 	dg_buf_free(&c->wire);
 	pthread_mutex_destroy(&c->mu);
@@ -255,6 +284,7 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	}
 	c->state = C_CLOSED;
 	c->fail = why;
+	half_done(c);
 	struct connect_wait *waiter = c->waiter;
 	c->waiter = NULL;
 	pthread_mutex_unlock(&c->mu);
@@ -456,6 +486,7 @@ static bool attach(struct conn *c, bool listener)
 	c->peer = p;
 	c->state = C_OPEN;
 	pthread_mutex_unlock(&c->mu);
+	half_done(c);
 	struct conn *go = dgi_conn_kick(p);
 	pthread_mutex_unlock(&p->mu);
 	dgi_conn_start(go);
@@ -552,10 +583,12 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 		    strlen(tp->cluster), mac)) != DG_OK)
 			return e;
 		if (m.hello.address.len > 0 && m.hello.address.len < 512) {
-			char url[512];
-			memcpy(url, m.hello.address.ptr, m.hello.address.len);
-			url[m.hello.address.len] = 0;
-			dg_tp_set_address(tp, c->peer_id, url);
+			/* the peer's, once its PROOF checks: nothing of an
+			 * unauthenticated peer is stored (issue 14) */
+			if ((c->hello_url = dgi_alloc(m.hello.address.len + 1)) == NULL)
+				return DG_ERR_NOMEM;
+			memcpy(c->hello_url, m.hello.address.ptr, m.hello.address.len);
+			c->hello_url[m.hello.address.len] = 0;
 		}
 		dg_msg_challenge ch = { (int64_t)tp->self, { c->nonce_mine, DG_NONCE_LEN },
 			auth, { mac, DG_MAC_LEN } };
@@ -573,6 +606,8 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 			reject(c, DG_REJECT_AUTH, "bad proof");
 			return DG_OK;
 		}
+		if (c->hello_url != NULL)
+			dg_tp_set_address(tp, c->peer_id, c->hello_url);
 		if (!attach(c, true))
 			reject(c, DG_REJECT_DUPLICATE, "already connected");
 		return DG_OK;
@@ -989,7 +1024,7 @@ static void accept_cb(void *arg)
 		nng_stream_free(s);
 		return;
 	}
-	struct conn *c = conn_new_nng(tp, s, false);
+	struct conn *c = dgi_conn_admit(tp) ? conn_new_nng(tp, s, false) : NULL;
 	if (c == NULL)
 		nng_stream_free(s);
 	else
@@ -1019,9 +1054,11 @@ void dgi_conn_expire(dg_tp *tp, uint64_t now)
 	/* only this thread frees connections, so these stay valid */
 	for (size_t i = 0; i < n; i++) {
 		atomic_fetch_add(&tp->t.handshake_failures, 1);
-		dgi_log("warn", "HANDSHAKE-TIMEOUT", "peer=%016llx url=%s",
-		    (unsigned long long)late[i]->peer_id,
-		    late[i]->dial_url ? late[i]->dial_url : "(inbound)");
+		uint32_t repeated = 0;
+		if (dgi_lograte_due(&tp->lr_hs_timeout, now, DGI_HANDSHAKE_LOG_MS, &repeated))
+			dgi_log("warn", "HANDSHAKE-TIMEOUT", "peer=%016llx url=%s repeated=%u",
+			    (unsigned long long)late[i]->peer_id,
+			    late[i]->dial_url ? late[i]->dial_url : "(inbound)", repeated);
 		dgi_conn_close(late[i], DG_ERR_TIMEOUT);
 	}
 }

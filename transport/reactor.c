@@ -356,6 +356,10 @@ static void on_accept(struct dgi_reactor *r)
 			close(fd);
 			continue;
 		}
+		if (!dgi_conn_admit(tp)) {
+			close(fd);
+			continue;
+		}
 		nodelay(fd);
 		struct conn *c = dgi_conn_new(tp, &dgi_tcp_ops, false);
 		if (c == NULL) {

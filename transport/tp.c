@@ -1004,6 +1004,8 @@ dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out)
 	if ((tp = dgi_calloc(1, sizeof(*tp))) == NULL)
 		return DG_ERR_NOMEM;
 	tp->cfg = *cfg;
+	if (tp->cfg.max_handshakes == 0)
+		tp->cfg.max_handshakes = 128;
 	tp->reg = cfg->reg;
 	pthread_mutex_init(&tp->mu, NULL);
 	pthread_cond_init(&tp->service_cv, NULL);

@@ -323,6 +323,10 @@ typedef struct dg_tp_config {
 	size_t recv_max;             /* largest frame body accepted, default 16 MiB */
 	size_t send_queue_max;       /* bytes queued per peer, default 64 MiB */
 	uint32_t connect_timeout_ms; /* dial + handshake, default 5000 */
+	uint32_t max_handshakes;     /* accepted connections in their handshake
+	                                at once (before authentication), default
+	                                128: one more is closed at once
+	                                (HANDSHAKE-BUSY) */
 	dg_node_id node_id;          /* 0: random */
 	const dg_registry *reg;      /* for message bodies; required */
 	/* called when a connection to a peer is established or lost */

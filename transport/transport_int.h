@@ -213,6 +213,10 @@ struct conn {
 	_Atomic int state;          /* enum conn_state */
 	bool dialer;
 	bool abandoned;             /* REJECT sent: close when it is written */
+	_Atomic bool half;          /* accepted and holding a handshake slot
+	                               (tp->half_open) until it is open or closed */
+	char *hello_url;            /* the address its HELLO named: stored for
+	                               the peer only once its PROOF checked */
 	bool dup_refused;           /* dialer: the peer refused it as a duplicate */
 	struct peer *peer;          /* set when open (and for dialers, the target) */
 	dg_node_id peer_id;         /* from the handshake */
@@ -369,6 +373,8 @@ struct dg_tp {
 	struct ctr hs_tx[DG_MSG__COUNT], hs_rx[DG_MSG__COUNT];
 	_Atomic uint64_t failures[DG_MSG__COUNT];
 	struct dgi_lograte lr_refused, lr_rejected; /* HANDSHAKE-REFUSED, -REJECTED */
+	struct dgi_lograte lr_busy, lr_hs_timeout;  /* HANDSHAKE-BUSY, -TIMEOUT */
+	_Atomic uint32_t half_open; /* accepted connections in their handshake */
 	struct dgi_lograte lr_dial; /* DIAL-FAIL of dials by URL (no peer yet) */
 	_Atomic uint32_t stale_ms;  /* dgi_tp_set_stale_ms (0: never) */
 	struct tp_totals t;
@@ -467,6 +473,11 @@ void dgi_cork_flush(struct dgi_cork *ck);
 /* Service thread: redials peers whose duplicate-refused dial was not
  * followed by the peer's own connection in time. */
 void dgi_peers_dup_expire(dg_tp *tp, uint64_t now);
+/* An accepted connection may start its handshake: fewer than
+ * cfg.max_handshakes are in theirs (it takes a slot, which dgi_conn_new
+ * gives the connection); false: close it at once (counted as a handshake
+ * failure, HANDSHAKE-BUSY once a second). */
+bool dgi_conn_admit(dg_tp *tp);
 /* Close a connection (from any thread, callbacks included). */
 void dgi_conn_close(struct conn *c, dg_err why);
 /* Close the peer's connection, taken as peer->mu is held (the caller holds
