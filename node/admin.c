@@ -3,10 +3,16 @@
  *
  * An accept thread takes connections from an nng stream listener (tcp://,
  * or tls+tcp:// with the node's certificate, requiring the client's like a
- * peer's).  Each connection gets its own thread from a fixed set of
- * DGI_ADMIN_CONNS slots: it runs the handshake (HELLO, AUTH, WELCOME —
- * the client proves the cluster secret first, then the node), then serves
- * requests one at a time, each as a blocking call into the node's API.
+ * peer's).  Each connection gets its own thread from a fixed set of slots:
+ * it runs the handshake (HELLO, AUTH, WELCOME — the client proves the
+ * cluster secret first, then the node) within DGI_ADMIN_AUTH_MS, then
+ * serves requests one at a time, each as a blocking call into the node's
+ * API.  Connections in their handshake and authenticated sessions have
+ * budgets of their own (DGI_ADMIN_HANDSHAKES, DGI_ADMIN_CONNS): a client
+ * without the secret holds no session slot, and a new connection past
+ * the handshakes' budget closes the oldest handshake rather than being
+ * refused, so sockets opened by anyone, however fast, never keep an
+ * authenticated dgctl out (issue 14).
  * No admin work runs on a transport thread: what the admin threads call
  * is what any application thread calls (ADMIN.md says what idle-verify's
  * partition locks cost cache traffic).
@@ -25,11 +31,13 @@
 #include <string.h>
 
 #define DGI_ADMIN_IDLE_MS (10 * 60 * 1000)
-#define DGI_ADMIN_AUTH_MS 10000
+#define NSLOTS (DGI_ADMIN_CONNS + DGI_ADMIN_HANDSHAKES)
 
 typedef struct slot {
 	struct dgi_admin *a;
 	bool used;
+	bool authed;              /* a->mu: holds a session, not a handshake */
+	uint64_t since;           /* accepted at (the oldest handshake goes) */
 	_Atomic bool done;        /* the thread finished: join it */
 	pthread_t thr;
 	dgi_aconn c;
@@ -44,13 +52,17 @@ struct dgi_admin {
 	bool accept_started;
 	_Atomic bool stopping;
 	pthread_mutex_t mu;       /* slots */
-	slot slots[DGI_ADMIN_CONNS];
+	slot slots[NSLOTS];
 	char url[160];
+	/* ADMIN-BUSY, ADMIN-AUTH-FAIL, ADMIN-EVICTED: once a second, counted */
+	struct dgi_lograte lr_busy, lr_auth, lr_evict;
 };
 
-static void log_conn(const char *level, const char *id, const char *why)
+static void log_conn(struct dgi_lograte *lr, const char *level, const char *id, const char *why)
 {
-	fprintf(stderr, "level=%s id=%s why=\"%s\"\n", level, id, why);
+	uint32_t repeated = 0;
+	if (lr == NULL || dgi_lograte_due(lr, dgi_now_ms(), 1000, &repeated))
+		fprintf(stderr, "level=%s id=%s repeated=%u why=\"%s\"\n", level, id, repeated, why);
 }
 
 /* Sends {"ok":false,"error":why} (best effort). */
@@ -79,8 +91,9 @@ static dg_err send_json(dgi_aconn *c, const cJSON *o)
 }
 
 /* HELLO, AUTH, WELCOME (ADMIN.md).  DG_OK when the client proved the secret. */
-static dg_err handshake(dgi_admin *a, dgi_aconn *c)
+static dg_err handshake(dgi_admin *a, slot *me)
 {
+	dgi_aconn *c = &me->c;
 	const dg_node_config *cfg = dgi_node_config(a->n);
 	uint64_t id = dg_node_get_id(a->n);
 	uint8_t nn[DG_NONCE_LEN], cn[DG_NONCE_LEN];
@@ -121,8 +134,24 @@ static dg_err handshake(dgi_admin *a, dgi_aconn *c)
 	cJSON_Delete(auth);
 	if (e != DG_OK) {
 		send_refusal(c, "authentication failed: wrong cluster secret or cluster name");
-		log_conn("warn", "ADMIN-AUTH-FAIL", "a dgctl client did not prove the cluster secret");
+		log_conn(&a->lr_auth, "warn", "ADMIN-AUTH-FAIL",
+		    "a dgctl client did not prove the cluster secret");
 		return e;
+	}
+	/* a session slot: only an authenticated client takes one */
+	bool room = false;
+	pthread_mutex_lock(&a->mu);
+	int sessions = 0;
+	for (int i = 0; i < NSLOTS; i++)
+		sessions += a->slots[i].used && a->slots[i].authed;
+	if (sessions < DGI_ADMIN_CONNS)
+		room = me->authed = true;
+	pthread_mutex_unlock(&a->mu);
+	if (!room) {
+		send_refusal(c, "too many admin connections");
+		log_conn(&a->lr_busy, "warn", "ADMIN-BUSY",
+		    "an authenticated admin connection was refused: every session slot is busy");
+		return DG_ERR_BUSY;
 	}
 	if ((e = dgi_admin_mac('l', cfg->secret, cfg->secret_len, nn, cn, id, cfg->cluster_name,
 	    proof)) != DG_OK)
@@ -137,11 +166,12 @@ static dg_err handshake(dgi_admin *a, dgi_aconn *c)
 	return e;
 }
 
-static void serve(dgi_admin *a, dgi_aconn *c)
+static void serve(dgi_admin *a, slot *me)
 {
+	dgi_aconn *c = &me->c;
 	c->timeout_ms = DGI_ADMIN_AUTH_MS;
 	c->max_frame = DGI_ADMIN_AUTH_FRAME_MAX;
-	if (handshake(a, c) != DG_OK)
+	if (handshake(a, me) != DG_OK)
 		return;
 	c->timeout_ms = DGI_ADMIN_IDLE_MS;
 	c->max_frame = DGI_ADMIN_FRAME_MAX;
@@ -177,7 +207,7 @@ static void serve(dgi_admin *a, dgi_aconn *c)
 static void *conn_main(void *arg)
 {
 	slot *s = arg;
-	serve(s->a, &s->c);
+	serve(s->a, s);
 	nng_stream_close(s->c.s);
 	s->done = true;
 	return NULL;
@@ -187,7 +217,7 @@ static void *conn_main(void *arg)
  * every thread (stop: the streams were closed). */
 static void reap(dgi_admin *a, bool all)
 {
-	for (int i = 0; i < DGI_ADMIN_CONNS; i++) {
+	for (int i = 0; i < NSLOTS; i++) {
 		slot *s = &a->slots[i];
 		if (!s->used || (!all && !s->done))
 			continue;
@@ -197,12 +227,44 @@ static void reap(dgi_admin *a, bool all)
 	}
 }
 
+/* Frees slot s once its thread ended (accept thread; not under a->mu:
+ * the thread may take it). */
+static void evict(dgi_admin *a, slot *s)
+{
+	pthread_join(s->thr, NULL);
+	pthread_mutex_lock(&a->mu);
+	dgi_aconn_close(&s->c);
+	s->used = false;
+	pthread_mutex_unlock(&a->mu);
+}
+
 static void accept_one(dgi_admin *a, nng_stream *st)
 {
 	pthread_mutex_lock(&a->mu);
 	reap(a, false);
+	/* the handshakes' budget: past it, the oldest handshake is closed —
+	 * one that proves the secret takes milliseconds, so only clients
+	 * that do not are closed this way */
+	int hs = 0;
+	slot *oldest = NULL;
+	for (int i = 0; i < NSLOTS; i++) {
+		slot *x = &a->slots[i];
+		if (!x->used || x->authed || x->done)
+			continue;
+		hs++;
+		if (oldest == NULL || x->since < oldest->since)
+			oldest = x;
+	}
+	if (hs >= DGI_ADMIN_HANDSHAKES && oldest != NULL && !a->stopping) {
+		dgi_aconn_abort(&oldest->c); /* its recv or send fails at once */
+		pthread_mutex_unlock(&a->mu);
+		log_conn(&a->lr_evict, "warn", "ADMIN-EVICTED", "an admin connection that had not "
+		    "authenticated was closed to make room for a new one");
+		evict(a, oldest);
+		pthread_mutex_lock(&a->mu);
+	}
 	slot *s = NULL;
-	for (int i = 0; i < DGI_ADMIN_CONNS && s == NULL; i++)
+	for (int i = 0; i < NSLOTS && s == NULL; i++)
 		if (!a->slots[i].used)
 			s = &a->slots[i];
 	if (s == NULL || a->stopping) {
@@ -215,11 +277,13 @@ static void accept_one(dgi_admin *a, nng_stream *st)
 		} else {
 			nng_stream_free(st);
 		}
-		log_conn("warn", "ADMIN-BUSY", "an admin connection was refused: all slots busy");
+		log_conn(&a->lr_busy, "warn", "ADMIN-BUSY", "an admin connection was refused: all "
+		    "slots busy");
 		return;
 	}
 	memset(s, 0, sizeof(*s));
 	s->a = a;
+	s->since = dgi_now_ms();
 	if (dgi_aconn_init(&s->c, st, DGI_ADMIN_AUTH_MS) != DG_OK) {
 		nng_stream_free(st);
 	} else if (pthread_create(&s->thr, NULL, conn_main, s) != 0) {
@@ -251,7 +315,7 @@ static void *accept_main(void *arg)
 static dg_err setup_tls(dgi_admin *a, const dg_node_config *cfg)
 {
 	if (cfg->tls_cert_key_file == NULL || cfg->tls_ca_file == NULL) {
-		log_conn("error", "ADMIN-LISTEN", "tls+tcp:// needs the node's TLS files");
+		log_conn(NULL, "error", "ADMIN-LISTEN", "tls+tcp:// needs the node's TLS files");
 		return DG_ERR_INVAL;
 	}
 	if (nng_tls_config_alloc(&a->tls, NNG_TLS_MODE_SERVER) != 0)
@@ -330,7 +394,7 @@ void dgi_admin_stop(dgi_admin *a)
 	if (a->accept_started)
 		pthread_join(a->accept_thr, NULL);
 	pthread_mutex_lock(&a->mu);
-	for (int i = 0; i < DGI_ADMIN_CONNS; i++)
+	for (int i = 0; i < NSLOTS; i++)
 		if (a->slots[i].used)
 			dgi_aconn_abort(&a->slots[i].c);
 	reap(a, true);

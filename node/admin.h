@@ -1,7 +1,8 @@
 /*
  * admin.h — the node's admin side (node module only):
  *   - the admin endpoint dgctl connects to (admin.c: listener, handshake,
- *     one thread per connection, at most DGI_ADMIN_CONNS at once);
+ *     one thread per connection: at most DGI_ADMIN_CONNS
+ *     authenticated sessions and DGI_ADMIN_HANDSHAKES handshakes at once);
  *   - the commands it serves (admin_cmds.c), answering with cJSON objects;
  *   - node-to-node admin messages (admin_peer.c): a command that needs
  *     every node's view (nodes, idle-verify, tx list, rebalance status,
@@ -18,7 +19,10 @@
 
 #include <cjson/cJSON.h>
 
-#define DGI_ADMIN_CONNS 8
+#define DGI_ADMIN_CONNS 8       /* authenticated sessions at once */
+#define DGI_ADMIN_HANDSHAKES 16 /* connections not yet authenticated: the
+                                   oldest is closed to make room */
+#define DGI_ADMIN_AUTH_MS 3000  /* a handshake's deadline */
 
 typedef struct dgi_admin dgi_admin;
 typedef struct dgi_adminpeer dgi_adminpeer;
