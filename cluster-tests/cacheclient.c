@@ -181,6 +181,7 @@ static void usage(FILE *f)
 	    "  --cluster-name NAME     cluster name (default datagrid)\n"
 	    "  --secret-file FILE      the cluster secret (default: $DG_CLUSTER_SECRET,\n"
 	    "                          else no authentication)\n"
+	    "  --log-level LEVEL       debug, info (default), warn or error\n"
 	    "  --wait-cache MS         how long to wait for the cache to be known\n"
 	    "                          (default 15000)\n"
 	    "  --failure-detection-timeout MS\n"
@@ -445,6 +446,7 @@ int main(int argc, char **argv)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "cluster-name", required_argument, NULL, 'N' },
 		{ "secret-file", required_argument, NULL, 'k' },
+		{ "log-level", required_argument, NULL, 'g' },
 		{ "wait-cache", required_argument, NULL, 'w' },
 		{ "join-timeout", required_argument, NULL, 'j' },
 		{ "request-timeout", required_argument, NULL, 'q' },
@@ -478,6 +480,7 @@ int main(int argc, char **argv)
 	size_t nseeds = 0;
 	const char *cache_name = NULL, *listen_url = "tcp://127.0.0.1:0";
 	const char *cluster = NULL, *secret_file = NULL, *data_dir = NULL;
+	int log_level = 0;
 	uint64_t count = 0, round = 1, threads = 8, wait_ms = 15000;
 	uint64_t join_ms = 0, request_ms = 0, failure_ms = 0;
 	bool have_count = false, have_round = false, have_duration = false, ordered = false;
@@ -521,6 +524,16 @@ int main(int argc, char **argv)
 		case 'l': listen_url = optarg; break;
 		case 'N': cluster = optarg; break;
 		case 'k': secret_file = optarg; break;
+		case 'g':
+			log_level = strcmp(optarg, "debug") == 0 ? DG_LOG_DEBUG :
+			    strcmp(optarg, "info") == 0 ? DG_LOG_INFO :
+			    strcmp(optarg, "warn") == 0 ? DG_LOG_WARN :
+			    strcmp(optarg, "error") == 0 ? DG_LOG_ERROR : 0;
+			bad = log_level == 0;
+			if (bad)
+				fprintf(stderr, "cacheclient: --log-level %s: debug, info, warn "
+				    "or error\n", optarg);
+			break;
 		case 'w': bad = parse_u64("--wait-cache", optarg, 0, 3600000, &wait_ms); break;
 		case 'j': bad = parse_u64("--join-timeout", optarg, 1, 3600000, &join_ms); break;
 		case 'q':
@@ -687,6 +700,7 @@ int main(int argc, char **argv)
 	dg_node_config cfg;
 	dg_node_config_init(&cfg);
 	cfg.client = true;
+	cfg.log_level = log_level;
 	cfg.listen_url = listen_url;
 	cfg.seeds = seeds;
 	cfg.nseeds = nseeds;

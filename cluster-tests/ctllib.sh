@@ -15,7 +15,10 @@
 #   - ctl NODE dgctl-args... / ctl_port PORT ... / ctl_raw ...: one dgctl
 #     run, bounded by `timeout`; CRC (exit status), OUT, ERR, CTL_MS;
 #   - jout [jq-args...] FILTER: jq -e over OUT (the last dgctl's stdout);
-#   - expect_rc WANT WHAT: a check that the last dgctl exited WANT.
+#   - expect_rc WANT WHAT: a check that the last dgctl exited WANT;
+#   - make_tls_files DIR: DEPLOY.md's openssl commands — ca.pem (and
+#     other.pem, a CA that signed nothing here), node.pem and dgctl.pem
+#     (certificate + key naming datagrid) and a secret, all mode 0600.
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # variables set here are read by the test scripts
 # shellcheck source=cachelib.sh
@@ -125,3 +128,30 @@ expect_rc() { check "$2 (exit $CRC, want $1)" test "$CRC" = "$1"; }
 # out_has ERE / err_has ERE: the last dgctl's stdout / stderr has a match.
 out_has() { grep -q -E -- "$1" <<<"$OUT"; }
 err_has() { grep -q -E -- "$1" <<<"$ERR"; }
+
+# make_tls_files DIR: node/DEPLOY.md's commands: a CA, then certificates
+# naming datagrid (dies when openssl fails).
+make_tls_files() {
+	mkdir -p "$1"
+	(
+		cd "$1"
+		for ca in ca other; do
+			openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+				-keyout $ca.key -out $ca.pem -days 3650 -subj "/CN=datagrid CA $ca" \
+				-addext "basicConstraints=critical,CA:TRUE" \
+				-addext "keyUsage=critical,keyCertSign,cRLSign"
+		done
+		printf '%s\n' "basicConstraints=CA:FALSE" "subjectAltName=DNS:datagrid" \
+			"keyUsage=critical,digitalSignature" \
+			"extendedKeyUsage=serverAuth,clientAuth" >datagrid-cert.ext
+		for who in node dgctl; do
+			openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+				-keyout $who.key -out $who.csr -subj "/CN=datagrid"
+			openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+				-days 825 -extfile datagrid-cert.ext -out $who.crt
+			cat $who.crt $who.key >$who.pem
+		done
+		printf 'tls-test-secret\n' >secret
+		chmod 600 ./*.key ./*.pem secret
+	) >"$1.log" 2>&1 || die "openssl failed: $(tail -n 3 "$1.log")"
+}

@@ -104,29 +104,7 @@ stop_all_checked
 
 log "3. dgctl over TLS"
 command -v openssl >/dev/null || { log "no openssl binary: TLS part skipped"; finish; }
-mkdir "$WORK/tls"
-(
-	cd "$WORK/tls"
-	# node/DEPLOY.md's commands: a CA, then certificates naming datagrid
-	for ca in ca other; do
-		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-			-keyout $ca.key -out $ca.pem -days 3650 -subj "/CN=datagrid CA $ca" \
-			-addext "basicConstraints=critical,CA:TRUE" \
-			-addext "keyUsage=critical,keyCertSign,cRLSign"
-	done
-	printf '%s\n' "basicConstraints=CA:FALSE" "subjectAltName=DNS:datagrid" \
-		"keyUsage=critical,digitalSignature" \
-		"extendedKeyUsage=serverAuth,clientAuth" >datagrid-cert.ext
-	for who in node dgctl; do
-		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-			-keyout $who.key -out $who.csr -subj "/CN=datagrid"
-		openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
-			-days 825 -extfile datagrid-cert.ext -out $who.crt
-		cat $who.crt $who.key >$who.pem
-	done
-	printf 'tls-test-secret\n' >secret
-	chmod 600 ./*.key ./*.pem secret
-) >"$WORK/tls.log" 2>&1 || die "openssl failed: $(tail -n 3 "$WORK/tls.log")"
+make_tls_files "$WORK/tls"
 free_port
 TP=$PORT
 free_port

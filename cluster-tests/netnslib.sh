@@ -13,11 +13,15 @@
 #   CUTS: the cuts in force, as "A>B" words.
 # cleanup_extra (lib.sh's EXIT trap calls it after stopping every process):
 # deletes every namespace made here, pass, failure or Ctrl-C.
+# The hosts' addresses are not loopback, so every process here needs the
+# cluster secret (a node without one refuses them, issue 14): it is set in
+# DG_CLUSTER_SECRET, which dgnode, dgctl and cacheclient read.
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # NS, IP and CUTS are read by the test scripts
 
 declare -A NS=() IP=()
 NS_MADE=()
+export DG_CLUSTER_SECRET="netns-test-secret-$$"
 CUTS=()
 
 cleanup_extra() {

@@ -46,8 +46,8 @@
 #   DG_BANK_ORDERED=0     client p reads a transfer's source first (as
 #                         Jepsen's bank does: deadlocks with the auditor,
 #                         which end at the tx timeout across primaries)
-#   DG_BANK_TX_DEBUG=1    the clients' tx debug lines (DG_TX_DEBUG) in
-#                         their stderr
+#   DG_BANK_TX_DEBUG=1    the clients' tx debug lines (TX-DEBUG, log level
+#                         debug) in their stderr
 #   DG_BANK_BREAK=K       testing the test: client p commits every K-th
 #                         transfer without its credit; the test must fail
 set -euo pipefail
@@ -92,7 +92,7 @@ ORDER_ARGS=(--ordered)
 [[ ${DG_BANK_ORDERED:-1} == 1 ]] || ORDER_ARGS=()
 BREAK_ARGS=()
 [[ -z ${DG_BANK_BREAK:-} ]] || BREAK_ARGS=(--lose-credit-every "$DG_BANK_BREAK")
-[[ ${DG_BANK_TX_DEBUG:-0} != 1 ]] || export DG_TX_DEBUG=1
+[[ ${DG_BANK_TX_DEBUG:-0} != 1 ]] || RUN_ARGS+=(--log-level debug)
 
 # The nemesis's own generator (rng, cachelib.sh; bash's RANDOM also picks
 # the ports), seeded with SEED.

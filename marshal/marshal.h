@@ -128,6 +128,41 @@ void dgi_alloc_get_stats(dgi_alloc_stats *out);
 void dgi_alloc_fail_nth(uint64_t n);
 
 /* ------------------------------------------------------------------------
+ * Logging (log.c): the one log of the whole library.  A line is one event:
+ *   ts=<UTC, ms> level=<debug|info|warn|error> id=<STABLE-ID> key=value ...
+ * written to stderr with one call, or handed to the program's sink.  The
+ * sink and the minimum level are process-wide (every node of a process
+ * shares them).
+ * ------------------------------------------------------------------------ */
+typedef enum dg_log_level {
+	DG_LOG_DEBUG = 1,
+	DG_LOG_INFO = 2,
+	DG_LOG_WARN = 3,
+	DG_LOG_ERROR = 4
+} dg_log_level;
+
+/* A sink: gets each line at or above the minimum level — its level, its
+ * id ("TOPOLOGY") and the whole line as stderr would have it, without the
+ * newline.  Called from any of the library's threads, one line at a time
+ * (under the log's lock): it must not log through dg_log itself, nor call
+ * into a node. */
+typedef void (*dg_log_fn)(void *ctx, dg_log_level level, const char *id, const char *line);
+
+/* Routes the log: fn NULL writes to stderr (the default); min: the least
+ * severe level written (default DG_LOG_INFO; 0 keeps the current one).
+ * Thread-safe; takes effect for the next line. */
+DG_API void dg_log_configure(dg_log_fn fn, void *ctx, dg_log_level min);
+/* Writes one line in the library's format (for programs that want their
+ * own lines beside the library's, as dgnode does).  id: uppercase letters,
+ * digits and '-'; fmt: the key=value fields. */
+DG_API void dg_log(dg_log_level level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Whether a line at level would be written now. */
+DG_API bool dg_log_enabled(dg_log_level level);
+
+/* The library's own calls: marshal/log_int.h. */
+
+/* ------------------------------------------------------------------------
  * Growable byte buffer, owned by the caller and reused across writes.
  * ------------------------------------------------------------------------ */
 typedef struct dg_buf {

@@ -62,7 +62,7 @@ static void log_conn(struct dgi_lograte *lr, const char *level, const char *id, 
 {
 	uint32_t repeated = 0;
 	if (lr == NULL || dgi_lograte_due(lr, dgi_now_ms(), 1000, &repeated))
-		fprintf(stderr, "level=%s id=%s repeated=%u why=\"%s\"\n", level, id, repeated, why);
+		dgi_log(level, id, "repeated=%u why=\"%s\"", repeated, why);
 }
 
 /* Sends {"ok":false,"error":why} (best effort). */
@@ -166,20 +166,23 @@ static dg_err handshake(dgi_admin *a, slot *me)
 	return e;
 }
 
-static void serve(dgi_admin *a, slot *me)
+/* DG_ERR_AUTH / DG_ERR_BUSY: the handshake refused the client (and said
+ * why); anything else: the connection ended. */
+static dg_err serve(dgi_admin *a, slot *me)
 {
 	dgi_aconn *c = &me->c;
 	c->timeout_ms = DGI_ADMIN_AUTH_MS;
 	c->max_frame = DGI_ADMIN_AUTH_FRAME_MAX;
-	if (handshake(a, me) != DG_OK)
-		return;
+	dg_err he = handshake(a, me);
+	if (he != DG_OK)
+		return he;
 	c->timeout_ms = DGI_ADMIN_IDLE_MS;
 	c->max_frame = DGI_ADMIN_FRAME_MAX;
 	while (!a->stopping) {
 		char *raw;
 		size_t len;
 		if (dgi_aconn_recv(c, &raw, &len) != DG_OK)
-			return;
+			return DG_ERR_CLOSED;
 		cJSON *req = cJSON_ParseWithLength(raw, len);
 		dgi_free(raw);
 		cJSON *rep;
@@ -200,21 +203,40 @@ static void serve(dgi_admin *a, slot *me)
 		if (stop)
 			dgi_admin_stop_node(a->n);
 		if (e != DG_OK)
-			return;
+			return DG_ERR_CLOSED;
 	}
+	return DG_ERR_CLOSED;
+}
+
+/* After a refusal: reads until the client closes, up to LINGER_MS.  A TLS
+ * stream closed right after its last send can drop what was sent (nng
+ * 1.5.2), and the client would see a timeout in place of the refusal's
+ * reason. */
+#define LINGER_MS 1000
+static void linger(dgi_aconn *c)
+{
+	c->timeout_ms = LINGER_MS;
+	c->max_frame = DGI_ADMIN_AUTH_FRAME_MAX;
+	uint64_t end = dgi_now_ms() + LINGER_MS;
+	char *raw;
+	size_t len;
+	while (dgi_now_ms() < end && dgi_aconn_recv(c, &raw, &len) == DG_OK)
+		dgi_free(raw);
 }
 
 static void *conn_main(void *arg)
 {
 	slot *s = arg;
-	serve(s->a, s);
+	dg_err e = serve(s->a, s);
+	if ((e == DG_ERR_AUTH || e == DG_ERR_BUSY) && !s->a->stopping)
+		linger(&s->c);
 	nng_stream_close(s->c.s);
 	s->done = true;
 	return NULL;
 }
 
-/* Joins and frees the slots whose thread finished.  With all, waits for
- * every thread (stop: the streams were closed). */
+/* Joins and frees the slots whose thread finished (a->mu held).  With all,
+ * waits for every thread (stop: the streams were closed, a->mu not held). */
 static void reap(dgi_admin *a, bool all)
 {
 	for (int i = 0; i < NSLOTS; i++) {
@@ -373,7 +395,7 @@ dg_err dgi_admin_start(dg_node *n, const char *url, dgi_admin **out)
 	*out = a;
 	return DG_OK;
 fail:
-	fprintf(stderr, "level=error id=ADMIN-LISTEN url=%s err=\"%s%s%s\"\n", url,
+	dgi_log("error", "ADMIN-LISTEN", "url=%s err=\"%s%s%s\"", url,
 	    dg_strerror(e), rv ? ": " : "", rv ? nng_strerror(rv) : "");
 	dgi_admin_stop(a);
 	return e;
@@ -393,12 +415,14 @@ void dgi_admin_stop(dgi_admin *a)
 		nng_stream_listener_close(a->l);
 	if (a->accept_started)
 		pthread_join(a->accept_thr, NULL);
+	/* the accept thread is gone: nothing else changes the slots; the joins
+	 * happen without a->mu, which a handshake takes */
 	pthread_mutex_lock(&a->mu);
 	for (int i = 0; i < NSLOTS; i++)
 		if (a->slots[i].used)
 			dgi_aconn_abort(&a->slots[i].c);
-	reap(a, true);
 	pthread_mutex_unlock(&a->mu);
+	reap(a, true);
 	if (a->accept_aio != NULL)
 		nng_aio_free(a->accept_aio);
 	if (a->l != NULL)

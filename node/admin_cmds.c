@@ -1021,8 +1021,8 @@ static dg_err cmd_debug_put_local(call *c)
 	dg_err e;
 	if ((e = open_key(c, &h, &k)) != DG_OK || (e = need(c, "value", &v)) != DG_OK)
 		return e;
-	fprintf(stderr, "level=warn id=ADMIN-TEST-CORRUPT cache=\"%s\" why=\"a test "
-	    "overwrote this node's copy of a key\"\n", dg_cache_config_of(h)->name);
+	dgi_log("warn", "ADMIN-TEST-CORRUPT", "cache=\"%s\" why=\"a test overwrote this node's "
+	    "copy of a key\"", dg_cache_config_of(h)->name);
 	return dgi_cache_debug_put_local(h, k, strlen(k), v, strlen(v));
 }
 

@@ -97,7 +97,7 @@ void dgi_admin_stop_node(dg_node *n)
 	const dg_node_config *cfg = dgi_node_config(n);
 	char me[17];
 	dgi_admin_hex64(dg_node_get_id(n), me);
-	fprintf(stderr, "level=info id=ADMIN-SHUTDOWN node=%s\n", me);
+	dgi_log("info", "ADMIN-SHUTDOWN", "node=%s", me);
 	cfg->on_shutdown(cfg->shutdown_ctx);
 }
 

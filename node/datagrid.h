@@ -105,9 +105,29 @@ typedef struct dg_node_config {
 	                                 (tls+tcp:// with the node's TLS files);
 	                                 NULL: none (the default) */
 	const char *http_url;         /* HTTP /metrics (Prometheus text):
-	                                 http://HOST:PORT, port 0 picks a free
+	                                 http://HOST:PORT, or https://HOST:PORT
+	                                 with the node's TLS files (no client
+	                                 certificate asked); port 0 picks a free
 	                                 port (dg_node_http_address); NULL: none
 	                                 (the default) */
+	const char *http_auth_basic;  /* "user:password": every request must
+	                                 carry HTTP basic auth with it; NULL:
+	                                 none */
+	const char *http_auth_token;  /* a bearer token ("Authorization: Bearer
+	                                 TOKEN") accepted as well; NULL: none */
+	uint32_t http_idle_timeout_ms;/* a connection's request must arrive
+	                                 within this of its accept or of the last
+	                                 answer, else it is closed; default 10000 */
+	uint32_t http_max_connections;/* open HTTP connections; a new one past
+	                                 it closes the longest-waiting idle one;
+	                                 default 64 */
+	bool insecure;                /* allows, without a secret, listening
+	                                 (listen_url, admin_url, http_url) on an
+	                                 address that is not loopback — anyone
+	                                 who reaches it could join as a server
+	                                 or run any dgctl command — and an
+	                                 http:// http_url on a node with TLS
+	                                 files; refused otherwise (DG_ERR_INVAL) */
 	void (*on_shutdown)(void *ctx); /* dgctl shutdown asked this node to stop:
 	                                 called from an admin thread after the
 	                                 answer went out, once per request
@@ -116,6 +136,14 @@ typedef struct dg_node_config {
 	                                 itself (dgnode raises SIGTERM); NULL:
 	                                 refused */
 	void *shutdown_ctx;
+	dg_log_fn log_fn;             /* where log lines go (marshal.h "Logging"):
+	                                 NULL with log_level 0: as they are (the
+	                                 default: stderr); else dg_node_start
+	                                 calls dg_log_configure(log_fn, log_ctx,
+	                                 log_level) — process-wide, for every
+	                                 node of the process */
+	void *log_ctx;
+	int log_level;                /* dg_log_level; 0: info */
 	dg_registry *registry;        /* NULL: the node creates one (dg_node_registry) */
 	void (*on_event)(void *ctx, const dg_event *ev);
 	void *event_ctx;

@@ -248,22 +248,14 @@ static void dial(void)
 		usage_error("%s: not a tcp:// or tls+tcp:// URL (%s)", url, nng_strerror(rv));
 	if (strncmp(url, "tls+tcp://", 10) == 0)
 		setup_tls();
-	nng_aio *aio;
-	if (nng_aio_alloc(&aio, NULL, NULL) != 0)
-		fail("out of memory");
-	nng_aio_set_timeout(aio, (nng_duration)opt.timeout_ms);
-	nng_stream_dialer_dial(dialer, aio);
-	nng_aio_wait(aio);
-	rv = nng_aio_result(aio);
+	rv = dgi_aconn_dial(&conn, dialer, opt.timeout_ms);
 	if (rv == NNG_ETIMEDOUT)
 		fail("cannot connect to %s: no answer within %" PRIu32 " ms (is the node up, "
 		    "and is that its admin port?)", url, opt.timeout_ms);
+	if (rv == NNG_ENOMEM)
+		fail("out of memory");
 	if (rv != 0)
 		fail("cannot connect to %s: %s", url, nng_strerror(rv));
-	nng_stream *s = nng_aio_get_output(aio, 0);
-	nng_aio_free(aio);
-	if (dgi_aconn_init(&conn, s, opt.timeout_ms) != DG_OK)
-		fail("out of memory");
 }
 
 /* HELLO, AUTH, WELCOME (ADMIN.md). */

@@ -73,25 +73,9 @@ static const char *logval(const char *v, char *buf, size_t n)
 	return buf;
 }
 
-static void logline(int level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void logline(int level, const char *id, const char *fmt, ...)
-{
-	char line[2048];
-	va_list ap;
-
-	if (level < log_level)
-		return;
-	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	/* One call per line: stdio locks stderr, lines do not interleave. */
-	fprintf(stderr, "level=%s id=%s%s%s\n", dgnode_log_level_name(level), id,
-	    line[0] != 0 ? " " : "", line);
-}
+/* dgnode's own lines go into the library's log (marshal.h "Logging"):
+ * one format, one minimum level (--log-level) for both. */
+#define logline(level, ...) dg_log((dg_log_level)((level) + 1), __VA_ARGS__)
 
 static void log_settings(const dgnode_settings *s)
 {
@@ -182,6 +166,8 @@ int main(int argc, char **argv)
 		return rc == DGNODE_EXIT ? 0 : 2;
 	}
 	log_level = s.log_level;
+	/* DGNODE_LOG_DEBUG.. are DG_LOG_DEBUG.. less one */
+	dg_log_configure(NULL, NULL, (dg_log_level)(log_level + 1));
 	if (dgnode_settings_to_config(&s, &cfg, stderr) != DGNODE_OK) {
 		dgnode_settings_free(&s);
 		return 2;

@@ -52,6 +52,8 @@ void dg_node_config_init(dg_node_config *cfg)
 	cfg->storage_map_size = (size_t)1 << 30;
 	cfg->recv_max = 16u << 20;
 	cfg->rebalance_batch_bytes = 512u << 10;
+	cfg->http_idle_timeout_ms = 10000;
+	cfg->http_max_connections = 64;
 }
 
 /* Copies every string of the config into one block owned by the node. */
@@ -59,7 +61,7 @@ static dg_err copy_strings(dg_node *n, const dg_node_config *cfg)
 {
 	const char *one[] = { cfg->cluster_name, cfg->listen_url, cfg->advertise_url,
 		cfg->tls_cert_key_file, cfg->tls_ca_file, cfg->data_dir,
-		cfg->admin_url, cfg->http_url };
+		cfg->admin_url, cfg->http_url, cfg->http_auth_basic, cfg->http_auth_token };
 	size_t total = 0;
 	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
 		total += one[i] ? strlen(one[i]) + 1 : 0;
@@ -76,7 +78,8 @@ static dg_err copy_strings(dg_node *n, const dg_node_config *cfg)
 	char *p = n->strs;
 	const char **dst[] = { &n->cfg.cluster_name, &n->cfg.listen_url, &n->cfg.advertise_url,
 		&n->cfg.tls_cert_key_file, &n->cfg.tls_ca_file, &n->cfg.data_dir,
-		&n->cfg.admin_url, &n->cfg.http_url };
+		&n->cfg.admin_url, &n->cfg.http_url, &n->cfg.http_auth_basic,
+		&n->cfg.http_auth_token };
 	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
 		if (one[i] == NULL)
 			continue;
@@ -99,9 +102,52 @@ static dg_err copy_strings(dg_node *n, const dg_node_config *cfg)
 	return DG_OK;
 }
 
+/* True when url listens on loopback only (127.0.0.0/8, ::1, localhost) or
+ * is not a network address at all (ipc://, inproc://). */
+static bool loopback_only(const char *url)
+{
+	const char *h = strstr(url, "://");
+	if (h == NULL)
+		return false;
+	if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0)
+		return true;
+	h += 3;
+	return strncmp(h, "127.", 4) == 0 || strncmp(h, "[::1]:", 6) == 0 ||
+	    strncmp(h, "localhost:", 10) == 0;
+}
+
+/* Without a secret, nothing listens where others can reach it unless the
+ * embedder said insecure (issue 14, finding 7); a node with TLS files
+ * serves metrics over https:// unless insecure (finding 8).  The
+ * offending URL goes into why[n]. */
+static const char *check_exposure(const dg_node_config *c, char *why, size_t n)
+{
+	if (c->insecure)
+		return NULL;
+	const char *urls[] = { c->listen_url, c->admin_url, c->http_url };
+	const char *what[] = { "listen_url", "admin_url", "http_url" };
+	for (size_t i = 0; c->secret_len == 0 && i < 3; i++) {
+		if (urls[i] == NULL || loopback_only(urls[i]))
+			continue;
+		snprintf(why, n, "%s %s is not a loopback address and there is no cluster "
+		    "secret: anyone who reaches it could join as a server or run any admin "
+		    "command; set a secret (dgnode: --secret-file), listen on 127.0.0.1, or "
+		    "set insecure", what[i], urls[i]);
+		return why;
+	}
+	if (c->http_url != NULL && c->tls_cert_key_file != NULL &&
+	    strncmp(c->http_url, "http://", 7) == 0) {
+		snprintf(why, n, "http_url %s is plain HTTP on a node with TLS files: use "
+		    "https://, or set insecure", c->http_url);
+		return why;
+	}
+	return NULL;
+}
+
 static dg_err check(const dg_node_config *c)
 {
 	const char *why = NULL;
+	char buf[512];
 	if (c->listen_url == NULL || c->listen_url[0] == 0)
 		why = "listen_url is required";
 	else if (c->nseeds > 0 && c->seeds == NULL)
@@ -112,8 +158,10 @@ static dg_err check(const dg_node_config *c)
 		why = "failure_timeout_ms must be at least 100";
 	else if (c->request_timeout_ms == 0)
 		why = "request_timeout_ms must be positive";
+	else
+		why = check_exposure(c, buf, sizeof(buf));
 	if (why != NULL) {
-		fprintf(stderr, "level=error id=NODE-CONFIG why=\"%s\"\n", why);
+		dgi_log("error", "NODE-CONFIG", "why=\"%s\"", why);
 		return DG_ERR_INVAL;
 	}
 	return DG_OK;
@@ -167,15 +215,36 @@ static dg_err start_http(dg_node *n)
 		return DG_OK;
 	dg_err e = dgi_http_start(n, n->cfg.http_url, &n->http);
 	if (e != DG_OK)
-		fprintf(stderr, "level=error id=HTTP-LISTEN url=\"%s\" err=\"%s\"\n",
-		    n->cfg.http_url, dg_strerror(e));
+		dgi_log("error", "HTTP-LISTEN", "url=\"%s\" err=\"%s\"", n->cfg.http_url,
+		    dg_strerror(e));
 	return e;
+}
+
+/* The NODE-OPEN line: what listens where, and who may use it. */
+static void log_open(const dg_node *n)
+{
+	const dg_node_config *c = &n->cfg;
+	bool sec = c->secret_len > 0, tls = c->tls_cert_key_file != NULL;
+	const char *admin = dgi_admin_address(n->admin), *http = dgi_http_address(n->http);
+	const char *hauth = c->http_auth_basic && c->http_auth_token ? "basic+bearer" :
+	    c->http_auth_basic ? "basic" : c->http_auth_token ? "bearer" : "none";
+	dgi_log(c->insecure && !sec ? "warn" : "info", "NODE-OPEN", "peers=%s peers_auth=%s "
+	    "peers_tls=%s admin=%s admin_auth=%s admin_tls=%s http=%s http_auth=%s http_tls=%s%s",
+	    dg_tp_address(n->tp),
+	    sec ? "secret" : "none", tls && strncmp(c->listen_url, "tls+", 4) == 0 ? "on" : "off",
+	    admin ? admin : "none", admin ? (sec ? "secret" : "none") : "-",
+	    admin && strncmp(admin, "tls+", 4) == 0 ? "on" : admin ? "off" : "-",
+	    http ? http : "none", http ? hauth : "-",
+	    http && strncmp(http, "https", 5) == 0 ? "on" : http ? "off" : "-",
+	    c->insecure ? " insecure=true" : "");
 }
 
 dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 {
 	if (cfg == NULL || out == NULL)
 		return DG_ERR_INVAL;
+	if (cfg->log_fn != NULL || cfg->log_level != 0)
+		dg_log_configure(cfg->log_fn, cfg->log_ctx, (dg_log_level)cfg->log_level);
 	dg_err e = check(cfg);
 	if (e != DG_OK)
 		return e;
@@ -262,10 +331,11 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 		goto fail;
 	if ((e = start_http(n)) != DG_OK)
 		goto fail;
+	log_open(n);
 	*out = n;
 	return DG_OK;
 fail:
-	fprintf(stderr, "level=error id=NODE-START err=\"%s\"\n", dg_strerror(e));
+	dgi_log("error", "NODE-START", "err=\"%s\"", dg_strerror(e));
 	if (n->m != NULL) {
 		dg_member_stop(n->m);
 		n->m = NULL;
@@ -416,8 +486,8 @@ dg_err dg_node_start_file(const char *path, dg_node **out)
 		if (dgnode_parse_cache_spec(s.caches.l_items[i], &cc, stderr) != DGNODE_OK) {
 			e = DG_ERR_INVAL;
 		} else if ((e = dg_cache_create(*out, &cc, &c)) != DG_OK) {
-			fprintf(stderr, "level=error id=CACHE-CREATE cache=\"%s\" err=\"%s\"\n",
-			    cc.name, dg_strerror(e));
+			dgi_log("error", "CACHE-CREATE", "cache=\"%s\" err=\"%s\"", cc.name,
+			    dg_strerror(e));
 		}
 		if (e != DG_OK) {
 			dg_node_stop(*out);

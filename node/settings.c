@@ -162,12 +162,37 @@ const dgnode_setting dgnode_settings_table[] = {
 	  "none: no admin endpoint.", "dg_node_config.admin_url (none: NULL)",
 	  check_endpoint },
 	{ "http-listen", DGNODE_STRING, F(http_listen), "auto", 0, 0, NULL,
-	  "URL", "Where Prometheus scrapes /metrics: http://HOST:PORT; auto: "
-	  "the --listen host, port + 200 (0 stays 0); none: no HTTP endpoint.",
+	  "URL", "Where Prometheus scrapes /metrics: http://HOST:PORT, or "
+	  "https://HOST:PORT with the node's TLS files (required with them "
+	  "unless --insecure); auto: the --listen host, port + 200 (0 stays 0), "
+	  "https:// with tls+tcp://; none: no HTTP endpoint.",
 	  "dg_node_config.http_url (none: NULL)", check_endpoint },
+	{ "http-basic-auth-file", DGNODE_STRING, F(http_basic_auth_file), "", 0,
+	  0, NULL, "FILE", "File holding user:password (one trailing newline "
+	  "stripped): /metrics asks for HTTP basic auth with it (Prometheus "
+	  "basic_auth); empty: none.", "dg_node_config.http_auth_basic", NULL },
+	{ "http-bearer-token-file", DGNODE_STRING, F(http_bearer_token_file), "",
+	  0, 0, NULL, "FILE", "File holding a token (one trailing newline "
+	  "stripped): /metrics accepts \"Authorization: Bearer TOKEN\" "
+	  "(Prometheus authorization); empty: none.",
+	  "dg_node_config.http_auth_token", NULL },
+	{ "http-max-connections", DGNODE_UINT, F(http_max_connections), "64", 1,
+	  4096, NULL, "N", "Open HTTP connections at most; a new one past it "
+	  "closes the one idle longest.", "dg_node_config.http_max_connections",
+	  NULL },
+	{ "http-idle-timeout", DGNODE_DURATION, F(http_idle_timeout_ms), "10000",
+	  100, HOUR_MS, NULL, "DURATION", "An HTTP connection whose next "
+	  "request has not arrived whole this long after its accept or its last "
+	  "answer is closed.", "dg_node_config.http_idle_timeout_ms", NULL },
+	{ "insecure", DGNODE_BOOL, F(insecure), "false", 0, 0, NULL, NULL,
+	  "Allow what is open to anyone on the network: without a cluster "
+	  "secret, listening (peers, admin, HTTP) on an address that is not "
+	  "loopback; plain http:// metrics on a node with TLS files.",
+	  "dg_node_config.insecure", NULL },
 	{ "log-level", DGNODE_ENUM, F(log_level), "info", 0, 0, log_levels,
-	  "LEVEL", "The least severe level dgnode logs.",
-	  "dgnode's own log lines (dg_node_config has no log level)", NULL },
+	  "LEVEL", "The least severe level logged, by dgnode and the library "
+	  "alike (debug adds the transactions' TX-DEBUG lines).",
+	  "dg_node_config.log_level (dg_log_configure)", NULL },
 	{ "cache", DGNODE_LIST, F(caches), "", 0, 0, NULL,
 	  "SPEC", "A cache to create at start (CACHE SPEC below); repeatable.",
 	  "dg_cache_create after dg_node_start (dgnode_parse_cache_spec)",
@@ -671,6 +696,16 @@ static void wipe(void *p, size_t n)
 		*b++ = 0;
 }
 
+static void drop_secret(uint8_t **p, size_t *n)
+{
+	if (*p != NULL) {
+		wipe(*p, *n);
+		dgi_free(*p);
+	}
+	*p = NULL;
+	*n = 0;
+}
+
 void dgnode_settings_free(dgnode_settings *s)
 {
 	for (size_t i = 0; i < s->s_npool; i++)
@@ -678,10 +713,9 @@ void dgnode_settings_free(dgnode_settings *s)
 	dgi_free(s->s_pool);
 	dgi_free(s->seeds.l_items);
 	dgi_free(s->caches.l_items);
-	if (s->s_secret != NULL) {
-		wipe(s->s_secret, s->s_secret_len);
-		dgi_free(s->s_secret);
-	}
+	drop_secret(&s->s_secret, &s->s_secret_len);
+	drop_secret(&s->s_http_basic, &s->s_http_basic_len);
+	drop_secret(&s->s_http_token, &s->s_http_token_len);
 	dgnode_settings_init(s);
 }
 
@@ -1105,56 +1139,78 @@ static int fail(FILE *err, const char *fmt, ...)
 	return DGNODE_USAGE;
 }
 
+/* Reads a small secret file: at most SECRET_MAX bytes, one trailing
+ * newline (and CR) stripped, not empty.  *out is dgi_alloc'ed with a NUL
+ * after its *n bytes (wipe it before freeing). */
+static int read_secret_file(const char *opt, const char *path, uint8_t **out, size_t *n,
+    FILE *err)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL)
+		return fail(err, "--%s=%s: %s", opt, path, strerror(errno));
+	uint8_t *buf = dgi_alloc(SECRET_MAX + 2);
+	if (buf == NULL) {
+		fclose(f);
+		return fail(err, "out of memory");
+	}
+	size_t len = fread(buf, 1, SECRET_MAX + 1, f);
+	bool bad = ferror(f) != 0;
+	fclose(f);
+	const char *why = bad ? "read error" : len > SECRET_MAX ? "longer than 4096 bytes" : NULL;
+	if (why == NULL) {
+		if (len > 0 && buf[len - 1] == '\n')
+			len--;
+		if (len > 0 && buf[len - 1] == '\r')
+			len--;
+		if (len == 0)
+			why = "empty file";
+	}
+	if (why != NULL) {
+		wipe(buf, SECRET_MAX + 2);
+		dgi_free(buf);
+		return fail(err, "--%s=%s: %s", opt, path, why);
+	}
+	buf[len] = 0;
+	*out = buf;
+	*n = len;
+	return DGNODE_OK;
+}
+
 static int load_secret(dgnode_settings *s, FILE *err)
 {
-	uint8_t *buf;
-	size_t n;
-
-	if (s->s_secret != NULL) {
-		wipe(s->s_secret, s->s_secret_len);
-		dgi_free(s->s_secret);
-		s->s_secret = NULL;
-		s->s_secret_len = 0;
+	drop_secret(&s->s_secret, &s->s_secret_len);
+	drop_secret(&s->s_http_basic, &s->s_http_basic_len);
+	drop_secret(&s->s_http_token, &s->s_http_token_len);
+	if (s->http_basic_auth_file[0] != 0) {
+		if (read_secret_file("http-basic-auth-file", s->http_basic_auth_file,
+		    &s->s_http_basic, &s->s_http_basic_len, err) != DGNODE_OK)
+			return DGNODE_USAGE;
+		if (strchr((char *)s->s_http_basic, ':') == NULL ||
+		    strlen((char *)s->s_http_basic) != s->s_http_basic_len)
+			return fail(err, "--http-basic-auth-file=%s: expected one line "
+			    "user:password", s->http_basic_auth_file);
 	}
-	if (s->secret_file[0] == 0) {
-		const char *env = getenv("DG_CLUSTER_SECRET");
-		if (env == NULL)
-			return DGNODE_OK;
-		n = strlen(env);
-		if (n == 0)
-			return fail(err, "DG_CLUSTER_SECRET is set but empty");
-		if ((buf = dgi_alloc(n)) == NULL)
-			return fail(err, "out of memory");
-		memcpy(buf, env, n);
-	} else {
-		FILE *f = fopen(s->secret_file, "rb");
-		if (f == NULL)
-			return fail(err, "--secret-file=%s: %s", s->secret_file,
-			    strerror(errno));
-		if ((buf = dgi_alloc(SECRET_MAX + 1)) == NULL) {
-			fclose(f);
-			return fail(err, "out of memory");
-		}
-		n = fread(buf, 1, SECRET_MAX + 1, f);
-		bool bad = ferror(f) != 0;
-		fclose(f);
-		const char *why = bad ? "read error" : n > SECRET_MAX ?
-		    "longer than 4096 bytes" : NULL;
-		if (why == NULL) {
-			if (n > 0 && buf[n - 1] == '\n')
-				n--;
-			if (n > 0 && buf[n - 1] == '\r')
-				n--;
-			if (n == 0)
-				why = "empty secret";
-		}
-		if (why != NULL) {
-			wipe(buf, SECRET_MAX + 1);
-			dgi_free(buf);
-			return fail(err, "--secret-file=%s: %s", s->secret_file, why);
-		}
+	if (s->http_bearer_token_file[0] != 0) {
+		if (read_secret_file("http-bearer-token-file", s->http_bearer_token_file,
+		    &s->s_http_token, &s->s_http_token_len, err) != DGNODE_OK)
+			return DGNODE_USAGE;
+		for (size_t i = 0; i < s->s_http_token_len; i++)
+			if (s->s_http_token[i] <= ' ' || s->s_http_token[i] >= 0x7f)
+				return fail(err, "--http-bearer-token-file=%s: the token must "
+				    "be printable ASCII without spaces", s->http_bearer_token_file);
 	}
-	s->s_secret = buf;
+	if (s->secret_file[0] != 0)
+		return read_secret_file("secret-file", s->secret_file, &s->s_secret,
+		    &s->s_secret_len, err);
+	const char *env = getenv("DG_CLUSTER_SECRET");
+	if (env == NULL)
+		return DGNODE_OK;
+	size_t n = strlen(env);
+	if (n == 0)
+		return fail(err, "DG_CLUSTER_SECRET is set but empty");
+	if ((s->s_secret = dgi_alloc(n)) == NULL)
+		return fail(err, "out of memory");
+	memcpy(s->s_secret, env, n);
 	s->s_secret_len = n;
 	return DGNODE_OK;
 }
@@ -1278,10 +1334,15 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	cfg->partition_policy = s->partition_policy;
 	if (endpoint(s->admin_listen, s->listen, 100, NULL, s->s_admin,
 	    sizeof(s->s_admin), err) != DGNODE_OK ||
-	    endpoint(s->http_listen, s->listen, 200, "http://", s->s_http,
+	    endpoint(s->http_listen, s->listen, 200, tls_listen ? "https://" : "http://", s->s_http,
 	    sizeof(s->s_http), err) != DGNODE_OK)
 		return DGNODE_USAGE;
 	cfg->admin_url = s->s_admin[0] ? s->s_admin : NULL;
 	cfg->http_url = s->s_http[0] ? s->s_http : NULL;
+	cfg->http_auth_basic = (const char *)s->s_http_basic;
+	cfg->http_auth_token = (const char *)s->s_http_token;
+	cfg->http_max_connections = (uint32_t)s->http_max_connections;
+	cfg->http_idle_timeout_ms = (uint32_t)s->http_idle_timeout_ms;
+	cfg->insecure = s->insecure;
 	return DGNODE_OK;
 }

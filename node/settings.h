@@ -92,6 +92,11 @@ typedef struct dgnode_settings {
 	int partition_policy;            /* dg_partition_policy */
 	const char *admin_listen;        /* "" or "none": no admin endpoint */
 	const char *http_listen;         /* "" or "none": no /metrics */
+	const char *http_basic_auth_file;  /* "user:password" */
+	const char *http_bearer_token_file;
+	uint64_t http_max_connections;
+	uint64_t http_idle_timeout_ms;
+	bool insecure;
 	int log_level;                   /* dgnode_log_level */
 	dgnode_list caches;              /* cache specs, validated when set */
 
@@ -100,6 +105,8 @@ typedef struct dgnode_settings {
 	size_t s_npool, s_cappool;
 	uint8_t *s_secret;               /* loaded by dgnode_settings_to_config */
 	size_t s_secret_len;
+	uint8_t *s_http_basic, *s_http_token; /* NUL-terminated, loaded likewise */
+	size_t s_http_basic_len, s_http_token_len;
 	char s_admin[256], s_http[256];  /* resolved by dgnode_settings_to_config */
 } dgnode_settings;
 

@@ -139,7 +139,8 @@ static void test_table_is_sane(void **state)
 		"request-timeout", "tx-topology-timeout", "data-dir", "storage-map-size",
 		"storage-sync",
 		"recv-max", "rebalance-batch", "client", "partition-policy", "admin-listen",
-		"http-listen",
+		"http-listen", "http-basic-auth-file", "http-bearer-token-file",
+		"http-max-connections", "http-idle-timeout", "insecure",
 		"log-level", "cache" };
 	assert_int_equal(dgnode_settings_count, sizeof(names) / sizeof(names[0]));
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -911,6 +912,56 @@ static void expect_secret(dgnode_settings *s, const char *want)
 	assert_memory_equal(cfg.secret, want, strlen(want));
 }
 
+/* --http-basic-auth-file / --http-bearer-token-file: read like the secret,
+ * checked for their shape, into http_auth_basic / http_auth_token. */
+static void test_http_auth_files(void **state)
+{
+	(void)state;
+	char bpath[64], tpath[64], bflag[96], tflag[96], msg[256];
+	dgnode_settings s;
+	dg_node_config cfg;
+	cap c;
+	unsetenv("DG_CLUSTER_SECRET");
+	write_file(bpath, "prom:pa ss:w\n");
+	write_file(tpath, "t0k3n\r\n");
+	snprintf(bflag, sizeof(bflag), "--http-basic-auth-file=%s", bpath);
+	snprintf(tflag, sizeof(tflag), "--http-bearer-token-file=%s", tpath);
+	dgnode_settings_init(&s);
+	assert_int_equal(parse1(&s, bflag, msg, sizeof(msg)), DGNODE_OK);
+	assert_int_equal(parse1(&s, tflag, msg, sizeof(msg)), DGNODE_OK);
+	assert_int_equal(dgnode_settings_to_config(&s, &cfg, stderr), DGNODE_OK);
+	assert_string_equal(cfg.http_auth_basic, "prom:pa ss:w");
+	assert_string_equal(cfg.http_auth_token, "t0k3n");
+	dgnode_settings_free(&s);
+
+	static const struct { const char *basic, *token; size_t len; const char *why; } bad[] = {
+		{ "nocolon\n", NULL, 0, "expected one line user:password" },
+		{ "a:b\0c\n", NULL, 6, "expected one line user:password" },  /* a NUL */
+		{ NULL, "two words\n", 0, "the token must be printable ASCII without spaces" },
+		{ NULL, "\n", 0, "empty file" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *path = bad[i].basic ? bpath : tpath;
+		const char *text = bad[i].basic ? bad[i].basic : bad[i].token;
+		FILE *f = fopen(path, "wb");
+		assert_non_null(f);
+		size_t len = bad[i].len ? bad[i].len : strlen(text);
+		assert_int_equal(fwrite(text, 1, len, f), len);
+		fclose(f);
+		dgnode_settings_init(&s);
+		assert_int_equal(parse1(&s, bad[i].basic ? bflag : tflag, msg, sizeof(msg)),
+		    DGNODE_OK);
+		assert_int_equal(dgnode_settings_to_config(&s, &cfg, cap_open(&c)),
+		    DGNODE_USAGE);
+		assert_non_null(strstr(cap_text(&c), bad[i].why));
+		assert_non_null(strstr(cap_text(&c), path));
+		cap_close(&c);
+		dgnode_settings_free(&s);
+	}
+	unlink(bpath);
+	unlink(tpath);
+}
+
 static void test_secret_from_file_and_env(void **state)
 {
 	(void)state;
@@ -966,7 +1017,7 @@ static void test_secret_from_file_and_env(void **state)
 	assert_int_equal(dgnode_settings_to_config(&s, &cfg, cap_open(&c)),
 	    DGNODE_USAGE);
 	char want[160];
-	snprintf(want, sizeof(want), "dgnode: --secret-file=%s: empty secret\n", path);
+	snprintf(want, sizeof(want), "dgnode: --secret-file=%s: empty file\n", path);
 	assert_string_equal(cap_text(&c), want);
 	cap_close(&c);
 	unlink(path);
@@ -1012,7 +1063,8 @@ static void test_to_config_sets_every_field(void **state)
 	    "--join-timeout=1m", "--request-timeout=2500ms", "--data-dir=/d",
 	    "--storage-map-size=2g", "--no-storage-sync", "--recv-max=64m",
 	    "--rebalance-batch=1m", "--client", "--log-level=warn",
-	    "--cache=p,persistence=true", (char *)NULL), DGNODE_OK);
+	    "--cache=p,persistence=true", "--http-max-connections=9",
+	    "--http-idle-timeout=2s", "--insecure", (char *)NULL), DGNODE_OK);
 	unsetenv("DG_CLUSTER_SECRET");
 	assert_int_equal(dgnode_settings_to_config(&s, &cfg, stderr), DGNODE_OK);
 	assert_string_equal(cfg.cluster_name, "c1");
@@ -1034,7 +1086,13 @@ static void test_to_config_sets_every_field(void **state)
 	assert_int_equal(s.log_level, DGNODE_LOG_WARN);
 	/* auto: the listen scheme and host, port + 100 and + 200 */
 	assert_string_equal(cfg.admin_url, "tls+tcp://0.0.0.0:101");
-	assert_string_equal(cfg.http_url, "http://0.0.0.0:201");
+	/* https:// on a TLS node */
+	assert_string_equal(cfg.http_url, "https://0.0.0.0:201");
+	assert_int_equal(cfg.http_max_connections, 9);
+	assert_int_equal(cfg.http_idle_timeout_ms, 2000);
+	assert_true(cfg.insecure);
+	assert_null(cfg.http_auth_basic);
+	assert_null(cfg.http_auth_token);
 	dgnode_settings_free(&s);
 }
 
@@ -1190,6 +1248,7 @@ int dgt_settings_tests(void)
 		cmocka_unit_test(test_cache_spec_bad_parts),
 		cmocka_unit_test(test_help_lists_every_setting),
 		cmocka_unit_test(test_secret_from_file_and_env),
+		cmocka_unit_test(test_http_auth_files),
 		cmocka_unit_test(test_to_config_sets_every_field),
 		cmocka_unit_test(test_admin_and_http_endpoints),
 		cmocka_unit_test(test_cross_checks),

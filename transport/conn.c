@@ -1012,13 +1012,29 @@ static void accept_cb(void *arg)
 {
 	dg_tp *tp = arg;
 	int rv = nng_aio_result(tp->accept_aio);
-	if (rv != 0) {
-		if (rv != NNG_ECLOSED && !atomic_load(&tp->stopping)) {
-			dgi_log("warn", "ACCEPT-FAIL", "err=%s", nng_strerror(rv));
+	if (tp->accept_sleeping) {
+		/* the back-off after a failed accept ended (or was stopped) */
+		tp->accept_sleeping = false;
+		if (rv == 0 && !atomic_load(&tp->stopping))
 			nng_stream_listener_accept(tp->listener, tp->accept_aio);
+		return;
+	}
+	if (rv != 0) {
+		if (rv != NNG_ECLOSED && rv != NNG_ECANCELED && !atomic_load(&tp->stopping)) {
+			/* out of file descriptors, most often: retrying at once
+			 * would spin (issue 14, finding 4); wait 10 ms .. 1 s */
+			uint32_t b = tp->accept_backoff_ms;
+			tp->accept_backoff_ms = b == 0 ? 10 : b >= 500 ? 1000 : 2 * b;
+			uint32_t repeated;
+			if (dgi_lograte_due(&tp->lr_accept, dgi_now_ms(), 1000, &repeated))
+				dgi_log("warn", "ACCEPT-FAIL", "err=\"%s\" repeated=%u retry_ms=%u",
+				    nng_strerror(rv), repeated, tp->accept_backoff_ms);
+			tp->accept_sleeping = true;
+			nng_sleep_aio((nng_duration)tp->accept_backoff_ms, tp->accept_aio);
 		}
 		return;
 	}
+	tp->accept_backoff_ms = 0;
 	nng_stream *s = nng_aio_get_output(tp->accept_aio, 0);
 	if (atomic_load(&tp->stopping)) {
 		nng_stream_free(s);

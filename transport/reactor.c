@@ -342,7 +342,10 @@ static void on_accept(struct dgi_reactor *r)
 				return;
 			if (err == EINTR || err == ECONNABORTED || err == EPROTO)
 				continue;
-			dgi_log("warn", "ACCEPT-FAIL", "err=\"%s\"", errtext(err, buf, sizeof(buf)));
+			uint32_t repeated;
+			if (dgi_lograte_due(&tp->lr_accept, dgi_now_ms(), 1000, &repeated))
+				dgi_log("warn", "ACCEPT-FAIL", "err=\"%s\" repeated=%u retry_ms=%d",
+				    errtext(err, buf, sizeof(buf)), repeated, ACCEPT_PAUSE_MS);
 			/* out of descriptors or memory: the pending connection would
 			 * wake us again at once; stop listening for a moment */
 			struct epoll_event ev;

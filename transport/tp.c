@@ -36,41 +36,6 @@ uint64_t dgi_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-void dgi_logv(const char *level, const char *id, const char *fmt, va_list ap)
-{
-	char line[1024], ts[32];
-	struct timespec now;
-	struct tm tm;
-	clock_gettime(CLOCK_REALTIME, &now);
-	gmtime_r(&now.tv_sec, &tm);
-	size_t t = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(ts + t, sizeof(ts) - t, ".%03ldZ", now.tv_nsec / 1000000);
-	if (vsnprintf(line, sizeof(line), fmt, ap) < 0)
-		return;
-	fprintf(stderr, "ts=%s level=%s id=%s %s\n", ts, level, id, line);
-}
-
-void dgi_log(const char *level, const char *id, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	dgi_logv(level, id, fmt, ap);
-	va_end(ap);
-}
-
-bool dgi_lograte_due(struct dgi_lograte *r, uint64_t now_ms, uint32_t interval_ms,
-    uint32_t *suppressed)
-{
-	uint64_t last = atomic_load(&r->last_ms);
-	if ((last != 0 && now_ms - last < interval_ms) ||
-	    !atomic_compare_exchange_strong(&r->last_ms, &last, now_ms)) {
-		atomic_fetch_add(&r->suppressed, 1);
-		return false;
-	}
-	*suppressed = atomic_exchange(&r->suppressed, 0);
-	return true;
-}
-
 static char *xstrdup(const char *s)
 {
 	if (s == NULL)

@@ -35,6 +35,7 @@
 #define DG_TRANSPORT_H
 
 #include "marshal/marshal.h"
+#include "marshal/log_int.h"
 
 #include <stdarg.h>
 
@@ -407,12 +408,7 @@ dg_err dg_tp_reply_error(dg_tp *tp, const dg_msg_in *req, dg_err err);
 uint64_t dg_tp_last_heard(const dg_tp *tp, dg_node_id peer);
 uint64_t dgi_now_ms(void);
 
-/* The node's one log line format: "ts=<UTC, ms> level=<l> id=<ID> <fields>"
- * on stderr, one write per line.  Every layer above logs through these. */
-void dgi_log(const char *level, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void dgi_logv(const char *level, const char *id, const char *fmt, va_list ap)
-    __attribute__((format(printf, 3, 0)));
+/* Logging: marshal/log_int.h (dgi_log, dgi_lograte_due). */
 /* The CLOCK_REALTIME instant ms milliseconds from now, for the absolute
  * deadlines of pthread_cond_timedwait and sem_timedwait. */
 struct timespec;

@@ -66,17 +66,6 @@ static inline void ctr_bump(struct ctr *c, size_t bytes)
 }
 
 /* Events (rare): atomic adds. */
-/* A log line that can repeat fast (a flood of refused handshakes): written
- * at most once per interval, saying how many were left out since
- * (dgi_lograte_due). */
-struct dgi_lograte {
-	_Atomic uint64_t last_ms;   /* 0: never written */
-	_Atomic uint32_t suppressed;
-};
-/* Whether to write the line now (now_ms: monotonic, > 0); *suppressed: the
- * lines left out since the last one written.  Thread-safe. */
-bool dgi_lograte_due(struct dgi_lograte *r, uint64_t now_ms, uint32_t interval_ms,
-    uint32_t *suppressed);
 #define DGI_HANDSHAKE_LOG_MS 1000u
 
 /* quorum.c: majorities and leases (PROTOCOL.md, "Majority").  Pure.
@@ -351,7 +340,10 @@ struct dg_tp {
 	dg_node_id self;
 	const dg_registry *reg;
 	nng_stream_listener *listener; /* tls+tcp://, ipc:// */
-	nng_aio *accept_aio;
+	nng_aio *accept_aio;       /* accepts; between a failed accept and the
+	                              next, sleeps (accept_sleeping) */
+	bool accept_sleeping;      /* accept_aio's callback only */
+	uint32_t accept_backoff_ms;/* 0 after a success; 10..1000 doubling */
 	struct dgi_reactor *reactor; /* native tcp:// (always started) */
 	int listen_port;            /* native listener: the bound port */
 	nng_tls_config *tls_server, *tls_client;
@@ -374,6 +366,7 @@ struct dg_tp {
 	_Atomic uint64_t failures[DG_MSG__COUNT];
 	struct dgi_lograte lr_refused, lr_rejected; /* HANDSHAKE-REFUSED, -REJECTED */
 	struct dgi_lograte lr_busy, lr_hs_timeout;  /* HANDSHAKE-BUSY, -TIMEOUT */
+	struct dgi_lograte lr_accept;               /* ACCEPT-FAIL */
 	_Atomic uint32_t half_open; /* accepted connections in their handshake */
 	struct dgi_lograte lr_dial; /* DIAL-FAIL of dials by URL (no peer yet) */
 	_Atomic uint32_t stale_ms;  /* dgi_tp_set_stale_ms (0: never) */

@@ -543,7 +543,7 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 	if (dgi_txs_final(tx->state) || tx->state == DGI_TXS_ROLLING_BACK)
 		return e;
 	step(tx, e == DG_ERR_TIMEOUT ? DGI_TXE_TIMEOUT : DGI_TXE_PREPARE_FAILED);
-	if (getenv("DG_TX_DEBUG"))
+	if (dg_log_enabled(DG_LOG_DEBUG))
 		dgi_log("debug", "TX-DEBUG", "tx fail: %s", dg_strerror(e));
 	release_all(tx, release_wait(tx));
 	step(tx, DGI_TXE_ROLLED_BACK);
@@ -1227,7 +1227,7 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 {
 	bool lost = false;
 	for (uint32_t i = 0; i < ng; i++) {
-		if (calls[i].err != DG_OK && getenv("DG_TX_DEBUG"))
+		if (calls[i].err != DG_OK && dg_log_enabled(DG_LOG_DEBUG))
 			dgi_log("debug", "TX-DEBUG", "tx commit at %016llx: %s%s", (unsigned long long)groups[i].node,
 			    dg_strerror(calls[i].err), calls[i].applied ? " (applied there)" : "");
 		for (uint32_t j = 0; j < groups[i].n; j++) {
@@ -1270,7 +1270,7 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 		prepare_groups(tx, refs, groups, ng2, topver, DGI_TXP_ONE_PHASE | DGI_TXP_RESEND,
 		    calls);
 		for (uint32_t i = 0; i < ng2; i++) {
-			if (calls[i].err != DG_OK && getenv("DG_TX_DEBUG"))
+			if (calls[i].err != DG_OK && dg_log_enabled(DG_LOG_DEBUG))
 				dgi_log("debug", "TX-DEBUG", "tx resend at %016llx: %s%s",
 				    (unsigned long long)groups[i].node, dg_strerror(calls[i].err),
 				    calls[i].applied ? " (applied there)" : "");

@@ -1808,7 +1808,7 @@ static void h_backup_prepare(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx
 	bool member;
 	e = backup_agrees(s, in, m, &member);
 	if (e != DG_OK) {
-		if (getenv("DG_TX_DEBUG"))
+		if (dg_log_enabled(DG_LOG_DEBUG))
 			dgi_log("debug", "TX-DEBUG", "backup prepare refused: %s from=%016llx member=%d",
 			    dg_strerror(e), (unsigned long long)in->from, member);
 		ack(s, in, e, -1);
@@ -2046,7 +2046,7 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 			e = check_primary(s, c, (uint32_t)en.part, topver);
 		}
 		if (e != DG_OK) {
-			if (getenv("DG_TX_DEBUG"))
+			if (dg_log_enabled(DG_LOG_DEBUG))
 				dgi_log("debug", "TX-DEBUG", "prepare refused: %s locked_here=%d have=%p st=%d "
 				    "topver=%lld/%lld", dg_strerror(e), locked_here, (void *)have,
 				    have ? have->st : -1, have ? (long long)have->topver : -1,
@@ -2076,7 +2076,7 @@ static void h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	}
 	if (e == DG_OK && !resend && !locked_here)
 		e = fence_check(s, m->topver);
-	if (e != DG_OK && getenv("DG_TX_DEBUG"))
+	if (e != DG_OK && dg_log_enabled(DG_LOG_DEBUG))
 		dgi_log("debug", "TX-DEBUG", "prepare refused by the fence: %s locked_here=%d have=%p st=%d "
 		    "topver=%lld/%lld", dg_strerror(e), locked_here, (void *)have,
 		    have ? have->st : -1, have ? (long long)have->topver : -1, (long long)m->topver);
@@ -2234,7 +2234,7 @@ static void prepare_refused(dgi_txsvc *s, struct rec *r, dg_err bfail)
 	if (e == DG_ERR_TIMEOUT || e == DG_ERR_CONN_BROKEN || e == DG_ERR_UNREACHABLE ||
 	    e == DG_ERR_BUSY || e == DG_ERR_CLOSED)
 		e = DG_ERR_NOT_READY;
-	if (getenv("DG_TX_DEBUG"))
+	if (dg_log_enabled(DG_LOG_DEBUG))
 		dgi_log("debug", "TX-DEBUG", "prepare refused: a backup answered %s", dg_strerror(bfail));
 	if (x.pending)
 		ack(s, &x.req, e, -1);
@@ -2689,7 +2689,7 @@ static void h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 	bool member;
 	dg_err agree = backup_agrees(s, in, m, &member);
 	if (!member) {
-		if (getenv("DG_TX_DEBUG"))
+		if (dg_log_enabled(DG_LOG_DEBUG))
 			dgi_log("debug", "TX-DEBUG", "copies refused: %s from=%016llx (not a member)",
 			    dg_strerror(agree), (unsigned long long)in->from);
 		ack(s, in, agree, -1);
