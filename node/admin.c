@@ -1,18 +1,16 @@
 /*
  * admin.c — the admin endpoint dgctl connects to (admin.h, ADMIN.md).
  *
- * An accept thread takes connections from an nng stream listener (tcp://,
- * or tls+tcp:// with the node's certificate, requiring the client's like a
- * peer's).  Each connection gets its own thread from a fixed set of slots:
- * it runs the handshake (HELLO, AUTH, WELCOME — the client proves the
- * cluster secret first, then the node) within DGI_ADMIN_AUTH_MS, then
- * serves requests one at a time, each as a blocking call into the node's
- * API.  Connections in their handshake and authenticated sessions have
- * budgets of their own (DGI_ADMIN_HANDSHAKES, DGI_ADMIN_CONNS): a client
- * without the secret holds no session slot, and a new connection past
- * the handshakes' budget closes the oldest handshake rather than being
- * refused, so sockets opened by anyone, however fast, never keep an
- * authenticated dgctl out (issue 14).
+ * Connections come through connsrv.c (tcp://, or tls+tcp:// with the
+ * node's certificate, requiring the client's like a peer's), each served
+ * on its own thread: the handshake (HELLO, AUTH, WELCOME — the client
+ * proves the cluster secret first, then the node) within
+ * DGI_ADMIN_AUTH_MS, then requests one at a time, each as a blocking call
+ * into the node's API.  A connection that proved the secret is pinned as
+ * a session (at most DGI_ADMIN_CONNS); at most DGI_ADMIN_HANDSHAKES others
+ * wait, and a new connection past that closes the oldest of them rather
+ * than being refused, so sockets opened by anyone, however fast, never
+ * keep an authenticated dgctl out (issue 14).
  * No admin work runs on a transport thread: what the admin threads call
  * is what any application thread calls (ADMIN.md says what idle-verify's
  * partition locks cost cache traffic).
@@ -20,6 +18,7 @@
  */
 #include "admin.h"
 #include "adminwire.h"
+#include "connsrv.h"
 #include "node_int.h"
 #include "transport/transport_int.h"
 
@@ -31,31 +30,14 @@
 #include <string.h>
 
 #define DGI_ADMIN_IDLE_MS (10 * 60 * 1000)
-#define NSLOTS (DGI_ADMIN_CONNS + DGI_ADMIN_HANDSHAKES)
-
-typedef struct slot {
-	struct dgi_admin *a;
-	bool used;
-	bool authed;              /* a->mu: holds a session, not a handshake */
-	uint64_t since;           /* accepted at (the oldest handshake goes) */
-	_Atomic bool done;        /* the thread finished: join it */
-	pthread_t thr;
-	dgi_aconn c;
-} slot;
 
 struct dgi_admin {
 	dg_node *n;
-	nng_stream_listener *l;
+	dgi_srv *srv;
 	nng_tls_config *tls;
-	nng_aio *accept_aio;
-	pthread_t accept_thr;
-	bool accept_started;
-	_Atomic bool stopping;
-	pthread_mutex_t mu;       /* slots */
-	slot slots[NSLOTS];
 	char url[160];
-	/* ADMIN-BUSY, ADMIN-AUTH-FAIL, ADMIN-EVICTED: once a second, counted */
-	struct dgi_lograte lr_busy, lr_auth, lr_evict;
+	/* ADMIN-AUTH-FAIL, ADMIN-BUSY (no session left): once a second */
+	struct dgi_lograte lr_busy, lr_auth;
 };
 
 static void log_conn(struct dgi_lograte *lr, const char *level, const char *id, const char *why)
@@ -91,7 +73,7 @@ static dg_err send_json(dgi_aconn *c, const cJSON *o)
 }
 
 /* HELLO, AUTH, WELCOME (ADMIN.md).  DG_OK when the client proved the secret. */
-static dg_err handshake(dgi_admin *a, slot *me)
+static dg_err handshake(dgi_admin *a, dgi_srv_conn *me)
 {
 	dgi_aconn *c = &me->c;
 	const dg_node_config *cfg = dgi_node_config(a->n);
@@ -138,16 +120,8 @@ static dg_err handshake(dgi_admin *a, slot *me)
 		    "a dgctl client did not prove the cluster secret");
 		return e;
 	}
-	/* a session slot: only an authenticated client takes one */
-	bool room = false;
-	pthread_mutex_lock(&a->mu);
-	int sessions = 0;
-	for (int i = 0; i < NSLOTS; i++)
-		sessions += a->slots[i].used && a->slots[i].authed;
-	if (sessions < DGI_ADMIN_CONNS)
-		room = me->authed = true;
-	pthread_mutex_unlock(&a->mu);
-	if (!room) {
+	/* a session: only an authenticated client takes one */
+	if (!dgi_srv_pin(me, DGI_ADMIN_CONNS)) {
 		send_refusal(c, "too many admin connections");
 		log_conn(&a->lr_busy, "warn", "ADMIN-BUSY",
 		    "an authenticated admin connection was refused: every session slot is busy");
@@ -168,7 +142,7 @@ static dg_err handshake(dgi_admin *a, slot *me)
 
 /* DG_ERR_AUTH / DG_ERR_BUSY: the handshake refused the client (and said
  * why); anything else: the connection ended. */
-static dg_err serve(dgi_admin *a, slot *me)
+static dg_err serve(dgi_admin *a, dgi_srv_conn *me)
 {
 	dgi_aconn *c = &me->c;
 	c->timeout_ms = DGI_ADMIN_AUTH_MS;
@@ -178,7 +152,7 @@ static dg_err serve(dgi_admin *a, slot *me)
 		return he;
 	c->timeout_ms = DGI_ADMIN_IDLE_MS;
 	c->max_frame = DGI_ADMIN_FRAME_MAX;
-	while (!a->stopping) {
+	for (;;) {   /* until the client closes, or stop aborts the stream */
 		char *raw;
 		size_t len;
 		if (dgi_aconn_recv(c, &raw, &len) != DG_OK)
@@ -205,7 +179,6 @@ static dg_err serve(dgi_admin *a, slot *me)
 		if (e != DG_OK)
 			return DG_ERR_CLOSED;
 	}
-	return DG_ERR_CLOSED;
 }
 
 /* After a refusal: reads until the client closes, up to LINGER_MS.  A TLS
@@ -224,114 +197,18 @@ static void linger(dgi_aconn *c)
 		dgi_free(raw);
 }
 
-static void *conn_main(void *arg)
+static void serve_conn(void *ctx, dgi_srv_conn *c)
 {
-	slot *s = arg;
-	dg_err e = serve(s->a, s);
-	if ((e == DG_ERR_AUTH || e == DG_ERR_BUSY) && !s->a->stopping)
-		linger(&s->c);
-	nng_stream_close(s->c.s);
-	s->done = true;
-	return NULL;
+	dgi_admin *a = ctx;
+	dg_err e = serve(a, c);
+	if (e == DG_ERR_AUTH || e == DG_ERR_BUSY)
+		linger(&c->c);
 }
 
-/* Joins and frees the slots whose thread finished (a->mu held).  With all,
- * waits for every thread (stop: the streams were closed, a->mu not held). */
-static void reap(dgi_admin *a, bool all)
+static void refuse_conn(void *ctx, dgi_aconn *c, bool stopping)
 {
-	for (int i = 0; i < NSLOTS; i++) {
-		slot *s = &a->slots[i];
-		if (!s->used || (!all && !s->done))
-			continue;
-		pthread_join(s->thr, NULL);
-		dgi_aconn_close(&s->c);
-		s->used = false;
-	}
-}
-
-/* Frees slot s once its thread ended (accept thread; not under a->mu:
- * the thread may take it). */
-static void evict(dgi_admin *a, slot *s)
-{
-	pthread_join(s->thr, NULL);
-	pthread_mutex_lock(&a->mu);
-	dgi_aconn_close(&s->c);
-	s->used = false;
-	pthread_mutex_unlock(&a->mu);
-}
-
-static void accept_one(dgi_admin *a, nng_stream *st)
-{
-	pthread_mutex_lock(&a->mu);
-	reap(a, false);
-	/* the handshakes' budget: past it, the oldest handshake is closed —
-	 * one that proves the secret takes milliseconds, so only clients
-	 * that do not are closed this way */
-	int hs = 0;
-	slot *oldest = NULL;
-	for (int i = 0; i < NSLOTS; i++) {
-		slot *x = &a->slots[i];
-		if (!x->used || x->authed || x->done)
-			continue;
-		hs++;
-		if (oldest == NULL || x->since < oldest->since)
-			oldest = x;
-	}
-	if (hs >= DGI_ADMIN_HANDSHAKES && oldest != NULL && !a->stopping) {
-		dgi_aconn_abort(&oldest->c); /* its recv or send fails at once */
-		pthread_mutex_unlock(&a->mu);
-		log_conn(&a->lr_evict, "warn", "ADMIN-EVICTED", "an admin connection that had not "
-		    "authenticated was closed to make room for a new one");
-		evict(a, oldest);
-		pthread_mutex_lock(&a->mu);
-	}
-	slot *s = NULL;
-	for (int i = 0; i < NSLOTS && s == NULL; i++)
-		if (!a->slots[i].used)
-			s = &a->slots[i];
-	if (s == NULL || a->stopping) {
-		pthread_mutex_unlock(&a->mu);
-		dgi_aconn c;
-		if (dgi_aconn_init(&c, st, 1000) == DG_OK) {
-			send_refusal(&c, s == NULL ? "too many admin connections" :
-			    "the node is stopping");
-			dgi_aconn_close(&c);
-		} else {
-			nng_stream_free(st);
-		}
-		log_conn(&a->lr_busy, "warn", "ADMIN-BUSY", "an admin connection was refused: all "
-		    "slots busy");
-		return;
-	}
-	memset(s, 0, sizeof(*s));
-	s->a = a;
-	s->since = dgi_now_ms();
-	if (dgi_aconn_init(&s->c, st, DGI_ADMIN_AUTH_MS) != DG_OK) {
-		nng_stream_free(st);
-	} else if (pthread_create(&s->thr, NULL, conn_main, s) != 0) {
-		dgi_aconn_close(&s->c);
-	} else {
-		s->used = true;
-	}
-	pthread_mutex_unlock(&a->mu);
-}
-
-static void *accept_main(void *arg)
-{
-	dgi_admin *a = arg;
-	while (!a->stopping) {
-		nng_stream_listener_accept(a->l, a->accept_aio);
-		nng_aio_wait(a->accept_aio);
-		int rv = nng_aio_result(a->accept_aio);
-		if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || a->stopping)
-			break;
-		if (rv != 0) {
-			nng_msleep(10);    /* e.g. out of file descriptors: don't spin */
-			continue;
-		}
-		accept_one(a, nng_aio_get_output(a->accept_aio, 0));
-	}
-	return NULL;
+	(void)ctx;
+	send_refusal(c, stopping ? "the node is stopping" : "too many admin connections");
 }
 
 static dg_err setup_tls(dgi_admin *a, const dg_node_config *cfg)
@@ -344,21 +221,9 @@ static dg_err setup_tls(dgi_admin *a, const dg_node_config *cfg)
 		return DG_ERR_NOMEM;
 	if (nng_tls_config_cert_key_file(a->tls, cfg->tls_cert_key_file, NULL) != 0 ||
 	    nng_tls_config_ca_file(a->tls, cfg->tls_ca_file) != 0 ||
-	    nng_tls_config_auth_mode(a->tls, NNG_TLS_AUTH_MODE_REQUIRED) != 0 ||
-	    nng_stream_listener_set_ptr(a->l, NNG_OPT_TLS_CONFIG, a->tls) != 0)
+	    nng_tls_config_auth_mode(a->tls, NNG_TLS_AUTH_MODE_REQUIRED) != 0)
 		return DG_ERR_TLS;
 	return DG_OK;
-}
-
-static void bound_url(dgi_admin *a, const char *url)
-{
-	const char *colon = strrchr(url, ':');
-	int port = 0;
-	if (colon != NULL && strcmp(colon, ":0") == 0 &&
-	    nng_stream_listener_get_int(a->l, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
-		snprintf(a->url, sizeof(a->url), "%.*s:%d", (int)(colon - url), url, port);
-	else
-		snprintf(a->url, sizeof(a->url), "%s", url);
 }
 
 dg_err dgi_admin_start(dg_node *n, const char *url, dgi_admin **out)
@@ -367,36 +232,25 @@ dg_err dgi_admin_start(dg_node *n, const char *url, dgi_admin **out)
 	if (a == NULL)
 		return DG_ERR_NOMEM;
 	a->n = n;
-	pthread_mutex_init(&a->mu, NULL);
 	dg_err e = DG_ERR_INVAL;
 	int rv = 0;
 	if (strncmp(url, "tcp://", 6) != 0 && strncmp(url, "tls+tcp://", 10) != 0)
 		goto fail;
-	if ((rv = nng_stream_listener_alloc(&a->l, url)) != 0) {
-		e = dgi_nng_err(rv);
-		goto fail;
-	}
 	if (strncmp(url, "tls+", 4) == 0 && (e = setup_tls(a, dgi_node_config(n))) != DG_OK)
 		goto fail;
-	if ((rv = nng_stream_listener_listen(a->l)) != 0) {
-		e = rv == NNG_EADDRINUSE ? DG_ERR_ADDRINUSE : dgi_nng_err(rv);
+	dgi_srv_config sc = {
+		.name = "ADMIN", .slots = DGI_ADMIN_CONNS + DGI_ADMIN_HANDSHAKES,
+		.evict_at = DGI_ADMIN_HANDSHAKES, .timeout_ms = DGI_ADMIN_AUTH_MS, .tls = a->tls,
+		.serve = serve_conn, .refuse = refuse_conn, .ctx = a,
+	};
+	if ((e = dgi_srv_start(url, &sc, &a->srv, &rv)) != DG_OK)
 		goto fail;
-	}
-	bound_url(a, url);
-	if (nng_aio_alloc(&a->accept_aio, NULL, NULL) != 0) {
-		e = DG_ERR_NOMEM;
-		goto fail;
-	}
-	if (pthread_create(&a->accept_thr, NULL, accept_main, a) != 0) {
-		e = DG_ERR_NOMEM;
-		goto fail;
-	}
-	a->accept_started = true;
+	dgi_srv_url(a->srv, url, a->url, sizeof(a->url));
 	*out = a;
 	return DG_OK;
 fail:
-	dgi_log("error", "ADMIN-LISTEN", "url=%s err=\"%s%s%s\"", url,
-	    dg_strerror(e), rv ? ": " : "", rv ? nng_strerror(rv) : "");
+	dgi_log("error", "ADMIN-LISTEN", "url=%s err=\"%s%s%s\"", url, dg_strerror(e),
+	    rv ? ": " : "", rv ? nng_strerror(rv) : "");
 	dgi_admin_stop(a);
 	return e;
 }
@@ -410,25 +264,8 @@ void dgi_admin_stop(dgi_admin *a)
 {
 	if (a == NULL)
 		return;
-	a->stopping = true;
-	if (a->l != NULL)
-		nng_stream_listener_close(a->l);
-	if (a->accept_started)
-		pthread_join(a->accept_thr, NULL);
-	/* the accept thread is gone: nothing else changes the slots; the joins
-	 * happen without a->mu, which a handshake takes */
-	pthread_mutex_lock(&a->mu);
-	for (int i = 0; i < NSLOTS; i++)
-		if (a->slots[i].used)
-			dgi_aconn_abort(&a->slots[i].c);
-	pthread_mutex_unlock(&a->mu);
-	reap(a, true);
-	if (a->accept_aio != NULL)
-		nng_aio_free(a->accept_aio);
-	if (a->l != NULL)
-		nng_stream_listener_free(a->l);
+	dgi_srv_stop(a->srv);
 	if (a->tls != NULL)
 		nng_tls_config_free(a->tls);
-	pthread_mutex_destroy(&a->mu);
 	dgi_free(a);
 }

@@ -5,13 +5,13 @@
  * 1,100 idle connections filled a node's file table and sent it into an
  * accept-failure loop at 97% CPU (issue 14, finding 4).
  *
- * Limits (each has a test in tests/node_metrics_test.c):
+ * Limits (each has a test in tests/node_http_test.c):
  *  - at most max_connections open connections, each served by its own
- *    thread from a fixed set of slots; a new connection past that closes
- *    the connection that has waited longest for its next request (an idle
- *    or slow client), so a flood of idle sockets never keeps a scraper
- *    out; only when every slot is answering a request at that moment is
- *    the new one closed (HTTP-BUSY);
+ *    thread (connsrv.c); a new connection past that closes the connection
+ *    that has waited longest for its next request (an idle or slow
+ *    client), so a flood of idle sockets never keeps a scraper out; only
+ *    when every connection is answering a request at that moment is the
+ *    new one closed (HTTP-BUSY);
  *  - a request head must arrive whole within idle_timeout_ms of the accept
  *    (TLS handshake included) or of the previous answer, and within
  *    DGI_HTTP_HEAD_MAX bytes (431 past it); a request with a body is
@@ -25,6 +25,7 @@
  */
 #include "metrics_http.h"
 #include "adminwire.h"
+#include "connsrv.h"
 #include "http_parse.h"
 #include "metrics.h"
 #include "node_int.h"
@@ -32,7 +33,6 @@
 
 #include <nng/nng.h>
 #include <nng/supplemental/tls/tls.h>
-#include <nng/supplemental/util/platform.h>
 #include <openssl/evp.h>
 
 #include <pthread.h>
@@ -46,43 +46,26 @@
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 static const char root_text[] = "datagrid node: Prometheus metrics at /metrics\n";
 
-typedef struct hslot {
-	struct dgi_http *h;
-	bool used;
-	bool answering;           /* h->mu: between a whole head and its answer */
-	uint64_t waiting_since;   /* h->mu: accept or last answer */
-	_Atomic bool done;        /* the thread ended: join it */
-	pthread_t thr;
-	dgi_aconn c;
+/* The request buffer of a connection: one per possible connection. */
+typedef struct hconn {
 	char in[DGI_HTTP_HEAD_MAX];
-} hslot;
+} hconn;
 
 struct dgi_http {
 	dg_node *n;
-	nng_stream_listener *l;
+	dgi_srv *srv;
 	nng_tls_config *tls;
-	nng_aio *accept_aio;
-	pthread_t accept_thr;
-	bool accept_started;
-	_Atomic bool stopping;
 	uint32_t idle_ms;
-	unsigned nslots;
 	char *basic;              /* "Basic " + base64(user:password), or NULL */
 	char *bearer;             /* "Bearer " + token, or NULL */
-	pthread_mutex_t mu;       /* slots, pool */
+	pthread_mutex_t mu;       /* pool, hused */
 	dg_buf pool[POOL_MAX];
 	unsigned npool;
-	struct dgi_lograte lr_accept, lr_busy, lr_evict;
+	unsigned nconns;
+	hconn *hconns;            /* nconns; one taken per connection */
+	bool *hused;
 	char addr[300];
-	hslot *slots;
 };
-
-static void log_rate(struct dgi_lograte *lr, const char *id, const char *why)
-{
-	uint32_t repeated = 0;
-	if (dgi_lograte_due(lr, dgi_now_ms(), 1000, &repeated))
-		dgi_log("warn", id, "repeated=%u why=\"%s\"", repeated, why);
-}
 
 /* ---- answers ---- */
 
@@ -101,7 +84,7 @@ static const char *reason(int status)
 }
 
 /* Sends status, headers and body (none for HEAD). */
-static dg_err answer(dgi_http *h, hslot *s, int status, const char *type, const char *body,
+static dg_err answer(dgi_http *h, dgi_srv_conn *s, int status, const char *type, const char *body,
     size_t len, bool head_only, bool keep)
 {
 	char hdr[512];
@@ -117,7 +100,7 @@ static dg_err answer(dgi_http *h, hslot *s, int status, const char *type, const 
 	return dgi_aconn_write(&s->c, iov, 2);
 }
 
-static dg_err answer_text(dgi_http *h, hslot *s, int status, const char *text, bool head_only,
+static dg_err answer_text(dgi_http *h, dgi_srv_conn *s, int status, const char *text, bool head_only,
     bool keep)
 {
 	return answer(h, s, status, "text/plain; charset=utf-8", text, strlen(text), head_only,
@@ -177,7 +160,7 @@ static bool path_is(const dgi_http_req *r, const char *p)
 }
 
 /* One request, its head parsed.  DG_OK: the connection goes on. */
-static dg_err handle(dgi_http *h, hslot *s, const dgi_http_req *r)
+static dg_err handle(dgi_http *h, dgi_srv_conn *s, const dgi_http_req *r)
 {
 	bool head = r->method == DGI_HTTP_HEAD, keep = r->keep_alive;
 	if (r->has_body)
@@ -207,26 +190,41 @@ static dg_err handle(dgi_http *h, hslot *s, const dgi_http_req *r)
 	return e != DG_OK ? e : keep ? DG_OK : DG_ERR_CLOSED;
 }
 
+static hconn *hconn_take(dgi_http *h)
+{
+	hconn *x = NULL;
+	pthread_mutex_lock(&h->mu);
+	for (unsigned i = 0; i < h->nconns && x == NULL; i++)
+		if (!h->hused[i]) {
+			h->hused[i] = true;
+			x = &h->hconns[i];
+		}
+	pthread_mutex_unlock(&h->mu);
+	return x;
+}
+
+static void hconn_give(dgi_http *h, hconn *x)
+{
+	pthread_mutex_lock(&h->mu);
+	h->hused[x - h->hconns] = false;
+	pthread_mutex_unlock(&h->mu);
+}
+
 /* Requests on one connection until it closes, errs or idles out. */
-static void serve(dgi_http *h, hslot *s)
+static void serve(dgi_http *h, dgi_srv_conn *s, char *in, size_t cap)
 {
 	size_t have = 0;
 	for (;;) {
-		uint64_t deadline;
-		pthread_mutex_lock(&h->mu);
-		s->answering = false;
-		deadline = s->waiting_since + h->idle_ms;
-		pthread_mutex_unlock(&h->mu);
+		uint64_t deadline = dgi_now_ms() + h->idle_ms;
 		dgi_http_req r;
 		int pr;
-		while ((pr = dgi_http_parse(s->in, have, &r)) == 0) {
-			if (have == sizeof(s->in)) {
+		while ((pr = dgi_http_parse(in, have, &r)) == 0) {
+			if (have == cap) {
 				answer_text(h, s, 431, "request head too large\n", false, false);
 				return;
 			}
 			size_t got;
-			if (h->stopping || dgi_aconn_read_some(&s->c, s->in + have,
-			    sizeof(s->in) - have, deadline, &got) != DG_OK)
+			if (dgi_aconn_read_some(&s->c, in + have, cap - have, deadline, &got) != DG_OK)
 				return;
 			have += got;
 		}
@@ -234,123 +232,24 @@ static void serve(dgi_http *h, hslot *s)
 			answer_text(h, s, 400, "malformed request\n", false, false);
 			return;
 		}
-		pthread_mutex_lock(&h->mu);
-		s->answering = true;
-		pthread_mutex_unlock(&h->mu);
+		(void)dgi_srv_pin(s, UINT32_MAX);   /* answering: not closed for room */
 		if (handle(h, s, &r) != DG_OK)
 			return;
+		dgi_srv_unpin(s);
 		/* a pipelined next request stays in the buffer */
-		memmove(s->in, s->in + r.head_len, have - r.head_len);
+		memmove(in, in + r.head_len, have - r.head_len);
 		have -= r.head_len;
-		pthread_mutex_lock(&h->mu);
-		s->waiting_since = dgi_now_ms();
-		pthread_mutex_unlock(&h->mu);
 	}
 }
 
-static void *conn_main(void *arg)
+static void serve_conn(void *ctx, dgi_srv_conn *s)
 {
-	hslot *s = arg;
-	serve(s->h, s);
-	dgi_aconn_abort(&s->c);
-	s->done = true;
-	return NULL;
-}
-
-/* ---- connections ---- */
-
-/* Joins and frees the finished slots: h->mu held.  all: every slot, at
- * stop (without h->mu, every connection aborted). */
-static void reap(dgi_http *h, bool all)
-{
-	for (unsigned i = 0; i < h->nslots; i++) {
-		hslot *s = &h->slots[i];
-		if (!s->used || (!all && !s->done))
-			continue;
-		pthread_join(s->thr, NULL);
-		dgi_aconn_close(&s->c);
-		s->used = false;
-	}
-}
-
-/* A free slot, making one by closing the connection that waited longest
- * for its next request; NULL when every slot is answering.  h->mu held;
- * dropped and retaken while an evicted thread ends. */
-static hslot *free_slot(dgi_http *h)
-{
-	reap(h, false);
-	hslot *oldest = NULL;
-	for (unsigned i = 0; i < h->nslots; i++) {
-		hslot *s = &h->slots[i];
-		if (!s->used)
-			return s;
-		if (!s->answering && !s->done &&
-		    (oldest == NULL || s->waiting_since < oldest->waiting_since))
-			oldest = s;
-	}
-	if (oldest == NULL)
-		return NULL;
-	dgi_aconn_abort(&oldest->c);    /* its read fails at once */
-	pthread_mutex_unlock(&h->mu);
-	log_rate(&h->lr_evict, "HTTP-EVICTED", "an idle HTTP connection was closed to make "
-	    "room for a new one (http_max_connections)");
-	pthread_join(oldest->thr, NULL);
-	pthread_mutex_lock(&h->mu);
-	dgi_aconn_close(&oldest->c);
-	oldest->used = false;
-	return oldest;
-}
-
-static void accept_one(dgi_http *h, nng_stream *st)
-{
-	pthread_mutex_lock(&h->mu);
-	hslot *s = h->stopping ? NULL : free_slot(h);
-	if (s == NULL) {
-		pthread_mutex_unlock(&h->mu);
-		nng_stream_close(st);
-		nng_stream_free(st);
-		log_rate(&h->lr_busy, "HTTP-BUSY", "an HTTP connection was closed at once: every "
-		    "connection is answering a request");
+	dgi_http *h = ctx;
+	hconn *x = hconn_take(h);   /* as many as connections: never NULL */
+	if (x == NULL)
 		return;
-	}
-	s->h = h;
-	s->done = false;
-	s->answering = false;
-	s->waiting_since = dgi_now_ms();
-	if (dgi_aconn_init(&s->c, st, DGI_HTTP_SEND_MS) != DG_OK) {
-		nng_stream_free(st);
-	} else if (pthread_create(&s->thr, NULL, conn_main, s) != 0) {
-		dgi_aconn_close(&s->c);
-	} else {
-		s->used = true;
-	}
-	pthread_mutex_unlock(&h->mu);
-}
-
-static void *accept_main(void *arg)
-{
-	dgi_http *h = arg;
-	unsigned backoff = 0;
-	while (!h->stopping) {
-		nng_stream_listener_accept(h->l, h->accept_aio);
-		nng_aio_wait(h->accept_aio);
-		int rv = nng_aio_result(h->accept_aio);
-		if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || h->stopping)
-			break;
-		if (rv != 0) {
-			/* out of file descriptors, most often: wait, don't spin */
-			backoff = backoff == 0 ? 10 : backoff >= 500 ? 1000 : backoff * 2;
-			char why[160];
-			snprintf(why, sizeof(why), "accepting an HTTP connection failed (%s): "
-			    "retrying in %u ms", nng_strerror(rv), backoff);
-			log_rate(&h->lr_accept, "HTTP-ACCEPT-FAIL", why);
-			nng_msleep((nng_duration)backoff);
-			continue;
-		}
-		backoff = 0;
-		accept_one(h, nng_aio_get_output(h->accept_aio, 0));
-	}
-	return NULL;
+	serve(h, s, x->in, sizeof(x->in));
+	hconn_give(h, x);
 }
 
 /* ---- start, stop ---- */
@@ -377,8 +276,7 @@ static dg_err setup_tls(dgi_http *h, const dg_node_config *cfg)
 	if (nng_tls_config_alloc(&h->tls, NNG_TLS_MODE_SERVER) != 0)
 		return DG_ERR_NOMEM;
 	if (nng_tls_config_cert_key_file(h->tls, cfg->tls_cert_key_file, NULL) != 0 ||
-	    nng_tls_config_auth_mode(h->tls, NNG_TLS_AUTH_MODE_NONE) != 0 ||
-	    nng_stream_listener_set_ptr(h->l, NNG_OPT_TLS_CONFIG, h->tls) != 0)
+	    nng_tls_config_auth_mode(h->tls, NNG_TLS_AUTH_MODE_NONE) != 0)
 		return DG_ERR_TLS;
 	return DG_OK;
 }
@@ -403,18 +301,6 @@ static dg_err listen_url(const char *url, char *out, size_t n, bool *tls)
 	return DG_OK;
 }
 
-static void bound_address(dgi_http *h, const char *url, bool tls)
-{
-	const char *colon = strrchr(url, ':');
-	int port = 0;
-	if (strcmp(colon, ":0") == 0 &&
-	    nng_stream_listener_get_int(h->l, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
-		snprintf(h->addr, sizeof(h->addr), "%.*s:%d", (int)(colon - url), url, port);
-	else
-		snprintf(h->addr, sizeof(h->addr), "%s", url);
-	(void)tls;
-}
-
 dg_err dgi_http_start(dg_node *n, const char *url, dgi_http **out)
 {
 	if (n == NULL || url == NULL || out == NULL)
@@ -430,11 +316,12 @@ dg_err dgi_http_start(dg_node *n, const char *url, dgi_http **out)
 		return DG_ERR_NOMEM;
 	h->n = n;
 	h->idle_ms = cfg->http_idle_timeout_ms ? cfg->http_idle_timeout_ms : 10000;
-	h->nslots = cfg->http_max_connections ? cfg->http_max_connections : 64;
+	h->nconns = cfg->http_max_connections ? cfg->http_max_connections : 64;
 	pthread_mutex_init(&h->mu, NULL);
 	int rv = 0;
 	e = DG_ERR_NOMEM;
-	if ((h->slots = dgi_calloc(h->nslots, sizeof(hslot))) == NULL)
+	if ((h->hconns = dgi_calloc(h->nconns, sizeof(hconn))) == NULL ||
+	    (h->hused = dgi_calloc(h->nconns, sizeof(bool))) == NULL)
 		goto fail;
 	if (cfg->http_auth_basic != NULL &&
 	    (h->basic = prefixed("Basic ", cfg->http_auth_basic, true)) == NULL)
@@ -442,23 +329,15 @@ dg_err dgi_http_start(dg_node *n, const char *url, dgi_http **out)
 	if (cfg->http_auth_token != NULL &&
 	    (h->bearer = prefixed("Bearer ", cfg->http_auth_token, false)) == NULL)
 		goto fail;
-	if ((rv = nng_stream_listener_alloc(&h->l, lurl)) != 0) {
-		e = dgi_nng_err(rv) == DG_ERR_UNREACHABLE ? DG_ERR_INVAL : dgi_nng_err(rv);
-		goto fail;
-	}
 	if (tls && (e = setup_tls(h, cfg)) != DG_OK)
 		goto fail;
-	if ((rv = nng_stream_listener_listen(h->l)) != 0) {
-		e = rv == NNG_EADDRINUSE ? DG_ERR_ADDRINUSE : dgi_nng_err(rv);
+	dgi_srv_config sc = {
+		.name = "HTTP", .slots = h->nconns, .evict_at = h->nconns,
+		.timeout_ms = DGI_HTTP_SEND_MS, .tls = h->tls, .serve = serve_conn, .ctx = h,
+	};
+	if ((e = dgi_srv_start(lurl, &sc, &h->srv, &rv)) != DG_OK)
 		goto fail;
-	}
-	bound_address(h, url, tls);
-	e = DG_ERR_NOMEM;
-	if (nng_aio_alloc(&h->accept_aio, NULL, NULL) != 0)
-		goto fail;
-	if (pthread_create(&h->accept_thr, NULL, accept_main, h) != 0)
-		goto fail;
-	h->accept_started = true;
+	dgi_srv_url(h->srv, url, h->addr, sizeof(h->addr));
 	*out = h;
 	return DG_OK;
 fail:
@@ -475,32 +354,15 @@ void dgi_http_stop(dgi_http *h)
 {
 	if (h == NULL)
 		return;
-	h->stopping = true;
-	if (h->l != NULL)
-		nng_stream_listener_close(h->l);
-	if (h->accept_started)
-		pthread_join(h->accept_thr, NULL);
-	if (h->slots != NULL) {
-		/* the accept thread is gone: nothing else changes the slots; the
-		 * joins happen without h->mu, which the threads take */
-		pthread_mutex_lock(&h->mu);
-		for (unsigned i = 0; i < h->nslots; i++)
-			if (h->slots[i].used)
-				dgi_aconn_abort(&h->slots[i].c);
-		pthread_mutex_unlock(&h->mu);
-		reap(h, true);
-	}
-	if (h->accept_aio != NULL)
-		nng_aio_free(h->accept_aio);
-	if (h->l != NULL)
-		nng_stream_listener_free(h->l);
+	dgi_srv_stop(h->srv);
 	if (h->tls != NULL)
 		nng_tls_config_free(h->tls);
 	for (unsigned i = 0; i < h->npool; i++)
 		dg_buf_free(&h->pool[i]);
 	dgi_free(h->basic);
 	dgi_free(h->bearer);
-	dgi_free(h->slots);
+	dgi_free(h->hconns);
+	dgi_free(h->hused);
 	pthread_mutex_destroy(&h->mu);
 	dgi_free(h);
 }
