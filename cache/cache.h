@@ -299,6 +299,7 @@ typedef struct dgi_grid_config {
 	                                   wait for one to merge) */
 	void (*on_event)(void *ctx, const dg_event *ev);
 	void *event_ctx;
+	bool storage_recover;           /* a damaged store is moved aside */
 } dgi_grid_config;
 
 /* Registers the cache message handlers on tp, opens the persistent store

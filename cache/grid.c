@@ -1351,6 +1351,7 @@ dg_err dgi_grid_start(dg_tp *tp, dg_registry *reg, const dgi_grid_config *cfg,
 		if (cfg->storage_map_size)
 			pc.map_size = cfg->storage_map_size;
 		pc.nosync = cfg->storage_nosync;
+		pc.recover = cfg->storage_recover;
 		if ((e = dgi_pstore_open(&pc, &g->ps)) != DG_OK)
 			goto fail;
 		if ((e = dgi_pstore_meta_each(g->ps, load_meta, g)) != DG_OK)

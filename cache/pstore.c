@@ -43,9 +43,13 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cache/pstore.h"
+#include "cache/cache_int.h"
+#include "cache/pstore_check.h"
+#include "marshal/crc32c.h"
 #include "transport/transport.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -53,11 +57,15 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 
 #define KEY_HDR 6u              /* be32 cache id | be16 partition */
 #define VER_LEN 24u             /* dgi_pver, little-endian */
 #define VAL_HDR 32u             /* format 1: dgi_pver | expire_ms i64 LE */
 #define VAL_HDR2 48u            /* format 2: ... | op_node u64 LE | op_seq u64 LE */
+#define CRC_LEN 4u              /* format 3: ... value | CRC-32C u32 LE */
+#define FORMAT_KEY "dg-record-format" /* in the main DB: every record has a CRC */
 #define PART_LIMIT 65536u
 #define MAX_KEY 511u            /* LMDB's compile-time default maxkeysize */
 #define DEFAULT_MAP ((size_t)1 << 30)
@@ -85,6 +93,9 @@ typedef struct op {
 
 struct dgi_pstore {
 	MDB_env *ps_env;
+	char ps_dir[4096];
+	bool ps_crc_only;          /* the store was made with CRCs: a record
+	                              without one is damage */
 	MDB_dbi ps_main, ps_entries, ps_meta;
 	size_t ps_store_limit;     /* live pages a storing txn may reach */
 	uint32_t ps_max_batch;
@@ -98,6 +109,12 @@ struct dgi_pstore {
 	_Atomic int ps_fail_next;  /* test hook: LMDB error for the next txn */
 	_Atomic uint64_t ps_commits, ps_records, ps_skipped, ps_failures;
 };
+
+static dg_err damaged(const dgi_pstore *ps, const char *what, const char *why,
+    const MDB_val *k, const char *name);
+static const char *check_rec(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v,
+    dgi_prec *r);
+static const char *meta_check(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v);
 
 /* ---- log: one line per event, stderr ---- */
 
@@ -118,7 +135,18 @@ static dg_err map_rc(int rc)
 {
 	if (rc == 0)
 		return DG_OK;
-	return rc == MDB_MAP_FULL ? DG_ERR_STORAGE_FULL : DG_ERR_STORAGE;
+	return rc == MDB_MAP_FULL || rc == ENOSPC ? DG_ERR_STORAGE_FULL : DG_ERR_STORAGE;
+}
+
+/* LMDB reports a short write as EIO: on a file system with (almost) no
+ * space left that is ENOSPC, and the log should say so. */
+static int disk_rc(const dgi_pstore *ps, int rc)
+{
+	struct statvfs vs;
+	if ((rc == EIO || rc == ENOSPC) && statvfs(ps->ps_dir, &vs) == 0 &&
+	    (uint64_t)vs.f_bavail * vs.f_frsize < ((uint64_t)1 << 20))
+		return ENOSPC;
+	return rc;
 }
 
 /* ---- encodings ---- */
@@ -203,7 +231,40 @@ static dg_err open_fail(dgi_pstore_config const *cfg, const char *what, int rc)
 	return DG_ERR_STORAGE;
 }
 
-static dg_err open_env(dgi_pstore *ps, const dgi_pstore_config *cfg)
+/* A store without records is (re)made with CRCs: FORMAT_KEY in the main
+ * DB says every record and metadata value of it carries one.  A store
+ * with records and no marker was written by an older build: its records
+ * are checked where they carry a CRC. */
+static int format_marker(dgi_pstore *ps, MDB_txn *txn)
+{
+	MDB_val k = { sizeof(FORMAT_KEY) - 1, (void *)FORMAT_KEY }, v;
+	int rc = mdb_get(txn, ps->ps_main, &k, &v);
+	if (rc == 0) {
+		ps->ps_crc_only = v.mv_size == 4 && get_le(v.mv_data, 4) >= 3;
+		return 0;
+	}
+	if (rc != MDB_NOTFOUND)
+		return rc;
+	MDB_stat se, sm;
+	if ((rc = mdb_stat(txn, ps->ps_entries, &se)) != 0 ||
+	    (rc = mdb_stat(txn, ps->ps_meta, &sm)) != 0)
+		return rc;
+	if (se.ms_entries != 0 || sm.ms_entries != 0)
+		return 0;
+	uint8_t three[4];
+	put_le(three, 3, 4);
+	v.mv_size = 4;
+	v.mv_data = three;
+	if ((rc = mdb_put(txn, ps->ps_main, &k, &v, 0)) == 0)
+		ps->ps_crc_only = true;
+	return rc;
+}
+
+/* Opens the environment; fresh: there was no file, the databases are
+ * made (a store that had a file has both: one missing is damage — a
+ * damaged name in the main tree made LMDB create a new, empty "entries"
+ * in its place, and the node started without its records). */
+static dg_err open_env(dgi_pstore *ps, const dgi_pstore_config *cfg, bool fresh)
 {
 	int rc;
 	if (mkdir(cfg->dir, 0700) != 0 && errno != EEXIST)
@@ -224,10 +285,15 @@ static dg_err open_env(dgi_pstore *ps, const dgi_pstore_config *cfg)
 	MDB_txn *txn;
 	if ((rc = mdb_txn_begin(ps->ps_env, NULL, 0, &txn)) != 0)
 		return open_fail(cfg, "txn_begin", rc);
+	unsigned create = fresh ? MDB_CREATE : 0;
 	if ((rc = mdb_dbi_open(txn, NULL, 0, &ps->ps_main)) != 0 ||
-	    (rc = mdb_dbi_open(txn, "entries", MDB_CREATE, &ps->ps_entries)) != 0 ||
-	    (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &ps->ps_meta)) != 0) {
+	    (rc = mdb_dbi_open(txn, "entries", create, &ps->ps_entries)) != 0 ||
+	    (rc = mdb_dbi_open(txn, "meta", create, &ps->ps_meta)) != 0 ||
+	    (rc = format_marker(ps, txn)) != 0) {
 		mdb_txn_abort(txn);
+		if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE || rc == MDB_CORRUPTED)
+			return damaged(ps, "open", rc == MDB_NOTFOUND ? "the entries or metadata "
+			    "database is missing from the main tree" : mdb_strerror(rc), NULL, NULL);
 		return open_fail(cfg, "dbi_open", rc);
 	}
 	if ((rc = mdb_txn_commit(txn)) != 0)
@@ -243,6 +309,136 @@ static dg_err open_env(dgi_pstore *ps, const dgi_pstore_config *cfg)
 	size_t reserve = pages / 32, most = ((size_t)32 << 20) / st.ms_psize;
 	reserve = reserve < RESERVE_MIN ? RESERVE_MIN : reserve > most ? most : reserve;
 	ps->ps_store_limit = pages > reserve ? pages - reserve : 0;
+	return DG_OK;
+}
+
+/* ---- the check at open (pstore_check.h) ---- */
+
+
+#define SCAN_NAMES 256
+
+struct scan {
+	dgi_pstore *ps;
+	dg_err err;
+	uint32_t ids[SCAN_NAMES];      /* caches named in the metadata */
+	char names[SCAN_NAMES][DG_CACHE_NAME_MAX + 1];
+	unsigned nnames;
+};
+
+static const char *scan_name(const struct scan *sc, const MDB_val *k)
+{
+	const uint8_t *p = k->mv_data;
+	uint32_t id = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	for (unsigned i = 0; i < sc->nnames; i++)
+		if (sc->ids[i] == id)
+			return sc->names[i];
+	return NULL;
+}
+
+/* Reads every metadata value and record once: each must check, the keys
+ * must come in strictly increasing order and as many as the tree counts
+ * (a damaged branch page can hide records, or show some twice). */
+static const char *lmdb_why(int rc, char *buf, size_t n)
+{
+	snprintf(buf, n, "LMDB error %d: %s", rc, mdb_strerror(rc));
+	return buf;
+}
+
+static int scan_all(void *arg)
+{
+	struct scan *sc = arg;
+	char why[200];
+	dgi_pstore *ps = sc->ps;
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_stat st;
+	MDB_val k, v, prev = { 0, NULL };
+	uint64_t n = 0;
+	int rc;
+	if ((rc = mdb_txn_begin(ps->ps_env, NULL, MDB_RDONLY, &txn)) != 0) {
+		sc->err = damaged(ps, "open", lmdb_why(rc, why, sizeof(why)), NULL, NULL);
+		return 0;
+	}
+	MDB_dbi dbis[2] = { ps->ps_meta, ps->ps_entries };
+	for (int d = 0; d < 2 && sc->err == DG_OK; d++) {
+		const char *what = d == 0 ? "metadata" : "entries";
+		if ((rc = mdb_stat(txn, dbis[d], &st)) != 0 ||
+		    (rc = mdb_cursor_open(txn, dbis[d], &cur)) != 0) {
+			sc->err = damaged(ps, "open", lmdb_why(rc, why, sizeof(why)), NULL, NULL);
+			break;
+		}
+		n = 0;
+		prev.mv_data = NULL;
+		while ((rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) == 0) {
+			n++;
+			dgi_prec r;
+			const char *bad = d == 0 ? meta_check(ps, &k, &v) : check_rec(ps, &k, &v, &r);
+			if (bad == NULL && prev.mv_data != NULL &&
+			    mdb_cmp(txn, dbis[d], &prev, &k) >= 0)
+				bad = "keys out of order";
+			if (bad != NULL) {
+				sc->err = damaged(ps, "open", bad, d == 0 ? NULL : &k,
+				    d == 0 ? NULL : scan_name(sc, &k));
+				break;
+			}
+			prev = k;
+			const char *name = k.mv_data;
+			if (d == 0 && strncmp(name, "cache:", 6) == 0 && sc->nnames < SCAN_NAMES &&
+			    strlen(name + 6) <= DG_CACHE_NAME_MAX) {
+				sc->ids[sc->nnames] = dgi_cache_id(name + 6);
+				strcpy(sc->names[sc->nnames++], name + 6);
+			}
+		}
+		mdb_cursor_close(cur);
+		if (sc->err == DG_OK && rc != MDB_NOTFOUND)
+			sc->err = damaged(ps, "open", lmdb_why(rc, why, sizeof(why)), NULL, NULL);
+		else if (sc->err == DG_OK && n != st.ms_entries) {
+			snprintf(why, sizeof(why), "the %s tree counts %llu records, %llu were read",
+			    what, (unsigned long long)st.ms_entries, (unsigned long long)n);
+			sc->err = damaged(ps, "open", why, NULL, NULL);
+		}
+	}
+	mdb_txn_abort(txn);
+	return 0;
+}
+
+static dg_err verify(dgi_pstore *ps)
+{
+	struct scan *sc = dgi_calloc(1, sizeof(*sc));
+	if (sc == NULL)
+		return DG_ERR_NOMEM;
+	sc->ps = ps;
+	int r = dgi_pstore_guarded(scan_all, sc);
+	dg_err err = sc->err;
+	dgi_free(sc);
+	if (r < 0)
+		return damaged(ps, "open", r == -SIGBUS ? "reading the file faulted (SIGBUS): a "
+		    "page number points past its end" : "reading the file faulted (SIGSEGV): "
+		    "damaged pages", NULL, NULL);
+	return err;
+}
+
+/* DIR/data.mdb goes to DIR/data.mdb.damaged-<UTC time>; lock.mdb is
+ * removed (it holds nothing durable). */
+static dg_err move_aside(const char *dir)
+{
+	char from[4200], to[4300], lock[4200], ts[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	strftime(ts, sizeof(ts), "%Y%m%dT%H%M%SZ", &tm);
+	snprintf(from, sizeof(from), "%s/data.mdb", dir);
+	snprintf(to, sizeof(to), "%s/data.mdb.damaged-%s", dir, ts);
+	snprintf(lock, sizeof(lock), "%s/lock.mdb", dir);
+	if (rename(from, to) != 0) {
+		dgi_log("error", "STORAGE-MOVE-ASIDE", "from=\"%s\" to=\"%s\" err=\"%s\"", from, to,
+		    strerror(errno));
+		return DG_ERR_STORAGE;
+	}
+	(void)unlink(lock);
+	dgi_log("warn", "STORAGE-MOVED-ASIDE", "from=\"%s\" to=\"%s\" why=\"the store was "
+	    "damaged (--storage-recover): this node starts empty and fetches its partitions "
+	    "from their backups\"", from, to);
 	return DG_OK;
 }
 
@@ -265,7 +461,28 @@ dg_err dgi_pstore_open(const dgi_pstore_config *cfg, dgi_pstore **out)
 		dgi_free(ps);
 		return DG_ERR_NOMEM;
 	}
-	if ((err = open_env(ps, cfg)) != DG_OK) {
+	snprintf(ps->ps_dir, sizeof(ps->ps_dir), "%s", cfg->dir);
+	char why[512];
+	int pre = dgi_pstore_precheck(cfg->dir, why, sizeof(why));
+	err = pre < 0 ? damaged(ps, "open", why, NULL, NULL) : open_env(ps, cfg, pre == 1);
+	if (err == DG_OK)
+		err = verify(ps);
+	if (err == DG_ERR_STORAGE_DAMAGED && cfg->recover) {
+		/* what the node held comes back from the backups */
+		if (ps->ps_env != NULL)
+			mdb_env_close(ps->ps_env);
+		ps->ps_env = NULL;
+		if ((err = move_aside(cfg->dir)) == DG_OK)
+			err = open_env(ps, cfg, true);
+	} else if (err == DG_ERR_STORAGE_DAMAGED) {
+		dgi_log("error", "STORAGE-REFUSED", "dir=\"%s\" why=\"the store is damaged: this "
+		    "node does not start on it\" fix=\"start it again with --storage-recover "
+		    "(dg_node_config.storage_recover): the damaged file is moved aside to "
+		    "data.mdb.damaged-TIME in the same directory and the node fetches its "
+		    "partitions from their backups (without backups, what only this node held "
+		    "is lost)\"", cfg->dir);
+	}
+	if (err != DG_OK) {
 		dgi_pstore_close(ps);
 		return err;
 	}
@@ -318,6 +535,86 @@ static void leave(dgi_pstore *ps)
 	pthread_mutex_unlock(&ps->ps_mu);
 }
 
+/* The CRC-32C of a format-3 record: its whole LMDB key, then its value
+ * without the CRC (n bytes). */
+static uint32_t record_crc(const MDB_val *k, const uint8_t *v, size_t n)
+{
+	return dgi_crc32c(dgi_crc32c(0, k->mv_data, k->mv_size), v, n);
+}
+
+/* Checks one stored record and decodes it into *r (pointers into the
+ * map).  NULL when fine, else what is wrong with it. */
+static const char *check_rec(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v,
+    dgi_prec *r)
+{
+	if (k->mv_size <= KEY_HDR)
+		return "key without bytes after its prefix";
+	if (v->mv_size < VAL_HDR)
+		return "value shorter than its header";
+	const uint8_t *kp = k->mv_data, *vp = v->mv_data;
+	memset(r, 0, sizeof(*r));
+	r->cache_id = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
+	r->part = (uint32_t)kp[4] << 8 | kp[5];
+	r->key = kp + KEY_HDR;
+	r->klen = (uint32_t)(k->mv_size - KEY_HDR);
+	r->expire_ms = (int64_t)get_le(vp + VER_LEN, 8);
+	get_ver(vp, &r->ver);
+	size_t hdr = VAL_HDR, end = v->mv_size;   /* format 1: no update id */
+	if (r->ver.flags & DGI_PREC_CRC) {
+		if (end < VAL_HDR2 + CRC_LEN || !(r->ver.flags & DGI_PREC_FORMAT2))
+			return "value shorter than its header and checksum";
+		end -= CRC_LEN;
+		if (get_le(vp + end, 4) != record_crc(k, vp, end))
+			return "checksum mismatch";
+	} else if (ps->ps_crc_only) {
+		return "record without a checksum in a store made with them";
+	}
+	if (r->ver.flags & DGI_PREC_FORMAT2) {
+		if (end < VAL_HDR2)
+			return "value shorter than its header";
+		r->op_node = get_le(vp + VAL_HDR, 8);
+		r->op_seq = get_le(vp + VAL_HDR + 8, 8);
+		hdr = VAL_HDR2;
+	}
+	r->ver.flags &= ~(DGI_PREC_FORMAT2 | DGI_PREC_CRC);
+	r->val = vp + hdr;
+	r->vlen = (uint32_t)(end - hdr);
+	return NULL;
+}
+
+/* Checks a meta record: NULL when fine, else what is wrong. */
+static const char *meta_check(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v)
+{
+	const char *name = k->mv_data;
+	/* names are stored with their NUL, so they are handed out in place */
+	if (k->mv_size < 2 || name[k->mv_size - 1] != '\0' ||
+	    memchr(name, '\0', k->mv_size - 1) != NULL)
+		return "a metadata name that is not a string";
+	if (!ps->ps_crc_only)
+		return NULL;
+	if (v->mv_size < CRC_LEN)
+		return "metadata shorter than its checksum";
+	size_t n = v->mv_size - CRC_LEN;
+	if (get_le((const uint8_t *)v->mv_data + n, 4) != record_crc(k, v->mv_data, n))
+		return "metadata checksum mismatch";
+	return NULL;
+}
+
+/* A key for the log: printable ASCII as it is, else hex; at most 64
+ * bytes of it. */
+static void key_text(const uint8_t *p, size_t n, char *out, size_t cap)
+{
+	bool text = true;
+	for (size_t i = 0; i < n && text; i++)
+		text = p[i] >= 0x20 && p[i] < 0x7f && p[i] != '"' && p[i] != '\\';
+	size_t o = 0, m = n > 64 ? 64 : n;
+	for (size_t i = 0; i < m && o + 3 < cap; i++)
+		o += (size_t)snprintf(out + o, cap - o, text ? "%c" : "%02x", p[i]);
+	if (n > m && o + 4 < cap)
+		o += (size_t)snprintf(out + o, cap - o, "...");
+	out[o < cap ? o : cap - 1] = 0;
+}
+
 /* ---- applying ops inside a write transaction ---- */
 
 static int apply_rec(dgi_pstore *ps, MDB_txn *txn, const dgi_prec *r, op *o)
@@ -344,19 +641,20 @@ static int apply_rec(dgi_pstore *ps, MDB_txn *txn, const dgi_prec *r, op *o)
 	}
 	if (r->val == NULL)
 		return stored ? mdb_del(txn, ps->ps_entries, &k, NULL) : 0;
-	v.mv_size = VAL_HDR2 + (size_t)r->vlen;
+	v.mv_size = VAL_HDR2 + (size_t)r->vlen + CRC_LEN;
 	v.mv_data = NULL;
 	if ((rc = mdb_put(txn, ps->ps_entries, &k, &v, MDB_RESERVE)) != 0)
 		return rc;
 	uint8_t *p = v.mv_data;
 	dgi_pver ver = r->ver;
-	ver.flags |= DGI_PREC_FORMAT2;
+	ver.flags |= DGI_PREC_FORMAT2 | DGI_PREC_CRC;
 	put_ver(p, &ver);
 	put_le(p + VER_LEN, (uint64_t)r->expire_ms, 8);
 	put_le(p + VAL_HDR, r->op_node, 8);
 	put_le(p + VAL_HDR + 8, r->op_seq, 8);
 	if (r->vlen > 0)
 		memcpy(p + VAL_HDR2, r->val, r->vlen);
+	put_le(p + VAL_HDR2 + r->vlen, record_crc(&k, p, VAL_HDR2 + r->vlen), 4);
 	return 0;
 }
 
@@ -404,8 +702,14 @@ static int apply_meta(dgi_pstore *ps, MDB_txn *txn, const op *o)
 		int rc = mdb_del(txn, ps->ps_meta, &k, NULL);
 		return rc == MDB_NOTFOUND ? 0 : rc;
 	}
-	MDB_val v = { o->o_len, (void *)o->o_val };
-	return mdb_put(txn, ps->ps_meta, &k, &v, 0);
+	MDB_val v = { o->o_len + (ps->ps_crc_only ? CRC_LEN : 0), NULL };
+	int rc = mdb_put(txn, ps->ps_meta, &k, &v, MDB_RESERVE);
+	if (rc != 0)
+		return rc;
+	memcpy(v.mv_data, o->o_val, o->o_len);
+	if (ps->ps_crc_only)   /* a store made with CRCs: its meta values too */
+		put_le((uint8_t *)v.mv_data + o->o_len, record_crc(&k, o->o_val, o->o_len), 4);
+	return 0;
 }
 
 static int apply_op(dgi_pstore *ps, MDB_txn *txn, op *o)
@@ -493,6 +797,7 @@ static int run_txn(dgi_pstore *ps, op *first, op *last)
 		return 0;
 	}
 	atomic_fetch_add_explicit(&ps->ps_failures, 1, memory_order_relaxed);
+	rc = disk_rc(ps, rc);
 	size_t nops = 0, nrecs = 0;
 	for (op *o = first;; o = o->o_next) {
 		nops++;
@@ -657,11 +962,24 @@ static void read_end(MDB_txn *txn, MDB_cursor *cur)
 	mdb_txn_abort(txn);
 }
 
-static dg_err corrupt(const char *what, const MDB_val *k, const MDB_val *v)
+/* Logs STORAGE-DAMAGED for the record at k (NULL: the file as a whole)
+ * and returns DG_ERR_STORAGE_DAMAGED.  name: the cache's, when known. */
+static dg_err damaged(const dgi_pstore *ps, const char *what, const char *why,
+    const MDB_val *k, const char *name)
 {
-	pstore_log("corrupt record", "op=%s klen=%zu vlen=%zu", what,
-	    k->mv_size, v->mv_size);
-	return DG_ERR_STORAGE;
+	if (k == NULL || k->mv_size < KEY_HDR) {
+		dgi_log("error", "STORAGE-DAMAGED", "file=\"%s/data.mdb\" op=%s why=\"%s\"",
+		    ps->ps_dir, what, why);
+		return DG_ERR_STORAGE_DAMAGED;
+	}
+	const uint8_t *kp = k->mv_data;
+	char key[200];
+	key_text(kp + KEY_HDR, k->mv_size - KEY_HDR, key, sizeof(key));
+	uint32_t id = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
+	dgi_log("error", "STORAGE-DAMAGED", "file=\"%s/data.mdb\" op=%s cache=\"%s\" "
+	    "cache_id=%08x partition=%u key=\"%s\" why=\"%s\"", ps->ps_dir, what,
+	    name != NULL ? name : "?", id, (unsigned)kp[4] << 8 | kp[5], key, why);
+	return DG_ERR_STORAGE_DAMAGED;
 }
 
 dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
@@ -683,32 +1001,12 @@ dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
 	MDB_val k = { sizeof pre, pre }, v;
 	int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 	while (rc == 0 && has_prefix(&k, pre, sizeof pre)) {
-		if (k.mv_size <= KEY_HDR || v.mv_size < VAL_HDR) {
-			err = corrupt("load", &k, &v);
+		dgi_prec r;
+		const char *bad = check_rec(ps, &k, &v, &r);
+		if (bad != NULL) {
+			err = damaged(ps, "load", bad, &k, NULL);
 			break;
 		}
-		const uint8_t *kp = k.mv_data, *vp = v.mv_data;
-		dgi_prec r = {
-			.cache_id = cache_id,
-			.part = (uint32_t)kp[4] << 8 | kp[5],
-			.key = kp + KEY_HDR,
-			.klen = (uint32_t)(k.mv_size - KEY_HDR),
-			.expire_ms = (int64_t)get_le(vp + VER_LEN, 8),
-		};
-		get_ver(vp, &r.ver);
-		size_t hdr = VAL_HDR;   /* format 1: no update id, (0, 0) */
-		if (r.ver.flags & DGI_PREC_FORMAT2) {
-			if (v.mv_size < VAL_HDR2) {
-				err = corrupt("load", &k, &v);
-				break;
-			}
-			r.ver.flags &= ~DGI_PREC_FORMAT2;
-			r.op_node = get_le(vp + VAL_HDR, 8);
-			r.op_seq = get_le(vp + VAL_HDR + 8, 8);
-			hdr = VAL_HDR2;
-		}
-		r.val = vp + hdr;
-		r.vlen = (uint32_t)(v.mv_size - hdr);
 		if ((err = fn(ctx, &r)) != DG_OK)
 			break;
 		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
@@ -742,12 +1040,13 @@ dg_err dgi_pstore_meta_each(dgi_pstore *ps,
 	while ((rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) == 0) {
 		const char *name = k.mv_data;
 		/* Names are stored with their NUL, so they are handed out in place. */
-		if (k.mv_size < 2 || name[k.mv_size - 1] != '\0' ||
-		    memchr(name, '\0', k.mv_size - 1) != NULL) {
-			err = corrupt("meta_each", &k, &v);
+		const char *bad = meta_check(ps, &k, &v);
+		if (bad != NULL) {
+			err = damaged(ps, "meta_each", bad, NULL, NULL);
 			break;
 		}
-		if ((err = fn(ctx, name, v.mv_data, v.mv_size)) != DG_OK)
+		if ((err = fn(ctx, name, v.mv_data, v.mv_size - (ps->ps_crc_only ? CRC_LEN : 0))) !=
+		    DG_OK)
 			break;
 	}
 	if (err == DG_OK && rc != MDB_NOTFOUND) {

@@ -67,6 +67,8 @@
 /* Bit 31 of a stored record's flags: the record has format 2.  pstore's
  * own; a record handed to dgi_pstore_write must not set it. */
 #define DGI_PREC_FORMAT2 0x80000000u
+/* Bit 30: the record ends with a CRC-32C (format 3).  pstore's own too. */
+#define DGI_PREC_CRC 0x40000000u
 
 typedef struct dgi_prec {
 	uint32_t cache_id;
@@ -87,6 +89,9 @@ typedef struct dgi_pstore_config {
 	bool nosync;               /* MDB_NOSYNC: fast, a machine crash may lose the last commits */
 	uint32_t max_batch;        /* most records per group transaction; default 4096
 	                            * (one larger write still commits alone, whole) */
+	bool recover;              /* a damaged store is moved aside (data.mdb.
+	                            * damaged-TIME) and a new one made, in place
+	                            * of DG_ERR_STORAGE_DAMAGED */
 } dgi_pstore_config;
 
 void dgi_pstore_config_init(dgi_pstore_config *cfg);

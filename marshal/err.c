@@ -44,6 +44,7 @@ static const char *const err_names[DG_ERR__COUNT] = {
 	[DG_ERR_TX_CONFLICT] = "DG_ERR_TX_CONFLICT: a key read by the transaction changed",
 	[DG_ERR_TX_ROLLED_BACK] = "DG_ERR_TX_ROLLED_BACK: the transaction was rolled back",
 	[DG_ERR_TX_UNKNOWN] = "DG_ERR_TX_UNKNOWN: outcome not learnt in time (applied everywhere or nowhere)",
+	[DG_ERR_STORAGE_DAMAGED] = "DG_ERR_STORAGE_DAMAGED: the persisted store is damaged (see the STORAGE-DAMAGED log line)",
 	[DG_ERR_SEGMENTED] = "DG_ERR_SEGMENTED: this node cannot reach a majority of the cluster's voting servers",
 };
 

@@ -101,6 +101,7 @@ typedef enum dg_err {
 	DG_ERR_TX_UNKNOWN,     /* commit: outcome not learnt in time (all or nothing, either way) */
 	/* membership */
 	DG_ERR_SEGMENTED,      /* this node cannot reach a majority of the voting servers: it refuses at once */
+	DG_ERR_STORAGE_DAMAGED, /* the persisted store failed its checks (logged: file, cache, partition, key) */
 	DG_ERR__COUNT
 } dg_err;
 

@@ -94,6 +94,13 @@ typedef struct dg_node_config {
 	const char *data_dir;         /* persistence directory; NULL: caches
 	                                 with persistence cannot be created */
 	size_t storage_map_size;      /* LMDB map size; default 1 GiB */
+	bool storage_recover;         /* the store in data_dir failed its checks
+	                                 (truncated, a record's CRC-32C, its
+	                                 tree): move it aside (data.mdb.damaged-
+	                                 TIME) and start empty, fetching this
+	                                 node's partitions from their backups;
+	                                 false (the default): dg_node_start
+	                                 fails with DG_ERR_STORAGE_DAMAGED */
 	bool storage_nosync;          /* no fsync per commit: faster; a machine
 	                                 (not process) crash may lose the last
 	                                 acknowledged writes */

@@ -138,6 +138,13 @@ const dgnode_setting dgnode_settings_table[] = {
 	  NULL, "Flush to disk at every commit; false (MDB_NOSYNC) is faster, "
 	  "but a machine crash may lose the last acknowledged writes.",
 	  "dg_node_config.storage_nosync (negated)", NULL },
+	{ "storage-recover", DGNODE_BOOL, F(storage_recover), "false", 0, 0, NULL,
+	  NULL, "When the store in data-dir fails its checks at start (a "
+	  "truncated file, a record whose CRC-32C does not match, a damaged "
+	  "tree), move it aside to data.mdb.damaged-TIME and start empty, "
+	  "fetching this node's partitions from their backups; without it the "
+	  "node refuses to start on a damaged store.",
+	  "dg_node_config.storage_recover", NULL },
 	{ "recv-max", DGNODE_SIZE, F(recv_max), "16m", MIB, GIB, NULL,
 	  "SIZE", "Largest message accepted from a peer.",
 	  "dg_node_config.recv_max", NULL },
@@ -1328,6 +1335,7 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	cfg->data_dir = or_null(s->data_dir);
 	cfg->storage_map_size = (size_t)s->storage_map_size;
 	cfg->storage_nosync = !s->storage_sync;
+	cfg->storage_recover = s->storage_recover;
 	cfg->recv_max = (size_t)s->recv_max;
 	cfg->rebalance_batch_bytes = (uint32_t)s->rebalance_batch;
 	cfg->client = s->client;

@@ -86,6 +86,7 @@ typedef struct dgnode_settings {
 	const char *data_dir;
 	uint64_t storage_map_size;
 	bool storage_sync;
+	bool storage_recover;
 	uint64_t recv_max;
 	uint64_t rebalance_batch;
 	bool client;

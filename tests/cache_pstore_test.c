@@ -169,6 +169,20 @@ static dgi_pstore *fx_open(fixture *fx, size_t map_size, bool nosync)
 	return fx_open_batch(fx, map_size, nosync, 0);
 }
 
+/* Opens fx->dir expecting it to fail (or, recover, to succeed). */
+static dg_err fx_try_open(fixture *fx, bool recover)
+{
+	dgi_pstore_config cfg;
+	dgi_pstore_config_init(&cfg);
+	cfg.dir = fx->dir;
+	cfg.nosync = true;
+	cfg.recover = recover;
+	dg_err e = dgi_pstore_open(&cfg, &fx->ps);
+	if (e != DG_OK)
+		assert_null(fx->ps);
+	return e;
+}
+
 static void fx_close(fixture *fx)
 {
 	dgi_pstore_close(fx->ps);
@@ -880,24 +894,42 @@ static void test_bad_args(void **state)
 }
 
 /* Writes raw key/value bytes into "entries" with LMDB directly (the store
- * must be closed: LMDB forbids two opens of one env in a process). */
-static void raw_put(const char *dir, const void *key, size_t klen,
-    const void *val, size_t vlen)
+ * must be closed: LMDB forbids two opens of one env in a process); with
+ * old, first deletes the marker that says the store was made with CRCs,
+ * so it looks like a store of an older build. */
+static void raw_put_in(const char *dir, const void *key, size_t klen,
+    const void *val, size_t vlen, bool old)
 {
 	MDB_env *env;
 	MDB_txn *txn;
-	MDB_dbi dbi;
+	MDB_dbi dbi, main;
 	assert_int_equal(mdb_env_create(&env), 0);
 	assert_int_equal(mdb_env_set_maxdbs(env, 2), 0);
 	assert_int_equal(mdb_env_open(env, dir, 0, 0600), 0);
 	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
 	assert_int_equal(mdb_dbi_open(txn, "entries", 0, &dbi), 0);
+	if (old) {
+		assert_int_equal(mdb_dbi_open(txn, NULL, 0, &main), 0);
+		MDB_val mk = { 16, (void *)"dg-record-format" };
+		int rc = mdb_del(txn, main, &mk, NULL);
+		assert_true(rc == 0 || rc == MDB_NOTFOUND);
+	}
 	MDB_val k = { klen, (void *)key }, v = { vlen, (void *)val };
 	assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
 	assert_int_equal(mdb_txn_commit(txn), 0);
 	mdb_env_close(env);
 }
 
+static void raw_put(const char *dir, const void *key, size_t klen,
+    const void *val, size_t vlen)
+{
+	raw_put_in(dir, key, klen, val, vlen, true);
+}
+
+/* Records that fail their checks: the store is refused at open
+ * (DG_ERR_STORAGE_DAMAGED), before anything loads — in a store of an
+ * older build (no CRCs) for a record too short to hold its header or a key
+ * without bytes, in a store of this build for any record without a CRC. */
 static void test_corrupt(void **state)
 {
 	fixture *fx = *state;
@@ -906,28 +938,28 @@ static void test_corrupt(void **state)
 	assert_int_equal(dgi_pstore_write(ps, good, 2), DG_OK);
 	fx_close(fx);
 
+	/* this build's store: a format-2 record without a CRC */
+	static const uint8_t k2[] = { 0, 0, 0, 5, 0, 1, 'n', 'o', 'c', 'r', 'c' };
+	uint8_t v2[50] = { 0 };
+	v2[23] = 0x80;
+	raw_put_in(fx->dir, k2, sizeof k2, v2, sizeof v2, false);
+	assert_int_equal(fx_try_open(fx, false), DG_ERR_STORAGE_DAMAGED);
+	/* as an older build's store (the marker gone) the same record is fine */
+	raw_put(fx->dir, k2, sizeof k2, v2, sizeof v2);
+	ps = fx_open(fx, 0, true);
+	assert_int_equal(load_count(ps, 5), 2);
+	fx_close(fx);
+
 	/* Cache 5, partition 1, key "bad": a value shorter than the header. */
 	static const uint8_t bad_key[] = { 0, 0, 0, 5, 0, 1, 'b', 'a', 'd' };
 	raw_put(fx->dir, bad_key, sizeof bad_key, "short", 5);
-	ps = fx_open(fx, 0, true);
-	size_t n = 0;
-	assert_int_equal(dgi_pstore_load(ps, 5, count_fn, &n), DG_ERR_STORAGE);
-	assert_int_equal(n, 1);                       /* "good" came first */
-	assert_int_equal(load_count(ps, 4), 1);       /* other caches unaffected */
-	/* A write over the corrupt record repairs it. */
-	dgi_prec fix = rec(5, 1, "bad", "fixed", 0, 0, 0);
-	assert_int_equal(dgi_pstore_write(ps, &fix, 1), DG_OK);
-	assert_int_equal(load_count(ps, 5), 2);
-	fx_close(fx);
+	assert_int_equal(fx_try_open(fx, false), DG_ERR_STORAGE_DAMAGED);
 
 	/* A key holding only the prefix (no key bytes). */
 	static const uint8_t bare[] = { 0, 0, 0, 5, 0, 2 };
 	static uint8_t val[40];
 	raw_put(fx->dir, bare, sizeof bare, val, sizeof val);
-	ps = fx_open(fx, 0, true);
-	n = 0;
-	assert_int_equal(dgi_pstore_load(ps, 5, count_fn, &n), DG_ERR_STORAGE);
-	assert_int_equal(n, 2);
+	assert_int_equal(fx_try_open(fx, false), DG_ERR_STORAGE_DAMAGED);
 }
 
 /* A format-1 record (written before the update id was kept: the value
@@ -988,10 +1020,191 @@ static void test_format1_records(void **state)
 	uint8_t v2[40] = { 0 };
 	v2[23] = 0x80;              /* flags bit 31 */
 	raw_put(fx->dir, short_key, sizeof short_key, v2, sizeof v2);
-	ps = fx_open(fx, 0, true);
-	size_t n = 0;
-	assert_int_equal(dgi_pstore_load(ps, 6, count_fn, &n), DG_ERR_STORAGE);
-	assert_int_equal(n, 3);
+	assert_int_equal(fx_try_open(fx, false), DG_ERR_STORAGE_DAMAGED);
+}
+
+/* ---- a file damaged as a disk would damage it ---- */
+
+#define DMG_N 200
+
+static void dmg_key(char *k, int i) { sprintf(k, "key-%03d", i); }
+static void dmg_val(char *v, int i)
+{
+	sprintf(v, "value-%03d-", i);
+	memset(v + 10, 'a' + i % 26, 90);
+	v[100] = 0;
+}
+
+static void dmg_fill(fixture *fx)
+{
+	dgi_pstore *ps = fx_open(fx, 0, true);
+	for (int i = 0; i < DMG_N; i++) {
+		char k[16], v[128];
+		dmg_key(k, i);
+		dmg_val(v, i);
+		dgi_prec r = rec(9, (uint32_t)(i % 16), k, v, 1, (uint64_t)i + 1, 0);
+		assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_OK);
+	}
+	assert_int_equal(dgi_pstore_meta_put(ps, "cache:dmg", "cfg", 3), DG_OK);
+	fx_close(fx);
+}
+
+static char *read_file(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc(*n + 1);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, *n, f), *n);
+	fclose(f);
+	return b;
+}
+
+static void write_file(const char *path, const char *b, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b, 1, n, f), n);
+	fclose(f);
+}
+
+/* Opening the damaged store either refuses it or gives back every record
+ * exactly as written: never a crash, never fewer or wrong records. */
+static bool dmg_open_checked(fixture *fx)
+{
+	dg_err e = fx_try_open(fx, false);
+	if (e != DG_OK) {
+		assert_int_equal(e, DG_ERR_STORAGE_DAMAGED);
+		return false;
+	}
+	collect *c = fx->c;
+	load_all(fx->ps, 9, c);
+	assert_int_equal(c->count, DMG_N);
+	for (int i = 0; i < DMG_N; i++) {
+		char k[16], v[128];
+		dmg_key(k, i);
+		dmg_val(v, i);
+		assert_val(c, (uint32_t)(i % 16), k, v);
+	}
+	fx_close(fx);
+	return true;
+}
+
+static void test_damaged_file(void **state)
+{
+	fixture *fx = *state;
+	dmg_fill(fx);
+	char path[128], lock[128];
+	snprintf(path, sizeof(path), "%s/data.mdb", fx->dir);
+	snprintf(lock, sizeof(lock), "%s/lock.mdb", fx->dir);
+	size_t n;
+	char *good = read_file(path, &n);
+	fx->big = good;
+	assert_true(dmg_open_checked(fx));              /* the copy is fine */
+
+	/* truncated to half, and to 0: refused (it was SIGBUS, and an empty
+	 * store) */
+	write_file(path, good, n / 2);
+	assert_false(dmg_open_checked(fx));
+	write_file(path, good, 0);
+	assert_false(dmg_open_checked(fx));
+
+	/* 16 bytes of 0xff near the end of every page after the metas (where a
+	 * leaf keeps its records; its middle is often unused), one page at a
+	 * time: the pages in use are refused, free ones change nothing */
+	int refused = 0, pages = (int)(n / 4096);
+	for (int pg = 2; pg < pages; pg++) {
+		char *b = malloc(n);
+		assert_non_null(b);
+		memcpy(b, good, n);
+		memset(b + (size_t)pg * 4096 + 4096 - 64, 0xff, 16);
+		write_file(path, b, n);
+		free(b);
+		refused += !dmg_open_checked(fx);
+	}
+	assert_true(refused > 0);
+
+	/* random 32-byte overwrites (a fixed seed) */
+	unsigned seed = 12345;
+	for (int t = 0; t < 40; t++) {
+		char *b = malloc(n);
+		assert_non_null(b);
+		memcpy(b, good, n);
+		size_t at = (size_t)rand_r(&seed) % (n - 32);
+		for (int i = 0; i < 32; i++)
+			b[at + (size_t)i] = (char)rand_r(&seed);
+		write_file(path, b, n);
+		free(b);
+		(void)dmg_open_checked(fx);
+	}
+
+	/* --storage-recover: the damaged file moves aside, the store is new */
+	write_file(path, good, n / 2);
+	assert_int_equal(fx_try_open(fx, true), DG_OK);
+	assert_int_equal(load_count(fx->ps, 9), 0);
+	fx_close(fx);
+	DIR *d = opendir(fx->dir);
+	assert_non_null(d);
+	int aside = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		aside += strncmp(e->d_name, "data.mdb.damaged-", 17) == 0;
+	closedir(d);
+	assert_int_equal(aside, 1);
+}
+
+/* A full disk (a 1 MiB tmpfs; root only, else skipped): writes fail with
+ * DG_ERR_STORAGE_FULL and the log says "No space left on device" (LMDB
+ * reports a short write as EIO: it was "Input/output error"). */
+struct logcap {
+	pthread_mutex_t mu;
+	int nospace, eio;
+};
+
+static void cap_line(void *ctx, dg_log_level level, const char *id, const char *line)
+{
+	struct logcap *c = ctx;
+	(void)level;
+	(void)id;
+	pthread_mutex_lock(&c->mu);
+	c->nospace += strstr(line, "No space left on device") != NULL;
+	c->eio += strstr(line, "Input/output error") != NULL;
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void test_disk_full(void **state)
+{
+	fixture *fx = *state;
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "mount -t tmpfs -o size=1m tmpfs %s 2>/dev/null", fx->dir);
+	if (getuid() != 0 || system(cmd) != 0) {
+		print_message("disk-full case skipped: mounting a tmpfs needs root\n");
+		skip();
+	}
+	static struct logcap cap = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	dg_log_configure(cap_line, &cap, DG_LOG_INFO);
+	dgi_pstore *ps = fx_open(fx, (size_t)64 << 20, false);
+	static char big[8192];
+	memset(big, 'x', sizeof(big) - 1);
+	dg_err e = DG_OK;
+	int i;
+	for (i = 0; i < 1000 && e == DG_OK; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "k%04d", i);
+		dgi_prec r = rec(3, 0, k, big, 1, (uint64_t)i + 1, 0);
+		e = dgi_pstore_write(ps, &r, 1);
+	}
+	fx_close(fx);
+	dg_log_configure(NULL, NULL, DG_LOG_INFO);
+	snprintf(cmd, sizeof(cmd), "umount %s", fx->dir);
+	assert_int_equal(system(cmd), 0);
+	print_message("disk full after %d writes of 8 KiB: %s\n", i - 1, dg_strerror(e));
+	assert_int_equal(e, DG_ERR_STORAGE_FULL);
+	assert_true(cap.nospace > 0);
+	assert_int_equal(cap.eio, 0);
 }
 
 /* close waits for a call in progress; calls made while it waits are refused. */
@@ -1087,6 +1300,8 @@ int dgt_pstore_tests(void)
 		T(test_corrupt),
 		T(test_close_waits),
 		T(test_format1_records),
+		T(test_damaged_file),
+		T(test_disk_full),
 #undef T
 	};
 	return cmocka_run_group_tests_name("pstore", tests, NULL, NULL);

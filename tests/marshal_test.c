@@ -4549,7 +4549,7 @@ static void test_strerror(void **state)
 		"DG_ERR_EXISTS", "DG_ERR_PARTITION_LOST", "DG_ERR_REMAP",
 		"DG_ERR_STORAGE", "DG_ERR_STORAGE_FULL", "DG_ERR_NOT_READY", "DG_ERR_DEADLOCK",
 		"DG_ERR_TX_CONFLICT", "DG_ERR_TX_ROLLED_BACK", "DG_ERR_TX_UNKNOWN",
-		"DG_ERR_SEGMENTED",
+		"DG_ERR_SEGMENTED", "DG_ERR_STORAGE_DAMAGED",
 	};
 	for (int e = 0; e < DG_ERR__COUNT; e++) {
 		const char *s = dg_strerror((dg_err)e);

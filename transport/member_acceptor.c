@@ -23,6 +23,7 @@
  * refused (ACCEPTOR-BAD) and this incarnation counts as having none.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "marshal/crc32c.h"
 #include "member_int.h"
 
 #include <errno.h>
@@ -36,17 +37,6 @@
 #define ACC_MAGIC "DGACCPT1"
 #define ACC_HEAD 60u
 #define ACC_MAX (ACC_HEAD + (1u << 24)) /* a topology of 1024 nodes fits */
-
-static uint32_t crc32c(const uint8_t *p, size_t n)
-{
-	uint32_t c = 0xffffffffu;
-	while (n--) {
-		c ^= *p++;
-		for (int k = 0; k < 8; k++)
-			c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1u)));
-	}
-	return ~c;
-}
 
 static void put64(uint8_t *p, uint64_t v)
 {
@@ -165,7 +155,7 @@ dg_err dgi_acceptor_save(dg_member *m)
 		put32(b + 56, (uint32_t)tb.len);
 		if (tb.len > 0)
 			memcpy(b + ACC_HEAD, tb.data, tb.len);
-		put32(b + len - 4, crc32c(b, len - 4));
+		put32(b + len - 4, dgi_crc32c(0, b, len - 4));
 		e = write_file(m->cfg.acceptor_path, b, len);
 	}
 	if (e == DG_OK) {
@@ -217,7 +207,7 @@ dg_err dgi_acceptor_load(dg_member *m)
 	if (e == DG_OK) {
 		uint32_t l = get32(buf + 56);
 		if (memcmp(buf, ACC_MAGIC, 8) != 0 || (size_t)l + ACC_HEAD + 4 != len ||
-		    get32(buf + len - 4) != crc32c(buf, len - 4))
+		    get32(buf + len - 4) != dgi_crc32c(0, buf, len - 4))
 			e = DG_ERR_BAD_LENGTH;
 	}
 	dg_topology *acc = NULL;
