@@ -348,6 +348,94 @@ static void embedded_cases(const dgb_opts *o)
 }
 
 /* ------------------------------------------------------------------------
+ * persistent_put: dg_cache_put on an embedded node with a persistent cache
+ * (LMDB, storage_nosync: the CPU of the write path, fsync aside), plain
+ * and encrypted at rest (encryption_key_file: AES-256-GCM per record).
+ * ------------------------------------------------------------------------ */
+static struct pctx {
+	dg_node *node;
+	dg_cache *cache;
+	uint8_t val[VLEN];
+	uint32_t next;
+} P[2];
+
+static uint64_t p_put(void *ctx, uint64_t iters)
+{
+	struct pctx *p = ctx;
+	for (uint64_t i = 0; i < iters; i++) {
+		uint32_t k = (uint32_t)(((uint64_t)p->next * STRIDE) % NKEYS);
+		if (++p->next == NKEYS)
+			p->next = 0;
+		p->val[0] = (uint8_t)i;
+		DG_DO(dg_cache_put(p->cache, keys[k], KLEN, p->val, VLEN));
+	}
+	return iters;
+}
+
+static void persistent_start(struct pctx *p, int which)
+{
+	char cluster[64], dir[256], key[256];
+	snprintf(cluster, sizeof cluster, "dgbench-persist-%d-%d", which, (int)getpid());
+	snprintf(dir, sizeof dir, "%s/persist%d", dgb_tmpdir(), which);
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = "tcp://127.0.0.1:0";
+	cfg.cluster_name = cluster;
+	cfg.data_dir = dir;
+	cfg.storage_nosync = true;
+	if (which == 1) {
+		snprintf(key, sizeof key, "%s/master.key", dgb_tmpdir());
+		FILE *f = fopen(key, "w");
+		if (f == NULL || fchmod(fileno(f), 0600) != 0)
+			dgb_die("%s: %s", key, strerror(errno));
+		for (int i = 0; i < 32; i++)
+			fprintf(f, "%02x", (unsigned)(i * 37 + 11) & 0xff);
+		fclose(f);
+		cfg.encryption_key_file = key;
+	}
+	DG_DO(dg_node_start(&cfg, &p->node));
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "pbench");
+	cc.backups = 0;
+	cc.persistence = true;
+	DG_DO(dg_cache_create(p->node, &cc, &p->cache));
+	make_value(p->val, 0);
+	for (unsigned i = 0; i < NKEYS; i++)
+		DG_DO(dg_cache_put(p->cache, keys[i], KLEN, p->val, VLEN));
+}
+
+static void persistent_cases(const dgb_opts *o)
+{
+	bool sel[2] = { dgb_selected(o, "persistent_put", "datagrid"),
+		dgb_selected(o, "persistent_put", "datagrid-encrypted") };
+	if (!sel[0] && !sel[1])
+		return;
+	static const char *const impl[2] = { "datagrid", "datagrid-encrypted" };
+	dgb_bench b[2];
+	dgb_result r[2];
+	unsigned n = 0;
+	for (int i = 0; i < 2; i++) {
+		if (!sel[i])
+			continue;
+		persistent_start(&P[i], i);
+		b[n++] = (dgb_bench){ .suite = SUITE, .name = "persistent_put", .impl = impl[i],
+			.run = p_put, .ctx = &P[i], .ops_per_iter = 1, .bytes = -1,
+			.alloc_src = DGB_ALLOC_DG };
+	}
+	dgb_begin_suite(o, SUITE);
+	dgb_run_group(o, b, n, r);
+	if (n == 2)
+		dgb_note("persistent_put: datagrid %.1f ns, datagrid-encrypted %.1f ns: "
+		    "encrypted / plain = %.2fx (target <= 1.3x)", r[0].ns_per_op, r[1].ns_per_op,
+		    r[1].ns_per_op / r[0].ns_per_op);
+	for (int i = 0; i < 2; i++)
+		if (P[i].node != NULL) {
+			dg_node_stop(P[i].node);
+			P[i].node = NULL;
+		}
+}
+
+/* ------------------------------------------------------------------------
  * fullsync_put_Nc: the clusters and the client threads.
  * ------------------------------------------------------------------------ */
 static struct fctx {
@@ -614,6 +702,7 @@ int dgb_cache_suite(const dgb_opts *o)
 {
 	make_keys();
 	embedded_cases(o);
+	persistent_cases(o);
 	fullsync_cases(o);
 	dgb_tmpdir_remove();
 	return 0;

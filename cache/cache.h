@@ -300,6 +300,8 @@ typedef struct dgi_grid_config {
 	void (*on_event)(void *ctx, const dg_event *ev);
 	void *event_ctx;
 	bool storage_recover;           /* a damaged store is moved aside */
+	const uint8_t *master_key;      /* 32 bytes: records encrypted at rest
+	                                   (pstore.h); NULL: none */
 } dgi_grid_config;
 
 /* Registers the cache message handlers on tp, opens the persistent store
@@ -331,6 +333,9 @@ int64_t dgi_grid_version_floor(dgi_grid *g);
  * none was set or the node has no data_dir.  For dg_member_config.baseline:
  * a full-cluster restart waits for a majority of it. */
 uint32_t dgi_grid_persisted_baseline(dgi_grid *g, const char *const **addrs);
+/* Re-wraps the data keys of this node's store under master (32 bytes):
+ * dgi_pstore_rekey.  DG_ERR_STATE: no store, or no encryption. */
+dg_err dgi_grid_rekey(dgi_grid *g, const uint8_t master[32]);
 
 /* Stable 32-bit cache id: FNV-1a of the name (never 0). */
 uint32_t dgi_cache_id(const char *name);

@@ -694,6 +694,8 @@ static dg_err local_create(dgi_grid *g, const dg_cache_config *cfg, bool fresh,
 		return DG_ERR_EXISTS;
 	}
 	dg_err e = check_config(g, cfg);
+	if (e == DG_OK && cfg->persistence && g->ps != NULL)
+		e = dgi_pstore_use_key(g->ps, id);   /* encrypted at rest: its data key */
 	if (e != DG_OK)
 		return e;
 	dg_cache *c = cache_new(g, cfg, fresh);
@@ -1165,6 +1167,11 @@ static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t 
 	return e;
 }
 
+dg_err dgi_grid_rekey(dgi_grid *g, const uint8_t master[32])
+{
+	return g->ps == NULL ? DG_ERR_STATE : dgi_pstore_rekey(g->ps, master);
+}
+
 int64_t dgi_grid_version_floor(dgi_grid *g)
 {
 	return g->persisted_topver;
@@ -1352,6 +1359,7 @@ dg_err dgi_grid_start(dg_tp *tp, dg_registry *reg, const dgi_grid_config *cfg,
 			pc.map_size = cfg->storage_map_size;
 		pc.nosync = cfg->storage_nosync;
 		pc.recover = cfg->storage_recover;
+		pc.master_key = cfg->master_key;
 		if ((e = dgi_pstore_open(&pc, &g->ps)) != DG_OK)
 			goto fail;
 		if ((e = dgi_pstore_meta_each(g->ps, load_meta, g)) != DG_OK)

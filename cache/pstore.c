@@ -45,12 +45,14 @@
 #include "cache/pstore.h"
 #include "cache/cache_int.h"
 #include "cache/pstore_check.h"
+#include "cache/pcrypt.h"
 #include "marshal/crc32c.h"
 #include "transport/transport.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <lmdb.h>
+#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -73,7 +75,14 @@
 #define DROP_STEP_PAGES 1024u   /* most pages one drop transaction frees */
 #define RESERVE_MIN 32u         /* pages kept for deletes (see Reserve) */
 
-enum op_kind { OP_WRITE, OP_DROP, OP_META };
+enum op_kind { OP_WRITE, OP_DROP, OP_META, OP_KEY, OP_REKEY };
+#define RC_BADKEY (-99999)      /* not LMDB's: a data key the master key
+                                   does not open (wrong master key) */
+#define RC_NOKEY (-99998)       /* a write to a cache whose data key was
+                                   not made first (dgi_pstore_use_key) */
+#define MAX_DKEYS 1024          /* data keys known at once (caches) */
+#define DKEY_MAGIC "DGK1"
+#define DKEY_LEN (4u + 8u + DGI_GCM_NONCE + DGI_GCM_KEY + DGI_GCM_TAG)
 
 typedef struct op {
 	struct op *o_next;
@@ -86,6 +95,8 @@ typedef struct op {
 	const void *o_val;
 	size_t o_len;
 	uint64_t o_skipped;        /* OP_WRITE: records not applied (older) */
+	uint8_t o_key[DGI_GCM_KEY];/* OP_KEY: the data key found or made;
+	                              OP_REKEY: the new master key */
 	bool o_stores;             /* stores something (not only deletes) */
 	bool o_done;
 	int o_rc;                  /* LMDB result of the op's transaction */
@@ -107,6 +118,15 @@ struct dgi_pstore {
 	bool ps_closing;
 	uint32_t ps_active;        /* calls in progress (close waits for 0) */
 	_Atomic int ps_fail_next;  /* test hook: LMDB error for the next txn */
+	/* encryption at rest: the master key wraps one data key per cache
+	 * ("dkey:%08x" in meta); ps_klock guards the four below */
+	pthread_rwlock_t ps_klock;
+	bool ps_has_master;
+	uint8_t ps_master[DGI_GCM_KEY];
+	uint32_t ps_nkeys, ps_key_ids[MAX_DKEYS];
+	uint8_t (*ps_keys)[DGI_GCM_KEY];
+	uint32_t ps_salt;          /* nonce: salt ‖ counter, both random at open */
+	_Atomic uint64_t ps_nonce_ctr;
 	_Atomic uint64_t ps_commits, ps_records, ps_skipped, ps_failures;
 };
 
@@ -114,6 +134,14 @@ static dg_err damaged(const dgi_pstore *ps, const char *what, const char *why,
     const MDB_val *k, const char *name);
 static const char *check_rec(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v,
     dgi_prec *r);
+static const char *decrypt_rec(dgi_pstore *ps, const MDB_val *k, const MDB_val *v,
+    dgi_prec *r, dg_buf *buf);
+static bool key_lookup(dgi_pstore *ps, uint32_t id, uint8_t out[DGI_GCM_KEY]);
+static void key_remember(dgi_pstore *ps, uint32_t id, const uint8_t k[DGI_GCM_KEY]);
+static bool dkey_unwrap(const uint8_t master[DGI_GCM_KEY], const char *name,
+    const uint8_t *v, size_t len, uint8_t dk[DGI_GCM_KEY]);
+static const uint8_t *meta_value(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v,
+    size_t *len);
 static const char *meta_check(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v);
 
 /* ---- log: one line per event, stderr ---- */
@@ -135,6 +163,10 @@ static dg_err map_rc(int rc)
 {
 	if (rc == 0)
 		return DG_OK;
+	if (rc == RC_BADKEY)
+		return DG_ERR_AUTH;
+	if (rc == RC_NOKEY)
+		return DG_ERR_STATE;
 	return rc == MDB_MAP_FULL || rc == ENOSPC ? DG_ERR_STORAGE_FULL : DG_ERR_STORAGE;
 }
 
@@ -320,6 +352,9 @@ static dg_err open_env(dgi_pstore *ps, const dgi_pstore_config *cfg, bool fresh)
 struct scan {
 	dgi_pstore *ps;
 	dg_err err;
+	dg_buf plain;
+	MDB_txn *txn;                  /* open while scanning: a fault leaves */
+	MDB_cursor *cur;               /* them to verify() to free */
 	uint32_t ids[SCAN_NAMES];      /* caches named in the metadata */
 	char names[SCAN_NAMES][DG_CACHE_NAME_MAX + 1];
 	unsigned nnames;
@@ -338,6 +373,42 @@ static const char *scan_name(const struct scan *sc, const MDB_val *k)
 /* Reads every metadata value and record once: each must check, the keys
  * must come in strictly increasing order and as many as the tree counts
  * (a damaged branch page can hide records, or show some twice). */
+/* A data key met by the scan at open: unwrapped with the master key and
+ * remembered; a store with data keys and no master key, or a master key
+ * that opens none of them, is refused (STORAGE-KEY, DG_ERR_AUTH). */
+static dg_err data_key_at_open(dgi_pstore *ps, const MDB_val *k, const MDB_val *v)
+{
+	char name[32];
+	snprintf(name, sizeof(name), "%.*s", (int)(k->mv_size - 1), (const char *)k->mv_data);
+	unsigned id;
+	size_t len;
+	const uint8_t *p = meta_value(ps, k, v, &len);
+	uint8_t dk[DGI_GCM_KEY], mine[8];
+	if (!ps->ps_has_master) {
+		dgi_log("error", "STORAGE-KEY", "dir=\"%s\" why=\"the store is encrypted (it holds "
+		    "data keys) and this node has no encryption key file\"", ps->ps_dir);
+		return DG_ERR_AUTH;
+	}
+	if (sscanf(name, "dkey:%8x", &id) != 1 || p == NULL || len != DKEY_LEN)
+		return damaged(ps, "open", "a malformed data key", NULL, NULL);
+	if (!dkey_unwrap(ps->ps_master, name, p, len, dk)) {
+		char have[17], want[17];
+		dgi_key_id(ps->ps_master, mine);
+		for (int i = 0; i < 8; i++) {
+			snprintf(have + 2 * i, 3, "%02x", mine[i]);
+			snprintf(want + 2 * i, 3, "%02x", p[4 + i]);
+		}
+		dgi_log("error", "STORAGE-KEY", "dir=\"%s\" key=%s key_id=%s wrapped_by=%s "
+		    "why=\"the encryption key file's key does not open this data key: the wrong "
+		    "master key (a rotation not finished on this node?)\"", ps->ps_dir, name, have,
+		    want);
+		return DG_ERR_AUTH;
+	}
+	key_remember(ps, (uint32_t)id, dk);
+	memset(dk, 0, sizeof(dk));
+	return DG_OK;
+}
+
 static const char *lmdb_why(int rc, char *buf, size_t n)
 {
 	snprintf(buf, n, "LMDB error %d: %s", rc, mdb_strerror(rc));
@@ -359,6 +430,7 @@ static int scan_all(void *arg)
 		sc->err = damaged(ps, "open", lmdb_why(rc, why, sizeof(why)), NULL, NULL);
 		return 0;
 	}
+	sc->txn = txn;
 	MDB_dbi dbis[2] = { ps->ps_meta, ps->ps_entries };
 	for (int d = 0; d < 2 && sc->err == DG_OK; d++) {
 		const char *what = d == 0 ? "metadata" : "entries";
@@ -367,12 +439,18 @@ static int scan_all(void *arg)
 			sc->err = damaged(ps, "open", lmdb_why(rc, why, sizeof(why)), NULL, NULL);
 			break;
 		}
+		sc->cur = cur;
 		n = 0;
 		prev.mv_data = NULL;
 		while ((rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) == 0) {
 			n++;
 			dgi_prec r;
 			const char *bad = d == 0 ? meta_check(ps, &k, &v) : check_rec(ps, &k, &v, &r);
+			if (bad == NULL && d == 0 && strncmp(k.mv_data, "dkey:", 5) == 0 &&
+			    (sc->err = data_key_at_open(ps, &k, &v)) != DG_OK)
+				break;
+			if (bad == NULL && d == 1)
+				bad = decrypt_rec(ps, &k, &v, &r, &sc->plain);
 			if (bad == NULL && prev.mv_data != NULL &&
 			    mdb_cmp(txn, dbis[d], &prev, &k) >= 0)
 				bad = "keys out of order";
@@ -390,6 +468,7 @@ static int scan_all(void *arg)
 			}
 		}
 		mdb_cursor_close(cur);
+		sc->cur = NULL;
 		if (sc->err == DG_OK && rc != MDB_NOTFOUND)
 			sc->err = damaged(ps, "open", lmdb_why(rc, why, sizeof(why)), NULL, NULL);
 		else if (sc->err == DG_OK && n != st.ms_entries) {
@@ -399,6 +478,7 @@ static int scan_all(void *arg)
 		}
 	}
 	mdb_txn_abort(txn);
+	sc->txn = NULL;
 	return 0;
 }
 
@@ -408,8 +488,17 @@ static dg_err verify(dgi_pstore *ps)
 	if (sc == NULL)
 		return DG_ERR_NOMEM;
 	sc->ps = ps;
+	dg_buf_init(&sc->plain);
 	int r = dgi_pstore_guarded(scan_all, sc);
+	/* cut off by a fault: the cursor and the read transaction it left are
+	 * freed here (their memory and the reader slot; neither touches the
+	 * damaged map) */
+	if (sc->cur != NULL)
+		mdb_cursor_close(sc->cur);
+	if (sc->txn != NULL)
+		mdb_txn_abort(sc->txn);
 	dg_err err = sc->err;
+	dg_buf_free(&sc->plain);
 	dgi_free(sc);
 	if (r < 0)
 		return damaged(ps, "open", r == -SIGBUS ? "reading the file faulted (SIGBUS): a "
@@ -452,6 +541,20 @@ dg_err dgi_pstore_open(const dgi_pstore_config *cfg, dgi_pstore **out)
 	if (ps == NULL)
 		return DG_ERR_NOMEM;
 	ps->ps_max_batch = cfg->max_batch ? cfg->max_batch : DEFAULT_BATCH;
+	pthread_rwlock_init(&ps->ps_klock, NULL);
+	uint64_t ctr;
+	if ((ps->ps_keys = dgi_calloc(MAX_DKEYS, DGI_GCM_KEY)) == NULL ||
+	    RAND_bytes((uint8_t *)&ps->ps_salt, sizeof(ps->ps_salt)) != 1 ||
+	    RAND_bytes((uint8_t *)&ctr, sizeof(ctr)) != 1) {
+		dgi_free(ps->ps_keys);
+		dgi_free(ps);
+		return DG_ERR_NOMEM;
+	}
+	atomic_init(&ps->ps_nonce_ctr, ctr);
+	if (cfg->master_key != NULL) {
+		ps->ps_has_master = true;
+		memcpy(ps->ps_master, cfg->master_key, DGI_GCM_KEY);
+	}
 	if (pthread_mutex_init(&ps->ps_mu, NULL) != 0) {
 		dgi_free(ps);
 		return DG_ERR_NOMEM;
@@ -503,6 +606,11 @@ void dgi_pstore_close(dgi_pstore *ps)
 		mdb_env_close(ps->ps_env);
 	pthread_cond_destroy(&ps->ps_cv);
 	pthread_mutex_destroy(&ps->ps_mu);
+	pthread_rwlock_destroy(&ps->ps_klock);
+	memset(ps->ps_master, 0, sizeof(ps->ps_master));
+	if (ps->ps_keys != NULL)
+		memset(ps->ps_keys, 0, (size_t)MAX_DKEYS * DGI_GCM_KEY);
+	dgi_free(ps->ps_keys);
 	dgi_free(ps);
 }
 
@@ -582,6 +690,36 @@ static const char *check_rec(const dgi_pstore *ps, const MDB_val *k, const MDB_v
 	return NULL;
 }
 
+/* An encrypted record's value (r as check_rec left it: DGI_PREC_ENC set)
+ * decrypted into *buf: r then points there, the flag gone.  NULL when
+ * fine (or not encrypted), else what is wrong. */
+static const char *decrypt_rec(dgi_pstore *ps, const MDB_val *k, const MDB_val *v,
+    dgi_prec *r, dg_buf *buf)
+{
+	if (!(r->ver.flags & DGI_PREC_ENC))
+		return NULL;
+	uint8_t dk[DGI_GCM_KEY];
+	if (!key_lookup(ps, r->cache_id, dk))
+		return ps->ps_has_master ? "an encrypted record whose cache has no data key" :
+		    "an encrypted record, and no encryption key file";
+	if (r->vlen < DGI_GCM_NONCE + DGI_GCM_TAG)
+		return "an encrypted value shorter than its nonce and tag";
+	uint32_t n = r->vlen - DGI_GCM_NONCE - DGI_GCM_TAG;
+	buf->len = 0;
+	if (dg_buf_reserve(buf, n + 1) != DG_OK)
+		return "out of memory";
+	bool ok = dgi_gcm_open(dk, r->val, k->mv_data, k->mv_size, v->mv_data, VAL_HDR2,
+	    r->val + DGI_GCM_NONCE, n, buf->data);
+	memset(dk, 0, sizeof(dk));
+	if (!ok)
+		return "the authentication tag does not match: tampered with, or moved from "
+		    "another record";
+	r->val = buf->data;
+	r->vlen = n;
+	r->ver.flags &= ~DGI_PREC_ENC;
+	return NULL;
+}
+
 /* Checks a meta record: NULL when fine, else what is wrong. */
 static const char *meta_check(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v)
 {
@@ -615,6 +753,78 @@ static void key_text(const uint8_t *p, size_t n, char *out, size_t cap)
 	out[o < cap ? o : cap - 1] = 0;
 }
 
+/* ---- encryption at rest ---- */
+
+/* The data key of cache id, if known: true and *out. */
+static bool key_lookup(dgi_pstore *ps, uint32_t id, uint8_t out[DGI_GCM_KEY])
+{
+	bool found = false;
+	pthread_rwlock_rdlock(&ps->ps_klock);
+	for (uint32_t i = 0; i < ps->ps_nkeys && !found; i++)
+		if (ps->ps_key_ids[i] == id) {
+			memcpy(out, ps->ps_keys[i], DGI_GCM_KEY);
+			found = true;
+		}
+	pthread_rwlock_unlock(&ps->ps_klock);
+	return found;
+}
+
+static void key_remember(dgi_pstore *ps, uint32_t id, const uint8_t k[DGI_GCM_KEY])
+{
+	pthread_rwlock_wrlock(&ps->ps_klock);
+	uint32_t i = 0;
+	while (i < ps->ps_nkeys && ps->ps_key_ids[i] != id)
+		i++;
+	if (i < MAX_DKEYS) {
+		ps->ps_key_ids[i] = id;
+		memcpy(ps->ps_keys[i], k, DGI_GCM_KEY);
+		if (i == ps->ps_nkeys)
+			ps->ps_nkeys++;
+	}
+	pthread_rwlock_unlock(&ps->ps_klock);
+}
+
+static void dkey_name(uint32_t id, char out[16])
+{
+	snprintf(out, 16, "dkey:%08x", id);
+}
+
+/* A wrapped data key: "DGK1" ‖ master key id (8) ‖ nonce ‖ key sealed
+ * under the master key with the meta name as associated data. */
+static bool dkey_wrap(const uint8_t master[DGI_GCM_KEY], const char *name,
+    const uint8_t dk[DGI_GCM_KEY], uint8_t out[DKEY_LEN])
+{
+	memcpy(out, DKEY_MAGIC, 4);
+	dgi_key_id(master, out + 4);
+	return RAND_bytes(out + 12, DGI_GCM_NONCE) == 1 &&
+	    dgi_gcm_seal(master, out + 12, (const uint8_t *)name, strlen(name), NULL, 0, dk,
+	    DGI_GCM_KEY, out + 12 + DGI_GCM_NONCE);
+}
+
+static bool dkey_unwrap(const uint8_t master[DGI_GCM_KEY], const char *name,
+    const uint8_t *v, size_t len, uint8_t dk[DGI_GCM_KEY])
+{
+	return len == DKEY_LEN && memcmp(v, DKEY_MAGIC, 4) == 0 &&
+	    dgi_gcm_open(master, v + 12, (const uint8_t *)name, strlen(name), NULL, 0,
+	    v + 12 + DGI_GCM_NONCE, DGI_GCM_KEY, dk);
+}
+
+/* A meta value as stored: without its CRC in a CRC store (NULL when it
+ * does not check). */
+static const uint8_t *meta_value(const dgi_pstore *ps, const MDB_val *k, const MDB_val *v,
+    size_t *len)
+{
+	*len = v->mv_size;
+	if (!ps->ps_crc_only)
+		return v->mv_data;
+	if (v->mv_size < CRC_LEN)
+		return NULL;
+	*len = v->mv_size - CRC_LEN;
+	if (get_le((const uint8_t *)v->mv_data + *len, 4) != record_crc(k, v->mv_data, *len))
+		return NULL;
+	return v->mv_data;
+}
+
 /* ---- applying ops inside a write transaction ---- */
 
 static int apply_rec(dgi_pstore *ps, MDB_txn *txn, const dgi_prec *r, op *o)
@@ -641,20 +851,39 @@ static int apply_rec(dgi_pstore *ps, MDB_txn *txn, const dgi_prec *r, op *o)
 	}
 	if (r->val == NULL)
 		return stored ? mdb_del(txn, ps->ps_entries, &k, NULL) : 0;
-	v.mv_size = VAL_HDR2 + (size_t)r->vlen + CRC_LEN;
+	uint8_t dk[DGI_GCM_KEY];
+	bool enc = ps->ps_has_master;
+	if (enc && !key_lookup(ps, r->cache_id, dk))
+		return RC_NOKEY;
+	size_t body = enc ? DGI_GCM_NONCE + (size_t)r->vlen + DGI_GCM_TAG : r->vlen;
+	v.mv_size = VAL_HDR2 + body + CRC_LEN;
 	v.mv_data = NULL;
 	if ((rc = mdb_put(txn, ps->ps_entries, &k, &v, MDB_RESERVE)) != 0)
 		return rc;
 	uint8_t *p = v.mv_data;
 	dgi_pver ver = r->ver;
-	ver.flags |= DGI_PREC_FORMAT2 | DGI_PREC_CRC;
+	ver.flags |= DGI_PREC_FORMAT2 | DGI_PREC_CRC | (enc ? DGI_PREC_ENC : 0);
 	put_ver(p, &ver);
 	put_le(p + VER_LEN, (uint64_t)r->expire_ms, 8);
 	put_le(p + VAL_HDR, r->op_node, 8);
 	put_le(p + VAL_HDR + 8, r->op_seq, 8);
-	if (r->vlen > 0)
+	if (enc) {
+		/* nonce: the salt of this open, then a counter — unique per
+		 * data key; the key and the header are authenticated too, so a
+		 * record cannot be moved to another key or version */
+		uint8_t *nonce = p + VAL_HDR2;
+		put_le(nonce, ps->ps_salt, 4);
+		put_le(nonce + 4, atomic_fetch_add_explicit(&ps->ps_nonce_ctr, 1,
+		    memory_order_relaxed), 8);
+		bool ok = dgi_gcm_seal(dk, nonce, k.mv_data, k.mv_size, p, VAL_HDR2, r->val, r->vlen,
+		    nonce + DGI_GCM_NONCE);
+		memset(dk, 0, sizeof(dk));
+		if (!ok)
+			return EIO;
+	} else if (r->vlen > 0) {
 		memcpy(p + VAL_HDR2, r->val, r->vlen);
-	put_le(p + VAL_HDR2 + r->vlen, record_crc(&k, p, VAL_HDR2 + r->vlen), 4);
+	}
+	put_le(p + VAL_HDR2 + body, record_crc(&k, p, VAL_HDR2 + body), 4);
 	return 0;
 }
 
@@ -695,6 +924,19 @@ static int apply_drop(dgi_pstore *ps, MDB_txn *txn, op *o)
 	return rc;
 }
 
+/* Puts a meta value (with its CRC in a CRC store). */
+static int meta_put_txn(dgi_pstore *ps, MDB_txn *txn, MDB_val *k, const void *val, size_t len)
+{
+	MDB_val v = { len + (ps->ps_crc_only ? CRC_LEN : 0), NULL };
+	int rc = mdb_put(txn, ps->ps_meta, k, &v, MDB_RESERVE);
+	if (rc != 0)
+		return rc;
+	memcpy(v.mv_data, val, len);
+	if (ps->ps_crc_only)   /* a store made with CRCs: its meta values too */
+		put_le((uint8_t *)v.mv_data + len, record_crc(k, val, len), 4);
+	return 0;
+}
+
 static int apply_meta(dgi_pstore *ps, MDB_txn *txn, const op *o)
 {
 	MDB_val k = { strlen(o->o_name) + 1, (void *)o->o_name };
@@ -702,14 +944,76 @@ static int apply_meta(dgi_pstore *ps, MDB_txn *txn, const op *o)
 		int rc = mdb_del(txn, ps->ps_meta, &k, NULL);
 		return rc == MDB_NOTFOUND ? 0 : rc;
 	}
-	MDB_val v = { o->o_len + (ps->ps_crc_only ? CRC_LEN : 0), NULL };
-	int rc = mdb_put(txn, ps->ps_meta, &k, &v, MDB_RESERVE);
-	if (rc != 0)
-		return rc;
-	memcpy(v.mv_data, o->o_val, o->o_len);
-	if (ps->ps_crc_only)   /* a store made with CRCs: its meta values too */
-		put_le((uint8_t *)v.mv_data + o->o_len, record_crc(&k, o->o_val, o->o_len), 4);
-	return 0;
+	return meta_put_txn(ps, txn, &k, o->o_val, o->o_len);
+}
+
+/* OP_KEY: the data key of o->o_cache into o->o_key — unwrapped from its
+ * meta record, or made and stored now (remembered once committed). */
+static int apply_key(dgi_pstore *ps, MDB_txn *txn, op *o)
+{
+	char name[16];
+	dkey_name(o->o_cache, name);
+	MDB_val k = { strlen(name) + 1, name }, v;
+	uint8_t master[DGI_GCM_KEY], w[DKEY_LEN];
+	pthread_rwlock_rdlock(&ps->ps_klock);
+	memcpy(master, ps->ps_master, sizeof(master));
+	pthread_rwlock_unlock(&ps->ps_klock);
+	int rc = mdb_get(txn, ps->ps_meta, &k, &v);
+	if (rc == 0) {
+		size_t len;
+		const uint8_t *p = meta_value(ps, &k, &v, &len);
+		rc = p != NULL && dkey_unwrap(master, name, p, len, o->o_key) ? 0 : RC_BADKEY;
+	} else if (rc == MDB_NOTFOUND) {
+		o->o_stores = true;
+		rc = RAND_bytes(o->o_key, DGI_GCM_KEY) == 1 && dkey_wrap(master, name, o->o_key, w) ?
+		    meta_put_txn(ps, txn, &k, w, sizeof(w)) : EIO;
+	}
+	memset(master, 0, sizeof(master));
+	return rc;
+}
+
+/* OP_REKEY: every data key re-wrapped under the new master key o->o_key
+ * (the data stays as it is). */
+static int apply_rekey(dgi_pstore *ps, MDB_txn *txn, op *o)
+{
+	uint8_t master[DGI_GCM_KEY], dk[DGI_GCM_KEY], w[DKEY_LEN];
+	pthread_rwlock_rdlock(&ps->ps_klock);
+	memcpy(master, ps->ps_master, sizeof(master));
+	pthread_rwlock_unlock(&ps->ps_klock);
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(txn, ps->ps_meta, &cur);
+	MDB_val k = { 6, "dkey:" }, v;
+	if (rc == 0)
+		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && k.mv_size > 5 && memcmp(k.mv_data, "dkey:", 5) == 0) {
+		char name[32];
+		size_t len;
+		const uint8_t *p = meta_value(ps, &k, &v, &len);
+		snprintf(name, sizeof(name), "%.*s", (int)(k.mv_size - 1), (const char *)k.mv_data);
+		if (p == NULL || !dkey_unwrap(master, name, p, len, dk)) {
+			rc = RC_BADKEY;
+			break;
+		}
+		if (!dkey_wrap(o->o_key, name, dk, w)) {
+			rc = EIO;
+			break;
+		}
+		MDB_val kk = k;
+		/* MDB_CURRENT would do, but meta_put_txn reserves: put by key,
+		 * then find our place again */
+		if ((rc = meta_put_txn(ps, txn, &kk, w, sizeof(w))) != 0)
+			break;
+		k = kk;
+		if ((rc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY)) == 0)
+			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	mdb_cursor_close(cur);
+	memset(master, 0, sizeof(master));
+	memset(dk, 0, sizeof(dk));
+	o->o_stores = true;
+	return rc;
 }
 
 static int apply_op(dgi_pstore *ps, MDB_txn *txn, op *o)
@@ -728,13 +1032,33 @@ static int apply_op(dgi_pstore *ps, MDB_txn *txn, op *o)
 	case OP_META:
 		rc = apply_meta(ps, txn, o);
 		break;
+	case OP_KEY:
+		rc = apply_key(ps, txn, o);
+		break;
+	case OP_REKEY:
+		rc = apply_rekey(ps, txn, o);
+		break;
 	}
 	return rc;
 }
 
+/* What a committed op changes in memory: a data key known, the master
+ * key replaced.  The committer's thread, before the next group. */
+static void post_commit(dgi_pstore *ps, op *o)
+{
+	if (o->o_kind == OP_KEY) {
+		key_remember(ps, o->o_cache, o->o_key);
+	} else if (o->o_kind == OP_REKEY) {
+		pthread_rwlock_wrlock(&ps->ps_klock);
+		memcpy(ps->ps_master, o->o_key, DGI_GCM_KEY);
+		pthread_rwlock_unlock(&ps->ps_klock);
+	}
+}
+
 static const char *op_name(const op *o)
 {
-	return o->o_kind == OP_WRITE ? "write" : o->o_kind == OP_DROP ? "drop" : "meta";
+	static const char *const names[] = { "write", "drop", "meta", "key", "rekey" };
+	return names[o->o_kind];
 }
 
 /* Pages of the trees as this transaction sees them (2 meta pages aside). */
@@ -805,7 +1129,9 @@ static int run_txn(dgi_pstore *ps, op *first, op *last)
 		if (o == last)
 			break;
 	}
-	pstore_log(mdb_strerror(rc), "op=%s ops=%zu records=%zu%s",
+	pstore_log(rc == RC_BADKEY ? "the master key does not open a data key" :
+	    rc == RC_NOKEY ? "no data key for this cache (dgi_pstore_use_key first)" :
+	    mdb_strerror(rc), "op=%s ops=%zu records=%zu%s",
 	    nops == 1 ? op_name(first) : "group", nops, nrecs,
 	    reserve ? " reason=reserve" : "");
 	return rc;
@@ -824,14 +1150,16 @@ static void run_group(dgi_pstore *ps, op *first, op *last)
 	rc = run_txn(ps, first, last);
 	if (rc == 0 || first == last) {
 		for (op *o = first;; o = o->o_next) {
-			o->o_rc = rc;
+			if ((o->o_rc = rc) == 0)
+				post_commit(ps, o);
 			if (o == last)
 				break;
 		}
 		return;
 	}
 	for (op *o = first;; o = o->o_next) {
-		o->o_rc = run_txn(ps, o, o);
+		if ((o->o_rc = run_txn(ps, o, o)) == 0)
+			post_commit(ps, o);
 		if (o == last)
 			break;
 	}
@@ -866,10 +1194,14 @@ static dg_err submit(dgi_pstore *ps, op *o)
 		while (!o->o_done) {
 			op *first = ps->ps_head, *last = first;
 			size_t recs = last->o_kind == OP_WRITE ? last->o_n : 1;
-			while (first->o_kind != OP_DROP && last->o_next != NULL) {
+			/* a drop, and a rekey (the master key it installs must
+			 * wrap no key of another op of its group), run alone */
+			while (first->o_kind != OP_DROP && first->o_kind != OP_REKEY &&
+			    last->o_next != NULL) {
 				op *nx = last->o_next;
 				size_t r = nx->o_kind == OP_WRITE ? nx->o_n : 1;
-				if (nx->o_kind == OP_DROP || recs + r > ps->ps_max_batch)
+				if (nx->o_kind == OP_DROP || nx->o_kind == OP_REKEY ||
+				    recs + r > ps->ps_max_batch)
 					break;
 				recs += r;
 				last = nx;
@@ -911,7 +1243,7 @@ dg_err dgi_pstore_write(dgi_pstore *ps, const dgi_prec *recs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		const dgi_prec *r = &recs[i];
 		if (r->part >= PART_LIMIT || r->key == NULL || r->klen == 0 ||
-		    r->klen > ps->ps_max_key - KEY_HDR || (r->ver.flags & DGI_PREC_FORMAT2))
+		    r->klen > ps->ps_max_key - KEY_HDR || (r->ver.flags & DGI_PREC_RESERVED))
 			return DG_ERR_INVAL;
 	}
 	if (n == 0)
@@ -1000,9 +1332,13 @@ dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
 	put_be32(pre, cache_id);
 	MDB_val k = { sizeof pre, pre }, v;
 	int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	dg_buf plain;
+	dg_buf_init(&plain);
 	while (rc == 0 && has_prefix(&k, pre, sizeof pre)) {
 		dgi_prec r;
 		const char *bad = check_rec(ps, &k, &v, &r);
+		if (bad == NULL)
+			bad = decrypt_rec(ps, &k, &v, &r, &plain);
 		if (bad != NULL) {
 			err = damaged(ps, "load", bad, &k, NULL);
 			break;
@@ -1011,6 +1347,7 @@ dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
 			break;
 		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
 	}
+	dg_buf_free(&plain);
 	if (err == DG_OK && rc != 0 && rc != MDB_NOTFOUND) {
 		pstore_log(mdb_strerror(rc), "op=load");
 		err = map_rc(rc);
@@ -1018,6 +1355,32 @@ dg_err dgi_pstore_load(dgi_pstore *ps, uint32_t cache_id,
 	read_end(txn, cur);
 	leave(ps);
 	return err;
+}
+
+dg_err dgi_pstore_use_key(dgi_pstore *ps, uint32_t cache_id)
+{
+	uint8_t dk[DGI_GCM_KEY];
+	if (ps == NULL)
+		return DG_ERR_INVAL;
+	if (!ps->ps_has_master || key_lookup(ps, cache_id, dk))
+		return DG_OK;
+	op o = { .o_kind = OP_KEY, .o_cache = cache_id };
+	dg_err e = submit(ps, &o);
+	memset(o.o_key, 0, sizeof(o.o_key));
+	return e;
+}
+
+dg_err dgi_pstore_rekey(dgi_pstore *ps, const uint8_t master[32])
+{
+	if (ps == NULL || master == NULL)
+		return DG_ERR_INVAL;
+	if (!ps->ps_has_master)
+		return DG_ERR_STATE;
+	op o = { .o_kind = OP_REKEY };
+	memcpy(o.o_key, master, DGI_GCM_KEY);
+	dg_err e = submit(ps, &o);
+	memset(o.o_key, 0, sizeof(o.o_key));
+	return e;
 }
 
 dg_err dgi_pstore_meta_each(dgi_pstore *ps,

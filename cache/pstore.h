@@ -69,6 +69,10 @@
 #define DGI_PREC_FORMAT2 0x80000000u
 /* Bit 30: the record ends with a CRC-32C (format 3).  pstore's own too. */
 #define DGI_PREC_CRC 0x40000000u
+/* Bit 29: the value is AES-256-GCM sealed (nonce ‖ ciphertext ‖ tag).
+ * pstore's own too. */
+#define DGI_PREC_ENC 0x20000000u
+#define DGI_PREC_RESERVED (DGI_PREC_FORMAT2 | DGI_PREC_CRC | DGI_PREC_ENC)
 
 typedef struct dgi_prec {
 	uint32_t cache_id;
@@ -89,6 +93,10 @@ typedef struct dgi_pstore_config {
 	bool nosync;               /* MDB_NOSYNC: fast, a machine crash may lose the last commits */
 	uint32_t max_batch;        /* most records per group transaction; default 4096
 	                            * (one larger write still commits alone, whole) */
+	const uint8_t *master_key; /* 32 bytes: encrypt every record (AES-256-
+	                            * GCM, a data key per cache wrapped by this
+	                            * key); NULL: plaintext (encrypted records
+	                            * found make the open fail, DG_ERR_AUTH) */
 	bool recover;              /* a damaged store is moved aside (data.mdb.
 	                            * damaged-TIME) and a new one made, in place
 	                            * of DG_ERR_STORAGE_DAMAGED */
@@ -148,6 +156,17 @@ dg_err dgi_pstore_meta_put(dgi_pstore *ps, const char *name,
 dg_err dgi_pstore_meta_each(dgi_pstore *ps,
     dg_err (*fn)(void *ctx, const char *name, const uint8_t *val, size_t len),
     void *ctx);
+
+/* Encryption at rest (with a master key): makes (or finds) the data key
+ * of cache_id — before its first write (a write without it fails,
+ * DG_ERR_STATE).  DG_OK without a master key.  DG_ERR_AUTH: the master key
+ * does not open the stored data key. */
+dg_err dgi_pstore_use_key(dgi_pstore *ps, uint32_t cache_id);
+/* Re-wraps every data key under master (32 bytes) in one transaction and
+ * uses master from then on; the records stay as they are.  DG_ERR_STATE
+ * (no master key), DG_ERR_AUTH (the current master key does not open a
+ * data key), DG_ERR_STORAGE*. */
+dg_err dgi_pstore_rekey(dgi_pstore *ps, const uint8_t master[32]);
 
 typedef struct dgi_pstore_stats {
 	uint64_t commits;          /* write transactions committed */

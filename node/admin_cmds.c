@@ -1071,6 +1071,36 @@ static dg_err cmd_shutdown(call *c)
 	return DG_OK;
 }
 
+/* ---- encryption at rest ---- */
+
+/* Every node re-reads its key file and re-wraps its data keys. */
+static dg_err cmd_encryption_rotate(call *c)
+{
+	dgi_fanres *r;
+	size_t nr;
+	dg_err e = dgi_fanout(c->n, "local.encryption-rotate", NULL, fan_ms(c), &r, &nr, NULL);
+	if (e != DG_OK)
+		return e;
+	cJSON *arr = cJSON_AddArrayToObject(c->result, "nodes");
+	for (size_t i = 0; i < nr; i++) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddItemToArray(arr, o);
+		add_hex(o, "id", r[i].id);
+		cJSON_AddStringToObject(o, "address", r[i].address);
+		if (r[i].err != DG_OK) {
+			cJSON_AddStringToObject(o, "error", r[i].errmsg[0] ? r[i].errmsg :
+			    dg_strerror(r[i].err));
+			cJSON_AddStringToObject(o, "code", dg_strerror(r[i].err));
+		} else {
+			const cJSON *k = cJSON_GetObjectItemCaseSensitive(r[i].result, "key_id");
+			if (cJSON_IsString(k))
+				cJSON_AddStringToObject(o, "key_id", k->valuestring);
+		}
+	}
+	dgi_fanout_free(r, nr);
+	return DG_OK;
+}
+
 /* ---- baseline (admin_baseline.c) ---- */
 
 static dg_err cmd_baseline(call *c)
@@ -1097,6 +1127,7 @@ static const struct {
 	{ "metrics", cmd_metrics },
 	{ "rebalance", cmd_rebalance },
 	{ "shutdown", cmd_shutdown },
+	{ "encryption.rotate", cmd_encryption_rotate },
 	{ "idle-verify", cmd_idle_verify },
 	{ "tx.list", cmd_tx_list },
 	{ "tx.kill", cmd_tx_kill },

@@ -5,6 +5,7 @@
  * Results are cJSON objects; 64-bit ids and digests travel as 16 hex
  * digits (JSON numbers lose precision above 2^53).
  */
+#include "cache/pcrypt.h"
 #include "admin.h"
 #include "node_int.h"
 
@@ -238,6 +239,35 @@ static dg_err local_txs(dg_node *n, cJSON *r)
 	return arr ? DG_OK : DG_ERR_NOMEM;
 }
 
+/* Re-reads this node's encryption key file and re-wraps its data keys
+ * under the key now there (the records stay as they are). */
+static dg_err local_rekey(dg_node *n, cJSON *r, char *why, size_t wl)
+{
+	const dg_node_config *cfg = dgi_node_config(n);
+	uint8_t key[32], id[8];
+	char hex[17];
+	if (cfg->encryption_key_file == NULL || cfg->data_dir == NULL) {
+		snprintf(why, wl, "this node has no encryption at rest (encryption_key_file, "
+		    "data_dir)");
+		return DG_ERR_STATE;
+	}
+	if (dgi_key_file_read(cfg->encryption_key_file, key, why, wl) != 0)
+		return DG_ERR_INVAL;
+	dg_err e = dgi_grid_rekey(dgi_node_grid(n), key);
+	dgi_key_id(key, id);
+	memset(key, 0, sizeof(key));
+	for (int i = 0; i < 8; i++)
+		snprintf(hex + 2 * i, 3, "%02x", id[i]);
+	if (e == DG_ERR_AUTH)
+		snprintf(why, wl, "the key this node uses does not open one of its data keys");
+	if (e != DG_OK)
+		return e;
+	dgi_log("info", "ENCRYPTION-ROTATED", "key_id=%s file=\"%s\"", hex,
+	    cfg->encryption_key_file);
+	cJSON_AddStringToObject(r, "key_id", hex);
+	return DG_OK;
+}
+
 dg_err dgi_admin_local(dg_node *n, const char *cmd, const cJSON *args, cJSON **result,
     char *why, size_t whylen, bool *stop_after)
 {
@@ -255,6 +285,8 @@ dg_err dgi_admin_local(dg_node *n, const char *cmd, const cJSON *args, cJSON **r
 		e = local_txs(n, r);
 	else if (strcmp(cmd, "local.shutdown") == 0)
 		e = local_shutdown(n, args, r, why, whylen, stop_after);
+	else if (strcmp(cmd, "local.encryption-rotate") == 0)
+		e = local_rekey(n, r, why, whylen);
 	else {
 		snprintf(why, whylen, "unknown local command %s (a node of another version?)", cmd);
 		e = DG_ERR_UNSUPPORTED;

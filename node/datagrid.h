@@ -94,6 +94,15 @@ typedef struct dg_node_config {
 	const char *data_dir;         /* persistence directory; NULL: caches
 	                                 with persistence cannot be created */
 	size_t storage_map_size;      /* LMDB map size; default 1 GiB */
+	const char *encryption_key_file; /* encryption at rest: a file of 64 hex
+	                                 digits (openssl rand -hex 32), mode 0600
+	                                 or stricter: the master key that wraps
+	                                 one AES-256-GCM data key per persistent
+	                                 cache of this node; every record written
+	                                 is sealed (node/DEPLOY.md, "Encryption
+	                                 at rest").  NULL: none — a store with
+	                                 encrypted records then fails the start
+	                                 (DG_ERR_AUTH), as does the wrong key */
 	bool storage_recover;         /* the store in data_dir failed its checks
 	                                 (truncated, a record's CRC-32C, its
 	                                 tree): move it aside (data.mdb.damaged-

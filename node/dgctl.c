@@ -67,6 +67,7 @@ static const char usage_text[] =
 "  metrics [--all]                the node's message, cache and tx metrics\n"
 "  rebalance status [--watch] [--interval DURATION]\n"
 "  shutdown [--cluster]           stop the node (or every node) gracefully\n"
+"  encryption rotate              re-wrap every node's data keys (new key file)\n"
 "  debug put-local CACHE KEY VALUE  test hook (nodes with DG_ADMIN_TEST_HOOKS=1)\n"
 "\n"
 "Options:\n"
@@ -835,6 +836,41 @@ static void do_shutdown(const cmdline *c)
 	cJSON_Delete(r);
 }
 
+static void do_encryption(const cmdline *c)
+{
+	if (c->argc < 1 || strcmp(c->argv[0], "rotate") != 0)
+		usage_error("encryption: expected 'rotate'");
+	cmdline rest = { c->argc - 1, c->argv + 1 };
+	want_args(&rest, 0, 0, "encryption rotate");
+	cJSON *r = request("encryption.rotate", cJSON_CreateObject());
+	int failed = 0;
+	const cJSON *o;
+	cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "nodes")) {
+		const char *err = jstr(o, "error");
+		const char *code = jstr(o, "code");
+		/* a node without encryption (a client, no data_dir) has nothing
+		 * to rotate */
+		if (err != NULL && (code == NULL || strncmp(code, "DG_ERR_STATE", 12) != 0))
+			failed++;
+	}
+	if (opt.json) {
+		print_json(r, false);
+	} else {
+		cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(r, "nodes")) {
+			const char *err = jstr(o, "error"), *id = jstr(o, "id"), *a = jstr(o, "address");
+			const char *kid = jstr(o, "key_id");
+			if (err != NULL)
+				printf("%s %s: %s\n", id ? id : "?", a ? a : "?", err);
+			else
+				printf("%s %s: data keys re-wrapped under key %s\n", id ? id : "?",
+				    a ? a : "?", kid ? kid : "?");
+		}
+	}
+	cJSON_Delete(r);
+	if (failed > 0)
+		exit(EXIT_FAIL);
+}
+
 static void do_idle_verify(const cmdline *c)
 {
 	cJSON *args = cJSON_CreateObject();
@@ -1051,6 +1087,11 @@ static const struct {
 	  "[--interval DURATION]\n\nPer cache: partitions moving, done and left, bytes "
 	  "received, over every\nnode.  --watch redraws a progress bar every interval "
 	  "(default 500ms)\nuntil rebalancing is complete (exit 0; Ctrl-C: exit 1).\n" },
+	{ "encryption", "", do_encryption, "dgctl encryption rotate\n\nEvery node re-reads "
+	  "its encryption key file (encryption-key-file)\nand re-wraps its data keys under "
+	  "the key now in it; the data is not\nrewritten.  Put the new key in every node's "
+	  "file first (node/DEPLOY.md,\n\"Encryption at rest\").  Exit 1 if a node with "
+	  "encryption failed.\n" },
 	{ "shutdown", "cluster yes", do_shutdown, "dgctl shutdown [--cluster]\n\nStops the "
 	  "connected node gracefully: it hands its partitions over,\nleaves the cluster and "
 	  "exits.  --cluster: every node of the cluster, this\none last (nodes embedded in "

@@ -14,6 +14,7 @@
 #include "cache/cache.h"
 #include "admin.h"
 #include "metrics_http.h"
+#include "cache/pcrypt.h"
 #include "node_int.h"
 #include "settings.h"
 #include "transport/transport_int.h"
@@ -38,6 +39,8 @@ struct dg_node {
 	dgi_adminpeer *ap;          /* node-to-node admin messages */
 	dgi_admin *admin;           /* the dgctl endpoint, or NULL */
 	dgi_http *http;             /* GET /metrics; NULL: none */
+	uint8_t master[32];         /* encryption_key_file's key (grid's copy
+	                               is pstore's) */
 };
 
 void dg_node_config_init(dg_node_config *cfg)
@@ -61,7 +64,8 @@ static dg_err copy_strings(dg_node *n, const dg_node_config *cfg)
 {
 	const char *one[] = { cfg->cluster_name, cfg->listen_url, cfg->advertise_url,
 		cfg->tls_cert_key_file, cfg->tls_ca_file, cfg->data_dir,
-		cfg->admin_url, cfg->http_url, cfg->http_auth_basic, cfg->http_auth_token };
+		cfg->admin_url, cfg->http_url, cfg->http_auth_basic, cfg->http_auth_token,
+		cfg->encryption_key_file };
 	size_t total = 0;
 	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
 		total += one[i] ? strlen(one[i]) + 1 : 0;
@@ -79,7 +83,7 @@ static dg_err copy_strings(dg_node *n, const dg_node_config *cfg)
 	const char **dst[] = { &n->cfg.cluster_name, &n->cfg.listen_url, &n->cfg.advertise_url,
 		&n->cfg.tls_cert_key_file, &n->cfg.tls_ca_file, &n->cfg.data_dir,
 		&n->cfg.admin_url, &n->cfg.http_url, &n->cfg.http_auth_basic,
-		&n->cfg.http_auth_token };
+		&n->cfg.http_auth_token, &n->cfg.encryption_key_file };
 	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
 		if (one[i] == NULL)
 			continue;
@@ -191,6 +195,7 @@ static void node_stop(dg_node *n, bool graceful)
 		dg_registry_destroy(n->reg);
 	dgi_free(n->strs);
 	dgi_free(n->seeds);
+	memset(n->master, 0, sizeof(n->master));
 	dgi_free(n);
 }
 
@@ -286,8 +291,17 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 		n->cfg.request_timeout_ms, n->cfg.rebalance_batch_bytes, n->cfg.data_dir,
 		n->cfg.storage_map_size, n->cfg.storage_nosync, n->cfg.client,
 		n->cfg.partition_policy != DG_PARTITION_POLICY_NONE,
-		n->cfg.on_event, n->cfg.event_ctx, n->cfg.storage_recover
+		n->cfg.on_event, n->cfg.event_ctx, n->cfg.storage_recover, NULL
 	};
+	if (n->cfg.encryption_key_file != NULL) {
+		char why[512];
+		if (dgi_key_file_read(n->cfg.encryption_key_file, n->master, why, sizeof(why)) != 0) {
+			dgi_log("error", "ENCRYPTION-KEY", "why=\"%s\"", why);
+			e = DG_ERR_INVAL;
+			goto fail;
+		}
+		gc.master_key = n->master;
+	}
 	if ((e = dgi_grid_start(n->tp, n->reg, &gc, &n->g)) != DG_OK)
 		goto fail;
 	if ((e = dgi_txsvc_start(n->tp, n->g, &n->txs)) != DG_OK)

@@ -138,6 +138,11 @@ const dgnode_setting dgnode_settings_table[] = {
 	  NULL, "Flush to disk at every commit; false (MDB_NOSYNC) is faster, "
 	  "but a machine crash may lose the last acknowledged writes.",
 	  "dg_node_config.storage_nosync (negated)", NULL },
+	{ "encryption-key-file", DGNODE_STRING, F(encryption_key_file), "", 0, 0, NULL,
+	  "FILE", "Encryption at rest: a file of 64 hex digits (openssl rand -hex "
+	  "32), mode 0600: the master key that wraps one AES-256-GCM data key per "
+	  "persistent cache; every record written is sealed.  Empty: none.",
+	  "dg_node_config.encryption_key_file (\"\": NULL)", NULL },
 	{ "storage-recover", DGNODE_BOOL, F(storage_recover), "false", 0, 0, NULL,
 	  NULL, "When the store in data-dir fails its checks at start (a "
 	  "truncated file, a record whose CRC-32C does not match, a damaged "
@@ -1336,6 +1341,7 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	cfg->storage_map_size = (size_t)s->storage_map_size;
 	cfg->storage_nosync = !s->storage_sync;
 	cfg->storage_recover = s->storage_recover;
+	cfg->encryption_key_file = or_null(s->encryption_key_file);
 	cfg->recv_max = (size_t)s->recv_max;
 	cfg->rebalance_batch_bytes = (uint32_t)s->rebalance_batch;
 	cfg->client = s->client;

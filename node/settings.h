@@ -87,6 +87,7 @@ typedef struct dgnode_settings {
 	uint64_t storage_map_size;
 	bool storage_sync;
 	bool storage_recover;
+	const char *encryption_key_file;
 	uint64_t recv_max;
 	uint64_t rebalance_batch;
 	bool client;

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "cache/pstore.h"
+#include "marshal/crc32c.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -285,7 +286,7 @@ static void test_round_trip(void **state)
 				*r = rec(caches[c], parts[p], keys[c][p][k], vals[c][p][k],
 				    -3 + c * 100 + p, 1000u * (uint64_t)p + (uint64_t)k,
 				    (uint32_t)(c + 1));
-				r->ver.flags = 0x25000000u | (uint32_t)k; /* bit 31 is pstore's */
+				r->ver.flags = 0x15000000u | (uint32_t)k; /* bits 29-31: pstore's */
 				r->expire_ms = k == 0 ? 0 : k == 1 ? -5 : INT64_MAX - p;
 				r->op_node = k == 0 ? 0 : UINT64_MAX - (uint64_t)c;
 				r->op_seq = (uint64_t)p << 40 | (uint64_t)k;
@@ -876,7 +877,11 @@ static void test_bad_args(void **state)
 	r.klen = 505;
 	assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_OK);
 	r = rec(1, 0, "k", "v", 1, 0, 0);
-	r.ver.flags = DGI_PREC_FORMAT2;                         /* pstore's bit */
+	r.ver.flags = DGI_PREC_FORMAT2;                         /* pstore's bits */
+	assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_ERR_INVAL);
+	r.ver.flags = DGI_PREC_CRC;
+	assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_ERR_INVAL);
+	r.ver.flags = DGI_PREC_ENC;
 	assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_ERR_INVAL);
 	assert_int_equal(dgi_pstore_write(ps, NULL, 1), DG_ERR_INVAL);
 	assert_int_equal(dgi_pstore_write(ps, NULL, 0), DG_OK);
@@ -1207,6 +1212,137 @@ static void test_disk_full(void **state)
 	assert_int_equal(cap.eio, 0);
 }
 
+/* ---- encryption at rest ---- */
+
+static const uint8_t K1[32] = "0123456789abcdef0123456789abcde", K2[32] = "another master key, 32 bytes..";
+
+static dg_err enc_open(fixture *fx, const uint8_t *master)
+{
+	dgi_pstore_config cfg;
+	dgi_pstore_config_init(&cfg);
+	cfg.dir = fx->dir;
+	cfg.nosync = true;
+	cfg.master_key = master;
+	return dgi_pstore_open(&cfg, &fx->ps);
+}
+
+static void enc_check_all(fixture *fx)
+{
+	collect *c = fx->c;
+	load_all(fx->ps, 11, c);
+	assert_int_equal(c->count, 50);
+	for (int i = 0; i < 50; i++) {
+		char k[16], v[64];
+		snprintf(k, sizeof(k), "k%03d", i);
+		snprintf(v, sizeof(v), "MARKER-SECRET-%03d", i);
+		assert_val(c, 0, k, v);
+	}
+}
+
+/* Rewrites the raw value of key `to` (cache 11, partition 0): with the
+ * bytes of key `from`'s value (from != NULL), then one bit flipped at
+ * value byte flip (>= 0), then the CRC fixed (fix_crc) or not. */
+static void raw_edit(const char *dir, const char *from, const char *to, int flip, bool fix_crc)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	uint8_t kf[32] = { 0, 0, 0, 11, 0, 0 }, kt[32] = { 0, 0, 0, 11, 0, 0 }, buf[256];
+	size_t lf = 6 + strlen(to), lt = lf;
+	memcpy(kt + 6, to, strlen(to));
+	if (from != NULL) {
+		memcpy(kf + 6, from, strlen(from));
+		lf = 6 + strlen(from);
+	} else {
+		memcpy(kf, kt, lt);
+	}
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 2), 0);
+	assert_int_equal(mdb_env_open(env, dir, 0, 0600), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "entries", 0, &dbi), 0);
+	MDB_val k = { lf, kf }, v;
+	assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+	assert_true(v.mv_size <= sizeof(buf));
+	size_t n = v.mv_size;
+	memcpy(buf, v.mv_data, n);
+	if (flip >= 0)
+		buf[flip] ^= 0x10;
+	MDB_val kto = { lt, kt };
+	if (fix_crc) {
+		uint32_t crc = dgi_crc32c(dgi_crc32c(0, kt, lt), buf, n - 4);
+		for (int i = 0; i < 4; i++)
+			buf[n - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
+	}
+	MDB_val nv = { n, buf };
+	assert_int_equal(mdb_put(txn, dbi, &kto, &nv, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+static void test_encrypted(void **state)
+{
+	fixture *fx = *state;
+	assert_int_equal(enc_open(fx, K1), DG_OK);
+	dgi_pstore *ps = fx->ps;
+	dgi_prec r = rec(11, 0, "k000", "v", 1, 1, 0);
+	assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_ERR_STATE);  /* no data key yet */
+	assert_int_equal(dgi_pstore_use_key(ps, 11), DG_OK);
+	for (int i = 0; i < 50; i++) {
+		char k[16], v[64];
+		snprintf(k, sizeof(k), "k%03d", i);
+		snprintf(v, sizeof(v), "MARKER-SECRET-%03d", i);
+		r = rec(11, 0, k, v, 1, (uint64_t)i + 1, 0);
+		assert_int_equal(dgi_pstore_write(ps, &r, 1), DG_OK);
+	}
+	enc_check_all(fx);
+	fx_close(fx);
+
+	/* the values never appear in the file */
+	char path[128];
+	snprintf(path, sizeof(path), "%s/data.mdb", fx->dir);
+	size_t n;
+	char *file = read_file(path, &n);
+	assert_null(memmem(file, n, "MARKER-SECRET", 13));
+	free(file);
+
+	/* the right key reads everything; none or another is refused */
+	assert_int_equal(enc_open(fx, K1), DG_OK);
+	enc_check_all(fx);
+	fx_close(fx);
+	assert_int_equal(enc_open(fx, NULL), DG_ERR_AUTH);
+	assert_int_equal(enc_open(fx, K2), DG_ERR_AUTH);
+
+	/* rotation: the data keys re-wrapped, then K2 reads everything */
+	assert_int_equal(enc_open(fx, K1), DG_OK);
+	assert_int_equal(dgi_pstore_rekey(fx->ps, K2), DG_OK);
+	r = rec(11, 0, "k049", "MARKER-SECRET-049", 1, 99, 0);  /* after the rotation */
+	assert_int_equal(dgi_pstore_write(fx->ps, &r, 1), DG_OK);
+	fx_close(fx);
+	assert_int_equal(enc_open(fx, K1), DG_ERR_AUTH);
+	assert_int_equal(enc_open(fx, K2), DG_OK);
+	enc_check_all(fx);
+	fx_close(fx);
+
+	/* tampering: one flipped bit (the CRC catches it; with the CRC
+	 * recomputed, the GCM tag does), and a value moved to another key
+	 * with a valid CRC (only the tag can tell) */
+	snprintf(path, sizeof(path), "%s/data.mdb", fx->dir);
+	char *good = read_file(path, &n);
+	fx->big = good;
+	raw_edit(fx->dir, NULL, "k007", 60, false);
+	assert_int_equal(enc_open(fx, K2), DG_ERR_STORAGE_DAMAGED);
+	write_file(path, good, n);
+	raw_edit(fx->dir, NULL, "k007", 60, true);
+	assert_int_equal(enc_open(fx, K2), DG_ERR_STORAGE_DAMAGED);
+	write_file(path, good, n);
+	raw_edit(fx->dir, "k003", "k007", -1, true);
+	assert_int_equal(enc_open(fx, K2), DG_ERR_STORAGE_DAMAGED);
+	write_file(path, good, n);
+	assert_int_equal(enc_open(fx, K2), DG_OK);
+	enc_check_all(fx);
+}
+
 /* close waits for a call in progress; calls made while it waits are refused. */
 typedef struct cw {
 	dgi_pstore *ps;
@@ -1302,6 +1438,7 @@ int dgt_pstore_tests(void)
 		T(test_format1_records),
 		T(test_damaged_file),
 		T(test_disk_full),
+		T(test_encrypted),
 #undef T
 	};
 	return cmocka_run_group_tests_name("pstore", tests, NULL, NULL);

@@ -137,7 +137,7 @@ static void test_table_is_sane(void **state)
 		"seed", "secret-file", "tls-cert-key", "tls-ca",
 		"failure-detection-timeout", "heartbeat-interval", "join-timeout",
 		"request-timeout", "tx-topology-timeout", "data-dir", "storage-map-size",
-		"storage-sync", "storage-recover",
+		"storage-sync", "storage-recover", "encryption-key-file",
 		"recv-max", "rebalance-batch", "client", "partition-policy", "admin-listen",
 		"http-listen", "http-basic-auth-file", "http-bearer-token-file",
 		"http-max-connections", "http-idle-timeout", "insecure",
