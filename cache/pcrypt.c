@@ -31,8 +31,15 @@ static EVP_CIPHER_CTX *thread_ctx(void)
 {
 	pthread_once(&ctx_once, ctx_init);
 	EVP_CIPHER_CTX *c = pthread_getspecific(ctx_key);
-	if (c == NULL && (c = EVP_CIPHER_CTX_new()) != NULL)
+	if (c == NULL && (c = EVP_CIPHER_CTX_new()) != NULL) {
+		/* the cipher set once: each record then sets only its key and
+		 * nonce (setting the cipher again allocated per record) */
+		if (EVP_CipherInit_ex(c, EVP_aes_256_gcm(), NULL, NULL, NULL, 1) != 1) {
+			EVP_CIPHER_CTX_free(c);
+			return NULL;
+		}
 		pthread_setspecific(ctx_key, c);
+	}
 	return c;
 }
 
@@ -43,7 +50,7 @@ static bool gcm(bool enc, const uint8_t *key, const uint8_t *nonce, const uint8_
 	EVP_CIPHER_CTX *c = thread_ctx();
 	int n;
 	if (c == NULL || len > INT32_MAX ||
-	    EVP_CipherInit_ex(c, EVP_aes_256_gcm(), NULL, key, nonce, enc ? 1 : 0) != 1 ||
+	    EVP_CipherInit_ex(c, NULL, NULL, key, nonce, enc ? 1 : 0) != 1 ||
 	    (aadlen > 0 && EVP_CipherUpdate(c, NULL, &n, aad, (int)aadlen) != 1) ||
 	    (aad2len > 0 && EVP_CipherUpdate(c, NULL, &n, aad2, (int)aad2len) != 1))
 		return false;
