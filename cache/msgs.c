@@ -9,6 +9,7 @@
 #include "cache_int.h"
 
 #include <stddef.h>
+#include <string.h>
 
 static dg_err enc_run(dg_writer *w, const void *body, int ni, size_t boff, int nb)
 {
@@ -67,8 +68,9 @@ static dg_err dec_cfg(dg_reader *r, void *body)
 {
 	dgi_msg_cfg *m = body;
 	dg_err e = dg_read_str(r, &m->name, NULL);
+	/* the name is used as a C string: no NUL inside */
 	if (e == DG_OK && (m->name.ptr == NULL || m->name.len == 0 ||
-	    m->name.len >= DG_CACHE_NAME_MAX))
+	    m->name.len >= DG_CACHE_NAME_MAX || memchr(m->name.ptr, 0, m->name.len) != NULL))
 		e = DG_ERR_BAD_LENGTH;
 	return e != DG_OK ? e : dec_run(r, &m->mode, 8, 0, 0);
 }

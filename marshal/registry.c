@@ -337,8 +337,13 @@ static dg_err publish_schema(dg_registry *reg, struct dgi_type *ty,
 
 /* ---- lookup ---- */
 
+/* reg NULL is a registry that knows no type: a reader without one (txn
+ * reads peer bytes so) answers DG_ERR_UNKNOWN_TYPE for an object, where it
+ * dereferenced NULL (found by tests/fuzz/msg_fuzz, crash msg_fuzz-1). */
 static struct dgi_type *find_type(const dg_registry *reg, uint32_t id)
 {
+	if (reg == NULL)
+		return NULL;
 	const struct dgi_table *t = atomic_load_explicit(
 	    (_Atomic(struct dgi_table *) *)&reg->table, memory_order_acquire);
 	return table_get(t, id);

@@ -2454,6 +2454,12 @@ static void test_unknown_type_and_schema(void **state)
 	EXPECT(dg_bobj_open(empty, obj.data, obj.len, &o), DG_ERR_UNKNOWN_TYPE);
 	dg_reader_init(&r, empty, obj.data, obj.len);
 	EXPECT(dg_read_next(&r, &v), DG_ERR_UNKNOWN_TYPE);
+	/* no registry at all: one that knows no type (it dereferenced NULL:
+	 * tests/fuzz crash msg_fuzz-1) */
+	dg_reader_init(&r, NULL, obj.data, obj.len);
+	EXPECT(dg_read_next(&r, &v), DG_ERR_UNKNOWN_TYPE);
+	dg_reader_init(&r, NULL, obj.data, obj.len);
+	EXPECT(dg_read_skip(&r), DG_ERR_UNKNOWN_TYPE);
 	/* in a list: the DEF */
 	{
 		dg_buf l;

@@ -3524,6 +3524,53 @@ static void topo_body(dg_buf *b, int64_t version, const dg_node_id *ids, const c
 	OK(dg_writer_finish(&w));
 }
 
+/* A TOPOLOGY whose node URL or baseline address holds a NUL byte is
+ * refused: they are used as C strings, and one cut at the NUL re-encoded
+ * into a TOPOLOGY the same decoder refuses (tests/fuzz crash msg_fuzz-3). */
+static void test_topology_refuses_nul(void **state)
+{
+	(void)state;
+	struct mnode n;
+	memset(&n, 0, sizeof(n));
+	mnode_start(&n, "tcp://127.0.0.1:0", NULL, 1000);
+	dg_buf b;
+	dg_writer w;
+	dg_topology *t;
+	dg_buf_init(&b);
+	static const char urls[2][12] = { "tcp://a:1", "tcp://a\0:1" };
+	for (int bad = 0; bad < 2; bad++) {
+		for (int where = 0; where < 2; where++) {
+			dg_buf_reset(&b);
+			dg_writer_init(&w, reg, &b);
+			OK(dg_write_list_begin(&w, 3 + 4 + (where ? 1 : 0)));
+			OK(dg_write_i64(&w, 7));
+			OK(dg_write_i64(&w, 1));
+			OK(dg_write_i64(&w, 99));
+			OK(dg_write_i64(&w, 1));
+			OK(dg_write_str(&w, where == 0 ? urls[bad] : urls[0], where == 0 && bad ? 10 : 9));
+			OK(dg_write_i64(&w, 0));
+			if (where == 0) {
+				OK(dg_write_i64(&w, -1));
+			} else {   /* a baseline of one address */
+				OK(dg_write_i64(&w, 1));
+				OK(dg_write_str(&w, urls[bad], bad ? 10 : 9));
+			}
+			OK(dg_write_end(&w));
+			OK(dg_writer_finish(&w));
+			dg_raw raw = { b.data, (uint32_t)b.len };
+			dg_err e = dgi_member_topo_decode(n.m, &raw, &t);
+			if (!bad) {
+				OK(e);
+				dg_topology_release(t);
+			} else {
+				assert_int_equal(e, DG_ERR_BAD_LENGTH);
+			}
+		}
+	}
+	dg_buf_free(&b);
+	mnode_stop(&n, false);
+}
+
 /* The REMOVED rules (PROTOCOL.md, "A paused node"): a member answers a
  * HEARTBEAT from a node outside its topology with REMOVED carrying it —
  * unless the heartbeat's version is newer (a joiner whose TOPOLOGY has not
@@ -4901,6 +4948,7 @@ int main(void)
 		cmocka_unit_test(test_membership_resync_on_unknown_report),
 		cmocka_unit_test(test_membership_refused),
 		cmocka_unit_test(test_membership_removed_rules),
+		cmocka_unit_test(test_topology_refuses_nul),
 		cmocka_unit_test(test_membership_pause_member),
 		cmocka_unit_test(test_membership_pause_coordinator),
 		cmocka_unit_test(test_membership_rejoin_slow_type_sync),

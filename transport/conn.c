@@ -582,7 +582,8 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 		    c->nonce_mine, c->peer_id, tp->self, tp->cluster,
 		    strlen(tp->cluster), mac)) != DG_OK)
 			return e;
-		if (m.hello.address.len > 0 && m.hello.address.len < 512) {
+		if (m.hello.address.len > 0 && m.hello.address.len < 512 &&
+		    memchr(m.hello.address.ptr, 0, m.hello.address.len) == NULL) {
 			/* the peer's, once its PROOF checks: nothing of an
 			 * unauthenticated peer is stored (issue 14) */
 			if ((c->hello_url = dgi_alloc(m.hello.address.len + 1)) == NULL)

@@ -191,7 +191,10 @@ static dg_err bl_decode(dg_reader *r, uint32_t left, struct bl *b)
 		dg_str a;
 		if ((e = dg_read_str(r, &a, NULL)) != DG_OK)
 			return e;
-		if (a.ptr == NULL || a.len == 0 || a.len >= DG_BASELINE_ADDR_MAX)
+		/* used as a C string: a NUL inside would cut it (tests/fuzz
+		 * crash msg_fuzz-3) */
+		if (a.ptr == NULL || a.len == 0 || a.len >= DG_BASELINE_ADDR_MAX ||
+		    memchr(a.ptr, 0, a.len) != NULL)
 			return DG_ERR_BAD_LENGTH;
 		b->a[b->n++] = a;
 	}
@@ -233,7 +236,8 @@ dg_err dgi_member_topo_decode(dg_member *m, const dg_raw *raw, dg_topology **out
 		    (e = dg_read_str(&r, &url, NULL)) != DG_OK ||
 		    (e = dg_read_i64(&r, &attrs)) != DG_OK)
 			break;
-		if (url.ptr == NULL || url.len >= 256 || id == 0 || attrs < 0 || attrs > UINT32_MAX ||
+		if (url.ptr == NULL || url.len >= 256 || memchr(url.ptr, 0, url.len) != NULL ||
+		    id == 0 || attrs < 0 || attrs > UINT32_MAX ||
 		    (size_t)(u - urls) + url.len + 1 > raw->len + n) {
 			e = DG_ERR_BAD_LENGTH;
 			break;

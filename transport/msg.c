@@ -177,6 +177,9 @@ static dg_err dec_join(dg_reader *r, void *body)
 {
 	dg_msg_join *m = body;
 	W(dg_read_str(r, &m->address, NULL));
+	/* the address becomes a C string (a member's URL): no NUL inside */
+	if (m->address.len > 0 && memchr(m->address.ptr, 0, m->address.len) != NULL)
+		return DG_ERR_BAD_LENGTH;
 	W(read_i64(r, &m->node_id));
 	W(read_i64(r, &m->attrs));
 	return read_i64(r, &m->floor);
