@@ -436,7 +436,9 @@ static dg_err cmd_cache_create(call *c)
 		cc.backups = (uint32_t)d;
 	}
 	if (arg_num(c, "ttl_ms", &d)) {
-		if (d < 0)
+		/* checked before the cast: 1e30 into a uint64_t is undefined
+		 * (tests/fuzz crash admin_fuzz-1); 1e15 ms is 31,000 years */
+		if (!(d >= 0 && d <= 1e15))
 			goto bad;
 		cc.ttl_ms = (uint64_t)d;
 	}
@@ -455,7 +457,7 @@ static dg_err cmd_cache_create(call *c)
 bad:
 	snprintf(c->why, sizeof(c->why), "bad cache setting (mode: partitioned|replicated, "
 	    "sync: full_sync|primary_sync|full_async, atomicity: atomic|transactional, "
-	    "backups: 0..64, ttl_ms >= 0)");
+	    "backups: 0..64, ttl_ms: 0..1e15)");
 	return DG_ERR_INVAL;
 }
 

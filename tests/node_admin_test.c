@@ -649,6 +649,28 @@ static dg_cache *cache_everywhere(const char *name)
 	return first;
 }
 
+/* cache.create's numbers are checked before they are cast: ttl_ms 1e30
+ * (tests/fuzz crash admin_fuzz-1: undefined behaviour, and a cache with
+ * some TTL) and the other bad settings are DG_ERR_INVAL. */
+static void test_cache_create_bad_numbers(void **state)
+{
+	(void)state;
+	cli k;
+	cli_open(&k, nodes[0]);
+	static const struct { const char *name; double v; } bad[] = {
+		{ "ttl_ms", 1e30 }, { "ttl_ms", -1 }, { "ttl_ms", 2e15 },
+		{ "backups", 65 }, { "backups", -1 }, { "backups", 1.5 }, { "backups", 1e300 },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cJSON *a = sargs("cache", "badnum", NULL);
+		cJSON_AddNumberToObject(a, bad[i].name, bad[i].v);
+		cJSON *r = cli_err(&k, "cache.create", a, "DG_ERR_INVAL");
+		assert_non_null(strstr(S(jstr(r, "error")), "bad cache setting"));
+		cJSON_Delete(r);
+	}
+	cli_close(&k);
+}
+
 /* `rebalance` and `state` count a partition that is OWNING but not whole
  * and fetching what it lacks (repairing): not complete, REBALANCING —
  * before, "complete" while a copy still lacked entries that a node lost
@@ -1352,6 +1374,7 @@ int main(void)
 		cmocka_unit_test(test_nodes),
 		cmocka_unit_test(test_cache_commands),
 		cmocka_unit_test(test_rebalance_counts_repairing),
+		cmocka_unit_test(test_cache_create_bad_numbers),
 		cmocka_unit_test(test_idle_verify),
 		cmocka_unit_test(test_tx_list_and_kill),
 		cmocka_unit_test(test_shutdown),
