@@ -32,10 +32,11 @@
  * MDB_MAP_FULL before committing.  Removals, drops and meta deletes may use
  * the reserve, so a full store can always be emptied and used again.
  *
- * Record formats (pstore.h): every write stores format 2 (the update id
- * after the expiry, marked by DGI_PREC_FORMAT2 in the stored flags); loads
- * read both, so records written before the update id was kept load with
- * the id (0, 0) and are rewritten in format 2 by their next write.
+ * Record formats (pstore.h): every write stores format 3 (format 2, the
+ * update id after the expiry, plus a trailing CRC-32C; the value sealed
+ * with a master key); loads read all three, so records written before the
+ * update id was kept load with the id (0, 0), and older records are
+ * rewritten in format 3 by their next write.
  *
  * Values are written in place with MDB_RESERVE and keys are built on the
  * stack (an LMDB key is at most 511 bytes), so the write path allocates

@@ -20,6 +20,16 @@
  *              next write.  A build older than format 2 cannot read format
  *              2 records (it would take the id for value bytes): no
  *              downgrade once a node has written with this build.
+ *              value, format 3 (written since 0.1's integrity checks):
+ *                    format 2 with flags bit 30 (DGI_PREC_CRC) set and a
+ *                    CRC-32C u32 LE of the whole LMDB key then every value
+ *                    byte before it appended; with bit 29 (DGI_PREC_ENC)
+ *                    the value bytes are nonce (12) ‖ AES-256-GCM
+ *                    ciphertext ‖ tag (16), the LMDB key and the 48-byte
+ *                    header authenticated.  A store made by this build
+ *                    ("dg-record-format" = 3 in the main tree) holds
+ *                    format 3 only, and its meta values end with a CRC-32C
+ *                    too; the open scan checks every record (pstore_check.h).
  *              Big-endian prefixes keep one partition's entries contiguous,
  *              so loading, rebalancing and dropping a partition are range
  *              operations.

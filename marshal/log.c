@@ -96,6 +96,14 @@ void dgi_log(const char *level, const char *id, const char *fmt, ...)
 	va_end(ap);
 }
 
+void dgi_log_rated(struct dgi_lograte *r, uint64_t now_ms, const char *level, const char *id,
+    const char *why)
+{
+	uint32_t repeated = 0;
+	if (r == NULL || dgi_lograte_due(r, now_ms, 1000, &repeated))
+		dgi_log(level, id, "repeated=%u why=\"%s\"", repeated, why);
+}
+
 bool dgi_lograte_due(struct dgi_lograte *r, uint64_t now_ms, uint32_t interval_ms,
     uint32_t *suppressed)
 {

@@ -29,5 +29,9 @@ struct dgi_lograte {
  * lines left out since the last one written.  Thread-safe. */
 bool dgi_lograte_due(struct dgi_lograte *r, uint64_t now_ms, uint32_t interval_ms,
     uint32_t *suppressed);
+/* "level=L id=ID repeated=N why=\"WHY\"" at most once a second per r (now:
+ * dgi_now_ms's clock); r NULL: always, repeated=0. */
+void dgi_log_rated(struct dgi_lograte *r, uint64_t now_ms, const char *level, const char *id,
+    const char *why);
 
 #endif

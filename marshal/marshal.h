@@ -495,6 +495,8 @@ typedef struct dg_reader {   /* fields are private */
 	struct dgi_rframe r_stack[DG_MAX_DEPTH];
 } dg_reader;
 
+/* reg NULL: a registry that knows no type (an object, DEF or REF is
+ * DG_ERR_UNKNOWN_TYPE). */
 DG_API void dg_reader_init(dg_reader *r, const dg_registry *reg,
     const void *data, size_t len);
 /* Bytes not consumed yet. */

@@ -40,13 +40,6 @@ struct dgi_admin {
 	struct dgi_lograte lr_busy, lr_auth;
 };
 
-static void log_conn(struct dgi_lograte *lr, const char *level, const char *id, const char *why)
-{
-	uint32_t repeated = 0;
-	if (lr == NULL || dgi_lograte_due(lr, dgi_now_ms(), 1000, &repeated))
-		dgi_log(level, id, "repeated=%u why=\"%s\"", repeated, why);
-}
-
 /* Sends {"ok":false,"error":why} (best effort). */
 static void send_refusal(dgi_aconn *c, const char *why)
 {
@@ -116,14 +109,14 @@ static dg_err handshake(dgi_admin *a, dgi_srv_conn *me)
 	cJSON_Delete(auth);
 	if (e != DG_OK) {
 		send_refusal(c, "authentication failed: wrong cluster secret or cluster name");
-		log_conn(&a->lr_auth, "warn", "ADMIN-AUTH-FAIL",
+		dgi_log_rated(&a->lr_auth, dgi_now_ms(), "warn", "ADMIN-AUTH-FAIL",
 		    "a dgctl client did not prove the cluster secret");
 		return e;
 	}
 	/* a session: only an authenticated client takes one */
 	if (!dgi_srv_pin(me, DGI_ADMIN_CONNS)) {
 		send_refusal(c, "too many admin connections");
-		log_conn(&a->lr_busy, "warn", "ADMIN-BUSY",
+		dgi_log_rated(&a->lr_busy, dgi_now_ms(), "warn", "ADMIN-BUSY",
 		    "an authenticated admin connection was refused: every session slot is busy");
 		return DG_ERR_BUSY;
 	}
@@ -214,7 +207,7 @@ static void refuse_conn(void *ctx, dgi_aconn *c, bool stopping)
 static dg_err setup_tls(dgi_admin *a, const dg_node_config *cfg)
 {
 	if (cfg->tls_cert_key_file == NULL || cfg->tls_ca_file == NULL) {
-		log_conn(NULL, "error", "ADMIN-LISTEN", "tls+tcp:// needs the node's TLS files");
+		dgi_log_rated(NULL, 0, "error", "ADMIN-LISTEN", "tls+tcp:// needs the node's TLS files");
 		return DG_ERR_INVAL;
 	}
 	if (nng_tls_config_alloc(&a->tls, NNG_TLS_MODE_SERVER) != 0)

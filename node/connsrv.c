@@ -20,13 +20,6 @@ struct dgi_srv {
 	char id_accept[48], id_busy[48], id_evict[48];
 };
 
-static void log_rate(struct dgi_lograte *lr, const char *id, const char *why)
-{
-	uint32_t repeated = 0;
-	if (dgi_lograte_due(lr, dgi_now_ms(), 1000, &repeated))
-		dgi_log("warn", id, "repeated=%u why=\"%s\"", repeated, why);
-}
-
 static void *conn_main(void *arg)
 {
 	dgi_srv_conn *c = arg;
@@ -75,7 +68,7 @@ static dgi_srv_conn *take_slot(dgi_srv *s)
 		return free_one;
 	dgi_aconn_abort(&oldest->c);    /* its I/O fails at once */
 	pthread_mutex_unlock(&s->mu);
-	log_rate(&s->lr_evict, s->id_evict, "a connection waiting longest was closed to make "
+	dgi_log_rated(&s->lr_evict, dgi_now_ms(), "warn", s->id_evict, "a connection waiting longest was closed to make "
 	    "room for a new one");
 	pthread_join(oldest->thr, NULL);
 	pthread_mutex_lock(&s->mu);
@@ -98,7 +91,7 @@ static void refuse(dgi_srv *s, nng_stream *st)
 		nng_stream_close(st);
 		nng_stream_free(st);
 	}
-	log_rate(&s->lr_busy, s->id_busy, "a connection was refused: every slot is in use");
+	dgi_log_rated(&s->lr_busy, dgi_now_ms(), "warn", s->id_busy, "a connection was refused: every slot is in use");
 }
 
 static void accept_one(dgi_srv *s, nng_stream *st)
@@ -139,7 +132,7 @@ static void *accept_main(void *arg)
 			char why[160];
 			snprintf(why, sizeof(why), "accepting a connection failed (%s): retrying in "
 			    "%u ms", nng_strerror(rv), backoff);
-			log_rate(&s->lr_accept, s->id_accept, why);
+			dgi_log_rated(&s->lr_accept, dgi_now_ms(), "warn", s->id_accept, why);
 			nng_msleep((nng_duration)backoff);
 			continue;
 		}
