@@ -417,7 +417,11 @@ static dg_err call_list(dgi_grid *g, dg_node_id to, dg_msg_type type, const void
  * takes that owner's whole copy in place of what it loaded (replace_one,
  * sweep_loaded: what it loaded may hold a write it persisted and never
  * replicated before a kill -9), keeping only what was written under the
- * topology it moved at.  A topology change during the merge starts it
+ * topology it moved at.  Only an owner's under that topology: a rented
+ * copy says whole too, but only as of when its node stopped owning the
+ * partition (a server keeps the copies it handed over at the joins for the
+ * rent grace), and taking one dropped acknowledged writes; the owners are
+ * asked first.  A topology change during the merge starts it
  * again with the new topology's servers; a server that left took its copy
  * along, as one that never came back (DEPLOY.md, "A full-cluster
  * restart"). */
@@ -445,6 +449,8 @@ struct fetch {
 	uint64_t gen;
 	dg_node_id q[FETCH_NODES];  /* to visit: the supplier, the sources */
 	bool got[FETCH_NODES];      /* fetched in full (else: gone) */
+	bool own[FETCH_NODES];      /* an owner under topver (a merge of loaded
+	                               copies: its whole copy is current) */
 	uint32_t nq;
 	bool broken;                /* a page from a broken copy */
 	bool reload;                /* a merge of loaded copies */
@@ -612,8 +618,10 @@ static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, u
 }
 
 /* Every page of the partition from one node, applied; *whole: every page
- * said the node holds it whole. */
-static dg_err fetch_from(struct fetch *f, dg_node_id from, bool *whole)
+ * said the node holds it whole.  owner: from owns the partition under the
+ * topology f moves at (a merge of loaded copies takes only such a whole
+ * copy in place of its own). */
+static dg_err fetch_from(struct fetch *f, dg_node_id from, bool owner, bool *whole)
 {
 	dgi_grid *g = f->g;
 	uint64_t after = 0;
@@ -631,7 +639,8 @@ static dg_err fetch_from(struct fetch *f, dg_node_id from, bool *whole)
 		if (e != DG_OK)
 			return e;
 		dg_raw list = { f->reply.data, (uint32_t)f->reply.len };
-		if (f->reload && first && f->a.replace_below == 0 && page_says_whole(g, &list)) {
+		if (f->reload && owner && first && f->a.replace_below == 0 &&
+		    page_says_whole(g, &list)) {
 			/* the cluster's whole copy: it replaces what was loaded */
 			dgi_part *pt = &f->c->parts[f->part];
 			pthread_mutex_lock(&pt->mu);
@@ -709,20 +718,29 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	dgi_part *pt = &c->parts[part];
 	struct fetch f = { .g = g, .c = c, .part = part, .gen = gen, .a = { g, c, part, 0, 0 } };
 	dg_node_id all[FETCH_NODES];
-	int64_t all_ver = 0;
+	bool all_own[FETCH_NODES];
+	int64_t all_ver = 0, aff_ver = 0;
 	uint32_t nall = 0;
 	pthread_mutex_lock(&pt->mu);
 	bool loaded = pt->reloaded; /* (set at start only: read again below) */
 	pthread_mutex_unlock(&pt->mu);
-	if (loaded) /* (grid->mu before a partition's, never inside) */
+	if (loaded) { /* (grid->mu before a partition's, never inside) */
 		nall = servers_now(g, all, FETCH_NODES, &all_ver);
+		dgi_epoch_enter(); /* (cache_int.h, "Lifetime") */
+		dgi_aff *aff = atomic_load(&c->aff);
+		aff_ver = aff != NULL ? aff->topver : -1;
+		for (uint32_t i = 0; i < nall && i < FETCH_NODES; i++)
+			all_own[i] = aff != NULL && dgi_aff_role(aff, part, all[i]) >= 0;
+		dgi_epoch_leave();
+	}
 	pthread_mutex_lock(&pt->mu);
 	int st = atomic_load(&pt->state);
 	/* a copy loaded from disk merges every other server's ("Copies
 	 * loaded from disk"), once the topology is active */
 	bool reload = st == P_MOVING && pt->reloaded;
 	f.reload = reload;
-	if (reload && (!atomic_load(&g->active) || pt->state_topver != all_ver)) {
+	if (reload && (!atomic_load(&g->active) || pt->state_topver != all_ver ||
+	    aff_ver != all_ver)) {
 		pthread_mutex_unlock(&pt->mu);
 		return atomic_load(&g->active) ? DG_ERR_STATE : DG_OK;
 	}
@@ -737,8 +755,17 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	fetch_queue(&f, sup);
 	for (uint8_t i = 0; i < pt->nsrcs; i++)
 		fetch_queue(&f, pt->srcs[i]);
-	for (uint32_t i = 0; reload && i < nall && i < FETCH_NODES; i++)
-		fetch_queue(&f, all[i]);
+	/* the owners first: the first whole copy among theirs is the
+	 * partition (a rented copy says whole too, but only as of when its
+	 * node stopped owning it — a server keeps the copies it handed over
+	 * at the joins for the rent grace, stale since) */
+	for (int own = 1; reload && own >= 0; own--)
+		for (uint32_t i = 0; i < nall && i < FETCH_NODES; i++)
+			if (all_own[i] == (own != 0))
+				fetch_queue(&f, all[i]);
+	for (uint32_t k = 0; reload && k < f.nq; k++)
+		for (uint32_t i = 0; i < nall && i < FETCH_NODES; i++)
+			f.own[k] |= f.q[k] == all[i] && all_own[i];
 	pthread_mutex_unlock(&pt->mu);
 	if (reload && nall > FETCH_NODES)
 		dgi_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u servers=%u "
@@ -754,18 +781,19 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 		bool whole = false;
 		if (!dgi_grid_has_server(g, f.q[i]))
 			gone++; /* left the cluster: its copy went with it */
-		else if ((e = fetch_from(&f, f.q[i], &whole)) == DG_OK)
+		else if ((e = fetch_from(&f, f.q[i], f.own[i], &whole)) == DG_OK)
 			f.got[i] = true;
-		/* (a merge of loaded copies: any whole copy is the partition
-		 * — an owner merged before this node came back — and the
-		 * broken or partial ones rented out elsewhere add nothing) */
-		sup_whole = f.got[i] && whole && ((f.q[i] == sup && sup_owner) || reload);
+		/* (a merge of loaded copies: an owner's whole copy is the
+		 * partition — it merged before this node came back, or the
+		 * cluster went on without this node — and the others add
+		 * nothing) */
+		sup_whole = f.got[i] && whole && ((f.q[i] == sup && sup_owner) || (reload && f.own[i]));
 	}
 	/* the supplier's copy was not whole: another owner of the previous
 	 * topology that holds it whole has it all (alts) */
 	for (uint8_t i = 0; i < nalts && e == DG_OK && !sup_whole && f.got[0]; i++) {
 		bool whole = false;
-		if (dgi_grid_has_server(g, alts[i]) && fetch_from(&f, alts[i], &whole) == DG_OK &&
+		if (dgi_grid_has_server(g, alts[i]) && fetch_from(&f, alts[i], false, &whole) == DG_OK &&
 		    whole)
 			sup_whole = true;
 	}

@@ -3083,6 +3083,112 @@ static void test_persist_removed_key_stays_removed(void **state)
 	test_partition_policy = DG_PARTITION_POLICY_MAJORITY;
 }
 
+/* Whether node id owns each partition under c's affinity now (1: owns). */
+static void owns_of(dg_cache *c, dg_node_id id, uint8_t *owns, uint32_t parts)
+{
+	dgi_epoch_enter();
+	dgi_aff *a = atomic_load(&c->aff);
+	for (uint32_t p = 0; p < parts; p++)
+		owns[p] = a != NULL && dgi_aff_role(a, p, id) >= 0;
+	dgi_epoch_leave();
+}
+
+/* A server restarted on its data dir takes an owner's whole copy in place
+ * of what it loaded.  A rented copy says whole too, but only as of when
+ * its node stopped owning the partition: the first server of a cluster
+ * keeps (for the rent grace) the empty copies of every partition it handed
+ * over as the others joined.  Taken for the cluster's copy (the first
+ * server is the first one a merge asks), it made the restarted owner drop
+ * every key it had loaded and serve "not found" for acknowledged writes
+ * (cluster_jepsen_register5, reg_persist).  Every key must read back
+ * through every node, and at least one partition must have been in that
+ * shape (the first server owned it at no time since the writes). */
+static void test_persist_restart_takes_owners_copy(void **state)
+{
+	(void)state;
+	enum { NODES = 4, PARTS = 128, KEYS = 512 };
+	atomic_store(&dgi_rent_grace_ms, 30000); /* the stale copies stay */
+	char *dir[NODES];
+	dg_node *n[NODES];
+	dir[0] = tmpdir();
+	n[0] = start_persistent(dir[0], 0, NULL, 0, NULL);
+	char seed[128];
+	snprintf(seed, sizeof(seed), "%s", dg_node_address(n[0]));
+	const char *seeds[] = { seed };
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "rented");
+	cc.persistence = true;
+	cc.backups = 1;
+	cc.partitions = PARTS;
+	dg_cache *c0;
+	OK(dg_cache_create(n[0], &cc, &c0));
+	for (int i = 1; i < NODES; i++) {
+		dir[i] = tmpdir();
+		n[i] = start_persistent(dir[i], 0, seeds, 1, NULL);
+	}
+	wait_agree(n, NODES);
+	on_affinity(n, NODES, "rented");
+	for (int i = 0; i < NODES; i++)
+		OK(dg_cache_wait_rebalanced(cache_on(n[i], "rented"), 10000));
+	dg_node_id first = dg_node_get_id(n[0]), gone = dg_node_get_id(n[1]);
+	uint8_t first_w[PARTS], gone_w[PARTS], first_gap[PARTS], first_end[PARTS], back_end[PARTS];
+	owns_of(c0, first, first_w, PARTS);
+	owns_of(c0, gone, gone_w, PARTS);
+	char k[16], v[16];
+	for (int i = 0; i < KEYS; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		OK(dg_cache_put(c0, k, strlen(k), v, strlen(v)));
+	}
+	dgi_node_kill(n[1]); /* like kill -9: its copies stay on its disk */
+	uint64_t deadline = dgi_now_ms() + 10000;
+	while (aff_nnodes(c0) != NODES - 1) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	for (int i = 0; i < NODES; i++)
+		if (i != 1)
+			OK(dg_cache_wait_rebalanced(cache_on(n[i], "rented"), 10000));
+	owns_of(c0, first, first_gap, PARTS);
+	n[1] = start_persistent(dir[1], 0, seeds, 1, NULL); /* back, a new id */
+	wait_agree(n, NODES);
+	on_affinity(n, NODES, "rented");
+	for (int i = 0; i < NODES; i++)
+		OK(dg_cache_wait_rebalanced(cache_on(n[i], "rented"), 10000));
+	owns_of(c0, first, first_end, PARTS);
+	owns_of(c0, dg_node_get_id(n[1]), back_end, PARTS);
+	dg_buf got;
+	dg_buf_init(&got);
+	int shaped = 0;
+	for (int i = 0; i < KEYS; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		uint8_t enc[16] = { 0x0A, (uint8_t)strlen(k) };
+		memcpy(enc + 2, k, strlen(k));
+		uint32_t p = dgi_part_of(dgi_key_hash(enc, 2 + strlen(k)), PARTS);
+		shaped += gone_w[p] && back_end[p] && !first_w[p] && !first_gap[p] && !first_end[p];
+		for (int j = 0; j < NODES; j++) {
+			got.len = 0;
+			dg_err e = dg_cache_get(cache_on(n[j], "rented"), k, strlen(k), &got);
+			if (e != DG_OK)
+				print_message("key %s (partition %u) through node %d: %s\n", k, p, j,
+				    dg_strerror(e));
+			OK(e);
+			assert_int_equal(got.len, strlen(v));
+			assert_memory_equal(got.data, v, got.len);
+		}
+	}
+	print_message("      %d of %d keys in partitions the first server owned at no time since the writes\n",
+	    shaped, KEYS);
+	assert_true(shaped > 0);
+	dg_buf_free(&got);
+	for (int i = NODES - 1; i >= 0; i--) {
+		dg_node_stop(n[i]);
+		rmtree(dir[i]);
+		free(dir[i]);
+	}
+}
+
 static void test_persist_map_full(void **state)
 {
 	(void)state;
@@ -3481,6 +3587,7 @@ int main(void)
 		cmocka_unit_test(test_persist_reload_keeps_update_ids),
 		cmocka_unit_test(test_persist_map_full),
 		cmocka_unit_test(test_persist_removed_key_stays_removed),
+		cmocka_unit_test(test_persist_restart_takes_owners_copy),
 		cmocka_unit_test(test_persist_cluster_restart),
 		cmocka_unit_test(test_persisted_baseline_waits_for_majority),
 		cmocka_unit_test(test_persisted_baseline_five_restart),
