@@ -245,7 +245,7 @@ static dg_err rebalance_totals(call *c, bool per_node, int *moving, int *lost, i
 			continue;
 		}
 		const cJSON *tv = cJSON_GetObjectItemCaseSensitive(r[i].result, "topology_version");
-		if (cJSON_IsNumber(tv) && (int64_t)tv->valuedouble != ver)
+		if (cJSON_IsNumber(tv) && tv->valuedouble != (double)ver) /* (no cast of a peer's number) */
 			(*behind)++;
 		const cJSON *arr = cJSON_GetObjectItemCaseSensitive(r[i].result, "caches"), *one;
 		cJSON_ArrayForEach(one, arr) {
@@ -700,7 +700,11 @@ static copy *gather(dgi_fanres *r, size_t nr, size_t *count, int *unanswered)
 		}
 		const cJSON *row;
 		cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(r[i].result, "parts")) {
-			if (cJSON_GetArraySize(row) != 6)
+			/* a peer's row: a partition number out of range is
+			 * skipped, never cast (undefined for a huge double) */
+			const cJSON *pn = cJSON_GetArrayItem(row, 0);
+			if (cJSON_GetArraySize(row) != 6 || !cJSON_IsNumber(pn) ||
+			    !(pn->valuedouble >= 0 && pn->valuedouble <= DG_PARTITIONS_MAX))
 				continue;
 			if (n == cap) {
 				cap = cap ? 2 * cap : 1024;
@@ -712,7 +716,7 @@ static copy *gather(dgi_fanres *r, size_t nr, size_t *count, int *unanswered)
 				all = g;
 			}
 			copy *c = &all[n++];
-			c->part = (uint32_t)cJSON_GetArrayItem(row, 0)->valuedouble;
+			c->part = (uint32_t)pn->valuedouble;
 			c->node = (uint32_t)i;
 			c->role = cJSON_GetArrayItem(row, 1)->valueint;
 			c->state = cJSON_GetStringValue(cJSON_GetArrayItem(row, 2));
