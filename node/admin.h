@@ -74,6 +74,10 @@ dg_err dgi_admin_local(dg_node *n, const char *cmd, const cJSON *args, cJSON **r
  * the command was a shutdown of this node — the caller sends the reply,
  * then calls dgi_admin_stop_node, so the reply is not lost to the stop. */
 cJSON *dgi_admin_dispatch(dg_node *n, const cJSON *req, bool *stop_after);
+/* How many partition rows of idle-verify's answers (local.digests) are
+ * kept: a row with a partition number out of range is dropped (a seam for
+ * tests: the rows come from peers). */
+size_t dgi_idle_rows_kept(dgi_fanres *r, size_t nr);
 /* Calls the node's on_shutdown (logged). */
 void dgi_admin_stop_node(dg_node *n);
 

@@ -733,6 +733,15 @@ static copy *gather(dgi_fanres *r, size_t nr, size_t *count, int *unanswered)
 	return all ? all : dgi_calloc(1, sizeof(copy));
 }
 
+size_t dgi_idle_rows_kept(dgi_fanres *r, size_t nr)
+{
+	size_t n = 0;
+	int unanswered;
+	copy *all = gather(r, nr, &n, &unanswered);
+	dgi_free(all);
+	return all != NULL ? n : 0;
+}
+
 /* Whether the OWNING copies of one partition (g[0..n)) disagree; *owning:
  * how many OWNING copies there are. */
 static bool diverges(const copy *g, size_t n, int *owning)

@@ -1323,6 +1323,25 @@ static void test_stop_with_idle_clients(void **state)
 
 /* ---- fan-out to a node that died ---- */
 
+/* idle-verify's partition rows come from peers: a partition number out of
+ * range is dropped, never cast (a double of 1e300 cast to uint32_t is
+ * undefined behaviour; before the check every row below was kept). */
+static void test_idle_rows_out_of_range(void **state)
+{
+	(void)state;
+	static const char *rows =
+	    "{\"parts\":[[5,0,\"OWNING\",1,\"d\",10],[1e300,0,\"OWNING\",1,\"d\",10],"
+	    "[-1,0,\"OWNING\",1,\"d\",10],[\"7\",0,\"OWNING\",1,\"d\",10],"
+	    "[65536,1,\"OWNING\",2,\"e\",20],[65537,1,\"OWNING\",2,\"e\",20]]}";
+	dgi_fanres r;
+	memset(&r, 0, sizeof(r));
+	r.err = DG_OK;
+	r.result = cJSON_Parse(rows);
+	assert_non_null(r.result);
+	assert_int_equal(dgi_idle_rows_kept(&r, 1), 2); /* 5 and 65536 */
+	cJSON_Delete(r.result);
+}
+
 static void test_nodes_after_kill(void **state)
 {
 	(void)state;
@@ -1382,6 +1401,7 @@ int main(void)
 		cmocka_unit_test(test_admin_flood_cannot_lock_out),
 		cmocka_unit_test(test_stop_with_idle_clients),
 		cmocka_unit_test(test_nodes_after_kill),
+		cmocka_unit_test(test_idle_rows_out_of_range),
 	};
 	const char *only = getenv("DGT_TEST_FILTER");   /* e.g. "test_nodes*" */
 	if (only != NULL)
