@@ -8,6 +8,7 @@
  * about copies/n of them (tests/cache_test.c checks the bound).
  */
 #include "cache_int.h"
+#include "marshal/mix.h"
 
 #include <string.h>
 #include <time.h>
@@ -22,17 +23,7 @@ static inline uint64_t rd64(const uint8_t *p)
 	return v;
 }
 
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	return x;
-}
-
-/* 8 bytes a step, multiply-rotate, finalized with mix64.  Not for
+/* 8 bytes a step, multiply-rotate, finalized with dgi_mix64 (marshal/mix.h).  Not for
  * adversarial keys (a partition table is not a hash-flooding target: a hot
  * partition is the worst case). */
 uint64_t dgi_key_hash(const uint8_t *p, size_t n)
@@ -49,7 +40,7 @@ uint64_t dgi_key_hash(const uint8_t *p, size_t n)
 	for (size_t i = 0; i < n; i++)
 		t |= (uint64_t)p[i] << (8 * i);
 	h ^= t * k;
-	return mix64(h);
+	return dgi_mix64(h);
 }
 
 int64_t dgi_wall_ms(void)
@@ -89,9 +80,9 @@ dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
 		for (uint32_t i = 0; i < c; i++)
 			own[i] = UINT16_MAX;
 		uint32_t have = 0;
-		uint64_t ps = mix64((uint64_t)p * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
+		uint64_t ps = dgi_mix64((uint64_t)p * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
 		for (uint32_t k = 0; k < nnodes && copies > 0; k++) {
-			uint64_t s = mix64(ps ^ mix64(nodes[k]));
+			uint64_t s = dgi_mix64(ps ^ dgi_mix64(nodes[k]));
 			/* insertion into the top-c list, highest first; ties by id */
 			uint32_t j = have < c ? have++ : c;
 			while (j > 0 && (best[j - 1] < s ||
@@ -131,11 +122,11 @@ uint64_t dgi_aff_owners_hash(const dgi_aff *a, uint32_t p)
 {
 	if (a == NULL || a->nnodes == 0 || p >= a->parts)
 		return 0;
-	uint64_t h = mix64(dgi_aff_owner(a, p, 0) ^ 0x5ca1ab1eull);
+	uint64_t h = dgi_mix64(dgi_aff_owner(a, p, 0) ^ 0x5ca1ab1eull);
 	for (uint32_t i = 1; i < a->copies; i++) {
 		dg_node_id o = dgi_aff_owner(a, p, i);
 		if (o != 0)
-			h += mix64(o); /* backups in any order */
+			h += dgi_mix64(o); /* backups in any order */
 	}
 	return h;
 }

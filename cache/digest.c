@@ -6,6 +6,7 @@
  * deletions) does not matter.
  */
 #include "cache_int.h"
+#include "marshal/mix.h"
 
 #include <assert.h>
 #include <string.h>
@@ -15,23 +16,15 @@ static_assert((int)DGI_PART_NONE == (int)P_NONE && (int)DGI_PART_OWNING == (int)
     (int)DGI_PART_MOVING == (int)P_MOVING && (int)DGI_PART_LOST == (int)P_LOST,
     "dgi_part_digest.state values are enum part_state");
 
-/* splitmix64's finalizer: every input bit moves every output bit */
-static uint64_t mix(uint64_t h)
-{
-	h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-	return h ^ (h >> 31);
-}
-
 /* Key and value hashed from their bytes (not the slot's stored hash: a
  * copy whose key bytes went bad must differ), then the version. */
 static uint64_t entry_digest(const dgi_entry *e)
 {
 	uint64_t h = dgi_key_hash(dgi_entry_key(e), e->klen);
-	h = mix(h ^ dgi_key_hash(dgi_entry_val(e), e->vlen));
-	h = mix(h ^ (uint64_t)e->ver.topver);
-	h = mix(h ^ e->ver.counter);
-	return mix(h ^ e->ver.order);
+	h = dgi_mix64(h ^ dgi_key_hash(dgi_entry_val(e), e->vlen));
+	h = dgi_mix64(h ^ (uint64_t)e->ver.topver);
+	h = dgi_mix64(h ^ e->ver.counter);
+	return dgi_mix64(h ^ e->ver.order);
 }
 
 struct digest_ctx {

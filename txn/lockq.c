@@ -130,21 +130,11 @@ struct cbbatch {
  * Small helpers
  * ------------------------------------------------------------------------ */
 
-/* The caller's hash may be weak in its low bits; the stripe and the slot
- * take different bits of one well-mixed value (murmur3 fmix64). */
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
+/* (A key's hash may be weak in its low bits: the stripe and the slot take
+ * different bits of one well-mixed value, dgi_mix64 of it.) */
 static uint64_t tx_hash(const dgi_txid *tx)
 {
-	return mix64(tx->node * 0x9e3779b97f4a7c15ull ^ tx->seq);
+	return dgi_txid_hash(tx);
 }
 
 static uint32_t stripe_of(const dgi_locks *l, uint64_t h)
@@ -682,7 +672,7 @@ int dgi_lock_acquire(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uint32
 	if (l == NULL || tx == NULL || (tx->node == 0 && tx->seq == 0) || cb == NULL ||
 	    (key == NULL && klen > 0))
 		return -DG_ERR_INVAL;
-	struct lkey k = { mix64(hash), cache_id, klen, key };
+	struct lkey k = { dgi_mix64(hash), cache_id, klen, key };
 	uint32_t si = stripe_of(l, k.h);
 	struct lstripe *s = &l->l_stripes[si];
 	pthread_mutex_lock(&s->s_mu);
@@ -784,7 +774,7 @@ dgi_txid dgi_lock_owner(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uin
 	dgi_txid none = { 0, 0 };
 	if (l == NULL || (key == NULL && klen > 0))
 		return none;
-	uint64_t h = mix64(hash);
+	uint64_t h = dgi_mix64(hash);
 	struct lstripe *s = &l->l_stripes[stripe_of(l, h)];
 	pthread_mutex_lock(&s->s_mu);
 	struct lentry *e = etab_find(s, h, cache_id, key, klen);

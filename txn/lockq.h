@@ -26,6 +26,7 @@
 #define DG_TXN_LOCKQ_H
 
 #include "marshal/marshal.h"
+#include "marshal/mix.h"
 
 /* A transaction id: the near node (where begin was called) and its
  * counter.  Ordered by (node, seq); {0, 0} is "none". */
@@ -37,6 +38,13 @@ typedef struct dgi_txid {
 static inline bool dgi_txid_eq(const dgi_txid *a, const dgi_txid *b)
 {
 	return a->node == b->node && a->seq == b->seq;
+}
+
+/* A transaction id's hash, for every table keyed by one (its low bits as
+ * good as its high ones). */
+static inline uint64_t dgi_txid_hash(const dgi_txid *t)
+{
+	return dgi_mix64(t->node * 0x9e3779b97f4a7c15ULL ^ t->seq);
 }
 
 typedef struct dgi_locks dgi_locks;

@@ -49,15 +49,7 @@ struct dgi_txdone {
 
 static uint64_t td_hash(const dgi_txid *id)
 {
-	uint64_t h = id->node * 0x9E3779B97F4A7C15ull;
-
-	h ^= id->seq + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
-	h ^= h >> 33;
-	h *= 0xFF51AFD7ED558CCDull;
-	h ^= h >> 33;
-	h *= 0xC4CEB9FE1A85EC53ull;
-	h ^= h >> 33;
-	return h;
+	return dgi_txid_hash(id);
 }
 
 static bool td_empty(const td_slot *s)

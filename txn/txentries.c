@@ -18,7 +18,7 @@
  *             never move, so a dgi_txent pointer stays valid until reset.
  *   index     open addressing with linear probing over a power-of-two array
  *             of uint32 (0: empty, else position + 1), slot from
- *             mix64(caller's hash ^ cache_id * golden ratio).  16 slots
+ *             dgi_mix64(caller's hash ^ cache_id * golden ratio).  16 slots
  *             inline; adding past load 1/2 replaces it by a heap array of
  *             twice the slots (the previous heap array is freed).  No
  *             deletion: an entry lives until reset.
@@ -36,6 +36,7 @@
  * struct.  Reset frees every heap chunk and a heap index and keeps the rest.
  */
 #include "txn/txentries.h"
+#include "marshal/mix.h"
 
 #include <string.h>
 
@@ -172,20 +173,10 @@ static bool ent_is(const struct ent *x, const struct kref *k)
  * Index
  * ------------------------------------------------------------------------ */
 
-/* The caller's hash may be weak in its low bits (murmur3 fmix64). */
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
+/* The caller's hash may be weak in its low bits (dgi_mix64 of it). */
 static uint32_t slot_home(uint32_t cache_id, uint64_t hash, uint32_t cap)
 {
-	uint64_t h = mix64(hash ^ (uint64_t)cache_id * 0x9e3779b97f4a7c15ull);
+	uint64_t h = dgi_mix64(hash ^ (uint64_t)cache_id * 0x9e3779b97f4a7c15ull);
 	return (uint32_t)h & (cap - 1);
 }
 

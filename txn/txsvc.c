@@ -19,6 +19,7 @@
  * service, except a local reply, which only wakes the near side).
  */
 #include "txsvc.h"
+#include "marshal/mix.h"
 #include "txentries.h"
 #include "wfg.h"
 
@@ -657,21 +658,12 @@ static void local_expire(dgi_txsvc *s, uint64_t now)
 
 /* ---- start times (svc->mu held) ---- */
 
-static uint64_t mix(const dgi_txid *t)
-{
-	uint64_t x = t->node * 0x9e3779b97f4a7c15ULL ^ t->seq;
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	return x;
-}
-
 static struct start_slot *start_find(dgi_txsvc *s, const dgi_txid *tx)
 {
 	if (s->scap == 0)
 		return NULL;
 	uint32_t mask = s->scap - 1;
-	for (uint32_t i = (uint32_t)mix(tx) & mask;; i = (i + 1) & mask) {
+	for (uint32_t i = (uint32_t)dgi_txid_hash(tx) & mask;; i = (i + 1) & mask) {
 		struct start_slot *sl = &s->starts[i];
 		if (sl->tx.node == 0 && sl->tx.seq == 0)
 			return NULL;
@@ -704,7 +696,7 @@ static dg_err start_grow(dgi_txsvc *s)
 		struct start_slot *o = &s->starts[i];
 		if ((o->tx.node == 0 && o->tx.seq == 0) || o->start_ms < 0)
 			continue;
-		uint32_t j = (uint32_t)mix(&o->tx) & (ncap - 1);
+		uint32_t j = (uint32_t)dgi_txid_hash(&o->tx) & (ncap - 1);
 		while (n[j].tx.node != 0 || n[j].tx.seq != 0)
 			j = (j + 1) & (ncap - 1);
 		n[j] = *o;
@@ -733,7 +725,7 @@ static void start_put(dgi_txsvc *s, const dgi_txid *tx, int64_t start_ms)
 	if ((s->sused + 1) * 2 > s->scap && start_grow(s) != DG_OK)
 		return; /* unknown start: the victim choice falls back to ids */
 	uint32_t mask = s->scap - 1;
-	uint32_t i = (uint32_t)mix(tx) & mask;
+	uint32_t i = (uint32_t)dgi_txid_hash(tx) & mask;
 	while (s->starts[i].tx.node != 0 || s->starts[i].tx.seq != 0)
 		i = (i + 1) & mask;
 	s->starts[i].tx = *tx;
@@ -758,7 +750,7 @@ static void start_del(dgi_txsvc *s, const dgi_txid *tx)
 
 static struct rec *rec_find(dgi_txsvc *s, const dgi_txid *id, int role, uint64_t from)
 {
-	for (struct rec *r = s->buckets[mix(id) & (NBUCKETS - 1)]; r != NULL; r = r->next)
+	for (struct rec *r = s->buckets[dgi_txid_hash(id) & (NBUCKETS - 1)]; r != NULL; r = r->next)
 		if (dgi_txid_eq(&r->id, id) && r->role == role &&
 		    (role == ROLE_PRIMARY || r->from == from))
 			return r;
@@ -793,7 +785,7 @@ static struct rec *rec_new(dgi_txsvc *s, const dgi_txid *id, int st, int role, u
 	r->from = from;
 	r->fail_idx = -1;
 	r->made_ms = dgi_now_ms();
-	struct rec **b = &s->buckets[mix(id) & (NBUCKETS - 1)];
+	struct rec **b = &s->buckets[dgi_txid_hash(id) & (NBUCKETS - 1)];
 	r->next = *b;
 	*b = r;
 	s->nrecs++;
@@ -818,7 +810,7 @@ static void rec_release(dgi_txsvc *s, struct rec *r)
 /* Takes r out of the table; frees it once no callback is still to come. */
 static void rec_unlink(dgi_txsvc *s, struct rec *r)
 {
-	struct rec **p = &s->buckets[mix(&r->id) & (NBUCKETS - 1)];
+	struct rec **p = &s->buckets[dgi_txid_hash(&r->id) & (NBUCKETS - 1)];
 	while (*p != NULL && *p != r)
 		p = &(*p)->next;
 	if (*p == r) {
@@ -887,7 +879,7 @@ static void kill_victim(dgi_txsvc *s, const dgi_txid *victim, dg_err why)
 	 * of edges taken before it moved on — and may already be decided:
 	 * releasing its locks would let another tx write under its commit.
 	 * Leave it; where it still waits, it is killed. */
-	for (struct rec *r = s->buckets[mix(victim) & (NBUCKETS - 1)]; r != NULL; r = r->next)
+	for (struct rec *r = s->buckets[dgi_txid_hash(victim) & (NBUCKETS - 1)]; r != NULL; r = r->next)
 		if (dgi_txid_eq(&r->id, victim) && (r->role == ROLE_TAKEOVER ||
 		    (r->role == ROLE_PRIMARY && (r->st == R_PREPARED || r->st == R_COMMITTING)))) {
 			pthread_mutex_unlock(&s->mu);
@@ -1138,19 +1130,10 @@ static void stale_refused(dgi_txsvc *s, const char *what, uint64_t node, uint64_
  * sender's targets — and the sender is in its topology (a removed primary,
  * woken from a pause, acts on a topology the others left). */
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	return x ^ (x >> 33);
-}
-
 /* Adds entry (cache id, part)'s owner set to a digest. */
 static uint64_t digest_add(uint64_t d, int64_t cache_id, uint32_t part, uint64_t ohash)
 {
-	return d + mix64(((uint64_t)cache_id << 32 ^ part) * 0x9e3779b97f4a7c15ULL ^ ohash);
+	return d + dgi_mix64(((uint64_t)cache_id << 32 ^ part) * 0x9e3779b97f4a7c15ULL ^ ohash);
 }
 
 /* The owner digest of an entry list's written entries under this node's

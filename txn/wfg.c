@@ -66,28 +66,13 @@ struct dgi_wfg {
  * Vertex table
  * ------------------------------------------------------------------------ */
 
-/* murmur3's fmix64 finalizer. */
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	return x;
-}
-
-static uint64_t txid_hash(const dgi_txid *t)
-{
-	return mix64(t->node ^ mix64(t->seq + 0x9e3779b97f4a7c15ULL));
-}
 
 /* The slot holding id (*hit), or the empty slot ending its probe chain.
  * The table is never full, so the probe ends. */
 static uint32_t slot_find(const dgi_wfg *g, const dgi_txid *id, bool *hit)
 {
 	uint32_t mask = g->g_tcap - 1;
-	uint32_t i = (uint32_t)txid_hash(id) & mask;
+	uint32_t i = (uint32_t)dgi_txid_hash(id) & mask;
 	while (g->g_slot[i] != 0) {
 		if (dgi_txid_eq(&g->g_v[g->g_slot[i] - 1].v_id, id)) {
 			*hit = true;
