@@ -243,7 +243,9 @@ static void test_key_hash_partition_stable(void **state)
 	/* the partition of a key is part of the cluster protocol: pinned */
 	const uint8_t k[] = { 0x0A, 3, 'a', 'b', 'c' };
 	uint64_t h = dgi_key_hash(k, sizeof(k));
-	assert_int_equal(dgi_key_hash(k, sizeof(k)), h);
+	/* (persisted records are stored by partition: a changed hash or
+	 * mixer, marshal/mix.h, would move every stored key) */
+	assert_true(h == 0x93a6a4667ebf374dULL);
 	uint32_t p = dgi_part_of(h, 1024);
 	assert_true(p < 1024);
 	uint32_t counts[16] = { 0 };
