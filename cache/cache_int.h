@@ -171,7 +171,7 @@ typedef struct dgi_part {
 	uint32_t psync_n, psync_cap;/* owners still to answer: updates wait      */
 	dg_node_id *psync_from;
 	uint64_t psync_sent_ms;
-	/* Whole copies (rebalance.c, "Whole copies"); written under mu,
+	/* Whole copies (transport/PROTOCOL.md, "Rebalancing"); written under mu,
 	 * whole is also read without it by the rebalancer's scan.
 	 * whole:  the copy holds every entry of the partition — it owned it
 	 *         from the start or fetched it from every source — and kept
@@ -820,8 +820,8 @@ void dgi_rebalance_register(dgi_grid *g);
 /* Drops the copies this node still holds of partitions it no longer owns
  * (kept for their new owners to fetch) once they have been held for the
  * rent grace and every current owner answers that it OWNS the partition
- * whole, or has taken this node's copy (REBALANCE_OWNED; rebalance.c,
- * "Whole copies").  Every owner is asked, however many (a REPLICATED
+ * whole, or has taken this node's copy (REBALANCE_OWNED; PROTOCOL.md,
+ * "Rebalancing").  Every owner is asked, however many (a REPLICATED
  * cache's partitions are owned by every server), all at once: a cache's
  * round takes one request_timeout_ms at most.  Every cache is swept,
  * however many.  Sweeper thread; takes partition locks one at a time and

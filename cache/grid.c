@@ -16,7 +16,7 @@
  *           to the new owners' demands and dropped after a grace period,
  *           once every owner holds the partition whole.
  * Apart from the state, each copy is whole or partial (with the sources of
- * what it lacks) or broken: rebalance.c, "Whole copies".
+ * what it lacks) or broken: transport/PROTOCOL.md, "Rebalancing".
  */
 #include "cache_int.h"
 
@@ -206,7 +206,7 @@ bool dgi_grid_has_server(dgi_grid *g, dg_node_id id)
  * sup and its sources hold; a partial one also still lacks what its
  * earlier sources hold, so it keeps those still servers of t — and one
  * that left may have taken what only it held along: the copy is broken
- * unless sup has it whole (rebalance.c, "Whole copies"). */
+ * unless sup has it whole (PROTOCOL.md, "Rebalancing"). */
 static void moving_from(dg_cache *c, uint32_t p, dgi_part *pt, const dg_topology *t,
     dg_node_id sup, bool sup_owner, const dg_node_id *alts, uint8_t nalts)
 {

@@ -7,7 +7,7 @@
  * time (DEMAND: after this hash, up to so many bytes; SUPPLY: entries in
  * hash order, the last hash, whether more remain, and whether the sender's
  * copy is whole — else the sources of what it lacks, which are asked too:
- * "Whole copies" below).  Each entry is applied with the one rule — only a
+ * transport/PROTOCOL.md, "Rebalancing").  Each entry is applied with the one rule — only a
  * newer version replaces a copy — so writes the new owner received
  * meanwhile (it is already a backup or the primary) win over older
  * copies.  When the last batch is in and the topology did not change
@@ -1538,7 +1538,7 @@ _Atomic bool dgi_rebalance_paused = false;
 /* OWNED: which of the listed partitions this node OWNS and holds whole —
  * or, not whole, has taken the asker's copy of.  One it OWNS without
  * either takes the asker (which holds a rented copy) as a source to fetch
- * from ("Whole copies").  Not answered
+ * from (PROTOCOL.md, "Rebalancing").  Not answered
  * before this node has the asker's topology version: under an older one
  * its states are not the ones the asker counts on. */
 static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
@@ -1576,7 +1576,7 @@ static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
 			continue;
 		}
 		/* owned but not whole: yes if it took the asker's copy, else the
-		 * asker's copy may hold what it lacks ("Whole copies") */
+		 * asker's copy may hold what it lacks (PROTOCOL.md, "Rebalancing") */
 		pthread_mutex_lock(&pt->mu);
 		bool yes = atomic_load(&pt->whole);
 		for (uint8_t k = 0; !yes && k < pt->ntaken; k++)
