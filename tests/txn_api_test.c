@@ -1156,7 +1156,7 @@ static void test_near_cut_after_prepare_is_unknown(void **state)
  * acknowledged write is lost: no value of an account is read by more
  * acknowledged transfers than wrote it.  It found a partition declared
  * LOST while two whole copies lived (rebalance.c, alts) and a takeover
- * mistaken for an applied commit (txsvc.c, ROLE_TAKEN) — each in about
+ * mistaken for an applied commit (txsvc_int.h, ROLE_TAKEN) — each in about
  * one run of five at 12 crashes.  DG_FB_ROUNDS=N: N crashes (default 6). */
 
 struct fb_log {

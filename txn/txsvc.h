@@ -151,7 +151,7 @@ typedef struct dgi_msg_tx_prepare {  /* TX_PREPARE, TX_COMMIT_COPY */
 	int64_t owners;             /* primary -> backup (DGI_TXP_BACKUP,
 	                               TX_COMMIT_COPY): the owner digest of the
 	                               written entries' partitions under the
-	                               sender's affinity (txsvc.c, owners_of) */
+	                               sender's affinity (txplace.c, owners_of) */
 	int64_t otopver;            /* ... and that affinity's topology version
 	                               (0: from the near, no digest) */
 	dg_raw ents;                /* LIST: per entry I64 cache id, I64 partition,
@@ -341,7 +341,7 @@ dg_err dgi_tx_near_victim(dgi_txsvc *s, uint64_t id);
  * and here): what the deadlock detector does with a victim. */
 void dgi_txsvc_kill(dgi_txsvc *s, const dgi_txid *tx, int64_t flags);
 
-/* Tests: every thread behaves as if its per-thread buffers (txsvc.c's
+/* Tests: every thread behaves as if its per-thread buffers (txlocal.c's
  * encodings and values read, txn.c's key and value encodings) could not be
  * allocated — the service does the work with buffers of its own, the raw
  * API calls answer DG_ERR_NOMEM. */

@@ -45,7 +45,7 @@
 #include <string.h>
 
 static dg_registry *reg;            /* the "transport's" registry */
-/* What txn decodes peer bytes with: no registry (txsvc.c). */
+/* What txn decodes peer bytes with: no registry (txn/txwire.c and the handlers). */
 static const dg_registry *const txn_reg = NULL;
 static struct dg_member *member;    /* only its reg: all topo decode reads */
 
@@ -137,7 +137,7 @@ static void body(dg_msg_type type, const uint8_t *data, size_t n)
 		abort();
 	if (dg_msg_decode(type, reg, p, n, out) == DG_OK) {
 		/* txn decodes again, without a registry, what the transport
-		 * accepted (txsvc.c: ents_open, roundtrip) */
+		 * accepted (txwire.c: dgi_svc_ents_open; txlocal.c: roundtrip) */
 		void *again = malloc(row->body_size ? row->body_size : 1);
 		if (again == NULL)
 			abort();
@@ -284,7 +284,7 @@ static void tx_entries(const uint8_t *data, size_t n)
 	uint32_t count;
 	if (m == NULL)
 		abort();
-	/* as the participant reads them (txsvc.c, ents_open) once the
+	/* as the participant reads them (txwire.c, dgi_svc_ents_open) once the
 	 * transport decoded the frame */
 	if (dg_msg_decode(DGI_MSG_TX_PREPARE, reg, p, n, m) == DG_OK &&
 	    dg_msg_decode(DGI_MSG_TX_PREPARE, txn_reg, p, n, m) == DG_OK) {

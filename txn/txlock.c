@@ -1,0 +1,233 @@
+/*
+ * txlock.c — TX_LOCK (a key's lock for a tx, and reads under it or
+ * without one), its waiters and their answers; TX_UNLOCK and TX_ROLLBACK
+ * (a tx's locks released here, its backups told).
+ */
+#include "txsvc_int.h"
+
+/* ---- TX_LOCK ---- */
+
+/* A waiter from the pool (a steady stream of lock requests allocates
+ * nothing), its key copied. */
+static struct waiter *waiter_get(dgi_txsvc *s, const uint8_t *key, uint32_t klen)
+{
+	pthread_mutex_lock(&s->mu);
+	struct waiter *w = s->free_waiters;
+	if (w != NULL) {
+		s->free_waiters = w->next_free;
+		s->nfree_waiters--;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (w == NULL && (w = dgi_alloc(sizeof(*w))) == NULL)
+		return NULL;
+	w->key = w->inl;
+	if (klen > WAITER_KEY && (w->key = dgi_alloc(klen)) == NULL) {
+		dgi_free(w);
+		return NULL;
+	}
+	memcpy(w->key, key, klen);
+	w->klen = klen;
+	return w;
+}
+
+static void waiter_put(dgi_txsvc *s, struct waiter *w)
+{
+	if (w->key != w->inl)
+		dgi_free(w->key);
+	pthread_mutex_lock(&s->mu);
+	if (s->nfree_waiters < 1024) {
+		w->next_free = s->free_waiters;
+		s->free_waiters = w;
+		s->nfree_waiters++;
+		w = NULL;
+	}
+	pthread_mutex_unlock(&s->mu);
+	dgi_free(w);
+}
+
+static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t cache_id,
+    uint32_t part, uint64_t hash, const uint8_t *key, uint32_t klen, int64_t topver,
+    int64_t flags)
+{
+	dgi_msg_tx_lock_res r = { err, 0, 0, 0, 0, { NULL, 0 } };
+	dg_buf fb, *val = tl_buf(val, &fb);
+	if (err == DG_OK && (flags & (DGI_TXL_READ | DGI_TXL_NOLOCK))) {
+		dg_cache *c = dgi_svc_tx_cache(s, cache_id, &err);
+		bool found = false;
+		dgi_pver ver = { 0, 0, 0, 0 };
+		if (c != NULL)
+			err = dgi_cache_tx_read_settled(c, topver != 0 ? topver : dgi_grid_topver(s->g),
+			    part, hash, key, klen, val, &found, &ver);
+		if (err == DG_ERR_REMAP && topver == 0)
+			err = DG_ERR_NOT_READY;
+		r.res = err;
+		r.found = found;
+		r.ver_topver = ver.topver;
+		r.ver_counter = (int64_t)ver.counter;
+		r.ver_order = ver.order;
+		if (found)
+			r.val = (dg_bytes){ val->data ? val->data : (const uint8_t *)"",
+				(uint32_t)val->len };
+	}
+	dgi_svc_reply(s, in, DGI_MSG_TX_LOCK_RES, &r);
+	dg_buf_free(&fb);
+}
+
+static void on_lock_done(void *ctx, dg_err err)
+{
+	struct waiter *w = ctx;
+	dgi_txsvc *s = w->s;
+	err = dgi_svc_victim_err(s, &w->tx, err);
+	if (err == DG_OK)
+		STAT(s, granted);
+	else if (err == DG_ERR_TIMEOUT)
+		STAT(s, timeouts);
+	lock_answer(s, &w->in, err, w->cache_id, w->part, w->hash, w->key, w->klen, w->topver,
+	    w->flags);
+	waiter_put(s, w);
+}
+
+static uint64_t fnv(const uint8_t *p, uint32_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (uint32_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ULL;
+	return h;
+}
+
+void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_lock *m = in->body;
+	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	if ((tx.node == 0 && tx.seq == 0) || m->key.ptr == NULL || m->key.len == 0 ||
+	    m->timeout_ms < 0 || m->cache_id <= 0 || m->cache_id > UINT32_MAX || m->part < 0 ||
+	    (m->topver == 0 && m->flags != 0)) {
+		dgi_svc_ack(s, in, DG_ERR_INVAL, -1);
+		return;
+	}
+	uint64_t hash;
+	uint32_t part = 0;
+	if (m->topver != 0) {
+		dg_err err;
+		if (dgi_svc_paused(s)) {
+			dgi_svc_stale_refused(s, "lock", tx.node, tx.seq);
+			dgi_svc_ack(s, in, DG_ERR_NOT_READY, -1);
+			return;
+		}
+		dg_cache *c = dgi_svc_tx_cache(s, m->cache_id, &err);
+		if (c == NULL) {
+			dgi_svc_ack(s, in, err, -1);
+			return;
+		}
+		part = dgi_cache_key_part(c, m->key.ptr, m->key.len, &hash);
+		if (part != (uint64_t)m->part) {
+			dgi_svc_ack(s, in, DG_ERR_INVAL, -1);
+			return;
+		}
+		if ((err = dgi_svc_check_primary(s, c, part, m->topver)) != DG_OK) {
+			dgi_svc_ack(s, in, err, -1);
+			return;
+		}
+		if (dgi_cache_part_lost(c, part)) {
+			dgi_svc_ack(s, in, DG_ERR_PARTITION_LOST, -1); /* no lock on what is gone */
+			return;
+		}
+		if (m->flags & DGI_TXL_NOLOCK) {
+			lock_answer(s, in, DG_OK, (uint32_t)m->cache_id, part, hash, m->key.ptr,
+			    m->key.len, m->topver, m->flags);
+			return;
+		}
+		if ((err = dgi_svc_fence_check(s, m->topver)) != DG_OK) {
+			dgi_svc_ack(s, in, err, -1);
+			return;
+		}
+	} else {
+		hash = fnv(m->key.ptr, m->key.len);
+	}
+	dgi_txs done;
+	if (dgi_txdone_get(s->done, &tx, &done)) {
+		dgi_svc_ack(s, in, DG_ERR_TX_ROLLED_BACK, -1); /* ended here (rolled back, timed out) */
+		return;
+	}
+	uint64_t deadline = m->timeout_ms > 0 ? dgi_now_ms() + (uint64_t)m->timeout_ms : 0;
+	pthread_mutex_lock(&s->mu);
+	dgi_svc_start_put(s, &tx, m->tx_start_ms);
+	struct rec *r = dgi_svc_rec_find(s, &tx, ROLE_PRIMARY, 0);
+	if (r == NULL && (r = dgi_svc_rec_new(s, &tx, R_ACTIVE, ROLE_PRIMARY, 0)) != NULL) {
+		r->s = s;
+		r->start_ms = m->tx_start_ms;
+		r->topver = m->topver;
+	}
+	if (r != NULL && r->st == R_ACTIVE && deadline > r->deadline)
+		r->deadline = deadline;
+	pthread_mutex_unlock(&s->mu);
+	struct waiter *w = r != NULL ? waiter_get(s, m->key.ptr, m->key.len) : NULL;
+	if (w == NULL) {
+		dgi_svc_ack(s, in, DG_ERR_NOMEM, -1);
+		return;
+	}
+	w->s = s;
+	w->in = *in;
+	w->in.body = NULL;
+	w->in.raw = NULL;
+	w->tx = tx;
+	w->cache_id = (uint32_t)m->cache_id;
+	w->part = part;
+	w->hash = hash;
+	w->topver = m->topver;
+	w->flags = m->flags;
+	int res = dgi_lock_acquire(s->locks, (uint32_t)m->cache_id, m->key.ptr, m->key.len, hash,
+	    &tx, deadline, on_lock_done, w);
+	if (res == DGI_LOCK_GRANTED) {
+		STAT(s, granted);
+		lock_answer(s, in, DG_OK, w->cache_id, part, hash, w->key, w->klen, m->topver,
+		    m->flags);
+		waiter_put(s, w);
+	} else if (res == DGI_LOCK_QUEUED) {
+		STAT(s, waited); /* w belongs to the lock's callback now */
+		dgi_svc_check_deadlock(s, &tx);
+	} else {
+		waiter_put(s, w);
+		dgi_svc_ack(s, in, (dg_err)-res, -1);
+	}
+}
+
+/* ---- TX_ROLLBACK, TX_UNLOCK ---- */
+
+void dgi_svc_h_rollback(dgi_txsvc *s, const dg_msg_in *in)
+{
+	dgi_txid tx;
+	if (in->type == DGI_MSG_TX_UNLOCK) {
+		const dgi_msg_tx_res *m = in->body;
+		tx = (dgi_txid){ (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+	} else {
+		const dgi_msg_tx_ctl *m = in->body;
+		tx = (dgi_txid){ (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
+		if (m->flags & DGI_TXP_BACKUP) { /* a primary tells its backup */
+			dgi_svc_finish_role(s, &tx, ROLE_BACKUP, in->from, DGI_TXS_ROLLED_BACK);
+			dgi_svc_ack(s, in, DG_OK, -1);
+			return;
+		}
+	}
+	dgi_txs done;
+	if (dgi_txdone_get(s->done, &tx, &done) && done == DGI_TXS_COMMITTED) {
+		dgi_svc_ack(s, in, DG_ERR_STATE, -1); /* committed here: it cannot be undone */
+		return;
+	}
+	struct ended x;
+	if (!dgi_svc_end_role(s, &tx, ROLE_PRIMARY, 0, DGI_TXS_ROLLED_BACK, ANY_STATE & ~ST(R_COMMITTING),
+	    &x)) {
+		dgi_svc_ack(s, in, DG_ERR_STATE, -1); /* commit under way: it cannot be undone */
+		return;
+	}
+	if (x.pending)
+		dgi_svc_ack(s, &x.req, DG_ERR_TX_ROLLED_BACK, -1);
+	dgi_msg_tx_ctl fw = { (int64_t)tx.node, (int64_t)tx.seq, DGI_TXP_BACKUP, 0, 0 };
+	for (uint32_t i = 0; i < x.bk.n; i++)
+		dgi_txsvc_send(s, x.bk.ids[i], DGI_MSG_TX_ROLLBACK, &fw);
+	ns_free(&x.bk);
+	STAT(s, unlocks);
+	if (x.had)
+		STAT(s, rolled_back);
+	dgi_svc_ack(s, in, DG_OK, -1);
+}
