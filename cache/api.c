@@ -311,17 +311,134 @@ dg_err dg_cache_remove_if_equals_val(dg_cache *c, const uint8_t *key, size_t kle
 	return flagged(c, OP_REMOVE_IF_EQ, key, klen, expected, elen, NULL, 0, removed);
 }
 
-/* ---- batches: one operation per key, through the raw or encoded flavour ---- */
+/* ---- batches ----
+ * An ATOMIC cache runs a batch's keys all at once (batch.c); a
+ * TRANSACTIONAL one one after another (each joins the thread's tx, or is
+ * its own one-operation tx). */
+
+/* Items for batch.c: the keys (and values) as given (encoded: the _val
+ * flavour) or BYTES-encoded into enc (raw).  DG_ERR_INVAL for a bad key or
+ * value; *out (dgi_free) holds n items. */
+static dg_err batch_items(const dg_cache *c, const dg_kv *kvs, size_t n, bool vals, bool raw,
+    bool write, dg_buf *enc, dgi_bitem **out)
+{
+	dgi_bitem *it = dgi_alloc((n ? n : 1) * sizeof(*it));
+	if (it == NULL)
+		return DG_ERR_NOMEM;
+	size_t need = 0;
+	for (size_t i = 0; i < n; i++) {
+		/* the single calls' checks (ENC_KEY, ENC_VAL, check_val) */
+		bool bad = kvs[i].key == NULL || kvs[i].klen == 0 ||
+		    kvs[i].klen > (raw ? DG_KEY_MAX - 8 : DG_KEY_MAX) ||
+		    (vals && (raw ? (kvs[i].val == NULL && kvs[i].vlen != 0) ||
+		    kvs[i].vlen > DG_VALUE_MAX - 8 :
+		    kvs[i].val == NULL || kvs[i].vlen == 0 || kvs[i].vlen > DG_VALUE_MAX));
+		if (bad) {
+			dgi_free(it);
+			return DG_ERR_INVAL;
+		}
+		if (raw)
+			need += bytes_enc_len(kvs[i].klen) + (vals ? bytes_enc_len(kvs[i].vlen) : 0);
+	}
+	if (raw && need > 0 && dg_buf_reserve(enc, need) != DG_OK) {
+		dgi_free(it);
+		return DG_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		memset(&it[i], 0, sizeof(it[i]));
+		if (!raw) {
+			it[i].key = kvs[i].key;
+			it[i].klen = (uint32_t)kvs[i].klen;
+			it[i].val = vals ? kvs[i].val : NULL;
+			it[i].vlen = vals ? (uint32_t)kvs[i].vlen : 0;
+			continue;
+		}
+		uint8_t *k = enc->data + enc->len;
+		bytes_enc(k, kvs[i].key, kvs[i].klen);
+		it[i].key = k;
+		it[i].klen = (uint32_t)bytes_enc_len(kvs[i].klen);
+		enc->len += it[i].klen;
+		if (vals) {
+			uint8_t *v = enc->data + enc->len;
+			bytes_enc(v, kvs[i].val ? kvs[i].val : (const void *)"", kvs[i].vlen);
+			it[i].val = v;
+			it[i].vlen = (uint32_t)bytes_enc_len(kvs[i].vlen);
+			enc->len += it[i].vlen;
+		}
+	}
+	if (write && c->cfg.persistence)
+		for (size_t i = 0; i < n; i++)
+			if (it[i].klen > DG_PERSIST_KEY_MAX) {
+				dgi_free(it);
+				return DG_ERR_INVAL;
+			}
+	*out = it;
+	return DG_OK;
+}
+
+static bool batched(const dg_cache *c)
+{
+	return c != NULL && c->cfg.atomicity != DG_TRANSACTIONAL;
+}
+
+static dg_err batch_update(dg_cache *c, int op, const dg_kv *kvs, size_t n, bool raw,
+    size_t *removed)
+{
+	dg_buf enc;
+	dg_buf_init(&enc);
+	dgi_bitem *it;
+	dg_err e = batch_items(c, kvs, n, op == OP_PUT, raw, true, &enc, &it);
+	if (e != DG_OK)
+		return e;
+	e = dgi_batch_update(c, op, it, n);
+	size_t r = 0;
+	for (size_t i = 0; i < n; i++)
+		r += it[i].err == DG_OK && it[i].flag;
+	if (removed != NULL && e == DG_OK)
+		*removed = r;
+	dgi_free(it);
+	dg_buf_free(&enc);
+	return e;
+}
+
+static dg_err batch_get(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found,
+    bool raw)
+{
+	dg_buf enc;
+	dg_buf_init(&enc);
+	dgi_bitem *it;
+	dg_err e = batch_items(c, kvs, n, false, raw, false, &enc, &it);
+	if (e != DG_OK)
+		return e;
+	size_t f = 0;
+	e = dgi_batch_get(c, it, n, raw, vals, &f);
+	if (e == DG_OK) {
+		/* pointers only now: vals may have moved while growing */
+		for (size_t i = 0; i < n; i++) {
+			kvs[i].val = it[i].flag ? vals->data + it[i].at : NULL;
+			kvs[i].vlen = it[i].flag ? it[i].vlen : 0;
+		}
+		if (found != NULL)
+			*found = f;
+	}
+	dgi_free(it);
+	dg_buf_free(&enc);
+	return e;
+}
+
+/* ---- batches one key at a time, through the raw or encoded flavour ---- */
 
 typedef dg_err (*put_one_fn)(dg_cache *c, const void *key, size_t klen, const void *val,
     size_t vlen);
 typedef dg_err (*get_one_fn)(dg_cache *c, const void *key, size_t klen, dg_buf *val);
 typedef dg_err (*remove_one_fn)(dg_cache *c, const void *key, size_t klen, bool *removed);
 
-static dg_err put_all_with(dg_cache *c, const dg_kv *kvs, size_t n, put_one_fn one)
+static dg_err put_all_with(dg_cache *c, const dg_kv *kvs, size_t n, put_one_fn one, bool raw)
 {
 	if (kvs == NULL && n != 0)
 		return DG_ERR_INVAL;
+	if (batched(c))
+		return batch_update(c, OP_PUT, kvs, n, raw, NULL);
 	for (size_t i = 0; i < n; i++) {
 		dg_err e = one(c, kvs[i].key, kvs[i].klen, kvs[i].val, kvs[i].vlen);
 		if (e != DG_OK)
@@ -331,10 +448,12 @@ static dg_err put_all_with(dg_cache *c, const dg_kv *kvs, size_t n, put_one_fn o
 }
 
 static dg_err get_all_with(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found,
-    get_one_fn one)
+    get_one_fn one, bool raw)
 {
 	if ((kvs == NULL && n != 0) || vals == NULL)
 		return DG_ERR_INVAL;
+	if (batched(c))
+		return batch_get(c, kvs, n, vals, found, raw);
 	size_t f = 0;
 	size_t *offs = n ? dgi_alloc(n * sizeof(*offs)) : NULL;
 	if (n && offs == NULL)
@@ -360,10 +479,12 @@ static dg_err get_all_with(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size
 }
 
 static dg_err remove_all_with(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed,
-    remove_one_fn one)
+    remove_one_fn one, bool raw)
 {
 	if (kvs == NULL && n != 0)
 		return DG_ERR_INVAL;
+	if (batched(c))
+		return batch_update(c, OP_REMOVE, kvs, n, raw, removed);
 	size_t r = 0;
 	for (size_t i = 0; i < n; i++) {
 		bool rm = false;
@@ -430,37 +551,37 @@ static dg_err remove_val_one(dg_cache *c, const void *key, size_t klen, bool *re
 dg_err dg_cache_put_all(dg_cache *c, const dg_kv *kvs, size_t n)
 {
 	uint64_t t0 = dgi_now_ns();
-	return dgi_timed(c, DG_OP_PUT, t0, put_all_with(c, kvs, n, put_raw_one));
+	return dgi_timed(c, DG_OP_PUT, t0, put_all_with(c, kvs, n, put_raw_one, true));
 }
 
 dg_err dg_cache_get_all(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
 {
 	uint64_t t0 = dgi_now_ns();
-	return dgi_timed(c, DG_OP_GET, t0, get_all_with(c, kvs, n, vals, found, get_raw_one));
+	return dgi_timed(c, DG_OP_GET, t0, get_all_with(c, kvs, n, vals, found, get_raw_one, true));
 }
 
 dg_err dg_cache_remove_all(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
 {
 	uint64_t t0 = dgi_now_ns();
-	return dgi_timed(c, DG_OP_REMOVE, t0, remove_all_with(c, kvs, n, removed, remove_raw_one));
+	return dgi_timed(c, DG_OP_REMOVE, t0, remove_all_with(c, kvs, n, removed, remove_raw_one, true));
 }
 
 dg_err dg_cache_put_all_val(dg_cache *c, const dg_kv *kvs, size_t n)
 {
 	uint64_t t0 = dgi_now_ns();
-	return dgi_timed(c, DG_OP_PUT, t0, put_all_with(c, kvs, n, put_val_one));
+	return dgi_timed(c, DG_OP_PUT, t0, put_all_with(c, kvs, n, put_val_one, false));
 }
 
 dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
 {
 	uint64_t t0 = dgi_now_ns();
-	return dgi_timed(c, DG_OP_GET, t0, get_all_with(c, kvs, n, vals, found, get_val_one));
+	return dgi_timed(c, DG_OP_GET, t0, get_all_with(c, kvs, n, vals, found, get_val_one, false));
 }
 
 dg_err dg_cache_remove_all_val(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
 {
 	uint64_t t0 = dgi_now_ns();
-	return dgi_timed(c, DG_OP_REMOVE, t0, remove_all_with(c, kvs, n, removed, remove_val_one));
+	return dgi_timed(c, DG_OP_REMOVE, t0, remove_all_with(c, kvs, n, removed, remove_val_one, false));
 }
 
 /* Encodes one struct with its descriptor into b (reset first). */

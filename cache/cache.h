@@ -119,7 +119,12 @@ DG_API dg_err dg_cache_replace_if_equals(dg_cache *c, const void *key, size_t kl
 DG_API dg_err dg_cache_remove_if_equals(dg_cache *c, const void *key, size_t klen,
     const void *expected, size_t elen, bool *removed);
 
-/* Batches: n keys (and values); keys[i] of klens[i] bytes. */
+/* Batches: n keys (and values).  On an ATOMIC cache every key's operation
+ * is in flight at once (about one round trip for the batch, not n); each
+ * key has the single calls' guarantees.  The result is the error of the
+ * first key (in kvs order) that failed; the other keys were tried too (a
+ * TRANSACTIONAL cache goes key by key and stops at the first error).  A
+ * bad key or value (DG_ERR_INVAL) is found before anything is sent. */
 typedef struct dg_kv {
 	const void *key;
 	size_t klen;

@@ -598,6 +598,8 @@ struct pw_wait {
 	dg_err err;
 	int64_t flag;
 	sem_t sem;                  /* local */
+	sem_t *post;                /* local: posted instead of sem when set (a
+	                               batch waits for many keys on one) */
 	dg_msg_in in;               /* remote: the request */
 	dg_buf val;                 /* remote: a read's value, a GET_AND_PUT's old one */
 };
@@ -648,6 +650,10 @@ void dgi_pw_waiter_free(struct pw *w, struct pw_wait *x);
  * (monotonic ms): unlocks pt first.  DG_ERR_TIMEOUT (x->applied for a
  * write: applied here, not confirmed). */
 dg_err dgi_pw_wait(dgi_part *pt, struct pw *w, struct pw_wait *x, uint64_t deadline);
+/* A local waiter x gives up (pt locked): true when it was not answered yet
+ * and is detached now (a write: applied here, not confirmed; nothing will
+ * post for it); false when it was answered (its post is made or coming). */
+bool dgi_pw_give_up(dgi_part *pt, struct pw_wait *x);
 /* Events: a backup's answer (locks the partition itself); a new affinity
  * (records kept when the owners are the same, else sent again or ended);
  * the sweeper's tick (deadlines, idle records sent again); the cache going
@@ -789,6 +795,46 @@ dg_err dgi_update_op(dg_cache *c, int op, const uint8_t *key, size_t klen,
 dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
     dg_buf *old);
+/* read.c, for batches (batch.c).  dgi_local_get reads this node's copy
+ * (part, hash of key) into out (unwrap: the bytes inside a BYTES value):
+ * DG_ERR_NOT_READY when MOVING without a current copy; a FULL_SYNC write
+ * still pending is read once every backup has it (*deadline: 0, or set on
+ * a wait).  dgi_read_stale: an answer primary gave (read at topology
+ * version seen) came from a node no longer the partition's primary — read
+ * again. */
+dg_err dgi_local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+    uint32_t klen, dg_buf *out, bool unwrap, uint64_t *deadline);
+bool dgi_read_stale(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id primary, int64_t seen);
+
+/* batch.c: put_all / remove_all (op OP_PUT or OP_REMOVE) and get_all of
+ * an ATOMIC cache, every key in flight at once (encoded keys and values).
+ * Each item's err, and flag: removed (remove), found (get); a get's value
+ * is it[i].vlen bytes at offset it[i].at of vals (appended there).
+ * Returns the first failed key's error (get: and vals as it was). */
+typedef struct dgi_bitem {
+	const uint8_t *key;
+	uint32_t klen;
+	const uint8_t *val;
+	uint32_t vlen;
+	size_t at;
+	int64_t flag;
+	dg_err err;
+} dgi_bitem;
+dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n);
+dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *vals,
+    size_t *found);
+
+/* The pieces of dgi_update_op, for batches (batch.c): dgi_upd_init fills u
+ * for one update from this node (a new update id; counted); dgi_upd_msg is
+ * its UPDATE to a remote primary (u->topver set); dgi_update_run runs it
+ * to the end as dgi_update_op does — attempts, remaps, retries with the
+ * same id — until deadline; maybe: an earlier attempt may have been
+ * applied (errors then say DG_ERR_TIMEOUT, never "not applied"). */
+void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t klen,
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen);
+dgi_msg_update dgi_upd_msg(const dg_cache *c, const struct upd *u);
+dg_err dgi_update_run(dg_cache *c, struct upd *u, uint64_t deadline, bool maybe,
+    int64_t *flag, dg_buf *old);
 /* After a remap: a short pause (the topology this node maps on is behind
  * or ahead of the primary's).  DG_ERR_TIMEOUT past deadline. */
 dg_err dgi_wait_topology_change(dgi_grid *g, int64_t seen, uint64_t deadline);

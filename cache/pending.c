@@ -115,8 +115,9 @@ static void answer(dgi_grid *g, struct pw_wait *x, dg_err err)
 {
 	x->err = err;
 	if (!x->remote) {
+		sem_t *s = x->post != NULL ? x->post : &x->sem;
 		x->done = true;
-		sem_post(&x->sem); /* the last touch: the waiter may return now */
+		sem_post(s); /* the last touch: the waiter may return now */
 		return;
 	}
 	if (x->kind == PWW_READ) {
@@ -482,17 +483,23 @@ dg_err dgi_pw_wait(dgi_part *pt, struct pw *w, struct pw_wait *x, uint64_t deadl
 	}
 	/* timed out: leave the record, unless it answered meanwhile */
 	pthread_mutex_lock(&pt->mu);
-	bool done = x->done;
-	if (!done) {
-		for (struct pw *r = pt->pending; r != NULL; r = r->next)
-			if (dgi_pw_detach(r, x))
-				break;
-	}
+	bool gave_up = dgi_pw_give_up(pt, x);
 	pthread_mutex_unlock(&pt->mu);
-	if (done) {
+	if (!gave_up) {
 		sem_wait(&x->sem); /* posted: consume it */
 		return x->err;
 	}
-	x->applied = x->kind == PWW_WRITE;
 	return DG_ERR_TIMEOUT;
+}
+
+bool dgi_pw_give_up(dgi_part *pt, struct pw_wait *x)
+{
+	if (x->done)
+		return false;
+	for (struct pw *r = pt->pending; r != NULL; r = r->next)
+		if (dgi_pw_detach(r, x))
+			break;
+	x->applied = x->kind == PWW_WRITE;
+	x->err = DG_ERR_TIMEOUT;
+	return true;
 }

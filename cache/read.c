@@ -95,7 +95,7 @@ static dg_err wait_pending(dgi_grid *g, dg_cache *c, dgi_part *pt, dgi_entry *en
 /* Local read of this node's copy (dgi_part_may_serve's rule):
  * DG_ERR_NOT_READY when MOVING without a current copy.  A FULL_SYNC write
  * still pending here is read once every backup has it. */
-static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+dg_err dgi_local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
     uint32_t klen, dg_buf *out, bool unwrap, uint64_t *deadline)
 {
 	dgi_part *pt = &c->parts[part];
@@ -123,7 +123,7 @@ static dg_err local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t
  * topology in which primary no longer is the partition's primary: it may
  * come from a node that was paused or cut off meanwhile, while the new
  * primary took writes — read again. */
-static bool stale_answer(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id primary,
+bool dgi_read_stale(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id primary,
     int64_t seen)
 {
 	if (atomic_load(&g->topver) == seen)
@@ -180,7 +180,7 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 			dg_node_id primary = dgi_aff_owner(aff, part, 0);
 			e = DG_ERR_REMAP;
 			if (role == 0 || (role > 0 && c->cfg.read_from_backup))
-				e = local_get(c, part, hash, key, (uint32_t)klen, out, unwrap, &deadline);
+				e = dgi_local_get(c, part, hash, key, (uint32_t)klen, out, unwrap, &deadline);
 			if (e == DG_ERR_NOT_READY && dg_member_serving(g->m) == DG_OK) {
 				/* MOVING: the supplier has what this copy lacks */
 				dgi_part *pt = &c->parts[part];
@@ -198,7 +198,7 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 					deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 				dgi_msg_get m = { c->id, part, aff->topver, 0, { key, (uint32_t)klen } };
 				e = remote_get(g, primary, &m, out, deadline, unwrap);
-				if ((e == DG_OK || e == DG_ERR_NOT_FOUND) && stale_answer(g, c, part, primary,
+				if ((e == DG_OK || e == DG_ERR_NOT_FOUND) && dgi_read_stale(g, c, part, primary,
 				    seen))
 					e = DG_ERR_REMAP;
 			}

@@ -184,26 +184,47 @@ static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t 
 	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL)
 		return g->tx_hook(g->tx_hook_ctx, c, op, key, klen, exp, elen, val, vlen, old, false,
 		    flag);
-	struct upd u = { 0 };
-	u.op = op;
-	u.sync = c->cfg.write_sync;
-	u.hash = dgi_key_hash(key, klen);
-	u.part = dgi_part_of(u.hash, c->cfg.partitions);
-	u.key = key;
-	u.klen = (uint32_t)klen;
-	u.val = val;
-	u.vlen = (uint32_t)vlen;
-	u.exp = exp;
-	u.elen = (uint32_t)elen;
-	u.op_node = g->self;
-	u.op_seq = next_op_seq();
+	struct upd u;
+	dgi_upd_init(c, &u, op, key, klen, exp, elen, val, vlen);
+	return dgi_update_run(c, &u, dgi_now_ms() + g->cfg.request_timeout_ms, false, flag, old);
+}
+
+void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t klen,
+    const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen)
+{
+	memset(u, 0, sizeof(*u));
+	u->op = op;
+	u->sync = c->cfg.write_sync;
+	u->hash = dgi_key_hash(key, klen);
+	u->part = dgi_part_of(u->hash, c->cfg.partitions);
+	u->key = key;
+	u->klen = (uint32_t)klen;
+	u->val = val;
+	u->vlen = (uint32_t)vlen;
+	u->exp = exp;
+	u->elen = (uint32_t)elen;
+	u->op_node = c->g->self;
+	u->op_seq = next_op_seq();
 	if (op == OP_REMOVE || op == OP_REMOVE_IF_EQ)
 		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
 	else
 		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
-	uint64_t deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
+}
+
+dgi_msg_update dgi_upd_msg(const dg_cache *c, const struct upd *u)
+{
+	dgi_msg_update m = { c->id, u->part, u->topver, u->op, u->sync, (int64_t)u->op_node,
+		(int64_t)u->op_seq, 0, { u->key, u->klen }, { u->val, u->vlen },
+		{ u->exp, u->elen } };
+	return m;
+}
+
+dg_err dgi_update_run(dg_cache *c, struct upd *u, uint64_t deadline, bool maybe,
+    int64_t *flag, dg_buf *old)
+{
+	dgi_grid *g = c->g;
 	size_t old_len0 = old != NULL ? old->len : 0;
-	bool maybe = false; /* an attempt may have been applied */
+	/* maybe: an attempt may have been applied */
 	for (;;) {
 		dg_err e;
 		bool applied = false;
@@ -213,24 +234,22 @@ static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t 
 			return maybe ? DG_ERR_TIMEOUT : DG_ERR_CLOSED;
 		if (dg_member_segmented(g->m))
 			return maybe ? DG_ERR_TIMEOUT : DG_ERR_SEGMENTED;
-		if (atomic_load_explicit(&c->lost[u.part], memory_order_relaxed))
+		if (atomic_load_explicit(&c->lost[u->part], memory_order_relaxed))
 			return maybe ? DG_ERR_TIMEOUT : DG_ERR_PARTITION_LOST;
-		dg_node_id primary = aff != NULL ? dgi_aff_owner(aff, u.part, 0) : 0;
+		dg_node_id primary = aff != NULL ? dgi_aff_owner(aff, u->part, 0) : 0;
 		int64_t seen = atomic_load(&g->topver);
 		if (old != NULL)
 			old->len = old_len0;
 		if (primary == 0) {
 			e = DG_ERR_NOT_READY; /* no server node (yet) */
 		} else if (primary == g->self) {
-			u.topver = aff->topver;
-			u.old = old;
-			e = local_attempt(g, c, &u, deadline, &applied);
-			f = u.flag;
+			u->topver = aff->topver;
+			u->old = old;
+			e = local_attempt(g, c, u, deadline, &applied);
+			f = u->flag;
 		} else {
-			u.topver = aff->topver;
-			dgi_msg_update m = { c->id, u.part, u.topver, op, u.sync, (int64_t)u.op_node,
-				(int64_t)u.op_seq, 0, { key, (uint32_t)klen }, { val, (uint32_t)vlen },
-				{ exp, (uint32_t)elen } };
+			u->topver = aff->topver;
+			dgi_msg_update m = dgi_upd_msg(c, u);
 			e = remote_attempt(g, primary, &m, deadline, old, &f, &applied);
 		}
 		if (e == DG_OK) {

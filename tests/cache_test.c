@@ -778,6 +778,116 @@ static void sync_mode_case(dg_write_sync mode)
 	cluster_stop(&cl);
 }
 
+/* Batches on a FULL_SYNC cache of 4 servers (backups 2) and a client: every
+ * key in flight at once (batch.c), with the single calls' guarantees — on
+ * return every owner holds every key; get_all finds exactly the keys there
+ * (through a server that is the primary of some, and through the client);
+ * remove_all counts what it removed; a batch with a bad key writes
+ * nothing; a batch sent as a server dies retries the keys of the dead
+ * primary (same update ids) and loses none. */
+static void batch_keys(dg_kv *kv, char (*ks)[16], char (*vs)[16], int n, const char *kp,
+    const char *vp)
+{
+	for (int i = 0; i < n; i++) {
+		snprintf(ks[i], 16, "%s%d", kp, i);
+		snprintf(vs[i], 16, "%s%d", vp, i);
+		kv[i] = (dg_kv){ ks[i], strlen(ks[i]), vs[i], strlen(vs[i]) };
+	}
+}
+
+static void test_batch_full_sync(void **state)
+{
+	(void)state;
+	enum { N = 300, S = 4 };
+	struct cluster cl;
+	cluster_start(&cl, S, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "batch");
+	cc.backups = 2;
+	cc.partitions = 128;
+	dg_cache *cs[S + 1];
+	OK(dg_cache_create(cl.n[S], &cc, &cs[S]));
+	for (int i = 0; i < S; i++) {
+		cs[i] = cache_on(cl.n[i], "batch");
+		OK(dg_cache_wait_rebalanced(cs[i], 5000));
+	}
+	static dg_kv kv[N + 10];
+	static char ks[N + 10][16], vs[N + 10][16];
+	/* from a server (some keys its own) and from the client (none) */
+	for (int from = 0; from < 2; from++) {
+		dg_cache *c = from == 0 ? cs[0] : cs[S];
+		batch_keys(kv, ks, vs, N, from ? "c" : "s", "v");
+		OK(dg_cache_put_all(c, kv, N));
+		for (int i = 0; i < N; i++) {
+			int copies = 0;
+			for (int j = 0; j < S; j++)
+				copies += copies_on(cs[j], ks[i], vs[i]);
+			assert_int_equal(copies, 3); /* every owner, on return */
+		}
+	}
+	/* get_all: 300 there, 10 never written */
+	batch_keys(kv, ks, vs, N + 10, "s", "v");
+	for (int i = N; i < N + 10; i++)
+		snprintf(ks[i], 16, "absent%d", i);
+	dg_buf b;
+	dg_buf_init(&b);
+	for (int from = 0; from < 2; from++) {
+		b.len = 0;
+		size_t found = 0;
+		OK(dg_cache_get_all(from ? cs[S] : cs[1], kv, N + 10, &b, &found));
+		assert_int_equal(found, N);
+		for (int i = 0; i < N + 10; i++) {
+			if (i >= N) {
+				assert_null(kv[i].val);
+				assert_int_equal(kv[i].vlen, 0);
+				continue;
+			}
+			assert_int_equal(kv[i].vlen, strlen(vs[i]));
+			assert_memory_equal(kv[i].val, vs[i], kv[i].vlen);
+		}
+	}
+	/* remove_all: half of them and 5 absent ones */
+	dg_kv rm[N / 2 + 5];
+	for (int i = 0; i < N / 2; i++)
+		rm[i] = (dg_kv){ ks[2 * i], strlen(ks[2 * i]), NULL, 0 };
+	for (int i = 0; i < 5; i++)
+		rm[N / 2 + i] = (dg_kv){ ks[N + i], strlen(ks[N + i]), NULL, 0 };
+	size_t removed = 0;
+	OK(dg_cache_remove_all(cs[2], rm, N / 2 + 5, &removed));
+	assert_int_equal(removed, N / 2);
+	for (int i = 0; i < N; i++) {
+		int copies = 0;
+		for (int j = 0; j < S; j++)
+			copies += copies_on(cs[j], ks[i], vs[i]);
+		assert_int_equal(copies, i % 2 ? 3 : 0); /* removed from every owner */
+	}
+	/* a bad key: refused before anything is sent */
+	dg_kv bad[3] = { { "bad0", 4, "x", 1 }, { "", 0, "x", 1 }, { "bad2", 4, "x", 1 } };
+	EXPECT(dg_cache_put_all(cs[S], bad, 3), DG_ERR_INVAL);
+	b.len = 0;
+	EXPECT(dg_cache_get(cs[S], "bad0", 4, &b), DG_ERR_NOT_FOUND);
+	/* a server dies as the batch goes out: its keys are tried again */
+	batch_keys(kv, ks, vs, N, "k", "w");
+	dg_cache_metrics m0, m1;
+	OK(dg_cache_get_metrics(cs[S], &m0));
+	dgi_node_kill(cl.n[3]);
+	OK(dg_cache_put_all(cs[S], kv, N));
+	OK(dg_cache_get_metrics(cs[S], &m1));
+	print_message("      %llu keys of the batch tried again after the kill\n",
+	    (unsigned long long)(m1.remaps - m0.remaps));
+	assert_true(m1.remaps > m0.remaps); /* (the case happened) */
+	b.len = 0;
+	size_t found = 0;
+	OK(dg_cache_get_all(cs[S], kv, N, &b, &found));
+	assert_int_equal(found, N);
+	for (int i = 0; i < N; i++)
+		assert_memory_equal(kv[i].val, vs[i], kv[i].vlen);
+	dg_buf_free(&b);
+	dg_node_stop(cl.n[S]);
+	for (int i = S - 2; i >= 0; i--)
+		dg_node_stop(cl.n[i]);
+}
+
 static void test_multi_full_sync(void **state)
 {
 	(void)state;
@@ -3555,6 +3665,7 @@ int main(void)
 		cmocka_unit_test(test_node_config_file),
 		cmocka_unit_test(test_multi_threads_share_a_cache),
 		cmocka_unit_test(test_multi_full_sync),
+		cmocka_unit_test(test_batch_full_sync),
 		cmocka_unit_test(test_multi_primary_sync),
 		cmocka_unit_test(test_multi_full_async),
 		cmocka_unit_test(test_multi_read_from_backup),

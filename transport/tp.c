@@ -410,6 +410,24 @@ static dg_err enqueue(dg_tp *tp, dg_node_id to, dg_msg_type type, uint8_t flags,
 }
 
 _Thread_local struct dgi_cork *dgi_cork;
+static _Thread_local struct dgi_cork tl_cork; /* a caller's (dg_tp_cork_begin) */
+
+bool dg_tp_cork_begin(void)
+{
+	if (dgi_cork != NULL)
+		return false;
+	tl_cork.n = 0;
+	dgi_cork = &tl_cork;
+	return true;
+}
+
+void dg_tp_cork_end(bool began)
+{
+	if (!began)
+		return;
+	dgi_cork = NULL;
+	dgi_cork_flush(&tl_cork);
+}
 
 void dgi_cork_flush(struct dgi_cork *ck)
 {

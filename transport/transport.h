@@ -391,6 +391,14 @@ dg_err dg_tp_request(dg_tp *tp, dg_node_id to, dg_msg_type type,
  * transport, whose callbacks must not outlive it.  A request made
  * meanwhile is not covered.  Not from a reply callback or a handler. */
 void dg_tp_cancel(dg_tp *tp, dg_reply_fn cb);
+/* Corking from the calling thread: between dg_tp_cork_begin and
+ * dg_tp_cork_end the frames this thread sends are queued, and each peer's
+ * queue is written once, at the end — one write for a batch of requests
+ * instead of one per frame.  begin returns false when the thread already
+ * sends corked (a handler, on the reactor thread): end then does nothing.
+ * Send nothing that waits for an answer in between. */
+bool dg_tp_cork_begin(void);
+void dg_tp_cork_end(bool began);
 /* Blocking request: decodes the reply body into reply (its row's struct;
  * views copied into arena, which may be NULL when the body has none). */
 dg_err dg_tp_call(dg_tp *tp, dg_node_id to, dg_msg_type type,

@@ -450,10 +450,12 @@ dg_err dgi_conn_dial(dg_tp *tp, const char *url, struct peer *p,
 struct dial *dgi_conn_dial_new(dg_tp *tp, const char *url, struct peer *p,
     struct connect_wait *waiter, dg_err *err);
 dg_err dgi_conn_dial_start(struct dial *d);
-/* Corking (reactor thread only): frames that handlers send while the
- * reactor handles one round of events are queued, and each peer's queue is
- * written once at the end of the round — one write for many messages under
- * load, instead of a write per message. */
+/* Corking: frames that handlers send while the reactor handles one round
+ * of events are queued, and each peer's queue is written once at the end
+ * of the round — one write for many messages under load, instead of a
+ * write per message.  A caller's thread corks the same way around a batch
+ * (dg_tp_cork_begin).  A peer corked by one thread is written by that
+ * thread's flush: frames another thread queues meanwhile go with it. */
 #define DGI_CORK_MAX 64
 struct dgi_cork {
 	int n;
