@@ -146,7 +146,11 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 			}
 		}
 		dg_tp_cork_end(corked);
-		/* then this node's: applied now, a FULL_SYNC write parked */
+		/* then this node's: applied now, a FULL_SYNC write parked; their
+		 * copies to the backups corked too — unless each apply waits for
+		 * the disk (a persistent cache), which would hold back what other
+		 * threads queue for those peers meanwhile */
+		corked = !c->cfg.persistence && dg_tp_cork_begin();
 		for (size_t i = 0; i < n; i++) {
 			struct upd *u = &k[i].u;
 			if (k[i].state != K_ALONE || dgi_aff_owner(aff, u->part, 0) != g->self ||
@@ -171,6 +175,7 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 				k[i].applied = u->applied;
 			}
 		}
+		dg_tp_cork_end(corked);
 	}
 	wait_round(c, &w, expect, k, n, deadline);
 	dg_err first = DG_OK;
