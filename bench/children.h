@@ -53,7 +53,8 @@ _Noreturn void dgb_child_die(const dgb_child *c, const char *fmt, ...)
 
 /* The size of c's log now, the place to read its next lines from. */
 long dgb_child_log_size(const dgb_child *c);
-/* Scans c's log from byte `from` for the first line containing `needle`;
+/* Scans c's log from byte `from` for the first whole line (a last line
+ * not yet ended by its newline is left for a later call) containing `needle`;
  * copies it (without the newline, truncated to cap - 1) into line. */
 bool dgb_child_log_find(const dgb_child *c, long from, const char *needle,
     char *line, size_t cap);

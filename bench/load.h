@@ -1,6 +1,7 @@
 /*
  * load.h — closed-loop load from client threads for a fixed time: the
- * method of the multi-threaded cases (cache fullsync_put_*, txn transfer_*).
+ * method of the multi-threaded cases (cache fullsync_put_*, txn transfer_*)
+ * and of the cache's batch cases (put_all_100, get_all_100: one thread).
  *
  * The threads start at the first repetition and live until dgb_load_free,
  * parked between repetitions: as an application's threads do, they set up
@@ -26,7 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DGB_LOAD_MAX_THREADS 32
+#define DGB_LOAD_MAX_THREADS 128  /* the 128-client cases (cache, txn) */
 
 typedef enum dgb_op_res {
 	DGB_OP_OK,        /* done: timed (in the window) and counted */

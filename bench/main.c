@@ -37,7 +37,8 @@ static const struct suite {
 	{ "transport", dgb_transport_suite,
 	  "node-to-node messages, two processes: vs nng req/rep and plain TCP" },
 	{ "cache", dgb_cache_suite,
-	  "cache puts and gets: embedded vs LMDB; FULL_SYNC, 3 dgnodes vs Redis" },
+	  "cache puts and gets: embedded vs LMDB; FULL_SYNC puts (1-128 clients)\n"
+	  "             and 100-key batches, 3 dgnodes vs Redis" },
 	{ "txn", dgb_txn_suite,
 	  "2-key transfers in transactions, 3 dgnodes vs Redis MULTI/EXEC + WAIT" },
 	{ "admin", dgb_admin_suite,
@@ -56,7 +57,7 @@ static void usage(FILE *f)
 	    "\"bytes\":..,\"allocs_per_op\":..}\n"
 	    "           (transport, cache, txn and admin add ops_per_s, p50_us,\n"
 	    "           p99_us where they apply; txn also heap_bytes_per_op, retries,\n"
-	    "           failed)\n"
+	    "           failed; cache's batch cases heap_bytes_per_op)\n"
 	    "  --quick  ~20 ms x 3 repetitions per case instead of ~100 ms x 5\n"
 	    "  --case=NAME, --impl=NAME\n"
 	    "           only that case / implementation (for profiling)\n"
