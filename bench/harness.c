@@ -340,6 +340,8 @@ void dgb_print_line(const dgb_opts *o, const char *suite, const dgb_line *l)
 			printf(",\"bytes\":%lld", l->bytes);
 		if (l->allocs_per_op >= 0)
 			printf(",\"allocs_per_op\":%.6g", l->allocs_per_op);
+		if (l->has_csw)
+			printf(",\"ctx_switches_per_op\":%.3g", l->ctx_switches_per_op);
 		printf("}\n");
 	} else {
 		char ns[32], ops[32], p50[32], p99[32], bytes[32], allocs[32];

@@ -96,6 +96,8 @@ typedef struct dgb_line {
 	double p50_us, p99_us;
 	long long bytes;
 	double allocs_per_op;
+	bool has_csw;              /* ctx_switches_per_op is reported */
+	double ctx_switches_per_op;
 } dgb_line;
 /* Prints it: a JSON object with --json, else a table row (its header once
  * per suite).  Counts it in dgb_own_lines. */

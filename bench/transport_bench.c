@@ -78,6 +78,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/resource.h>
 #include <openssl/x509v3.h>
 
 #include <arpa/inet.h>
@@ -121,6 +122,16 @@ int dgb_transport_suite(const dgb_opts *o);
 		if (__builtin_expect(!(cond), 0))                                  \
 			dgb_die("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
 	} while (0)
+
+/* Context switches of every thread of this process so far, voluntary
+ * (blocking: a wait, a sleep) and not (preempted). */
+static uint64_t ctx_switches(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
+}
 
 static uint64_t now_ns(void)
 {
@@ -533,10 +544,11 @@ _Noreturn static void serve(int cmd_r, int rep_w, bool tls)
 		if (r <= 0)
 			break; /* the parent closed the pipe (or died) */
 		if (cmd == 'S')
-			child_line(rep_w, "STATS %llu %llu %llu\n",
+			child_line(rep_w, "STATS %llu %llu %llu %llu\n",
 			    (unsigned long long)dg_allocs(),
 			    (unsigned long long)dgb_heap_allocs(),
-			    (unsigned long long)atomic_load(&srv_echoes));
+			    (unsigned long long)atomic_load(&srv_echoes),
+			    (unsigned long long)ctx_switches());
 	}
 	/* orderly stop; the parent SIGKILLs us if this hangs */
 	nng_close(srv_rep);
@@ -585,21 +597,22 @@ static void child_read_line(char *out, size_t cap)
 }
 
 typedef struct srv_stats {
-	uint64_t dg_allocs, heap_allocs, echoes;
+	uint64_t dg_allocs, heap_allocs, echoes, csw;
 } srv_stats;
 
 static srv_stats child_stats(void)
 {
 	char line[256];
 	srv_stats s;
-	unsigned long long a, h, n;
+	unsigned long long a, h, n, w;
 	CHECK(write_full(G.cmd_w, "S", 1) == 0);
 	child_read_line(line, sizeof line);
-	if (sscanf(line, "STATS %llu %llu %llu", &a, &h, &n) != 3)
+	if (sscanf(line, "STATS %llu %llu %llu %llu", &a, &h, &n, &w) != 4)
 		dgb_die("server: unexpected answer '%s'", line);
 	s.dg_allocs = a;
 	s.heap_allocs = h;
 	s.echoes = n;
+	s.csw = w;
 	return s;
 }
 
@@ -881,6 +894,7 @@ struct rt_run {
 	double best_mean_ns;
 	uint64_t cli_allocs, srv_allocs;       /* the counted allocator */
 	uint64_t cli_heap, srv_heap;           /* malloc calls, both processes */
+	uint64_t cli_csw, srv_csw;             /* context switches, both */
 };
 
 /* The implementations of one round-trip case, interleaved repetition by
@@ -899,18 +913,21 @@ static void rt_case(const char *name, struct rt_run *r, unsigned n)
 		r[k].nsamples = 0;
 		r[k].best_mean_ns = 0;
 		r[k].cli_allocs = r[k].srv_allocs = r[k].cli_heap = r[k].srv_heap = 0;
+		r[k].cli_csw = r[k].srv_csw = 0;
 	}
 	for (int rep = 0; rep < reps; rep++) {
 		for (unsigned k = 0; k < n; k++) {
 			srv_stats s0 = child_stats();
-			uint64_t a0 = dg_allocs(), h0 = dgb_heap_allocs(), sum = 0;
+			uint64_t a0 = dg_allocs(), h0 = dgb_heap_allocs(), w0 = ctx_switches(), sum = 0;
 			for (uint64_t i = 0; i < per_rep; i++) {
 				uint64_t t = rt_one(r[k].which);
 				r[k].samples[r[k].nsamples++] = t;
 				sum += t;
 			}
-			uint64_t a1 = dg_allocs(), h1 = dgb_heap_allocs();
+			uint64_t a1 = dg_allocs(), h1 = dgb_heap_allocs(), w1 = ctx_switches();
 			srv_stats s1 = child_stats();
+			r[k].cli_csw += w1 - w0;
+			r[k].srv_csw += s1.csw - s0.csw;
 			r[k].cli_allocs += a1 - a0;
 			r[k].cli_heap += h1 - h0;
 			r[k].srv_allocs += s1.dg_allocs - s0.dg_allocs;
@@ -926,11 +943,16 @@ static void rt_case(const char *name, struct rt_run *r, unsigned n)
 		uint64_t cli = r[k].dg ? r[k].cli_allocs : r[k].cli_heap;
 		uint64_t srv = r[k].dg ? r[k].srv_allocs : r[k].srv_heap;
 		bool counted = r[k].dg || dgb_heap_counting(); /* sanitizers: no hook */
+		/* both processes, every thread (the stats exchange with the
+		 * server adds a few per repetition, in every implementation) */
+		double csw = (double)(r[k].cli_csw + r[k].srv_csw) / ops;
 		dgb_line l = { name, r[k].impl, r[k].best_mean_ns, -1,
 			pct_us(r[k].samples, r[k].nsamples, 0.50),
 			pct_us(r[k].samples, r[k].nsamples, 0.99), r[k].bytes,
-			counted ? (double)(cli > srv ? cli : srv) / ops : -1 };
+			counted ? (double)(cli > srv ? cli : srv) / ops : -1, true, csw };
 		dgb_print_line(T.o, SUITE, &l);
+		dgb_note("%s/%s: context switches per round trip: client %.3g server %.3g",
+		    name, r[k].impl, (double)r[k].cli_csw / ops, (double)r[k].srv_csw / ops);
 		if (r[k].dg)
 			dgb_note("%s/%s: per round trip: dgi_alloc client %.4g server %.4g; "
 			    "malloc calls (nng included) client %.4g server %.4g",
@@ -1024,7 +1046,7 @@ static void ow_case(const char *name, dg_tp *tp, dg_node_id peer)
 	    sum.srv_allocs;
 	dgb_line l = { name, "datagrid", (double)best / (double)n,
 		(double)n * 1e9 / (double)best, -1, -1, frame_bytes(tp, DG_MSG_ECHO),
-		(double)worst / ops };
+		(double)worst / ops, false, 0 };
 	dgb_print_line(T.o, SUITE, &l);
 	dgb_note("%s/datagrid: %llu messages x %d repetitions; DG_ERR_BUSY "
 	    "retries %llu; per message: dgi_alloc client %.4g server %.4g; "

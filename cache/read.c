@@ -56,8 +56,7 @@ static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_bu
 	dg_err e = dg_tp_request(g->tp, to, DGI_MSG_GET, m, (uint32_t)(deadline - now),
 	    on_get_res, &w);
 	if (e == DG_OK) {
-		while (sem_wait(&w.sem) != 0)
-			;
+		dgi_sem_wait_spin(&w.sem); /* one hop: often back within the spin */
 		e = w.err;
 	}
 	sem_destroy(&w.sem);

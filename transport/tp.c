@@ -7,6 +7,7 @@
 #include <nng/supplemental/tls/tls.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,56 @@ uint64_t dgi_coarse_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* dgi_sem_wait_spin (transport.h).  One spinner per two CPUs at most: on
+ * a loaded node the waiters sleep, and the threads that would answer them
+ * (the reactor, the handlers) keep the CPUs. */
+_Atomic uint32_t dgi_spin_ns = DGI_SPIN_NS;
+static _Atomic int spinners;
+static int spin_max;
+static pthread_once_t spin_once = PTHREAD_ONCE_INIT;
+
+static void spin_init(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	spin_max = n >= 4 ? (int)(n / 2) : 1;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+void dgi_sem_wait_spin(sem_t *s)
+{
+	uint32_t budget = atomic_load_explicit(&dgi_spin_ns, memory_order_relaxed);
+	pthread_once(&spin_once, spin_init);
+	if (budget > 0 && atomic_fetch_add(&spinners, 1) < spin_max) {
+		struct timespec t0, t;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (;;) {
+			for (int i = 0; i < 64; i++) {
+				if (sem_trywait(s) == 0) {
+					atomic_fetch_sub(&spinners, 1);
+					return;
+				}
+				cpu_relax();
+			}
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			if ((uint64_t)((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec)) >
+			    budget)
+				break;
+		}
+	}
+	atomic_fetch_sub(&spinners, 1);
+	while (sem_wait(s) != 0) {
+		/* EINTR: a signal handler ran */
+	}
 }
 
 void dgi_abstime_in(struct timespec *ts, uint64_t ms)
@@ -678,9 +729,7 @@ dg_err dg_tp_call(dg_tp *tp, dg_node_id to, dg_msg_type type,
 		return DG_ERR_NOMEM;
 	dg_err e = dg_tp_request(tp, to, type, body, timeout_ms, call_done, &c);
 	if (e == DG_OK) {
-		while (sem_wait(&c.done) != 0) {
-			/* EINTR: a signal handler ran */
-		}
+		dgi_sem_wait_spin(&c.done);
 		e = c.err;
 	}
 	sem_destroy(&c.done);

@@ -37,6 +37,7 @@
 #include "marshal/marshal.h"
 #include "marshal/log_int.h"
 
+#include <semaphore.h>
 #include <stdarg.h>
 
 #ifdef __cplusplus
@@ -421,6 +422,14 @@ uint64_t dgi_now_ms(void);
  * deadlines of pthread_cond_timedwait and sem_timedwait. */
 struct timespec;
 void dgi_abstime_in(struct timespec *ts, uint64_t ms);
+/* sem_wait that first spins for up to dgi_spin_ns (DGI_SPIN_NS, 30 µs;
+ * 0: never) — when few threads spin already — then sleeps.  For a thread
+ * that waits for a reply: on loopback it often comes within that, and a
+ * thread that slept pays a futex wake and a context switch on top (dgbench
+ * transport, rtt64: ctx_switches_per_op). */
+#define DGI_SPIN_NS 30000u
+extern _Atomic uint32_t dgi_spin_ns;
+void dgi_sem_wait_spin(sem_t *s);
 
 /* Totals per peer and for the node. */
 typedef struct dg_tp_stats {
