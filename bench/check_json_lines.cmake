@@ -52,10 +52,10 @@ function(strict_object line ok)
   set(${ok} TRUE PARENT_SCOPE)
 endfunction()
 
-# DESIGN.md's numbers, and the txn suite's counts of retried attempts and
-# of transfers that did not commit
+# DESIGN.md's numbers, the txn suite's counts of retried attempts and of
+# transfers that did not commit, and the transport suite's context switches
 set(numbers ns_per_op p50_us p99_us ops_per_s bytes allocs_per_op heap_bytes_per_op
-  retries failed)
+  retries failed ctx_switches_per_op)
 set(seen "")
 set(nlines 0)
 set(rest "${out}")
