@@ -32,6 +32,7 @@
  * Writers need nothing stronger among themselves: the mutex orders them.
  */
 #include "cache/intmap.h"
+#include "marshal/mix.h"
 
 #include <assert.h>
 #include <stdbool.h>
@@ -57,16 +58,10 @@ static _Atomic uint32_t *tbl_keys(const struct dgi_intmap_table *t)
 	return (_Atomic uint32_t *)(uintptr_t)(t->t_vals + t->t_cap);
 }
 
-/* murmur3's fmix32: cache ids are small and dense, and keys that share low
- * bits would otherwise pile into one run of slots. */
+/* (Slots: dgi_mix32 of the key, marshal/mix.h.) */
 static uint32_t mix32(uint32_t h)
 {
-	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35u;
-	h ^= h >> 16;
-	return h;
+	return dgi_mix32(h);
 }
 
 /* The slot holding key (*hit), or the empty slot that ends its probe chain.

@@ -1,5 +1,6 @@
 /*
- * mix.h — the project's one 64-bit hash mixer.  Not installed.
+ * mix.h — the project's one 64-bit hash mixer (and its 32-bit sibling).
+ * Not installed.
  *
  * dgi_mix64 is murmur3's fmix64 finalizer: a bijection in which every
  * input bit flips each output bit with probability near 1/2.  It turns a
@@ -21,6 +22,19 @@ static inline uint64_t dgi_mix64(uint64_t x)
 	x *= 0xc4ceb9fe1a85ec53ULL;
 	x ^= x >> 33;
 	return x;
+}
+
+/* murmur3's fmix32, the same for 32-bit keys (cache/intmap.c: cache ids
+ * are small and dense, and keys sharing low bits would pile into one run
+ * of slots). */
+static inline uint32_t dgi_mix32(uint32_t h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
 }
 
 #endif

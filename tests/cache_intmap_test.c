@@ -33,6 +33,7 @@
 
 #include "cache/intmap.h"
 #include "marshal/marshal.h"
+#include "marshal/mix.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -48,17 +49,12 @@ int dgt_intmap_tests(void);
  * Helpers
  * ------------------------------------------------------------------------ */
 
-/* The map's slot mix (murmur3 fmix32), copied here only to pick keys that
- * share a home slot; the tests still pass if the map mixes differently,
- * they just stop exercising the chains. */
+/* The map's slot mix, to pick keys that share a home slot (the tests
+ * still pass if the map mixes differently, they just stop exercising the
+ * chains). */
 static uint32_t mix32(uint32_t h)
 {
-	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35u;
-	h ^= h >> 16;
-	return h;
+	return dgi_mix32(h);
 }
 
 /* n keys > from whose mix ends in 16 one-bits: in any table of up to 65 536
