@@ -4787,6 +4787,26 @@ static void *stopper2(void *arg)
 
 /* Stop with a write parked on EPOLLOUT, megabytes queued behind it and a
  * request in flight: no hang, the request fails, nothing leaks (ASan). */
+/* dgi_sem_wait_spin counts its spinners, with spinning switched off too
+ * (it used to take one off the count without adding it: -1 per wait, so
+ * later waits spun past the one-spinner-per-two-CPUs bound). */
+static void test_spin_wait_counts(void **state)
+{
+	(void)state;
+	sem_t s;
+	sem_init(&s, 0, 0);
+	for (int off = 0; off < 2; off++) {
+		uint32_t was = atomic_exchange(&dgi_spin_ns, off ? 0 : DGI_SPIN_NS);
+		for (int i = 0; i < 3; i++) {
+			sem_post(&s);
+			dgi_sem_wait_spin(&s);
+		}
+		atomic_store(&dgi_spin_ns, was);
+		assert_int_equal(dgi_spinners(), 0);
+	}
+	sem_destroy(&s);
+}
+
 static void test_tcp_stop_with_pending_writes(void **state)
 {
 	(void)state;
@@ -4973,6 +4993,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_dials),
 		cmocka_unit_test(test_tcp_redial_backs_off),
 		cmocka_unit_test(test_tcp_stop_with_pending_writes),
+		cmocka_unit_test(test_spin_wait_counts),
 	};
 	/* DG_TEST_FILTER=test_membership* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

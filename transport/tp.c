@@ -45,31 +45,42 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Tries s for up to budget ns: true when it was taken. */
+static bool spin_for(sem_t *s, uint32_t budget)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		for (int i = 0; i < 64; i++) {
+			if (sem_trywait(s) == 0)
+				return true;
+			cpu_relax();
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((uint64_t)((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec)) >
+		    budget)
+			return false;
+	}
+}
+
 void dgi_sem_wait_spin(sem_t *s)
 {
 	uint32_t budget = atomic_load_explicit(&dgi_spin_ns, memory_order_relaxed);
-	pthread_once(&spin_once, spin_init);
-	if (budget > 0 && atomic_fetch_add(&spinners, 1) < spin_max) {
-		struct timespec t0, t;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		for (;;) {
-			for (int i = 0; i < 64; i++) {
-				if (sem_trywait(s) == 0) {
-					atomic_fetch_sub(&spinners, 1);
-					return;
-				}
-				cpu_relax();
-			}
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			if ((uint64_t)((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec)) >
-			    budget)
-				break;
-		}
+	if (budget > 0) {
+		pthread_once(&spin_once, spin_init);
+		bool got = atomic_fetch_add(&spinners, 1) < spin_max && spin_for(s, budget);
+		atomic_fetch_sub(&spinners, 1);
+		if (got)
+			return;
 	}
-	atomic_fetch_sub(&spinners, 1);
 	while (sem_wait(s) != 0) {
 		/* EINTR: a signal handler ran */
 	}
+}
+
+int dgi_spinners(void)
+{
+	return atomic_load(&spinners);
 }
 
 void dgi_abstime_in(struct timespec *ts, uint64_t ms)

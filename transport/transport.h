@@ -430,6 +430,8 @@ void dgi_abstime_in(struct timespec *ts, uint64_t ms);
 #define DGI_SPIN_NS 30000u
 extern _Atomic uint32_t dgi_spin_ns;
 void dgi_sem_wait_spin(sem_t *s);
+/* Threads spinning in dgi_sem_wait_spin now (tests). */
+int dgi_spinners(void);
 
 /* Totals per peer and for the node. */
 typedef struct dg_tp_stats {
