@@ -327,8 +327,11 @@ static dg_err batch_items(const dg_cache *c, const dg_kv *kvs, size_t n, bool va
 		return DG_ERR_NOMEM;
 	size_t need = 0;
 	for (size_t i = 0; i < n; i++) {
-		/* the single calls' checks (ENC_KEY, ENC_VAL, check_val) */
+		/* the single calls' checks (ENC_KEY, ENC_VAL, check_val; a
+		 * persistent cache's encoded key length, update.c) */
+		size_t kenc = raw ? bytes_enc_len(kvs[i].klen) : kvs[i].klen;
 		bool bad = kvs[i].key == NULL || kvs[i].klen == 0 ||
+		    (write && c->cfg.persistence && kenc > DG_PERSIST_KEY_MAX) ||
 		    kvs[i].klen > (raw ? DG_KEY_MAX - 8 : DG_KEY_MAX) ||
 		    (vals && (raw ? (kvs[i].val == NULL && kvs[i].vlen != 0) ||
 		    kvs[i].vlen > DG_VALUE_MAX - 8 :
@@ -338,7 +341,7 @@ static dg_err batch_items(const dg_cache *c, const dg_kv *kvs, size_t n, bool va
 			return DG_ERR_INVAL;
 		}
 		if (raw)
-			need += bytes_enc_len(kvs[i].klen) + (vals ? bytes_enc_len(kvs[i].vlen) : 0);
+			need += kenc + (vals ? bytes_enc_len(kvs[i].vlen) : 0);
 	}
 	if (raw && need > 0 && dg_buf_reserve(enc, need) != DG_OK) {
 		dgi_free(it);
@@ -366,12 +369,6 @@ static dg_err batch_items(const dg_cache *c, const dg_kv *kvs, size_t n, bool va
 			enc->len += it[i].vlen;
 		}
 	}
-	if (write && c->cfg.persistence)
-		for (size_t i = 0; i < n; i++)
-			if (it[i].klen > DG_PERSIST_KEY_MAX) {
-				dgi_free(it);
-				return DG_ERR_INVAL;
-			}
 	*out = it;
 	return DG_OK;
 }
