@@ -48,7 +48,7 @@ static void wait_node_ready(dgb_child *c, char *addr, size_t cap)
 static dgb_child *start_dgnode(dgb_dgcluster *c, const char *dgnode, int i,
     const char *cache_spec)
 {
-	char name[16], failure[16], *argv[16];
+	char name[16], failure[16], cap[16], *argv[18];
 	int a = 0;
 	snprintf(name, sizeof name, "dgnode%d", i + 1);
 	snprintf(failure, sizeof failure, "%d", DGB_FAILURE_TIMEOUT_MS);
@@ -61,6 +61,11 @@ static dgb_child *start_dgnode(dgb_dgcluster *c, const char *dgnode, int i,
 	argv[a++] = failure;
 	argv[a++] = "--cache";
 	argv[a++] = (char *)cache_spec;
+	if (c->tx_done_capacity != 0) {
+		snprintf(cap, sizeof cap, "%u", c->tx_done_capacity);
+		argv[a++] = "--tx-done-capacity";
+		argv[a++] = cap;
+	}
 	if (i > 0) {
 		argv[a++] = "--seed";
 		argv[a++] = c->addr[0];
@@ -99,6 +104,8 @@ static void start_client(dgb_dgcluster *c)
 	cfg.nseeds = DGB_NSERVERS;
 	cfg.client = true;
 	cfg.failure_timeout_ms = DGB_FAILURE_TIMEOUT_MS;
+	if (c->tx_done_capacity != 0)
+		cfg.tx_done_capacity = c->tx_done_capacity;
 	DG_DO(dg_node_start(&cfg, &c->client));
 	running = c;
 	if (!atexit_done)

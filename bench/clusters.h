@@ -37,6 +37,8 @@ typedef struct dgb_dgcluster {
 	dgb_child *server[DGB_NSERVERS];
 	dg_node *client;                 /* the embedded client node */
 	dg_cache *cache;                 /* the cache of the spec, on the client */
+	uint32_t tx_done_capacity;       /* set before start: every node's
+	                                    --tx-done-capacity (0: the default) */
 } dgb_dgcluster;
 
 /* Starts the datagrid cluster with one cache, `cache_spec` as dgnode's

@@ -320,9 +320,12 @@ dg_err dg_cache_remove_if_equals_val(dg_cache *c, const uint8_t *key, size_t kle
  * flavour) or BYTES-encoded into enc (raw).  DG_ERR_INVAL for a bad key or
  * value; *out (dgi_free) holds n items. */
 static dg_err batch_items(const dg_cache *c, const dg_kv *kvs, size_t n, bool vals, bool raw,
-    bool write, dg_buf *enc, dgi_bitem **out)
+    bool write, dgi_bscratch *s, dgi_bitem **out)
 {
-	dgi_bitem *it = dgi_alloc((n ? n : 1) * sizeof(*it));
+	dg_buf *enc = &s->enc;
+	enc->len = 0;
+	dgi_bitem *it = dgi_bscratch_room((void **)&s->items, &s->items_cap,
+	    (n ? n : 1) * sizeof(*it));
 	if (it == NULL)
 		return DG_ERR_NOMEM;
 	size_t need = 0;
@@ -336,17 +339,13 @@ static dg_err batch_items(const dg_cache *c, const dg_kv *kvs, size_t n, bool va
 		    (vals && (raw ? (kvs[i].val == NULL && kvs[i].vlen != 0) ||
 		    kvs[i].vlen > DG_VALUE_MAX - 8 :
 		    kvs[i].val == NULL || kvs[i].vlen == 0 || kvs[i].vlen > DG_VALUE_MAX));
-		if (bad) {
-			dgi_free(it);
+		if (bad)
 			return DG_ERR_INVAL;
-		}
 		if (raw)
 			need += kenc + (vals ? bytes_enc_len(kvs[i].vlen) : 0);
 	}
-	if (raw && need > 0 && dg_buf_reserve(enc, need) != DG_OK) {
-		dgi_free(it);
+	if (raw && need > 0 && dg_buf_reserve(enc, need) != DG_OK)
 		return DG_ERR_NOMEM;
-	}
 	for (size_t i = 0; i < n; i++) {
 		memset(&it[i], 0, sizeof(it[i]));
 		if (!raw) {
@@ -381,32 +380,37 @@ static bool batched(const dg_cache *c)
 static dg_err batch_update(dg_cache *c, int op, const dg_kv *kvs, size_t n, bool raw,
     size_t *removed)
 {
-	dg_buf enc;
-	dg_buf_init(&enc);
+	dgi_bscratch *s = dgi_bscratch_take();
+	if (s == NULL)
+		return DG_ERR_NOMEM;
 	dgi_bitem *it;
-	dg_err e = batch_items(c, kvs, n, op == OP_PUT, raw, true, &enc, &it);
-	if (e != DG_OK)
+	dg_err e = batch_items(c, kvs, n, op == OP_PUT, raw, true, s, &it);
+	if (e != DG_OK) {
+		dgi_bscratch_put(s);
 		return e;
+	}
 	e = dgi_batch_update(c, op, it, n);
 	size_t r = 0;
 	for (size_t i = 0; i < n; i++)
 		r += it[i].err == DG_OK && it[i].flag;
 	if (removed != NULL && e == DG_OK)
 		*removed = r;
-	dgi_free(it);
-	dg_buf_free(&enc);
+	dgi_bscratch_put(s);
 	return e;
 }
 
 static dg_err batch_get(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found,
     bool raw)
 {
-	dg_buf enc;
-	dg_buf_init(&enc);
+	dgi_bscratch *s = dgi_bscratch_take();
+	if (s == NULL)
+		return DG_ERR_NOMEM;
 	dgi_bitem *it;
-	dg_err e = batch_items(c, kvs, n, false, raw, false, &enc, &it);
-	if (e != DG_OK)
+	dg_err e = batch_items(c, kvs, n, false, raw, false, s, &it);
+	if (e != DG_OK) {
+		dgi_bscratch_put(s);
 		return e;
+	}
 	size_t f = 0;
 	e = dgi_batch_get(c, it, n, raw, vals, &f);
 	if (e == DG_OK) {
@@ -418,8 +422,7 @@ static dg_err batch_get(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t 
 		if (found != NULL)
 			*found = f;
 	}
-	dgi_free(it);
-	dg_buf_free(&enc);
+	dgi_bscratch_put(s);
 	return e;
 }
 

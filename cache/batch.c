@@ -1,19 +1,26 @@
 /*
  * batch.c — put_all, get_all and remove_all of an ATOMIC cache: every
- * key's operation in flight at once.
+ * key's operation in flight at once, one message per primary.
  *
  * Each key follows the single-key protocol (update.c, read.c): its own
  * update id, the primary's checks, FULL_SYNC's wait for every backup.  A
- * batch only does not run them one after another.  First every key whose
- * primary (for a read: the owner it reads from) is another node is sent,
- * the frames for one peer in one write (dg_tp_cork_begin); then the keys
+ * batch only does not run them one after another, nor send each alone.
+ * First the keys whose primary (for a read: the owner it reads from) is
+ * another node go as one UPDATE_ALL (GET_ALL) per primary, at most
+ * DGI_MANY_MAX keys each, the frames for one peer in one write
+ * (dg_tp_cork_begin).  The primary applies each item as the UPDATE it
+ * stands for and sends its FULL_SYNC copies as one BACKUP_ALL per backup
+ * (pending.c, dgi_copies_begin), answered by one BACKUP_ALL_ACK; it
+ * answers the UPDATE_ALL once its last key is confirmed.  Then the keys
  * this node holds are done here, a FULL_SYNC write's wait parked on its
- * pending record; then the caller waits once for all the answers.  A key
- * answered with an error that asks for another try (a remap, a primary not
- * ready, a broken connection) is finished alone by the single-key path —
- * an update with the same update id, so a retry of an applied update is
- * recognised.  So n keys over k primaries cost about one round trip, not
- * n (`dgbench cache`, put_all_100 / get_all_100).
+ * pending record, their copies gathered the same way; then the caller
+ * waits once for all the answers.  A key answered with an error that
+ * asks for another try (a remap, a primary not ready, a broken
+ * connection; a read of an entry still pending on its primary) is
+ * finished alone by the single-key path — an update with the same update
+ * id, so a retry of an applied update is recognised.  So n keys over k
+ * primaries cost one round trip and about 4k messages, not 5n
+ * (`dgbench cache`, put_all_100 / get_all_100; PROTOCOL.md types 87-92).
  *
  * The batch's result is the error of the first key (in the caller's
  * order) that failed, DG_OK when none did.  Unlike a loop of single calls
@@ -22,6 +29,7 @@
 #include "cache_int.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,20 +57,136 @@ struct ukey {
 	struct pw_wait x;           /* K_LOCAL: parked on the pending write */
 };
 
-static void on_update_res(void *ctx, dg_err err, const dg_msg_in *reply)
+/* One message of many keys (UPDATE_ALL, GET_ALL): the keys of one
+ * primary (at most DGI_MANY_MAX), chained through next[] in the order
+ * they were given. */
+struct group {
+	dgi_grid *g;
+	void *k;                    /* the batch's keys (struct ukey, struct gkey) */
+	size_t *next;               /* per key: the next of its group, or GNONE */
+	struct bwait *w;
+	dg_node_id to;
+	size_t first, last;
+	uint32_t n;
+};
+
+#define GNONE SIZE_MAX
+
+/* The groups' room for n keys in bs: *next gets n slots after them. */
+static struct group *groups_room(dgi_bscratch *bs, size_t n, size_t **next)
 {
-	struct ukey *k = ctx;
-	struct bwait *w = k->w;
-	if (err == DG_OK) {
-		const dgi_msg_update_res *r = reply->body;
-		err = (dg_err)r->res;
-		k->flag = r->flag;
-		k->applied = r->applied != 0;
-	} else if (err == DG_ERR_TIMEOUT || err == DG_ERR_CONN_BROKEN) {
-		k->applied = true; /* it may have reached the primary */
+	size_t gb = n * sizeof(struct group);
+	uint8_t *p = dgi_bscratch_room(&bs->groups, &bs->groups_cap, gb + n * sizeof(size_t));
+	if (p == NULL)
+		return NULL;
+	*next = (size_t *)(void *)(p + gb);
+	return (struct group *)(void *)p;
+}
+
+/* Puts key i, of primary to, into the last group of that primary with
+ * room, or a new one (gr[*ng] then). */
+static void group_add(struct group *gr, size_t *ng, const struct group *proto, size_t i,
+    dg_node_id to)
+{
+	size_t j = *ng;
+	while (j > 0 && (gr[j - 1].to != to || gr[j - 1].n == DGI_MANY_MAX))
+		j--;
+	if (j == 0 || gr[j - 1].to != to) {
+		gr[*ng] = *proto;
+		gr[*ng].to = to;
+		gr[*ng].first = gr[*ng].last = i;
+		gr[*ng].n = 0;
+		j = ++*ng;
+	} else {
+		gr[j - 1].next[gr[j - 1].last] = i;
+		gr[j - 1].last = i;
 	}
-	k->err = err;
+	gr[j - 1].next[i] = GNONE;
+	gr[j - 1].n++;
+}
+
+/* The answer to group gr's message opened in *r: err, or
+ * DG_ERR_CONN_BROKEN when it does not match the request (not a list of
+ * gr->n items of `values` values). */
+static dg_err group_open(const struct group *gr, dg_err err, const dg_msg_in *reply,
+    uint32_t values, dg_reader *r)
+{
+	uint32_t n = 0;
+	if (err == DG_OK && (dgi_many_open(gr->g->reg, reply->body, values, r, &n) != DG_OK ||
+	    n != gr->n))
+		err = DG_ERR_CONN_BROKEN;
+	return err;
+}
+
+/* UPDATE_ALL_RES: each key's answer, as an UPDATE_RES gives one; the
+ * group posts once.  An answer that does not match the request (item
+ * count, decoding) counts as a broken connection: maybe applied, tried
+ * again alone with the same update ids. */
+static void on_update_all_res(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct group *gr = ctx;
+	struct bwait *w = gr->w;
+	struct ukey *keys = gr->k;
+	dg_reader r;
+	err = group_open(gr, err, reply, 3, &r);
+	for (size_t i = gr->first; i != GNONE; i = gr->next[i]) {
+		struct ukey *k = &keys[i];
+		struct dgi_ures_item a;
+		if (err == DG_OK && dgi_ures_item_get(&r, &a) != DG_OK)
+			err = DG_ERR_CONN_BROKEN;
+		if (err == DG_OK) {
+			k->err = (dg_err)a.res;
+			k->flag = a.flag;
+			k->applied = a.applied != 0;
+		} else {
+			k->err = err;
+			k->applied = err == DG_ERR_TIMEOUT || err == DG_ERR_CONN_BROKEN;
+		}
+	}
 	sem_post(&w->sem); /* the last touch */
+}
+
+/* Sends group gr as one UPDATE_ALL (FULL_ASYNC: one-way, its keys done);
+ * its keys go K_FLIGHT, or stay K_ALONE when it could not be sent.  The
+ * number of answers to wait for: 1 or 0. */
+static size_t send_group(dg_cache *c, dgi_bscratch *bs, struct group *gr, int op,
+    int64_t topver, uint64_t deadline)
+{
+	dgi_grid *g = c->g;
+	struct ukey *k = gr->k;
+	dg_writer w;
+	bs->mbuf.len = 0;
+	dg_writer_init(&w, g->reg, &bs->mbuf);
+	dg_write_list_begin(&w, gr->n * 4);
+	for (size_t i = gr->first; i != GNONE; i = gr->next[i]) {
+		const struct upd *u = &k[i].u;
+		struct dgi_uall_item it = { u->part, (int64_t)u->op_seq, { u->key, u->klen },
+			{ op == OP_REMOVE ? NULL : u->val, u->vlen } };
+		dgi_uall_item_put(&w, &it);
+	}
+	dg_write_end(&w);
+	if (dg_writer_finish(&w) != DG_OK)
+		return 0;
+	dg_write_sync sync = c->cfg.write_sync;
+	dgi_msg_many m = { c->id, topver, op, sync, (int64_t)g->self,
+		{ bs->mbuf.data, (uint32_t)bs->mbuf.len } };
+	int to_state;
+	size_t waits = 0;
+	if (sync == DG_FULL_ASYNC) {
+		if (dg_tp_send(g->tp, gr->to, DGI_MSG_UPDATE_ALL, &m) != DG_OK)
+			return 0;
+		to_state = K_DONE;
+	} else {
+		uint64_t now = dgi_now_ms();
+		if (now >= deadline || dg_tp_request(g->tp, gr->to, DGI_MSG_UPDATE_ALL, &m,
+		    (uint32_t)(deadline - now), on_update_all_res, gr) != DG_OK)
+			return 0;
+		to_state = K_FLIGHT;
+		waits = 1;
+	}
+	for (size_t i = gr->first; i != GNONE; i = gr->next[i])
+		k[i].state = to_state;
+	return waits;
 }
 
 /* Waits for n posts on w->sem until deadline, then gives up the parked
@@ -101,12 +225,102 @@ static void wait_round(dg_cache *c, struct bwait *w, size_t n, struct ukey *k, s
 	}
 }
 
+/* ---- a thread's scratch ---- */
+
+static pthread_key_t bs_key;
+static pthread_once_t bs_once = PTHREAD_ONCE_INIT;
+
+static void bs_free(void *p)
+{
+	dgi_bscratch *s = p;
+	if (s == NULL)
+		return;
+	dgi_free(s->items);
+	dgi_free(s->keys);
+	dgi_free(s->groups);
+	dg_buf_free(&s->mbuf);
+	dg_buf_free(&s->enc);
+	dg_buf_free(&s->rbuf);
+	dg_buf_free(&s->lbuf);
+	dgi_free(s);
+}
+
+static void bs_init(void)
+{
+	pthread_key_create(&bs_key, bs_free);
+}
+
+dgi_bscratch *dgi_bscratch_take(void)
+{
+	pthread_once(&bs_once, bs_init);
+	dgi_bscratch *s = pthread_getspecific(bs_key);
+	if (s == NULL) {
+		if ((s = dgi_calloc(1, sizeof(*s))) == NULL)
+			return NULL;
+		dg_buf_init(&s->enc);
+		dg_buf_init(&s->mbuf);
+		dg_buf_init(&s->rbuf);
+		dg_buf_init(&s->lbuf);
+		if (pthread_setspecific(bs_key, s) != 0) {
+			dgi_free(s);
+			return NULL;
+		}
+	}
+	return s;
+}
+
+void *dgi_bscratch_room(void **p, size_t *cap, size_t bytes)
+{
+	if (bytes <= *cap)
+		return *p;
+	void *n = dgi_alloc(bytes);
+	if (n == NULL)
+		return NULL;
+	dgi_free(*p);
+	*p = n;
+	*cap = bytes;
+	return n;
+}
+
+static void bs_trim(dg_buf *b)
+{
+	if (b->cap > BSCRATCH_KEEP)
+		dg_buf_free(b);
+}
+
+void dgi_bscratch_put(dgi_bscratch *s)
+{
+	if (s->items_cap > BSCRATCH_KEEP) {
+		dgi_free(s->items);
+		s->items = NULL;
+		s->items_cap = 0;
+	}
+	if (s->keys_cap > BSCRATCH_KEEP) {
+		dgi_free(s->keys);
+		s->keys = NULL;
+		s->keys_cap = 0;
+	}
+	if (s->groups_cap > BSCRATCH_KEEP) {
+		dgi_free(s->groups);
+		s->groups = NULL;
+		s->groups_cap = 0;
+	}
+	bs_trim(&s->enc);
+	bs_trim(&s->mbuf);
+	bs_trim(&s->rbuf);
+	bs_trim(&s->lbuf);
+}
+
+/* ---- put_all / remove_all ---- */
+
 dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 {
 	if (n == 0)
 		return DG_OK;
 	dgi_grid *g = c->g;
-	struct ukey *k = dgi_alloc(n * sizeof(*k));
+	dgi_bscratch *bs = dgi_bscratch_take();
+	struct ukey *k = bs != NULL ? dgi_bscratch_room(&bs->keys, &bs->keys_cap, n * sizeof(*k)) :
+	    NULL;
 	if (k == NULL)
 		return DG_ERR_NOMEM;
 	struct bwait w;
@@ -125,32 +339,31 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	size_t expect = 0;
 	if (aff != NULL && !atomic_load(&c->dead) && !dg_member_segmented(g->m)) {
-		/* the other primaries' keys first, corked: one write per peer */
-		bool corked = dg_tp_cork_begin();
-		for (size_t i = 0; i < n; i++) {
+		/* the other primaries' keys first: one UPDATE_ALL per primary
+		 * (per DGI_MANY_MAX keys), corked: one write per peer */
+		size_t *next = NULL, ng = 0;
+		struct group *gr = groups_room(bs, n, &next);
+		struct group proto = { g, k, next, &w, 0, 0, 0, 0 };
+		for (size_t i = 0; gr != NULL && i < n; i++) {
 			struct upd *u = &k[i].u;
 			dg_node_id primary = dgi_aff_owner(aff, u->part, 0);
 			if (primary == 0 || primary == g->self ||
 			    atomic_load_explicit(&c->lost[u->part], memory_order_relaxed))
 				continue; /* here, below; or alone (it says why) */
 			u->topver = aff->topver;
-			dgi_msg_update m = dgi_upd_msg(c, u);
-			uint64_t now = dgi_now_ms();
-			if (u->sync == DG_FULL_ASYNC) {
-				if (dg_tp_send(g->tp, primary, DGI_MSG_UPDATE, &m) == DG_OK)
-					k[i].state = K_DONE;
-			} else if (now < deadline && dg_tp_request(g->tp, primary, DGI_MSG_UPDATE, &m,
-			    (uint32_t)(deadline - now), on_update_res, &k[i]) == DG_OK) {
-				k[i].state = K_FLIGHT;
-				expect++;
-			}
+			group_add(gr, &ng, &proto, i, primary);
 		}
+		bool corked = dg_tp_cork_begin();
+		for (size_t j = 0; j < ng; j++)
+			expect += send_group(c, bs, &gr[j], op, aff->topver, deadline);
 		dg_tp_cork_end(corked);
 		/* then this node's: applied now, a FULL_SYNC write parked; their
-		 * copies to the backups corked too — unless each apply waits for
-		 * the disk (a persistent cache), which would hold back what other
-		 * threads queue for those peers meanwhile */
+		 * copies to each backup gathered into one BACKUP_ALL, and corked
+		 * — unless each apply waits for the disk (a persistent cache),
+		 * which would hold back what other threads queue for those
+		 * peers meanwhile */
 		corked = !c->cfg.persistence && dg_tp_cork_begin();
+		dgi_copies_begin(g, c);
 		for (size_t i = 0; i < n; i++) {
 			struct upd *u = &k[i].u;
 			if (k[i].state != K_ALONE || dgi_aff_owner(aff, u->part, 0) != g->self ||
@@ -175,6 +388,7 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 				k[i].applied = u->applied;
 			}
 		}
+		dgi_copies_end(g);
 		dg_tp_cork_end(corked);
 	}
 	wait_round(c, &w, expect, k, n, deadline);
@@ -210,7 +424,7 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 	}
 	dgi_epoch_leave();
 	sem_destroy(&w.sem);
-	dgi_free(k);
+	dgi_bscratch_put(bs);
 	return first;
 }
 
@@ -229,27 +443,66 @@ struct gkey {
 	bool remote_val;
 };
 
-static void on_get_res(void *ctx, dg_err err, const dg_msg_in *reply)
+/* GET_ALL_RES: each key's answer, as a GET_RES would be (values
+ * appended to w->rbuf, under its lock: groups answer on any thread); the
+ * group posts once.  A reply that does not match the request counts as a
+ * broken connection: its keys are read again alone. */
+static void on_get_all_res(void *ctx, dg_err err, const dg_msg_in *reply)
 {
-	struct gkey *k = ctx;
-	struct bwait *w = k->w;
-	if (err == DG_OK) {
-		const dgi_msg_get_res *r = reply->body;
-		if (r->found == 0) {
-			err = DG_ERR_NOT_FOUND;
-		} else {
-			pthread_mutex_lock(&w->mu);
+	struct group *gr = ctx;
+	struct bwait *w = gr->w;
+	struct gkey *keys = gr->k;
+	dg_reader r;
+	err = group_open(gr, err, reply, 2, &r);
+	pthread_mutex_lock(&w->mu);
+	for (size_t i = gr->first; i != GNONE; i = gr->next[i]) {
+		struct gkey *k = &keys[i];
+		struct dgi_gres_item a;
+		dg_err e = err;
+		if (e == DG_OK && dgi_gres_item_get(&r, &a) != DG_OK)
+			e = err = DG_ERR_CONN_BROKEN;
+		if (e == DG_OK && (e = (dg_err)a.res) == DG_OK) {
 			k->at = w->rbuf.len;
-			const uint8_t *v = r->val.ptr != NULL ? r->val.ptr : (const uint8_t *)"";
-			err = w->unwrap ? dgi_unwrap_to(v, r->val.len, &w->rbuf) :
-			    dgi_append(&w->rbuf, v, r->val.len);
+			const uint8_t *v = a.val.ptr != NULL ? a.val.ptr : (const uint8_t *)"";
+			e = w->unwrap ? dgi_unwrap_to(v, a.val.len, &w->rbuf) :
+			    dgi_append(&w->rbuf, v, a.val.len);
 			k->len = w->rbuf.len - k->at;
 			k->remote_val = true;
-			pthread_mutex_unlock(&w->mu);
 		}
+		k->err = e;
 	}
-	k->err = err;
+	pthread_mutex_unlock(&w->mu);
 	sem_post(&w->sem); /* the last touch */
+}
+
+/* Sends group gr as one GET_ALL: its keys go K_FLIGHT (0 answers to wait
+ * for when it could not be sent: they stay K_ALONE). */
+static size_t send_get_group(dg_cache *c, dgi_bscratch *bs, struct group *gr, int64_t topver,
+    uint64_t deadline)
+{
+	dgi_grid *g = c->g;
+	struct gkey *k = gr->k;
+	dg_writer w;
+	bs->mbuf.len = 0;
+	dg_writer_init(&w, g->reg, &bs->mbuf);
+	dg_write_list_begin(&w, gr->n * 2);
+	for (size_t i = gr->first; i != GNONE; i = gr->next[i]) {
+		struct dgi_gall_item it = { k[i].part, { k[i].key, k[i].klen } };
+		dgi_gall_item_put(&w, &it);
+	}
+	dg_write_end(&w);
+	if (dg_writer_finish(&w) != DG_OK)
+		return 0;
+	dgi_msg_many m = { c->id, topver, 0, 0, 0, { bs->mbuf.data, (uint32_t)bs->mbuf.len } };
+	uint64_t now = dgi_now_ms();
+	if (now >= deadline || dg_tp_request(g->tp, gr->to, DGI_MSG_GET_ALL, &m,
+	    (uint32_t)(deadline - now), on_get_all_res, gr) != DG_OK)
+		return 0;
+	for (size_t i = gr->first; i != GNONE; i = gr->next[i]) {
+		k[i].state = K_FLIGHT;
+		k[i].from = gr->to;
+	}
+	return 1;
 }
 
 dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *vals,
@@ -262,16 +515,19 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 		return DG_OK;
 	}
 	dgi_grid *g = c->g;
-	struct gkey *k = dgi_alloc(n * sizeof(*k));
+	dgi_bscratch *bs = dgi_bscratch_take();
+	struct gkey *k = bs != NULL ? dgi_bscratch_room(&bs->keys, &bs->keys_cap, n * sizeof(*k)) :
+	    NULL;
 	if (k == NULL)
 		return DG_ERR_NOMEM;
 	struct bwait w;
 	sem_init(&w.sem, 0, 0);
 	pthread_mutex_init(&w.mu, NULL);
-	dg_buf_init(&w.rbuf);
+	w.rbuf = bs->rbuf; /* (handed back below: it may grow) */
+	w.rbuf.len = 0;
 	w.unwrap = unwrap;
-	dg_buf lbuf;
-	dg_buf_init(&lbuf);
+	dg_buf lbuf = bs->lbuf;
+	lbuf.len = 0;
 	uint64_t deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 	dgi_epoch_enter();
 	for (size_t i = 0; i < n; i++) {
@@ -291,23 +547,23 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 	int64_t seen = atomic_load(&g->topver);
 	size_t expect = 0;
 	if (aff != NULL && !atomic_load(&c->dead) && !dg_member_segmented(g->m)) {
-		bool corked = dg_tp_cork_begin();
-		for (size_t i = 0; i < n; i++) {
+		/* the other primaries' keys: one GET_ALL per primary (per
+		 * DGI_MANY_MAX keys), corked: one write per peer */
+		size_t *next = NULL, ng = 0;
+		struct group *gr = groups_room(bs, n, &next);
+		struct group proto = { g, k, next, &w, 0, 0, 0, 0 };
+		for (size_t i = 0; gr != NULL && i < n; i++) {
 			struct gkey *q = &k[i];
 			int role = dgi_aff_role(aff, q->part, g->self);
 			dg_node_id primary = dgi_aff_owner(aff, q->part, 0);
 			if (role == 0 || (role > 0 && c->cfg.read_from_backup) || primary == 0 ||
 			    atomic_load_explicit(&c->lost[q->part], memory_order_relaxed))
 				continue; /* here, below; or alone */
-			dgi_msg_get m = { c->id, q->part, aff->topver, 0, { q->key, q->klen } };
-			uint64_t now = dgi_now_ms();
-			if (now < deadline && dg_tp_request(g->tp, primary, DGI_MSG_GET, &m,
-			    (uint32_t)(deadline - now), on_get_res, q) == DG_OK) {
-				q->state = K_FLIGHT;
-				q->from = primary;
-				expect++;
-			}
+			group_add(gr, &ng, &proto, i, primary);
 		}
+		bool corked = dg_tp_cork_begin();
+		for (size_t j = 0; j < ng; j++)
+			expect += send_get_group(c, bs, &gr[j], aff->topver, deadline);
 		dg_tp_cork_end(corked);
 		for (size_t i = 0; i < n; i++) {
 			struct gkey *q = &k[i];
@@ -377,11 +633,11 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 	dgi_epoch_leave();
 	if (first != DG_OK)
 		vals->len = base;
-	dg_buf_free(&lbuf);
-	dg_buf_free(&w.rbuf);
+	bs->lbuf = lbuf;
+	bs->rbuf = w.rbuf;
 	pthread_mutex_destroy(&w.mu);
 	sem_destroy(&w.sem);
-	dgi_free(k);
+	dgi_bscratch_put(bs);
 	if (found != NULL)
 		*found = f;
 	return first;

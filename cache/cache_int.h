@@ -317,7 +317,13 @@ static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
 #define DGI_MSG_OWNED_RES ((dg_msg_type)(84))  /* response: the ones it owns (a LIST of I64) */
 #define DGI_MSG_PSYNC ((dg_msg_type)(85))  /* request: a new primary asks an old owner */
 #define DGI_MSG_PSYNC_RES ((dg_msg_type)(86))  /* response: update ids and recent entries */
-#define DGI_MSG_CACHE_LAST ((dg_msg_type)(87))
+#define DGI_MSG_UPDATE_ALL ((dg_msg_type)(87))  /* originator -> primary, request: many keys */
+#define DGI_MSG_UPDATE_ALL_RES ((dg_msg_type)(88))  /* response: one result per key */
+#define DGI_MSG_BACKUP_ALL ((dg_msg_type)(89))  /* primary -> backup, one-way: many FULL_SYNC copies */
+#define DGI_MSG_BACKUP_ALL_ACK ((dg_msg_type)(90))  /* backup -> primary, one-way: their answers */
+#define DGI_MSG_GET_ALL ((dg_msg_type)(91))  /* reader -> primary, request: many keys */
+#define DGI_MSG_GET_ALL_RES ((dg_msg_type)(92))  /* response: one answer per key */
+#define DGI_MSG_CACHE_LAST ((dg_msg_type)(93))
 
 enum { OP_PUT = DGI_CACHE_OP_PUT, OP_REMOVE = DGI_CACHE_OP_REMOVE,
 	OP_PUT_IF_ABSENT = DGI_CACHE_OP_PUT_IF_ABSENT, OP_REPLACE = DGI_CACHE_OP_REPLACE,
@@ -356,6 +362,71 @@ typedef struct dgi_msg_backup {
 typedef struct dgi_msg_backup_ack {
 	int64_t cache_id, part, pw, res;
 } dgi_msg_backup_ack;
+
+/* UPDATE_ALL, UPDATE_ALL_RES, BACKUP_ALL, BACKUP_ALL_ACK, GET_ALL,
+ * GET_ALL_RES: five I64, then
+ * one LIST of items (PROTOCOL.md, "Cache messages"), read one at a time by
+ * the handler with the readers below.  The I64 not named for a type are 0. */
+typedef struct dgi_msg_many {
+	int64_t cache_id;
+	int64_t topver;             /* UPDATE_ALL: the sender's affinity version */
+	int64_t op, sync, op_node;  /* UPDATE_ALL: OP_PUT or OP_REMOVE, dg_write_sync, originator */
+	dg_raw list;
+} dgi_msg_many;
+
+/* Items per message, at most: a sender splits a bigger batch. */
+#define DGI_MANY_MAX 1024
+
+/* An UPDATE_ALL item: I64 part, I64 op_seq, BYTES key, BYTES val (null: removal). */
+struct dgi_uall_item {
+	int64_t part, op_seq;
+	dg_bytes key, val;
+};
+/* An UPDATE_ALL_RES item: as UPDATE_RES without the old value. */
+struct dgi_ures_item {
+	int64_t res, flag, applied;
+};
+/* A BACKUP_ALL item: a BACKUP body without its cache id (the message's) —
+ * the 11 I64 from part to owners, then key and val.  Decoded into a whole
+ * dgi_msg_backup with cache_id set from the message. */
+#define DGI_BALL_ITEM_VALUES 13
+/* A BACKUP_ALL_ACK item: I64 part, I64 pw, I64 res. */
+struct dgi_back_item {
+	int64_t part, pw, res;
+};
+/* A GET_ALL item: I64 part, BYTES key.  A GET_ALL_RES item: I64 res
+ * (DG_OK: found, DG_ERR_NOT_FOUND, or why this key must be read alone),
+ * BYTES value (null unless found). */
+struct dgi_gall_item {
+	int64_t part;
+	dg_bytes key;
+};
+struct dgi_gres_item {
+	int64_t res;
+	dg_bytes val;
+};
+/* Item readers and writers (msgs.c): a reader positioned inside the LIST
+ * (dg_read_begin done); each reads or writes one item's values. */
+dg_err dgi_uall_item_put(dg_writer *w, const struct dgi_uall_item *it);
+dg_err dgi_uall_item_get(dg_reader *r, struct dgi_uall_item *it);
+dg_err dgi_ures_item_put(dg_writer *w, const struct dgi_ures_item *it);
+dg_err dgi_ures_item_get(dg_reader *r, struct dgi_ures_item *it);
+dg_err dgi_ball_item_put(dg_writer *w, const dgi_msg_backup *b);
+dg_err dgi_ball_item_get(dg_reader *r, int64_t cache_id, dgi_msg_backup *b);
+dg_err dgi_gall_item_put(dg_writer *w, const struct dgi_gall_item *it);
+dg_err dgi_gall_item_get(dg_reader *r, struct dgi_gall_item *it);
+dg_err dgi_gres_item_put(dg_writer *w, const struct dgi_gres_item *it);
+dg_err dgi_gres_item_get(dg_reader *r, struct dgi_gres_item *it);
+dg_err dgi_back_item_put(dg_writer *w, const struct dgi_back_item *it);
+dg_err dgi_back_item_get(dg_reader *r, struct dgi_back_item *it);
+/* A buffer kept per thread (emptied; freed at the thread's exit) for an
+ * answer's list encoded on the message path (many.c); done: trimmed
+ * when it grew past BSCRATCH_KEEP. */
+dg_buf *dgi_reply_buf(void);
+void dgi_reply_buf_done(dg_buf *b);
+/* Opens m's LIST as n items of `values` values each (n <= DGI_MANY_MAX). */
+dg_err dgi_many_open(const dg_registry *reg, const dgi_msg_many *m, uint32_t values, dg_reader *r,
+    uint32_t *n);
 
 #define DGI_GET_SUPPLIER 0x1    /* serve from the store whatever its state */
 
@@ -540,6 +611,9 @@ struct dgi_grid {
 	bool threads_up;
 	dgi_tx_op_fn tx_hook;           /* TRANSACTIONAL caches' plain operations */
 	void *tx_hook_ctx;
+	pthread_mutex_t umu;           /* ufree */
+	struct dgi_uall *ufree;        /* answered UPDATE_ALLs kept for reuse (many.c) */
+	uint32_t nufree;
 };
 
 /* grid.c */
@@ -579,6 +653,18 @@ void dgi_primary_register(dgi_grid *g);    /* primary.c: UPDATE, BACKUP, BACKUP_
 void dgi_read_register(dgi_grid *g);       /* read.c: GET */
 /* Runs a job of the worker pool (an UPDATE or BACKUP of a persistent cache). */
 void dgi_ops_run_job(dgi_grid *g, struct job *j);
+/* primary.c, for many.c: whether c's writes run on the worker pool, and
+ * handing a request to it; a backup's answer to one copy. */
+bool dgi_wants_worker(const dg_cache *c);
+void dgi_to_worker(dgi_grid *g, const dg_msg_in *in);
+dg_err dgi_backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m, dg_node_id from);
+/* many.c: the handlers of UPDATE_ALL, BACKUP_ALL, BACKUP_ALL_ACK; a job
+ * of the worker pool of those types; every copy of a BACKUP_ALL answered
+ * err (the worker pool refused it). */
+void dgi_many_register(dgi_grid *g);
+void dgi_many_run(dgi_grid *g, const dg_msg_in *in, dg_msg_type type, const void *body);
+void dgi_backup_all_refuse(dgi_grid *g, const dg_msg_in *in, const dgi_msg_many *m,
+    dg_err err);
 
 /* ---- pending FULL_SYNC writes on the primary (pending.c) ---- */
 
@@ -602,7 +688,47 @@ struct pw_wait {
 	                               batch waits for many keys on one) */
 	dg_msg_in in;               /* remote: the request */
 	dg_buf val;                 /* remote: a read's value, a GET_AND_PUT's old one */
+	struct dgi_uall *group;     /* remote write of an UPDATE_ALL: its answer goes
+	                               to slot gi of the group, not to `in` */
+	uint32_t gi;
 };
+
+/* An UPDATE_ALL being answered (many.c): one slot per item; the last
+ * key to finish sends UPDATE_ALL_RES and frees it. */
+struct dgi_uall {
+	struct dgi_uall *next;      /* grid->ufree */
+	uint32_t cap;               /* slots allocated */
+	_Atomic uint32_t left;      /* items not answered, +1 while the handler runs */
+	uint32_t n;
+	int64_t cache_id;
+	dg_msg_in in;               /* the request (body not kept) */
+	struct dgi_ures_item res[]; /* n */
+};
+/* Slot gi of u is answered (any thread, any lock): the last one replies.
+ * dgi_uall_free_all: the kept ones, at the grid's stop. */
+void dgi_uall_free_all(dgi_grid *g);
+void dgi_uall_done(dgi_grid *g, struct dgi_uall *u, uint32_t gi, dg_err err, int64_t flag,
+    bool applied);
+
+/* FULL_SYNC copies gathered per backup while one thread writes many keys
+ * (pending.c): between dgi_copies_begin and dgi_copies_end, a pending
+ * write's copies are not sent one by one but kept here, and
+ * dgi_copies_end (no partition lock held) sends each backup one
+ * BACKUP_ALL with its copies, in the order they were written.  A copy
+ * for more backups than DGI_COPIES_PEERS, or of another cache, goes
+ * alone as before.  Per partition, every backup still receives the
+ * copies in one order, as with single sends, unless another thread
+ * writes the same partition between two of the end's sends — a few
+ * copies at most, against the DGI_RECENT the promotion resends. */
+#define DGI_COPIES_PEERS 8
+void dgi_copies_begin(dgi_grid *g, dg_cache *c);
+void dgi_copies_end(dgi_grid *g);
+/* On the transport's reactor thread (an UPDATE's handler), when nothing
+ * is being gathered: gathers the copies of c until the end of this round
+ * of messages (dg_tp_at_round_end), so the UPDATEs one read brought send
+ * one message per backup — a BACKUP when it has one copy.  Elsewhere:
+ * nothing (sent one by one). */
+void dgi_copies_round(dgi_grid *g, dg_cache *c);
 
 #define DGI_PW_INLINE 7             /* backups a record names without allocating */
 
@@ -823,6 +949,30 @@ typedef struct dgi_bitem {
 dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n);
 dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *vals,
     size_t *found);
+
+/* batch.c: a thread's scratch for its batch calls, kept from one call to
+ * the next so a steady stream of batches allocates nothing: the items
+ * (api.c) and their encodings, the per-key states (batch.c), the answers'
+ * values.  A call takes it with dgi_bscratch_take (NULL: out of memory)
+ * and gives it back with dgi_bscratch_put, which frees what grew past
+ * BSCRATCH_KEEP; freed when the thread exits.  Each user empties what it
+ * uses (api.c: items, enc; batch.c: keys, rbuf, lbuf).  A batch call never
+ * runs inside another on one thread. */
+#define BSCRATCH_KEEP (1u << 20)
+typedef struct dgi_bscratch {
+	dgi_bitem *items;
+	size_t items_cap;           /* bytes */
+	void *keys;
+	size_t keys_cap;            /* bytes */
+	void *groups;               /* batch.c: one per message of many keys */
+	size_t groups_cap;          /* bytes */
+	dg_buf enc, rbuf, lbuf;
+	dg_buf mbuf;                /* batch.c: a message's list being encoded */
+} dgi_bscratch;
+dgi_bscratch *dgi_bscratch_take(void);
+void dgi_bscratch_put(dgi_bscratch *s);
+/* *p with room for bytes (grown, contents not kept), or NULL. */
+void *dgi_bscratch_room(void **p, size_t *cap, size_t bytes);
 
 /* The pieces of dgi_update_op, for batches (batch.c): dgi_upd_init fills u
  * for one update from this node (a new update id; counted); dgi_upd_msg is

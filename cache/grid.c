@@ -1345,6 +1345,7 @@ dg_err dgi_grid_start(dg_tp *tp, dg_registry *reg, const dgi_grid_config *cfg,
 	pthread_cond_init(&g->cv, NULL);
 	pthread_mutex_init(&g->jmu, NULL);
 	pthread_cond_init(&g->jcv, NULL);
+	pthread_mutex_init(&g->umu, NULL);
 	atomic_init(&g->next_pw, 1);
 	dg_err e = dgi_intmap_init(&g->caches);
 	if (e != DG_OK) {
@@ -1446,6 +1447,8 @@ void dgi_grid_stop(dgi_grid *g)
 		dg_topology_release(g->topo);
 	dgi_member_release(g->m);
 	free_persisted(g);
+	dgi_uall_free_all(g);
+	pthread_mutex_destroy(&g->umu);
 	dgi_free(g);
 }
 

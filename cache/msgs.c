@@ -57,6 +57,111 @@ RUN_CODEC(ack, dgi_msg_ack, 2, res, 0)
 RUN_CODEC(page_req, dgi_msg_page_req, 6, cache_id, 0)
 RUN_CODEC(psync, dgi_msg_psync, 4, cache_id, 0)
 
+/* ---- the batch messages: five I64 and a LIST of items ---- */
+
+static dg_err enc_many(dg_writer *w, const void *body)
+{
+	const dgi_msg_many *m = body;
+	dg_err e = enc_run(w, body, 5, 0, 0);
+	return e != DG_OK ? e : dg_msg_list_put(w, &m->list);
+}
+
+static dg_err dec_many(dg_reader *r, void *body)
+{
+	dgi_msg_many *m = body;
+	dg_err e = dec_run(r, body, 5, 0, 0);
+	return e != DG_OK ? e : dg_msg_list_get(r, &m->list);
+}
+
+_Static_assert(offsetof(dgi_msg_many, list) == 5 * sizeof(int64_t),
+    "dgi_msg_many: five I64, then the list");
+_Static_assert(offsetof(struct dgi_uall_item, key) == 2 * sizeof(int64_t) &&
+    offsetof(struct dgi_back_item, res) == 2 * sizeof(int64_t) &&
+    offsetof(struct dgi_ures_item, applied) == 2 * sizeof(int64_t),
+    "item structs: I64 fields first, then BYTES");
+_Static_assert(offsetof(dgi_msg_backup, key) - offsetof(dgi_msg_backup, part) ==
+    (DGI_BALL_ITEM_VALUES - 2) * sizeof(int64_t), "a BACKUP_ALL item: BACKUP from part on");
+
+dg_err dgi_uall_item_put(dg_writer *w, const struct dgi_uall_item *it)
+{
+	return enc_run(w, it, 2, offsetof(struct dgi_uall_item, key), 2);
+}
+
+dg_err dgi_uall_item_get(dg_reader *r, struct dgi_uall_item *it)
+{
+	return dec_run(r, it, 2, offsetof(struct dgi_uall_item, key), 2);
+}
+
+dg_err dgi_ures_item_put(dg_writer *w, const struct dgi_ures_item *it)
+{
+	return enc_run(w, it, 3, 0, 0);
+}
+
+dg_err dgi_ures_item_get(dg_reader *r, struct dgi_ures_item *it)
+{
+	return dec_run(r, it, 3, 0, 0);
+}
+
+_Static_assert(offsetof(struct dgi_gall_item, key) == sizeof(int64_t) &&
+    offsetof(struct dgi_gres_item, val) == sizeof(int64_t), "one I64, then BYTES");
+
+dg_err dgi_gall_item_put(dg_writer *w, const struct dgi_gall_item *it)
+{
+	return enc_run(w, it, 1, offsetof(struct dgi_gall_item, key), 1);
+}
+
+dg_err dgi_gall_item_get(dg_reader *r, struct dgi_gall_item *it)
+{
+	return dec_run(r, it, 1, offsetof(struct dgi_gall_item, key), 1);
+}
+
+dg_err dgi_gres_item_put(dg_writer *w, const struct dgi_gres_item *it)
+{
+	return enc_run(w, it, 1, offsetof(struct dgi_gres_item, val), 1);
+}
+
+dg_err dgi_gres_item_get(dg_reader *r, struct dgi_gres_item *it)
+{
+	return dec_run(r, it, 1, offsetof(struct dgi_gres_item, val), 1);
+}
+
+dg_err dgi_back_item_put(dg_writer *w, const struct dgi_back_item *it)
+{
+	return enc_run(w, it, 3, 0, 0);
+}
+
+dg_err dgi_back_item_get(dg_reader *r, struct dgi_back_item *it)
+{
+	return dec_run(r, it, 3, 0, 0);
+}
+
+dg_err dgi_ball_item_put(dg_writer *w, const dgi_msg_backup *b)
+{
+	return enc_run(w, &b->part, DGI_BALL_ITEM_VALUES - 2,
+	    offsetof(dgi_msg_backup, key) - offsetof(dgi_msg_backup, part), 2);
+}
+
+dg_err dgi_ball_item_get(dg_reader *r, int64_t cache_id, dgi_msg_backup *b)
+{
+	b->cache_id = cache_id;
+	return dec_run(r, &b->part, DGI_BALL_ITEM_VALUES - 2,
+	    offsetof(dgi_msg_backup, key) - offsetof(dgi_msg_backup, part), 2);
+}
+
+dg_err dgi_many_open(const dg_registry *reg, const dgi_msg_many *m, uint32_t values, dg_reader *r,
+    uint32_t *n)
+{
+	uint32_t count = 0;
+	dg_reader_init(r, reg, m->list.ptr, m->list.len);
+	dg_err e = dg_read_begin(r, DG_LIST, &count);
+	if (e != DG_OK)
+		return e;
+	if (count % values != 0 || count / values > DGI_MANY_MAX)
+		return DG_ERR_BAD_LENGTH;
+	*n = count / values;
+	return DG_OK;
+}
+
 static dg_err enc_cfg(dg_writer *w, const void *body)
 {
 	const dgi_msg_cfg *m = body;
@@ -124,6 +229,12 @@ static void define_rows(void)
 	ROW(DGI_MSG_OWNED_RES, "REBALANCE_OWNED_RES", dg_msg_raw, list, NONE);
 	ROW(DGI_MSG_PSYNC, "CACHE_PSYNC", dgi_msg_psync, psync, DGI_MSG_PSYNC_RES);
 	ROW(DGI_MSG_PSYNC_RES, "CACHE_PSYNC_RES", dg_msg_raw, list, NONE);
+	ROW(DGI_MSG_UPDATE_ALL, "CACHE_UPDATE_ALL", dgi_msg_many, many, DGI_MSG_UPDATE_ALL_RES);
+	ROW(DGI_MSG_UPDATE_ALL_RES, "CACHE_UPDATE_ALL_RES", dgi_msg_many, many, NONE);
+	ROW(DGI_MSG_BACKUP_ALL, "CACHE_BACKUP_ALL", dgi_msg_many, many, NONE);
+	ROW(DGI_MSG_BACKUP_ALL_ACK, "CACHE_BACKUP_ALL_ACK", dgi_msg_many, many, NONE);
+	ROW(DGI_MSG_GET_ALL, "CACHE_GET_ALL", dgi_msg_many, many, DGI_MSG_GET_ALL_RES);
+	ROW(DGI_MSG_GET_ALL_RES, "CACHE_GET_ALL_RES", dgi_msg_many, many, NONE);
 }
 
 void dgi_cache_msgs_define(void)

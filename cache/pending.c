@@ -34,6 +34,7 @@
 #include "cache_int.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -130,6 +131,8 @@ static void answer(dgi_grid *g, struct pw_wait *x, dg_err err)
 				r.val.ptr = (const uint8_t *)"";
 			dg_tp_reply(g->tp, &x->in, DGI_MSG_GET_RES, &r);
 		}
+	} else if (x->group != NULL) {
+		dgi_uall_done(g, x->group, x->gi, err, x->flag, err != DG_OK && x->applied);
 	} else {
 		dgi_msg_update_res r = { err, x->flag, err != DG_OK && x->applied,
 			{ NULL, 0 } };
@@ -207,6 +210,212 @@ void dgi_pw_waiter_free(struct pw *w, struct pw_wait *x)
 	dgi_free(x);
 }
 
+/* ---- copies gathered per backup (cache_int.h, dgi_copies_begin) ---- */
+
+struct citem {
+	dgi_msg_backup b;           /* key and val: offsets into data until sent */
+	size_t koff, voff;
+	bool tomb;
+	uint8_t npeers;
+	uint8_t peers[DGI_COPIES_PEERS]; /* indices into copies.peer */
+};
+
+struct copies {
+	dgi_grid *g;
+	dg_cache *c;
+	int depth;
+	struct citem *items;
+	size_t n, cap;
+	dg_buf data;                /* the copies' keys and values */
+	dg_buf out;                 /* a BACKUP_ALL list being encoded */
+	dg_node_id peer[DGI_COPIES_PEERS];
+	uint32_t npeers;
+};
+
+static pthread_key_t cp_key;
+static pthread_once_t cp_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct copies *cp_tls;
+
+static void cp_free(void *p)
+{
+	struct copies *cp = p;
+	if (cp == NULL)
+		return;
+	dgi_free(cp->items);
+	dg_buf_free(&cp->data);
+	dg_buf_free(&cp->out);
+	dgi_free(cp);
+}
+
+static void cp_init(void)
+{
+	pthread_key_create(&cp_key, cp_free);
+}
+
+void dgi_copies_begin(dgi_grid *g, dg_cache *c)
+{
+	struct copies *cp = cp_tls;
+	if (cp == NULL) {
+		pthread_once(&cp_once, cp_init);
+		if ((cp = dgi_calloc(1, sizeof(*cp))) == NULL)
+			return; /* sent one by one */
+		dg_buf_init(&cp->data);
+		dg_buf_init(&cp->out);
+		if (pthread_setspecific(cp_key, cp) != 0) {
+			dgi_free(cp);
+			return;
+		}
+		cp_tls = cp;
+	}
+	if (cp->depth++ == 0) {
+		cp->g = g;
+		cp->c = c;
+		cp->n = 0;
+		cp->npeers = 0;
+		cp->data.len = 0;
+	}
+}
+
+static void copies_round_end(void *ctx)
+{
+	dgi_copies_end(ctx);
+}
+
+void dgi_copies_round(dgi_grid *g, dg_cache *c)
+{
+	struct copies *cp = cp_tls;
+	if (cp != NULL && cp->depth > 0)
+		return; /* gathering already (this round's, or a batch's) */
+	if (!dg_tp_at_round_end(copies_round_end, g))
+		return; /* not the reactor thread: sent one by one */
+	dgi_copies_begin(g, c); /* (no memory: the end finds nothing to do) */
+}
+
+/* Keeps w's copy b of entry e for the backups in to[0..n) (partition
+ * locked); false: not kept (send it now). */
+static bool cp_keep(dg_cache *c, const dgi_msg_backup *b, const dg_node_id *to, uint32_t n)
+{
+	struct copies *cp = cp_tls;
+	if (cp == NULL || cp->depth == 0 || cp->c != c || n > DGI_COPIES_PEERS)
+		return false;
+	struct citem it = { .b = *b, .tomb = b->val.ptr == NULL };
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t pi = 0;
+		while (pi < cp->npeers && cp->peer[pi] != to[i])
+			pi++;
+		if (pi == cp->npeers) {
+			if (cp->npeers == DGI_COPIES_PEERS)
+				return false;
+			cp->peer[cp->npeers++] = to[i];
+		}
+		it.peers[it.npeers++] = (uint8_t)pi;
+	}
+	if (cp->n == cp->cap) {
+		size_t cap = cp->cap ? cp->cap * 2 : 128;
+		struct citem *m = dgi_realloc(cp->items, cap * sizeof(*m));
+		if (m == NULL)
+			return false;
+		cp->items = m;
+		cp->cap = cap;
+	}
+	size_t at = cp->data.len;
+	it.koff = at;
+	it.voff = at + b->key.len;
+	if (dgi_append(&cp->data, b->key.ptr, b->key.len) != DG_OK ||
+	    (!it.tomb && dgi_append(&cp->data, b->val.ptr, b->val.len) != DG_OK)) {
+		cp->data.len = at;
+		return false;
+	}
+	cp->items[cp->n++] = it;
+	return true;
+}
+
+/* Sends peer pi's copies as one BACKUP_ALL (or as many as DGI_MANY_MAX
+ * allows); a send that fails fails their records as a refusal would. */
+static void cp_send(struct copies *cp, uint32_t pi)
+{
+	dgi_grid *g = cp->g;
+	dg_cache *c = cp->c;
+	size_t i = 0;
+	while (i < cp->n) {
+		uint32_t cnt = 0;
+		size_t j = i;
+		for (; j < cp->n && cnt < DGI_MANY_MAX; j++)
+			if (memchr(cp->items[j].peers, (int)pi, cp->items[j].npeers) != NULL)
+				cnt++;
+		if (cnt == 0)
+			return;
+		if (cnt == 1 && i == 0) {
+			/* one copy for this backup: a BACKUP, as if never gathered */
+			while (memchr(cp->items[i].peers, (int)pi, cp->items[i].npeers) == NULL)
+				i++;
+			struct citem *it = &cp->items[i];
+			dgi_msg_backup b = it->b;
+			b.key.ptr = cp->data.data + it->koff;
+			b.val.ptr = it->tomb ? NULL : cp->data.data != NULL ?
+			    cp->data.data + it->voff : (const uint8_t *)"";
+			dg_err e = dg_tp_send(g->tp, cp->peer[pi], DGI_MSG_BACKUP, &b);
+			if (e != DG_OK)
+				dgi_pw_ack(g, c, (uint32_t)b.part, (uint64_t)b.pw, cp->peer[pi],
+				    e == DG_ERR_BUSY ? DG_ERR_NOT_READY : DG_ERR_CONN_BROKEN);
+			return;
+		}
+		dg_writer w;
+		cp->out.len = 0;
+		dg_writer_init(&w, g->reg, &cp->out);
+		dg_write_list_begin(&w, cnt * DGI_BALL_ITEM_VALUES);
+		for (size_t k = i; k < j; k++) {
+			struct citem *it = &cp->items[k];
+			if (memchr(it->peers, (int)pi, it->npeers) == NULL)
+				continue;
+			dgi_msg_backup b = it->b;
+			b.key.ptr = cp->data.data + it->koff;
+			b.val.ptr = it->tomb ? NULL : cp->data.data != NULL ?
+			    cp->data.data + it->voff : (const uint8_t *)""; /* (null: a tombstone) */
+			dgi_ball_item_put(&w, &b);
+		}
+		dg_write_end(&w);
+		dg_err e = dg_writer_finish(&w);
+		if (e == DG_OK) {
+			dgi_msg_many m = { c->id, 0, 0, 0, 0, { cp->out.data, (uint32_t)cp->out.len } };
+			e = dg_tp_send(g->tp, cp->peer[pi], DGI_MSG_BACKUP_ALL, &m);
+		}
+		if (e != DG_OK) {
+			dg_err why = e == DG_ERR_BUSY ? DG_ERR_NOT_READY : DG_ERR_CONN_BROKEN;
+			for (size_t k = i; k < j; k++) {
+				struct citem *it = &cp->items[k];
+				if (memchr(it->peers, (int)pi, it->npeers) != NULL)
+					dgi_pw_ack(g, c, (uint32_t)it->b.part, (uint64_t)it->b.pw,
+					    cp->peer[pi], why);
+			}
+		}
+		i = j;
+	}
+}
+
+void dgi_copies_end(dgi_grid *g)
+{
+	(void)g;
+	struct copies *cp = cp_tls;
+	if (cp == NULL || cp->depth == 0 || --cp->depth > 0)
+		return;
+	/* back to back, peer after peer: see the header on the order */
+	for (uint32_t pi = 0; pi < cp->npeers; pi++)
+		cp_send(cp, pi);
+	cp->n = 0;
+	cp->npeers = 0;
+	cp->data.len = 0;
+	if (cp->cap * sizeof(*cp->items) > BSCRATCH_KEEP) {
+		dgi_free(cp->items);
+		cp->items = NULL;
+		cp->cap = 0;
+	}
+	if (cp->data.cap > BSCRATCH_KEEP)
+		dg_buf_free(&cp->data);
+	if (cp->out.cap > BSCRATCH_KEEP)
+		dg_buf_free(&cp->out);
+}
+
 /* ---- sending ---- */
 
 /* Sends the entry e (w's version) to every backup of part under aff and
@@ -247,11 +456,15 @@ static void send(dgi_grid *g, dg_cache *c, uint32_t part, struct pw *w, const dg
 		dg_node_id o = dgi_aff_owner(aff, part, i);
 		if (o == 0 || o == g->self)
 			continue;
-		dg_err se = dg_tp_send(g->tp, o, DGI_MSG_BACKUP, &b);
-		if (se != DG_OK && err == DG_OK)
-			err = se;
 		w->expect[w->nexpect] = o;
 		acked[w->nexpect++] = 0;
+	}
+	if (w->nexpect > 0 && cp_keep(c, &b, w->expect, w->nexpect))
+		return; /* sent by dgi_copies_end, with the others */
+	for (uint32_t i = 0; i < w->nexpect; i++) {
+		dg_err se = dg_tp_send(g->tp, w->expect[i], DGI_MSG_BACKUP, &b);
+		if (se != DG_OK && err == DG_OK)
+			err = se;
 	}
 	if (err != DG_OK) {
 		w->state = PW_IDLE;

@@ -7,7 +7,9 @@
  * and sends it to every backup.  FULL_SYNC: the copy names a pending-write
  * record (pending.c) and every backup answers BACKUP_ACK to the primary;
  * the originator is answered once all of them applied it.  PRIMARY_SYNC
- * and FULL_ASYNC copies ask for no answer.
+ * and FULL_ASYNC copies ask for no answer.  The FULL_SYNC copies of the
+ * UPDATEs one round of the reactor handles go to each backup as one
+ * message at the round's end (pending.c, dgi_copies_round).
  *
  * A backup acknowledges a copy only when it agrees with the sender on who
  * owns the partition (BACKUP carries a digest of the owner set) and it
@@ -215,7 +217,7 @@ out:
 
 /* ---- handlers ---- */
 
-static bool wants_worker(const dg_cache *c)
+bool dgi_wants_worker(const dg_cache *c)
 {
 	return c->cfg.persistence;
 }
@@ -224,7 +226,7 @@ static bool wants_worker(const dg_cache *c)
  * full queue refuses it, not applied (cache_int.h, GRID_QUEUE_JOBS): an
  * UPDATE is answered DG_ERR_BUSY, a FULL_SYNC BACKUP is acked DG_ERR_BUSY
  * to its primary (which sends it again later). */
-static void to_worker(dgi_grid *g, const dg_msg_in *in)
+void dgi_to_worker(dgi_grid *g, const dg_msg_in *in)
 {
 	struct job *j = dgi_alloc(sizeof(*j) + in->raw_len);
 	dg_err e = DG_ERR_NOMEM;
@@ -240,6 +242,10 @@ static void to_worker(dgi_grid *g, const dg_msg_in *in)
 		if ((e = dgi_grid_job_push(g, j)) == DG_OK)
 			return;
 		dgi_free(j);
+	}
+	if (in->type == DGI_MSG_BACKUP_ALL) {
+		dgi_backup_all_refuse(g, in, in->body, e);
+		return;
 	}
 	const dgi_msg_backup *b = in->type == DGI_MSG_BACKUP ? in->body : NULL;
 	if (b == NULL) {
@@ -287,6 +293,8 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 	dg_buf old;
 	dg_buf_init(&old);
 	u.old = u.op == OP_GET_AND_PUT ? &old : NULL;
+	if (u.sync == DG_FULL_SYNC)
+		dgi_copies_round(g, c); /* this round's copies: one message per backup */
 	r.res = dgi_primary_apply(g, c, &u);
 	if (u.pw != NULL) {
 		/* answered when the backups have it (partition still locked) */
@@ -321,8 +329,8 @@ static void on_update(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	const dgi_msg_update *m = in->body;
 	(void)tp;
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
-	if (c != NULL && wants_worker(c))
-		to_worker(g, in);
+	if (c != NULL && dgi_wants_worker(c))
+		dgi_to_worker(g, in);
 	else
 		handle_update(g, in, m);
 }
@@ -375,7 +383,7 @@ static bool aff_has_node(const dgi_aff *a, dg_node_id id)
  * compare-and-set on its stale copy: its "replaced" was reported, its
  * value never seen).  From a node that is no server of its topology
  * nothing is applied. */
-static dg_err backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m, dg_node_id from)
+dg_err dgi_backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m, dg_node_id from)
 {
 	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || m->key.ptr == NULL ||
 	    m->key.len == 0)
@@ -423,7 +431,7 @@ static void handle_backup(dgi_grid *g, const dg_msg_in *in, const dgi_msg_backup
 		return;
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
 	/* a node that has not learnt the cache yet holds nothing of it */
-	dg_err e = c != NULL ? backup_apply(g, c, m, in->from) : DG_ERR_NOT_READY;
+	dg_err e = c != NULL ? dgi_backup_apply(g, c, m, in->from) : DG_ERR_NOT_READY;
 	if (m->pw != 0) {
 		dgi_msg_backup_ack ack = { m->cache_id, m->part, m->pw, e };
 		dg_tp_send(g->tp, in->from, DGI_MSG_BACKUP_ACK, &ack);
@@ -451,8 +459,8 @@ static void on_backup(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	const dgi_msg_backup *m = in->body;
 	(void)tp;
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
-	if (c != NULL && wants_worker(c))
-		to_worker(g, in);
+	if (c != NULL && dgi_wants_worker(c))
+		dgi_to_worker(g, in);
 	else
 		handle_backup(g, in, m);
 }
@@ -479,6 +487,8 @@ void dgi_ops_run_job(dgi_grid *g, struct job *j)
 		handle_update(g, &in, (const dgi_msg_update *)body);
 	else if (j->type == DGI_MSG_BACKUP)
 		handle_backup(g, &in, (const dgi_msg_backup *)body);
+	else
+		dgi_many_run(g, &in, j->type, body);
 }
 
 void dgi_primary_register(dgi_grid *g)
@@ -486,4 +496,5 @@ void dgi_primary_register(dgi_grid *g)
 	dg_tp_handle(g->tp, DGI_MSG_UPDATE, on_update, g);
 	dg_tp_handle(g->tp, DGI_MSG_BACKUP, on_backup, g);
 	dg_tp_handle(g->tp, DGI_MSG_BACKUP_ACK, on_backup_ack, g);
+	dgi_many_register(g);
 }

@@ -340,8 +340,94 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dg_tp_reply_error(tp, in, e);
 }
 
+/* One GET_ALL item's answer, as on_get would give it without parking or
+ * forwarding: a key that would wait (its entry pending here) or be
+ * forwarded (MOVING) is answered DG_ERR_NOT_READY, and the reader reads it
+ * alone.  Written into w under the partition's lock (the value is a view
+ * of the entry). */
+static void get_all_one(dg_cache *c, const struct dgi_gall_item *it, dg_writer *w)
+{
+	struct dgi_gres_item a = { DG_ERR_INVAL, { NULL, 0 } };
+	uint64_t hash = 0;
+	if (it->part < 0 || (uint64_t)it->part >= c->cfg.partitions || it->key.ptr == NULL ||
+	    it->key.len == 0 || dgi_part_of(hash = dgi_key_hash(it->key.ptr, it->key.len),
+	    c->cfg.partitions) != (uint32_t)it->part) {
+		dgi_gres_item_put(w, &a);
+		return;
+	}
+	uint32_t part = (uint32_t)it->part;
+	dgi_part *pt = &c->parts[part];
+	pthread_mutex_lock(&pt->mu);
+	int st = atomic_load(&pt->state);
+	dgi_entry *en = dgi_part_find(pt, hash, it->key.ptr, it->key.len);
+	dg_err e = dgi_part_may_serve(c, pt, part, st, en);
+	if (e == DG_OK && en != NULL && (en->flags & DGI_ENTRY_PENDING))
+		e = DG_ERR_NOT_READY; /* read alone: it waits for the backups */
+	if (e == DG_OK) {
+		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
+		if (dgi_entry_live(en, wall))
+			a.val = (dg_bytes){ dgi_entry_val(en), en->vlen };
+		else
+			e = DG_ERR_NOT_FOUND;
+	}
+	a.res = e;
+	if (a.res == DG_OK && a.val.ptr == NULL)
+		a.val.ptr = (const uint8_t *)"";
+	dgi_gres_item_put(w, &a);
+	pthread_mutex_unlock(&pt->mu);
+}
+
+/* GET_ALL: a batch's keys of this primary, each read as a CACHE_GET at the
+ * same topology version would be, answered at once in one GET_ALL_RES. */
+static void on_get_all(dg_tp *tp, const dg_msg_in *in, void *ctx)
+{
+	dgi_grid *g = ctx;
+	const dgi_msg_many *m = in->body;
+	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
+	dg_reader r;
+	uint32_t n = 0;
+	dg_err e = dgi_many_open(g->reg, m, 2, &r, &n);
+	dg_buf *out = e == DG_OK ? dgi_reply_buf() : NULL;
+	if (e == DG_OK && out == NULL)
+		e = DG_ERR_NOMEM;
+	if (e != DG_OK) {
+		dg_tp_reply_error(tp, in, e);
+		return;
+	}
+	dgi_aff *aff = c != NULL ? atomic_load_explicit(&c->aff, memory_order_acquire) : NULL;
+	int64_t mine = aff != NULL ? aff->topver : 0;
+	/* an unknown cache: not learnt yet (the reader retries); another
+	 * topology: as on_get, every key */
+	dg_err all = c == NULL ? DG_ERR_NOT_READY : m->topver != 0 && mine != m->topver ?
+	    (mine > m->topver ? DG_ERR_REMAP : DG_ERR_NOT_READY) : DG_OK;
+	dg_writer w;
+	dg_writer_init(&w, g->reg, out);
+	dg_write_list_begin(&w, n * 2);
+	bool bad = false;
+	for (uint32_t i = 0; i < n; i++) {
+		struct dgi_gall_item it;
+		if (!bad && dgi_gall_item_get(&r, &it) != DG_OK)
+			bad = true;
+		if (bad || all != DG_OK) {
+			struct dgi_gres_item a = { bad ? DG_ERR_INVAL : all, { NULL, 0 } };
+			dgi_gres_item_put(&w, &a);
+		} else {
+			get_all_one(c, &it, &w);
+		}
+	}
+	dg_write_end(&w);
+	if ((e = dg_writer_finish(&w)) == DG_OK) {
+		dgi_msg_many res = { m->cache_id, 0, 0, 0, 0, { out->data, (uint32_t)out->len } };
+		dg_tp_reply(tp, in, DGI_MSG_GET_ALL_RES, &res);
+	} else {
+		dg_tp_reply_error(tp, in, e);
+	}
+	dgi_reply_buf_done(out);
+}
+
 void dgi_read_register(dgi_grid *g)
 {
 	dg_tp_handle(g->tp, DGI_MSG_GET, on_get, g);
+	dg_tp_handle(g->tp, DGI_MSG_GET_ALL, on_get_all, g);
 }
 

@@ -15,7 +15,9 @@
  * and commits.  The auditor reads every account in one PESSIMISTIC
  * REPEATABLE_READ tx, acct0 first, and commits it (a read-only commit
  * validates the versions read); only a committed audit's reads are
- * checked; it pauses --audit-pause-ms between audits (while it holds the
+ * checked (--batch-reads: a transfer reads its two accounts, an audit all
+ * of them, with one dg_tx_get_all — the reads in flight at once, the locks
+ * granted in any order); it pauses --audit-pause-ms between audits (while it holds the
  * accounts' locks, transfers wait, and a lock cycle across primaries
  * lasts until a tx's timeout).  Every tx is timed from begin to
  * the return of its commit or rollback: longer than its timeout + 2 s is
@@ -116,6 +118,31 @@ static dg_err tx_balance(dg_tx *tx, dg_cache *c, unsigned i, dg_buf *b, int64_t 
 	dg_err e = dg_tx_get(tx, c, key, (size_t)kl, b);
 	if (e == DG_OK)
 		*bad = !parse_i64(b->data, b->len, v);
+	return e;
+}
+
+/* Reads accounts idx[0..n) inside tx with one dg_tx_get_all (every read
+ * in flight at once): v[k], bad[k] (not a decimal) and found[k]; errors
+ * as tx_balance's (NOT_FOUND is found[k] false). */
+static dg_err tx_balances(dg_tx *tx, dg_cache *c, const unsigned *idx, unsigned n, dg_buf *b,
+    int64_t *v, bool *bad, bool *found)
+{
+	char (*keys)[24] = calloc(n ? n : 1, sizeof(*keys));
+	dg_kv *kv = calloc(n ? n : 1, sizeof(*kv));
+	dg_err e = keys != NULL && kv != NULL ? DG_OK : DG_ERR_NOMEM;
+	for (unsigned k = 0; k < n && e == DG_OK; k++) {
+		int kl = acct_key(keys[k], sizeof(keys[k]), idx[k]);
+		kv[k] = (dg_kv){ keys[k], (size_t)kl, NULL, 0 };
+	}
+	dg_buf_reset(b);
+	if (e == DG_OK)
+		e = dg_tx_get_all(tx, c, kv, n, b, NULL);
+	for (unsigned k = 0; k < n && e == DG_OK; k++) {
+		found[k] = kv[k].val != NULL;
+		bad[k] = found[k] && !parse_i64(kv[k].val, kv[k].vlen, &v[k]);
+	}
+	free(keys);
+	free(kv);
 	return e;
 }
 
@@ -267,10 +294,24 @@ static void transfer(struct rthread *t, uint64_t n, uint64_t *rs, dg_buf *b)
 	int64_t v1 = 0, v2 = 0;
 	bool bad = false;
 	unsigned badacct = first;
-	e = tx_balance(tx, c, first, b, &v1, &bad);
-	if (e == DG_OK && !bad) {
-		badacct = second;
-		e = tx_balance(tx, c, second, b, &v2, &bad);
+	if (o->batch_reads) {
+		unsigned idx[2] = { first, second };
+		int64_t v[2] = { 0, 0 };
+		bool bd[2] = { false, false }, fd[2] = { false, false };
+		e = tx_balances(tx, c, idx, 2, b, v, bd, fd);
+		v1 = v[0];
+		v2 = v[1];
+		if (e == DG_OK && (!fd[0] || bd[0] || !fd[1] || bd[1])) {
+			badacct = !fd[0] || bd[0] ? first : second;
+			bad = bd[0] || bd[1];
+			e = bad ? DG_OK : DG_ERR_NOT_FOUND;
+		}
+	} else {
+		e = tx_balance(tx, c, first, b, &v1, &bad);
+		if (e == DG_OK && !bad) {
+			badacct = second;
+			e = tx_balance(tx, c, second, b, &v2, &bad);
+		}
 	}
 	int64_t vf = first == from ? v1 : v2, vt = first == from ? v2 : v1;
 	if (e == DG_ERR_NOT_FOUND || bad) {
@@ -351,7 +392,20 @@ static void audit(struct rthread *t, uint64_t n, dg_buf *b, int64_t *vals, bool 
 		tx_end(t, label, e, t0);
 		return;
 	}
-	for (unsigned i = 0; i < o->accounts && e == DG_OK; i++) {
+	if (o->batch_reads) {
+		unsigned *idx = calloc(o->accounts, sizeof(*idx));
+		bool *bad = calloc(o->accounts, sizeof(*bad));
+		e = idx != NULL && bad != NULL ? DG_OK : DG_ERR_NOMEM;
+		for (unsigned i = 0; i < o->accounts && e == DG_OK; i++)
+			idx[i] = i;
+		if (e == DG_OK)
+			e = tx_balances(tx, o->cache, idx, o->accounts, b, vals, bad, ok);
+		for (unsigned i = 0; i < o->accounts && e == DG_OK; i++)
+			ok[i] = ok[i] && !bad[i];
+		free(idx);
+		free(bad);
+	}
+	for (unsigned i = 0; i < o->accounts && e == DG_OK && !o->batch_reads; i++) {
 		bool bad = false;
 		e = tx_balance(tx, o->cache, i, b, &vals[i], &bad);
 		ok[i] = e == DG_OK && !bad;
@@ -518,9 +572,9 @@ int bank_run(const struct bank_opts *o)
 	r.fail_fd = open_log(o->fail_log);
 	if ((o->ok_log != NULL && r.ok_fd < 0) || (o->fail_log != NULL && r.fail_fd < 0))
 		return 1;
-	wl_out("bank-run client=%s mode=%s reads=%s threads=%u audit_pause_ms=%u accounts=%u balance=%" PRId64 " timeout_ms=%u"
+	wl_out("bank-run client=%s mode=%s reads=%s%s threads=%u audit_pause_ms=%u accounts=%u balance=%" PRId64 " timeout_ms=%u"
 	    " duration_s=%" PRIu64 " rand_seed=%" PRIu64 " at_ms=%" PRIu64 "%s\n", o->client_id,
-	    o->mode, o->ordered ? "ordered" : "source-first", o->threads, o->audit_pause_ms, o->accounts, o->balance, o->timeout_ms, o->duration_s,
+	    o->mode, o->ordered ? "ordered" : "source-first", o->batch_reads ? ",batched" : "", o->threads, o->audit_pause_ms, o->accounts, o->balance, o->timeout_ms, o->duration_s,
 	    o->rand_seed, wl_wall_ms(),
 	    o->lose_credit_every ? " (LOSING CREDITS: testing the checker)" : "");
 	unsigned n = o->threads + 1, started = 0;

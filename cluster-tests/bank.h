@@ -35,6 +35,8 @@ struct bank_opts {
 	const char *mode;           /* "pess-rr" or "opt-ser" */
 	uint32_t timeout_ms;        /* each transaction's timeout */
 	bool ordered;               /* bank-run: read the lower account first */
+	bool batch_reads;           /* bank-run: a transfer's two reads, and an
+	                               audit's, in one dg_tx_get_all */
 	uint32_t audit_pause_ms;    /* bank-run: the auditor's pause before each audit */
 	uint32_t stall_ms;          /* bank-run: this long without a commit: a stall; 0 off */
 	const char *client_id;      /* [A-Za-z0-9_], 1..16 chars */

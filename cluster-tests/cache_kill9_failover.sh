@@ -6,10 +6,12 @@
 #  1. put k0..k99999 = v<i>-r1: every put acknowledged;
 #  2. kill -9 one server (random; DG_VICTIM=1|2|3 picks one): the two
 #     survivors log the same 2-node TOPOLOGY; verify round 1: all there;
-#  3. put round 2 over every key (2 servers);
+#  3. put round 2 over every key (2 servers), in batches: put_all of 100
+#     keys (one CACHE_UPDATE_ALL per primary, the copies one
+#     CACHE_BACKUP_ALL per backup);
 #  4. restart the killed server (same address, fresh process, in memory);
-#     wait for its REBALANCE-DONE; verify round 2;
-#  5. kill -9 another original server; verify round 2;
+#     wait for its REBALANCE-DONE; verify round 2 with get_all of 100;
+#  5. kill -9 another original server; verify round 2 with get_all of 100;
 #  6. kill -9 the last original server: the restarted one is one of two
 #     voters, no majority (partition_policy=majority): it logs SEGMENTED
 #     and removes nobody;
@@ -46,13 +48,17 @@ kill_and_wait() {
 	check "a survivor logged NODE-FAILED for $victim (${ID[$victim]})" test $found = 1
 }
 
-# verify NAME ROUND NODE...: cacheclient verify through NODE... must pass.
+# verify NAME ROUND NODE...: cacheclient verify through NODE... must pass
+# (with the options in VERIFY_ARGS: --batch B reads B keys per get_all).
+VERIFY_ARGS=()
 verify() {
 	local name=$1 round=$2
 	shift 2
 	seeds_of "$@"
-	client "$name" 30000 "${SEEDS[@]}" "${CLIENT_ARGS[@]}" verify --count $N --round "$round"
-	check "$name: all $N keys hold round $round (through $*)" test "$CLIENT_RC" = 0
+	client "$name" 30000 "${SEEDS[@]}" "${CLIENT_ARGS[@]}" verify --count $N --round "$round" \
+	    ${VERIFY_ARGS[@]+"${VERIFY_ARGS[@]}"}
+	check "$name: all $N keys hold round $round (through $*${VERIFY_ARGS[*]+ ${VERIFY_ARGS[*]}})" \
+	    test "$CLIENT_RC" = 0
 }
 
 for n in n1 n2 n3; do
@@ -88,9 +94,9 @@ log "2. kill -9 $victim (id ${ID[$victim]}; set DG_VICTIM=${victim#n} to repeat)
 kill_and_wait "$victim" "${surv[@]}"
 verify verify1 1 "${surv[@]}"
 
-log "3. put round 2 on ${surv[*]}"
+log "3. put round 2 on ${surv[*]}, 100 keys per put_all"
 seeds_of "${surv[@]}"
-client put2 120000 "${SEEDS[@]}" "${CLIENT_ARGS[@]}" put --count $N --round 2
+client put2 120000 "${SEEDS[@]}" "${CLIENT_ARGS[@]}" put --count $N --round 2 --batch 100
 [[ $CLIENT_RC == 0 ]] || die "put2: not every put was acknowledged"
 log "ok: put2: all $N puts acknowledged"
 wait_until 10000 "the client left: ${surv[*]} agree on 2 nodes" agree_nodes 2 "${surv[@]}"
@@ -104,12 +110,14 @@ check "$re is a new node (id ${ID[$re]} != ${ID[$victim]})" test "${ID[$re]}" !=
 wait_until 10000 "${surv[*]} and $re agree on 3 nodes" agree_nodes 3 "${surv[@]}" "$re"
 wait_until 30000 "$re logs REBALANCE-DONE" has_log "$re" ' id=REBALANCE-DONE '
 log "$re: $(grep -m1 ' id=REBALANCE-DONE ' "$WORK/$re.err") ($WAITED_MS ms after the 3-node topology)"
+VERIFY_ARGS=(--batch 100)
 verify verify2 2 "${surv[@]}" "$re"
 wait_until 10000 "the client left: 3 nodes again" agree_nodes 3 "${surv[@]}" "$re"
 
 log "5. kill -9 another original node, ${surv[0]}"
 kill_and_wait "${surv[0]}" "${surv[1]}" "$re"
 verify verify3 2 "${surv[1]}" "$re"
+VERIFY_ARGS=()
 wait_until 10000 "the client left: 2 nodes again" agree_nodes 2 "${surv[1]}" "$re"
 
 last=${surv[1]}

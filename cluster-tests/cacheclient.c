@@ -58,6 +58,7 @@
 
 #define MAX_SEEDS 64
 #define MAX_THREADS 64
+#define BATCH_MAX 1000            /* --batch */
 #define SECRET_MAX 4096
 #define REPORT_MAX 10 /* problems printed per command */
 
@@ -144,8 +145,12 @@ static void usage(FILE *f)
 	    "  --count N               keys k0..k<N-1> (put, verify)\n"
 	    "  --round R               the value's round (verify: required)\n"
 	    "  --threads T             threads issuing operations (default 8, 1..%d;\n"
-	    "                          bank-run: transfer threads, plus one auditor)\n",
-	    MAX_THREADS);
+	    "                          bank-run: transfer threads, plus one auditor)\n"
+	    "  --batch B               put, verify: each thread writes (reads) B of its\n"
+	    "                          keys with one dg_cache_put_all (get_all) (default\n"
+	    "                          1: single calls; 1..%d); a failed put_all fails\n"
+	    "                          all its keys\n",
+	    MAX_THREADS, BATCH_MAX);
 	fprintf(f,
 	    "  --accounts N            bank: accounts acct0..acct<N-1> (default 10, 2..1000)\n"
 	    "  --balance B             bank: each account's initial balance (default 100)\n"
@@ -166,6 +171,9 @@ static void usage(FILE *f)
 	    "  --ordered               bank-run: read (PESSIMISTIC: lock) the lower-numbered\n"
 	    "                          account of a transfer first, not the source (no\n"
 	    "                          deadlock between transfers and audits)\n"
+	    "  --batch-reads           bank-run: a transfer reads its two accounts, an audit\n"
+	    "                          all of them, with one dg_tx_get_all (the reads at\n"
+	    "                          once; PESSIMISTIC: the locks granted in any order)\n"
 	    "  --audit-pause-ms MS     bank-run: the auditor's pause before each audit\n"
 	    "                          (default 100; longer than --duration: no audit)\n"
 	    "  --stall-ms MS           bank-run: this long without a committed transfer is\n"
@@ -259,6 +267,7 @@ struct job {
 	enum cmd cmd;
 	uint64_t count, round;
 	unsigned threads;
+	unsigned batch;           /* keys per put_all / get_all (1: single calls) */
 	atomic_uint_fast64_t ok, missing, wrong, failed;
 	atomic_uint reported;     /* problems printed so far */
 	pthread_mutex_t out_mu;   /* one problem line at a time */
@@ -285,10 +294,89 @@ static void report(struct job *j, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* put or verify one batch: keys idx[0..n) with one put_all or get_all. */
+static void work_batch(struct job *j, const uint64_t *idx, size_t n, char (*keys)[32],
+    char (*vals)[64], dg_kv *kv, dg_buf *got)
+{
+	for (size_t i = 0; i < n; i++) {
+		int kl = snprintf(keys[i], 32, "k%" PRIu64, idx[i]);
+		int vl = snprintf(vals[i], 64, "v%" PRIu64 "-r%" PRIu64, idx[i], j->round);
+		kv[i] = (dg_kv){ keys[i], (size_t)kl, j->cmd == CMD_PUT ? vals[i] : NULL,
+			j->cmd == CMD_PUT ? (size_t)vl : 0 };
+	}
+	if (j->cmd == CMD_PUT) {
+		dg_err e = dg_cache_put_all(j->cache, kv, n);
+		if (e == DG_OK) {
+			atomic_fetch_add(&j->ok, n);
+		} else {
+			atomic_fetch_add(&j->failed, n);
+			report(j, "put_all of %zu keys from %s failed: %s\n", n, keys[0],
+			    dg_strerror(e));
+		}
+		return;
+	}
+	dg_buf_reset(got);
+	size_t found = 0;
+	dg_err e = dg_cache_get_all(j->cache, kv, n, got, &found);
+	if (e != DG_OK) {
+		atomic_fetch_add(&j->failed, n);
+		report(j, "get_all of %zu keys from %s failed: %s\n", n, keys[0], dg_strerror(e));
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t vl = strlen(vals[i]);
+		if (kv[i].val == NULL) {
+			atomic_fetch_add(&j->missing, 1);
+			report(j, "missing %s (want %s)\n", keys[i], vals[i]);
+		} else if (kv[i].vlen != vl || memcmp(kv[i].val, vals[i], vl) != 0) {
+			atomic_fetch_add(&j->wrong, 1);
+			report(j, "wrong %s: got \"%.*s\" want \"%s\"\n", keys[i],
+			    kv[i].vlen > 60 ? 60 : (int)kv[i].vlen, (const char *)kv[i].val, vals[i]);
+		} else {
+			atomic_fetch_add(&j->ok, 1);
+		}
+	}
+}
+
+/* A thread's keys in batches of j->batch. */
+static void *work_batches(struct worker *w)
+{
+	struct job *j = w->job;
+	size_t b = j->batch;
+	uint64_t *idx = malloc(b * sizeof(*idx));
+	char (*keys)[32] = malloc(b * sizeof(*keys));
+	char (*vals)[64] = malloc(b * sizeof(*vals));
+	dg_kv *kv = malloc(b * sizeof(*kv));
+	dg_buf got;
+	dg_buf_init(&got);
+	if (idx == NULL || keys == NULL || vals == NULL || kv == NULL) {
+		fprintf(stderr, "cacheclient: out of memory\n");
+		exit(1);
+	}
+	size_t n = 0;
+	for (uint64_t i = w->index; i < j->count; i += j->threads) {
+		idx[n++] = i;
+		if (n == b) {
+			work_batch(j, idx, n, keys, vals, kv, &got);
+			n = 0;
+		}
+	}
+	if (n > 0)
+		work_batch(j, idx, n, keys, vals, kv, &got);
+	dg_buf_free(&got);
+	free(idx);
+	free(keys);
+	free(vals);
+	free(kv);
+	return NULL;
+}
+
 static void *work(void *arg)
 {
 	struct worker *w = arg;
 	struct job *j = w->job;
+	if (j->batch > 1)
+		return work_batches(w);
 	char key[32], val[64];
 	dg_buf got;
 	dg_buf_init(&got);
@@ -358,13 +446,13 @@ static int run(struct job *j)
 		printf("... %u more problems not printed\n", rep - REPORT_MAX);
 	if (j->cmd == CMD_PUT) {
 		printf("acked %" PRIu64 " of %" PRIu64 " round=%" PRIu64 " failed=%" PRIu64
-		    " ms=%" PRIu64 " puts_per_s=%.0f threads=%u\n", ok, j->count, j->round,
-		    failed, ms, rate, j->threads);
+		    " ms=%" PRIu64 " puts_per_s=%.0f threads=%u batch=%u\n", ok, j->count, j->round,
+		    failed, ms, rate, j->threads, j->batch);
 	} else {
 		printf("verified %" PRIu64 " of %" PRIu64 " round=%" PRIu64 " missing=%" PRIu64
 		    " wrong=%" PRIu64 " failed=%" PRIu64 " ms=%" PRIu64 " gets_per_s=%.0f"
-		    " threads=%u\n", ok, j->count, j->round, atomic_load(&j->missing),
-		    atomic_load(&j->wrong), failed, ms, rate, j->threads);
+		    " threads=%u batch=%u\n", ok, j->count, j->round, atomic_load(&j->missing),
+		    atomic_load(&j->wrong), failed, ms, rate, j->threads, j->batch);
 	}
 	fflush(stdout);
 	return ok == j->count ? 0 : 1;
@@ -463,6 +551,7 @@ int main(int argc, char **argv)
 		{ "rand-seed", required_argument, NULL, 'R' },
 		{ "lose-credit-every", required_argument, NULL, 'L' },
 		{ "ordered", no_argument, NULL, 'o' },
+		{ "batch-reads", no_argument, NULL, 'G' },
 		{ "audit-pause-ms", required_argument, NULL, 'P' },
 		{ "stall-ms", required_argument, NULL, 'S' },
 		{ "key", required_argument, NULL, 'K' },
@@ -473,6 +562,7 @@ int main(int argc, char **argv)
 		{ "pause-us", required_argument, NULL, 'u' },
 		{ "history", required_argument, NULL, 'H' },
 		{ "break-every", required_argument, NULL, 'b' },
+		{ "batch", required_argument, NULL, 'z' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -484,13 +574,14 @@ int main(int argc, char **argv)
 	uint64_t count = 0, round = 1, threads = 8, wait_ms = 15000;
 	uint64_t join_ms = 0, request_ms = 0, failure_ms = 0;
 	bool have_count = false, have_round = false, have_duration = false, ordered = false;
+	bool batch_reads = false;
 	uint64_t accounts = 10, balance = 100, duration = 30, timeout_ms = 2000, audit_pause = 100,
 	    stall_ms = 10000;
 	uint64_t rand_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32), lose_every = 0;
 	const char *mode = NULL, *client_id = NULL, *hold_key = NULL, *label = "tx-hold";
 	const char *ok_logs[BANK_MAX_LOGS], *fail_logs[BANK_MAX_LOGS];
 	size_t nok = 0, nfail = 0;
-	uint64_t keys = 10, pause_us = 1000, break_every = 0;
+	uint64_t keys = 10, pause_us = 1000, break_every = 0, batch = 1;
 	unsigned mix_r = 2, mix_w = 1, mix_c = 1;
 	const char *key_prefix = "r", *history = NULL;
 	bool have_threads = false;
@@ -585,6 +676,7 @@ int main(int argc, char **argv)
 			bad = parse_u64("--lose-credit-every", optarg, 1, UINT64_MAX, &lose_every);
 			break;
 		case 'o': ordered = true; break;
+		case 'G': batch_reads = true; break;
 		case 'P': bad = parse_u64("--audit-pause-ms", optarg, 0, 3600000, &audit_pause); break;
 		case 'S': bad = parse_u64("--stall-ms", optarg, 0, 3600000, &stall_ms); break;
 		case 'K': hold_key = optarg; break;
@@ -613,6 +705,7 @@ int main(int argc, char **argv)
 		case 'u': bad = parse_u64("--pause-us", optarg, 0, 10000000, &pause_us); break;
 		case 'H': history = optarg; break;
 		case 'b': bad = parse_u64("--break-every", optarg, 1, UINT64_MAX, &break_every); break;
+		case 'z': bad = parse_u64("--batch", optarg, 1, BATCH_MAX, &batch); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -759,6 +852,7 @@ int main(int argc, char **argv)
 			.client_id = client_id != NULL ? client_id : "0", .rand_seed = rand_seed,
 			.ok_log = nok ? ok_logs[0] : NULL, .fail_log = nfail ? fail_logs[0] : NULL,
 			.nok = nok, .nfail = nfail, .lose_credit_every = lose_every, .ordered = ordered,
+			.batch_reads = batch_reads,
 			.audit_pause_ms = (uint32_t)audit_pause, .stall_ms = (uint32_t)stall_ms,
 		};
 		memcpy(bo.ok_logs, ok_logs, nok * sizeof(ok_logs[0]));
@@ -782,6 +876,7 @@ int main(int argc, char **argv)
 		job.count = count;
 		job.round = round;
 		job.threads = (unsigned)threads;
+		job.batch = (unsigned)batch;
 		pthread_mutex_init(&job.out_mu, NULL);
 		rc = run(&job);
 		pthread_mutex_destroy(&job.out_mu);

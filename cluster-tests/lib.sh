@@ -307,6 +307,11 @@ cleanup() {
 			grep '^STATS ' "$WORK/$name.out" 2>/dev/null | tail -n 1
 			echo "----- $name stderr (last 40 lines) -----"
 			tail -n 40 "$WORK/$name.err" 2>/dev/null
+			# what became of txs and topologies (a bank or register
+			# violation is read against these; CI keeps no work dir)
+			echo "----- $name topologies and tx outcomes (last 60) -----"
+			grep -E ' id=(TOPOLOGY|TX-RECOVERED|TX-UNKNOWN|TX-FORGOTTEN|TX-FENCE-ROLLBACK|TX-BACKUP|SEGMENTED|REJOINED) ' \
+				"$WORK/$name.err" 2>/dev/null | tail -n 60
 		done
 	fi
 	if [[ ${DG_KEEP_WORK:-0} == 1 ]]; then

@@ -15,7 +15,7 @@
 #  1. per client host: a register-run client on reg_atomic and on reg_tx
 #     (one history file each) for RUN_S seconds (60; --minutes M: M*60);
 #     and bank-init and a bank-run client per host (c1 pess-rr, c2
-#     opt-ser; DG_PART_BANK=0 leaves the bank out);
+#     opt-ser with --batch-reads; DG_PART_BANK=0 leaves the bank out);
 #  2. the nemesis, every few seconds (seeded), one of:
 #       split      two random servers and one client host cut from the
 #                  other three servers and the other client host, both
@@ -169,7 +169,7 @@ for h in "${CLIH[@]}"; do
 	done
 	((BANK_ON)) || continue
 	k=$((k + 1))
-	mode=opt-ser extra=()
+	mode=opt-ser extra=(--batch-reads)
 	[[ $h != c1 ]] || { mode=pess-rr; extra=(--ordered); }
 	client_bg "bank_$h" "$h" --cache bank --timeout-ms 2000 bank-run --duration "$RUN_S" \
 		--threads 3 --stall-ms 30000 --mode "$mode" --client-id "$h" \

@@ -8,8 +8,9 @@
 #  2. two cacheclient bank-run clients for RUN_S seconds (45; DG_BANK_LONG=1:
 #     600), client p PESSIMISTIC REPEATABLE_READ (reading the lower account
 #     of a transfer first, as the auditor does: few deadlocks, more commits)
-#     and client o OPTIMISTIC SERIALIZABLE, 3 transfer threads and one
-#     auditor each, tx timeout 2000 ms.  Meanwhile, every 5-8 s, kill -9 a
+#     and client o OPTIMISTIC SERIALIZABLE (--batch-reads: a transfer's two
+#     reads and an audit's ten in one dg_tx_get_all), 3 transfer threads
+#     and one auditor each, tx timeout 2000 ms.  Meanwhile, every 5-8 s, kill -9 a
 #     random server, wait until the others drop it, restart it on the same
 #     address (a new node, in memory) and wait for it to rejoin (NODE-READY,
 #     REBALANCE-DONE, every server on one topology) before the next kill.
@@ -211,7 +212,7 @@ start_proc p "$CACHECLIENT" "${SEEDS[@]}" "${CLIENT_ARGS[@]}" bank-run --duratio
 	--ok-log "$WORK/p.ok" --fail-log "$WORK/p.fail" "${ORDER_ARGS[@]}" "${BREAK_ARGS[@]}"
 start_proc o "$CACHECLIENT" "${SEEDS[@]}" "${CLIENT_ARGS[@]}" bank-run --duration "$RUN_S" \
 	"${RUN_ARGS[@]}" --mode opt-ser --client-id o --rand-seed $((SEED * 2 + 2)) \
-	--ok-log "$WORK/o.ok" --fail-log "$WORK/o.fail"
+	--ok-log "$WORK/o.ok" --fail-log "$WORK/o.fail" --batch-reads
 started() { has_line p '^bank-run client=' && has_line o '^bank-run client='; }
 wait_until 20000 "both clients start their transfers" started
 now_ms

@@ -91,6 +91,14 @@ typedef struct dg_node_config {
 	                                 the transactions of the older topology,
 	                                 then rolls back those not yet prepared;
 	                                 default 1000 */
+	uint32_t tx_done_capacity;    /* finished transactions remembered (60 s
+	                                 each, for late messages and recovery)
+	                                 in memory reserved and touched at
+	                                 start: 56 bytes each (rounded up to
+	                                 powers of two); past it the memory
+	                                 grows.  Size it to the txs this node
+	                                 takes part in per minute; default
+	                                 65536 (3.5 MiB), 0 = grow from a few */
 	const char *data_dir;         /* persistence directory; NULL: caches
 	                                 with persistence cannot be created */
 	size_t storage_map_size;      /* LMDB map size; default 1 GiB */

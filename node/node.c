@@ -52,6 +52,7 @@ void dg_node_config_init(dg_node_config *cfg)
 	cfg->join_timeout_ms = 10000;
 	cfg->request_timeout_ms = 10000;
 	cfg->tx_topology_timeout_ms = 1000;
+	cfg->tx_done_capacity = 65536;
 	cfg->storage_map_size = (size_t)1 << 30;
 	cfg->recv_max = 16u << 20;
 	cfg->rebalance_batch_bytes = 512u << 10;
@@ -304,7 +305,7 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	}
 	if ((e = dgi_grid_start(n->tp, n->reg, &gc, &n->g)) != DG_OK)
 		goto fail;
-	if ((e = dgi_txsvc_start(n->tp, n->g, &n->txs)) != DG_OK)
+	if ((e = dgi_txsvc_start(n->tp, n->g, n->cfg.tx_done_capacity, &n->txs)) != DG_OK)
 		goto fail;
 	dgi_grid_set_tx_hook(n->g, dgi_tx_plain_op, n->txs);
 

@@ -128,6 +128,12 @@ const dgnode_setting dgnode_settings_table[] = {
 	  "transactions of the older topology; then those not yet prepared are "
 	  "rolled back (a long transaction never freezes the cluster).",
 	  "dg_node_config.tx_topology_timeout_ms", NULL },
+	{ "tx-done-capacity", DGNODE_UINT, F(tx_done_capacity), "65536", 0,
+	  1u << 28, NULL, "N", "Finished transactions remembered (each for 60 s: "
+	  "late messages, recovery questions) in memory reserved and touched at "
+	  "start, 56 bytes each; past it the memory grows (TX-DONE-GROW). Size "
+	  "it to the transactions this node takes part in per minute.",
+	  "dg_node_config.tx_done_capacity", NULL },
 	{ "data-dir", DGNODE_STRING, F(data_dir), "", 0, 0, NULL,
 	  "DIR", "Persistence directory; empty: none (caches with persistence "
 	  "cannot be created).", "dg_node_config.data_dir (\"\": NULL)", NULL },
@@ -1337,6 +1343,7 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	cfg->join_timeout_ms = (uint32_t)s->join_timeout_ms;
 	cfg->request_timeout_ms = (uint32_t)s->request_timeout_ms;
 	cfg->tx_topology_timeout_ms = (uint32_t)s->tx_topology_timeout_ms;
+	cfg->tx_done_capacity = (uint32_t)s->tx_done_capacity;
 	cfg->data_dir = or_null(s->data_dir);
 	cfg->storage_map_size = (size_t)s->storage_map_size;
 	cfg->storage_nosync = !s->storage_sync;

@@ -83,6 +83,7 @@ typedef struct dgnode_settings {
 	uint64_t join_timeout_ms;
 	uint64_t request_timeout_ms;
 	uint64_t tx_topology_timeout_ms;
+	uint64_t tx_done_capacity;
 	const char *data_dir;
 	uint64_t storage_map_size;
 	bool storage_sync;

@@ -380,6 +380,50 @@ static void test_node_get_allocates_nothing(void **state)
 	dg_node_stop(n);
 }
 
+/* Batches too: once a thread's first batch has sized its scratch (the
+ * items, their encodings, the keys' states, the values read), put_all
+ * (overwrites) and get_all allocate nothing — they used to allocate the
+ * items, the encodings and the key states on every call. */
+static void test_node_batches_allocate_nothing(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "noalloc");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	enum { N = 50 };
+	char keys[N][16], val[100];
+	dg_kv kv[N];
+	memset(val, 'v', sizeof(val));
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "key%012d", i);
+		kv[i] = (dg_kv){ keys[i], 16, val, sizeof(val) };
+	}
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_buf_reserve(&v, N * 128));
+	OK(dg_cache_put_all(c, kv, N));
+	size_t found = 0;
+	OK(dg_cache_get_all(c, kv, N, &v, &found));
+	usleep(100 * 1000); /* (as above: the node's threads' one-time slots) */
+	dgi_alloc_stats a, b;
+	dgi_alloc_get_stats(&a);
+	for (int r = 0; r < 200; r++) {
+		for (int i = 0; i < N; i++)
+			kv[i].val = val, kv[i].vlen = sizeof(val);
+		OK(dg_cache_put_all(c, kv, N));
+		v.len = 0;
+		OK(dg_cache_get_all(c, kv, N, &v, &found));
+		assert_int_equal(found, N);
+	}
+	dgi_alloc_get_stats(&b);
+	assert_int_equal(b.allocs - a.allocs, 0);
+	assert_memory_equal(kv[N - 1].val, val, sizeof(val));
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
 typedef struct point {
 	int64_t x;
 	int64_t y;
@@ -793,6 +837,320 @@ static void batch_keys(dg_kv *kv, char (*ks)[16], char (*vs)[16], int n, const c
 		snprintf(vs[i], 16, "%s%d", vp, i);
 		kv[i] = (dg_kv){ ks[i], strlen(ks[i]), vs[i], strlen(vs[i]) };
 	}
+}
+
+static uint64_t sent_of(dg_node *n, dg_msg_type t)
+{
+	dg_msg_metric m[DG_MSG__COUNT];
+	size_t k = dg_tp_metrics(dgi_node_tp(n), m, DG_MSG__COUNT);
+	for (size_t i = 0; i < k && i < DG_MSG__COUNT; i++)
+		if (m[i].type == t)
+			return m[i].c.sent;
+	return 0;
+}
+
+static uint64_t sent_all(struct cluster *cl, dg_msg_type t)
+{
+	uint64_t s = 0;
+	for (int i = 0; i < cl->count; i++)
+		s += sent_of(cl->n[i], t);
+	return s;
+}
+
+/* The primaries of kv's keys under c's affinity (distinct), other than self. */
+static int primaries_of(dg_cache *c, const dg_kv *kv, int n, dg_node_id self)
+{
+	dg_node_id seen[8];
+	int ns = 0;
+	dgi_aff *aff = atomic_load(&c->aff);
+	for (int i = 0; i < n; i++) {
+		uint8_t enc[64];
+		enc[0] = 0x0A;
+		enc[1] = (uint8_t)kv[i].klen;
+		memcpy(enc + 2, kv[i].key, kv[i].klen);
+		uint32_t part = dgi_part_of(dgi_key_hash(enc, (uint32_t)kv[i].klen + 2),
+		    c->cfg.partitions);
+		dg_node_id p = dgi_aff_owner(aff, part, 0);
+		int j = 0;
+		while (j < ns && seen[j] != p)
+			j++;
+		if (j == ns && p != self && ns < 8)
+			seen[ns++] = p;
+	}
+	return ns;
+}
+
+/* A batch travels as one UPDATE_ALL per primary, and each primary's
+ * FULL_SYNC copies as one BACKUP_ALL per backup, answered by one
+ * BACKUP_ALL_ACK: no single UPDATE or BACKUP (issue 15's batching item;
+ * before, every key was its own UPDATE, two BACKUPs and two BACKUP_ACKs).
+ * A get_all is one GET_ALL per primary, no single GET.
+ * From a client (every key remote) and from a server (its own keys'
+ * copies gathered too), puts and removes. */
+static void test_batch_one_message_per_primary(void **state)
+{
+	(void)state;
+	enum { N = 100, S = 3 };
+	struct cluster cl;
+	cluster_start(&cl, S, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "many");
+	cc.backups = 2;
+	cc.partitions = 128;
+	dg_cache *cs[S + 1];
+	OK(dg_cache_create(cl.n[S], &cc, &cs[S]));
+	for (int i = 0; i < S; i++) {
+		cs[i] = cache_on(cl.n[i], "many");
+		OK(dg_cache_wait_rebalanced(cs[i], 5000));
+	}
+	static dg_kv kv[N];
+	static char ks[N][16], vs[N][16];
+	for (int round = 0; round < 3; round++) {
+		int from = round == 0 ? S : 0; /* the client, then server 0 */
+		dg_cache *c = cs[from];
+		dg_node_id self = dgi_node_grid(cl.n[from])->self;
+		batch_keys(kv, ks, vs, N, round == 0 ? "m" : "n", "v");
+		int remote = primaries_of(c, kv, N, self);
+		int all = primaries_of(c, kv, N, 0);
+		uint64_t ua0 = sent_of(cl.n[from], DGI_MSG_UPDATE_ALL);
+		uint64_t u0 = sent_all(&cl, DGI_MSG_UPDATE), b0 = sent_all(&cl, DGI_MSG_BACKUP);
+		uint64_t ba0 = sent_all(&cl, DGI_MSG_BACKUP_ALL);
+		uint64_t bk0 = sent_all(&cl, DGI_MSG_BACKUP_ACK);
+		uint64_t bb0 = sent_all(&cl, DGI_MSG_BACKUP_ALL_ACK);
+		if (round < 2) {
+			OK(dg_cache_put_all(c, kv, N));
+		} else {
+			size_t removed = 0;
+			OK(dg_cache_remove_all(c, kv, N, &removed));
+			assert_int_equal(removed, N);
+		}
+		assert_int_equal(sent_of(cl.n[from], DGI_MSG_UPDATE_ALL) - ua0, remote);
+		assert_int_equal(sent_all(&cl, DGI_MSG_UPDATE) - u0, 0);
+		assert_int_equal(sent_all(&cl, DGI_MSG_BACKUP) - b0, 0);
+		assert_int_equal(sent_all(&cl, DGI_MSG_BACKUP_ACK) - bk0, 0);
+		assert_int_equal(sent_all(&cl, DGI_MSG_BACKUP_ALL) - ba0, 2 * all);
+		/* (the acks are one-way: the last may still be on its way) */
+		uint64_t until = dgi_now_ms() + 5000;
+		while (sent_all(&cl, DGI_MSG_BACKUP_ALL_ACK) - bb0 < (uint64_t)(2 * all) &&
+		    dgi_now_ms() < until)
+			usleep(1000);
+		assert_int_equal(sent_all(&cl, DGI_MSG_BACKUP_ALL_ACK) - bb0, 2 * all);
+		for (int i = 0; i < N; i++) {
+			int copies = 0;
+			for (int j = 0; j < S; j++)
+				copies += copies_on(cs[j], ks[i], vs[i]);
+			assert_int_equal(copies, round < 2 ? 3 : 0); /* every owner, on return */
+		}
+		if (round != 0)
+			continue;
+		/* the client reads them back: one GET_ALL per primary */
+		uint64_t ga0 = sent_of(cl.n[S], DGI_MSG_GET_ALL), g0 = sent_all(&cl, DGI_MSG_GET);
+		dg_buf b;
+		dg_buf_init(&b);
+		size_t found = 0;
+		OK(dg_cache_get_all(c, kv, N, &b, &found));
+		assert_int_equal(found, N);
+		for (int i = 0; i < N; i++) {
+			assert_int_equal(kv[i].vlen, strlen(vs[i]));
+			assert_memory_equal(kv[i].val, vs[i], kv[i].vlen);
+		}
+		assert_int_equal(sent_of(cl.n[S], DGI_MSG_GET_ALL) - ga0, remote);
+		assert_int_equal(sent_all(&cl, DGI_MSG_GET) - g0, 0);
+		dg_buf_free(&b);
+	}
+	cluster_stop(&cl);
+}
+
+struct upd_count {
+	_Atomic int ok, bad;
+};
+
+static void on_upd_counted(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct upd_count *n = ctx;
+	const dgi_msg_update_res *r = err == DG_OK ? reply->body : NULL;
+	if (r != NULL && r->res == DG_OK)
+		atomic_fetch_add(&n->ok, 1);
+	else
+		atomic_fetch_add(&n->bad, 1);
+}
+
+/* Single FULL_SYNC UPDATEs that reach a primary in one read are one round
+ * of its reactor: their copies go as one message per backup at the end of
+ * the round (dgi_copies_round), not one BACKUP per key and backup.  40
+ * UPDATEs written at once: before, 80 BACKUPs and 80 BACKUP_ACKs. */
+static void test_round_copies_one_message_per_backup(void **state)
+{
+	(void)state;
+	enum { N = 40, S = 3 };
+	struct cluster cl;
+	cluster_start(&cl, S, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "round");
+	cc.backups = 2;
+	cc.partitions = 128;
+	dg_cache *cs[S + 1];
+	OK(dg_cache_create(cl.n[S], &cc, &cs[S]));
+	for (int i = 0; i < S; i++) {
+		cs[i] = cache_on(cl.n[i], "round");
+		OK(dg_cache_wait_rebalanced(cs[i], 5000));
+	}
+	OK(dg_cache_put(cs[S], "warm", 4, "x", 1)); /* (the lease is up) */
+	dgi_grid *gc = dgi_node_grid(cl.n[S]), *g0 = dgi_node_grid(cl.n[0]);
+	dgi_aff *aff = atomic_load(&cs[S]->aff);
+	static char ks[N][16];
+	static uint8_t kenc[N][20];
+	static uint32_t parts[N];
+	uint8_t venc[4] = { 0x0A, 2, 'o', 'k' };
+	for (int i = 0, k = 0; i < N; k++) {
+		snprintf(ks[i], 16, "r%d", k);
+		size_t kl = strlen(ks[i]);
+		kenc[i][0] = 0x0A;
+		kenc[i][1] = (uint8_t)kl;
+		memcpy(kenc[i] + 2, ks[i], kl);
+		parts[i] = dgi_part_of(dgi_key_hash(kenc[i], (uint32_t)kl + 2), 128);
+		if (dgi_aff_owner(aff, parts[i], 0) == g0->self)
+			i++;
+	}
+	uint64_t b0 = sent_of(cl.n[0], DGI_MSG_BACKUP), ba0 = sent_of(cl.n[0], DGI_MSG_BACKUP_ALL);
+	static struct upd_count cnt;
+	atomic_store(&cnt.ok, 0);
+	atomic_store(&cnt.bad, 0);
+	bool corked = dg_tp_cork_begin(); /* one write: one read there, one round */
+	for (int i = 0; i < N; i++) {
+		dgi_msg_update m = { cs[S]->id, parts[i], aff->topver, OP_PUT, DG_FULL_SYNC,
+			(int64_t)gc->self, 700000 + i, 0, { kenc[i], (uint32_t)strlen(ks[i]) + 2 },
+			{ venc, 4 }, { NULL, 0 } };
+		OK(dg_tp_request(gc->tp, g0->self, DGI_MSG_UPDATE, &m, 5000, on_upd_counted, &cnt));
+	}
+	dg_tp_cork_end(corked);
+	uint64_t until = dgi_now_ms() + 10000;
+	while (atomic_load(&cnt.ok) + atomic_load(&cnt.bad) < N && dgi_now_ms() < until)
+		usleep(1000);
+	assert_int_equal(atomic_load(&cnt.ok), N);
+	uint64_t singles = sent_of(cl.n[0], DGI_MSG_BACKUP) - b0;
+	uint64_t alls = sent_of(cl.n[0], DGI_MSG_BACKUP_ALL) - ba0;
+	print_message("      %d UPDATEs at once: %llu BACKUP, %llu BACKUP_ALL\n", N,
+	    (unsigned long long)singles, (unsigned long long)alls);
+	assert_true(singles + alls <= 2 * N / 4); /* (a few rounds at most; 2N before) */
+	for (int i = 0; i < N; i++) {
+		int copies = 0;
+		for (int j = 0; j < S; j++)
+			copies += copies_on(cs[j], ks[i], "ok");
+		assert_int_equal(copies, 3);
+	}
+	cluster_stop(&cl);
+}
+
+/* UPDATE_ALL from a peer that breaks the rules: an item of the wrong
+ * partition or without a value is refused alone (DG_ERR_INVAL), the
+ * others are applied; a list whose length is not a whole number of
+ * items, or a bad op, is refused whole. */
+static void test_update_all_hostile_items(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "hostile");
+	cc.backups = 1;
+	cc.partitions = 64;
+	dg_cache *c0, *c1;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	c1 = cache_on(cl.n[1], "hostile");
+	OK(dg_cache_wait_rebalanced(c0, 5000));
+	OK(dg_cache_wait_rebalanced(c1, 5000));
+	/* (a put through the API waits out the lease a new cluster takes) */
+	OK(dg_cache_put(c0, "warm", 4, "x", 1));
+	dgi_grid *g1 = dgi_node_grid(cl.n[1]);
+	dgi_grid *g0 = dgi_node_grid(cl.n[0]);
+	dgi_aff *aff = atomic_load(&c0->aff);
+	/* three keys whose primary is node 0 */
+	char ks[3][16];
+	uint8_t kenc[3][20], venc[4] = { 0x0A, 2, 'o', 'k' };
+	uint32_t parts[3];
+	for (int i = 0, k = 0; i < 3; k++) {
+		snprintf(ks[i], 16, "h%d", k);
+		size_t kl = strlen(ks[i]);
+		kenc[i][0] = 0x0A;
+		kenc[i][1] = (uint8_t)kl;
+		memcpy(kenc[i] + 2, ks[i], kl);
+		parts[i] = dgi_part_of(dgi_key_hash(kenc[i], (uint32_t)kl + 2), 64);
+		if (dgi_aff_owner(aff, parts[i], 0) == g0->self)
+			i++;
+	}
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_writer w;
+	dg_writer_init(&w, g1->reg, &b);
+	dg_write_list_begin(&w, 4 * 4);
+	for (int i = 0; i < 4; i++) {
+		int k = i < 3 ? i : 2;
+		struct dgi_uall_item it = { parts[k], 900000 + i,
+			{ kenc[k], (uint32_t)strlen(ks[k]) + 2 }, { venc, 4 } };
+		if (i == 1)
+			it.part = (parts[k] + 1) % 64; /* not the key's partition */
+		if (i == 3)
+			it.val.ptr = NULL; /* a put without a value */
+		OK(dgi_uall_item_put(&w, &it));
+	}
+	dg_write_end(&w);
+	OK(dg_writer_finish(&w));
+	dgi_msg_many m = { c0->id, aff->topver, OP_PUT, DG_FULL_SYNC, (int64_t)g1->self,
+		{ b.data, (uint32_t)b.len } };
+	dgi_msg_many r;
+	uint8_t mem[512];
+	dg_arena ar;
+	dg_err got[4];
+	/* (sent again, same update ids, while the primary is not ready: a
+	 * two-node cluster's lease can lapse for a moment on a slow build) */
+	for (uint64_t until = dgi_now_ms() + 10000;;) {
+		dg_arena_init(&ar, mem, sizeof(mem));
+		OK(dg_tp_call(g1->tp, g0->self, DGI_MSG_UPDATE_ALL, &m, 5000, &r, &ar));
+		dg_reader rd;
+		uint32_t n = 0;
+		OK(dgi_many_open(g1->reg, &r, 3, &rd, &n));
+		assert_int_equal(n, 4);
+		bool again = false;
+		for (int i = 0; i < 4; i++) {
+			struct dgi_ures_item a;
+			OK(dgi_ures_item_get(&rd, &a));
+			got[i] = (dg_err)a.res;
+			again |= got[i] == DG_ERR_NOT_READY;
+		}
+		if (!again || dgi_now_ms() > until)
+			break;
+		usleep(20 * 1000);
+	}
+	dg_err want[4] = { DG_OK, DG_ERR_INVAL, DG_OK, DG_ERR_INVAL };
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(got[i], want[i]);
+	assert_int_equal(copies_on(c0, ks[0], "ok"), 1);
+	assert_int_equal(copies_on(c1, ks[0], "ok"), 1); /* on its backup too */
+	assert_int_equal(copies_on(c0, ks[1], NULL), 0);
+	assert_int_equal(copies_on(c0, ks[2], "ok"), 1);
+	/* an op a batch does not carry: refused whole */
+	m.op = OP_GET_AND_PUT;
+	dg_arena_init(&ar, mem, sizeof(mem));
+	EXPECT(dg_tp_call(g1->tp, g0->self, DGI_MSG_UPDATE_ALL, &m, 5000, &r, &ar),
+	    DG_ERR_INVAL);
+	/* a list of one item and one value over: refused whole */
+	m.op = OP_PUT;
+	dg_buf b2;
+	dg_buf_init(&b2);
+	dg_writer_init(&w, g1->reg, &b2);
+	dg_write_list_begin(&w, 5);
+	for (int i = 0; i < 5; i++)
+		dg_write_i64(&w, i);
+	dg_write_end(&w);
+	OK(dg_writer_finish(&w));
+	m.list = (dg_raw){ b2.data, (uint32_t)b2.len };
+	dg_arena_init(&ar, mem, sizeof(mem));
+	EXPECT(dg_tp_call(g1->tp, g0->self, DGI_MSG_UPDATE_ALL, &m, 5000, &r, &ar),
+	    DG_ERR_BAD_LENGTH);
+	dg_buf_free(&b2);
+	dg_buf_free(&b);
+	cluster_stop(&cl);
 }
 
 static void test_batch_full_sync(void **state)
@@ -3658,6 +4016,7 @@ int main(void)
 		cmocka_unit_test(test_destroyed_cache_memory_freed),
 		cmocka_unit_test(test_section_keeps_what_it_holds),
 		cmocka_unit_test(test_node_get_allocates_nothing),
+		cmocka_unit_test(test_node_batches_allocate_nothing),
 		cmocka_unit_test(test_node_typed),
 		cmocka_unit_test(test_node_ttl),
 		cmocka_unit_test(test_node_scan_pages),
@@ -3666,6 +4025,9 @@ int main(void)
 		cmocka_unit_test(test_multi_threads_share_a_cache),
 		cmocka_unit_test(test_multi_full_sync),
 		cmocka_unit_test(test_batch_full_sync),
+		cmocka_unit_test(test_batch_one_message_per_primary),
+		cmocka_unit_test(test_update_all_hostile_items),
+		cmocka_unit_test(test_round_copies_one_message_per_backup),
 		cmocka_unit_test(test_multi_primary_sync),
 		cmocka_unit_test(test_multi_full_async),
 		cmocka_unit_test(test_multi_read_from_backup),

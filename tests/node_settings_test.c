@@ -136,7 +136,8 @@ static void test_table_is_sane(void **state)
 	static const char *const names[] = { "cluster-name", "listen", "advertise",
 		"seed", "secret-file", "tls-cert-key", "tls-ca",
 		"failure-detection-timeout", "heartbeat-interval", "join-timeout",
-		"request-timeout", "tx-topology-timeout", "data-dir", "storage-map-size",
+		"request-timeout", "tx-topology-timeout", "tx-done-capacity", "data-dir",
+		"storage-map-size",
 		"storage-sync", "storage-recover", "encryption-key-file",
 		"recv-max", "rebalance-batch", "client", "partition-policy", "admin-listen",
 		"http-listen", "http-basic-auth-file", "http-bearer-token-file",
@@ -235,6 +236,7 @@ static void test_default_config_matches_library(void **state)
 	assert_int_equal(cfg.join_timeout_ms, lib.join_timeout_ms);
 	assert_int_equal(cfg.request_timeout_ms, lib.request_timeout_ms);
 	assert_int_equal(cfg.tx_topology_timeout_ms, lib.tx_topology_timeout_ms);
+	assert_int_equal(cfg.tx_done_capacity, lib.tx_done_capacity);
 	assert_int_equal(cfg.storage_map_size, lib.storage_map_size);
 	assert_int_equal(cfg.storage_nosync, lib.storage_nosync);
 	assert_int_equal(cfg.recv_max, lib.recv_max);

@@ -16,6 +16,7 @@
 #include "node/node_int.h"
 #include "transport/transport.h"
 #include "txn/txentries.h"
+#include "txn/txsvc.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1737,6 +1738,294 @@ static void test_tx_kill_wakes_lock_waiter(void **state)
 	cluster_stop(&cl);
 }
 
+/* dg_tx_get_all / put_all / remove_all ask for all their keys at once
+ * (one round trip: batch_rounds), and get every value right — repeats, an
+ * absent key, two keys on one primary, the tx's own writes.  A PESSIMISTIC
+ * batch keeps its caller's lock order: while it waits for a key another
+ * tx holds, it holds none of the keys after it (a tx locking the same
+ * keys in that order cannot deadlock with it) — its first try was refused
+ * (DG_ERR_BUSY, counted by the primary), it kept the keys before the busy
+ * one and gave back those after it. */
+struct get_all_arg {
+	dg_node *n;
+	dg_cache *c;
+	bool put;                   /* dg_tx_put_all "40" instead */
+	const char *keys[5];
+	dg_err err;
+	long v[5];
+	size_t found;
+};
+
+static void *get_all_in_tx(void *p)
+{
+	struct get_all_arg *a = p;
+	dg_tx *tx;
+	a->err = dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "getall", &tx);
+	if (a->err != DG_OK)
+		return NULL;
+	dg_kv kv[5];
+	dg_buf vals;
+	dg_buf_init(&vals);
+	for (int i = 0; i < 5; i++)
+		kv[i] = (dg_kv){ a->keys[i], strlen(a->keys[i]), NULL, 0 };
+	if (a->put) {
+		for (int i = 0; i < 5; i++)
+			kv[i].val = "40", kv[i].vlen = 2;
+		a->err = dg_tx_put_all(tx, a->c, kv, 5);
+		a->found = 0;
+	} else {
+		a->err = dg_tx_get_all(tx, a->c, kv, 5, &vals, &a->found);
+	}
+	for (int i = 0; i < 5 && a->err == DG_OK && a->put; i++)
+		kv[i].val = NULL;
+	for (int i = 0; i < 5 && a->err == DG_OK; i++) {
+		char tmp[32] = { 0 };
+		if (kv[i].val != NULL)
+			memcpy(tmp, kv[i].val, kv[i].vlen < 31 ? kv[i].vlen : 31);
+		a->v[i] = kv[i].val != NULL ? atol(tmp) : -1;
+	}
+	dg_buf_free(&vals);
+	if (a->err == DG_OK)
+		a->err = dg_tx_commit(tx);
+	else
+		dg_tx_rollback(tx);
+	return NULL;
+}
+
+static uint64_t locks_held(dg_node *n)
+{
+	dg_tx_metrics m;
+	OK(dg_tx_get_metrics(n, &m));
+	return m.locks_held;
+}
+
+static uint64_t batch_rounds(dg_node *n)
+{
+	return atomic_load(&dgi_txsvc_near(dgi_node_txs(n))->batch_rounds);
+}
+
+static uint64_t busy_refusals(dg_node *n)
+{
+	dgi_txsvc_stats st;
+	dgi_txsvc_get_stats(dgi_node_txs(n), &st);
+	return st.busy;
+}
+
+static uint64_t msgs_sent(dg_node *n, int type)
+{
+	dg_msg_metric m[DG_MSG__COUNT];
+	size_t k = dg_tp_metrics(dgi_node_tp(n), m, DG_MSG__COUNT);
+	for (size_t i = 0; i < k && i < DG_MSG__COUNT; i++)
+		if ((int)m[i].type == type)
+			return m[i].c.sent;
+	return 0;
+}
+
+static void test_tx_get_all_reads_at_once(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "getall", 1);
+	dg_cache *c2 = cache_on(cl.n[2], "getall");
+	char ka[16], kb[16], kb2[16], kz[16];
+	key_on(c, node_id(cl.n[1]), "a", ka);
+	key_on(c, node_id(cl.n[2]), "b", kb);
+	key_on(c, node_id(cl.n[2]), "bb", kb2);
+	key_on(c, node_id(cl.n[2]), "z", kz); /* never written */
+	put_long(cl.n[0], c, ka, 1);
+	put_long(cl.n[0], c, kb, 2);
+	put_long(cl.n[0], c, kb2, 3);
+	/* uncontended: one round, every value */
+	uint64_t r0 = batch_rounds(cl.n[2]);
+	struct get_all_arg a = { cl.n[2], c2, false, { ka, kb, kb2, kz, kb }, -1, { 0 }, 0 };
+	get_all_in_tx(&a);
+	OK(a.err);
+	assert_int_equal(batch_rounds(cl.n[2]), r0 + 1);
+	assert_int_equal(a.found, 4);
+	assert_int_equal(a.v[0], 1);
+	assert_int_equal(a.v[1], 2);
+	assert_int_equal(a.v[2], 3);
+	assert_int_equal(a.v[3], -1);
+	assert_int_equal(a.v[4], 2);
+	/* the keys of one primary in one message: from n0, TX_LOCK for ka
+	 * (alone on n1) and one TX_LOCK_ALL for kb, kb2, kz (n2) — not three
+	 * TX_LOCKs; the repeated kb is read from the tx */
+	uint64_t l0 = msgs_sent(cl.n[0], 128), la0 = msgs_sent(cl.n[0], 141);
+	struct get_all_arg a0 = { cl.n[0], c, false, { ka, kb, kb2, kz, kb }, -1, { 0 }, 0 };
+	get_all_in_tx(&a0);
+	OK(a0.err);
+	assert_int_equal(a0.found, 4);
+	assert_int_equal(a0.v[1], 2);
+	assert_int_equal(a0.v[2], 3);
+	assert_int_equal(a0.v[3], -1);
+	assert_int_equal(msgs_sent(cl.n[0], 141) - la0, 1); /* TX_LOCK_ALL */
+	assert_int_equal(msgs_sent(cl.n[0], 128) - l0, 1);  /* TX_LOCK */
+	/* contended: a holder has kb; the batch (ka, kb, kb2) waits for kb
+	 * holding ka only — not kb2, after kb in its order */
+	dg_tx *holder;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "holder", &holder));
+	OK(tx_put_long(holder, c, kb, 20));
+	uint64_t busy0 = busy_refusals(cl.n[2]);
+	struct get_all_arg w = { cl.n[0], c, false, { ka, kb, kb2, kb2, ka }, -1, { 0 }, 0 };
+	pthread_t t;
+	pthread_create(&t, NULL, get_all_in_tx, &w);
+	wait_waiters(cl.n[2], 1);
+	assert_int_equal(busy_refusals(cl.n[2]), busy0 + 1);
+	assert_int_equal(locks_held(cl.n[1]), 1);        /* ka */
+	assert_int_equal(locks_held(cl.n[2]), 1);        /* kb, the holder's: not kb2 */
+	OK(dg_tx_commit(holder));
+	pthread_join(t, NULL);
+	OK(w.err);
+	assert_int_equal(w.v[0], 1);
+	assert_int_equal(w.v[1], 20);
+	assert_int_equal(w.v[2], 3);
+	assert_int_equal(w.v[4], 1);
+	assert_int_equal(locks_held(cl.n[1]), 0);
+	assert_int_equal(locks_held(cl.n[2]), 0);
+	/* dg_tx_put_all: one round uncontended */
+	r0 = batch_rounds(cl.n[2]);
+	struct get_all_arg p = { cl.n[2], c2, true, { ka, kb, kz, kb2, kz }, -1, { 0 }, 0 };
+	get_all_in_tx(&p);
+	OK(p.err);
+	assert_int_equal(batch_rounds(cl.n[2]), r0 + 1);
+	assert_int_equal(get_long(c, ka), 40);
+	assert_int_equal(get_long(c, kz), 40);
+	assert_int_equal(get_long(c, kb2), 40);
+	/* dg_tx_remove_all: each key read (removed counts those there) */
+	dg_tx *rm;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_REPEATABLE_READ, 5000, "rm", &rm));
+	char kq[16];
+	key_on(c, node_id(cl.n[1]), "q", kq); /* never written */
+	dg_kv rk[3] = { { kz, strlen(kz), NULL, 0 }, { kq, strlen(kq), NULL, 0 },
+		{ kb2, strlen(kb2), NULL, 0 } };
+	size_t removed = 9;
+	OK(dg_tx_remove_all(rm, c, rk, 3, &removed));
+	assert_int_equal(removed, 2);
+	OK(dg_tx_commit(rm));
+	assert_int_equal(get_long(c, kz), -1);
+	assert_int_equal(get_long(c, kb2), -1);
+	put_long(cl.n[0], c, kb2, 3);
+	/* the other modes (reads without locks, at once too): the same values */
+	dg_tx_concurrency cs[] = { DG_OPTIMISTIC, DG_OPTIMISTIC, DG_PESSIMISTIC };
+	dg_tx_isolation is[] = { DG_SERIALIZABLE, DG_READ_COMMITTED, DG_READ_COMMITTED };
+	for (int m = 0; m < 3; m++) {
+		dg_tx *tx;
+		OK(dg_tx_begin(cl.n[0], cs[m], is[m], 5000, "modes", &tx));
+		OK(tx_put_long(tx, c, kb2, 30)); /* its own write wins */
+		dg_kv kv[4] = { { ka, strlen(ka), NULL, 0 }, { kb, strlen(kb), NULL, 0 },
+			{ kb2, strlen(kb2), NULL, 0 }, { kz, strlen(kz), NULL, 0 } };
+		dg_buf vals;
+		dg_buf_init(&vals);
+		size_t found = 0;
+		OK(dg_tx_get_all(tx, c, kv, 4, &vals, &found));
+		assert_int_equal(found, 3);
+		assert_int_equal(kv[0].vlen, 2);
+		assert_memory_equal(kv[0].val, "40", 2);
+		assert_memory_equal(kv[1].val, "40", 2);
+		assert_memory_equal(kv[2].val, "30", 2);
+		assert_null(kv[3].val);
+		dg_buf_free(&vals);
+		OK(dg_tx_rollback(tx));
+	}
+	cluster_stop(&cl);
+}
+
+/* TX_LOCK_ALL from a peer that breaks the rules: an item of the wrong
+ * partition is refused alone (DG_ERR_INVAL), the others answered (here
+ * reads without a lock); a list that is not whole items is answered with
+ * an empty list, which the near takes as "ask for each key alone". */
+static void test_tx_lock_all_hostile_items(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c = tx_cache(cl.n[0], "lockall", 1);
+	char ka[16], kb[16];
+	key_on(c, node_id(cl.n[2]), "a", ka);
+	key_on(c, node_id(cl.n[2]), "b", kb);
+	put_long(cl.n[0], c, ka, 7);
+	uint8_t enc[2][24];
+	uint32_t len[2], part[2];
+	for (int i = 0; i < 2; i++) {
+		const char *k = i == 0 ? ka : kb;
+		dg_buf b;
+		dg_buf_init(&b);
+		dg_writer w;
+		dg_writer_init(&w, NULL, &b);
+		OK(dg_write_bytes(&w, k, strlen(k)));
+		memcpy(enc[i], b.data, b.len);
+		len[i] = (uint32_t)b.len;
+		uint64_t hash;
+		part[i] = dgi_cache_key_part(c, b.data, b.len, &hash);
+		dg_buf_free(&b);
+	}
+	uint64_t own[8];
+	int64_t tv;
+	assert_true(dgi_cache_owners(c, part[0], own, DGI_OWNERS_BUF, &tv) > 0);
+	dg_buf lb;
+	dg_buf_init(&lb);
+	dg_writer w;
+	dg_writer_init(&w, dgi_txwire_registry(), &lb);
+	dg_write_list_begin(&w, 3 * DGI_TXLA_VALUES);
+	for (int i = 0; i < 3; i++) {
+		int k = i == 2 ? 1 : 0;
+		dgi_msg_tx_lock it = { 0, 0, 0, 0, 0, { enc[k], len[k] }, tv, part[k],
+			DGI_TXL_NOLOCK };
+		if (i == 1)
+			it.part = (part[k] + 1) % 1024; /* not the key's partition */
+		OK(dgi_txla_item_put(&w, &it));
+	}
+	dg_write_end(&w);
+	OK(dg_writer_finish(&w));
+	dgi_msg_tx_lock_all m = { (int64_t)node_id(cl.n[0]), 999, 1767225600000LL,
+		dgi_cache_id_of(c), 1000, tv, { lb.data, (uint32_t)lb.len } };
+	dg_msg_raw r;
+	uint8_t mem[512];
+	dg_arena ar;
+	dg_reader rd;
+	uint32_t n = 0;
+	dgi_msg_tx_lock_res got[3];
+	/* (asked again while the primary is not ready: a slow build) */
+	for (uint64_t until = dgi_now_ms() + 10000;;) {
+		dg_arena_init(&ar, mem, sizeof(mem));
+		OK(dg_tp_call(dgi_node_tp(cl.n[0]), node_id(cl.n[2]), DGI_MSG_TX_LOCK_ALL, &m, 5000,
+		    &r, &ar));
+		OK(dgi_txla_open(&r.list, DGI_TXLAR_VALUES, &rd, &n));
+		assert_int_equal(n, 3);
+		bool again = false;
+		for (int i = 0; i < 3; i++) {
+			OK(dgi_txla_res_get(&rd, &got[i]));
+			again |= got[i].res == DG_ERR_NOT_READY;
+		}
+		if (!again || dgi_now_ms() > until)
+			break;
+		usleep(20 * 1000);
+	}
+	dg_err want[3] = { DG_OK, DG_ERR_INVAL, DG_OK };
+	int64_t found[3] = { 1, 0, 0 };
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(got[i].res, want[i]);
+		assert_int_equal(got[i].found, found[i]);
+	}
+	/* four values: not whole items */
+	dg_buf_reset(&lb);
+	dg_writer_init(&w, dgi_txwire_registry(), &lb);
+	dg_write_list_begin(&w, 4);
+	for (int i = 0; i < 4; i++)
+		dg_write_i64(&w, i);
+	dg_write_end(&w);
+	OK(dg_writer_finish(&w));
+	m.items = (dg_raw){ lb.data, (uint32_t)lb.len };
+	dg_arena_init(&ar, mem, sizeof(mem));
+	OK(dg_tp_call(dgi_node_tp(cl.n[0]), node_id(cl.n[2]), DGI_MSG_TX_LOCK_ALL, &m, 5000, &r,
+	    &ar));
+	OK(dgi_txla_open(&r.list, DGI_TXLAR_VALUES, &rd, &n));
+	assert_int_equal(n, 0);
+	dg_buf_free(&lb);
+	cluster_stop(&cl);
+}
+
 /* ---- plain operations: the request timeout; lock waits ended by the fence ---- */
 
 struct plain_arg {
@@ -2308,6 +2597,277 @@ static void test_takeover_after_partial_copies(void **state)
 	cluster_stop(&cl);
 }
 
+/* raw's copy on c's own node (any role): 1 its value is rawv, 0 another
+ * or none; its version in *ver. */
+static int local_is(dg_cache *c, const char *raw, const char *rawv, dgi_pver *ver)
+{
+	uint8_t key[32], want[32];
+	size_t klen = encode_raw(raw, key, sizeof(key));
+	size_t wlen = encode_raw(rawv, want, sizeof(want));
+	uint64_t hash;
+	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+	dg_buf b;
+	dg_buf_init(&b);
+	bool found = false;
+	dgi_pver v = { 0, 0, 0, 0 };
+	dg_err e = dgi_cache_tx_read(c, 0, part, hash, key, klen, &b, &found, &v);
+	int is = e == DG_OK && found && b.len == wlen && memcmp(b.data, want, wlen) == 0;
+	dg_buf_free(&b);
+	if (ver != NULL)
+		*ver = v;
+	return is;
+}
+
+/* The three tests below: a key k whose primary P applied a commit (k=1)
+ * and copied it to owner O but not to N (N drops P's frames: a cut reaches
+ * a node's peers one after another), then a later write of k (2, a
+ * version above) copied to O only too; then P leaves.  However the commit
+ * is finished — by the near, or by N's recovery — k must end 2 on every
+ * owner: the later write stands.  Before, the entries were applied anew at
+ * N with a new version (k=1) and copied over O's 2: an acknowledged write
+ * lost (cluster_partition_netns: reg_tx not linearizable, a cas and a
+ * write both acknowledged while the coordinator was cut off). */
+struct left_primary {
+	struct cluster cl;
+	dg_cache *c0, *cn, *cN, *cO;
+	dg_node *near, *P, *N, *O;
+	char k[16], k2[16];
+	uint64_t own[8], own2[8];   /* k's owners (P, N, O), k2's */
+};
+
+/* Three servers and a near; k (primary P, not the coordinator) and k2
+ * (another primary) both 0. */
+static void lp_start(struct left_primary *x, const char *cache)
+{
+	memset(x, 0, sizeof(*x));
+	cluster_start(&x->cl, 3);
+	dg_cache *cs[3];
+	cs[0] = x->c0 = tx_cache(x->cl.n[0], cache, 2);
+	cs[1] = cache_on(x->cl.n[1], cache);
+	cs[2] = cache_on(x->cl.n[2], cache);
+	x->near = start_near(x->cl.n[0], cache, &x->cn);
+	dg_node *all[4] = { x->cl.n[0], x->cl.n[1], x->cl.n[2], x->near };
+	wait_settled(all, 4, cs, 3);
+	for (int i = 0; i < 400 && (x->k[0] == 0 || x->k2[0] == 0); i++) {
+		char raw[16];
+		snprintf(raw, sizeof(raw), "k-%d", i);
+		assert_int_equal(owners_of_raw(x->c0, raw, x->k[0] == 0 ? x->own : x->own2), 3);
+		if (x->k[0] == 0 && x->own[0] != node_id(x->cl.n[0]))
+			strcpy(x->k, raw);
+		else if (x->k[0] != 0 && x->own2[0] != x->own[0])
+			strcpy(x->k2, raw);
+	}
+	assert_true(x->k[0] != 0 && x->k2[0] != 0);
+	OK(dg_cache_put(x->cn, x->k, strlen(x->k), "0", 1));
+	OK(dg_cache_put(x->cn, x->k2, strlen(x->k2), "0", 1));
+	x->P = node_with_id(&x->cl, x->own[0]);
+	x->N = node_with_id(&x->cl, x->own[1]);
+	x->O = node_with_id(&x->cl, x->own[2]);
+	x->cN = cache_on(x->N, cache);
+	x->cO = cache_on(x->O, cache);
+}
+
+/* N stops hearing P. */
+static void lp_cut(struct left_primary *x)
+{
+	dgi_tp_test_cut(dgi_node_tp(x->N), x->own[0], true);
+}
+
+/* Once O has P's copy of k=1, P writes k=2 (a later version) to O only. */
+static void lp_later_write(struct left_primary *x, uint64_t deadline)
+{
+	dgi_pver v1;
+	while (!local_is(x->cO, x->k, "1", &v1) && dgi_now_ms() < deadline)
+		usleep(2 * 1000);
+	atomic_store(&dgi_tx_crash_point, 0);
+	assert_true(local_is(x->cO, x->k, "1", &v1)); /* P applied it, O has its copy */
+	assert_true(local_is(x->cN, x->k, "0", NULL)); /* N does not */
+	dg_buf ents;
+	dg_buf_init(&ents);
+	one_ent(x->c0, x->k, "2", v1.topver, (int64_t)v1.counter + 1, &ents);
+	dgi_msg_tx_prepare cp = { 0x0fedcba987654321LL, 78, (int64_t)time(NULL) * 1000, 0, 0, 0,
+		(int64_t)x->own[0], 0, 0, 0, { ents.data, (uint32_t)ents.len } };
+	dgi_msg_tx_ctl r;
+	OK(dg_tp_call(dgi_node_tp(x->P), x->own[2], DGI_MSG_TX_COMMIT_COPY, &cp, 5000, &r, NULL));
+	dg_buf_free(&ents);
+	assert_true(local_is(x->cO, x->k, "2", NULL));
+}
+
+/* P dies (out of cl: not stopped again); N hears the others again. */
+static void lp_kill_primary(struct left_primary *x)
+{
+	dgi_node_kill(x->P);
+	for (int i = 0; i < 3; i++)
+		if (x->cl.n[i] == x->P) {
+			x->cl.n[i] = x->cl.n[2];
+			x->cl.n[2] = x->near;
+		}
+	dgi_tp_test_cut(dgi_node_tp(x->N), x->own[0], false);
+}
+
+/* k ends 2 on N and on O. */
+static void lp_check(struct left_primary *x)
+{
+	uint64_t deadline = dgi_now_ms() + 10000;
+	while (!(local_is(x->cN, x->k, "2", NULL) && local_is(x->cO, x->k, "2", NULL)) &&
+	    dgi_now_ms() < deadline)
+		usleep(20 * 1000);
+	bool n2 = local_is(x->cN, x->k, "2", NULL), o2 = local_is(x->cO, x->k, "2", NULL);
+	bool n1 = local_is(x->cN, x->k, "1", NULL), o1 = local_is(x->cO, x->k, "1", NULL);
+	print_message("      k on N: %s, on O: %s\n", n2 ? "2" : n1 ? "1" : "other",
+	    o2 ? "2" : o1 ? "1" : "other");
+	assert_true(n2);
+	assert_true(o2);
+}
+
+/* A one-phase commit (a put of k) whose primary P left before answering:
+ * committed, since O applied P's copies — O re-sends what it holds
+ * (RECOPY).  P's answer never reaches the near (a kill would answer
+ * "applied, not confirmed" as it closes: a cut does not). */
+static void test_one_phase_resolved_by_the_owner_that_applied(void **state)
+{
+	(void)state;
+	struct left_primary x;
+	lp_start(&x, "oneph");
+	lp_cut(&x);
+	pthread_t tw;
+	struct bg_op w = { .c = x.cn, .key = x.k, .val = "1" };
+	assert_int_equal(pthread_create(&tw, NULL, bg_op_run, &w), 0);
+	lp_later_write(&x, dgi_now_ms() + 5000);
+	assert_false(atomic_load(&w.done)); /* the put waits for N's answer to P */
+	dgi_tp_test_cut(dgi_node_tp(x.near), x.own[0], true);
+	lp_kill_primary(&x);
+	dgi_tp_test_cut(dgi_node_tp(x.near), x.own[0], false);
+	pthread_join(tw, NULL);
+	print_message("      the put whose primary left: %s\n", dg_strerror(w.err));
+	OK(w.err); /* committed: O applied P's copies */
+	lp_check(&x);
+	dg_buf_free(&w.got);
+	cluster_stop(&x.cl); /* the two servers left and the near */
+}
+
+/* The same, but P answers the put "applied, not confirmed" as it dies
+ * (its backup requests fail as it closes) and then leaves: O, which
+ * applied P's copies, re-sends them and the put is committed.  Before,
+ * nobody vouched for entries whose applier left: DG_ERR_TX_UNKNOWN. */
+static void test_applier_left_resent_by_the_owner_that_applied(void **state)
+{
+	(void)state;
+	struct left_primary x;
+	lp_start(&x, "applier");
+	lp_cut(&x);
+	pthread_t tw;
+	struct bg_op w = { .c = x.cn, .key = x.k, .val = "1" };
+	assert_int_equal(pthread_create(&tw, NULL, bg_op_run, &w), 0);
+	lp_later_write(&x, dgi_now_ms() + 5000);
+	assert_false(atomic_load(&w.done));
+	lp_kill_primary(&x);
+	pthread_join(tw, NULL);
+	print_message("      the put whose primary answered and left: %s\n", dg_strerror(w.err));
+	OK(w.err);
+	lp_check(&x);
+	dg_buf_free(&w.got);
+	cluster_stop(&x.cl);
+}
+
+struct bg_transfer {
+	dg_node *near;
+	dg_cache *c;
+	const char *k1, *k2;
+	dg_err err;
+};
+
+/* PESSIMISTIC REPEATABLE_READ: k1 = 1 and k2 = 1 in one tx. */
+static void *bg_transfer_run(void *arg)
+{
+	struct bg_transfer *t = arg;
+	dg_tx *tx;
+	t->err = dg_tx_begin(t->near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 8000, "both", &tx);
+	if (t->err != DG_OK)
+		return NULL;
+	if ((t->err = tx_put_long(tx, t->c, t->k1, 1)) == DG_OK &&
+	    (t->err = tx_put_long(tx, t->c, t->k2, 1)) == DG_OK) {
+		t->err = dg_tx_commit(tx);
+		return NULL;
+	}
+	dg_tx_rollback(tx);
+	return NULL;
+}
+
+/* Starts the two-phase transfer of k and k2 (its COMMITs 500 ms after
+ * every primary prepared) and returns once N kept P's prepared entries
+ * (and k2's primary's, unless that is N). */
+static void lp_start_transfer(struct left_primary *x, struct bg_transfer *t, pthread_t *tw)
+{
+	uint64_t want_kept = x->own2[0] == x->own[1] ? 1 : 2;
+	dgi_txsvc_stats st;
+	dgi_txsvc_get_stats(dgi_node_txs(x->N), &st);
+	uint64_t kept0 = st.backup_prepared;
+	atomic_store(&dgi_tx_crash_point, 5);
+	*t = (struct bg_transfer){ x->near, x->cn, x->k, x->k2, DG_OK };
+	assert_int_equal(pthread_create(tw, NULL, bg_transfer_run, t), 0);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	do {
+		usleep(1000);
+		dgi_txsvc_get_stats(dgi_node_txs(x->N), &st);
+	} while (st.backup_prepared - kept0 < want_kept && dgi_now_ms() < deadline);
+	assert_true(st.backup_prepared - kept0 >= want_kept);
+}
+
+/* The same for a two-phase commit: P prepared (N and O keep its entries),
+ * then applied the COMMIT; P dies.  The near re-sends P's entries to O,
+ * which applied P's copies (RECOPY) — not to N, the new primary, which
+ * would apply its kept entries anew. */
+static void test_commit_resolved_by_the_owner_that_applied(void **state)
+{
+	(void)state;
+	struct left_primary x;
+	lp_start(&x, "twoph");
+	pthread_t tw;
+	struct bg_transfer t;
+	lp_start_transfer(&x, &t, &tw);
+	lp_cut(&x); /* before the COMMITs (500 ms) */
+	lp_later_write(&x, dgi_now_ms() + 5000);
+	dgi_tp_test_cut(dgi_node_tp(x.near), x.own[0], true);
+	lp_kill_primary(&x);
+	dgi_tp_test_cut(dgi_node_tp(x.near), x.own[0], false);
+	pthread_join(tw, NULL);
+	print_message("      the commit whose primary left: %s\n", dg_strerror(t.err));
+	OK(t.err);
+	lp_check(&x);
+	assert_int_equal(get_long(x.cn, x.k2), 1);
+	cluster_stop(&x.cl);
+}
+
+/* Recovery, likewise: P and the near both leave after P applied the
+ * commit.  N's recovery decides commit (the other primary committed) and
+ * O, which applied P's copies, re-sends what it holds — N does not take
+ * the tx over (its kept entries applied anew, with new versions). */
+static void test_recovery_recopies_from_the_owner_that_applied(void **state)
+{
+	(void)state;
+	struct left_primary x;
+	lp_start(&x, "recov");
+	pthread_t tw;
+	struct bg_transfer t;
+	lp_start_transfer(&x, &t, &tw);
+	lp_cut(&x); /* before the COMMITs (500 ms) */
+	lp_later_write(&x, dgi_now_ms() + 5000);
+	for (int i = 0; i < 3; i++) { /* the near leaves: cut from every server */
+		dgi_tp_test_cut(dgi_node_tp(x.near), node_id(x.cl.n[i]), true);
+		dgi_tp_test_cut(dgi_node_tp(x.cl.n[i]), node_id(x.near), true);
+	}
+	lp_kill_primary(&x);
+	lp_check(&x);
+	for (int i = 0; i < 2; i++) {
+		dgi_tp_test_cut(dgi_node_tp(x.near), node_id(x.cl.n[i]), false);
+		dgi_tp_test_cut(dgi_node_tp(x.cl.n[i]), node_id(x.near), false);
+	}
+	pthread_join(tw, NULL);
+	print_message("      the cut near's commit: %s\n", dg_strerror(t.err));
+	cluster_stop(&x.cl);
+}
+
 /* A thread whose per-thread buffers cannot be allocated still serves
  * transactions (the service uses buffers of its own) and the raw API
  * answers DG_ERR_NOMEM — no NULL is dereferenced. */
@@ -2814,6 +3374,10 @@ int main(void)
 		cmocka_unit_test_teardown(test_bank_optimistic_serializable, after_test),
 		cmocka_unit_test_teardown(test_bank_through_primary_crashes, after_test),
 		cmocka_unit_test_teardown(test_takeover_after_partial_copies, after_test),
+		cmocka_unit_test_teardown(test_one_phase_resolved_by_the_owner_that_applied, after_test),
+		cmocka_unit_test_teardown(test_applier_left_resent_by_the_owner_that_applied, after_test),
+		cmocka_unit_test_teardown(test_commit_resolved_by_the_owner_that_applied, after_test),
+		cmocka_unit_test_teardown(test_recovery_recopies_from_the_owner_that_applied, after_test),
 		cmocka_unit_test_teardown(test_counters_through_primary_crashes, after_test),
 		cmocka_unit_test_teardown(test_steady_state_allocations, after_test),
 		cmocka_unit_test_teardown(test_topology_change_waits_for_txs, after_test),
@@ -2828,6 +3392,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_tx_list, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_from_other_node, after_test),
 		cmocka_unit_test_teardown(test_tx_kill_wakes_lock_waiter, after_test),
+		cmocka_unit_test_teardown(test_tx_get_all_reads_at_once, after_test),
+		cmocka_unit_test_teardown(test_tx_lock_all_hostile_items, after_test),
 		cmocka_unit_test_teardown(test_prepare_checks_partition, after_test),
 		cmocka_unit_test_teardown(test_tx_without_thread_buffers, after_test),
 		cmocka_unit_test_teardown(test_commit_reaches_backups_on_many_nodes, after_test),

@@ -49,7 +49,7 @@ static dgi_txid bulk_id(uint32_t i)
 static dgi_txdone *make(uint64_t keep_ms)
 {
 	dgi_txdone *d = NULL;
-	assert_int_equal(dgi_txdone_create(keep_ms, &d), DG_OK);
+	assert_int_equal(dgi_txdone_create(keep_ms, 0, &d), DG_OK);
 	assert_non_null(d);
 	return d;
 }
@@ -59,6 +59,45 @@ static uint64_t live_allocs(void)
 	dgi_alloc_stats s = { .allocs = 0, .frees = 0, .bytes = 0, .failed = 0 };
 	dgi_alloc_get_stats(&s);
 	return s.allocs - s.frees;
+}
+
+/* Sized at create for a capacity: puts up to it allocate nothing (the
+ * table at 2 x, the ring at 1 x, powers of two: 1000 -> 2048 slots, 1024
+ * ring entries); the first past the ring grows, counted.  Outcomes packed
+ * into the slot come back as put; a seq with the packing bit is refused. */
+static void test_presized(void **state)
+{
+	(void)state;
+	dgi_txdone *d = NULL;
+	assert_int_equal(dgi_txdone_create(1000, 1000, &d), DG_OK);
+	dgi_alloc_stats st0 = { 0 }, st1 = { 0 };
+	dgi_alloc_get_stats(&st0);
+	for (uint32_t i = 0; i < 1024; i++) {
+		dgi_txid id = bulk_id(i);
+		assert_int_equal(dgi_txdone_put(d, &id, i % 3 ? DGI_TXS_COMMITTED :
+		    DGI_TXS_ROLLED_BACK, 10), DG_OK);
+	}
+	dgi_alloc_get_stats(&st1);
+	assert_int_equal(st1.allocs, st0.allocs);
+	assert_int_equal(dgi_txdone_grown(d), 0);
+	for (uint32_t i = 0; i < 1024; i++) {
+		dgi_txid id = bulk_id(i);
+		dgi_txs o = DGI_TXS_ACTIVE;
+		assert_true(dgi_txdone_get(d, &id, &o));
+		assert_int_equal(o, i % 3 ? DGI_TXS_COMMITTED : DGI_TXS_ROLLED_BACK);
+	}
+	dgi_txid more = bulk_id(5000);
+	assert_int_equal(dgi_txdone_put(d, &more, DGI_TXS_COMMITTED, 10), DG_OK);
+	assert_int_equal(dgi_txdone_grown(d), 1);
+	assert_int_equal(dgi_txdone_count(d), 1025);
+	dgi_txid top = tid(1, 1ull << 63);
+	assert_int_equal(dgi_txdone_put(d, &top, DGI_TXS_COMMITTED, 10), DG_ERR_INVAL);
+	assert_false(dgi_txdone_get(d, &top, NULL));
+	dgi_txid plain = tid(1, 0);
+	assert_false(dgi_txdone_get(d, &plain, NULL)); /* not the packed one */
+	assert_int_equal(dgi_txdone_create(1000, DGI_TXDONE_CAPACITY_MAX + 1ull, &(dgi_txdone *){ NULL }),
+	    DG_ERR_INVAL);
+	dgi_txdone_destroy(d);
 }
 
 static void test_put_get(void **state)
@@ -106,7 +145,7 @@ static void test_invalid(void **state)
 	dgi_txid zero = tid(0, 0), a = tid(0, 5), b = tid(5, 0);
 	dgi_txs o = DGI_TXS_COMMITTED;
 
-	assert_int_equal(dgi_txdone_create(0, &d), DG_ERR_INVAL);
+	assert_int_equal(dgi_txdone_create(0, 0, &d), DG_ERR_INVAL);
 	assert_null(d);
 	d = make(10);
 	assert_int_equal(dgi_txdone_put(d, &zero, DGI_TXS_COMMITTED, 1), DG_ERR_INVAL);
@@ -239,7 +278,7 @@ static void test_nomem(void **state)
 
 	for (uint64_t k = 1; k <= 3; k++) {
 		dgi_alloc_fail_nth(k);
-		assert_int_equal(dgi_txdone_create(5, &d), DG_ERR_NOMEM);
+		assert_int_equal(dgi_txdone_create(5, 0, &d), DG_ERR_NOMEM);
 		assert_null(d);
 		assert_int_equal(live_allocs(), base);
 	}
@@ -350,6 +389,7 @@ static void test_threads(void **state)
 int dgt_txdone_tests(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_presized),
 		cmocka_unit_test(test_put_get),
 		cmocka_unit_test(test_duplicate),
 		cmocka_unit_test(test_invalid),

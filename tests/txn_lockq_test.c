@@ -177,6 +177,44 @@ static void test_reentrant(void **state)
 	dgi_locks_destroy(l);
 }
 
+/* dgi_lock_release gives back one key: the next waiter gets it, the tx
+ * keeps its other locks, may take the key again, and release_all still
+ * ends everything (the released request included, without a callback). */
+static bool rel_one(dgi_locks *l, uint32_t k, dgi_txid tx)
+{
+	return dgi_lock_release(l, CACHE, (const uint8_t *)&k, sizeof(k), fnv(&k, sizeof(k)), &tx);
+}
+
+static void test_release_one_key(void **state)
+{
+	(void)state;
+	dgi_locks *l;
+	struct rec ra = { 0 }, rb = { 0 }, ra2 = { 0 };
+	dgi_txid a = txid(1, 1), b = txid(1, 2);
+
+	assert_int_equal(dgi_locks_create(4, &l), DG_OK);
+	assert_int_equal(acq(l, 5, a, 0, &ra), DGI_LOCK_GRANTED);
+	assert_int_equal(acq(l, 6, a, 0, &ra), DGI_LOCK_GRANTED);
+	assert_int_equal(acq(l, 5, b, 0, &rb), DGI_LOCK_QUEUED);
+	assert_false(rel_one(l, 5, b));          /* b does not hold it */
+	assert_false(rel_one(l, 7, a));          /* nobody does */
+	assert_true(rel_one(l, 5, a));
+	assert_int_equal(rb.calls, 1);
+	assert_int_equal(rb.err, DG_OK);
+	assert_tx(owner(l, 5), b);
+	assert_tx(owner(l, 6), a);
+	assert_int_equal(stats(l).locks, 2);
+	assert_int_equal(acq(l, 5, a, 0, &ra2), DGI_LOCK_QUEUED); /* again, behind b */
+	assert_int_equal(rel(l, b), 1);
+	assert_int_equal(ra2.calls, 1);
+	assert_int_equal(ra2.err, DG_OK);
+	assert_int_equal(rel(l, a), 2);          /* 5 (again) and 6 */
+	assert_int_equal(ra.calls, 0);
+	assert_int_equal(stats(l).locks, 0);
+	assert_int_equal(stats(l).waiters, 0);
+	dgi_locks_destroy(l);
+}
+
 static void test_invalid(void **state)
 {
 	dgi_locks *l;
@@ -853,6 +891,7 @@ int dgt_lockq_tests(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_grant_when_free),
 		cmocka_unit_test(test_reentrant),
+		cmocka_unit_test(test_release_one_key),
 		cmocka_unit_test(test_invalid),
 		cmocka_unit_test(test_fifo_three),
 		cmocka_unit_test(test_release_all_100),

@@ -36,7 +36,7 @@ static void pair_start(struct pair *p)
 	c.reg = p->reg;
 	c.listen_url = "tcp://127.0.0.1:0";
 	OK(dg_tp_start(&c, &p->prim));
-	OK(dgi_txsvc_start(p->prim, NULL, &p->svc));
+	OK(dgi_txsvc_start(p->prim, NULL, 0, &p->svc));
 	OK(dg_tp_start(&c, &p->near));
 	OK(dg_tp_connect(p->near, dg_tp_address(p->prim), &p->to));
 }

@@ -274,6 +274,12 @@ struct conn *dgi_conn_tx_done(struct conn *c)
 
 /* ---- closing ---- */
 
+uint64_t dgi_dup_wait_until(const dg_tp *tp, uint64_t now)
+{
+	uint32_t t = tp->cfg.connect_timeout_ms;
+	return now + (t < DGI_DUP_WAIT_MS ? t : DGI_DUP_WAIT_MS);
+}
+
 void dgi_conn_close(struct conn *c, dg_err why)
 {
 	dg_tp *tp = c->tp;
@@ -313,9 +319,9 @@ void dgi_conn_close(struct conn *c, dg_err why)
 		if (c->dialer && !lost && p->conn == NULL && c->dup_refused) {
 			/* both sides dialled and the peer kept its own dial: that
 			 * connection attaches here shortly — queued frames wait
-			 * for it (bounded: redialled after the connect timeout)
+			 * for it (bounded: redialled after DGI_DUP_WAIT_MS)
 			 * instead of being dropped */
-			p->dup_wait_ms = dgi_now_ms() + tp->cfg.connect_timeout_ms;
+			p->dup_wait_ms = dgi_dup_wait_until(tp, dgi_now_ms());
 		} else if (c->dialer && !lost && p->conn == NULL) {
 			p->dialing = false;
 		}
@@ -877,7 +883,10 @@ void dgi_dial_end(struct dial *d, struct conn *c, dg_err e, const char *why)
 {
 	dg_tp *tp = d->tp;
 	if (c != NULL) {
+		/* (c is on tp->conns already: the stats read c->peer under c->mu) */
+		pthread_mutex_lock(&c->mu);
 		c->peer = d->peer;
+		pthread_mutex_unlock(&c->mu);
 		c->waiter = d->waiter;
 		c->dial_url = d->url;
 		d->url = NULL;

@@ -614,6 +614,8 @@ static void *reactor_main(void *arg)
 	struct dgi_reactor *r = arg;
 	struct epoll_event evs[EVENTS_MAX];
 	struct dgi_cork cork = { 0 };
+	cork.round = true;
+	cork.tp = r->tp;
 	dgi_cork = &cork;
 	while (!atomic_load(&r->quit)) {
 		int n = epoll_wait(r->epfd, evs, EVENTS_MAX, next_timeout(r));
@@ -647,12 +649,14 @@ static void *reactor_main(void *arg)
 				break;
 			}
 		}
+		dgi_round_end(&cork); /* what handlers left for the round's end */
 		dgi_cork_flush(&cork); /* what handlers sent this round, a write per peer */
 		housekeeping(r);
 		/* every event of this round is handled: what left epoll before
 		 * this point is named by no event still to come */
 		atomic_fetch_add(&r->epoch, 1);
 	}
+	dgi_round_end(&cork);
 	dgi_cork_flush(&cork);
 	dgi_cork = NULL;
 	return NULL;

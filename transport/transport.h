@@ -359,8 +359,9 @@ const char *dg_tp_address(const dg_tp *tp);
  * handler are answered with DG_ERR_UNSUPPORTED. */
 dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx);
 
-/* Waits until no handler is running (after unsetting handlers with
- * dg_tp_handle(..., NULL, NULL), so their context can be freed).  Not from a
+/* Waits until no handler is running, nor a round-end callback a handler
+ * left (dg_tp_at_round_end), after unsetting handlers with
+ * dg_tp_handle(..., NULL, NULL), so their context can be freed.  Not from a
  * handler. */
 void dg_tp_quiesce(dg_tp *tp);
 
@@ -400,6 +401,14 @@ void dg_tp_cancel(dg_tp *tp, dg_reply_fn cb);
  * Send nothing that waits for an answer in between. */
 bool dg_tp_cork_begin(void);
 void dg_tp_cork_end(bool began);
+/* From a handler on a transport's reactor thread: fn(ctx) runs once at
+ * the end of this round of events — after every message the round read
+ * was handled, before the frames they sent are written — on that thread;
+ * true.  False, nothing registered, on any other thread (a handler of a
+ * TLS connection runs on nng's) or when the round has 4 already.  For
+ * work gathered across a round's messages (the cache's copies to each
+ * backup, one message per round). */
+bool dg_tp_at_round_end(void (*fn)(void *ctx), void *ctx);
 /* Blocking request: decodes the reply body into reply (its row's struct;
  * views copied into arena, which may be NULL when the body has none). */
 dg_err dg_tp_call(dg_tp *tp, dg_node_id to, dg_msg_type type,

@@ -67,6 +67,16 @@ static inline void ctr_bump(struct ctr *c, size_t bytes)
 
 /* Events (rare): atomic adds. */
 #define DGI_HANDSHAKE_LOG_MS 1000u
+/* How long a dial refused as a duplicate waits for the peer's connection
+ * before dialling again (at most the connect timeout).  The refusal may
+ * come from a connection the peer has not yet seen closed (we reset it,
+ * or a cut did), and then no dial of the peer's is coming: waiting the
+ * whole connect timeout (5 s) kept a healed pair apart past the
+ * membership's patience (transport_test, test_member_silent_peer_reset,
+ * failed in CI).  Its dial, if there is one, attaches within a round
+ * trip. */
+#define DGI_DUP_WAIT_MS 500u
+uint64_t dgi_dup_wait_until(const dg_tp *tp, uint64_t now);
 
 /* quorum.c: majorities and leases (PROTOCOL.md, "Majority").  Pure.
  * dgi_quorum_voters: t's voting servers — the baseline's addresses when one
@@ -315,6 +325,8 @@ struct stripe {
 	pthread_mutex_t mu;
 	uint32_t mask, count, tombs;
 	struct pending *slots;
+	struct pending *spare;      /* mask + 1 more: clearing the tombstones
+	                               rehashes into it, then the two swap */
 };
 
 /* A type's handler: fn and ctx are one pair, replaced together under a
@@ -457,13 +469,24 @@ dg_err dgi_conn_dial_start(struct dial *d);
  * (dg_tp_cork_begin).  A peer corked by one thread is written by that
  * thread's flush: frames another thread queues meanwhile go with it. */
 #define DGI_CORK_MAX 64
+#define DGI_ROUND_END_MAX 4
 struct dgi_cork {
 	int n;
 	struct peer *p[DGI_CORK_MAX];
+	bool round;                 /* the reactor's: dg_tp_at_round_end works */
+	dg_tp *tp;                  /* the reactor's transport (round only) */
+	int nend;
+	void (*end_fn[DGI_ROUND_END_MAX])(void *ctx);
+	void *end_ctx[DGI_ROUND_END_MAX];
 };
 extern _Thread_local struct dgi_cork *dgi_cork;
 /* Writes every corked peer's queue (reactor thread, end of a round). */
 void dgi_cork_flush(struct dgi_cork *ck);
+/* Runs (and forgets) what handlers of this round asked for at its end
+ * (dg_tp_at_round_end): before dgi_cork_flush.  Each callback counts as a
+ * running handler (tp->in_handler) from its registration until it
+ * returned, so dg_tp_quiesce waits for it too. */
+void dgi_round_end(struct dgi_cork *ck);
 
 /* Service thread: redials peers whose duplicate-refused dial was not
  * followed by the peer's own connection in time. */

@@ -723,6 +723,27 @@ uint32_t dgi_lock_release_all(dgi_locks *l, const dgi_txid *tx)
 	return held;
 }
 
+bool dgi_lock_release(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uint32_t klen,
+    uint64_t hash, const dgi_txid *tx)
+{
+	if (l == NULL || tx == NULL || (key == NULL && klen > 0))
+		return false;
+	uint64_t h = dgi_mix64(hash);
+	struct lstripe *s = &l->l_stripes[stripe_of(l, h)];
+	struct cbbatch b = { 0 };
+	pthread_mutex_lock(&s->s_mu);
+	struct lentry *e = etab_find(s, h, cache_id, key, klen);
+	struct lreq *q = e != NULL ? e->e_owner : NULL;
+	bool held = q != NULL && dgi_txid_eq(&q->q_tx, tx);
+	if (held) {
+		release_held(s, q, &b);
+		q->q_state = Q_DEAD; /* (back to the free list at release_all) */
+	}
+	pthread_mutex_unlock(&s->s_mu);
+	batch_run(&b);
+	return held;
+}
+
 /* Times out s's due waiters, up to a batch; true if it stopped early. */
 static bool expire_some(struct lstripe *s, uint64_t now, struct cbbatch *b)
 {

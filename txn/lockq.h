@@ -83,6 +83,12 @@ int dgi_lock_acquire(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uint32
  * cb runs with DG_OK).  Returns how many locks tx held. */
 uint32_t dgi_lock_release_all(dgi_locks *l, const dgi_txid *tx);
 
+/* Releases the lock tx holds on (cache_id, key) alone — the key goes to
+ * its next waiter — and keeps the rest; the request stays on tx's list
+ * (ended) until release_all.  Returns whether tx held it. */
+bool dgi_lock_release(dgi_locks *l, uint32_t cache_id, const uint8_t *key, uint32_t klen,
+    uint64_t hash, const dgi_txid *tx);
+
 /* Times out waiters whose deadline is <= now (cb DG_ERR_TIMEOUT). Returns
  * how many. */
 uint32_t dgi_locks_expire(dgi_locks *l, uint64_t now_ms);

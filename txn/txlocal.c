@@ -23,6 +23,7 @@ static void tls_free(void *p)
 	dg_buf_free(&t->val);
 	dg_buf_free(&t->copy);
 	dg_buf_free(&t->edges);
+	dg_buf_free(&t->lall);
 	dgi_free(t);
 }
 
@@ -116,7 +117,9 @@ static void local_reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type,
 
 void dgi_svc_reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type, const void *body)
 {
-	if (req->from == s->self)
+	if (req->type == DGI_MSG_TX_LOCK_ALL && type == DGI_MSG_TX_LOCK_RES)
+		dgi_svc_lock_all_item(s, req, body); /* one key of a TX_LOCK_ALL (txlock.c) */
+	else if (req->from == s->self)
 		local_reply(s, req, type, body, DG_OK);
 	else
 		dg_tp_reply(s->tp, req, type, body);
@@ -125,7 +128,8 @@ void dgi_svc_reply(dgi_txsvc *s, const dg_msg_in *req, dg_msg_type type, const v
 void dgi_svc_ack_flags(dgi_txsvc *s, const dg_msg_in *req, dg_err res, int64_t idx,
     int64_t flags)
 {
-	if (req->type == DGI_MSG_TX_LOCK || req->type == DGI_MSG_TX_UNLOCK) {
+	if (req->type == DGI_MSG_TX_LOCK || req->type == DGI_MSG_TX_UNLOCK ||
+	    req->type == DGI_MSG_TX_LOCK_ALL) {
 		dgi_msg_tx_lock_res r = { res, 0, 0, 0, 0, { NULL, 0 } };
 		dgi_svc_reply(s, req, DGI_MSG_TX_LOCK_RES, &r);
 		return;

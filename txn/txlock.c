@@ -1,7 +1,8 @@
 /*
  * txlock.c — TX_LOCK (a key's lock for a tx, and reads under it or
- * without one), its waiters and their answers; TX_UNLOCK and TX_ROLLBACK
- * (a tx's locks released here, its backups told).
+ * without one), its waiters and their answers; TX_LOCK_ALL (many keys of
+ * this primary, each as its TX_LOCK, answered together); TX_UNLOCK and
+ * TX_ROLLBACK (a tx's locks released here, its backups told).
  */
 #include "txsvc_int.h"
 
@@ -124,6 +125,12 @@ void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
 			dgi_svc_ack(s, in, DG_ERR_INVAL, -1);
 			return;
 		}
+		if (m->flags & DGI_TXL_RELEASE) { /* whatever the topology: it is ours */
+			dgi_lock_release(s->locks, (uint32_t)m->cache_id, m->key.ptr, m->key.len, hash,
+			    &tx);
+			dgi_svc_ack(s, in, DG_OK, -1);
+			return;
+		}
 		if ((err = dgi_svc_check_primary(s, c, part, m->topver)) != DG_OK) {
 			dgi_svc_ack(s, in, err, -1);
 			return;
@@ -148,6 +155,18 @@ void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
 	if (dgi_txdone_get(s->done, &tx, &done)) {
 		dgi_svc_ack(s, in, DG_ERR_TX_ROLLED_BACK, -1); /* ended here (rolled back, timed out) */
 		return;
+	}
+	if (m->flags & DGI_TXL_NOWAIT) {
+		/* a batch's first try: not queued behind another tx (the near
+		 * then locks its keys one by one, in its caller's order).  A
+		 * lock taken between this look and the acquire is waited for */
+		dgi_txid o = dgi_lock_owner(s->locks, (uint32_t)m->cache_id, m->key.ptr, m->key.len,
+		    hash);
+		if ((o.node != 0 || o.seq != 0) && !dgi_txid_eq(&o, &tx)) {
+			STAT(s, busy);
+			dgi_svc_ack(s, in, DG_ERR_BUSY, -1);
+			return;
+		}
 	}
 	uint64_t deadline = m->timeout_ms > 0 ? dgi_now_ms() + (uint64_t)m->timeout_ms : 0;
 	pthread_mutex_lock(&s->mu);
@@ -190,6 +209,191 @@ void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
 		waiter_put(s, w);
 		dgi_svc_ack(s, in, (dg_err)-res, -1);
 	}
+}
+
+/* ---- TX_LOCK_ALL ---- */
+
+#define LALL_FREE_MAX 64
+
+static struct lall *lall_get(dgi_txsvc *s, uint32_t n)
+{
+	pthread_mutex_lock(&s->mu);
+	struct lall *g = s->free_lalls;
+	if (g != NULL) {
+		s->free_lalls = g->next_free;
+		s->nfree_lalls--;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (g == NULL) {
+		if ((g = dgi_calloc(1, sizeof(*g))) == NULL)
+			return NULL;
+		pthread_mutex_init(&g->mu, NULL);
+		dg_buf_init(&g->vals);
+	}
+	if (n > g->cap) {
+		struct lall_slot *sl = dgi_alloc((n < 16 ? 16 : n) * sizeof(*sl));
+		if (sl == NULL) {
+			pthread_mutex_destroy(&g->mu);
+			dg_buf_free(&g->vals);
+			dgi_free(g->slot);
+			dgi_free(g);
+			return NULL;
+		}
+		dgi_free(g->slot);
+		g->slot = sl;
+		g->cap = n < 16 ? 16 : n;
+	}
+	g->n = n;
+	g->vals.len = 0;
+	return g;
+}
+
+static void lall_destroy(struct lall *g)
+{
+	pthread_mutex_destroy(&g->mu);
+	dg_buf_free(&g->vals);
+	dgi_free(g->slot);
+	dgi_free(g);
+}
+
+static void lall_put(dgi_txsvc *s, struct lall *g)
+{
+	if (g->vals.cap > 1u << 20)
+		dg_buf_free(&g->vals);
+	pthread_mutex_lock(&s->mu);
+	if (s->nfree_lalls < LALL_FREE_MAX) {
+		g->next_free = s->free_lalls;
+		s->free_lalls = g;
+		s->nfree_lalls++;
+		g = NULL;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (g != NULL)
+		lall_destroy(g);
+}
+
+void dgi_svc_lock_all_free(dgi_txsvc *s)
+{
+	while (s->free_lalls != NULL) {
+		struct lall *g = s->free_lalls;
+		s->free_lalls = g->next_free;
+		lall_destroy(g);
+	}
+	s->nfree_lalls = 0;
+}
+
+/* TX_LOCK_ALL_RES with an empty list: the near asks for each key alone. */
+static void lall_refuse(dgi_txsvc *s, const dg_msg_in *in)
+{
+	dg_buf fb, *b = tl_buf(lall, &fb);
+	dg_writer w;
+	dg_writer_init(&w, dgi_txwire_registry(), b);
+	dg_write_list_begin(&w, 0);
+	dg_write_end(&w);
+	dg_msg_raw none = { { b->data, (uint32_t)b->len } };
+	if (dg_writer_finish(&w) == DG_OK)
+		dgi_svc_reply(s, in, DGI_MSG_TX_LOCK_ALL_RES, &none);
+	dg_buf_free(&fb);
+}
+
+/* Every slot answered: TX_LOCK_ALL_RES, the record back to the pool. */
+static void lall_finish(dgi_txsvc *s, struct lall *g)
+{
+	dg_buf fb, *b = tl_buf(lall, &fb);
+	dg_writer w;
+	dg_writer_init(&w, dgi_txwire_registry(), b);
+	dg_write_list_begin(&w, g->n * DGI_TXLAR_VALUES);
+	for (uint32_t i = 0; i < g->n; i++) {
+		const struct lall_slot *sl = &g->slot[i];
+		dgi_msg_tx_lock_res r = { sl->res, sl->found, sl->ver_topver, sl->ver_counter,
+			sl->ver_order, { NULL, 0 } };
+		if (sl->found)
+			r.val = (dg_bytes){ g->vals.data != NULL ? g->vals.data + sl->voff :
+				(const uint8_t *)"", sl->vlen };
+		dgi_txla_res_put(&w, &r);
+	}
+	dg_write_end(&w);
+	dg_msg_in in = g->in;
+	lall_put(s, g);
+	if (dg_writer_finish(&w) == DG_OK) {
+		dg_msg_raw res = { { b->data, (uint32_t)b->len } };
+		dgi_svc_reply(s, &in, DGI_MSG_TX_LOCK_ALL_RES, &res);
+	} else {
+		lall_refuse(s, &in); /* the near reads every key alone */
+	}
+	dg_buf_free(&fb);
+}
+
+static void lall_done(dgi_txsvc *s, struct lall *g)
+{
+	if (atomic_fetch_sub_explicit(&g->left, 1, memory_order_acq_rel) == 1)
+		lall_finish(s, g);
+}
+
+void dgi_svc_lock_all_item(dgi_txsvc *s, const dg_msg_in *req, const dgi_msg_tx_lock_res *r)
+{
+	struct lall *g = (struct lall *)(uintptr_t)req->corr;
+	uint32_t i = req->raw_len;
+	pthread_mutex_lock(&g->mu);
+	if (i < g->n) {
+		struct lall_slot *sl = &g->slot[i];
+		*sl = (struct lall_slot){ r->res, r->found, r->ver_topver, r->ver_counter,
+			r->ver_order, 0, 0 };
+		if (r->found && r->val.ptr != NULL) {
+			sl->voff = (uint32_t)g->vals.len;
+			if (dg_buf_reserve(&g->vals, r->val.len) == DG_OK) {
+				memcpy(g->vals.data + g->vals.len, r->val.ptr, r->val.len);
+				g->vals.len += r->val.len;
+				sl->vlen = r->val.len;
+			} else {
+				sl->res = DG_ERR_NOMEM;
+				sl->found = 0;
+			}
+		}
+	}
+	pthread_mutex_unlock(&g->mu);
+	lall_done(s, g);
+}
+
+void dgi_svc_h_lock_all(dgi_txsvc *s, const dg_msg_in *in)
+{
+	const dgi_msg_tx_lock_all *m = in->body;
+	dg_reader r;
+	uint32_t n = 0;
+	struct lall *g = NULL;
+	if (dgi_txla_open(&m->items, DGI_TXLA_VALUES, &r, &n) != DG_OK ||
+	    (g = lall_get(s, n)) == NULL) {
+		lall_refuse(s, in); /* refused whole: each key alone */
+		return;
+	}
+	atomic_init(&g->left, n + 1);
+	g->in = *in;
+	g->in.body = NULL;
+	g->in.raw = NULL;
+	uint32_t i = 0;
+	for (; i < n; i++) {
+		dgi_msg_tx_lock lk = { m->tx_node, m->tx_seq, m->tx_start_ms, m->cache_id,
+			m->timeout_ms, { NULL, 0 }, m->topver, 0, 0 };
+		if (dgi_txla_item_get(&r, &lk) != DG_OK)
+			break;
+		/* the item as a TX_LOCK whose answer comes back here */
+		dg_msg_in ii = *in;
+		ii.type = DGI_MSG_TX_LOCK_ALL;
+		ii.body = &lk;
+		ii.raw = NULL;
+		ii.corr = (uint64_t)(uintptr_t)g;
+		ii.raw_len = i;
+		dgi_svc_h_lock(s, &ii);
+	}
+	for (; i < n; i++) { /* items that did not decode */
+		dgi_msg_tx_lock_res bad = { DG_ERR_INVAL, 0, 0, 0, 0, { NULL, 0 } };
+		dg_msg_in ii = *in;
+		ii.type = DGI_MSG_TX_LOCK_ALL;
+		ii.corr = (uint64_t)(uintptr_t)g;
+		ii.raw_len = i;
+		dgi_svc_lock_all_item(s, &ii, &bad);
+	}
+	lall_done(s, g); /* the handler's own count */
 }
 
 /* ---- TX_ROLLBACK, TX_UNLOCK ---- */

@@ -164,7 +164,15 @@ DG_API dg_err dg_tx_put_val(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t k
     const uint8_t *val, size_t vlen);
 DG_API dg_err dg_tx_remove_val(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
     bool *removed);
-/* Batches (raw), as dg_cache_get_all/put_all/remove_all. */
+/* Batches (raw), as dg_cache_get_all/put_all/remove_all, each key as the
+ * single call would treat it — but the keys that need their primary (a
+ * read; a PESSIMISTIC lock) are asked all at once, one round trip for the
+ * batch rather than one per key.  PESSIMISTIC locks keep the order of
+ * kvs: asked at once without waiting; when one is held by another tx,
+ * those before it stay locked, those after it are given back, and from
+ * it on the keys are locked one by one in that order — so callers that
+ * lock keys in one order still cannot deadlock.  A
+ * failure of any key rolls the tx back (as its single call would). */
 DG_API dg_err dg_tx_get_all(dg_tx *tx, dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals,
     size_t *found);
 DG_API dg_err dg_tx_put_all(dg_tx *tx, dg_cache *c, const dg_kv *kvs, size_t n);

@@ -35,6 +35,7 @@ static int rec_state(const struct rec *r)
 static int64_t query_local(dgi_txsvc *s, const dgi_txid *tx, uint64_t origin)
 {
 	int prim, bk = DGI_TXQ_NONE, near;
+	bool taken = false;
 	pthread_mutex_lock(&s->mu);
 	struct rec *r = dgi_svc_rec_find(s, tx, ROLE_PRIMARY, 0);
 	prim = r != NULL ? rec_state(r) : DGI_TXQ_NONE;
@@ -51,12 +52,13 @@ static int64_t query_local(dgi_txsvc *s, const dgi_txid *tx, uint64_t origin)
 		if (bk == DGI_TXQ_NONE)
 			bk = done_state(s, tx, ROLE_BACKUP, origin);
 		if (bk == DGI_TXQ_NONE)
-			bk = done_state(s, tx, ROLE_TAKEN, origin); /* committed (elsewhere) */
+			taken = (bk = done_state(s, tx, ROLE_TAKEN, origin)) != DGI_TXQ_NONE;
+		/* (committed elsewhere: another node took the origin's keys over) */
 	}
 	near = done_state(s, tx, ROLE_NEAR, 0);
 	if (near == DGI_TXQ_COMMITTED && done_state(s, tx, ROLE_NEAR, 1) == DGI_TXQ_COMMITTED)
 		near = DGI_TXQ_COMMITTING; /* decided, not every participant confirmed */
-	return prim | (bk << 8) | (near << 16);
+	return prim | (bk << 8) | (near << 16) | (taken ? DGI_TXQ_TAKEN_ONLY : 0);
 }
 
 void dgi_svc_h_query(dgi_txsvc *s, const dg_msg_in *in)
@@ -79,6 +81,57 @@ int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t 
 	    r.res != DG_OK)
 		return -1;
 	return r.value;
+}
+
+static int64_t query_memo(dgi_txsvc *s, struct dgi_txq_memo *m, uint64_t to,
+    const dgi_txid *tx, uint64_t origin, uint32_t timeout_ms)
+{
+	for (uint32_t i = 0; m != NULL && i < m->n; i++)
+		if (m->node[i] == to && m->origin[i] == origin)
+			return m->ans[i];
+	int64_t q = timeout_ms > 0 ? dgi_txsvc_query(s, to, tx, origin, timeout_ms) : -1;
+	if (m != NULL && m->n < DGI_TXQ_MEMO) {
+		m->node[m->n] = to;
+		m->origin[m->n] = origin;
+		m->ans[m->n++] = q;
+	}
+	return q;
+}
+
+int dgi_txsvc_owner_applied(dgi_txsvc *s, struct dgi_txq_memo *m, uint32_t cache_id,
+    uint32_t part, const dgi_txid *tx, uint64_t origin, uint64_t skip, bool want_resender,
+    uint32_t timeout_ms, uint64_t *who)
+{
+	dg_err ce;
+	dg_cache *c = dgi_svc_tx_cache(s, cache_id, &ce);
+	uint64_t buf[DGI_OWNERS_BUF], *own = buf;
+	int64_t tv;
+	uint32_t k = c != NULL ? dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv) : 0;
+	if (k > DGI_OWNERS_BUF) { /* a REPLICATED cache on many servers: ask them all */
+		uint32_t cap = k;
+		if ((own = dgi_alloc(cap * sizeof(*own))) == NULL)
+			return -1;
+		if ((k = dgi_cache_owners(c, part, own, cap, &tv)) > cap)
+			k = cap;
+	}
+	int res = 0;
+	for (uint32_t j = 0; j < k && res != 1; j++) {
+		if (own[j] == skip)
+			continue;
+		int64_t q = query_memo(s, m, own[j], tx, origin, timeout_ms);
+		int bk = q >= 0 ? (int)((q >> 8) & 0xff) : DGI_TXQ_NONE;
+		if ((bk == DGI_TXQ_COMMITTED || bk == DGI_TXQ_COMMITTING) &&
+		    !(want_resender && (q & DGI_TXQ_TAKEN_ONLY))) {
+			if (who != NULL)
+				*who = own[j];
+			res = 1;
+		} else if (q < 0) {
+			res = -1;
+		}
+	}
+	if (own != buf)
+		dgi_free(own);
+	return res;
 }
 
 void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed, bool confirmed)
@@ -163,6 +216,118 @@ static void recover_commit(dgi_txsvc *s, const struct cand *c)
 	atomic_fetch_add(&s->recovered_commit, 1);
 	dgi_log("warn", "TX-RECOVERED", "outcome=commit tx=%016llx:%llu role=%d",
 	    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
+}
+
+/* A backup record whose primary (c->from) left, and the tx committed: the
+ * owners of its keys that applied that primary's copies (TX_QUERY with it
+ * as origin; not those holding only another node's takeover copies) hold
+ * its version of them, or a later one.  When every written entry has such
+ * an owner, they re-send what they hold (TX_PREPARE with RESEND and
+ * RECOPY, as a near does) and the record is forgotten: taken over here
+ * instead, the entries would be applied anew with a new version, over a
+ * later write the left primary copied to those owners but not here (a cut
+ * reaches a node's peers one after another: test_recovery_recopies_from_
+ * the_owner_that_applied).  1 done (the record ended), 0 an entry has no
+ * such owner (take over, as before), -1 not learnt now (ask again) — until
+ * RECOPY_PATIENCE_MS past the tx's deadline and the grace: then taken
+ * over (the record holds the topology fence meanwhile). */
+#define RECOPY_WHO_MAX 16
+#define RECOPY_PATIENCE_MS 5000 /* past the tx's deadline and the grace */
+
+static int recover_by_recopy(dgi_txsvc *s, const struct cand *c)
+{
+	pthread_mutex_lock(&s->mu);
+	struct rec *r = dgi_svc_rec_find(s, &c->id, ROLE_BACKUP, c->from);
+	uint8_t *body = NULL;
+	uint32_t blen = 0;
+	/* bounded: past it, taken over as before (the record holds the fence) */
+	bool late = r != NULL && r->deadline != 0 &&
+	    dgi_now_ms() > r->deadline + RECOVER_GRACE_MS + RECOPY_PATIENCE_MS;
+	if (r != NULL && !late && r->st == c->st && s->incarn == c->incarn && r->body != NULL &&
+	    (body = dgi_alloc(r->blen ? r->blen : 1)) != NULL) {
+		memcpy(body, r->body, r->blen);
+		blen = r->blen;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (body == NULL)
+		return 0;
+	int res = 1;
+	uint64_t who[RECOPY_WHO_MAX];
+	uint32_t nwho = 0;
+	struct dgi_txq_memo memo = { 0 };
+	dg_reader rd;
+	uint32_t n;
+	dgi_msg_tx_prepare m;
+	if (dgi_svc_ents_open(body, blen, &m, &rd, &n) != DG_OK)
+		res = 0;
+	/* per written entry: an owner that applied the left primary's copies */
+	uint64_t *ent_who = res == 1 ? dgi_calloc(n ? n : 1, sizeof(*ent_who)) : NULL;
+	if (ent_who == NULL)
+		res = 0;
+	for (uint32_t i = 0; i < n && res == 1; i++) {
+		dgi_txwire_ent en;
+		if (dgi_txwire_get(&rd, &en) != DG_OK) {
+			res = 0;
+			break;
+		}
+		if ((en.op & DGI_TXOP_MASK) == 0)
+			continue; /* read only */
+		int a = dgi_txsvc_owner_applied(s, &memo, (uint32_t)en.cache_id, (uint32_t)en.part,
+		    &c->id, c->from, s->self, true, 2000, &ent_who[i]);
+		if (a < 0)
+			res = -1; /* an owner may hold the copies: ask again */
+		if (res == 1 && ent_who[i] == 0)
+			res = 0; /* nobody has this key's copy: taken over here */
+		uint32_t w = 0;
+		while (res == 1 && w < nwho && who[w] != ent_who[i])
+			w++;
+		if (res == 1 && w == nwho) {
+			if (nwho == RECOPY_WHO_MAX)
+				res = 0;
+			else
+				who[nwho++] = ent_who[i];
+		}
+	}
+	/* each such owner re-sends its keys; all confirmed: forget ours */
+	for (uint32_t w = 0; w < nwho && res == 1; w++) {
+		dg_buf eb;
+		dg_buf_init(&eb);
+		dg_writer wr;
+		dg_writer_init(&wr, dgi_txwire_registry(), &eb);
+		uint32_t cnt = 0;
+		for (uint32_t i = 0; i < n; i++)
+			cnt += ent_who[i] == who[w];
+		dg_err e = dg_write_list_begin(&wr, cnt * DGI_TXWIRE_FIELDS);
+		dgi_svc_ents_open(body, blen, &m, &rd, &n);
+		for (uint32_t i = 0; i < n && e == DG_OK; i++) {
+			dgi_txwire_ent en;
+			if ((e = dgi_txwire_get(&rd, &en)) == DG_OK && ent_who[i] == who[w])
+				e = dgi_txwire_put(&wr, &en);
+		}
+		if (e == DG_OK)
+			e = dg_write_end(&wr);
+		if (e == DG_OK)
+			e = dg_writer_finish(&wr);
+		dgi_msg_tx_prepare rq = { (int64_t)c->id.node, (int64_t)c->id.seq,
+			m.start_ms, 5000, 0, DGI_TXP_ONE_PHASE | DGI_TXP_RESEND | DGI_TXP_RECOPY,
+			(int64_t)c->from, 1, 0, 0, { eb.data, (uint32_t)eb.len } };
+		dgi_msg_tx_ctl ans;
+		if (e == DG_OK && (e = dg_tp_call(s->tp, who[w], DGI_MSG_TX_PREPARE, &rq, 6000, &ans,
+		    NULL)) == DG_OK)
+			e = (dg_err)ans.res;
+		dg_buf_free(&eb);
+		if (e != DG_OK)
+			res = -1; /* not confirmed yet (busy, an owner not answering) */
+	}
+	dgi_free(ent_who);
+	dgi_free(body);
+	if (res != 1)
+		return res;
+	if (dgi_svc_end_role(s, &c->id, ROLE_BACKUP, c->from, DGI_TXS_COMMITTED, ST(R_BACKUP), NULL))
+		dgi_log("warn", "TX-RECOVERED", "outcome=recopied tx=%016llx:%llu role=%d "
+		    "why=\"the owners that applied its left primary's copies re-sent them\"",
+		    (unsigned long long)c->id.node, (unsigned long long)c->id.seq, c->role);
+	return 1;
 }
 
 /* What the cluster knows of c's tx: 1 commit, 2 commit and the near node
@@ -328,7 +493,9 @@ void dgi_svc_recover_scan(dgi_txsvc *s)
 			 * overwrite whatever later txs wrote: only forget them */
 			dgi_svc_finish_role(s, &c->id, ROLE_BACKUP, c->from, DGI_TXS_COMMITTED);
 		} else if (d >= 1) {
-			recover_commit(s, c);
+			int rc = c->role == ROLE_BACKUP ? recover_by_recopy(s, c) : 0;
+			if (rc == 0)
+				recover_commit(s, c);
 		} else if (d == 0) {
 			recover_rollback(s, c);
 		}

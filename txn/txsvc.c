@@ -19,7 +19,7 @@ typedef void (*handler_fn)(dgi_txsvc *s, const dg_msg_in *in);
 static const struct handler {
 	handler_fn fn;
 	bool grid;
-} handlers[DGI_MSG_TX_KILL - DGI_MSG_TX_LOCK + 1] = {
+} handlers[DGI_MSG_TX_LAST - DGI_MSG_TX_LOCK + 1] = {
 #define H(t, f, g) [(t) - DGI_MSG_TX_LOCK] = { f, g }
 	H(DGI_MSG_TX_LOCK, dgi_svc_h_lock, false),
 	H(DGI_MSG_TX_UNLOCK, dgi_svc_h_rollback, false),
@@ -31,6 +31,7 @@ static const struct handler {
 	H(DGI_MSG_TX_QUERY, dgi_svc_h_query, false),
 	H(DGI_MSG_TX_EDGES, dgi_svc_h_edges, false),
 	H(DGI_MSG_TX_KILL, dgi_svc_h_kill, false),
+	H(DGI_MSG_TX_LOCK_ALL, dgi_svc_h_lock_all, false),
 #undef H
 };
 
@@ -84,6 +85,7 @@ static void *expirer(void *arg)
 {
 	dgi_txsvc *s = arg;
 	uint64_t last_scan = 0;
+	uint32_t grown = 0;
 	while (!atomic_load(&s->stopping)) {
 		struct timespec ts = { 0, 10 * 1000000L };
 		nanosleep(&ts, NULL);
@@ -95,6 +97,14 @@ static void *expirer(void *arg)
 			last_scan = now;
 			dgi_svc_expire_records(s, now);
 			dgi_txdone_expire(s->done, now);
+			uint32_t g = dgi_txdone_grown(s->done);
+			if (g != grown) { /* (at most once per doubling) */
+				grown = g;
+				dgi_log("warn", "TX-DONE-GROW", "remembered=%zu growths=%u "
+				    "why=\"more txs finished within 60 s than tx_done_capacity "
+				    "(--tx-done-capacity) reserved: memory grew\"",
+				    dgi_txdone_count(s->done), g);
+			}
 		}
 	}
 	return NULL;
@@ -104,7 +114,7 @@ static void *expirer(void *arg)
 
 static const dg_msg_type handled[] = { DGI_MSG_TX_LOCK, DGI_MSG_TX_UNLOCK, DGI_MSG_TX_PREPARE,
 	DGI_MSG_TX_COMMIT, DGI_MSG_TX_ROLLBACK, DGI_MSG_TX_COMMIT_COPY, DGI_MSG_TX_FENCE,
-	DGI_MSG_TX_QUERY, DGI_MSG_TX_EDGES, DGI_MSG_TX_KILL };
+	DGI_MSG_TX_QUERY, DGI_MSG_TX_EDGES, DGI_MSG_TX_KILL, DGI_MSG_TX_LOCK_ALL };
 #define NHANDLED (sizeof(handled) / sizeof(handled[0]))
 
 /* How long a finished tx is remembered (late and repeated messages,
@@ -112,7 +122,7 @@ static const dg_msg_type handled[] = { DGI_MSG_TX_LOCK, DGI_MSG_TX_UNLOCK, DGI_M
  * rate times this). */
 #define DONE_KEEP_MS (60 * 1000)
 
-dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
+dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, uint32_t done_capacity, dgi_txsvc **out)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pthread_once(&once, dgi_svc_define_rows);
@@ -129,7 +139,7 @@ dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out)
 	dg_err e;
 	if ((e = dgi_locks_create(0, &s->locks)) != DG_OK || (e = dgi_wfg_create(&s->wfg)) != DG_OK ||
 	    (e = dgi_wfg_create(&s->gwfg)) != DG_OK ||
-	    (e = dgi_txdone_create(DONE_KEEP_MS, &s->done)) != DG_OK)
+	    (e = dgi_txdone_create(DONE_KEEP_MS, done_capacity, &s->done)) != DG_OK)
 		goto fail;
 	if (pthread_create(&s->expirer, NULL, expirer, s) != 0) {
 		e = DG_ERR_NOMEM;
@@ -194,6 +204,7 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 		dgi_free(s->free_waiters);
 		s->free_waiters = nx;
 	}
+	dgi_svc_lock_all_free(s);
 	while (s->free_recs != NULL) {
 		struct rec *nx = s->free_recs->next;
 		dgi_free(s->free_recs);
@@ -219,6 +230,7 @@ void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out)
 {
 	out->granted = atomic_load(&s->granted);
 	out->waited = atomic_load(&s->waited);
+	out->busy = atomic_load(&s->busy);
 	out->timeouts = atomic_load(&s->timeouts);
 	out->deadlocks = atomic_load(&s->deadlocks);
 	out->unlocks = atomic_load(&s->unlocks);

@@ -72,6 +72,12 @@
                                                        key length, BYTES the key's first bytes */
 #define DGI_MSG_TX_KILL ((dg_msg_type)(140))        /* one-way (ctl): the victim; with
                                                        DGI_TXK_NEAR a request -> TX_ACK */
+#define DGI_MSG_TX_LOCK_ALL ((dg_msg_type)(141))    /* request -> TX_LOCK_ALL_RES: many
+                                                       keys of one primary, each as its
+                                                       TX_LOCK */
+#define DGI_MSG_TX_LOCK_ALL_RES ((dg_msg_type)(142)) /* response (dg_msg_raw): per key
+                                                       the TX_LOCK_RES values */
+#define DGI_MSG_TX_LAST DGI_MSG_TX_LOCK_ALL_RES
 
 /* TX_KILL flags (ctl.flags; 0: a deadlock victim) */
 #define DGI_TXK_ADMIN 0x1       /* an operator's kill (dgi_tx_kill): the tx's
@@ -84,7 +90,10 @@
 
 /* TX_QUERY's answer (TX_ACK value): what this node knows of the tx, one
  * byte per role — primary (bits 0-7), backup of / takeover from the origin
- * asked about (8-15), near (16-23). */
+ * asked about (8-15), near (16-23) — and DGI_TXQ_TAKEN_ONLY: the backup
+ * byte's COMMITTED comes only from another node's takeover copies (some
+ * of the origin's keys, maybe not all: this node cannot re-send them). */
+#define DGI_TXQ_TAKEN_ONLY (1LL << 24)
 enum {
 	DGI_TXQ_NONE = 0,        /* nothing */
 	DGI_TXQ_ACTIVE = 1,      /* holds locks (primary); backup: keeps the entries */
@@ -98,6 +107,10 @@ enum {
 /* TX_LOCK flags */
 #define DGI_TXL_READ 0x1        /* read the key once locked */
 #define DGI_TXL_NOLOCK 0x2      /* only read (no lock) */
+#define DGI_TXL_NOWAIT 0x4      /* held by another tx: DG_ERR_BUSY at once,
+                                   not queued (a batch's first try) */
+#define DGI_TXL_RELEASE 0x8     /* give this one key back (a batch's lock
+                                   granted out of its caller's order) */
 
 typedef struct dgi_msg_tx_lock {
 	int64_t tx_node, tx_seq;    /* the transaction */
@@ -111,12 +124,35 @@ typedef struct dgi_msg_tx_lock {
 	int64_t flags;              /* DGI_TXL_* */
 } dgi_msg_tx_lock;
 
+/* TX_LOCK_ALL: TX_LOCK's fields but the key's, then one LIST of items of
+ * DGI_TXLA_VALUES values: I64 part, I64 flags (DGI_TXL_*), BYTES key — at
+ * most DGI_TXLA_MAX.  Its answer, TX_LOCK_ALL_RES: one LIST of one
+ * TX_LOCK_RES body (DGI_TXLAR_VALUES values) per item, in order; empty
+ * when the request's list was refused whole. */
+typedef struct dgi_msg_tx_lock_all {
+	int64_t tx_node, tx_seq, tx_start_ms, cache_id, timeout_ms, topver;
+	dg_raw items;
+} dgi_msg_tx_lock_all;
+#define DGI_TXLA_VALUES 3
+#define DGI_TXLAR_VALUES 6
+#define DGI_TXLA_MAX 1024
+
 typedef struct dgi_msg_tx_lock_res {
 	int64_t res;                /* dg_err */
 	int64_t found;
 	int64_t ver_topver, ver_counter, ver_order;  /* the entry's version (0s: none) */
 	dg_bytes val;               /* found: the encoded value */
 } dgi_msg_tx_lock_res;
+
+/* An item of TX_LOCK_ALL (part, flags and key of m) and of its answer
+ * (txwire.c); dgi_txla_open: a list of n items of `values` values each,
+ * the reader inside it (DG_ERR_BAD_LENGTH: not whole items, or more than
+ * DGI_TXLA_MAX). */
+dg_err dgi_txla_item_put(dg_writer *w, const dgi_msg_tx_lock *m);
+dg_err dgi_txla_item_get(dg_reader *r, dgi_msg_tx_lock *m);
+dg_err dgi_txla_res_put(dg_writer *w, const dgi_msg_tx_lock_res *r);
+dg_err dgi_txla_res_get(dg_reader *r, dgi_msg_tx_lock_res *res);
+dg_err dgi_txla_open(const dg_raw *list, uint32_t values, dg_reader *r, uint32_t *n);
 
 typedef struct dgi_msg_tx_res {  /* TX_UNLOCK's body (res unused) */
 	int64_t res;
@@ -197,6 +233,7 @@ typedef struct dgi_txsvc dgi_txsvc;
 
 typedef struct dgi_txsvc_stats {
 	uint64_t granted, waited, timeouts, deadlocks, unlocks;
+	uint64_t busy;              /* DGI_TXL_NOWAIT requests refused: held */
 	uint64_t prepared, committed, rolled_back, conflicts;
 	uint64_t backup_prepared, backup_committed;
 	uint64_t records;           /* participant records now */
@@ -212,7 +249,7 @@ typedef struct dgi_txsvc_stats {
  * tp and starts its threads: the expirer (deadlines, the fence), the
  * detector (deadlocks across nodes) and, with a grid, the recoverer.  g NULL: a bare lock service (TX_LOCK
  * with topver 0 and TX_UNLOCK only; tests).  *out: dgi_txsvc_stop. */
-dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, dgi_txsvc **out);
+dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, uint32_t done_capacity, dgi_txsvc **out);
 /* Unsets the handlers, answers every lock waiter DG_ERR_NOT_READY (the
  * near maps the key again), frees. */
 void dgi_txsvc_stop(dgi_txsvc *s);
@@ -222,6 +259,8 @@ void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out);
 typedef struct dgi_txnear_stats {
 	_Atomic uint64_t started, committed, rolled_back, conflicts, deadlocks, timeouts,
 	    one_phase, heap;
+	_Atomic uint64_t batch_rounds;   /* batches whose keys were all asked at once */
+	_Atomic uint64_t batch_restarts; /* of those, locks then taken one by one */
 } dgi_txnear_stats;
 dgi_txnear_stats *dgi_txsvc_near(dgi_txsvc *s);
 
@@ -253,6 +292,24 @@ void dgi_txsvc_near_done(dgi_txsvc *s, const dgi_txid *tx, bool committed, bool 
  * the TX_QUERY answer, or -1 when it could not be asked. */
 int64_t dgi_txsvc_query(dgi_txsvc *s, uint64_t to, const dgi_txid *tx, uint64_t origin,
     uint32_t timeout_ms);
+/* TX_QUERY answers of one round of questions: each (node, origin) asked
+ * once (past DGI_TXQ_MEMO pairs, asked again). */
+#define DGI_TXQ_MEMO 16
+struct dgi_txq_memo {
+	uint32_t n;
+	uint64_t node[DGI_TXQ_MEMO], origin[DGI_TXQ_MEMO];
+	int64_t ans[DGI_TXQ_MEMO];
+};
+/* Primary `origin` left: which owner of (cache_id, part), other than
+ * skip, applied its copies of tx (or is taking its keys over: its backup
+ * byte committed or committing)?  With want_resender, not one holding
+ * only another node's takeover copies (DGI_TXQ_TAKEN_ONLY: it cannot
+ * re-send every key).  1 (*who: that owner), 0 none (every owner
+ * answered), -1 cannot tell (an owner did not answer, or timeout_ms 0).
+ * m: answers shared across the calls of a round (NULL: none). */
+int dgi_txsvc_owner_applied(dgi_txsvc *s, struct dgi_txq_memo *m, uint32_t cache_id,
+    uint32_t part, const dgi_txid *tx, uint64_t origin, uint64_t skip, bool want_resender,
+    uint32_t timeout_ms, uint64_t *who);
 /* Whether node is in this node's current topology. */
 bool dgi_txsvc_alive(dgi_txsvc *s, uint64_t node);
 /* Whether node is known to have left: this node follows a topology (it

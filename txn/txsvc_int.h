@@ -27,7 +27,8 @@
  * txprepare.c  TX_PREPARE as the keys' primary and as a backup, resends of
  *              applied entries (recopy), the backups' answers
  * txcommit.c   TX_COMMIT, TX_COMMIT_COPY
- * txrecover.c  TX_QUERY, and recovery of txs whose near node or primary left
+ * txrecover.c  TX_QUERY (and which owner applied a left primary's copies),
+ *              and recovery of txs whose near node or primary left
  *
  * Objects
  * -------
@@ -303,6 +304,8 @@ struct dgi_txsvc {
 	uint32_t nrecs, nfree;
 	struct waiter *free_waiters; /* s->mu */
 	uint32_t nfree_waiters;
+	struct lall *free_lalls;    /* s->mu */
+	uint32_t nfree_lalls;
 	pthread_mutex_t lmu;        /* local requests */
 	struct local_slot local[LOCAL_SLOTS];
 	uint64_t local_gen;
@@ -330,7 +333,7 @@ struct dgi_txsvc {
 	bool expirer_up, detector_up, recoverer_up;
 	_Atomic uint64_t recovered_commit, recovered_rollback;
 	_Atomic bool stopping;
-	_Atomic uint64_t granted, waited, timeouts, deadlocks, unlocks;
+	_Atomic uint64_t granted, waited, timeouts, deadlocks, unlocks, busy;
 	_Atomic uint64_t prepared, committed, rolled_back, conflicts;
 	_Atomic uint64_t backup_prepared, backup_committed;
 	dgi_txnear_stats near;
@@ -361,6 +364,27 @@ struct waiter {                 /* a TX_LOCK waiting for its lock */
 struct tls_bufs {
 	dg_buf enc[4];
 	dg_buf val, copy, edges;
+	dg_buf lall;                /* a TX_LOCK_ALL_RES list */
+};
+
+/* A TX_LOCK_ALL being answered (txlock.c): each item runs as a TX_LOCK
+ * whose request is a copy of the message's with type TX_LOCK_ALL, corr
+ * this record and raw_len the item's index (waiters keep that copy, so
+ * an answer given later lands here too: dgi_svc_reply hands it to
+ * dgi_svc_lock_all_item); the last answer sends TX_LOCK_ALL_RES.
+ * Records come from a pool (s->free_lalls, s->mu). */
+struct lall_slot {
+	int64_t res, found, ver_topver, ver_counter, ver_order;
+	uint32_t voff, vlen;        /* the value in vals (found) */
+};
+struct lall {
+	struct lall *next_free;
+	pthread_mutex_t mu;         /* slots and vals */
+	_Atomic uint32_t left;      /* items not answered, +1 while the handler runs */
+	uint32_t n, cap;
+	dg_msg_in in;               /* the TX_LOCK_ALL (body not kept) */
+	dg_buf vals;
+	struct lall_slot *slot;     /* cap */
 };
 
 #define tl_buf(field, fb) dgi_svc_scratch(offsetof(struct tls_bufs, field), (fb))
@@ -486,6 +510,11 @@ void dgi_svc_fence_tick(dgi_txsvc *s, uint64_t now);
 
 /* TX_LOCK. */
 void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in);
+/* TX_LOCK_ALL; one item's answer (from dgi_svc_reply); the pool's
+ * records freed at stop. */
+void dgi_svc_h_lock_all(dgi_txsvc *s, const dg_msg_in *in);
+void dgi_svc_lock_all_item(dgi_txsvc *s, const dg_msg_in *req, const dgi_msg_tx_lock_res *r);
+void dgi_svc_lock_all_free(dgi_txsvc *s);
 /* TX_ROLLBACK and TX_UNLOCK. */
 void dgi_svc_h_rollback(dgi_txsvc *s, const dg_msg_in *in);
 

@@ -1,6 +1,6 @@
 /*
  * txwire.c — the transaction messages' codecs: their rows in the message
- * table (TX_LOCK .. TX_KILL, transport/PROTOCOL.md), the registry their
+ * table (TX_LOCK .. TX_LOCK_ALL_RES, transport/PROTOCOL.md), the registry their
  * LISTs are written with, the entries of a PREPARE or COMMIT_COPY list
  * (dgi_txwire_put/get) and a PREPARE body's entry list opened for reading.
  */
@@ -58,6 +58,75 @@ static dg_err dec_lock_res(dg_reader *r, void *body)
 	return e != DG_OK ? e : dg_read_bytes(r, &m->val, NULL);
 }
 
+/* Bodies of n I64, then one LIST (TX_PREPARE, TX_LOCK_ALL). */
+static dg_err put_i64s_list(dg_writer *w, const int64_t *v, int n, const dg_raw *list)
+{
+	dg_err e = dgi_svc_put_i64s(w, v, n);
+	return e != DG_OK ? e : dg_msg_list_put(w, list);
+}
+
+static dg_err get_i64s_list(dg_reader *r, int64_t *v, int n, dg_raw *list)
+{
+	dg_err e = dgi_svc_get_i64s(r, v, n);
+	return e != DG_OK ? e : dg_msg_list_get(r, list);
+}
+
+/* ---- TX_LOCK_ALL ---- */
+
+static dg_err enc_lock_all(dg_writer *w, const void *body)
+{
+	const dgi_msg_tx_lock_all *m = body;
+	return put_i64s_list(w, &m->tx_node, 6, &m->items);
+}
+
+static dg_err dec_lock_all(dg_reader *r, void *body)
+{
+	dgi_msg_tx_lock_all *m = body;
+	return get_i64s_list(r, &m->tx_node, 6, &m->items);
+}
+
+_Static_assert(offsetof(dgi_msg_tx_lock_all, items) == 6 * sizeof(int64_t),
+    "TX_LOCK_ALL: six I64, then the items");
+
+dg_err dgi_txla_item_put(dg_writer *w, const dgi_msg_tx_lock *m)
+{
+	dg_err e = dg_write_i64(w, m->part);
+	if (e == DG_OK)
+		e = dg_write_i64(w, m->flags);
+	return e != DG_OK ? e : dg_write_bytes(w, m->key.ptr, m->key.len);
+}
+
+dg_err dgi_txla_item_get(dg_reader *r, dgi_msg_tx_lock *m)
+{
+	dg_err e = dg_read_i64(r, &m->part);
+	if (e == DG_OK)
+		e = dg_read_i64(r, &m->flags);
+	return e != DG_OK ? e : dg_read_bytes(r, &m->key, NULL);
+}
+
+dg_err dgi_txla_res_put(dg_writer *w, const dgi_msg_tx_lock_res *r)
+{
+	return enc_lock_res(w, r);
+}
+
+dg_err dgi_txla_res_get(dg_reader *r, dgi_msg_tx_lock_res *res)
+{
+	return dec_lock_res(r, res);
+}
+
+dg_err dgi_txla_open(const dg_raw *list, uint32_t values, dg_reader *r, uint32_t *n)
+{
+	uint32_t count = 0;
+	dg_reader_init(r, NULL, list->ptr, list->len);
+	dg_err e = dg_read_begin(r, DG_LIST, &count);
+	if (e != DG_OK)
+		return e;
+	if (count % values != 0 || count / values > DGI_TXLA_MAX)
+		return DG_ERR_BAD_LENGTH;
+	*n = count / values;
+	return DG_OK;
+}
+
 static dg_err enc_res(dg_writer *w, const void *body)
 {
 	return dgi_svc_put_i64s(w, body, 3);
@@ -81,15 +150,13 @@ static dg_err dec_ctl(dg_reader *r, void *body)
 static dg_err enc_prepare(dg_writer *w, const void *body)
 {
 	const dgi_msg_tx_prepare *m = body;
-	dg_err e = dgi_svc_put_i64s(w, &m->tx_node, 10);
-	return e != DG_OK ? e : dg_msg_list_put(w, &m->ents);
+	return put_i64s_list(w, &m->tx_node, 10, &m->ents);
 }
 
 static dg_err dec_prepare(dg_reader *r, void *body)
 {
 	dgi_msg_tx_prepare *m = body;
-	dg_err e = dgi_svc_get_i64s(r, &m->tx_node, 10);
-	return e != DG_OK ? e : dg_msg_list_get(r, &m->ents);
+	return get_i64s_list(r, &m->tx_node, 10, &m->ents);
 }
 
 dg_err dgi_txwire_put(dg_writer *w, const dgi_txwire_ent *e)
@@ -163,6 +230,9 @@ static const struct row {
 	R(DGI_MSG_TX_EDGES, "TX_EDGES", dgi_msg_tx_ctl, ctl, DGI_MSG_TX_EDGES_RES),
 	R(DGI_MSG_TX_EDGES_RES, "TX_EDGES_RES", dg_msg_raw, raw, DG_MSG_UNKNOWN),
 	R(DGI_MSG_TX_KILL, "TX_KILL", dgi_msg_tx_ctl, ctl, DG_MSG_UNKNOWN),
+	R(DGI_MSG_TX_LOCK_ALL, "TX_LOCK_ALL", dgi_msg_tx_lock_all, lock_all,
+	    DGI_MSG_TX_LOCK_ALL_RES),
+	R(DGI_MSG_TX_LOCK_ALL_RES, "TX_LOCK_ALL_RES", dg_msg_raw, raw, DG_MSG_UNKNOWN),
 #undef R
 };
 

@@ -33,12 +33,17 @@
  *   - a decoded topology encodes (dgi_member_topo_encode) and decodes to
  *     the same topology, ordered by join order;
  *   - an entry dgi_txwire_get accepts is written by dgi_txwire_put and
- *     read back to the same entry.
+ *     read back to the same entry;
+ *   - an item of a batch list (UPDATE_ALL and the rest, TX_LOCK_ALL and
+ *     its answer: mode 0 and 1 bodies that validate) that its reader
+ *     accepts is written by its writer as a list of one, read back, and
+ *     written to the same bytes.
  * Decode errors are fine: a peer sending garbage loses its connection. */
 #include "fuzz_types.h"
 #include "fuzz_node.h"
 #include "transport/member_int.h"
 #include "txn/txsvc.h"
+#include "cache/cache_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +131,129 @@ static void reencode(dg_msg_type type, const dg_msg_row *row, const void *body)
 	dg_buf_free(&b);
 }
 
+/* ---- the cache's batch lists (cache/msgs.c item readers) ---- */
+
+/* One item type: its values per item, and its reader and writer. */
+struct item_kind {
+	uint32_t values;
+	dg_err (*get)(dg_reader *r, void *it);
+	dg_err (*put)(dg_writer *w, const void *it);
+};
+
+static dg_err ball_get(dg_reader *r, void *it)
+{
+	return dgi_ball_item_get(r, 7, it);
+}
+
+#define KIND(v, name) { v, (dg_err (*)(dg_reader *, void *))dgi_##name##_item_get, \
+	(dg_err (*)(dg_writer *, const void *))dgi_##name##_item_put }
+
+static const struct item_kind *item_kind_of(dg_msg_type type)
+{
+	static const struct item_kind uall = KIND(4, uall), ures = KIND(3, ures),
+	    back = KIND(3, back), gall = KIND(2, gall), gres = KIND(2, gres),
+	    ball = { DGI_BALL_ITEM_VALUES, ball_get,
+		(dg_err (*)(dg_writer *, const void *))dgi_ball_item_put };
+	switch ((int)type) {
+	case DGI_MSG_UPDATE_ALL: return &uall;
+	case DGI_MSG_UPDATE_ALL_RES: return &ures;
+	case DGI_MSG_BACKUP_ALL: return &ball;
+	case DGI_MSG_BACKUP_ALL_ACK: return &back;
+	case DGI_MSG_GET_ALL: return &gall;
+	case DGI_MSG_GET_ALL_RES: return &gres;
+	default: return NULL;
+	}
+}
+
+/* An item written back as a list of one reads back, and writes the same
+ * bytes again. */
+static void item_roundtrip(const struct item_kind *k, const void *it)
+{
+	_Alignas(16) uint8_t again[sizeof(dgi_msg_backup)];
+	dg_buf a, b;
+	dg_buf_init(&a);
+	dg_buf_init(&b);
+	for (int pass = 0; pass < 2; pass++) {
+		dg_buf *out = pass == 0 ? &a : &b;
+		dg_writer w;
+		dg_writer_init(&w, reg, out);
+		dg_write_list_begin(&w, k->values);
+		k->put(&w, pass == 0 ? it : again);
+		dg_write_end(&w);
+		dg_err e = dg_writer_finish(&w);
+		dg_reader r;
+		uint32_t count = 0;
+		dg_reader_init(&r, reg, out->data, out->len);
+		if (e == DG_OK)
+			e = dg_read_begin(&r, DG_LIST, &count);
+		if (e == DG_OK && pass == 0)
+			e = k->get(&r, again);
+		if (e != DG_OK || count != k->values) {
+			fprintf(stderr, "msg_fuzz: a batch item does not round-trip: %s\n",
+			    dg_strerror(e));
+			abort();
+		}
+	}
+	if (a.len != b.len || memcmp(a.data, b.data, a.len) != 0) {
+		fprintf(stderr, "msg_fuzz: a batch item's encodings differ\n");
+		abort();
+	}
+	dg_buf_free(&a);
+	dg_buf_free(&b);
+}
+
+static dg_err txla_item_put(dg_writer *w, const void *it)
+{
+	return dgi_txla_item_put(w, it);
+}
+
+static dg_err txla_item_get(dg_reader *r, void *it)
+{
+	return dgi_txla_item_get(r, it);
+}
+
+static dg_err txla_res_put(dg_writer *w, const void *it)
+{
+	return dgi_txla_res_put(w, it);
+}
+
+static dg_err txla_res_get(dg_reader *r, void *it)
+{
+	return dgi_txla_res_get(r, it);
+}
+
+/* As the handlers read a batch message's list (many.c, read.c, batch.c;
+ * txlock.c and txn.c for TX_LOCK_ALL): the list opened, then item after
+ * item until one fails. */
+static void many_items(dg_msg_type type, const void *body)
+{
+	static const struct item_kind txla = { DGI_TXLA_VALUES, txla_item_get, txla_item_put },
+	    txlar = { DGI_TXLAR_VALUES, txla_res_get, txla_res_put };
+	const struct item_kind *k = item_kind_of(type);
+	dg_reader r;
+	uint32_t n = 0;
+	dg_err e = DG_ERR_INVAL;
+	if (type == DGI_MSG_TX_LOCK_ALL) {
+		k = &txla;
+		e = dgi_txla_open(&((const dgi_msg_tx_lock_all *)body)->items, k->values, &r, &n);
+	} else if (type == DGI_MSG_TX_LOCK_ALL_RES) {
+		k = &txlar;
+		e = dgi_txla_open(&((const dg_msg_raw *)body)->list, k->values, &r, &n);
+	} else if (k != NULL) {
+		e = dgi_many_open(reg, body, k->values, &r, &n);
+	}
+	if (e != DG_OK)
+		return;
+	if (n > DGI_MANY_MAX || n > DGI_TXLA_MAX)
+		abort(); /* the openers' own promise */
+	for (uint32_t i = 0; i < n; i++) {
+		_Alignas(16) uint8_t it[sizeof(dgi_msg_backup)];
+		if (k->get(&r, it) != DG_OK)
+			return;
+		item_roundtrip(k, it);
+	}
+}
+
 static void body(dg_msg_type type, const uint8_t *data, size_t n)
 {
 	const dg_msg_row *row = dg_msg_row_of(type);
@@ -143,8 +271,10 @@ static void body(dg_msg_type type, const uint8_t *data, size_t n)
 			abort();
 		(void)dg_msg_decode(type, txn_reg, p, n, again);
 		free(again);
-		if (n == 0 || dg_validate(reg, p, n) == DG_OK)
+		if (n == 0 || dg_validate(reg, p, n) == DG_OK) {
 			reencode(type, row, out);
+			many_items(type, out);
+		}
 	}
 	free(out);
 	free(p);

@@ -248,11 +248,72 @@ int main(int argc, char **argv)
 	dg_msg_raw cfgs = { { cfgb.data, (uint32_t)cfgb.len } };
 	emit_body(DGI_MSG_CACHE_CONFIGS, &cfgs, &b);
 	dg_buf_free(&cfgb);
+	/* the batch messages: two items each */
+	{
+		static const dg_msg_type many[] = { DGI_MSG_UPDATE_ALL, DGI_MSG_UPDATE_ALL_RES,
+			DGI_MSG_BACKUP_ALL, DGI_MSG_BACKUP_ALL_ACK, DGI_MSG_GET_ALL,
+			DGI_MSG_GET_ALL_RES };
+		static const uint32_t values[] = { 4, 3, DGI_BALL_ITEM_VALUES, 3, 2, 2 };
+		for (size_t t = 0; t < sizeof(many) / sizeof(many[0]); t++) {
+			dg_buf lb;
+			dg_writer w;
+			dg_buf_init(&lb);
+			dg_writer_init(&w, reg, &lb);
+			dg_write_list_begin(&w, 2 * values[t]);
+			for (int i = 0; i < 2; i++) {
+				struct dgi_uall_item ua = { 3, 9 + i, { k, 3 }, { v, 5 } };
+				struct dgi_ures_item ur2 = { 0, 1, 0 };
+				struct dgi_back_item ba = { 3, 17 + i, 0 };
+				struct dgi_gall_item ga = { 3, { k, 3 } };
+				struct dgi_gres_item gs = { 0, { v, 5 } };
+				switch (t) {
+				case 0: dgi_uall_item_put(&w, &ua); break;
+				case 1: dgi_ures_item_put(&w, &ur2); break;
+				case 2: dgi_ball_item_put(&w, &bk); break;
+				case 3: dgi_back_item_put(&w, &ba); break;
+				case 4: dgi_gall_item_put(&w, &ga); break;
+				default: dgi_gres_item_put(&w, &gs); break;
+				}
+			}
+			dg_write_end(&w);
+			if (dg_writer_finish(&w) != DG_OK)
+				exit(1);
+			dgi_msg_many mm = { 42, 7, 1, 0, 0x1111, { lb.data, (uint32_t)lb.len } };
+			emit_body(many[t], &mm, &b);
+			dg_buf_free(&lb);
+		}
+	}
 
 	dgi_msg_tx_lock lk = { 0x1111, 5, 1767225600000LL, 42, 1000, { k, 3 }, 7, 3, DGI_TXL_READ };
 	emit_body(DGI_MSG_TX_LOCK, &lk, &b);
 	dgi_msg_tx_lock_res lr = { 0, 1, 7, 1, 1, { v, 5 } };
 	emit_body(DGI_MSG_TX_LOCK_RES, &lr, &b);
+	{
+		dg_buf lb;
+		dg_writer w;
+		dg_buf_init(&lb);
+		dg_writer_init(&w, dgi_txwire_registry(), &lb);
+		dg_write_list_begin(&w, 2 * DGI_TXLA_VALUES);
+		dgi_txla_item_put(&w, &lk);
+		dgi_txla_item_put(&w, &lk);
+		dg_write_end(&w);
+		if (dg_writer_finish(&w) != DG_OK)
+			exit(1);
+		dgi_msg_tx_lock_all la = { 0x1111, 5, 1767225600000LL, 42, 1000, 7,
+			{ lb.data, (uint32_t)lb.len } };
+		emit_body(DGI_MSG_TX_LOCK_ALL, &la, &b);
+		lb.len = 0;
+		dg_writer_init(&w, dgi_txwire_registry(), &lb);
+		dg_write_list_begin(&w, 2 * DGI_TXLAR_VALUES);
+		dgi_txla_res_put(&w, &lr);
+		dgi_txla_res_put(&w, &lr);
+		dg_write_end(&w);
+		if (dg_writer_finish(&w) != DG_OK)
+			exit(1);
+		dg_msg_raw lar = { { lb.data, (uint32_t)lb.len } };
+		emit_body(DGI_MSG_TX_LOCK_ALL_RES, &lar, &b);
+		dg_buf_free(&lb);
+	}
 	dgi_msg_tx_prepare pp = { 0x1111, 5, 1767225600000LL, 1000, 7, DGI_TXP_FULL_SYNC, 0, 1,
 		0, 0, { ents.data, (uint32_t)ents.len } };
 	emit_body(DGI_MSG_TX_PREPARE, &pp, &b);
