@@ -112,7 +112,11 @@ start_node() {
 # socket in /proc/net/tcp{,6} with it as local or remote port), taken below
 # the kernel's ephemeral range so that no outgoing connection picks it while
 # a killed node is down, before its restart on the same address.  Never the
-# same port twice in one test.
+# same port twice in one test.  A dgnode given only a listen port takes
+# port + 100 and port + 200 for its admin and HTTP endpoints (auto): each
+# port handed out keeps those two free as well, and none of the three is
+# handed out again in the test (one node's HTTP port was another's cluster
+# port: cluster_restart_joins failed in CI with DG_ERR_ADDRINUSE).
 declare -A PORT_TAKEN=()
 port_in_use() {
 	grep -q -F "$(printf ':%04X ' "$1")" /proc/net/tcp /proc/net/tcp6 2>/dev/null
@@ -122,14 +126,15 @@ free_port() {
 	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
 	((lo > 11024)) || die "free_port: the ephemeral range starts at $lo: no room below it"
 	for ((i = 0; i < 1000; i++)); do
-		p=$((lo - 10000 + RANDOM % 10000))
-		[[ -z ${PORT_TAKEN[$p]:-} ]] || continue
-		port_in_use "$p" && continue
-		PORT_TAKEN[$p]=1
+		p=$((lo - 10000 + RANDOM % 9800))
+		[[ -z ${PORT_TAKEN[$p]:-} && -z ${PORT_TAKEN[$((p + 100))]:-} &&
+			-z ${PORT_TAKEN[$((p + 200))]:-} ]] || continue
+		port_in_use "$p" || port_in_use $((p + 100)) || port_in_use $((p + 200)) && continue
+		PORT_TAKEN[$p]=1 PORT_TAKEN[$((p + 100))]=1 PORT_TAKEN[$((p + 200))]=1
 		PORT=$p
 		return 0
 	done
-	die "free_port: no free port found in $((lo - 10000))..$((lo - 1))"
+	die "free_port: no free port found in $((lo - 10000))..$((lo - 201))"
 }
 
 budget_left_ms() { now_ms; echo $((T0 + TEST_BUDGET_MS - NOW)); }
