@@ -26,12 +26,13 @@ static struct start_slot *start_find(dgi_txsvc *s, const dgi_txid *tx)
 static dg_err start_grow(dgi_txsvc *s)
 {
 	/* removed slots count toward the load: rehash at a size for the live
-	 * ones (a steady stream of txs keeps the same table size) */
+	 * ones, never smaller than now (a steady stream of txs keeps the same
+	 * table size, and rehashes into the spare without allocating) */
 	uint32_t live = 0;
 	for (uint32_t i = 0; i < s->scap; i++)
 		live += (s->starts[i].tx.node != 0 || s->starts[i].tx.seq != 0) &&
 		    s->starts[i].start_ms >= 0;
-	uint32_t ncap = 64;
+	uint32_t ncap = s->scap > 64 ? s->scap : 64;
 	while (ncap < (live + 1) * 4)
 		ncap *= 2;
 	struct start_slot *n;
@@ -63,6 +64,7 @@ static dg_err start_grow(dgi_txsvc *s)
 	s->starts = n;
 	s->scap = ncap;
 	s->sused = used;
+	s->slive = used;
 	return DG_OK;
 }
 
@@ -70,6 +72,7 @@ void dgi_svc_start_put(dgi_txsvc *s, const dgi_txid *tx, int64_t start_ms)
 {
 	struct start_slot *sl = start_find(s, tx);
 	if (sl != NULL) {
+		s->slive += (start_ms >= 0) - (sl->start_ms >= 0);
 		sl->start_ms = start_ms;
 		return;
 	}
@@ -82,6 +85,7 @@ void dgi_svc_start_put(dgi_txsvc *s, const dgi_txid *tx, int64_t start_ms)
 	s->starts[i].tx = *tx;
 	s->starts[i].start_ms = start_ms;
 	s->sused++;
+	s->slive += start_ms >= 0;
 }
 
 int64_t dgi_svc_start_of(dgi_txsvc *s, const dgi_txid *tx)
@@ -93,8 +97,10 @@ int64_t dgi_svc_start_of(dgi_txsvc *s, const dgi_txid *tx)
 static void start_del(dgi_txsvc *s, const dgi_txid *tx)
 {
 	struct start_slot *sl = start_find(s, tx);
-	if (sl != NULL)
+	if (sl != NULL && sl->start_ms >= 0) {
 		sl->start_ms = -1; /* a tombstone: probe chains stay whole */
+		s->slive--;
+	}
 }
 
 /* ---- participant records (s->mu held) ---- */
@@ -158,9 +164,15 @@ static void rec_release(dgi_txsvc *s, struct rec *r)
 	}
 }
 
-/* Takes r out of the table; frees it once no callback is still to come. */
+/* Takes r out of the table; frees it once no callback is still to come.
+ * A primary's or a takeover's record takes the tx's start time with it
+ * (its requests put it): a commit ends its record here, not through
+ * dgi_svc_end_role, and every committed tx's start used to stay in the
+ * table, which grew without end (test_finished_txs_leave_no_start). */
 void dgi_svc_rec_unlink(dgi_txsvc *s, struct rec *r)
 {
+	if (r->role == ROLE_PRIMARY || r->role == ROLE_TAKEOVER)
+		start_del(s, &r->id);
 	struct rec **p = &s->buckets[dgi_txid_hash(&r->id) & (NBUCKETS - 1)];
 	while (*p != NULL && *p != r)
 		p = &(*p)->next;

@@ -242,6 +242,7 @@ void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out)
 	out->backup_committed = atomic_load(&s->backup_committed);
 	pthread_mutex_lock(&s->mu);
 	out->records = s->nrecs;
+	out->starts = s->slive;
 	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&s->fmu);
 	out->fence_version = s->f.v;

@@ -237,6 +237,8 @@ typedef struct dgi_txsvc_stats {
 	uint64_t prepared, committed, rolled_back, conflicts;
 	uint64_t backup_prepared, backup_committed;
 	uint64_t records;           /* participant records now */
+	uint64_t starts;            /* tx start times kept (one per tx with a
+	                               primary or takeover record here) */
 	int64_t fence_version;      /* the topology the fence is for */
 	bool fence_open;            /* every node reported: locks under it are granted */
 	uint64_t fence_rollbacks;   /* txs rolled back because they held a fence too long */

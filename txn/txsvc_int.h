@@ -291,6 +291,7 @@ struct dgi_txsvc {
 	struct start_slot *starts;
 	struct start_slot *starts_spare;  /* scap slots: a rehash at the same size */
 	uint32_t scap, sused;       /* sused counts removed slots too */
+	uint32_t slive;             /* slots of txs still here (not removed) */
 	dgi_wfg *wfg;
 	dgi_txid *edges;
 	size_t ecap;
