@@ -132,8 +132,8 @@ void dgi_svc_check_deadlock(dgi_txsvc *s, const dgi_txid *tx)
 		if (n > 0)
 			victim = dgi_wfg_victim(s->wfg, cycle, n);
 	}
-	if (n == 0 && s->dl_next == 0)
-		s->dl_next = dgi_now_ms() + 20; /* the cycle may span nodes: look there soon */
+	if (n == 0)
+		dgi_svc_dl_arm(s, 20); /* the cycle may span nodes: look there soon */
 	pthread_mutex_unlock(&s->mu);
 	if (n == 0)
 		return;
@@ -256,6 +256,14 @@ static void decode_edges(const uint8_t *p, uint32_t len, struct gedge **es, size
 	}
 }
 
+void dgi_svc_dl_arm(dgi_txsvc *s, uint64_t ms)
+{
+	if (s->dl_next != 0)
+		return;
+	s->dl_next = dgi_now_ms() + ms;
+	pthread_cond_signal(&s->dl_cv); /* the detector sleeps until one is due */
+}
+
 void dgi_svc_deadlock_tick(dgi_txsvc *s)
 {
 	uint64_t now = dgi_now_ms();
@@ -318,7 +326,7 @@ void dgi_svc_deadlock_tick(dgi_txsvc *s)
 	}
 	dgi_locks_get_stats(s->locks, &ls);
 	pthread_mutex_lock(&s->mu);
-	if (ls.waiters > 0 && s->dl_next == 0)
-		s->dl_next = dgi_now_ms() + 100;
+	if (ls.waiters > 0)
+		dgi_svc_dl_arm(s, 100);
 	pthread_mutex_unlock(&s->mu);
 }

@@ -54,30 +54,52 @@ static void on_msg(dg_tp *tp, const dg_msg_in *in, void *ctx)
 
 /* ---- threads ---- */
 
+/* Sleeps on cv (s->mu held) until woken, a stop, or ms (0: no limit). */
+static void bg_sleep(dgi_txsvc *s, pthread_cond_t *cv, uint64_t ms)
+{
+	if (ms == 0) {
+		pthread_cond_wait(cv, &s->mu);
+	} else {
+		struct timespec ts;
+		dgi_abstime_in(&ts, ms);
+		pthread_cond_timedwait(cv, &s->mu, &ts);
+	}
+	atomic_fetch_add_explicit(&s->bg_wakes, 1, memory_order_relaxed);
+}
+
+/* Wakes only when a cross-node search is due (dl_next: a lock wait began
+ * or goes on, dgi_svc_dl_arm) — an idle node's detector sleeps. */
 static void *detector(void *arg)
 {
 	dgi_txsvc *s = arg;
+	pthread_mutex_lock(&s->mu);
 	while (!atomic_load(&s->stopping)) {
-		struct timespec ts = { 0, 10 * 1000000L };
-		nanosleep(&ts, NULL);
+		uint64_t now = dgi_now_ms();
+		if (s->dl_next == 0 || now < s->dl_next) {
+			bg_sleep(s, &s->dl_cv, s->dl_next == 0 ? 0 : s->dl_next - now);
+			continue;
+		}
+		pthread_mutex_unlock(&s->mu);
 		dgi_svc_deadlock_tick(s);
+		pthread_mutex_lock(&s->mu);
 	}
+	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
 
 static void *recoverer(void *arg)
 {
 	dgi_txsvc *s = arg;
-	uint64_t last = dgi_now_ms();
+	pthread_mutex_lock(&s->mu);
 	while (!atomic_load(&s->stopping)) {
-		struct timespec ts = { 0, 10 * 1000000L }; /* (a stop waits for no more) */
-		nanosleep(&ts, NULL);
-		uint64_t now = dgi_now_ms();
-		if (now - last >= 100) {
-			last = now;
-			dgi_svc_recover_scan(s);
-		}
+		bg_sleep(s, &s->stop_cv, 100);
+		if (atomic_load(&s->stopping))
+			break;
+		pthread_mutex_unlock(&s->mu);
+		dgi_svc_recover_scan(s);
+		pthread_mutex_lock(&s->mu);
 	}
+	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
 
@@ -133,6 +155,8 @@ dg_err dgi_txsvc_start(dg_tp *tp, dgi_grid *g, uint32_t done_capacity, dgi_txsvc
 	s->g = g;
 	s->self = dg_tp_self(tp);
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->dl_cv, NULL);
+	pthread_cond_init(&s->stop_cv, NULL);
 	pthread_mutex_init(&s->lmu, NULL);
 	pthread_mutex_init(&s->fmu, NULL);
 	pthread_mutex_init(&s->live.mu, NULL);
@@ -176,6 +200,10 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 		dg_tp_quiesce(s->tp);
 	}
 	atomic_store(&s->stopping, true);
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_broadcast(&s->dl_cv);
+	pthread_cond_broadcast(&s->stop_cv);
+	pthread_mutex_unlock(&s->mu);
 	if (s->expirer_up)
 		pthread_join(s->expirer, NULL);
 	if (s->detector_up)
@@ -219,6 +247,8 @@ void dgi_txsvc_stop(dgi_txsvc *s)
 	dgi_free(s->edges);
 	dgi_free(s->starts);
 	dgi_free(s->starts_spare);
+	pthread_cond_destroy(&s->dl_cv);
+	pthread_cond_destroy(&s->stop_cv);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->lmu);
 	pthread_mutex_destroy(&s->fmu);
@@ -243,6 +273,7 @@ void dgi_txsvc_get_stats(dgi_txsvc *s, dgi_txsvc_stats *out)
 	pthread_mutex_lock(&s->mu);
 	out->records = s->nrecs;
 	out->starts = s->slive;
+	out->bg_wakes = atomic_load(&s->bg_wakes);
 	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&s->fmu);
 	out->fence_version = s->f.v;

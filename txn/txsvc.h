@@ -239,6 +239,8 @@ typedef struct dgi_txsvc_stats {
 	uint64_t records;           /* participant records now */
 	uint64_t starts;            /* tx start times kept (one per tx with a
 	                               primary or takeover record here) */
+	uint64_t bg_wakes;          /* wake-ups of the deadlock detector and the
+	                               recovery thread (an idle node: ~10 a second) */
 	int64_t fence_version;      /* the topology the fence is for */
 	bool fence_open;            /* every node reported: locks under it are granted */
 	uint64_t fence_rollbacks;   /* txs rolled back because they held a fence too long */

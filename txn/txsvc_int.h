@@ -56,9 +56,10 @@
  * -----
  * s->mu   guards the record table and records (buckets, free_recs, nrecs,
  *         nfree, incarn), the start times (starts, starts_spare, scap,
- *         sused), this node's wait-for graph (wfg, edges, ecap), the
+ *         sused, slive), this node's wait-for graph (wfg, edges, ecap), the
  *         victims being released (victims, victim_err, nvictims), the
- *         waiter pool (free_waiters, nfree_waiters) and dl_next.
+ *         waiter pool (free_waiters, nfree_waiters) and dl_next; the
+ *         detector sleeps on dl_cv and the recoverer on stop_cv with it.
  * s->lmu  guards the slots of requests this node sent itself (local,
  *         local_gen).  Nothing is locked under it; a reply's callback runs
  *         after it is released.
@@ -321,6 +322,10 @@ struct dgi_txsvc {
 	_Atomic uint32_t stale_refused;    /* ... with the count since */
 	_Atomic uint64_t fence_rollbacks;
 	uint64_t dl_next;           /* s->mu: when to look for cycles across nodes (0: no wait) */
+	pthread_cond_t dl_cv;       /* s->mu: dl_next set from 0 (dgi_svc_dl_arm), or a stop:
+	                               the detector sleeps on it until then */
+	pthread_cond_t stop_cv;     /* s->mu: a stop (the recoverer's sleep) */
+	_Atomic uint64_t bg_wakes;  /* the detector's and the recoverer's wake-ups (tests) */
 	dgi_wfg *gwfg;              /* the detector's: edges of every node */
 	struct gedge *gedges;       /* the detector's: their list */
 	size_t gecap;
@@ -531,6 +536,9 @@ void dgi_svc_h_edges(dgi_txsvc *s, const dg_msg_in *in);
 void dgi_svc_h_kill(dgi_txsvc *s, const dg_msg_in *in);
 /* A round of deadlock detection across nodes, when due (the detector). */
 void dgi_svc_deadlock_tick(dgi_txsvc *s);
+/* Schedules a round ms from now unless one is due already, and wakes the
+ * detector (s->mu held). */
+void dgi_svc_dl_arm(dgi_txsvc *s, uint64_t ms);
 
 /* ---- TX_PREPARE (txprepare.c; without s->mu) ---- */
 
