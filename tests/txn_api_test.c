@@ -30,6 +30,7 @@
 
 void dgi_node_kill(dg_node *n);
 extern _Atomic int dgi_tx_crash_point;
+extern _Atomic int dgi_tx_crash_reached;
 extern _Atomic uint64_t dgi_tx_cut_node;
 #define EXPECT(x, e) assert_int_equal((x), (e))
 
@@ -2861,22 +2862,25 @@ static void *bg_transfer_run(void *arg)
 }
 
 /* Starts the two-phase transfer of k and k2 (its COMMITs 500 ms after
- * every primary prepared) and returns once N kept P's prepared entries
- * (and k2's primary's, unless that is N). */
+ * every primary prepared) and returns once every primary prepared — so
+ * N kept P's prepared entries (and k2's primary's, unless that is N) and
+ * P has N's answer: a cut of N from P before that answer was in could
+ * break P's request to N and fail the prepare (a TSan run did). */
 static void lp_start_transfer(struct left_primary *x, struct bg_transfer *t, pthread_t *tw)
 {
 	uint64_t want_kept = x->own2[0] == x->own[1] ? 1 : 2;
 	dgi_txsvc_stats st;
 	dgi_txsvc_get_stats(dgi_node_txs(x->N), &st);
 	uint64_t kept0 = st.backup_prepared;
+	atomic_store(&dgi_tx_crash_reached, 0);
 	atomic_store(&dgi_tx_crash_point, 5);
 	*t = (struct bg_transfer){ x->near, x->cn, x->k, x->k2, DG_OK };
 	assert_int_equal(pthread_create(tw, NULL, bg_transfer_run, t), 0);
 	uint64_t deadline = dgi_now_ms() + 5000;
-	do {
+	while (atomic_load(&dgi_tx_crash_reached) != 5 && dgi_now_ms() < deadline)
 		usleep(1000);
-		dgi_txsvc_get_stats(dgi_node_txs(x->N), &st);
-	} while (st.backup_prepared - kept0 < want_kept && dgi_now_ms() < deadline);
+	assert_int_equal(atomic_load(&dgi_tx_crash_reached), 5);
+	dgi_txsvc_get_stats(dgi_node_txs(x->N), &st);
 	assert_true(st.backup_prepared - kept0 >= want_kept);
 }
 

@@ -104,6 +104,7 @@ enum {
  * 5: no crash — commit() waits 500 ms once every participant prepared,
  * then sends its COMMITs (a test cuts or kills something meanwhile). */
 _Atomic int dgi_tx_crash_point;
+_Atomic int dgi_tx_crash_reached; /* tests: the last crash point a commit reached */
 
 static _Thread_local dg_tx *tl_current;
 /* Per thread: a finished tx kept for reuse, and the raw API's key and
@@ -2100,6 +2101,7 @@ static dg_err commit(dg_tx *tx)
 	uint32_t left = left_ms(tx);
 	int crash = atomic_load(&dgi_tx_crash_point);
 	if (crash == 5) {
+		atomic_store(&dgi_tx_crash_reached, 5); /* every primary prepared */
 		sleep_ms(500);
 		crash = 0;
 		left = left_ms(tx);
