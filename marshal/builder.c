@@ -277,6 +277,7 @@ static dg_err resolve(dg_builder *b, const dg_desc **out)
 			fd[i].elem = b->f[i].elem;
 			fd[i].ref_type = b->f[i].ref_type;
 			fd[i].c_off = DG_UNBOUND;
+			fd[i].flags = 0;
 		}
 		e = dgi_register_fdefs(b->reg, (const char *)b->names.data, b->type_len,
 		    fd, b->n, 0, true, &d);

@@ -189,12 +189,24 @@ typedef struct dg_arena {
 	uint8_t *mem;
 	size_t cap;
 	size_t used;
+	bool views;    /* dg_arena_init_views: strings, bytes, arrays and raw
+	                  values stay views into the input; only what has no
+	                  place there (list elements, pointed-to objects) is
+	                  put in the arena */
 } dg_arena;
 static inline void dg_arena_init(dg_arena *a, void *mem, size_t cap)
 {
 	a->mem = (uint8_t *)mem;
 	a->cap = cap;
 	a->used = 0;
+	a->views = false;
+}
+/* An arena for decodes whose input outlives the decoded structs: nothing
+ * that can point into the input is copied. */
+static inline void dg_arena_init_views(dg_arena *a, void *mem, size_t cap)
+{
+	dg_arena_init(a, mem, cap);
+	a->views = true;
 }
 static inline void dg_arena_reset(dg_arena *a) { a->used = 0; }
 
@@ -259,6 +271,16 @@ typedef struct dg_raw {
 	uint32_t len;
 } dg_raw;
 
+/* A LIST or SET field bound to a C array (DG_FIELD_LIST): count elements
+ * at ptr, each the C binding of the element kind — an object type's struct
+ * (its struct_size apart), dg_str, dg_bytes, or a native scalar (bool,
+ * int8_t .. int64_t, float, double).  ptr NULL is a null list; a decoded
+ * empty list has a non-NULL ptr.  Decoded elements live in the arena. */
+typedef struct dg_list {
+	void *ptr;
+	uint32_t count;
+} dg_list;
+
 DG_API int64_t dg_array_get_int(const dg_array *a, dg_kind elem, uint32_t i);
 DG_API double dg_array_get_double(const dg_array *a, dg_kind elem, uint32_t i);
 
@@ -270,21 +292,42 @@ DG_API double dg_array_get_double(const dg_array *a, dg_kind elem, uint32_t i);
 #define DG_SCOPE_MAX 64    /* schemas live in scope tables at once */
 #define DG_UNBOUND UINT32_MAX
 
+/* dg_field_def.flags: how a field is bound to the C struct (not on the
+ * wire, not part of the exported definition). */
+#define DG_FF_PTR 1u  /* DG_OBJECT: a pointer to the struct (NULL = null),
+                         not the struct embedded; decoded into the arena */
+
 typedef struct dg_field_def {
 	const char *name;      /* UTF-8; field id = dg_field_id(name) */
 	dg_kind kind;          /* not DG_NULL */
-	dg_kind elem;          /* DG_ARRAY: element kind (DG_BOOL..DG_DOUBLE) */
-	const char *type_name; /* DG_OBJECT: registered type of the embedded
-	                          struct; DG_ENUM: the enum's type name */
+	dg_kind elem;          /* DG_ARRAY: element kind (DG_BOOL..DG_DOUBLE);
+	                          DG_LIST / DG_SET: DG_NULL (bound as dg_raw),
+	                          or the element kind of a dg_list binding:
+	                          DG_OBJECT, DG_STRING, DG_BYTES, DG_BOOL..
+	                          DG_DOUBLE */
+	const char *type_name; /* DG_OBJECT, and lists/sets of DG_OBJECT: the
+	                          registered type of the struct; DG_ENUM: the
+	                          enum's type name */
 	uint32_t offset;       /* offsetof() in the bound struct, or DG_UNBOUND */
+	uint32_t flags;        /* DG_FF_* */
 } dg_field_def;
 
 #define DG_FIELD(st, member, kind) \
-	{ #member, kind, DG_NULL, NULL, (uint32_t)offsetof(st, member) }
+	{ #member, kind, DG_NULL, NULL, (uint32_t)offsetof(st, member), 0 }
 #define DG_FIELD_ARRAY(st, member, elemkind) \
-	{ #member, DG_ARRAY, elemkind, NULL, (uint32_t)offsetof(st, member) }
+	{ #member, DG_ARRAY, elemkind, NULL, (uint32_t)offsetof(st, member), 0 }
 #define DG_FIELD_TYPED(st, member, kind, tname) \
-	{ #member, kind, DG_NULL, tname, (uint32_t)offsetof(st, member) }
+	{ #member, kind, DG_NULL, tname, (uint32_t)offsetof(st, member), 0 }
+/* A dg_list member: kind DG_LIST or DG_SET, elements of elemkind (tname:
+ * their type for DG_OBJECT, else NULL).  Written in one pass as one LIST
+ * (SET) value whose objects share one schema definition (DEF, then REFs);
+ * decoded in one pass, elements into the arena. */
+#define DG_FIELD_LIST(st, member, kind, elemkind, tname) \
+	{ #member, kind, elemkind, tname, (uint32_t)offsetof(st, member), 0 }
+/* A pointer member `T *` to a struct of registered type tname. */
+#define DG_FIELD_OBJ_PTR(st, member, tname) \
+	{ #member, DG_OBJECT, DG_NULL, tname, (uint32_t)offsetof(st, member), \
+	  DG_FF_PTR }
 
 typedef struct dg_type_def {
 	const char *name;            /* type id = dg_type_id(name) */

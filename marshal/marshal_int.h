@@ -31,6 +31,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -83,8 +84,10 @@ struct dgi_field {
 	uint16_t decl;        /* declaration index */
 	uint16_t var;         /* var fields: index among var fields */
 	uint8_t kind;         /* dg_kind */
-	uint8_t elem;         /* DG_ARRAY element kind */
+	uint8_t elem;         /* DG_ARRAY element kind; DG_LIST / DG_SET: the
+	                         element kind of a dg_list binding (0: dg_raw) */
 	uint8_t width;        /* fixed fields: bytes; 0 for var fields */
+	uint8_t flags;        /* DG_FF_* (the C binding only) */
 	const char *name;
 };
 
@@ -113,6 +116,8 @@ struct dg_desc {
 	uint8_t bound;           /* every field bound to the C struct */
 	uint8_t primary;         /* the type's primary schema (tags OBJ/DEF) */
 	size_t struct_size;
+	size_t align;            /* bound: alignment the struct needs (that of
+	                            its most aligned field) */
 	const char *name;
 	struct dgi_field *fields;  /* layout order */
 	struct dgi_op *ops;        /* layout order, bound descriptors */
@@ -173,6 +178,7 @@ struct dgi_fdef {
 	dg_kind elem;
 	uint32_t ref_type;
 	uint32_t c_off;
+	uint8_t flags;       /* DG_FF_* */
 };
 dg_err dgi_register_fdefs(dg_registry *reg, const char *name, size_t name_len,
     const struct dgi_fdef *f, uint32_t n, size_t struct_size, bool propose,
@@ -545,8 +551,37 @@ static inline unsigned dgi_elem_width(dg_kind k)
 	}
 }
 
-/* Bytes of the C binding for a field kind (for offset checks). */
-size_t dgi_binding_size(dg_kind k, const dg_desc *ref);
+/* Bytes of the C binding of a field (for offset checks and nulls): kind,
+ * element kind, DG_FF_* flags, the referenced bound descriptor. */
+size_t dgi_binding_size(dg_kind k, dg_kind elem, unsigned flags,
+    const dg_desc *ref);
+/* A LIST / SET field bound as a dg_list (elements of kind elem). */
+static inline bool dgi_typed_list(unsigned kind, unsigned elem)
+{
+	return (kind == DG_LIST || kind == DG_SET) && elem != DG_NULL;
+}
+/* Bytes of one element of a dg_list of elem (ref: its object type). */
+static inline size_t dgi_list_elem_size(unsigned elem, const dg_desc *ref)
+{
+	switch (elem) {
+	case DG_OBJECT: return ref->struct_size;
+	case DG_STRING: return sizeof(dg_str);
+	case DG_BYTES: return sizeof(dg_bytes);
+	case DG_BOOL: return sizeof(bool);
+	case DG_I8: return 1;
+	case DG_I16: return 2;
+	case DG_I32: case DG_FLOAT: return 4;
+	default: return 8;  /* DG_I64, DG_DOUBLE */
+	}
+}
+static inline size_t dgi_list_elem_align(unsigned elem, const dg_desc *ref)
+{
+	switch (elem) {
+	case DG_OBJECT: return ref->align;
+	case DG_STRING: case DG_BYTES: return alignof(dg_str);
+	default: return dgi_list_elem_size(elem, ref);
+	}
+}
 
 /* memcpy for the short strings of keys and names, without a libc call;
  * never reads or writes outside [src, src+n) and [dst, dst+n). */
@@ -585,7 +620,7 @@ static inline void *dgi_arena_copy(dg_arena *a, const void *p, size_t n,
 	if (at > a->cap || a->cap - at < need)
 		return NULL;
 	uint8_t *dst = a->mem + at;
-	if (n)
+	if (n && p != NULL) /* p NULL: room only (list elements) */
 		memcpy(dst, p, n);
 	if (nul)
 		dst[n] = 0;

@@ -42,6 +42,114 @@ static dg_err raw_check(const dg_registry *reg, const dg_raw *raw, dg_kind kind,
 	return e;
 }
 
+/* A LIST / SET field bound as a dg_list: one LIST (SET) value written in
+ * one pass.  Objects share one scope entry: the first is a DEF (index 0 of
+ * the list's own scope — a field's value is self-contained, FORMAT.md), the
+ * others one-byte REFs; their own object fields are OBJ as everywhere. */
+static dg_err encode_list(dg_writer *w, const struct dgi_field *f,
+    const dg_list *l, uint8_t **pp, size_t tail, unsigned depth)
+{
+	dg_buf *b = w->w_buf;
+	uint8_t *p = *pp;
+	const uint8_t *s = l->ptr;
+	dg_err e;
+
+	if (s == NULL) {
+		if (l->count != 0)
+			return DG_ERR_INVAL;
+		*p++ = TAG_NULL;
+		*pp = p;
+		return DG_OK;
+	}
+	if (depth + 1 > DG_MAX_DEPTH)
+		return DG_ERR_DEPTH;
+	/* the field's share of tail covers the tag and the count */
+	*p++ = f->kind == DG_LIST ? TAG_LIST : TAG_SET;
+	p = dgi_put_uvarint_fast(p, l->count);
+	switch (f->elem) {
+	case DG_OBJECT: {
+		const dg_desc *r = f->ref;
+		for (uint32_t i = 0; i < l->count; i++, s += r->struct_size) {
+			ROOM(9 + tail);
+			if (i > 0) {
+				*p++ = TAG_REF; /* scope index 0 */
+			} else {
+				*p++ = r->primary ? TAG_DEF : TAG_DEF_S;
+				dgi_st32(p, r->type_id);
+				p += 4;
+				if (!r->primary) {
+					dgi_st32(p, r->schema_id);
+					p += 4;
+				}
+			}
+			b->len = (size_t)(p - b->data);
+			if ((e = dgi_obj_encode(w, r, s, depth + 2)) != DG_OK)
+				return e;
+			p = b->data + b->len;
+		}
+		break;
+	}
+	case DG_STRING:
+	case DG_BYTES:
+		for (uint32_t i = 0; i < l->count; i++, s += sizeof(dg_bytes)) {
+			const dg_bytes *v = (const dg_bytes *)s;
+			if (v->ptr == NULL) {
+				ROOM(1 + tail);
+				*p++ = TAG_NULL;
+				continue;
+			}
+			if (f->elem == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
+				return DG_ERR_UTF8;
+			ROOM((size_t)v->len + 11 + tail);
+			*p++ = f->elem == DG_STRING ? TAG_STRING : TAG_BYTES;
+			p = dgi_put_uvarint_fast(p, v->len);
+			dgi_copy(p, v->ptr, v->len);
+			p += v->len;
+		}
+		break;
+	default: /* scalars: each a tagged value of at most 11 bytes */
+		ROOM((size_t)l->count * 11 + tail);
+		for (uint32_t i = 0; i < l->count; i++) {
+			switch (f->elem) {
+			case DG_BOOL:
+				*p++ = ((const bool *)s)[i] ? TAG_TRUE : TAG_FALSE;
+				break;
+			case DG_I8:
+				*p++ = TAG_I8;
+				*p++ = s[i];
+				break;
+			case DG_I16:
+				*p++ = TAG_I16;
+				memcpy(p, s + 2 * (size_t)i, 2);
+				p += 2;
+				break;
+			case DG_I32:
+				*p++ = TAG_I32;
+				p = dgi_put_uvarint_fast(p, dgi_zigzag(((const int32_t *)s)[i]));
+				break;
+			case DG_I64:
+				*p++ = TAG_I64;
+				p = dgi_put_uvarint_fast(p, dgi_zigzag(((const int64_t *)s)[i]));
+				break;
+			case DG_FLOAT:
+				*p++ = TAG_FLOAT;
+				memcpy(p, s + 4 * (size_t)i, 4);
+				p += 4;
+				break;
+			default: /* DG_DOUBLE */
+				*p++ = TAG_DOUBLE;
+				memcpy(p, s + 8 * (size_t)i, 8);
+				p += 8;
+				break;
+			}
+		}
+		break;
+	}
+	ROOM(tail);
+	*pp = p;
+	return DG_OK;
+}
+
 /* Var fields of the rarer kinds, out of the hot loop: one field at *pp. */
 DG_NOINLINE static dg_err encode_rare(dg_writer *w, const dg_desc *d,
     const struct dgi_field *f, const uint8_t *s, uint8_t **pp, size_t tail,
@@ -51,6 +159,8 @@ DG_NOINLINE static dg_err encode_rare(dg_writer *w, const dg_desc *d,
 	uint8_t *p = *pp;
 	dg_err e;
 
+	if (dgi_typed_list(f->kind, f->elem))
+		return encode_list(w, f, (const dg_list *)s, pp, tail, depth);
 	switch (f->kind) {
 	case DG_ENUM: {
 		int32_t o = *(const int32_t *)s;
@@ -86,7 +196,15 @@ DG_NOINLINE static dg_err encode_rare(dg_writer *w, const dg_desc *d,
 		break;
 	}
 	case DG_OBJECT: {
-		/* embedded struct: a self-contained tagged object */
+		/* embedded struct, or the struct pointed to: a self-contained
+		 * tagged object */
+		if (f->flags & DG_FF_PTR) {
+			s = *(const uint8_t *const *)s;
+			if (s == NULL) {
+				*p++ = TAG_NULL;
+				break;
+			}
+		}
 		b->len = (size_t)(p - b->data);
 		uint32_t save_depth = w->w_depth;
 		w->w_depth = 0; /* no scope inside a field */
@@ -494,7 +612,7 @@ dg_err dgi_write_bobj(dg_writer *w, const dg_bobj *o)
 static inline dg_err copy_out(dg_arena *arena, const uint8_t **ptr, uint32_t n,
     size_t align, bool nul)
 {
-	if (arena == NULL)
+	if (arena == NULL || arena->views)
 		return DG_OK;
 	void *c = dgi_arena_copy(arena, *ptr, n, align, nul);
 	if (c == NULL)
@@ -503,15 +621,254 @@ static inline dg_err copy_out(dg_arena *arena, const uint8_t **ptr, uint32_t n,
 	return DG_OK;
 }
 
+/* Room for n bytes in the arena (no arena: none). */
+static inline uint8_t *arena_take(dg_arena *arena, size_t n, size_t align)
+{
+	if (arena == NULL)
+		return NULL;
+	return dgi_arena_copy(arena, NULL, n, align, false);
+}
+
+/* One element object of a typed list: a DEF, REF or OBJ in the list's own
+ * scope table sch (*nsch entries), or null. */
+static dg_err list_object(const dg_registry *reg, const struct dgi_field *f,
+    const uint8_t **pp, const uint8_t *end, const dg_desc **sch,
+    uint32_t *nsch, uint8_t *dst, dg_arena *arena, unsigned depth)
+{
+	const uint8_t *p = *pp;
+	const dg_desc *s;
+	const uint8_t *body;
+	uint32_t len;
+	dg_err e;
+
+	if (p >= end)
+		return DG_ERR_TRUNCATED;
+	uint8_t tag = *p++;
+	if (tag >= TAG_REF) {
+		uint32_t idx = tag - TAG_REF;
+		if (idx >= DG_SCOPE_MAX)
+			return DG_ERR_BAD_TAG;
+		if (idx >= *nsch)
+			return DG_ERR_UNKNOWN_SCHEMA;
+		s = sch[idx];
+		if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
+			return e;
+		if (len > (size_t)(end - p))
+			return DG_ERR_TRUNCATED;
+		body = p;
+		p += len;
+	} else if (tag == TAG_DEF || tag == TAG_DEF_S) {
+		if (*nsch >= DG_SCOPE_MAX)
+			return DG_ERR_LIMIT;
+		e = dgi_obj_header(reg, (uint8_t)(tag - (TAG_DEF - TAG_OBJ)), &p, end,
+		    &s, &body, &len, false);
+		if (e != DG_OK)
+			return e;
+		sch[(*nsch)++] = s;
+	} else if (tag == TAG_OBJ || tag == TAG_OBJ_S) {
+		if ((e = dgi_obj_header(reg, tag, &p, end, &s, &body, &len, false)) != DG_OK)
+			return e;
+	} else if (tag == TAG_NULL) {
+		memset(dst, 0, f->ref->struct_size);
+		*pp = p;
+		return DG_OK;
+	} else {
+		return tag > TAG__LAST ? DG_ERR_BAD_TAG : DG_ERR_TYPE_MISMATCH;
+	}
+	if (s->type_id != f->ref->type_id)
+		return DG_ERR_TYPE_MISMATCH;
+	if ((e = dgi_obj_decode(reg, s, f->ref, body, len, dst, arena, depth)) != DG_OK)
+		return e;
+	*pp = p;
+	return DG_OK;
+}
+
+/* One scalar element of a typed list into its native C slot. */
+static dg_err list_scalar(unsigned elem, const uint8_t **pp, const uint8_t *end,
+    uint8_t *dst)
+{
+	const uint8_t *p = *pp;
+	dg_value v;
+	uint64_t u;
+	dg_err e;
+	if (p >= end)
+		return DG_ERR_TRUNCATED;
+	uint8_t tag = *p++;
+	switch (elem) {
+	case DG_BOOL:
+		if (tag != TAG_FALSE && tag != TAG_TRUE)
+			return DG_ERR_TYPE_MISMATCH;
+		*(bool *)dst = tag == TAG_TRUE;
+		break;
+	case DG_FLOAT:
+		if (tag != TAG_FLOAT)
+			return DG_ERR_TYPE_MISMATCH;
+		if (end - p < 4)
+			return DG_ERR_TRUNCATED;
+		memcpy(dst, p, 4);
+		p += 4;
+		break;
+	case DG_DOUBLE:
+		if (tag != TAG_DOUBLE)
+			return DG_ERR_TYPE_MISMATCH;
+		if (end - p < 8)
+			return DG_ERR_TRUNCATED;
+		memcpy(dst, p, 8);
+		p += 8;
+		break;
+	default: { /* integers: any integer tag that fits the element */
+		int64_t x;
+		if (tag == TAG_I8) {
+			if (p >= end)
+				return DG_ERR_TRUNCATED;
+			x = (int8_t)*p++;
+		} else if (tag == TAG_I16) {
+			int16_t h;
+			if (end - p < 2)
+				return DG_ERR_TRUNCATED;
+			memcpy(&h, p, 2);
+			p += 2;
+			x = h;
+		} else if (tag == TAG_I32 || tag == TAG_I64) {
+			if ((e = dgi_get_uvarint(&p, end, &u)) != DG_OK)
+				return e;
+			x = dgi_unzigzag(u);
+			if (tag == TAG_I32 && (x < INT32_MIN || x > INT32_MAX))
+				return DG_ERR_RANGE;
+		} else {
+			return tag > TAG__LAST && tag < TAG_REF ? DG_ERR_BAD_TAG :
+			    DG_ERR_TYPE_MISMATCH;
+		}
+		v.v.i = x;
+		switch (elem) {
+		case DG_I8:
+			if (x < INT8_MIN || x > INT8_MAX)
+				return DG_ERR_RANGE;
+			*(int8_t *)dst = (int8_t)x;
+			break;
+		case DG_I16:
+			if (x < INT16_MIN || x > INT16_MAX)
+				return DG_ERR_RANGE;
+			*(int16_t *)dst = (int16_t)x;
+			break;
+		case DG_I32:
+			if (x < INT32_MIN || x > INT32_MAX)
+				return DG_ERR_RANGE;
+			*(int32_t *)dst = (int32_t)x;
+			break;
+		default:
+			*(int64_t *)dst = v.v.i;
+			break;
+		}
+		break;
+	}
+	}
+	*pp = p;
+	return DG_OK;
+}
+
+/* A LIST / SET field into its dg_list binding, in one pass: the elements
+ * go to the arena (DG_ERR_NOSPACE without one, or when it is full). */
+static dg_err decode_list(const dg_registry *reg, const struct dgi_field *f,
+    const uint8_t **pp, const uint8_t *end, dg_list *out, dg_arena *arena,
+    unsigned depth)
+{
+	const uint8_t *p = *pp;
+	uint32_t n;
+	dg_err e;
+
+	if (p >= end)
+		return DG_ERR_TRUNCATED;
+	uint8_t tag = *p++;
+	if (tag == TAG_NULL) {
+		out->ptr = NULL;
+		out->count = 0;
+		*pp = p;
+		return DG_OK;
+	}
+	if (tag != (f->kind == DG_LIST ? TAG_LIST : TAG_SET))
+		return tag > TAG__LAST && tag < TAG_REF ? DG_ERR_BAD_TAG :
+		    DG_ERR_TYPE_MISMATCH;
+	if (depth + 1 > DG_MAX_DEPTH)
+		return DG_ERR_DEPTH;
+	if ((e = dgi_get_u32var(&p, end, &n)) != DG_OK)
+		return e;
+	if (n > (size_t)(end - p))
+		return DG_ERR_COUNT; /* every element takes a byte at least */
+	size_t es = dgi_list_elem_size(f->elem, f->ref);
+	uint8_t *dst = arena_take(arena, (size_t)n * es,
+	    dgi_list_elem_align(f->elem, f->ref));
+	if (dst == NULL)
+		return DG_ERR_NOSPACE;
+	out->ptr = dst;
+	out->count = n;
+	switch (f->elem) {
+	case DG_OBJECT: {
+		const dg_desc *sch[DG_SCOPE_MAX];
+		uint32_t nsch = 0;
+		for (uint32_t i = 0; i < n; i++, dst += es)
+			if ((e = list_object(reg, f, &p, end, sch, &nsch, dst, arena,
+			    depth + 2)) != DG_OK)
+				return e;
+		break;
+	}
+	case DG_STRING:
+	case DG_BYTES: {
+		uint8_t want = f->elem == DG_STRING ? TAG_STRING : TAG_BYTES;
+		for (uint32_t i = 0; i < n; i++, dst += es) {
+			dg_bytes *v = (dg_bytes *)dst;
+			if (p >= end)
+				return DG_ERR_TRUNCATED;
+			tag = *p++;
+			if (tag == TAG_NULL) {
+				v->ptr = NULL;
+				v->len = 0;
+				continue;
+			}
+			if (tag != want)
+				return tag > TAG__LAST && tag < TAG_REF ? DG_ERR_BAD_TAG :
+				    DG_ERR_TYPE_MISMATCH;
+			uint32_t len;
+			if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
+				return e;
+			if (len > (size_t)(end - p))
+				return DG_ERR_TRUNCATED;
+			if (want == TAG_STRING && !dgi_utf8_ok(p, len))
+				return DG_ERR_UTF8;
+			v->ptr = p;
+			v->len = len;
+			p += len;
+			if ((e = copy_out(arena, &v->ptr, len, 1, want == TAG_STRING)) != DG_OK)
+				return e;
+		}
+		break;
+	}
+	default:
+		for (uint32_t i = 0; i < n; i++, dst += es)
+			if ((e = list_scalar(f->elem, &p, end, dst)) != DG_OK)
+				return e;
+		break;
+	}
+	*pp = p;
+	return DG_OK;
+}
+
 /* Store a decoded value into the C binding of field f (kinds agree). */
 static dg_err store_value(const dg_registry *reg, const struct dgi_field *f,
     const dg_value *v, const uint8_t *span, uint32_t span_len, uint8_t *dst,
     dg_arena *arena, unsigned depth)
 {
-	size_t bs = dgi_binding_size((dg_kind)f->kind, f->ref);
+	size_t bs = dgi_binding_size((dg_kind)f->kind, (dg_kind)f->elem, f->flags,
+	    f->ref);
 	if (v->kind == DG_NULL) {
 		memset(dst, 0, bs);
 		return DG_OK;
+	}
+	if (dgi_typed_list(f->kind, f->elem)) {
+		const uint8_t *p = span;
+		dg_err e = decode_list(reg, f, &p, span + span_len, (dg_list *)dst,
+		    arena, depth);
+		return e == DG_OK && p != span + span_len ? DG_ERR_BAD_LENGTH : e;
 	}
 	switch (f->kind) {
 	case DG_BOOL: *(bool *)dst = v->v.b; return DG_OK;
@@ -544,6 +901,13 @@ static dg_err store_value(const dg_registry *reg, const struct dgi_field *f,
 		const dg_bobj *o = &v->v.obj;
 		if (o->desc->type_id != f->ref->type_id)
 			return DG_ERR_TYPE_MISMATCH;
+		if (f->flags & DG_FF_PTR) {
+			uint8_t *to = arena_take(arena, f->ref->struct_size, f->ref->align);
+			if (to == NULL)
+				return DG_ERR_NOSPACE;
+			*(void **)dst = to;
+			dst = to;
+		}
 		return dgi_obj_decode(reg, o->desc, f->ref, o->body, o->len, dst,
 		    arena, depth + 1);
 	}
@@ -596,6 +960,8 @@ DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
 {
 	const uint8_t *span = *pp;
 	dg_value val;
+	if (dgi_typed_list(f->kind, f->elem))
+		return decode_list(reg, f, pp, end, (dg_list *)dst, arena, depth);
 	dg_err e = field_value(reg, f, pp, end, &val, depth, false);
 	if (e != DG_OK)
 		return e;

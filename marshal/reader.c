@@ -663,7 +663,7 @@ static dg_err read_blob(dg_reader *r, dg_kind kind, dg_bytes *out,
 	if (v.kind != kind)
 		return DG_ERR_TYPE_MISMATCH;
 	*out = v.v.bytes;
-	if (arena != NULL) {
+	if (arena != NULL && !arena->views) {
 		void *c = dgi_arena_copy(arena, out->ptr, out->len, 1, kind == DG_STRING);
 		if (c == NULL)
 			return DG_ERR_NOSPACE;

@@ -66,8 +66,13 @@ dg_err dg_desc_field(const dg_desc *d, uint32_t i, dg_field_info *out)
 	return DG_OK;
 }
 
-size_t dgi_binding_size(dg_kind k, const dg_desc *ref)
+size_t dgi_binding_size(dg_kind k, dg_kind elem, unsigned flags,
+    const dg_desc *ref)
 {
+	if (k == DG_OBJECT && (flags & DG_FF_PTR))
+		return sizeof(void *);
+	if (dgi_typed_list(k, elem))
+		return sizeof(dg_list);
 	switch (k) {
 	case DG_BOOL: return sizeof(bool);
 	case DG_I8: return 1;
@@ -87,8 +92,10 @@ size_t dgi_binding_size(dg_kind k, const dg_desc *ref)
 	}
 }
 
-static size_t binding_align(dg_kind k)
+static size_t binding_align(dg_kind k, unsigned flags)
 {
+	if (flags & DG_FF_PTR)
+		return alignof(void *);
 	switch (k) {
 	case DG_BOOL: return alignof(bool);
 	case DG_I8: return 1;
@@ -108,8 +115,8 @@ static size_t desc_align(const dg_desc *d)
 	size_t a = 1;
 	for (uint32_t i = 0; i < d->nfields; i++) {
 		const struct dgi_field *f = &d->fields[i];
-		size_t fa = f->kind == DG_OBJECT ? desc_align(f->ref) :
-		    binding_align((dg_kind)f->kind);
+		size_t fa = f->kind == DG_OBJECT && !(f->flags & DG_FF_PTR) ?
+		    desc_align(f->ref) : binding_align((dg_kind)f->kind, f->flags);
 		if (fa > a)
 			a = fa;
 	}
@@ -176,6 +183,7 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 			lf->decl = (uint16_t)i;
 			lf->ref_type = f[i].ref_type;
 			lf->ref = refs ? refs[i] : NULL;
+			lf->flags = f[i].flags;
 			lf->c_off = struct_size ? f[i].c_off : DG_UNBOUND;
 			if (w) {
 				lf->body_off = off;
@@ -198,6 +206,7 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 			d->nfixed = pos;
 	}
 	d->fixed_size = off;
+	d->align = d->bound ? desc_align(d) : 1;
 	d->nvar = nvar;
 	d->nfoot = nvar > 1 ? nvar - 1 : 0;
 	for (uint32_t i = 0; i < n; i++)
@@ -485,7 +494,8 @@ static bool same_binding(const dg_desc *d, const struct fdef *f, uint32_t n,
 	if (d->struct_size != struct_size)
 		return false;
 	for (uint32_t i = 0; i < n; i++)
-		if (d->fields[d->decl_to_layout[i]].c_off != f[i].c_off)
+		if (d->fields[d->decl_to_layout[i]].c_off != f[i].c_off ||
+		    d->fields[d->decl_to_layout[i]].flags != f[i].flags)
 			return false;
 	return true;
 }
@@ -500,16 +510,25 @@ static dg_err validate_fields(const dg_registry *reg, const struct fdef *f,
 			return DG_ERR_INVAL;
 		if (f[i].kind <= DG_NULL || f[i].kind >= DG_KIND__COUNT)
 			return DG_ERR_INVAL;
+		bool typed = dgi_typed_list(f[i].kind, f[i].elem);
+		bool objs = typed && f[i].elem == DG_OBJECT;
 		if (f[i].kind == DG_ARRAY && dgi_elem_width(f[i].elem) == 0)
 			return DG_ERR_INVAL;
-		if (f[i].kind != DG_ARRAY && f[i].elem != DG_NULL)
+		if (typed && f[i].elem != DG_OBJECT && f[i].elem != DG_STRING &&
+		    f[i].elem != DG_BYTES && dgi_elem_width(f[i].elem) == 0)
 			return DG_ERR_INVAL;
-		if (f[i].kind == DG_ENUM && f[i].ref_type == 0)
+		if (f[i].kind != DG_ARRAY && !typed && f[i].elem != DG_NULL)
 			return DG_ERR_INVAL;
-		if (f[i].kind != DG_ENUM && f[i].kind != DG_OBJECT && f[i].ref_type != 0)
+		if ((f[i].kind == DG_ENUM || objs) && f[i].ref_type == 0)
+			return DG_ERR_INVAL;
+		if (f[i].kind != DG_ENUM && f[i].kind != DG_OBJECT && !objs &&
+		    f[i].ref_type != 0)
+			return DG_ERR_INVAL;
+		if ((f[i].flags & ~DG_FF_PTR) != 0 ||
+		    ((f[i].flags & DG_FF_PTR) && f[i].kind != DG_OBJECT))
 			return DG_ERR_INVAL;
 		refs[i] = NULL;
-		if (f[i].kind == DG_OBJECT && struct_size > 0) {
+		if ((f[i].kind == DG_OBJECT || objs) && struct_size > 0) {
 			/* an embedded struct: its type must be registered and bound */
 			if (f[i].ref_type == 0)
 				return DG_ERR_INVAL;
@@ -525,11 +544,14 @@ static dg_err validate_fields(const dg_registry *reg, const struct fdef *f,
 				return DG_ERR_UNKNOWN_TYPE;
 		}
 		if (struct_size > 0) {
-			size_t bs = dgi_binding_size(f[i].kind, refs[i]);
+			size_t bs = dgi_binding_size(f[i].kind, f[i].elem,
+			    f[i].flags, refs[i]);
+			bool embedded = f[i].kind == DG_OBJECT &&
+			    !(f[i].flags & DG_FF_PTR);
 			if (f[i].c_off == DG_UNBOUND || f[i].c_off > struct_size ||
 			    struct_size - f[i].c_off < bs ||
-			    f[i].c_off % binding_align(f[i].kind) != 0 ||
-			    (refs[i] != NULL && f[i].c_off % desc_align(refs[i]) != 0))
+			    f[i].c_off % binding_align(f[i].kind, f[i].flags) != 0 ||
+			    (embedded && f[i].c_off % desc_align(refs[i]) != 0))
 				return DG_ERR_INVAL;
 		}
 		ids[i] = dgi_fnv1a(f[i].name, f[i].name_len);
@@ -652,8 +674,13 @@ dg_err dgi_register(dg_registry *reg, const dg_type_def *def, bool propose,
 		f[i].kind = fd->kind;
 		f[i].elem = fd->elem;
 		f[i].c_off = fd->offset;
+		f[i].flags = (uint8_t)fd->flags;
+		if (fd->flags > 0xFF)
+			return DG_ERR_INVAL;
 		f[i].ref_type = 0;
-		if ((fd->kind == DG_OBJECT || fd->kind == DG_ENUM) && fd->type_name)
+		if ((fd->kind == DG_OBJECT || fd->kind == DG_ENUM ||
+		    (dgi_typed_list(fd->kind, fd->elem) && fd->elem == DG_OBJECT)) &&
+		    fd->type_name)
 			f[i].ref_type = dg_type_id(fd->type_name);
 	}
 	return dgi_register_fdefs(reg, def->name, strlen(def->name), f, def->nfields,
@@ -740,6 +767,7 @@ dg_err dg_registry_accept(dg_registry *reg, const uint8_t *def, size_t len,
 		f[i].elem = (dg_kind)p[1];
 		f[i].ref_type = dgi_ld32(p + 2);
 		f[i].c_off = DG_UNBOUND;
+		f[i].flags = 0;
 		p += 6;
 	}
 	if (p != end)

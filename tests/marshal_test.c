@@ -1745,9 +1745,9 @@ static void test_register_idempotent(void **state)
 	/* an unbound definition, twice */
 	{
 		static const dg_field_def f[] = {
-			{ "a", DG_I64, DG_NULL, NULL, DG_UNBOUND },
-			{ "e", DG_ENUM, DG_NULL, "Color", DG_UNBOUND },
-			{ "v", DG_ARRAY, DG_FLOAT, NULL, DG_UNBOUND },
+			{ "a", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 },
+			{ "e", DG_ENUM, DG_NULL, "Color", DG_UNBOUND, 0 },
+			{ "v", DG_ARRAY, DG_FLOAT, NULL, DG_UNBOUND, 0 },
 		};
 		dg_type_def t = { "Loose", f, 3, 0 };
 		OK(dg_registry_register(reg, &t, &d1));
@@ -1795,7 +1795,7 @@ static void test_register_errors(void **state)
 #define ONE(tname_, fname_, kind_, elem_, tref_, off_, size_)                \
 	do {                                                                    \
 		f1.name = (fname_); f1.kind = (kind_); f1.elem = (elem_);           \
-		f1.type_name = (tref_); f1.offset = (off_);                         \
+		f1.type_name = (tref_); f1.offset = (off_); f1.flags = 0;           \
 		t1.name = (tname_); t1.fields = &f1; t1.nfields = 1;                \
 		t1.struct_size = (size_);                                           \
 	} while (0)
@@ -1863,7 +1863,7 @@ static void test_register_errors(void **state)
 	/* conflicts: same field name with another kind */
 	{
 		dg_field_def f[] = {
-			{ "id", DG_STRING, DG_NULL, NULL, DG_UNBOUND },
+			{ "id", DG_STRING, DG_NULL, NULL, DG_UNBOUND, 0 },
 		};
 		dg_type_def t = { "Person", f, 1, 0 };
 		REG_FAILS(reg, &t, DG_ERR_CONFLICT);
@@ -1886,8 +1886,8 @@ static void test_register_errors(void **state)
 	/* duplicate field names, and two names with one field id */
 	{
 		dg_field_def f[] = {
-			{ "a", DG_I64, DG_NULL, NULL, DG_UNBOUND },
-			{ "a", DG_I64, DG_NULL, NULL, DG_UNBOUND },
+			{ "a", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 },
+			{ "a", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 },
 		};
 		dg_type_def t = { "Dup", f, 2, 0 };
 		REG_FAILS(reg, &t, DG_ERR_CONFLICT);
@@ -1906,7 +1906,7 @@ static void test_register_errors(void **state)
 	}
 	/* two type names with one type id are refused, never confused */
 	{
-		dg_field_def f[] = { { "a", DG_I64, DG_NULL, NULL, DG_UNBOUND } };
+		dg_field_def f[] = { { "a", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 } };
 		dg_type_def t = { "T7d18d", f, 1, 0 };
 		assert_int_equal(dg_type_id("T7d18d"), dg_type_id("Tb7038"));
 		OK(dg_registry_register(reg, &t, &d));
@@ -2143,7 +2143,7 @@ static void test_hook_propose_accept(void **state)
 	dg_builder_destroy(b);
 	/* accept never calls the hook */
 	{
-		static const dg_field_def f[] = { { "r", DG_I64, DG_NULL, NULL, DG_UNBOUND } };
+		static const dg_field_def f[] = { { "r", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 } };
 		dg_type_def t = { "Remote", f, 1, 0 };
 		dg_registry *r3;
 		OK(dg_registry_create(&r3));
@@ -3585,8 +3585,8 @@ static void test_nomem_register(void **state)
 		/* a second schema of a known type */
 		{
 			static const dg_field_def sub[] = {
-				{ "id", DG_I64, DG_NULL, NULL, DG_UNBOUND },
-				{ "extra", DG_BOOL, DG_NULL, NULL, DG_UNBOUND },
+				{ "id", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 },
+				{ "extra", DG_BOOL, DG_NULL, NULL, DG_UNBOUND, 0 },
 			};
 			dg_type_def ts = { "Person", sub, 2, 0 };
 			register_until_ok(reg, &ts, false);
@@ -3594,8 +3594,8 @@ static void test_nomem_register(void **state)
 		/* enough types to grow the type table several times */
 		for (int i = 0; i < 48; i++) {
 			snprintf(names[i], sizeof(names[i]), "Nm%d", i);
-			f[i][0] = (dg_field_def){ "a", DG_I64, DG_NULL, NULL, DG_UNBOUND };
-			f[i][1] = (dg_field_def){ "b", DG_STRING, DG_NULL, NULL, DG_UNBOUND };
+			f[i][0] = (dg_field_def){ "a", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 };
+			f[i][1] = (dg_field_def){ "b", DG_STRING, DG_NULL, NULL, DG_UNBOUND, 0 };
 			t[i] = (dg_type_def){ names[i], f[i], 2, 0 };
 			register_until_ok(reg, &t[i], true);
 		}
@@ -4417,10 +4417,10 @@ static void test_review_regressions(void **state)
 		uint32_t a[2] = { dg_field_id("f135"), dg_field_id("f42") };
 		uint32_t c[2] = { dg_field_id("f158"), dg_field_id("f552") };
 		assert_int_equal(dgi_schema_id(a, 2), dgi_schema_id(c, 2));
-		dg_field_def x[2] = { { "f158", DG_I64, DG_NULL, NULL, DG_UNBOUND },
-			{ "f552", DG_STRING, DG_NULL, NULL, DG_UNBOUND } };
-		dg_field_def y[2] = { { "f135", DG_I64, DG_NULL, NULL, DG_UNBOUND },
-			{ "f42", DG_I64, DG_NULL, NULL, DG_UNBOUND } };
+		dg_field_def x[2] = { { "f158", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 },
+			{ "f552", DG_STRING, DG_NULL, NULL, DG_UNBOUND, 0 } };
+		dg_field_def y[2] = { { "f135", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 },
+			{ "f42", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 } };
 		dg_type_def tx = { "Collide", x, 2, 0 }, ty = { "Collide", y, 2, 0 };
 		OK(dg_registry_register(g.reg, &tx, &pd));
 		EXPECT(dg_registry_register(g.reg, &ty, NULL), DG_ERR_CONFLICT);
@@ -4634,7 +4634,7 @@ static void *registrar_thread(void *arg)
 	for (int i = 0; i < NREG; i++) {
 		dg_type_def t;
 		snprintf(names[i], sizeof(names[i]), "Conc%d", i);
-		f[i] = (dg_field_def){ "v", DG_I64, DG_NULL, NULL, DG_UNBOUND };
+		f[i] = (dg_field_def){ "v", DG_I64, DG_NULL, NULL, DG_UNBOUND, 0 };
 		t = (dg_type_def){ names[i], &f[i], 1, 0 };
 		dg_err e = dg_registry_register(th.reg, &t, NULL);
 		if (e != DG_OK) {

@@ -52,14 +52,56 @@ static const dg_field_def fz_wide_fields[] = {
 	DG_FIELD_TYPED(fz_wide, owner, DG_OBJECT, "Person"),
 };
 
+/* Nesting (issue 16): lists of objects, strings and scalars bound as
+ * dg_list, a pointer to an object, and a list of Teams each holding a
+ * list: two levels of lists decoded in one pass into the arena. */
+typedef struct fz_team {
+	dg_str name;
+	dg_list members;  /* of fz_person */
+	fz_person *lead;
+} fz_team;
+
+typedef struct fz_nest {
+	int64_t id;
+	dg_list teams;    /* of fz_team */
+	dg_list tags;     /* of dg_str */
+	dg_list nums;     /* set of int16_t */
+	dg_list flags;    /* of bool */
+	dg_list ws;       /* of double */
+	fz_wide *wide;
+} fz_nest;
+
+static const dg_field_def fz_team_fields[] = {
+	DG_FIELD(fz_team, name, DG_STRING),
+	DG_FIELD_LIST(fz_team, members, DG_LIST, DG_OBJECT, "Person"),
+	DG_FIELD_OBJ_PTR(fz_team, lead, "Person"),
+};
+
+static const dg_field_def fz_nest_fields[] = {
+	DG_FIELD(fz_nest, id, DG_I64),
+	DG_FIELD_LIST(fz_nest, teams, DG_LIST, DG_OBJECT, "Team"),
+	DG_FIELD_LIST(fz_nest, tags, DG_LIST, DG_STRING, NULL),
+	DG_FIELD_LIST(fz_nest, nums, DG_SET, DG_I16, NULL),
+	DG_FIELD_LIST(fz_nest, flags, DG_LIST, DG_BOOL, NULL),
+	DG_FIELD_LIST(fz_nest, ws, DG_LIST, DG_DOUBLE, NULL),
+	DG_FIELD_OBJ_PTR(fz_nest, wide, "Wide"),
+};
+
 static inline dg_err fz_register(dg_registry *reg, const dg_desc **person,
-    const dg_desc **wide)
+    const dg_desc **wide, const dg_desc **nest)
 {
 	dg_type_def p = { "Person", fz_person_fields, 4, sizeof(fz_person) };
 	dg_type_def w = { "Wide", fz_wide_fields,
 		sizeof(fz_wide_fields) / sizeof(fz_wide_fields[0]), sizeof(fz_wide) };
+	dg_type_def t = { "Team", fz_team_fields, 3, sizeof(fz_team) };
+	dg_type_def n = { "Nest", fz_nest_fields,
+		sizeof(fz_nest_fields) / sizeof(fz_nest_fields[0]), sizeof(fz_nest) };
 	dg_err e = dg_registry_register(reg, &p, person);
-	return e != DG_OK ? e : dg_registry_register(reg, &w, wide);
+	if (e == DG_OK)
+		e = dg_registry_register(reg, &w, wide);
+	if (e == DG_OK)
+		e = dg_registry_register(reg, &t, NULL);
+	return e != DG_OK ? e : dg_registry_register(reg, &n, nest);
 }
 
 #endif

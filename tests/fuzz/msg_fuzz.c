@@ -80,7 +80,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc, (void)argv;
 	const dg_desc *person, *wide;
-	if (dg_registry_create(&reg) != DG_OK || fz_register(reg, &person, &wide) != DG_OK)
+	if (dg_registry_create(&reg) != DG_OK || fz_register(reg, &person, &wide, NULL) != DG_OK)
 		abort();
 	fz_install_rows();
 	check_rows();

@@ -161,7 +161,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const dg_desc *person, *wide;
-	if (dg_registry_create(&reg) != DG_OK || fz_register(reg, &person, &wide) != DG_OK)
+	if (dg_registry_create(&reg) != DG_OK || fz_register(reg, &person, &wide, NULL) != DG_OK)
 		return 1;
 	fz_install_rows();
 	struct dg_member *m = calloc(1, sizeof(*m));

@@ -29,7 +29,7 @@ static void emit(uint8_t mode, const dg_buf *b)
 int main(int argc, char **argv)
 {
 	dg_registry *reg;
-	const dg_desc *person, *wide;
+	const dg_desc *person, *wide, *nest;
 	dg_buf b, inner;
 	dg_writer w, iw;
 	if (argc != 2) {
@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 		perror(dir);
 		return 1;
 	}
-	if (dg_registry_create(&reg) != DG_OK || fz_register(reg, &person, &wide) != DG_OK)
+	if (dg_registry_create(&reg) != DG_OK || fz_register(reg, &person, &wide, &nest) != DG_OK)
 		return 1;
 	dg_buf_init(&b);
 	dg_buf_init(&inner);
@@ -90,6 +90,28 @@ int main(int argc, char **argv)
 	dg_writer_init(&w, reg, &b);
 	dg_write_object(&w, wide, &wd);
 	emit(0, &b);
+
+	/* nesting: lists of objects in list elements, pointers, scalar lists */
+	{
+		fz_person members[3] = { p, p, p };
+		fz_team teams[2] = {
+			{ { "core", 4 }, { members, 3 }, &members[0] },
+			{ { "edge", 4 }, { members, 1 }, NULL },
+		};
+		dg_str tags[2] = { { "a", 1 }, { NULL, 0 } };
+		int16_t snums[2] = { -3, 300 };
+		bool flags[2] = { true, false };
+		double ws[1] = { 0.25 };
+		fz_nest nt = { 9, { teams, 2 }, { tags, 2 }, { snums, 2 },
+			{ flags, 2 }, { ws, 1 }, &wd };
+		dg_buf_reset(&b);
+		dg_writer_init(&w, reg, &b);
+		dg_write_object(&w, nest, &nt);
+		emit(0, &b);
+		dg_buf_reset(&b);
+		dg_desc_export(nest, &b);
+		emit(1, &b);
+	}
 
 	/* scalars and containers */
 	dg_buf_reset(&b);
