@@ -3693,10 +3693,17 @@ static void test_membership_removed_rules(void **state)
 	assert_true(magree(n, 2, 2));
 
 	/* newer, from a member of it: n[1] drops out (installs it) and joins
-	 * again through n[0], above that version */
-	dg_node_id with_x[] = { dg_tp_self(n[0].tp), dg_tp_self(x) };
-	const char *url_x[] = { dg_tp_address(n[0].tp), dg_tp_address(x) };
-	topo_body(&b, v + 10, with_x, url_x, 2);
+	 * again through n[0], above that version.  It names x only, not n[0]:
+	 * n[1] takes it for agreed and sends it to any member of it that
+	 * heartbeats an older version (dgi_member_on_heartbeat's "behind", a
+	 * node rejoining too).  When it named n[0] and n[0]'s heartbeat came
+	 * between n[1]'s drop-out and its rejoin, n[0] installed this forged
+	 * version, whose other voter, x, never votes: n[0] could add nobody
+	 * (TOPOLOGY-NOT-AGREED) and n[1] stayed out (1 of 12 runs of the
+	 * whole file, 11 of 300 of this test alone, under two busy loops). */
+	dg_node_id only_x[] = { dg_tp_self(x) };
+	const char *url_x[] = { dg_tp_address(x) };
+	topo_body(&b, v + 10, only_x, url_x, 1);
 	body = (dg_msg_raw){ { b.data, (uint32_t)b.len } };
 	OK(dg_tp_send(x, dg_tp_self(n[1].tp), DG_MSG_REMOVED, &body));
 	WAIT_FOR(magree(n, 2, 2) && mversion(&n[1]) > v + 10);
