@@ -271,11 +271,13 @@ typedef struct dg_raw {
 	uint32_t len;
 } dg_raw;
 
-/* A LIST or SET field bound to a C array (DG_FIELD_LIST): count elements
- * at ptr, each the C binding of the element kind — an object type's struct
- * (its struct_size apart), dg_str, dg_bytes, or a native scalar (bool,
- * int8_t .. int64_t, float, double).  ptr NULL is a null list; a decoded
- * empty list has a non-NULL ptr.  Decoded elements live in the arena. */
+/* A LIST, SET or MAP field bound to a C array (DG_FIELD_LIST): count items
+ * at ptr.  A list's or set's item is the C binding of the element kind — an
+ * object type's struct (its struct_size apart), dg_str, dg_bytes, or a
+ * native scalar (bool, int8_t .. int64_t, float, double); a map's item is
+ * an entry, the C struct { dg_str key; V value; } with V that binding (keys
+ * are strings, never null).  ptr NULL is a null collection; a decoded empty
+ * one has a non-NULL ptr.  Decoded items live in the arena. */
 typedef struct dg_list {
 	void *ptr;
 	uint32_t count;
@@ -301,11 +303,11 @@ typedef struct dg_field_def {
 	const char *name;      /* UTF-8; field id = dg_field_id(name) */
 	dg_kind kind;          /* not DG_NULL */
 	dg_kind elem;          /* DG_ARRAY: element kind (DG_BOOL..DG_DOUBLE);
-	                          DG_LIST / DG_SET: DG_NULL (bound as dg_raw),
-	                          or the element kind of a dg_list binding:
-	                          DG_OBJECT, DG_STRING, DG_BYTES, DG_BOOL..
-	                          DG_DOUBLE */
-	const char *type_name; /* DG_OBJECT, and lists/sets of DG_OBJECT: the
+	                          DG_LIST / DG_SET / DG_MAP: DG_NULL (bound
+	                          as dg_raw), or the element (map value) kind
+	                          of a dg_list binding: DG_OBJECT, DG_STRING,
+	                          DG_BYTES, DG_BOOL..DG_DOUBLE */
+	const char *type_name; /* DG_OBJECT, and collections of DG_OBJECT: the
 	                          registered type of the struct; DG_ENUM: the
 	                          enum's type name */
 	uint32_t offset;       /* offsetof() in the bound struct, or DG_UNBOUND */
@@ -318,10 +320,11 @@ typedef struct dg_field_def {
 	{ #member, DG_ARRAY, elemkind, NULL, (uint32_t)offsetof(st, member), 0 }
 #define DG_FIELD_TYPED(st, member, kind, tname) \
 	{ #member, kind, DG_NULL, tname, (uint32_t)offsetof(st, member), 0 }
-/* A dg_list member: kind DG_LIST or DG_SET, elements of elemkind (tname:
- * their type for DG_OBJECT, else NULL).  Written in one pass as one LIST
- * (SET) value whose objects share one schema definition (DEF, then REFs);
- * decoded in one pass, elements into the arena. */
+/* A dg_list member: kind DG_LIST, DG_SET or DG_MAP (string keys), elements
+ * or map values of elemkind (tname: their type for DG_OBJECT, else NULL).
+ * Written in one pass as one LIST / SET / MAP value whose objects share one
+ * schema definition (DEF, then REFs); decoded in one pass, items into the
+ * arena. */
 #define DG_FIELD_LIST(st, member, kind, elemkind, tname) \
 	{ #member, kind, elemkind, tname, (uint32_t)offsetof(st, member), 0 }
 /* A pointer member `T *` to a struct of registered type tname. */

@@ -555,10 +555,12 @@ static inline unsigned dgi_elem_width(dg_kind k)
  * element kind, DG_FF_* flags, the referenced bound descriptor. */
 size_t dgi_binding_size(dg_kind k, dg_kind elem, unsigned flags,
     const dg_desc *ref);
-/* A LIST / SET field bound as a dg_list (elements of kind elem). */
+/* A LIST / SET / MAP field bound as a dg_list (elements, or map values,
+ * of kind elem; map keys are strings). */
 static inline bool dgi_typed_list(unsigned kind, unsigned elem)
 {
-	return (kind == DG_LIST || kind == DG_SET) && elem != DG_NULL;
+	return (kind == DG_LIST || kind == DG_SET || kind == DG_MAP) &&
+	    elem != DG_NULL;
 }
 /* Bytes of one element of a dg_list of elem (ref: its object type). */
 static inline size_t dgi_list_elem_size(unsigned elem, const dg_desc *ref)
@@ -581,6 +583,34 @@ static inline size_t dgi_list_elem_align(unsigned elem, const dg_desc *ref)
 	case DG_STRING: case DG_BYTES: return alignof(dg_str);
 	default: return dgi_list_elem_size(elem, ref);
 	}
+}
+/* The C layout of a dg_list's items: a list's or set's elements, or a
+ * map's entries — the C struct { dg_str key; V value; } with the usual
+ * alignment rules: the value at the first offset after the key aligned for
+ * it, the struct's size a multiple of its alignment. */
+static inline size_t dgi_coll_align(unsigned kind, unsigned elem,
+    const dg_desc *ref)
+{
+	size_t a = dgi_list_elem_align(elem, ref);
+	if (kind == DG_MAP && a < alignof(dg_str))
+		a = alignof(dg_str);
+	return a;
+}
+static inline size_t dgi_coll_value_off(unsigned kind, unsigned elem,
+    const dg_desc *ref)
+{
+	if (kind != DG_MAP)
+		return 0;
+	size_t a = dgi_list_elem_align(elem, ref);
+	return (sizeof(dg_str) + a - 1) / a * a;
+}
+static inline size_t dgi_coll_stride(unsigned kind, unsigned elem,
+    const dg_desc *ref)
+{
+	size_t n = dgi_coll_value_off(kind, elem, ref) +
+	    dgi_list_elem_size(elem, ref);
+	size_t a = dgi_coll_align(kind, elem, ref);
+	return (n + a - 1) / a * a;
 }
 
 /* memcpy for the short strings of keys and names, without a libc call;

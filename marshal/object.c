@@ -42,11 +42,99 @@ static dg_err raw_check(const dg_registry *reg, const dg_raw *raw, dg_kind kind,
 	return e;
 }
 
-/* A LIST / SET field bound as a dg_list: one LIST (SET) value written in
- * one pass.  Objects share one scope entry: the first is a DEF (index 0 of
- * the list's own scope — a field's value is self-contained, FORMAT.md), the
- * others one-byte REFs; their own object fields are OBJ as everywhere. */
-static dg_err encode_list(dg_writer *w, const struct dgi_field *f,
+/* One element of a LIST / SET / MAP field bound as a dg_list (a map's
+ * value), at s.  Objects share one scope entry: the first is a DEF (index 0
+ * of the container's own scope — a field's value is self-contained,
+ * FORMAT.md), the others one-byte REFs; their own object fields are OBJ as
+ * everywhere. */
+static dg_err encode_elem(dg_writer *w, const struct dgi_field *f,
+    const uint8_t *s, bool first, uint8_t **pp, size_t tail, unsigned depth)
+{
+	dg_buf *b = w->w_buf;
+	uint8_t *p = *pp;
+	dg_err e;
+
+	switch (f->elem) {
+	case DG_OBJECT: {
+		const dg_desc *r = f->ref;
+		ROOM(9 + tail);
+		if (!first) {
+			*p++ = TAG_REF; /* scope index 0 */
+		} else {
+			*p++ = r->primary ? TAG_DEF : TAG_DEF_S;
+			dgi_st32(p, r->type_id);
+			p += 4;
+			if (!r->primary) {
+				dgi_st32(p, r->schema_id);
+				p += 4;
+			}
+		}
+		b->len = (size_t)(p - b->data);
+		if ((e = dgi_obj_encode(w, r, s, depth)) != DG_OK)
+			return e;
+		p = b->data + b->len;
+		break;
+	}
+	case DG_STRING:
+	case DG_BYTES: {
+		const dg_bytes *v = (const dg_bytes *)s; /* same layout as dg_str */
+		if (v->ptr == NULL) {
+			ROOM(1 + tail);
+			*p++ = TAG_NULL;
+			break;
+		}
+		if (f->elem == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
+			return DG_ERR_UTF8;
+		ROOM((size_t)v->len + 11 + tail);
+		*p++ = f->elem == DG_STRING ? TAG_STRING : TAG_BYTES;
+		p = dgi_put_uvarint_fast(p, v->len);
+		dgi_copy(p, v->ptr, v->len);
+		p += v->len;
+		break;
+	}
+	default: /* scalars: a tagged value of at most 11 bytes */
+		ROOM(11 + tail);
+		switch (f->elem) {
+		case DG_BOOL:
+			*p++ = *(const bool *)s ? TAG_TRUE : TAG_FALSE;
+			break;
+		case DG_I8:
+			*p++ = TAG_I8;
+			*p++ = *s;
+			break;
+		case DG_I16:
+			*p++ = TAG_I16;
+			memcpy(p, s, 2);
+			p += 2;
+			break;
+		case DG_I32:
+			*p++ = TAG_I32;
+			p = dgi_put_uvarint_fast(p, dgi_zigzag(*(const int32_t *)s));
+			break;
+		case DG_I64:
+			*p++ = TAG_I64;
+			p = dgi_put_uvarint_fast(p, dgi_zigzag(*(const int64_t *)s));
+			break;
+		case DG_FLOAT:
+			*p++ = TAG_FLOAT;
+			memcpy(p, s, 4);
+			p += 4;
+			break;
+		default: /* DG_DOUBLE */
+			*p++ = TAG_DOUBLE;
+			memcpy(p, s, 8);
+			p += 8;
+			break;
+		}
+		break;
+	}
+	*pp = p;
+	return DG_OK;
+}
+
+/* A LIST / SET / MAP field bound as a dg_list: one value written in one
+ * pass.  A map's entries are {dg_str key; value} structs (dgi_coll_*). */
+static dg_err encode_coll(dg_writer *w, const struct dgi_field *f,
     const dg_list *l, uint8_t **pp, size_t tail, unsigned depth)
 {
 	dg_buf *b = w->w_buf;
@@ -64,86 +152,26 @@ static dg_err encode_list(dg_writer *w, const struct dgi_field *f,
 	if (depth + 1 > DG_MAX_DEPTH)
 		return DG_ERR_DEPTH;
 	/* the field's share of tail covers the tag and the count */
-	*p++ = f->kind == DG_LIST ? TAG_LIST : TAG_SET;
+	*p++ = f->kind == DG_LIST ? TAG_LIST : f->kind == DG_SET ? TAG_SET : TAG_MAP;
 	p = dgi_put_uvarint_fast(p, l->count);
-	switch (f->elem) {
-	case DG_OBJECT: {
-		const dg_desc *r = f->ref;
-		for (uint32_t i = 0; i < l->count; i++, s += r->struct_size) {
-			ROOM(9 + tail);
-			if (i > 0) {
-				*p++ = TAG_REF; /* scope index 0 */
-			} else {
-				*p++ = r->primary ? TAG_DEF : TAG_DEF_S;
-				dgi_st32(p, r->type_id);
-				p += 4;
-				if (!r->primary) {
-					dgi_st32(p, r->schema_id);
-					p += 4;
-				}
-			}
-			b->len = (size_t)(p - b->data);
-			if ((e = dgi_obj_encode(w, r, s, depth + 2)) != DG_OK)
-				return e;
-			p = b->data + b->len;
-		}
-		break;
-	}
-	case DG_STRING:
-	case DG_BYTES:
-		for (uint32_t i = 0; i < l->count; i++, s += sizeof(dg_bytes)) {
-			const dg_bytes *v = (const dg_bytes *)s;
-			if (v->ptr == NULL) {
-				ROOM(1 + tail);
-				*p++ = TAG_NULL;
-				continue;
-			}
-			if (f->elem == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
+	size_t stride = dgi_coll_stride(f->kind, f->elem, f->ref);
+	size_t voff = dgi_coll_value_off(f->kind, f->elem, f->ref);
+	for (uint32_t i = 0; i < l->count; i++, s += stride) {
+		if (f->kind == DG_MAP) {
+			/* the key: a string, never null */
+			const dg_str *k = (const dg_str *)s;
+			if (k->ptr == NULL)
+				return DG_ERR_INVAL;
+			if (!dgi_utf8_ok((const uint8_t *)k->ptr, k->len))
 				return DG_ERR_UTF8;
-			ROOM((size_t)v->len + 11 + tail);
-			*p++ = f->elem == DG_STRING ? TAG_STRING : TAG_BYTES;
-			p = dgi_put_uvarint_fast(p, v->len);
-			dgi_copy(p, v->ptr, v->len);
-			p += v->len;
+			ROOM((size_t)k->len + 11 + tail);
+			*p++ = TAG_STRING;
+			p = dgi_put_uvarint_fast(p, k->len);
+			dgi_copy(p, (const uint8_t *)k->ptr, k->len);
+			p += k->len;
 		}
-		break;
-	default: /* scalars: each a tagged value of at most 11 bytes */
-		ROOM((size_t)l->count * 11 + tail);
-		for (uint32_t i = 0; i < l->count; i++) {
-			switch (f->elem) {
-			case DG_BOOL:
-				*p++ = ((const bool *)s)[i] ? TAG_TRUE : TAG_FALSE;
-				break;
-			case DG_I8:
-				*p++ = TAG_I8;
-				*p++ = s[i];
-				break;
-			case DG_I16:
-				*p++ = TAG_I16;
-				memcpy(p, s + 2 * (size_t)i, 2);
-				p += 2;
-				break;
-			case DG_I32:
-				*p++ = TAG_I32;
-				p = dgi_put_uvarint_fast(p, dgi_zigzag(((const int32_t *)s)[i]));
-				break;
-			case DG_I64:
-				*p++ = TAG_I64;
-				p = dgi_put_uvarint_fast(p, dgi_zigzag(((const int64_t *)s)[i]));
-				break;
-			case DG_FLOAT:
-				*p++ = TAG_FLOAT;
-				memcpy(p, s + 4 * (size_t)i, 4);
-				p += 4;
-				break;
-			default: /* DG_DOUBLE */
-				*p++ = TAG_DOUBLE;
-				memcpy(p, s + 8 * (size_t)i, 8);
-				p += 8;
-				break;
-			}
-		}
-		break;
+		if ((e = encode_elem(w, f, s + voff, i == 0, &p, tail, depth + 2)) != DG_OK)
+			return e;
 	}
 	ROOM(tail);
 	*pp = p;
@@ -160,7 +188,7 @@ DG_NOINLINE static dg_err encode_rare(dg_writer *w, const dg_desc *d,
 	dg_err e;
 
 	if (dgi_typed_list(f->kind, f->elem))
-		return encode_list(w, f, (const dg_list *)s, pp, tail, depth);
+		return encode_coll(w, f, (const dg_list *)s, pp, tail, depth);
 	switch (f->kind) {
 	case DG_ENUM: {
 		int32_t o = *(const int32_t *)s;
@@ -683,6 +711,38 @@ static dg_err list_object(const dg_registry *reg, const struct dgi_field *f,
 	return DG_OK;
 }
 
+/* One string or bytes element of a typed list, or null. */
+static dg_err list_blob(unsigned elem, const uint8_t **pp, const uint8_t *end,
+    dg_bytes *v, dg_arena *arena)
+{
+	const uint8_t *p = *pp;
+	uint8_t want = elem == DG_STRING ? TAG_STRING : TAG_BYTES;
+	uint32_t len;
+	dg_err e;
+	if (p >= end)
+		return DG_ERR_TRUNCATED;
+	uint8_t tag = *p++;
+	if (tag == TAG_NULL) {
+		v->ptr = NULL;
+		v->len = 0;
+		*pp = p;
+		return DG_OK;
+	}
+	if (tag != want)
+		return tag > TAG__LAST && tag < TAG_REF ? DG_ERR_BAD_TAG :
+		    DG_ERR_TYPE_MISMATCH;
+	if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
+		return e;
+	if (len > (size_t)(end - p))
+		return DG_ERR_TRUNCATED;
+	if (want == TAG_STRING && !dgi_utf8_ok(p, len))
+		return DG_ERR_UTF8;
+	v->ptr = p;
+	v->len = len;
+	*pp = p + len;
+	return copy_out(arena, &v->ptr, len, 1, want == TAG_STRING);
+}
+
 /* One scalar element of a typed list into its native C slot. */
 static dg_err list_scalar(unsigned elem, const uint8_t **pp, const uint8_t *end,
     uint8_t *dst)
@@ -767,12 +827,15 @@ static dg_err list_scalar(unsigned elem, const uint8_t **pp, const uint8_t *end,
 	return DG_OK;
 }
 
-/* A LIST / SET field into its dg_list binding, in one pass: the elements
- * go to the arena (DG_ERR_NOSPACE without one, or when it is full). */
-static dg_err decode_list(const dg_registry *reg, const struct dgi_field *f,
+/* A LIST / SET / MAP field into its dg_list binding, in one pass: the
+ * elements (map entries) go to the arena (DG_ERR_NOSPACE without one, or
+ * when it is full). */
+static dg_err decode_coll(const dg_registry *reg, const struct dgi_field *f,
     const uint8_t **pp, const uint8_t *end, dg_list *out, dg_arena *arena,
     unsigned depth)
 {
+	const dg_desc *sch[DG_SCOPE_MAX];
+	uint32_t nsch = 0;
 	const uint8_t *p = *pp;
 	uint32_t n;
 	dg_err e;
@@ -786,68 +849,63 @@ static dg_err decode_list(const dg_registry *reg, const struct dgi_field *f,
 		*pp = p;
 		return DG_OK;
 	}
-	if (tag != (f->kind == DG_LIST ? TAG_LIST : TAG_SET))
+	uint8_t want = f->kind == DG_LIST ? TAG_LIST : f->kind == DG_SET ? TAG_SET :
+	    TAG_MAP;
+	if (tag != want)
 		return tag > TAG__LAST && tag < TAG_REF ? DG_ERR_BAD_TAG :
 		    DG_ERR_TYPE_MISMATCH;
 	if (depth + 1 > DG_MAX_DEPTH)
 		return DG_ERR_DEPTH;
 	if ((e = dgi_get_u32var(&p, end, &n)) != DG_OK)
 		return e;
-	if (n > (size_t)(end - p))
-		return DG_ERR_COUNT; /* every element takes a byte at least */
-	size_t es = dgi_list_elem_size(f->elem, f->ref);
-	uint8_t *dst = arena_take(arena, (size_t)n * es,
-	    dgi_list_elem_align(f->elem, f->ref));
+	/* every element takes a byte at least, every entry two */
+	if ((uint64_t)n * (want == TAG_MAP ? 2 : 1) > (size_t)(end - p))
+		return DG_ERR_COUNT;
+	size_t stride = dgi_coll_stride(f->kind, f->elem, f->ref);
+	size_t voff = dgi_coll_value_off(f->kind, f->elem, f->ref);
+	uint8_t *dst = arena_take(arena, (size_t)n * stride,
+	    dgi_coll_align(f->kind, f->elem, f->ref));
 	if (dst == NULL)
 		return DG_ERR_NOSPACE;
 	out->ptr = dst;
 	out->count = n;
-	switch (f->elem) {
-	case DG_OBJECT: {
-		const dg_desc *sch[DG_SCOPE_MAX];
-		uint32_t nsch = 0;
-		for (uint32_t i = 0; i < n; i++, dst += es)
-			if ((e = list_object(reg, f, &p, end, sch, &nsch, dst, arena,
-			    depth + 2)) != DG_OK)
-				return e;
-		break;
-	}
-	case DG_STRING:
-	case DG_BYTES: {
-		uint8_t want = f->elem == DG_STRING ? TAG_STRING : TAG_BYTES;
-		for (uint32_t i = 0; i < n; i++, dst += es) {
-			dg_bytes *v = (dg_bytes *)dst;
+	for (uint32_t i = 0; i < n; i++, dst += stride) {
+		if (want == TAG_MAP) {
+			dg_bytes *k = (dg_bytes *)dst;
+			uint32_t len;
 			if (p >= end)
 				return DG_ERR_TRUNCATED;
-			tag = *p++;
-			if (tag == TAG_NULL) {
-				v->ptr = NULL;
-				v->len = 0;
-				continue;
-			}
-			if (tag != want)
-				return tag > TAG__LAST && tag < TAG_REF ? DG_ERR_BAD_TAG :
+			if (*p != TAG_STRING)
+				return *p > TAG__LAST && *p < TAG_REF ? DG_ERR_BAD_TAG :
 				    DG_ERR_TYPE_MISMATCH;
-			uint32_t len;
+			p++;
 			if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
 				return e;
 			if (len > (size_t)(end - p))
 				return DG_ERR_TRUNCATED;
-			if (want == TAG_STRING && !dgi_utf8_ok(p, len))
+			if (!dgi_utf8_ok(p, len))
 				return DG_ERR_UTF8;
-			v->ptr = p;
-			v->len = len;
+			k->ptr = p;
+			k->len = len;
 			p += len;
-			if ((e = copy_out(arena, &v->ptr, len, 1, want == TAG_STRING)) != DG_OK)
+			if ((e = copy_out(arena, &k->ptr, len, 1, true)) != DG_OK)
 				return e;
 		}
-		break;
-	}
-	default:
-		for (uint32_t i = 0; i < n; i++, dst += es)
-			if ((e = list_scalar(f->elem, &p, end, dst)) != DG_OK)
-				return e;
-		break;
+		uint8_t *v = dst + voff;
+		switch (f->elem) {
+		case DG_OBJECT:
+			e = list_object(reg, f, &p, end, sch, &nsch, v, arena, depth + 2);
+			break;
+		case DG_STRING:
+		case DG_BYTES:
+			e = list_blob(f->elem, &p, end, (dg_bytes *)v, arena);
+			break;
+		default:
+			e = list_scalar(f->elem, &p, end, v);
+			break;
+		}
+		if (e != DG_OK)
+			return e;
 	}
 	*pp = p;
 	return DG_OK;
@@ -866,7 +924,7 @@ static dg_err store_value(const dg_registry *reg, const struct dgi_field *f,
 	}
 	if (dgi_typed_list(f->kind, f->elem)) {
 		const uint8_t *p = span;
-		dg_err e = decode_list(reg, f, &p, span + span_len, (dg_list *)dst,
+		dg_err e = decode_coll(reg, f, &p, span + span_len, (dg_list *)dst,
 		    arena, depth);
 		return e == DG_OK && p != span + span_len ? DG_ERR_BAD_LENGTH : e;
 	}
@@ -961,7 +1019,7 @@ DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
 	const uint8_t *span = *pp;
 	dg_value val;
 	if (dgi_typed_list(f->kind, f->elem))
-		return decode_list(reg, f, pp, end, (dg_list *)dst, arena, depth);
+		return decode_coll(reg, f, pp, end, (dg_list *)dst, arena, depth);
 	dg_err e = field_value(reg, f, pp, end, &val, depth, false);
 	if (e != DG_OK)
 		return e;

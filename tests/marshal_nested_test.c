@@ -14,8 +14,9 @@
  *     generic reader; O(1) access reaches nested fields without decoding.
  *  6. Schema evolution of the element type (both directions).
  *  7. Hostile input and bad values: wrong element kinds, counts, REF
- *     before DEF, UTF-8, pointer cycles, registration errors.
- *  8. No allocation per encode and decode.
+ *     before DEF, UTF-8, cycles, registration errors.
+ *  8. Maps with string keys: values of every kind, hostile maps.
+ *  9. No allocation per encode and decode.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -830,8 +831,8 @@ static void test_register_rules(void **state)
 	/* lists of objects name a registered type */
 	TRY(DG_ERR_INVAL, { "l", DG_LIST, DG_OBJECT, NULL, offsetof(t1, l), 0 });
 	TRY(DG_ERR_UNKNOWN_TYPE, { "l", DG_LIST, DG_OBJECT, "Nope", offsetof(t1, l), 0 });
-	/* an element kind on a map */
-	TRY(DG_ERR_INVAL, { "l", DG_MAP, DG_STRING, NULL, offsetof(t1, l), 0 });
+	/* an element kind on a sorted map (bound as dg_raw only) */
+	TRY(DG_ERR_INVAL, { "l", DG_SORTED_MAP, DG_STRING, NULL, offsetof(t1, l), 0 });
 	/* DG_FF_PTR only on objects; unknown flags */
 	TRY(DG_ERR_INVAL, { "p", DG_I64, DG_NULL, NULL, offsetof(t1, p), DG_FF_PTR });
 	TRY(DG_ERR_INVAL, { "p", DG_OBJECT, DG_NULL, "Line", offsetof(t1, p), 2 });
@@ -862,6 +863,148 @@ static void test_register_rules(void **state)
 	EXPECT(dg_registry_register(r2, &tt, NULL), DG_ERR_CONFLICT);
 	dg_buf_free(&def);
 	dg_registry_destroy(r2);
+}
+
+/* ---- maps with string keys ---- */
+
+typedef struct price_e { dg_str key; double value; } price_e;
+typedef struct line_e { dg_str key; line value; } line_e;
+typedef struct label_e { dg_str key; dg_str value; } label_e;
+typedef struct flag_e { dg_str key; bool value; } flag_e;
+typedef struct catalog {
+	dg_list prices;  /* map of double */
+	dg_list items;   /* map of line */
+	dg_list labels;  /* map of string */
+	dg_list flags;   /* map of bool */
+} catalog;
+
+static void test_maps(void **state)
+{
+	(void)state;
+	alignas(16) static uint8_t mem[8192];
+	static const dg_field_def cf[] = {
+		DG_FIELD_LIST(catalog, prices, DG_MAP, DG_DOUBLE, NULL),
+		DG_FIELD_LIST(catalog, items, DG_MAP, DG_OBJECT, "Line"),
+		DG_FIELD_LIST(catalog, labels, DG_MAP, DG_STRING, NULL),
+		DG_FIELD_LIST(catalog, flags, DG_MAP, DG_BOOL, NULL),
+	};
+	const dg_desc *cd;
+	OK(reg_type(g.reg, "Catalog", cf, NF(cf), sizeof(catalog), &cd));
+	(void)invoice_make();
+	price_e prices[3] = { { S("tea"), 2.5 }, { S("cake"), 4.25 }, { S("jam"), -0.0 } };
+	line_e items[3] = { { S("a"), lines_in[0] }, { S("b"), lines_in[1] },
+		{ S("c"), lines_in[2] } };
+	label_e labels[2] = { { S("colour"), S("blue") }, { S("size"), { NULL, 0 } } };
+	flag_e flags[2] = { { S("x"), true }, { S("y"), false } };
+	catalog in = { { prices, 3 }, { items, 3 }, { labels, 2 }, { flags, 2 } }, out;
+	dg_arena a;
+	dg_buf b;
+	dg_buf_init(&b);
+
+	encode(g.reg, cd, &in, &b);
+	OK(dg_validate(g.reg, b.data, b.len));
+	assert_int_equal(count_id(&b, dg_type_id("Line")), 1);
+	dg_arena_init(&a, mem, sizeof mem);
+	OK(dg_decode_object(g.reg, cd, b.data, b.len, &out, &a));
+	assert_int_equal(out.prices.count, 3);
+	const price_e *pe = out.prices.ptr;
+	for (int i = 0; i < 3; i++) {
+		assert_true(str_eq(pe[i].key, prices[i].key));
+		assert_memory_equal(&pe[i].value, &prices[i].value, sizeof(double));
+	}
+	const line_e *le = out.items.ptr;
+	assert_int_equal(out.items.count, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_true(str_eq(le[i].key, items[i].key));
+		assert_true(str_eq(le[i].value.sku, lines_in[i].sku));
+		assert_int_equal(le[i].value.qty, lines_in[i].qty);
+		assert_true(le[i].value.price == lines_in[i].price);
+	}
+	const label_e *lb = out.labels.ptr;
+	assert_true(str_eq(lb[0].value, S("blue")));
+	assert_null(lb[1].value.ptr);
+	const flag_e *fe = out.flags.ptr;
+	assert_true(fe[0].value && !fe[1].value);
+	assert_true(str_eq(fe[1].key, S("y")));
+
+	/* the generic reader sees a MAP of string -> value */
+	dg_bobj o;
+	dg_value v;
+	dg_reader r;
+	uint32_t count;
+	OK(dg_bobj_open(g.reg, b.data, b.len, &o));
+	OK(dg_bobj_get_name(&o, "prices", &v));
+	assert_int_equal(v.kind, DG_MAP);
+	dg_reader_init(&r, g.reg, v.v.coll.raw.ptr, v.v.coll.raw.len);
+	OK(dg_read_begin(&r, DG_MAP, &count));
+	assert_int_equal(count, 3);
+	dg_str k;
+	double d;
+	OK(dg_read_str(&r, &k, NULL));
+	assert_true(str_eq(k, S("tea")));
+	OK(dg_read_double(&r, &d));
+	assert_true(d == 2.5);
+
+	/* a null key is a bad value */
+	prices[1].key.ptr = NULL;
+	dg_writer w;
+	dg_buf_reset(&b);
+	dg_writer_init(&w, g.reg, &b);
+	EXPECT(dg_write_object(&w, cd, &in), DG_ERR_INVAL);
+	dg_buf_free(&b);
+}
+
+/* Hostile maps, laid out by hand: Catalog with every field null but one. */
+static dg_err decode_catalog_prices(const uint8_t *m, uint32_t n)
+{
+	alignas(16) static uint8_t mem[4096];
+	const dg_desc *cd = dg_registry_find(g.reg, dg_type_id("Catalog"));
+	uint8_t buf[128];
+	uint32_t tid = dg_type_id("Catalog"), len = n + 6;
+	size_t at = 0;
+	catalog out;
+	dg_arena a;
+	assert_non_null(cd);
+	buf[at++] = 0x14;
+	memcpy(buf + at, &tid, 4);
+	at += 4;
+	buf[at++] = (uint8_t)len;
+	memcpy(buf + at, m, n);         /* prices */
+	at += n;
+	buf[at++] = 0;                  /* items, labels, flags: null */
+	buf[at++] = 0;
+	buf[at++] = 0;
+	buf[at++] = (uint8_t)n;         /* footer */
+	buf[at++] = (uint8_t)(n + 1);
+	buf[at++] = (uint8_t)(n + 2);
+	dg_arena_init(&a, mem, sizeof mem);
+	return dg_decode_object(g.reg, cd, buf, at, &out, &a);
+}
+
+static void test_hostile_maps(void **state)
+{
+	(void)state;
+	/* test_maps registered Catalog */
+	static const uint8_t good[] = { 0x12, 1, 0x09, 1, 'k', 0x08, 0, 0, 0, 0,
+		0, 0, 0xF0, 0x3F };
+	OK(decode_catalog_prices(good, sizeof good));
+	/* a key that is not a string */
+	static const uint8_t ikey[] = { 0x12, 1, 0x05, 2, 0x08, 0, 0, 0, 0, 0, 0,
+		0xF0, 0x3F };
+	EXPECT(decode_catalog_prices(ikey, sizeof ikey), DG_ERR_TYPE_MISMATCH);
+	/* a value of another kind */
+	static const uint8_t ival[] = { 0x12, 1, 0x09, 1, 'k', 0x05, 2 };
+	EXPECT(decode_catalog_prices(ival, sizeof ival), DG_ERR_TYPE_MISMATCH);
+	/* entries need two bytes each: 3 entries in 5 bytes */
+	static const uint8_t cnt[] = { 0x12, 3, 0x09, 0, 0x01, 0x09, 0 };
+	EXPECT(decode_catalog_prices(cnt, sizeof cnt), DG_ERR_COUNT);
+	/* a LIST where the map goes */
+	static const uint8_t lst[] = { 0x0F, 0 };
+	EXPECT(decode_catalog_prices(lst, sizeof lst), DG_ERR_TYPE_MISMATCH);
+	/* invalid UTF-8 in a key */
+	static const uint8_t utf[] = { 0x12, 1, 0x09, 2, 0xC3, 0x28, 0x08, 0, 0,
+		0, 0, 0, 0, 0xF0, 0x3F };
+	EXPECT(decode_catalog_prices(utf, sizeof utf), DG_ERR_UTF8);
 }
 
 /* ---- no allocation per operation ---- */
@@ -902,6 +1045,8 @@ int main(void)
 		cmocka_unit_test(test_hostile_lists),
 		cmocka_unit_test(test_bad_values),
 		cmocka_unit_test(test_register_rules),
+		cmocka_unit_test(test_maps),
+		cmocka_unit_test(test_hostile_maps),
 		cmocka_unit_test(test_no_alloc),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -52,8 +52,8 @@ static const dg_field_def fz_wide_fields[] = {
 	DG_FIELD_TYPED(fz_wide, owner, DG_OBJECT, "Person"),
 };
 
-/* Nesting (issue 16): lists of objects, strings and scalars bound as
- * dg_list, a pointer to an object, and a list of Teams each holding a
+/* Nesting (issue 16): lists and string-keyed maps of objects, strings
+ * and scalars bound as dg_list, a pointer to an object, and a list of Teams each holding a
  * list: two levels of lists decoded in one pass into the arena. */
 typedef struct fz_team {
 	dg_str name;
@@ -69,7 +69,12 @@ typedef struct fz_nest {
 	dg_list flags;    /* of bool */
 	dg_list ws;       /* of double */
 	fz_wide *wide;
+	dg_list byname;   /* map: string -> fz_person */
+	dg_list counts;   /* map: string -> int64_t */
 } fz_nest;
+
+typedef struct fz_person_e { dg_str key; fz_person value; } fz_person_e;
+typedef struct fz_count_e { dg_str key; int64_t value; } fz_count_e;
 
 static const dg_field_def fz_team_fields[] = {
 	DG_FIELD(fz_team, name, DG_STRING),
@@ -85,6 +90,8 @@ static const dg_field_def fz_nest_fields[] = {
 	DG_FIELD_LIST(fz_nest, flags, DG_LIST, DG_BOOL, NULL),
 	DG_FIELD_LIST(fz_nest, ws, DG_LIST, DG_DOUBLE, NULL),
 	DG_FIELD_OBJ_PTR(fz_nest, wide, "Wide"),
+	DG_FIELD_LIST(fz_nest, byname, DG_MAP, DG_OBJECT, "Person"),
+	DG_FIELD_LIST(fz_nest, counts, DG_MAP, DG_I64, NULL),
 };
 
 static inline dg_err fz_register(dg_registry *reg, const dg_desc **person,

@@ -102,8 +102,10 @@ int main(int argc, char **argv)
 		int16_t snums[2] = { -3, 300 };
 		bool flags[2] = { true, false };
 		double ws[1] = { 0.25 };
+		fz_person_e byname[2] = { { { "ann", 3 }, p }, { { "bo", 2 }, p } };
+		fz_count_e counts[1] = { { { "n", 1 }, -5 } };
 		fz_nest nt = { 9, { teams, 2 }, { tags, 2 }, { snums, 2 },
-			{ flags, 2 }, { ws, 1 }, &wd };
+			{ flags, 2 }, { ws, 1 }, &wd, { byname, 2 }, { counts, 1 } };
 		dg_buf_reset(&b);
 		dg_writer_init(&w, reg, &b);
 		dg_write_object(&w, nest, &nt);
