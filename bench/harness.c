@@ -216,7 +216,7 @@ static void report(const dgb_opts *o, const dgb_bench *b, const dgb_result *r)
 			snprintf(ratio, sizeof ratio, "%.2fx", r->ns_per_op / dg);
 		else
 			snprintf(ratio, sizeof ratio, "-");
-		printf("%-16s %-12s %12s %10s %11s %12s\n", b->name, b->impl, ns,
+		printf("%-16s %-15s %12s %10s %11s %12s\n", b->name, b->impl, ns,
 		    bytes, allocs, ratio);
 	}
 	fflush(stdout);
@@ -234,7 +234,7 @@ void dgb_begin_suite(const dgb_opts *o, const char *suite)
 		return;
 	printf("suite %s (%s; ns/op = best of %d repetitions)\n", suite,
 	    o->quick ? "quick" : "full", o->quick ? 3 : 5);
-	printf("%-16s %-12s %12s %10s %11s %12s\n", "case", "impl", "ns/op",
+	printf("%-16s %-15s %12s %10s %11s %12s\n", "case", "impl", "ns/op",
 	    "bytes", "allocs/op", "vs datagrid");
 	fflush(stdout);
 }

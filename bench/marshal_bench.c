@@ -9,19 +9,29 @@
  *   sorted_map12    12 string -> int64 entries as a sorted map, encode only
  *   hash_map12      the same entries as a hash map, encode only (datagrid)
  *   decode1000      1000 Persons encoded once; decode, reported per object
+ *   invoice         an Invoice {id, issued, Customer {id, name, email,
+ *                   Address {street, city, zip}}, 20 Lines {sku, qty, price,
+ *                   discount}, 2 note strings}, round trip (marshal_invoice.c)
  * "bytes" is the encoded size (decode1000: of the whole 1000-object list).
  *
  * Each implementation is used the way its documentation recommends for
  * speed, and every peer gets its best case:
  *   - datagrid: a registered type bound to a C struct (DG_FIELD), a reused
  *     dg_buf (dg_buf_reset + dg_writer_init per operation), strings decoded
- *     as zero-copy views.
+ *     as zero-copy views.  invoice: Customer and Address embedded
+ *     (DG_FIELD_TYPED), lines and notes bound as dg_list (DG_FIELD_LIST),
+ *     decoded with an arena made by dg_arena_init_views over reused memory
+ *     (re-initialised per operation): strings stay views, the lines and
+ *     notes arrays go in the arena.
  *   - msgpack-c: maps keyed by field name packed into a reused
  *     msgpack_sbuffer (its size reset per operation), decoded with
  *     msgpack_unpack into one reused msgpack_zone (cleared per operation)
  *     whose chunk is big enough for the largest case, so the zone never
  *     mallocs after warm-up; strings are views into the input, as with
- *     datagrid; fields are read by key into the same C struct.
+ *     datagrid; fields are read by key into the same C struct.  invoice:
+ *     nested maps, arrays for the lists.
+ *   - msgpack-c-array (invoice): the same, with each object packed as an
+ *     array of its fields in declaration order and read by position.
  *   - protobuf-c: generated code (marshal_bench.proto); the data never
  *     changes, so the output buffer is sized once at setup with
  *     get_packed_size and the timed loop only packs (real code would size
@@ -29,11 +39,15 @@
  *     with <msg>__unpack(NULL allocator), fields copied into the same C
  *     struct (strings as pointers into the unpacked message, which the next
  *     operation frees with free_unpacked: one unpack + one free each).
+ *     invoice: nested messages, `repeated Line`, `repeated string`.
+ * The peers decode lists into arrays the operation reuses; datagrid puts
+ * them in its arena.
  * Decoded fields are summed into a checksum (stderr at exit) and checked
  * against the input once before timing.
  */
 #include "harness.h"
 #include "marshal.h"
+#include "marshal_invoice.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -712,7 +726,9 @@ static void teardown(void)
 	dg_registry_destroy(M.reg);
 }
 
-enum check { CHECK_ONE, CHECK_LIST100, CHECK_DEC, CHECK_MAP, CHECK_VALID };
+enum check {
+	CHECK_ONE, CHECK_LIST100, CHECK_DEC, CHECK_MAP, CHECK_VALID, CHECK_INVOICE
+};
 
 /* The implementations of one case, measured together (interleaved). */
 struct group {
@@ -740,6 +756,7 @@ static void add(const dgb_opts *o, struct group *g, const char *name,
 	case CHECK_DEC: verify_persons(what, M.list, DEC_N); break;
 	case CHECK_MAP: verify_map(what); break;
 	case CHECK_VALID: DG_DO(dg_validate(M.reg, M.buf.data, M.buf.len)); break;
+	case CHECK_INVOICE: dgb_invoice_verify(what); break;
 	}
 	g->b[g->n] = (dgb_bench){
 		.suite = SUITE, .name = name, .impl = impl, .run = fn, .ctx = NULL,
@@ -851,6 +868,15 @@ int dgb_marshal_suite(const dgb_opts *o)
 	    (long long)M.dec_pb_len, CHECK_DEC, NULL);
 #endif
 	run(o, &g);
+
+	/* invoice: nested objects and lists (marshal_invoice.c) */
+	dgb_invoice_impl inv[DGB_INVOICE_IMPLS];
+	unsigned ninv = dgb_invoice_setup(inv);
+	for (unsigned k = 0; k < ninv; k++)
+		add(o, &g, "invoice", inv[k].impl, inv[k].run, 1, inv[k].bytes,
+		    CHECK_INVOICE, NULL);
+	run(o, &g);
+	dgb_invoice_teardown();
 
 	if (s.ns_per_op > 0 && h.ns_per_op > 0)
 		dgb_note("sorted_map12/hash_map12 = %.2f", s.ns_per_op / h.ns_per_op);
