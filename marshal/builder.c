@@ -405,7 +405,7 @@ dg_err dg_builder_write(dg_builder *b, dg_writer *w)
 		return dgi_w_fail(w, e);
 	if (dgi_w_object_header(w, d) != DG_OK)
 		return w->w_err;
-	if ((e = dgi_body_begin(w->w_buf, &start)) != DG_OK)
+	if ((e = dgi_body_begin(w->w_buf, &start, 1)) != DG_OK)
 		return dgi_w_fail(w, e);
 	for (uint32_t i = 0; i < d->nfields; i++) {
 		const struct dgi_field *f = &d->fields[i];
@@ -414,7 +414,7 @@ dg_err dg_builder_write(dg_builder *b, dg_writer *w)
 		if ((e = put_field(w, f, &b->f[b->perm[i]].val)) != DG_OK)
 			return dgi_w_fail(w, e);
 	}
-	if ((e = dgi_body_finish(w->w_buf, start, offs, d->nfields - d->nfixed)) != DG_OK)
+	if ((e = dgi_body_finish(w->w_buf, start, 1, offs, d->nfields - d->nfixed)) != DG_OK)
 		return dgi_w_fail(w, e);
 	dgi_w_elem_done(w);
 	return w->w_err;

@@ -115,6 +115,9 @@ struct dg_desc {
 	uint8_t builtin;         /* dg_kind for built-in descriptors, else 0 */
 	uint8_t bound;           /* every field bound to the C struct */
 	uint8_t primary;         /* the type's primary schema (tags OBJ/DEF) */
+	uint8_t big;             /* bound, with a collection field: its objects
+	                            are usually 128 bytes or more (a 2-byte
+	                            length slot when encoding) */
 	size_t struct_size;
 	size_t align;            /* bound: alignment the struct needs (that of
 	                            its most aligned field) */
@@ -243,23 +246,26 @@ dg_err dgi_body_deep_check(const dg_registry *reg, const dg_desc *s,
 dg_err dgi_write_bobj(dg_writer *w, const dg_bobj *o);
 
 /* Object body framing shared by the struct and builder encoders: reserve
- * the length slot, then (after the fields) write the footer and length. */
-void dgi_body_widen(dg_buf *b, size_t start, size_t body_len);
+ * the length slot (slot bytes: 1, or 2 for objects that are usually 128
+ * bytes or more), then (after the fields) write the footer and length,
+ * moving the body only when its length takes another number of bytes. */
+void dgi_body_resize(dg_buf *b, size_t start, unsigned slot, size_t body_len);
 
-static inline dg_err dgi_body_begin(dg_buf *b, size_t *start)
+static inline dg_err dgi_body_begin(dg_buf *b, size_t *start, unsigned slot)
 {
 	dg_err e;
-	if (b->cap == b->len && (e = dg_buf_reserve(b, 1)) != DG_OK)
+	if (b->cap - b->len < slot && (e = dg_buf_reserve(b, slot)) != DG_OK)
 		return e;
-	*start = b->len++;
+	*start = b->len;
+	b->len += slot;
 	return DG_OK;
 }
 
-/* The body is [start + 1, b->len); offs[j] = offset of var field j. */
-static inline dg_err dgi_body_finish(dg_buf *b, size_t start,
+/* The body is [start + slot, b->len); offs[j] = offset of var field j. */
+static inline dg_err dgi_body_finish(dg_buf *b, size_t start, unsigned slot,
     const uint32_t *offs, uint32_t nvar)
 {
-	size_t body = start + 1;
+	size_t body = start + slot;
 	size_t data_len = b->len - body;
 	uint32_t k = nvar > 1 ? nvar - 1 : 0;
 	unsigned ow = data_len + k <= 0xFF ? 1 : data_len + 2 * (size_t)k <= 0xFFFF ? 2 : 4;
@@ -297,11 +303,15 @@ static inline dg_err dgi_body_finish(dg_buf *b, size_t start,
 			p += ow;
 		}
 	}
-	if (DG_LIKELY(body_len < 0x80)) {
+	if (DG_LIKELY(slot == 1 && body_len < 0x80)) {
 		b->data[start] = (uint8_t)body_len;
 		b->len = body + body_len;
+	} else if (slot == 2 && body_len >= 0x80 && body_len < 0x4000) {
+		b->data[start] = (uint8_t)(body_len | 0x80);
+		b->data[start + 1] = (uint8_t)(body_len >> 7);
+		b->len = body + body_len;
 	} else {
-		dgi_body_widen(b, start, body_len);
+		dgi_body_resize(b, start, slot, body_len);
 	}
 	return DG_OK;
 }
@@ -452,13 +462,19 @@ static inline dg_err dgi_get_timestamp(const uint8_t **pp, const uint8_t *end,
 	return DG_OK;
 }
 
-/* UTF-8 check with the short-ASCII case inline (names, keys). */
+/* UTF-8 check with the ASCII case of strings up to 64 bytes inline (names,
+ * keys, addresses, short texts): the OR of their 8-byte words, the last
+ * one overlapping, has no high bit. */
 static inline bool dgi_utf8_ok(const uint8_t *s, size_t n)
 {
-	if (n <= 16) {
+	if (n <= 64) {
 		uint64_t a = 0, b = 0;
 		if (n >= 8) {
-			memcpy(&a, s, 8);
+			for (size_t i = 0; i + 8 < n; i += 8) {
+				uint64_t x;
+				memcpy(&x, s + i, 8);
+				a |= x;
+			}
 			memcpy(&b, s + n - 8, 8);
 		} else if (n >= 4) {
 			uint32_t x, y;

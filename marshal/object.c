@@ -274,10 +274,11 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 
 	if (depth > DG_MAX_DEPTH)
 		return DG_ERR_DEPTH;
-	size_t start;                 /* the 1-byte length slot */
-	if ((e = dgi_body_begin(b, &start)) != DG_OK)
+	size_t start;                 /* the length slot */
+	unsigned slot = d->big ? 2 : 1;
+	if ((e = dgi_body_begin(b, &start, slot)) != DG_OK)
 		return e;
-	uint8_t *p = b->data + start + 1;
+	uint8_t *p = b->data + start + slot;
 	/* Room for the fixed area, every bounded var field (<= 15 bytes, plus
 	 * the slack of 8-byte varint stores), the footer and a longer length
 	 * prefix; blobs reserve their own bytes. */
@@ -296,7 +297,7 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 		}
 		p += op->width;
 	}
-	const uint8_t *body = b->data + start + 1;
+	const uint8_t *body = b->data + start + slot;
 	uint32_t *off = offs;
 	for (const struct dgi_op *end = d->ops + d->nfields; op < end; op++) {
 		const uint8_t *s = src + op->c_off;
@@ -319,7 +320,7 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 				return DG_ERR_UTF8;
 			if (DG_UNLIKELY((size_t)(b->data + b->cap - p) < (size_t)v->len + tail)) {
 				ROOM((size_t)v->len + tail);
-				body = b->data + start + 1;
+				body = b->data + start + slot;
 			}
 			p = dgi_put_uvarint_fast(p, (uint64_t)v->len + 1);
 			dgi_copy(p, v->ptr, v->len);
@@ -330,22 +331,23 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 			e = encode_rare(w, d, &d->fields[op->field], s, &p, tail, depth);
 			if (e != DG_OK)
 				return e;
-			body = b->data + start + 1;
+			body = b->data + start + slot;
 			break;
 		}
 	}
 	b->len = (size_t)(p - b->data);
-	return dgi_body_finish(b, start, offs, d->nvar);
+	return dgi_body_finish(b, start, slot, offs, d->nvar);
 }
 
-/* Widen the 1-byte length slot of a body of 128 bytes or more. */
-DG_NOINLINE void dgi_body_widen(dg_buf *b, size_t start, size_t body_len)
+/* A length that does not take the slot's bytes: move the body (right by
+ * up to 4 bytes, which dgi_body_finish reserved, or left) and write it. */
+DG_NOINLINE void dgi_body_resize(dg_buf *b, size_t start, unsigned slot,
+    size_t body_len)
 {
-	size_t body = start + 1;
 	size_t lenlen = dgi_uvarint_len(body_len);
-	memmove(b->data + body + lenlen - 1, b->data + body, body_len);
+	memmove(b->data + start + lenlen, b->data + start + slot, body_len);
 	dgi_put_uvarint(b->data + start, body_len);
-	b->len = body + lenlen - 1 + body_len;
+	b->len = start + lenlen + body_len;
 }
 
 /* ---- framing ---- */
@@ -685,17 +687,28 @@ static dg_err list_object(const dg_registry *reg, const struct dgi_field *f,
 			return DG_ERR_TRUNCATED;
 		body = p;
 		p += len;
-	} else if (tag == TAG_DEF || tag == TAG_DEF_S) {
-		if (*nsch >= DG_SCOPE_MAX)
+	} else if (tag >= TAG_OBJ && tag <= TAG_DEF_S) {
+		bool def = tag >= TAG_DEF;
+		uint8_t otag = def ? (uint8_t)(tag - (TAG_DEF - TAG_OBJ)) : tag;
+		if (def && *nsch >= DG_SCOPE_MAX)
 			return DG_ERR_LIMIT;
-		e = dgi_obj_header(reg, (uint8_t)(tag - (TAG_DEF - TAG_OBJ)), &p, end,
-		    &s, &body, &len, false);
-		if (e != DG_OK)
+		if (otag == TAG_OBJ && f->ref->primary && end - p >= 4 &&
+		    dgi_ld32(p) == f->ref->type_id) {
+			/* the schema's own element type: no registry lookup */
+			s = f->ref;
+			p += 4;
+			if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
+				return e;
+			if (len > (size_t)(end - p))
+				return DG_ERR_TRUNCATED;
+			body = p;
+			p += len;
+		} else if ((e = dgi_obj_header(reg, otag, &p, end, &s, &body, &len,
+		    false)) != DG_OK) {
 			return e;
-		sch[(*nsch)++] = s;
-	} else if (tag == TAG_OBJ || tag == TAG_OBJ_S) {
-		if ((e = dgi_obj_header(reg, tag, &p, end, &s, &body, &len, false)) != DG_OK)
-			return e;
+		}
+		if (def)
+			sch[(*nsch)++] = s;
 	} else if (tag == TAG_NULL) {
 		memset(dst, 0, f->ref->struct_size);
 		*pp = p;
@@ -1020,6 +1033,31 @@ DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
 	dg_value val;
 	if (dgi_typed_list(f->kind, f->elem))
 		return decode_coll(reg, f, pp, end, (dg_list *)dst, arena, depth);
+	if (f->kind == DG_OBJECT && f->ref->primary && end - span >= 6 &&
+	    span[0] == TAG_OBJ && dgi_ld32(span + 1) == f->ref->type_id) {
+		/* an object of the field's own type in its primary schema: no
+		 * registry lookup and no separate footer check (the decode
+		 * checks every offset as it goes) */
+		const uint8_t *p = span + 5;
+		uint32_t len;
+		dg_err e = dgi_get_u32var(&p, end, &len);
+		if (e != DG_OK)
+			return e;
+		if (len > (size_t)(end - p))
+			return DG_ERR_TRUNCATED;
+		if (f->flags & DG_FF_PTR) {
+			uint8_t *to = arena_take(arena, f->ref->struct_size, f->ref->align);
+			if (to == NULL)
+				return DG_ERR_NOSPACE;
+			*(void **)dst = to;
+			dst = to;
+		}
+		if ((e = dgi_obj_decode(reg, f->ref, f->ref, p, len, dst, arena,
+		    depth + 1)) != DG_OK)
+			return e;
+		*pp = p + len;
+		return DG_OK;
+	}
 	dg_err e = field_value(reg, f, pp, end, &val, depth, false);
 	if (e != DG_OK)
 		return e;

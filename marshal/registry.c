@@ -207,6 +207,9 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 	}
 	d->fixed_size = off;
 	d->align = d->bound ? desc_align(d) : 1;
+	for (uint32_t i = 0; i < n && d->bound; i++)
+		if (dgi_typed_list(f[i].kind, f[i].elem))
+			d->big = 1;
 	d->nvar = nvar;
 	d->nfoot = nvar > 1 ? nvar - 1 : 0;
 	for (uint32_t i = 0; i < n; i++)

@@ -507,6 +507,39 @@ static void test_arena_bounds(void **state)
 	dg_buf_free(&b);
 }
 
+/* An object with a collection field reserves a 2-byte length: bodies
+ * under 128 bytes and of 16 KiB or more move, and every length stays a
+ * minimal varint. */
+static void test_body_length_slot(void **state)
+{
+	(void)state;
+	static uint8_t mem[1 << 17];
+	static line many[1000];
+	invoice in = invoice_make(), out;
+	dg_arena a;
+	dg_buf b;
+	dg_buf_init(&b);
+	for (int i = 0; i < 1000; i++)
+		many[i] = lines_in[i % NLINES];
+	const uint32_t counts[] = { 0, 1, 3, 20, 600, 1000 };
+	for (unsigned k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+		in.lines = (dg_list){ many, counts[k] };
+		in.notes.count = counts[k] == 0 ? 0 : 2;
+		encode(g.reg, g.invoice, &in, &b);
+		OK(dg_validate(g.reg, b.data, b.len));
+		/* the length after OBJ and the type id */
+		size_t lenlen = 1;
+		while (b.data[5 + lenlen - 1] & 0x80)
+			lenlen++;
+		size_t body = b.len - 5 - lenlen;
+		assert_int_equal(lenlen, body < 0x80 ? 1 : body < 0x4000 ? 2 : 3);
+		dg_arena_init_views(&a, mem, sizeof mem);
+		OK(dg_decode_object(g.reg, g.invoice, b.data, b.len, &out, &a));
+		invoice_check(&in, &out);
+	}
+	dg_buf_free(&b);
+}
+
 /* ---- the wire is the generic one ---- */
 
 typedef struct bag_raw { dg_raw items; } bag_raw;
@@ -1039,6 +1072,7 @@ int main(void)
 		cmocka_unit_test(test_null_and_empty),
 		cmocka_unit_test(test_every_element_kind),
 		cmocka_unit_test(test_arena_bounds),
+		cmocka_unit_test(test_body_length_slot),
 		cmocka_unit_test(test_generic_interop),
 		cmocka_unit_test(test_nested_field_access),
 		cmocka_unit_test(test_element_schema_evolution),
