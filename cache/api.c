@@ -550,37 +550,37 @@ static dg_err remove_val_one(dg_cache *c, const void *key, size_t klen, bool *re
 
 dg_err dg_cache_put_all(dg_cache *c, const dg_kv *kvs, size_t n)
 {
-	uint64_t t0 = dgi_now_ns();
+	uint64_t t0 = dgi_lat_ticks();
 	return dgi_timed(c, DG_OP_PUT, t0, put_all_with(c, kvs, n, put_raw_one, true));
 }
 
 dg_err dg_cache_get_all(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
 {
-	uint64_t t0 = dgi_now_ns();
+	uint64_t t0 = dgi_lat_ticks();
 	return dgi_timed(c, DG_OP_GET, t0, get_all_with(c, kvs, n, vals, found, get_raw_one, true));
 }
 
 dg_err dg_cache_remove_all(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
 {
-	uint64_t t0 = dgi_now_ns();
+	uint64_t t0 = dgi_lat_ticks();
 	return dgi_timed(c, DG_OP_REMOVE, t0, remove_all_with(c, kvs, n, removed, remove_raw_one, true));
 }
 
 dg_err dg_cache_put_all_val(dg_cache *c, const dg_kv *kvs, size_t n)
 {
-	uint64_t t0 = dgi_now_ns();
+	uint64_t t0 = dgi_lat_ticks();
 	return dgi_timed(c, DG_OP_PUT, t0, put_all_with(c, kvs, n, put_val_one, false));
 }
 
 dg_err dg_cache_get_all_val(dg_cache *c, dg_kv *kvs, size_t n, dg_buf *vals, size_t *found)
 {
-	uint64_t t0 = dgi_now_ns();
+	uint64_t t0 = dgi_lat_ticks();
 	return dgi_timed(c, DG_OP_GET, t0, get_all_with(c, kvs, n, vals, found, get_val_one, false));
 }
 
 dg_err dg_cache_remove_all_val(dg_cache *c, const dg_kv *kvs, size_t n, size_t *removed)
 {
-	uint64_t t0 = dgi_now_ns();
+	uint64_t t0 = dgi_lat_ticks();
 	return dgi_timed(c, DG_OP_REMOVE, t0, remove_all_with(c, kvs, n, removed, remove_val_one, false));
 }
 

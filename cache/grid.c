@@ -634,6 +634,7 @@ static void cache_free(dg_cache *c)
 
 static dg_cache *cache_new(dgi_grid *g, const dg_cache_config *cfg, bool fresh)
 {
+	dgi_lat_clock_init(); /* before the first operation of any cache */
 	dg_cache *c = dgi_calloc(1, sizeof(*c));
 	if (c == NULL)
 		return NULL;

@@ -225,7 +225,7 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 /* A read started by a single-key call on this node, timed. */
 dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
 {
-	uint64_t t0 = dgi_now_ns();
+	uint64_t t0 = dgi_lat_ticks();
 	return dgi_timed(c, DG_OP_GET, t0, dgi_get_op(c, key, klen, out, unwrap));
 }
 

@@ -71,12 +71,12 @@ bool dgi_retriable(dg_err e)
 	    e == DG_ERR_UNREACHABLE || e == DG_ERR_CLOSED;
 }
 
-/* Records an operation begun at t0 (dgi_now_ns) and passes its result
+/* Records an operation begun at t0 (dgi_lat_ticks) and passes its result
  * on.  A call rejected for its arguments is no operation. */
 dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e)
 {
 	if (c != NULL && e != DG_ERR_INVAL)
-		dgi_lat_add(&c->lat[kind], dgi_now_ns() - t0);
+		dgi_lat_add(&c->lat[kind], dgi_lat_since(t0));
 	return e;
 }
 
@@ -271,7 +271,7 @@ dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
     dg_buf *old)
 {
-	uint64_t t0 = dgi_now_ns();
+	uint64_t t0 = dgi_lat_ticks();
 	bool rm = op == OP_REMOVE || op == OP_REMOVE_IF_EQ;
 	return dgi_timed(c, rm ? DG_OP_REMOVE : DG_OP_PUT, t0,
 	    dgi_update_op(c, op, key, klen, exp, elen, val, vlen, flag, old));

@@ -1951,6 +1951,38 @@ static void expect_counts(dg_cache *c, uint64_t get, uint64_t put, uint64_t remo
 	}
 }
 
+/* The operation clock (the TSC where it is invariant) agrees with
+ * CLOCK_MONOTONIC over a 50 ms sleep to 2%: a wrong factor or a wrong
+ * conversion (the two-part 64-bit multiply) would be off by far more. */
+static void test_lat_clock_matches_monotonic(void **state)
+{
+	(void)state;
+	dgi_lat_clock_init();
+	print_message("operation clock: %s\n", dgi_lat_tsc ?
+	    "time-stamp counter" : "CLOCK_MONOTONIC (no invariant TSC)");
+	for (int round = 0; round < 3; round++) {
+		uint64_t t0 = dgi_lat_ticks(), n0 = dgi_now_ns();
+		struct timespec d = { 0, 50000000 };
+		nanosleep(&d, NULL);
+		uint64_t ns = dgi_lat_since(t0), real = dgi_now_ns() - n0;
+		assert_true(real >= 50000000);
+		assert_true(ns > real - real / 50 && ns < real + real / 50);
+	}
+	/* dgi_lat_since never goes back */
+	assert_int_equal(dgi_lat_since(dgi_lat_ticks() + 1000000000), 0);
+	/* the conversion is exact for every span, hours included (2^32 ticks
+	 * is ~1.7 s at 2.5 GHz) */
+	__extension__ typedef unsigned __int128 u128;
+	static const uint64_t dts[] = { 0, 1, 12345, 0xFFFFFFFFu, 0x100000000u,
+		0x10000000000ull + 12345, 0x0FFFFFFFFFFFFFFFull };
+	static const uint64_t mults[] = { 1, 0x66666666u /* 2.5 GHz */,
+		0xFFFFFFFFu, 0x80000000u };
+	for (unsigned i = 0; i < sizeof dts / sizeof dts[0]; i++)
+		for (unsigned k = 0; k < sizeof mults / sizeof mults[0]; k++)
+			assert_true(dgi_lat_ticks_ns(dts[i], mults[k]) ==
+			    (uint64_t)(((u128)dts[i] * mults[k]) >> 32));
+}
+
 static void test_node_latency_counts(void **state)
 {
 	(void)state;
@@ -4040,6 +4072,7 @@ int main(void)
 		cmocka_unit_test(test_node_part_digest_order_and_liveness),
 		cmocka_unit_test(test_multi_part_digest_idle_verify),
 		cmocka_unit_test(test_latency_buckets_and_quantile),
+		cmocka_unit_test(test_lat_clock_matches_monotonic),
 		cmocka_unit_test(test_node_latency_counts),
 		cmocka_unit_test(test_baseline_standby_and_back),
 		cmocka_unit_test(test_baseline_remove_hands_over),
