@@ -575,9 +575,12 @@ DG_API dg_err dg_read_begin(dg_reader *r, dg_kind kind, uint32_t *count);
 
 /* Reads the next value, an object of d's type (any registered schema of it),
  * into the C struct at out (d must be bound).  Strings, bytes and arrays are
- * views, or copies in arena when given; DG_OBJECT fields decode recursively.
- * A null value zeroes the struct.  Errors: decode errors,
- * DG_ERR_TYPE_MISMATCH, DG_ERR_NOSPACE (arena). */
+ * views, or copies in arena when given (views still with an arena made by
+ * dg_arena_init_views); DG_OBJECT fields decode recursively, into the struct
+ * or (DG_FF_PTR) into the arena; dg_list fields put their items in the
+ * arena.  A null value zeroes the struct.  Errors: decode errors,
+ * DG_ERR_TYPE_MISMATCH, DG_ERR_NOSPACE (arena full, or none where a list or
+ * pointed-to object needs one). */
 DG_API dg_err dg_read_object(dg_reader *r, const dg_desc *d, void *out,
     dg_arena *arena);
 
