@@ -22,6 +22,17 @@
  *                  Both measured by the harness (best of 5 repetitions, or
  *                  3 with --quick, interleaved); allocs_per_op: datagrid
  *                  the dgi_alloc counter, lmdb malloc calls.
+ *   embedded_get_10k, embedded_get_1m, embedded_put_10k, embedded_put_1m,
+ *   memory_per_entry
+ *                  issue 16, entries in memory (bench/embedded_bench.c,
+ *                  whose comment has the details): 10,000 and 1,000,000
+ *                  keys of the same 16/100-byte shape, loaded, put and got
+ *                  in three independent pseudo-random orders; impls
+ *                  datagrid (an embedded single node, as above), hash (a
+ *                  minimal open-addressing table, bench/hashtab.c: the
+ *                  floor) and lmdb; memory_per_entry's bytes: RSS growth
+ *                  per entry over the 1M load.  --quick skips the 1M key set
+ *                  (memory_per_entry is then measured over the 10k load).
  *   fullsync_put_1c, fullsync_put_8c, fullsync_put_32c, fullsync_put_128c
  *                  1, 8, 32 and 128 client threads writing for a fixed
  *                  time.
@@ -1194,6 +1205,7 @@ int dgb_cache_suite(const dgb_opts *o)
 {
 	make_keys();
 	embedded_cases(o);
+	dgb_cache_entries_cases(o);
 	persistent_cases(o);
 	cluster_cases(o);
 	dgb_tmpdir_remove();

@@ -6,6 +6,7 @@
 #include "marshal.h"
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,8 +225,9 @@ static void report(const dgb_opts *o, const dgb_bench *b, const dgb_result *r)
 
 bool dgb_selected(const dgb_opts *o, const char *name, const char *impl)
 {
-	return (o->only_case == NULL || strcmp(o->only_case, name) == 0) &&
-	    (o->only_impl == NULL || strcmp(o->only_impl, impl) == 0);
+	/* shell patterns (fnmatch): a plain name matches only itself */
+	return (o->only_case == NULL || fnmatch(o->only_case, name, 0) == 0) &&
+	    (o->only_impl == NULL || fnmatch(o->only_impl, impl, 0) == 0);
 }
 
 void dgb_begin_suite(const dgb_opts *o, const char *suite)

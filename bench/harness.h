@@ -37,12 +37,14 @@
 typedef struct dgb_opts {
 	bool json;   /* JSON lines on stdout instead of a table */
 	bool quick;  /* ~20 ms x 3 repetitions instead of ~100 ms x 5 */
-	const char *only_case;  /* --case=NAME: run that case only (NULL: all) */
-	const char *only_impl;  /* --impl=NAME: that implementation only */
+	const char *only_case;  /* --case=NAME: run that case only (NULL: all);
+	                           a shell pattern: --case='embedded_*' */
+	const char *only_impl;  /* --impl=NAME: that implementation only (a
+	                           pattern too) */
 	const char *dgnode;     /* --dgnode PATH: the dgnode binary (cache suite) */
 } dgb_opts;
 
-/* Does the --case/--impl selection include this pair? */
+/* Does the --case/--impl selection include this pair?  (fnmatch(3)) */
 bool dgb_selected(const dgb_opts *o, const char *name, const char *impl);
 
 /* Runs `iters` iterations; returns a checksum of the results (decoded
@@ -125,6 +127,10 @@ bool dgb_heap_counting(void);
 
 /* Suites (one file each; listed in main.c). */
 int dgb_marshal_suite(const dgb_opts *o);  /* marshal_bench.c */
+/* The cache suite's entries-in-memory cases (issue 16: embedded_get_10k,
+ * embedded_get_1m, embedded_put_10k, embedded_put_1m, memory_per_entry),
+ * called by dgb_cache_suite. */
+void dgb_cache_entries_cases(const dgb_opts *o);  /* embedded_bench.c */
 
 /* Compiler barrier: the pointed-to memory is read and written here, so its
  * stores cannot be elided and its loads cannot be hoisted out of a loop. */

@@ -37,7 +37,8 @@ static const struct suite {
 	{ "transport", dgb_transport_suite,
 	  "node-to-node messages, two processes: vs nng req/rep and plain TCP" },
 	{ "cache", dgb_cache_suite,
-	  "cache puts and gets: embedded vs LMDB; FULL_SYNC puts (1-128 clients)\n"
+	  "cache puts and gets: embedded vs LMDB and a minimal hash table (10k and\n"
+	  "             1M keys, memory per entry); FULL_SYNC puts (1-128 clients)\n"
 	  "             and 100-key batches, 3 dgnodes vs Redis" },
 	{ "txn", dgb_txn_suite,
 	  "2-key transfers in transactions, 3 dgnodes vs Redis MULTI/EXEC + WAIT" },
@@ -60,7 +61,8 @@ static void usage(FILE *f)
 	    "           failed; cache's batch cases heap_bytes_per_op)\n"
 	    "  --quick  ~20 ms x 3 repetitions per case instead of ~100 ms x 5\n"
 	    "  --case=NAME, --impl=NAME\n"
-	    "           only that case / implementation (for profiling)\n"
+	    "           only that case / implementation (for profiling); NAME is a\n"
+	    "           shell pattern: --case='embedded_*'\n"
 	    "  --dgnode PATH\n"
 	    "           the dgnode binary the cache, txn and admin suites start (else\n"
 	    "           $DG_DGNODE, else next to dgbench: ./dgnode, ../node/dgnode)\n"
