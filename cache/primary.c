@@ -186,7 +186,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	bool write, removal;
 	if ((err = evaluate(u, e, dgi_entry_live(e, wall), &write, &removal)) != DG_OK)
 		goto out;
-	dgi_dedup_put(pt, u->op_node, u->op_seq, u->flag, dgi_now_ms());
+	dgi_dedup_put(pt, u->op_node, u->op_seq, u->flag, dgi_coarse_ms());
 	if (!write) {
 		/* the answer rests on what the key holds: wait until that is
 		 * on every backup */

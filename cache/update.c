@@ -186,7 +186,7 @@ static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t 
 		    flag);
 	struct upd u;
 	dgi_upd_init(c, &u, op, key, klen, exp, elen, val, vlen);
-	return dgi_update_run(c, &u, dgi_now_ms() + g->cfg.request_timeout_ms, false, flag, old);
+	return dgi_update_run(c, &u, dgi_coarse_ms() + g->cfg.request_timeout_ms, false, flag, old);
 }
 
 void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t klen,

@@ -389,7 +389,6 @@ struct dg_tp {
 };
 
 uint64_t dgi_now_ms(void);
-uint64_t dgi_coarse_ms(void);   /* same clock, a few ms coarse, cheap */
 
 /* Tests: stop membership without telling anyone (a crash, in-process). */
 void dgi_member_kill(dg_member *m);
