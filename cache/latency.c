@@ -22,7 +22,7 @@ static bool tsc_invariant(void)
 {
 #if defined(__x86_64__)
 	unsigned a, b, c, d;
-	if (__get_cpuid_max(0x80000000u, NULL) < 0x80000007u)
+	if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000007u)
 		return false;
 	__cpuid(0x80000007u, a, b, c, d);
 	(void)a; (void)b; (void)c;

@@ -9,6 +9,10 @@
  */
 #include "cache_int.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>   /* malloc_usable_size */
+#endif
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,12 +106,20 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 	dgi_entry *e = p->slots[i].e;
 	uint32_t need = klen + vlen;
 	if (e == NULL || e->cap < need) {
-		/* a little slack so a value growing by a few bytes reuses it */
-		uint32_t cap = need + (need >> 3);
-		dgi_entry *ne = dgi_alloc(sizeof(*ne) + cap);
+		/* exactly what it holds: the slack is what malloc rounds up to
+		 * anyway (up to 15 bytes), which a value growing by a few bytes
+		 * reuses; a fixed 1/8 more put most entries in the next size
+		 * class (16 B per entry for 16-byte keys and 100-byte values) */
+		dgi_entry *ne = dgi_alloc(sizeof(*ne) + need);
 		if (ne == NULL)
 			return DG_ERR_NOMEM;
-		ne->cap = cap;
+		size_t cap = need;
+#ifdef __GLIBC__
+		size_t usable = malloc_usable_size(ne);
+		if (usable > sizeof(*ne) + need && usable - sizeof(*ne) <= UINT32_MAX)
+			cap = usable - sizeof(*ne);
+#endif
+		ne->cap = (uint32_t)cap;
 		memcpy(ne->data, key, klen);
 		if (e != NULL) {
 			p->bytes -= e->klen + e->vlen;
