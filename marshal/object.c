@@ -884,24 +884,10 @@ static dg_err decode_coll(const dg_registry *reg, const struct dgi_field *f,
 	out->count = n;
 	for (uint32_t i = 0; i < n; i++, dst += stride) {
 		if (want == TAG_MAP) {
-			dg_bytes *k = (dg_bytes *)dst;
-			uint32_t len;
-			if (p >= end)
-				return DG_ERR_TRUNCATED;
-			if (*p != TAG_STRING)
-				return *p > TAG__LAST && *p < TAG_REF ? DG_ERR_BAD_TAG :
-				    DG_ERR_TYPE_MISMATCH;
-			p++;
-			if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
-				return e;
-			if (len > (size_t)(end - p))
-				return DG_ERR_TRUNCATED;
-			if (!dgi_utf8_ok(p, len))
-				return DG_ERR_UTF8;
-			k->ptr = p;
-			k->len = len;
-			p += len;
-			if ((e = copy_out(arena, &k->ptr, len, 1, true)) != DG_OK)
+			/* the key: a string, never null */
+			if (p < end && *p == TAG_NULL)
+				return DG_ERR_TYPE_MISMATCH;
+			if ((e = list_blob(DG_STRING, &p, end, (dg_bytes *)dst, arena)) != DG_OK)
 				return e;
 		}
 		uint8_t *v = dst + voff;

@@ -1025,6 +1025,10 @@ static void test_hostile_maps(void **state)
 	static const uint8_t ikey[] = { 0x12, 1, 0x05, 2, 0x08, 0, 0, 0, 0, 0, 0,
 		0xF0, 0x3F };
 	EXPECT(decode_catalog_prices(ikey, sizeof ikey), DG_ERR_TYPE_MISMATCH);
+	/* a null key */
+	static const uint8_t nkey[] = { 0x12, 1, 0x00, 0x08, 0, 0, 0, 0, 0, 0,
+		0xF0, 0x3F };
+	EXPECT(decode_catalog_prices(nkey, sizeof nkey), DG_ERR_TYPE_MISMATCH);
 	/* a value of another kind */
 	static const uint8_t ival[] = { 0x12, 1, 0x09, 1, 'k', 0x05, 2 };
 	EXPECT(decode_catalog_prices(ival, sizeof ival), DG_ERR_TYPE_MISMATCH);
