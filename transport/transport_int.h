@@ -211,7 +211,9 @@ struct conn {
 	pthread_mutex_t mu;         /* tx state; state transitions */
 	_Atomic int state;          /* enum conn_state */
 	bool dialer;
-	bool abandoned;             /* REJECT sent: close when it is written */
+	_Atomic bool abandoned;     /* REJECT sent: close when it is written;
+	                               set by the reactor outside mu, read by
+	                               a close from any thread (dg_tp_stop) */
 	_Atomic bool half;          /* accepted and holding a handshake slot
 	                               (tp->half_open) until it is open or closed */
 	char *hello_url;            /* the address its HELLO named: stored for
