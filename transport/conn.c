@@ -293,10 +293,13 @@ void dgi_conn_close(struct conn *c, dg_err why)
 	half_done(c);
 	struct connect_wait *waiter = c->waiter;
 	c->waiter = NULL;
+	/* what the reactor's handshake sets (under c->mu): read here, where a
+	 * close from another thread (dg_tp_stop) sees it whole */
+	struct peer *p = c->peer;
+	dg_node_id peer_id = c->peer_id;
 	pthread_mutex_unlock(&c->mu);
 	c->ops->close(c); /* pending I/O fails or never completes */
 
-	struct peer *p = c->peer;
 	bool lost = false;
 	uint64_t dropped = 0;
 	if (p != NULL) {
@@ -341,10 +344,10 @@ void dgi_conn_close(struct conn *c, dg_err why)
 		dgi_fail_peer(tp, p->id, DG_ERR_CONN_BROKEN);
 	/* the dialer gave up midway (its connection broke after HELLO); every
 	 * other failure was counted where it was found (process, expire, reject) */
-	if (!c->dialer && !c->abandoned && c->peer_id != 0 && p == NULL &&
+	if (!c->dialer && !c->abandoned && peer_id != 0 && p == NULL &&
 	    why == DG_ERR_CONN_BROKEN)
 		atomic_fetch_add(&tp->t.handshake_failures, 1);
-	wait_done(waiter, why == DG_OK ? DG_ERR_CONN_BROKEN : why, c->peer_id);
+	wait_done(waiter, why == DG_OK ? DG_ERR_CONN_BROKEN : why, peer_id);
 	if (lost && tp->cfg.on_peer != NULL && !atomic_load(&tp->stopping))
 		tp->cfg.on_peer(tp->cfg.on_peer_ctx, p->id, false, why);
 
@@ -433,6 +436,15 @@ bool dgi_conn_reap(dg_tp *tp)
 }
 
 /* ---- the handshake ---- */
+
+/* The handshake runs on the reactor and reads c->peer_id freely; it sets
+ * it under c->mu, for dgi_conn_close called from another thread. */
+static void set_peer_id(struct conn *c, dg_node_id id)
+{
+	pthread_mutex_lock(&c->mu);
+	c->peer_id = id;
+	pthread_mutex_unlock(&c->mu);
+}
 
 static void reject(struct conn *c, dg_reject_reason reason, const char *text)
 {
@@ -564,7 +576,7 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 	case C_ACCEPTED: {
 		if (h->type != DG_MSG_HELLO)
 			return DG_ERR_BAD_TAG;
-		c->peer_id = (dg_node_id)m.hello.node_id;
+		set_peer_id(c, (dg_node_id)m.hello.node_id);
 		if (m.hello.version != DG_FRAME_VERSION) {
 			reject(c, DG_REJECT_VERSION, "protocol version");
 			return DG_OK;
@@ -624,7 +636,7 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 			goto rejected;
 		if (h->type != DG_MSG_CHALLENGE)
 			return DG_ERR_BAD_TAG;
-		c->peer_id = (dg_node_id)m.ch.node_id;
+		set_peer_id(c, (dg_node_id)m.ch.node_id);
 		if (m.ch.auth != auth || c->peer_id == tp->self || c->peer_id == 0) {
 			atomic_fetch_add(&tp->t.auth_failures, 1);
 			return DG_ERR_AUTH;

@@ -220,7 +220,8 @@ struct conn {
 	                               the peer only once its PROOF checked */
 	bool dup_refused;           /* dialer: the peer refused it as a duplicate */
 	struct peer *peer;          /* set when open (and for dialers, the target) */
-	dg_node_id peer_id;         /* from the handshake */
+	dg_node_id peer_id;         /* from the handshake: set under mu (read
+	                               freely on the reactor) */
 	char *dial_url;             /* dialer: the URL dialed */
 	uint64_t deadline_ms;       /* the handshake must end by then */
 	uint8_t nonce_mine[DG_NONCE_LEN];
