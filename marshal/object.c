@@ -42,6 +42,30 @@ static dg_err raw_check(const dg_registry *reg, const dg_raw *raw, dg_kind kind,
 	return e;
 }
 
+/* A tagged STRING or BYTES value at *pp: a null one (ptr NULL) as NULL,
+ * a string checked for UTF-8. */
+static dg_err encode_blob(dg_writer *w, uint8_t tag, const dg_bytes *v,
+    uint8_t **pp, size_t tail)
+{
+	dg_buf *b = w->w_buf;
+	uint8_t *p = *pp;
+	dg_err e;
+	if (v->ptr == NULL) {
+		ROOM(1 + tail);
+		*p++ = TAG_NULL;
+	} else {
+		if (tag == TAG_STRING && !dgi_utf8_ok(v->ptr, v->len))
+			return DG_ERR_UTF8;
+		ROOM((size_t)v->len + 11 + tail);
+		*p++ = tag;
+		p = dgi_put_uvarint_fast(p, v->len);
+		dgi_copy(p, v->ptr, v->len);
+		p += v->len;
+	}
+	*pp = p;
+	return DG_OK;
+}
+
 /* One element of a LIST / SET / MAP field bound as a dg_list (a map's
  * value), at s.  Objects share one scope entry: the first is a DEF (index 0
  * of the container's own scope — a field's value is self-contained,
@@ -76,22 +100,11 @@ static dg_err encode_elem(dg_writer *w, const struct dgi_field *f,
 		break;
 	}
 	case DG_STRING:
-	case DG_BYTES: {
-		const dg_bytes *v = (const dg_bytes *)s; /* same layout as dg_str */
-		if (v->ptr == NULL) {
-			ROOM(1 + tail);
-			*p++ = TAG_NULL;
-			break;
-		}
-		if (f->elem == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
-			return DG_ERR_UTF8;
-		ROOM((size_t)v->len + 11 + tail);
-		*p++ = f->elem == DG_STRING ? TAG_STRING : TAG_BYTES;
-		p = dgi_put_uvarint_fast(p, v->len);
-		dgi_copy(p, v->ptr, v->len);
-		p += v->len;
+	case DG_BYTES: /* dg_bytes has dg_str's layout */
+		if ((e = encode_blob(w, f->elem == DG_STRING ? TAG_STRING : TAG_BYTES,
+		    (const dg_bytes *)s, &p, tail)) != DG_OK)
+			return e;
 		break;
-	}
 	default: /* scalars: a tagged value of at most 11 bytes */
 		ROOM(11 + tail);
 		switch (f->elem) {
@@ -159,16 +172,10 @@ static dg_err encode_coll(dg_writer *w, const struct dgi_field *f,
 	for (uint32_t i = 0; i < l->count; i++, s += stride) {
 		if (f->kind == DG_MAP) {
 			/* the key: a string, never null */
-			const dg_str *k = (const dg_str *)s;
-			if (k->ptr == NULL)
+			if (((const dg_str *)s)->ptr == NULL)
 				return DG_ERR_INVAL;
-			if (!dgi_utf8_ok((const uint8_t *)k->ptr, k->len))
-				return DG_ERR_UTF8;
-			ROOM((size_t)k->len + 11 + tail);
-			*p++ = TAG_STRING;
-			p = dgi_put_uvarint_fast(p, k->len);
-			dgi_copy(p, (const uint8_t *)k->ptr, k->len);
-			p += k->len;
+			if ((e = encode_blob(w, TAG_STRING, (const dg_bytes *)s, &p, tail)) != DG_OK)
+				return e;
 		}
 		if ((e = encode_elem(w, f, s + voff, i == 0, &p, tail, depth + 2)) != DG_OK)
 			return e;

@@ -116,7 +116,7 @@ static size_t desc_align(const dg_desc *d)
 	for (uint32_t i = 0; i < d->nfields; i++) {
 		const struct dgi_field *f = &d->fields[i];
 		size_t fa = f->kind == DG_OBJECT && !(f->flags & DG_FF_PTR) ?
-		    desc_align(f->ref) : binding_align((dg_kind)f->kind, f->flags);
+		    f->ref->align : binding_align((dg_kind)f->kind, f->flags);
 		if (fa > a)
 			a = fa;
 	}
@@ -554,7 +554,7 @@ static dg_err validate_fields(const dg_registry *reg, const struct fdef *f,
 			if (f[i].c_off == DG_UNBOUND || f[i].c_off > struct_size ||
 			    struct_size - f[i].c_off < bs ||
 			    f[i].c_off % binding_align(f[i].kind, f[i].flags) != 0 ||
-			    (embedded && f[i].c_off % desc_align(refs[i]) != 0))
+			    (embedded && f[i].c_off % refs[i]->align != 0))
 				return DG_ERR_INVAL;
 		}
 		ids[i] = dgi_fnv1a(f[i].name, f[i].name_len);
