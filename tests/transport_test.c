@@ -3576,8 +3576,18 @@ static void on_removed_log(dg_tp *tp, const dg_msg_in *in, void *ctx)
 }
 
 /* A TOPOLOGY/REMOVED body: version, the nodes (id, order, url), no baseline. */
+static void topo_body_attrs(dg_buf *b, int64_t version, const dg_node_id *ids,
+    const char *const *urls, const int64_t *attrs, int n);
+
 static void topo_body(dg_buf *b, int64_t version, const dg_node_id *ids, const char *const *urls,
     int n)
+{
+	topo_body_attrs(b, version, ids, urls, NULL, n);
+}
+
+/* (attrs NULL: every node a server) */
+static void topo_body_attrs(dg_buf *b, int64_t version, const dg_node_id *ids,
+    const char *const *urls, const int64_t *attrs, int n)
 {
 	dg_writer w;
 	dg_buf_reset(b);
@@ -3589,7 +3599,7 @@ static void topo_body(dg_buf *b, int64_t version, const dg_node_id *ids, const c
 		OK(dg_write_i64(&w, (int64_t)ids[i]));
 		OK(dg_write_i64(&w, i + 1));
 		OK(dg_write_str(&w, urls[i], strlen(urls[i])));
-		OK(dg_write_i64(&w, 0));
+		OK(dg_write_i64(&w, attrs != NULL ? attrs[i] : 0));
 	}
 	OK(dg_write_i64(&w, -1));
 	OK(dg_write_end(&w));
@@ -4320,6 +4330,64 @@ static void test_majority_baseline_refused(void **state)
 	OK(dgi_member_set_baseline(n[2].m, DG_BASELINE_SET, set, 3, 5000, &why));
 	WAIT_FOR(magree(n, 3, 3) && mversion(&n[0]) > v);
 	mnodes_stop(n, 3);
+}
+
+/* A baseline change whose round adopts a topology a voter accepted
+ * before (here the coordinator itself, from another proposer's phase 2)
+ * installs that one, not the change: the caller is told NOT_READY and
+ * asks again, on the new version.  Before, it was told OK, logged
+ * BASELINE-CHANGED with the version it wanted, and waited for that
+ * version until its deadline (CI at 43277e2, cluster_dgctl_baseline_tls:
+ * `dgctl baseline add` timed out after a client's removal whose phase 2
+ * the coordinator alone had accepted). */
+static void test_baseline_after_adopted(void **state)
+{
+	(void)state;
+	struct mnode n[3];
+	mnodes_start(n, 3);
+	WAIT_FOR(magree(n, 3, 3));
+	int64_t v = mversion(&n[0]);
+	dg_tp *x = NODE(.secret = "membership");
+	dg_buf t;
+	dg_buf_init(&t);
+	/* x proposes v+1 with itself as a client (a proposer is in what it
+	 * proposes) to n[0] alone: one voter of three accepted it */
+	dg_node_id ids[4];
+	const char *urls[4];
+	int64_t attrs[4] = { 0, 0, 0, DG_NODE_CLIENT };
+	dg_topology *cur = dg_member_topology(n[0].m);
+	assert_int_equal(cur->count, 3);
+	for (int i = 0; i < 3; i++) {
+		ids[i] = cur->nodes[i].id;
+		urls[i] = cur->nodes[i].url;
+	}
+	ids[3] = dg_tp_self(x);
+	urls[3] = dg_tp_address(x);
+	topo_body_attrs(&t, v + 1, ids, urls, attrs, 4);
+	dg_topology_release(cur);
+	dg_msg_topo_vote r;
+	uint8_t mem[4096];
+	dg_arena a;
+	dg_arena_init(&a, mem, sizeof(mem));
+	connect_ok(x, n[0].tp);
+	OK(propose(x, &n[0], v, 5, DG_PX_PREPARE, &t, &r, &a));
+	assert_int_equal(r.granted, DG_VOTE_GRANTED);
+	OK(propose(x, &n[0], v, 5, DG_PX_ACCEPT, &t, &r, &a));
+	assert_int_equal(r.granted, DG_VOTE_GRANTED);
+	assert_int_equal(mversion(&n[0]), v); /* accepted, not agreed */
+	/* the coordinator's change: its round adopts v+1 first */
+	const char *why = NULL;
+	const char *set[] = { dg_tp_address(n[0].tp), dg_tp_address(n[1].tp),
+		dg_tp_address(n[2].tp) };
+	OK(dgi_member_set_baseline(n[0].m, DG_BASELINE_SET, set, 3, 5000, &why));
+	assert_true(mversion(&n[0]) > v + 1);
+	bool is_set = false;
+	char out[4][DG_BASELINE_ADDR_MAX];
+	assert_int_equal(dg_member_baseline(n[0].m, out, 4, &is_set), 3);
+	assert_true(is_set);
+	dg_tp_stop(x);
+	mnodes_stop(n, 3);
+	dg_buf_free(&t);
 }
 
 static void test_membership_pause_member(void **state)
@@ -5230,6 +5298,7 @@ int main(void)
 		cmocka_unit_test(test_majority_vote_rules),
 		cmocka_unit_test(test_majority_voter_learns),
 		cmocka_unit_test(test_majority_baseline_refused),
+		cmocka_unit_test(test_baseline_after_adopted),
 		cmocka_unit_test(test_membership_restart_on_coordinator_address),
 		cmocka_unit_test(test_majority_segmented_dials_seeds),
 		cmocka_unit_test(test_membership_slow_listener),

@@ -701,10 +701,12 @@ dg_err dgi_member_change_apply(dg_member *m, struct change *ch)
 			dgi_abstime_in(&ts, 20);
 			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
 		}
-		int st = p->state;
+		/* DONE with an adopted topology installed that one, not this
+		 * change: the caller asks again on the version it made */
+		bool mine = p->state == PROP_DONE && p->phase == DG_PX_ACCEPT;
 		pthread_mutex_unlock(&m->mu);
 		prop_release(m, p);
-		return st == PROP_DONE ? DG_OK : DG_ERR_NOT_READY;
+		return mine ? DG_OK : DG_ERR_NOT_READY;
 	}
 	if (t == NULL || !taken) {
 		dg_topology_release(t);
