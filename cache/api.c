@@ -712,8 +712,8 @@ dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, cons
 		e = DG_ERR_NOT_FOUND;
 	} else {
 		/* copies: the entry may be freed and replaced when val is bigger */
-		dgi_pver ver = en->ver;
-		int64_t expire = en->expire_ms;
+		dgi_pver ver = dgi_entry_ver(en);
+		int64_t expire = dgi_entry_expire(en);
 		uint64_t op_node = en->op_node, op_seq = en->op_seq;
 		if (!dgi_part_overwrite(pt, en, venc, (uint32_t)venc_len, &ver, expire, op_node,
 		    op_seq))

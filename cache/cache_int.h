@@ -113,14 +113,28 @@ uint64_t dgi_aff_owners_hash(const dgi_aff *a, uint32_t p);
 extern _Atomic int64_t dgi_tomb_ttl_ms;  /* tests shorten it */
 #define DGI_TOMB_TTL_MS atomic_load_explicit(&dgi_tomb_ttl_ms, memory_order_relaxed)
 
+#define DGI_ENTRY_EXP 0x10u     /* data[] begins with an 8-byte expiry
+                                   (store.c: set only by a TTL or a
+                                   tombstone; 0 is "never") */
+
+/* An entry: 48 bytes, then its expiry (when DGI_ENTRY_EXP), key and value
+ * inline.  Its key hash is not kept: the slot holds 16 bits of it
+ * (dgi_pslot), and the rare users of the whole hash (rebalancing's pages,
+ * a table above 65536 slots growing) compute it again from the key
+ * (dgi_entry_hash).  The version's fields are stored without the flags a
+ * dgi_pver carries elsewhere (dgi_entry_ver). */
 typedef struct dgi_entry {
-	uint64_t hash;
-	dgi_pver ver;
-	int64_t expire_ms;          /* wall clock; 0 never */
+	int64_t topver;             /* the version: topver, counter, order */
+	uint64_t counter;
+	uint32_t order;
+	uint8_t flags;              /* DGI_ENTRY_* */
+	uint8_t slack;              /* unused bytes after the value (up to 255
+	                               counted: more, from a value that shrank,
+	                               stays unused) */
+	uint16_t spare;
+	uint32_t klen, vlen;
 	uint64_t op_node, op_seq;   /* the last update applied */
-	uint32_t klen, vlen, cap;   /* cap: bytes of data[] */
-	uint32_t flags;
-	uint8_t data[];             /* key, then value */
+	uint8_t data[];             /* [expiry], key, then value */
 } dgi_entry;
 
 enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
@@ -133,13 +147,12 @@ enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
  * whole partition from when its supplier's copy is not whole (dgi_part.alts). */
 #define DGI_PART_ALTS 3
 
-/* A slot keeps the hash next to the pointer: a probe compares hashes
+/* A slot is 8 bytes: the entry's address in the low 48 bits, the low 16
+ * bits of its key hash above them (store.c).  A probe compares those
  * without touching the entry (one cache miss per lookup, not one per
- * probe). */
-typedef struct dgi_pslot {
-	uint64_t hash;
-	dgi_entry *e;               /* NULL: empty */
-} dgi_pslot;
+ * probe); a table of up to 65536 slots finds an entry's home slot from
+ * them alone.  0: empty. */
+typedef uint64_t dgi_pslot;
 
 typedef struct dgi_part {
 	pthread_mutex_t mu;
@@ -256,8 +269,39 @@ uint32_t dgi_part_expire_cb(dgi_part *p, int64_t now_ms, uint32_t max,
 /* Visits every entry and tombstone in slot order (no allocation). */
 void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void *ctx);
 
-static inline const uint8_t *dgi_entry_key(const dgi_entry *e) { return e->data; }
-static inline const uint8_t *dgi_entry_val(const dgi_entry *e) { return e->data + e->klen; }
+/* (DGI_ENTRY_EXP is 0x10: the expiry's 8 bytes are flags' bit 4 >> 1) */
+static inline const uint8_t *dgi_entry_key(const dgi_entry *e)
+{
+	return e->data + ((e->flags & DGI_ENTRY_EXP) >> 1);
+}
+static inline const uint8_t *dgi_entry_val(const dgi_entry *e)
+{
+	return dgi_entry_key(e) + e->klen;
+}
+/* Wall-clock expiry in ms; 0: never. */
+static inline int64_t dgi_entry_expire(const dgi_entry *e)
+{
+	int64_t x = 0;
+	if (e->flags & DGI_ENTRY_EXP)
+		memcpy(&x, e->data, sizeof(x));
+	return x;
+}
+/* The entry's version, as a dgi_pver (flags 0). */
+static inline dgi_pver dgi_entry_ver(const dgi_entry *e)
+{
+	return (dgi_pver){ e->topver, e->counter, e->order, 0 };
+}
+/* dgi_pver_cmp(v, e's version). */
+static inline int dgi_entry_ver_cmp(const dgi_pver *v, const dgi_entry *e)
+{
+	dgi_pver ev = dgi_entry_ver(e);
+	return dgi_pver_cmp(v, &ev);
+}
+/* The entry's key hash (dgi_key_hash of its key): computed, not stored. */
+static inline uint64_t dgi_entry_hash(const dgi_entry *e)
+{
+	return dgi_key_hash(dgi_entry_key(e), e->klen);
+}
 
 int64_t dgi_wall_ms(void);
 
@@ -904,8 +948,10 @@ struct upd {
  * not look at expiry times). */
 static inline bool dgi_entry_live(const dgi_entry *e, int64_t wall)
 {
-	return e != NULL && !(e->flags & DGI_ENTRY_TOMB) &&
-	    (e->expire_ms == 0 || e->expire_ms > wall);
+	if (e == NULL || (e->flags & DGI_ENTRY_TOMB))
+		return false;
+	int64_t x = dgi_entry_expire(e);
+	return x == 0 || x > wall;
 }
 
 /* What partition part in state st (pt locked) lets this node do with its
@@ -931,7 +977,7 @@ static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, u
 	 * "Majority"): without one the others may be promoting its backups */
 	if (dg_member_serving(c->g->m) != DG_OK)
 		return DG_ERR_NOT_READY;
-	if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver))
+	if (st == P_MOVING && (e == NULL || e->topver < pt->moving_topver))
 		return DG_ERR_NOT_READY;
 	return DG_OK;
 }

@@ -22,9 +22,9 @@ static uint64_t entry_digest(const dgi_entry *e)
 {
 	uint64_t h = dgi_key_hash(dgi_entry_key(e), e->klen);
 	h = dgi_mix64(h ^ dgi_key_hash(dgi_entry_val(e), e->vlen));
-	h = dgi_mix64(h ^ (uint64_t)e->ver.topver);
-	h = dgi_mix64(h ^ e->ver.counter);
-	return dgi_mix64(h ^ e->ver.order);
+	h = dgi_mix64(h ^ (uint64_t)e->topver);
+	h = dgi_mix64(h ^ e->counter);
+	return dgi_mix64(h ^ e->order);
 }
 
 struct digest_ctx {
@@ -35,7 +35,7 @@ struct digest_ctx {
 static void digest_one(void *ctx, const dgi_entry *e)
 {
 	struct digest_ctx *d = ctx;
-	if ((e->flags & DGI_ENTRY_TOMB) || (e->expire_ms != 0 && e->expire_ms <= d->wall))
+	if ((e->flags & DGI_ENTRY_TOMB) || (dgi_entry_expire(e) != 0 && dgi_entry_expire(e) <= d->wall))
 		return; /* removed or expired: what a get would not return */
 	d->out->entries++;
 	d->out->digest += entry_digest(e);

@@ -1267,7 +1267,8 @@ struct forget {
 static void forget_persisted(void *ctx, const dgi_entry *e)
 {
 	struct forget *f = ctx;
-	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), e->klen, NULL, 0, &e->ver, 0, false,
+	dgi_pver ver = dgi_entry_ver(e);
+	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), e->klen, NULL, 0, &ver, 0, false,
 	    0, 0);
 }
 

@@ -426,8 +426,8 @@ static void send(dgi_grid *g, dg_cache *c, uint32_t part, struct pw *w, const dg
 {
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
 	dgi_msg_backup b = {
-		c->id, part, aff->topver, e->ver.topver, (int64_t)e->ver.counter, e->ver.order,
-		e->expire_ms, (int64_t)e->op_node, (int64_t)e->op_seq, (int64_t)w->id, flag,
+		c->id, part, aff->topver, e->topver, (int64_t)e->counter, e->order,
+		dgi_entry_expire(e), (int64_t)e->op_node, (int64_t)e->op_seq, (int64_t)w->id, flag,
 		(int64_t)dgi_aff_owners_hash(aff, part),
 		{ dgi_entry_key(e), e->klen }, { tomb ? NULL : dgi_entry_val(e), e->vlen }
 	};
@@ -508,7 +508,9 @@ struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *
 {
 	dgi_part *pt = &c->parts[part];
 	*err = DG_OK;
-	struct pw *w = dgi_pw_find(pt, e->hash, &e->ver);
+	uint64_t hash = dgi_entry_hash(e);
+	dgi_pver ver = dgi_entry_ver(e);
+	struct pw *w = dgi_pw_find(pt, hash, &ver);
 	if (w != NULL && w->state == PW_SENT)
 		return w; /* on its way already: wait for it */
 	if (w == NULL) {
@@ -517,8 +519,8 @@ struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *
 			return NULL;
 		}
 		w->id = atomic_fetch_add_explicit(&g->next_pw, 1, memory_order_relaxed);
-		w->hash = e->hash;
-		w->ver = e->ver;
+		w->hash = hash;
+		w->ver = ver;
 		/* the flag of the update that wrote this version, for the
 		 * backups' update-id tables (a write is recorded before it
 		 * applies; a version that came otherwise: it wrote, 1) */

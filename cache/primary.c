@@ -36,8 +36,8 @@ static void send_copies(dgi_grid *g, dg_cache *c, const dgi_aff *aff, uint32_t p
 {
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
 	dgi_msg_backup b = {
-		c->id, part, aff->topver, e->ver.topver, (int64_t)e->ver.counter, e->ver.order,
-		e->expire_ms, (int64_t)e->op_node, (int64_t)e->op_seq, 0, flag,
+		c->id, part, aff->topver, e->topver, (int64_t)e->counter, e->order,
+		dgi_entry_expire(e), (int64_t)e->op_node, (int64_t)e->op_seq, 0, flag,
 		(int64_t)dgi_aff_owners_hash(aff, part),
 		{ dgi_entry_key(e), e->klen }, { tomb ? NULL : dgi_entry_val(e), e->vlen }
 	};
@@ -60,10 +60,10 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
 	dgi_part *pt = &c->parts[part];
 	uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order, memory_order_relaxed);
 	*ver = (dgi_pver){ topver, ++pt->counter, order, 0 };
-	if (e != NULL && dgi_pver_cmp(ver, &e->ver) <= 0) {
+	if (e != NULL && dgi_entry_ver_cmp(ver, e) <= 0) {
 		/* a copy from a restarted or older epoch: stay ahead of it */
-		ver->topver = e->ver.topver;
-		ver->counter = e->ver.counter + 1;
+		ver->topver = e->topver;
+		ver->counter = e->counter + 1;
 		pt->counter = ver->counter;
 	}
 	bool removal = val == NULL;
@@ -343,7 +343,7 @@ dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
 	dg_err e = DG_OK;
 	pthread_mutex_lock(&pt->mu);
 	dgi_entry *cur = dgi_part_find(pt, hash, key, klen);
-	if (cur != NULL && dgi_pver_cmp(ver, &cur->ver) <= 0)
+	if (cur != NULL && dgi_entry_ver_cmp(ver, cur) <= 0)
 		goto out; /* ours is as new or newer */
 	if (val == NULL && expire_ms == 0)
 		expire_ms = dgi_wall_ms() + DGI_TOMB_TTL_MS; /* a sender without one */

@@ -142,7 +142,7 @@ struct psync_enc {
 static bool enc_entry(void *ctx, const dgi_entry *e)
 {
 	struct psync_enc *p = ctx;
-	if (e->ver.topver < p->since && !(e->flags & DGI_ENTRY_TENTATIVE))
+	if (e->topver < p->since && !(e->flags & DGI_ENTRY_TENTATIVE))
 		return true;
 	dgi_entry_write(p->w, e);
 	p->n++;
@@ -178,7 +178,7 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	 * ids above are worth nothing to the new primary without them */
 	for (uint8_t i = 0; i < pt->nrecent; i++) {
 		const dgi_entry *e = dgi_part_find_ver(pt, pt->recent[i].hash, &pt->recent[i].ver);
-		if (e != NULL && e->ver.topver < m->since && !(e->flags & DGI_ENTRY_TENTATIVE)) {
+		if (e != NULL && e->topver < m->since && !(e->flags & DGI_ENTRY_TENTATIVE)) {
 			dgi_entry_write(&w, e);
 			pe.n++;
 		}
@@ -352,7 +352,7 @@ static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const 
 			return DG_ERR_INVAL;
 		pthread_mutex_lock(&pt->mu);
 		dgi_entry *cur = dgi_part_find(pt, h, k.ptr, k.len);
-		bool newer = cur == NULL || dgi_pver_cmp(&ev, &cur->ver) > 0;
+		bool newer = cur == NULL || dgi_entry_ver_cmp(&ev, cur) > 0;
 		pthread_mutex_unlock(&pt->mu);
 		if (!newer)
 			continue;

@@ -69,10 +69,11 @@ static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_bu
  * value already copied out): waits until that version is on every backup
  * (pending.c).  Unlocks pt.  DG_ERR_NOT_READY when the write failed (read
  * again), DG_ERR_TIMEOUT past deadline. */
-static dg_err wait_pending(dgi_grid *g, dg_cache *c, dgi_part *pt, dgi_entry *en,
-    uint64_t *deadline)
+static dg_err wait_pending(dgi_grid *g, dg_cache *c, dgi_part *pt, uint64_t hash,
+    dgi_entry *en, uint64_t *deadline)
 {
-	struct pw *w = dgi_pw_find(pt, en->hash, &en->ver);
+	dgi_pver ver = dgi_entry_ver(en);
+	struct pw *w = dgi_pw_find(pt, hash, &ver);
 	if (w == NULL) {
 		en->flags &= ~DGI_ENTRY_PENDING; /* nobody replicates it: never left pending */
 		pthread_mutex_unlock(&pt->mu);
@@ -110,7 +111,7 @@ dg_err dgi_local_get(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *k
 			e = DG_ERR_NOT_FOUND;
 		if (en != NULL && (en->flags & DGI_ENTRY_PENDING) && e != DG_ERR_NOMEM &&
 		    e != DG_ERR_TYPE_MISMATCH) {
-			dg_err we = wait_pending(c->g, c, pt, en, deadline); /* unlocks */
+			dg_err we = wait_pending(c->g, c, pt, hash, en, deadline); /* unlocks */
 			return we != DG_OK ? we : e;
 		}
 	}
@@ -249,10 +250,11 @@ static void on_fwd_res(void *ctx, dg_err err, const dg_msg_in *reply)
 /* A remote read that found its entry pending here: parks with a copy of
  * the value until every backup has it (pt locked; unlocks).  False when
  * it cannot wait (no memory): the caller answers at once. */
-static bool park_read(dgi_grid *g, dgi_part *pt, const dg_msg_in *in, dgi_entry *en,
-    bool found)
+static bool park_read(dgi_grid *g, dgi_part *pt, const dg_msg_in *in, uint64_t hash,
+    dgi_entry *en, bool found)
 {
-	struct pw *w = dgi_pw_find(pt, en->hash, &en->ver);
+	dgi_pver ver = dgi_entry_ver(en);
+	struct pw *w = dgi_pw_find(pt, hash, &ver);
 	if (w == NULL) {
 		en->flags &= ~DGI_ENTRY_PENDING; /* nobody replicates it: never left pending */
 		return false;
@@ -317,7 +319,7 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 			r.val = (dg_bytes){ dgi_entry_val(en), en->vlen };
 		}
 		if (!supplier && en != NULL && (en->flags & DGI_ENTRY_PENDING) &&
-		    park_read(g, pt, in, en, r.found))
+		    park_read(g, pt, in, hash, en, r.found))
 			return; /* answered once every backup has it */
 		dg_tp_reply(tp, in, DGI_MSG_GET_RES, &r); /* encoded under the lock: r views the entry */
 	}

@@ -37,10 +37,10 @@ void dgi_entry_write(dg_writer *w, const dgi_entry *e)
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
 	dg_write_bytes(w, dgi_entry_key(e), e->klen);
 	dg_write_bytes(w, tomb ? NULL : dgi_entry_val(e), e->vlen);
-	dg_write_i64(w, e->ver.topver);
-	dg_write_i64(w, (int64_t)e->ver.counter);
-	dg_write_i64(w, e->ver.order);
-	dg_write_i64(w, e->expire_ms);
+	dg_write_i64(w, e->topver);
+	dg_write_i64(w, (int64_t)e->counter);
+	dg_write_i64(w, e->order);
+	dg_write_i64(w, dgi_entry_expire(e));
 	dg_write_i64(w, (int64_t)e->op_node);
 	dg_write_i64(w, (int64_t)e->op_seq);
 }
@@ -49,7 +49,7 @@ static bool page_one(void *ctx, const dgi_entry *e)
 {
 	struct page_ctx *p = ctx;
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
-	if (p->live_only && (tomb || (e->expire_ms != 0 && e->expire_ms <= p->wall)))
+	if (p->live_only && (tomb || (dgi_entry_expire(e) != 0 && dgi_entry_expire(e) <= p->wall)))
 		return true;
 	dgi_entry_write(p->w, e);
 	p->n++;
@@ -535,7 +535,7 @@ static void mark_one(void *ctx, const dgi_entry *ce)
 {
 	struct marks *m = ctx;
 	dgi_entry *e = (dgi_entry *)ce;
-	if (m->clear || e->ver.topver >= m->below || (e->flags & (DGI_ENTRY_SEEN | DGI_ENTRY_PENDING))) {
+	if (m->clear || e->topver >= m->below || (e->flags & (DGI_ENTRY_SEEN | DGI_ENTRY_PENDING))) {
 		e->flags &= ~DGI_ENTRY_SEEN;
 		return;
 	}
@@ -563,8 +563,7 @@ static dg_err unstore(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_entry *
 {
 	if (!c->cfg.persistence || g->ps == NULL)
 		return DG_OK;
-	dgi_prec r = { c->id, part, dgi_entry_key(e), e->klen, NULL, 0, e->ver, 0, 0, 0 };
-	r.ver.flags = 0;
+	dgi_prec r = { c->id, part, dgi_entry_key(e), e->klen, NULL, 0, dgi_entry_ver(e), 0, 0, 0 };
 	return dgi_pstore_write(g->ps, &r, 1);
 }
 
@@ -578,7 +577,7 @@ static void sweep_loaded(dgi_grid *g, dg_cache *c, uint32_t part, dgi_part *pt, 
 		const dgi_entry *e = m.e[i];
 		if (unstore(g, c, part, e) != DG_OK)
 			continue; /* (kept: a later fetch sweeps it) */
-		dgi_part_del(pt, e->hash, dgi_entry_key(e), e->klen);
+		dgi_part_del(pt, dgi_entry_hash(e), dgi_entry_key(e), e->klen);
 	}
 	if (m.n > 0)
 		dgi_log("info", "RELOAD-REPLACED", "cache=\"%s\" partition=%u dropped=%u "
@@ -594,13 +593,13 @@ static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, u
 	dgi_part *pt = &a->c->parts[a->part];
 	pthread_mutex_lock(&pt->mu);
 	dgi_entry *cur = dgi_part_find(pt, h, key, klen);
-	if (cur != NULL && (cur->ver.topver >= a->replace_below || (cur->flags & DGI_ENTRY_PENDING))) {
+	if (cur != NULL && (cur->topver >= a->replace_below || (cur->flags & DGI_ENTRY_PENDING))) {
 		pthread_mutex_unlock(&pt->mu);
 		return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, val, vlen, ver, expire,
 		    op_node, op_seq);
 	}
 	dg_err e = DG_OK;
-	if (cur == NULL || dgi_pver_cmp(ver, &cur->ver) != 0) {
+	if (cur == NULL || dgi_entry_ver_cmp(ver, cur) != 0) {
 		if (val == NULL && expire == 0)
 			expire = dgi_wall_ms() + DGI_TOMB_TTL_MS;
 		if ((cur == NULL || (e = unstore(a->g, a->c, a->part, cur)) == DG_OK) &&

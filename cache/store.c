@@ -1,8 +1,10 @@
 /*
  * store.c — one partition's entries: an open-addressing table (linear
  * probing on the key hash, backward-shift deletion: no tombstone slots,
- * load factor at most 1/2) of (hash, entry) slots; entries hold key and
- * value inline.  The caller holds the
+ * load factor at most 1/2) of 8-byte slots, each an entry's address tagged
+ * with 16 bits of its key hash (cache_int.h, dgi_pslot); entries hold
+ * their expiry (when they have one), key and value inline after a 48-byte
+ * header.  The caller holds the
  * partition's lock for every call.  A put over an existing key reuses the
  * entry's memory when the new value fits, so overwriting a key allocates
  * nothing.
@@ -13,8 +15,46 @@
 #include <malloc.h>   /* malloc_usable_size */
 #endif
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- slots ---- */
+
+#define TAG_SHIFT 48
+#define ADDR_MASK ((UINT64_C(1) << TAG_SHIFT) - 1)
+#define TAG_HOME_MAX 65536u  /* a table this size or less: home from the tag */
+
+static_assert(sizeof(dgi_entry) == 48, "an entry's header is 48 bytes");
+
+static inline dgi_entry *slot_entry(dgi_pslot s)
+{
+	return (dgi_entry *)(uintptr_t)(s & ADDR_MASK);
+}
+
+static inline uint64_t slot_tag(dgi_pslot s)
+{
+	return s >> TAG_SHIFT;
+}
+
+static inline dgi_pslot slot_make(dgi_entry *e, uint64_t hash)
+{
+	return (uint64_t)(uintptr_t)e | ((hash & 0xFFFFu) << TAG_SHIFT);
+}
+
+/* Can e's address be kept in 48 bits?  (User addresses on x86-64 and
+ * arm64 are below 2^47 unless a program maps above on purpose.) */
+static inline bool addr_fits(const void *e)
+{
+	return ((uint64_t)(uintptr_t)e & ~ADDR_MASK) == 0;
+}
+
+/* The home slot of s in a table of cap slots. */
+static inline uint32_t slot_home(dgi_pslot s, uint32_t cap)
+{
+	uint64_t h = cap <= TAG_HOME_MAX ? slot_tag(s) : dgi_entry_hash(slot_entry(s));
+	return (uint32_t)h & (cap - 1);
+}
 
 void dgi_part_init(dgi_part *p)
 {
@@ -25,8 +65,8 @@ void dgi_part_init(dgi_part *p)
 void dgi_part_clear(dgi_part *p)
 {
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_free(p->slots[i].e);
-		p->slots[i].e = NULL;
+		dgi_free(slot_entry(p->slots[i]));
+		p->slots[i] = 0;
 	}
 	p->count = p->live = 0;
 	p->bytes = 0;
@@ -41,19 +81,19 @@ void dgi_part_free(dgi_part *p)
 	pthread_mutex_destroy(&p->mu);
 }
 
-static inline bool same_key(const dgi_entry *e, uint64_t hash, const uint8_t *key,
-    uint32_t klen)
+static inline bool same_key(const dgi_entry *e, const uint8_t *key, uint32_t klen)
 {
-	return e->hash == hash && e->klen == klen && memcmp(e->data, key, klen) == 0;
+	return e->klen == klen && memcmp(dgi_entry_key(e), key, klen) == 0;
 }
 
 static uint32_t find_slot(const dgi_part *p, uint64_t hash, const uint8_t *key,
     uint32_t klen)
 {
 	uint32_t mask = p->cap - 1;
+	uint64_t tag = hash & 0xFFFFu;
 	for (uint32_t i = (uint32_t)hash & mask;; i = (i + 1) & mask) {
-		const dgi_pslot *s = &p->slots[i];
-		if (s->e == NULL || (s->hash == hash && same_key(s->e, hash, key, klen)))
+		dgi_pslot s = p->slots[i];
+		if (s == 0 || (slot_tag(s) == tag && same_key(slot_entry(s), key, klen)))
 			return i;
 	}
 }
@@ -62,7 +102,7 @@ dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_
 {
 	if (p->cap == 0)
 		return NULL;
-	return p->slots[find_slot(p, hash, key, klen)].e;
+	return slot_entry(p->slots[find_slot(p, hash, key, klen)]);
 }
 
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
@@ -70,9 +110,13 @@ dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
 	if (p->cap == 0)
 		return NULL;
 	uint32_t mask = p->cap - 1;
-	for (uint32_t i = (uint32_t)hash & mask; p->slots[i].e != NULL; i = (i + 1) & mask)
-		if (p->slots[i].hash == hash && dgi_pver_cmp(&p->slots[i].e->ver, ver) == 0)
-			return p->slots[i].e;
+	uint64_t tag = hash & 0xFFFFu;
+	for (uint32_t i = (uint32_t)hash & mask; p->slots[i] != 0; i = (i + 1) & mask) {
+		dgi_entry *e = slot_entry(p->slots[i]);
+		if (slot_tag(p->slots[i]) == tag && e->topver == ver->topver &&
+		    e->counter == ver->counter && e->order == ver->order && dgi_entry_hash(e) == hash)
+			return e;
+	}
 	return NULL;
 }
 
@@ -83,10 +127,10 @@ static dg_err grow(dgi_part *p)
 	if (ns == NULL)
 		return DG_ERR_NOMEM;
 	for (uint32_t i = 0; i < p->cap; i++) {
-		if (p->slots[i].e == NULL)
+		if (p->slots[i] == 0)
 			continue;
-		uint32_t j = (uint32_t)p->slots[i].hash & (ncap - 1);
-		while (ns[j].e != NULL)
+		uint32_t j = slot_home(p->slots[i], ncap);
+		while (ns[j] != 0)
 			j = (j + 1) & (ncap - 1);
 		ns[j] = p->slots[i];
 	}
@@ -96,6 +140,56 @@ static dg_err grow(dgi_part *p)
 	return DG_OK;
 }
 
+/* The bytes of data[] before the key: the expiry's, when kept. */
+static inline uint32_t prefix_of(uint32_t flags)
+{
+	return (flags & DGI_ENTRY_EXP) >> 1;
+}
+
+/* Bytes of data[] e can hold. */
+static inline uint64_t room_of(const dgi_entry *e)
+{
+	return (uint64_t)prefix_of(e->flags) + e->klen + e->vlen + e->slack;
+}
+
+/* Writes the fields of an update into e, whose layout (flags with
+ * DGI_ENTRY_EXP or not, key in place) is set; room: bytes of data[]. */
+static void fill(dgi_entry *e, uint64_t room, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
+{
+	uint64_t used = (uint64_t)prefix_of(e->flags) + e->klen + vlen;
+	uint64_t slack = room - used;
+	e->slack = slack > 255 ? 255 : (uint8_t)slack;
+	e->vlen = vlen;
+	if (vlen)
+		memcpy((uint8_t *)dgi_entry_key(e) + e->klen, val, vlen);
+	if (e->flags & DGI_ENTRY_EXP)
+		memcpy(e->data, &expire_ms, sizeof(expire_ms));
+	e->topver = ver->topver;
+	e->counter = ver->counter;
+	e->order = ver->order;
+	e->op_node = op_node;
+	e->op_seq = op_seq;
+}
+
+/* Can e take a value of vlen with that expiry without moving?  An expiry
+ * needs its 8 bytes: an entry without them takes them from its slack,
+ * its key moved up (*move). */
+static bool fits(const dgi_entry *e, uint32_t vlen, int64_t expire_ms, bool *move)
+{
+	uint64_t room = room_of(e);
+	*move = expire_ms != 0 && !(e->flags & DGI_ENTRY_EXP);
+	uint32_t prefix = *move ? 8 : prefix_of(e->flags);
+	return (uint64_t)prefix + e->klen + vlen <= room;
+}
+
+/* Moves e's key up to make room for an expiry (fits said it does). */
+static void make_exp(dgi_entry *e)
+{
+	memmove(e->data + 8, e->data, e->klen);
+	e->flags |= DGI_ENTRY_EXP;
+}
+
 dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen,
     const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms,
     uint64_t op_node, uint64_t op_seq, uint32_t flags, dgi_entry **out)
@@ -103,24 +197,33 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 	if ((p->count + 1) * 2 > p->cap && grow(p) != DG_OK)
 		return DG_ERR_NOMEM;
 	uint32_t i = find_slot(p, hash, key, klen);
-	dgi_entry *e = p->slots[i].e;
-	uint32_t need = klen + vlen;
-	if (e == NULL || e->cap < need) {
+	dgi_entry *e = slot_entry(p->slots[i]);
+	bool move = false;
+	flags &= ~DGI_ENTRY_EXP;
+	if (e == NULL || !fits(e, vlen, expire_ms, &move)) {
 		/* exactly what it holds: the slack is what malloc rounds up to
 		 * anyway (up to 15 bytes), which a value growing by a few bytes
 		 * reuses; a fixed 1/8 more put most entries in the next size
 		 * class (16 B per entry for 16-byte keys and 100-byte values) */
+		uint32_t prefix = expire_ms != 0 ? 8 : 0;
+		size_t need = (size_t)prefix + klen + vlen;
 		dgi_entry *ne = dgi_alloc(sizeof(*ne) + need);
 		if (ne == NULL)
 			return DG_ERR_NOMEM;
-		size_t cap = need;
+		if (!addr_fits(ne)) {
+			dgi_free(ne); /* (see addr_fits) */
+			return DG_ERR_NOMEM;
+		}
+		size_t room = need;
 #ifdef __GLIBC__
 		size_t usable = malloc_usable_size(ne);
-		if (usable > sizeof(*ne) + need && usable - sizeof(*ne) <= UINT32_MAX)
-			cap = usable - sizeof(*ne);
+		if (usable > sizeof(*ne) + need)
+			room = usable - sizeof(*ne);
 #endif
-		ne->cap = (uint32_t)cap;
-		memcpy(ne->data, key, klen);
+		ne->flags = expire_ms != 0 ? DGI_ENTRY_EXP : 0;
+		ne->klen = klen;
+		ne->spare = 0;
+		memcpy((uint8_t *)dgi_entry_key(ne), key, klen);
 		if (e != NULL) {
 			p->bytes -= e->klen + e->vlen;
 			if (!(e->flags & DGI_ENTRY_TOMB))
@@ -130,24 +233,19 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 			p->count++;
 		}
 		e = ne;
-		p->slots[i].e = e;
-		p->slots[i].hash = hash;
+		p->slots[i] = slot_make(e, hash);
+		fill(e, room, val, vlen, ver, expire_ms, op_node, op_seq);
 	} else {
 		p->bytes -= e->klen + e->vlen;
 		if (!(e->flags & DGI_ENTRY_TOMB))
 			p->live--;
+		uint64_t room = room_of(e);
+		if (move)
+			make_exp(e);
+		fill(e, room, val, vlen, ver, expire_ms, op_node, op_seq);
 	}
-	e->hash = hash;
-	e->klen = klen;
-	e->vlen = vlen;
-	if (vlen)
-		memcpy(e->data + klen, val, vlen);
-	e->ver = *ver;
-	e->expire_ms = expire_ms;
-	e->op_node = op_node;
-	e->op_seq = op_seq;
-	e->flags = flags;
-	p->bytes += need;
+	e->flags = (uint8_t)(flags | (e->flags & DGI_ENTRY_EXP));
+	p->bytes += klen + vlen;
 	if (!(flags & DGI_ENTRY_TOMB))
 		p->live++;
 	if (out)
@@ -158,19 +256,18 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
 {
-	if (e->cap < e->klen + vlen)
+	bool move;
+	if (!fits(e, vlen, expire_ms, &move))
 		return false;
+	uint64_t room = room_of(e);
 	p->bytes -= e->vlen;
 	p->bytes += vlen;
 	if (e->flags & DGI_ENTRY_TOMB)
 		p->live++;
-	e->vlen = vlen;
-	memcpy(e->data + e->klen, val, vlen);
-	e->ver = *ver;
-	e->expire_ms = expire_ms;
-	e->op_node = op_node;
-	e->op_seq = op_seq;
-	e->flags = 0;
+	if (move)
+		make_exp(e);
+	e->flags &= DGI_ENTRY_EXP;
+	fill(e, room, val, vlen, ver, expire_ms, op_node, op_seq);
 	return true;
 }
 
@@ -178,19 +275,19 @@ bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t 
 static void del_at(dgi_part *p, uint32_t i)
 {
 	uint32_t mask = p->cap - 1;
-	dgi_entry *e = p->slots[i].e;
+	dgi_entry *e = slot_entry(p->slots[i]);
 	p->bytes -= e->klen + e->vlen;
 	if (!(e->flags & DGI_ENTRY_TOMB))
 		p->live--;
 	p->count--;
 	dgi_free(e);
-	p->slots[i].e = NULL;
-	for (uint32_t j = (i + 1) & mask; p->slots[j].e != NULL; j = (j + 1) & mask) {
-		uint32_t home = (uint32_t)p->slots[j].hash & mask;
+	p->slots[i] = 0;
+	for (uint32_t j = (i + 1) & mask; p->slots[j] != 0; j = (j + 1) & mask) {
+		uint32_t home = slot_home(p->slots[j], p->cap);
 		/* move j back into the hole if its home is not in (i, j] */
 		if (((j - home) & mask) >= ((j - i) & mask)) {
 			p->slots[i] = p->slots[j];
-			p->slots[j].e = NULL;
+			p->slots[j] = 0;
 			i = j;
 		}
 	}
@@ -201,14 +298,14 @@ void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen)
 	if (p->cap == 0)
 		return;
 	uint32_t i = find_slot(p, hash, key, klen);
-	if (p->slots[i].e != NULL)
+	if (p->slots[i] != 0)
 		del_at(p, i);
 }
 
 void dgi_part_purge_tombs(dgi_part *p)
 {
 	for (uint32_t i = 0; i < p->cap;) {
-		dgi_entry *e = p->slots[i].e;
+		dgi_entry *e = slot_entry(p->slots[i]);
 		if (e != NULL && (e->flags & DGI_ENTRY_TOMB))
 			del_at(p, i); /* something may have shifted into i: look again */
 		else
@@ -221,8 +318,9 @@ uint32_t dgi_part_expire_cb(dgi_part *p, int64_t now_ms, uint32_t max,
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < p->cap && n < max;) {
-		dgi_entry *e = p->slots[i].e;
-		if (e != NULL && e->expire_ms != 0 && e->expire_ms <= now_ms) {
+		dgi_entry *e = slot_entry(p->slots[i]);
+		int64_t x = e != NULL ? dgi_entry_expire(e) : 0;
+		if (x != 0 && x <= now_ms) {
 			if (gone != NULL)
 				gone(ctx, e);
 			del_at(p, i); /* something may shift into i: look again */
@@ -242,13 +340,19 @@ uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max)
 void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void *ctx)
 {
 	for (uint32_t i = 0; i < p->cap; i++)
-		if (p->slots[i].e != NULL)
-			fn(ctx, p->slots[i].e);
+		if (p->slots[i] != 0)
+			fn(ctx, slot_entry(p->slots[i]));
 }
+
+/* An entry and its key hash, for a page in hash order. */
+struct hashed {
+	uint64_t hash;
+	const dgi_entry *e;
+};
 
 static int cmp_hash(const void *a, const void *b)
 {
-	uint64_t x = (*(dgi_entry *const *)a)->hash, y = (*(dgi_entry *const *)b)->hash;
+	uint64_t x = ((const struct hashed *)a)->hash, y = ((const struct hashed *)b)->hash;
 	return x < y ? -1 : x > y;
 }
 
@@ -256,27 +360,31 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
     bool (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more)
 {
 	/* Collect the `max` smallest hashes above `after` (a bounded max-heap
-	 * would do; pages are small, so: collect candidates, sort, cut). */
+	 * would do; pages are small, so: collect candidates, sort, cut).  The
+	 * hashes are computed from the keys: an entry does not keep its own. */
 	*more = false;
 	if (p->cap == 0 || max == 0)
 		return after;
-	dgi_entry **c = dgi_alloc(sizeof(*c) * p->count);
+	struct hashed *c = dgi_alloc(sizeof(*c) * (p->count ? p->count : 1));
 	if (c == NULL)
 		return after;
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_entry *e = p->slots[i].e;
-		if (e != NULL && (first || p->slots[i].hash > after))
-			c[n++] = e;
+		dgi_entry *e = slot_entry(p->slots[i]);
+		if (e == NULL)
+			continue;
+		uint64_t h = dgi_entry_hash(e);
+		if (first || h > after)
+			c[n++] = (struct hashed){ h, e };
 	}
 	qsort(c, n, sizeof(*c), cmp_hash);
 	uint32_t take = n < max ? n : max;
-	while (take < n && c[take]->hash == c[take - 1]->hash)
+	while (take < n && c[take].hash == c[take - 1].hash)
 		take++; /* never split one hash over two pages */
 	uint64_t last = after;
 	for (uint32_t i = 0; i < take; i++) {
-		last = c[i]->hash;
-		if (!fn(ctx, c[i]))
+		last = c[i].hash;
+		if (!fn(ctx, c[i].e))
 			break;
 	}
 	*more = take < n;

@@ -138,13 +138,13 @@ static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
 		err = DG_ERR_PARTITION_LOST;
 	else if (st == P_NONE && !(any_role && e != NULL))
 		err = any_role ? DG_ERR_NOT_READY : DG_ERR_REMAP;
-	else if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver))
+	else if (st == P_MOVING && (e == NULL || e->topver < pt->moving_topver))
 		err = DG_ERR_NOT_READY; /* the supplier may hold it, or a newer copy:
 		                           retry once it arrived */
 	if (err == DG_OK && e != NULL && settled && (e->flags & DGI_ENTRY_PENDING))
 		err = DG_ERR_NOT_READY; /* not on every backup yet: nobody reads it */
 	if (err == DG_OK && e != NULL) {
-		*ver = e->ver;
+		*ver = dgi_entry_ver(e);
 		if (dgi_entry_live(e, dgi_wall_ms())) {
 			*found = true;
 			err = dgi_append(val, dgi_entry_val(e), e->vlen);
@@ -184,8 +184,8 @@ static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t 
 	dg_err err = DG_OK;
 	dgi_entry *ne = NULL;
 	if (e != NULL && e->op_node == tx_node && e->op_seq == tx_seq) {
-		*ver = e->ver; /* this tx's write, applied already */
-		*expire_ms = e->expire_ms;
+		*ver = dgi_entry_ver(e); /* this tx's write, applied already */
+		*expire_ms = dgi_entry_expire(e);
 	} else {
 		err = dgi_write_new_version(g, c, part, e, topver, hash, key, klen, val, vlen, tx_node,
 		    tx_seq, ver, expire_ms, &ne);

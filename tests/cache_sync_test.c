@@ -228,7 +228,7 @@ static void test_backup_refuses_what_it_cannot_apply(void **state)
 	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_NOT_READY);
 	pthread_mutex_lock(&pt1->mu);
 	dgi_entry *en = dgi_part_find(pt1, dgi_key_hash(k, kl), k, (uint32_t)kl);
-	bool took = en != NULL && en->ver.counter == 5000;
+	bool took = en != NULL && en->counter == 5000;
 	pthread_mutex_unlock(&pt1->mu);
 	assert_false(took);
 	(void)get_s(c4, key, after, sizeof(after));
@@ -820,9 +820,11 @@ static void test_moving_primary_serves_no_stale_copy(void **state)
 	dgi_part *pt = &c0->parts[part_of(c0, key, &h)];
 	pthread_mutex_lock(&pt->mu);
 	int64_t vt = 0;
-	for (uint32_t i = 0; i < pt->cap; i++)
-		if (pt->slots[i].e != NULL && pt->slots[i].hash == h)
-			vt = pt->slots[i].e->ver.topver;
+	uint8_t kenc[64];
+	size_t kencl = enc_raw(key, kenc);
+	dgi_entry *en = dgi_part_find(pt, h, kenc, (uint32_t)kencl);
+	if (en != NULL)
+		vt = en->topver;
 	pt->moving_topver = vt + 1;
 	pt->supplier = dg_node_get_id(cl.n[1]);
 	atomic_store(&pt->state, P_MOVING);

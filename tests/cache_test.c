@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -118,7 +121,7 @@ static void test_store_overwrite_no_alloc(void **state)
 static bool collect_hash(void *ctx, const dgi_entry *e)
 {
 	uint64_t **pp = ctx;
-	*(*pp)++ = e->hash;
+	*(*pp)++ = dgi_entry_hash(e);
 	return true;
 }
 
@@ -168,6 +171,157 @@ static void test_store_expiry_and_tombs(void **state)
 	dgi_part_purge_tombs(&p);
 	assert_int_equal(p.count, 40);
 	assert_int_equal(p.live, 40);
+	dgi_part_free(&p);
+}
+
+/* Entries are 48 bytes of header, then [expiry] key value (cache_int.h):
+ * an expiry is added in place when the slack allows (the key moved up),
+ * a value that shrank a lot leaves at most 255 bytes counted as slack,
+ * and every field reads back after each change. */
+static void test_store_compact_entries(void **state)
+{
+	(void)state;
+	dgi_part p;
+	dgi_part_init(&p);
+	const char *k = "0123456789abcdef";
+	uint64_t h = dgi_key_hash((const uint8_t *)k, 16);
+	uint8_t v[1000];
+	for (size_t i = 0; i < sizeof(v); i++)
+		v[i] = (uint8_t)(i * 7);
+	dgi_pver ver = { 3, 10, 2, 0 };
+	dgi_entry *e;
+	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, v, 100, &ver, 0, 11, 12, 0, &e));
+#ifdef __GLIBC__
+	/* 16-byte key, 100-byte value: 164 bytes, one 176-byte chunk */
+	assert_true(malloc_usable_size(e) <= 176 - 8);
+#endif
+	assert_int_equal(dgi_entry_expire(e), 0);
+	assert_false(e->flags & DGI_ENTRY_EXP);
+	/* a shorter value with an expiry: same memory, key moved up */
+	dgi_alloc_stats a, b;
+	dgi_alloc_get_stats(&a);
+	ver.counter++;
+	dgi_entry *e2;
+	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, v + 1, 90, &ver, 123456789, 13, 14, 0, &e2));
+	dgi_alloc_get_stats(&b);
+	assert_int_equal(b.allocs - a.allocs, 0);
+	assert_ptr_equal(e2, e);
+	assert_true(e->flags & DGI_ENTRY_EXP);
+	assert_int_equal(dgi_entry_expire(e), 123456789);
+	assert_memory_equal(dgi_entry_key(e), k, 16);
+	assert_int_equal(e->vlen, 90);
+	assert_memory_equal(dgi_entry_val(e), v + 1, 90);
+	assert_int_equal(e->op_node, 13);
+	assert_int_equal(e->op_seq, 14);
+	dgi_pver got = dgi_entry_ver(e);
+	assert_int_equal(dgi_pver_cmp(&got, &ver), 0);
+	assert_ptr_equal(find_s(&p, k), e);
+	/* overwrite in place without an expiry: the room stays, reads 0 */
+	ver.counter++;
+	assert_true(dgi_part_overwrite(&p, e, v + 2, 95, &ver, 0, 15, 16));
+	assert_int_equal(dgi_entry_expire(e), 0);
+	assert_memory_equal(dgi_entry_key(e), k, 16);
+	assert_memory_equal(dgi_entry_val(e), v + 2, 95);
+	assert_true(dgi_entry_live(e, 1));
+	/* a tombstone with its expiry, over it */
+	ver.counter++;
+	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, NULL, 0, &ver, 5000, 17, 18, DGI_ENTRY_TOMB,
+	    &e));
+	assert_true(e->flags & DGI_ENTRY_TOMB);
+	assert_int_equal(dgi_entry_expire(e), 5000);
+	assert_int_equal(p.live, 0);
+	assert_int_equal(p.count, 1);
+	assert_int_equal(p.bytes, 16);
+	/* a value that does not fit: a new entry, all fields carried */
+	ver.counter++;
+	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, v, 1000, &ver, 777, 19, 20, 0, &e));
+	assert_int_equal(dgi_entry_expire(e), 777);
+	assert_memory_equal(dgi_entry_key(e), k, 16);
+	assert_memory_equal(dgi_entry_val(e), v, 1000);
+	assert_int_equal(p.live, 1);
+	assert_int_equal(p.bytes, 1016);
+	/* shrunk to 10 bytes: at most 255 counted as slack, and a 600-byte
+	 * value after it gets new memory rather than writing past the 255 */
+	ver.counter++;
+	assert_true(dgi_part_overwrite(&p, e, v + 3, 10, &ver, 777, 21, 22));
+	assert_int_equal(e->slack, 255);
+	ver.counter++;
+	assert_false(dgi_part_overwrite(&p, e, v, 600, &ver, 777, 23, 24));
+	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, v + 4, 600, &ver, 777, 23, 24, 0, &e));
+	assert_memory_equal(dgi_entry_val(e), v + 4, 600);
+	assert_int_equal(e->op_seq, 24);
+	got = dgi_entry_ver(e);
+	assert_int_equal(dgi_pver_cmp(&got, &ver), 0);
+	assert_ptr_equal(dgi_part_find_ver(&p, h, &ver), e);
+	dgi_part_free(&p);
+}
+
+/* A slot keeps 16 bits of the key hash: keys whose hashes share them all
+ * are still told apart (by key, and by version with the whole hash), and
+ * a table above 65536 slots, which cannot find an entry's home slot from
+ * the tag, finds it from the key when it grows and deletes. */
+static void test_store_tags_and_big_tables(void **state)
+{
+	(void)state;
+	dgi_part p;
+	dgi_part_init(&p);
+	/* 24 keys with one tag */
+	char keys[24][16];
+	int n = 0;
+	uint64_t tag = UINT64_MAX;
+	for (uint32_t i = 0; n < 24; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "t%u", i);
+		uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+		if (tag == UINT64_MAX)
+			tag = h & 0xFFFF;
+		if ((h & 0xFFFF) == tag)
+			memcpy(keys[n++], k, sizeof(k));
+	}
+	for (int i = 0; i < n; i++)
+		put_s(&p, keys[i], keys[i], 100 + i);
+	for (int i = 0; i < n; i++) {
+		dgi_entry *e = find_s(&p, keys[i]);
+		assert_non_null(e);
+		assert_memory_equal(dgi_entry_val(e), keys[i], strlen(keys[i]));
+		dgi_pver ver = { 1, (uint64_t)(100 + i), 1, 0 };
+		uint64_t h = dgi_key_hash((const uint8_t *)keys[i], strlen(keys[i]));
+		assert_ptr_equal(dgi_part_find_ver(&p, h, &ver), e);
+		ver.counter = (uint64_t)(100 + (i + 1) % n); /* another key's version */
+		assert_null(dgi_part_find_ver(&p, h, &ver));
+	}
+	for (int i = 0; i < n; i += 3) {
+		uint64_t h = dgi_key_hash((const uint8_t *)keys[i], strlen(keys[i]));
+		dgi_part_del(&p, h, (const uint8_t *)keys[i], (uint32_t)strlen(keys[i]));
+	}
+	for (int i = 0; i < n; i++)
+		assert_true((find_s(&p, keys[i]) == NULL) == (i % 3 == 0));
+	dgi_part_free(&p);
+
+	/* 40000 entries: 131072 slots */
+	dgi_part_init(&p);
+	char k[32];
+	for (int i = 0; i < 40000; i++) {
+		snprintf(k, sizeof(k), "big-%d", i);
+		put_s(&p, k, k, i + 1);
+	}
+	assert_true(p.cap > 65536);
+	for (int i = 0; i < 40000; i += 2) {
+		snprintf(k, sizeof(k), "big-%d", i);
+		uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+		dgi_part_del(&p, h, (const uint8_t *)k, (uint32_t)strlen(k));
+	}
+	assert_int_equal(p.count, 20000);
+	for (int i = 0; i < 40000; i++) {
+		snprintf(k, sizeof(k), "big-%d", i);
+		dgi_entry *e = find_s(&p, k);
+		if (i % 2 == 0) {
+			assert_null(e);
+		} else {
+			assert_non_null(e);
+			assert_memory_equal(dgi_entry_val(e), k, strlen(k));
+		}
+	}
 	dgi_part_free(&p);
 }
 
@@ -1765,7 +1919,7 @@ static void test_node_part_digest_order_and_liveness(void **state)
 	/* a newer version of the same value is another copy */
 	pthread_mutex_lock(&p->mu);
 	dgi_entry *e = find_s(p, "dk5");
-	e->ver.counter += 1000;
+	e->counter += 1000;
 	pthread_mutex_unlock(&p->mu);
 	OK(dgi_cache_part_digest(c, 0, &d3));
 	assert_true(d3.digest != d1.digest);
@@ -2692,10 +2846,10 @@ static void held_one(void *ctx, const dgi_entry *e)
 	struct held *h = ctx;
 	if (h->n == 64 || e->klen > 64)
 		fail_msg("more entries than the test expects in one partition");
-	h->e[h->n].hash = e->hash;
+	h->e[h->n].hash = dgi_entry_hash(e);
 	memcpy(h->e[h->n].key, dgi_entry_key(e), e->klen);
 	h->e[h->n].klen = e->klen;
-	h->e[h->n].ver = e->ver;
+	h->e[h->n].ver = dgi_entry_ver(e);
 	h->n++;
 }
 
@@ -2711,8 +2865,7 @@ static void only_cluster_entries(dg_cache *a, dg_cache *b, uint32_t p)
 	for (uint32_t i = 0; i < h.n; i++) {
 		pthread_mutex_lock(&b->parts[p].mu);
 		dgi_entry *e = dgi_part_find(&b->parts[p], h.e[i].hash, h.e[i].key, h.e[i].klen);
-		bool same = e != NULL && e->ver.topver == h.e[i].ver.topver &&
-		    e->ver.counter == h.e[i].ver.counter && e->ver.order == h.e[i].ver.order;
+		bool same = e != NULL && dgi_entry_ver_cmp(&h.e[i].ver, e) == 0;
 		pthread_mutex_unlock(&b->parts[p].mu);
 		if (!same)
 			fail_msg("partition %u: an entry (%.*s) kept from before the drop", p,
@@ -4045,6 +4198,8 @@ int main(void)
 		cmocka_unit_test(test_store_overwrite_no_alloc),
 		cmocka_unit_test(test_store_scan_pages),
 		cmocka_unit_test(test_store_expiry_and_tombs),
+		cmocka_unit_test(test_store_compact_entries),
+		cmocka_unit_test(test_store_tags_and_big_tables),
 		cmocka_unit_test(test_affinity_distinct_and_balanced),
 		cmocka_unit_test(test_affinity_minimal_movement),
 		cmocka_unit_test(test_key_hash_partition_stable),
