@@ -155,14 +155,16 @@ enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
 typedef uint64_t dgi_pslot;
 
 typedef struct dgi_part {
-	pthread_mutex_t mu;
+	_Alignas(64) pthread_mutex_t mu; /* (a partition starts a cache line:
+	                               dg_cache.parts is aligned) */
 	dgi_pslot *slots;            /* linear probing on hash */
 	uint32_t cap;               /* power of two or 0 */
 	uint32_t count;             /* entries, tombstones included */
 	uint32_t live;              /* entries without the tombstone flag */
+	_Atomic int state;          /* enum part_state (mu, slots, cap and state:
+	                               the first 64 bytes, what a read touches) */
 	uint64_t bytes;             /* key + value bytes */
 	uint64_t counter;           /* versions assigned as primary */
-	_Atomic int state;          /* enum part_state */
 	int64_t state_topver;       /* topology version the state was set for */
 	int64_t moving_topver;      /* MOVING: the version it started moving at; a
 	                               copy older than that may be stale (kept
@@ -610,7 +612,8 @@ struct dg_cache {
 	struct dg_cache *grave_next;    /* destroyed caches (grid->mu) */
 	uint64_t grave_tag;             /* dgi_epoch_retire's at the destroy */
 	bool reclaimed;                 /* parts, lost, handed, aff freed (grid->mu) */
-	dgi_part *parts;                /* cfg.partitions */
+	dgi_part *parts;                /* cfg.partitions, 64-byte aligned in parts_mem */
+	void *parts_mem;
 	_Atomic(dgi_aff *) aff;         /* current; NULL before the first topology */
 	_Atomic uint8_t *lost;          /* a byte per partition: lost (grid->mu writes) */
 	_Atomic uint8_t *handed;        /* a byte per partition: its sole owner left

@@ -614,11 +614,12 @@ static void cache_free_parts(dg_cache *c)
 		dgi_dedup_free(&c->parts[p]);
 		dgi_part_free(&c->parts[p]);
 	}
-	dgi_free(c->parts);
+	dgi_free(c->parts_mem);
 	dgi_free(c->lost);
 	dgi_free(c->handed);
 	dgi_aff_free(atomic_load(&c->aff));
 	c->parts = NULL;
+	c->parts_mem = NULL;
 	c->lost = NULL;
 	c->handed = NULL;
 	atomic_store(&c->aff, NULL);
@@ -642,11 +643,14 @@ static dg_cache *cache_new(dgi_grid *g, const dg_cache_config *cfg, bool fresh)
 	c->cfg = *cfg;
 	c->id = dgi_cache_id(cfg->name);
 	c->fresh = fresh;
-	c->parts = dgi_calloc(cfg->partitions, sizeof(*c->parts));
+	/* (calloc aligns to 16: 63 bytes more make room for a 64-byte start) */
+	c->parts_mem = dgi_calloc(1, (size_t)cfg->partitions * sizeof(*c->parts) + 63);
+	if (c->parts_mem != NULL)
+		c->parts = (dgi_part *)(((uintptr_t)c->parts_mem + 63) & ~(uintptr_t)63);
 	c->lost = dgi_calloc(cfg->partitions, 1);
 	c->handed = dgi_calloc(cfg->partitions, 1);
 	if (c->parts == NULL || c->lost == NULL || c->handed == NULL) {
-		dgi_free(c->parts);
+		dgi_free(c->parts_mem);
 		dgi_free(c->lost);
 		dgi_free(c->handed);
 		dgi_free(c);
