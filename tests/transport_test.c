@@ -2787,8 +2787,12 @@ static void test_no_alloc_requests_in_flight(void **state)
 	dgi_alloc_get_stats(&s1);
 	/* (the bursts may still take a send or receive buffer past its
 	 * high-water mark now and then — a doubling, in 1 of 3 runs 1-4 of
-	 * them; the rebuilds were ~800) */
-	if (s1.allocs - s0.allocs > 16)
+	 * them; the rebuilds were ~800.  A peer descheduled long enough lets
+	 * all four buffers — each side's send and receive — double up to
+	 * the whole window's bytes: 24 were seen once with both cores busy
+	 * under ctest -j2 and a build.  Doublings are logarithmic; one
+	 * allocation per 100 requests would be 200) */
+	if (s1.allocs - s0.allocs > 64)
 		fail_msg("%llu allocations for 20000 requests, 96 in flight",
 		    (unsigned long long)(s1.allocs - s0.allocs));
 	assert_int_equal(atomic_load(&w.failed), 0);
