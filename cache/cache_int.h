@@ -165,6 +165,11 @@ typedef struct dgi_part {
 	                               the first 64 bytes, what a read touches) */
 	uint64_t bytes;             /* key + value bytes */
 	uint64_t counter;           /* versions assigned as primary */
+	/* what a write touches besides the first 64 bytes: the second line */
+	struct pw *pending;         /* FULL_SYNC writes awaiting backups (pending.c) */
+	struct dgi_dd *dd;
+	uint32_t dd_cap, dd_count;  /* the update-id table (dedup.c) */
+	uint32_t psync_n, psync_cap;/* psync.c: owners still to answer (updates wait) */
 	int64_t state_topver;       /* topology version the state was set for */
 	int64_t moving_topver;      /* MOVING: the version it started moving at; a
 	                               copy older than that may be stale (kept
@@ -172,18 +177,16 @@ typedef struct dgi_part {
 	                               served until the partition is OWNING */
 	dg_node_id supplier;        /* MOVING: the node it fetches from */
 	uint64_t rented_ms;         /* NONE with data: when it stopped owning */
-	struct pw *pending;         /* FULL_SYNC writes awaiting backups (pending.c) */
 	struct pw *pw_free;         /* records kept for reuse */
 	uint32_t pw_nfree;
-	uint32_t dd_cap, dd_count;  /* the update-id table (dedup.c) */
-	struct dgi_dd *dd;
 	struct dgi_recent *recent;  /* the last FULL_SYNC copies applied as a
 	                               backup (DGI_RECENT of them, a ring;
 	                               pending.c, dgi_pw_promoted) */
 	uint8_t nrecent, recent_at;
 	int64_t psync_ver;          /* psync.c: the version this node became the */
-	int64_t psync_since;        /* primary at, the one before, and the old   */
-	uint32_t psync_n, psync_cap;/* owners still to answer: updates wait      */
+	int64_t psync_since;        /* primary at, and the one before; the old
+	                               owners still to answer: psync_from (and
+	                               psync_n above) */
 	dg_node_id *psync_from;
 	uint64_t psync_sent_ms;
 	/* Whole copies (transport/PROTOCOL.md, "Rebalancing"); written under mu,
