@@ -202,26 +202,27 @@ static void test_store_compact_entries(void **state)
 	dgi_alloc_get_stats(&a);
 	ver.counter++;
 	dgi_entry *e2;
-	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, v + 1, 90, &ver, 123456789, 13, 14, 0, &e2));
+	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, v + 1, 80, &ver, 123456789, 13, 14, 0, &e2));
 	dgi_alloc_get_stats(&b);
 	assert_int_equal(b.allocs - a.allocs, 0);
 	assert_ptr_equal(e2, e);
 	assert_true(e->flags & DGI_ENTRY_EXP);
 	assert_int_equal(dgi_entry_expire(e), 123456789);
 	assert_memory_equal(dgi_entry_key(e), k, 16);
-	assert_int_equal(e->vlen, 90);
-	assert_memory_equal(dgi_entry_val(e), v + 1, 90);
+	assert_int_equal(e->vlen, 80);
+	assert_memory_equal(dgi_entry_val(e), v + 1, 80);
 	assert_int_equal(e->op_node, 13);
 	assert_int_equal(e->op_seq, 14);
 	dgi_pver got = dgi_entry_ver(e);
 	assert_int_equal(dgi_pver_cmp(&got, &ver), 0);
 	assert_ptr_equal(find_s(&p, k), e);
-	/* overwrite in place without an expiry: the room stays, reads 0 */
+	/* overwrite in place without an expiry: the room stays, reads 0 (the
+	 * sizes fit 116 bytes: what a sanitizer's malloc gives, no rounding) */
 	ver.counter++;
-	assert_true(dgi_part_overwrite(&p, e, v + 2, 95, &ver, 0, 15, 16));
+	assert_true(dgi_part_overwrite(&p, e, v + 2, 85, &ver, 0, 15, 16));
 	assert_int_equal(dgi_entry_expire(e), 0);
 	assert_memory_equal(dgi_entry_key(e), k, 16);
-	assert_memory_equal(dgi_entry_val(e), v + 2, 95);
+	assert_memory_equal(dgi_entry_val(e), v + 2, 85);
 	assert_true(dgi_entry_live(e, 1));
 	/* a tombstone with its expiry, over it */
 	ver.counter++;
