@@ -256,7 +256,9 @@ DG_API dg_err dg_cache_wait_rebalanced(dg_cache *c, uint32_t timeout_ms);
  * includes what the transaction layer did for the call: a write outside a
  * transaction, its whole one-operation transaction; inside one, enlisting
  * and locking, not the commit.  Recording costs two clock reads and two
- * relaxed atomic increments: no lock, no allocation. */
+ * plain increments of the calling thread's own counters (cache_int.h):
+ * no lock, no locked instruction, no allocation but a thread's first
+ * operation on the cache. */
 #define DG_LAT_BUCKETS 28
 typedef enum dg_cache_op_kind { DG_OP_GET, DG_OP_PUT, DG_OP_REMOVE, DG_OP__COUNT } dg_cache_op_kind;
 typedef struct dg_latency {

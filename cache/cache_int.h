@@ -262,9 +262,9 @@ static inline const uint8_t *dgi_entry_val(const dgi_entry *e) { return e->data 
 int64_t dgi_wall_ms(void);
 
 /* ---- operation latency (latency.c; cache.h, "operation latency") ----
- * One histogram per cache and kind: relaxed atomic counters bumped by the
- * thread that ran the operation.  The count is not kept apart: it is the
- * buckets' sum, one increment fewer per operation. */
+ * One histogram per cache, kind and thread (in the thread's counter block,
+ * below).  The count is not kept apart: it is the buckets' sum, one
+ * increment fewer per operation. */
 typedef struct dgi_lat {
 	_Atomic uint64_t sum_ns;
 	_Atomic uint64_t buckets[DG_LAT_BUCKETS];
@@ -319,16 +319,64 @@ static inline uint64_t dgi_lat_since(uint64_t t0)
 	return dgi_lat_ticks_ns(t - t0, dgi_lat_mult);
 }
 
-/* Counts one operation of ns nanoseconds.  A loop from the smallest bound:
- * most operations stop within the first few. */
-static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
+/* Adds n to a counter: a plain load and store on the block of the
+ * thread that owns it (one writer), an atomic add on a shared one. */
+static inline void dgi_ctr_add(_Atomic uint64_t *x, uint64_t n, bool shared)
+{
+	if (__builtin_expect(shared, 0))
+		atomic_fetch_add_explicit(x, n, memory_order_relaxed);
+	else
+		atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+		    memory_order_relaxed);
+}
+
+/* The bucket of an operation of ns nanoseconds.  A loop from the smallest
+ * bound: most operations stop within the first few. */
+static inline unsigned dgi_lat_bucket(uint64_t ns)
 {
 	unsigned i = 0;
 	while (i < DG_LAT_BUCKETS - 1 && ns > dgi_lat_bounds_ns[i])
 		i++;
-	atomic_fetch_add_explicit(&l->buckets[i], 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->sum_ns, ns, memory_order_relaxed);
+	return i;
 }
+
+/* Counts one operation of ns nanoseconds in l (shared: l is in a block
+ * other threads write too). */
+static inline void dgi_lat_add(dgi_lat *l, uint64_t ns, bool shared)
+{
+	dgi_ctr_add(&l->buckets[dgi_lat_bucket(ns)], 1, shared);
+	dgi_ctr_add(&l->sum_ns, ns, shared);
+}
+
+/* ---- a cache's operation counters, per thread (counters.c) ----
+ * The counters the operations bump — puts, removes, hits, misses and the
+ * latency histograms — are kept per (cache, thread): each thread writes
+ * its own block with plain relaxed loads and stores (no locked
+ * instruction), and a reader sums every block.  A block is allocated at a
+ * thread's first counted operation on the cache (dgi_ctrs_make) and stays
+ * with the cache handle until it is freed: it belongs to the thread index
+ * (transport.h, dgi_thread_index), which a thread that exits hands on to a
+ * later one — so nothing a thread counted is lost when it exits, and the
+ * block has one writer at a time.  Threads beyond DGI_CTR_BLOCKS indexes,
+ * without an index, or whose block could not be allocated count in the
+ * cache's shared block with atomic adds, and so does every thread once
+ * the cache is destroyed: a block is written only inside a section that
+ * found the cache alive, so when the destroyed cache's partitions are
+ * reclaimed (cache_int.h, "Lifetime") no thread writes one any more and
+ * they are folded into the shared block and freed (dgi_ctrs_fold).  Counts
+ * are exact; a reader running while operations count may see an
+ * operation in one counter and not yet in another. */
+#define DGI_CTR_BLOCKS 128
+typedef struct dgi_ctrs {
+	_Atomic uint64_t puts, removes, hits, misses;
+	dgi_lat lat[DG_OP__COUNT];      /* ops started here, by dg_cache_op_kind */
+	void *mem;                      /* the allocation (the block is line-aligned in it) */
+} dgi_ctrs;
+
+/* Sums of every block of a cache (dgi_ctrs_total). */
+typedef struct dgi_ctr_totals {
+	uint64_t puts, removes, hits, misses;
+} dgi_ctr_totals;
 
 /* ---- messages (msgs.c; PROTOCOL.md, "Cache messages") ---- */
 #define DGI_MSG_UPDATE ((dg_msg_type)(64))  /* originator -> primary, request */
@@ -555,8 +603,8 @@ static inline void dgi_cfg_to_msg(const dg_cache_config *c, dgi_msg_cfg *m)
  * (dgi_grid_reclaim, from the sweeper every second) — however long an
  * operation held them (an LMDB commit, a remote wait).  A section that
  * starts after the destroy sees `dead` and touches nothing else.  The
- * handle itself (this struct: config, counters, histograms, a few hundred
- * bytes) stays until the node stops, so handles held anywhere keep
+ * handle itself (this struct: config, counters, histograms, ~3 KB, and a
+ * counter block per thread that counted on it) stays until the node stops, so handles held anywhere keep
  * answering DG_ERR_CLOSED. */
 struct dg_cache {
 	dgi_grid *g;
@@ -573,11 +621,54 @@ struct dg_cache {
 	                                   gracefully and handed it over (not lost),
 	                                   or pushed all of it here (REBALANCE_PUSH) */
 	bool fresh;                     /* created here, cluster-wide: no data to fetch */
-	_Atomic uint64_t puts, removes, hits, misses, remaps, expired;
+	_Atomic uint64_t remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
 	bool rebal_pending;             /* rebalancer: partitions were moving */
-	dgi_lat lat[DG_OP__COUNT];      /* ops started here, by dg_cache_op_kind */
+	/* puts, removes, hits, misses and latency: per thread index (counters
+	 * above); ctr_shared for the threads without a block of their own
+	 * (a slot that holds &ctr_shared: its allocation failed) */
+	_Atomic(dgi_ctrs *) ctrs[DGI_CTR_BLOCKS];
+	dgi_ctrs ctr_shared;
 };
+
+/* counters.c.  The calling thread's counter block of c (inside a
+ * section), made at its first use; &c->ctr_shared when there is none or c
+ * is destroyed (see above). */
+dgi_ctrs *dgi_ctrs_make(dg_cache *c, uint32_t ix);
+static inline dgi_ctrs *dgi_ctrs_of(dg_cache *c)
+{
+	uint32_t ix = dgi_thread_index();
+	if (__builtin_expect(ix >= DGI_CTR_BLOCKS ||
+	    atomic_load_explicit(&c->dead, memory_order_relaxed), 0))
+		return &c->ctr_shared;
+	/* (relaxed: only this index's thread stores it, or one before it,
+	 * which handed the index on after) */
+	dgi_ctrs *b = atomic_load_explicit(&c->ctrs[ix], memory_order_relaxed);
+	return __builtin_expect(b != NULL, 1) ? b : dgi_ctrs_make(c, ix);
+}
+/* Adds n to field (puts, removes, hits, misses) of the calling thread's
+ * block of c (inside a section). */
+#define DGI_COUNT(c, field, n)                                                 \
+	do {                                                                   \
+		dg_cache *c_ = (c);                                            \
+		dgi_ctrs *b_ = dgi_ctrs_of(c_);                                \
+		dgi_ctr_add(&b_->field, (n), b_ == &c_->ctr_shared);           \
+	} while (0)
+/* Every block's counters, summed; the latency histogram of kind k, summed
+ * (count: the buckets' total).  Any thread, in a section or not. */
+void dgi_ctrs_total(dg_cache *c, dgi_ctr_totals *out);
+void dgi_ctrs_latency(dg_cache *c, dg_cache_op_kind k, dg_latency *out);
+/* Adds every thread's block of c into its shared block and frees them: c
+ * is destroyed and reclaimed (no section that saw it alive is left), or
+ * being freed. */
+void dgi_ctrs_fold(dg_cache *c);
+/* Counts an operation of kind k that took ns in c's histogram (inside a
+ * section). */
+static inline void dgi_lat_record(dg_cache *c, dg_cache_op_kind k, uint64_t ns)
+{
+	dgi_ctrs *b = dgi_ctrs_of(c);
+	dgi_lat_add(&b->lat[k], ns, b == &c->ctr_shared);
+}
 
 /* A unit of work for the worker pool (writes to persistent caches). */
 struct job {
@@ -1029,7 +1120,9 @@ dg_err dgi_wait_topology_change(dgi_grid *g, int64_t seen, uint64_t deadline);
 /* Errors after which an operation maps its key again and retries. */
 bool dgi_retriable(dg_err e);
 /* Records an operation of kind begun at t0 (dgi_lat_ticks) in c's latency
- * histogram, unless e is DG_ERR_INVAL (no operation); returns e. */
+ * histogram, unless e is DG_ERR_INVAL (no operation); returns e.  Enters
+ * a section of its own (for the batches; the single-key operations record
+ * inside theirs, dgi_lat_record). */
 dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e);
 
 /* read.c: reads the encoded value of key into out (unwrap: the bytes

@@ -618,6 +618,7 @@ static void cache_free_parts(dg_cache *c)
 	dgi_free(c->lost);
 	dgi_free(c->handed);
 	dgi_aff_free(atomic_load(&c->aff));
+	dgi_ctrs_fold(c); /* (no thread writes its block of a reclaimed cache) */
 	c->parts = NULL;
 	c->lost = NULL;
 	c->handed = NULL;

@@ -75,8 +75,11 @@ bool dgi_retriable(dg_err e)
  * on.  A call rejected for its arguments is no operation. */
 dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e)
 {
-	if (c != NULL && e != DG_ERR_INVAL)
-		dgi_lat_add(&c->lat[kind], dgi_lat_since(t0));
+	if (c != NULL && e != DG_ERR_INVAL) {
+		dgi_epoch_enter(); /* (the counter blocks' lifetime: counters.c) */
+		dgi_lat_record(c, kind, dgi_lat_since(t0));
+		dgi_epoch_leave();
+	}
 	return e;
 }
 
@@ -206,9 +209,9 @@ void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t
 	u->op_node = c->g->self;
 	u->op_seq = next_op_seq();
 	if (op == OP_REMOVE || op == OP_REMOVE_IF_EQ)
-		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
+		DGI_COUNT(c, removes, 1);
 	else
-		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
+		DGI_COUNT(c, puts, 1);
 }
 
 dgi_msg_update dgi_upd_msg(const dg_cache *c, const struct upd *u)
@@ -271,10 +274,14 @@ dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
     dg_buf *old)
 {
-	uint64_t t0 = dgi_lat_ticks();
 	bool rm = op == OP_REMOVE || op == OP_REMOVE_IF_EQ;
-	return dgi_timed(c, rm ? DG_OP_REMOVE : DG_OP_PUT, t0,
-	    dgi_update_op(c, op, key, klen, exp, elen, val, vlen, flag, old));
+	dgi_epoch_enter();
+	uint64_t t0 = dgi_lat_ticks();
+	dg_err e = update_in_section(c, op, key, klen, exp, elen, val, vlen, flag, old);
+	if (c != NULL && e != DG_ERR_INVAL) /* (see dgi_timed) */
+		dgi_lat_record(c, rm ? DG_OP_REMOVE : DG_OP_PUT, dgi_lat_since(t0));
+	dgi_epoch_leave();
+	return e;
 }
 
 void dgi_ops_register(dgi_grid *g)

@@ -28,11 +28,13 @@
 struct slot {
 	_Atomic uint64_t active;    /* 0 outside a section, else its entry epoch */
 	_Atomic bool used;          /* owned by a live thread */
+	uint32_t index;             /* dgi_thread_index: 0, 1, ... in order made */
 	struct slot *next;          /* every slot made (never freed) */
 };
 
 static _Atomic uint64_t epoch = 1;
 static struct slot *_Atomic slots;
+static _Atomic uint32_t nslots;
 static _Atomic uint64_t pinned;
 
 static pthread_key_t slot_key;
@@ -41,14 +43,17 @@ static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
 static _Thread_local struct slot *tl_slot;
 static _Thread_local uint32_t tl_depth;
 static _Thread_local bool tl_pinned;
+_Thread_local uint32_t dgi_thread_ix1;
 
-/* Thread exit: the slot goes back for another thread. */
+/* Thread exit: the slot goes back for another thread — and with it the
+ * thread index, after (release) everything this thread wrote. */
 static void slot_release(void *p)
 {
 	struct slot *s = p;
+	tl_slot = NULL;
+	dgi_thread_ix1 = 0;
 	atomic_store_explicit(&s->active, 0, memory_order_release);
 	atomic_store_explicit(&s->used, false, memory_order_release);
-	tl_slot = NULL;
 }
 
 static void slot_key_init(void)
@@ -71,6 +76,7 @@ static struct slot *slot_get(void)
 		if ((s = dgi_calloc(1, sizeof(*s))) == NULL)
 			return NULL;
 		atomic_init(&s->used, true);
+		s->index = atomic_fetch_add_explicit(&nslots, 1, memory_order_relaxed);
 		struct slot *head = atomic_load_explicit(&slots, memory_order_relaxed);
 		do
 			s->next = head;
@@ -79,6 +85,14 @@ static struct slot *slot_get(void)
 	}
 	pthread_setspecific(slot_key, s);
 	return s;
+}
+
+uint32_t dgi_thread_index_slow(void)
+{
+	if (tl_slot == NULL && (tl_slot = slot_get()) == NULL)
+		return UINT32_MAX;
+	dgi_thread_ix1 = tl_slot->index + 1;
+	return tl_slot->index;
 }
 
 void dgi_epoch_enter(void)

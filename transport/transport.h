@@ -475,6 +475,20 @@ bool dgi_epoch_inside(void);          /* this thread is in a section */
 uint64_t dgi_epoch_retire(void);
 bool dgi_epoch_passed(uint64_t tag);
 
+/* A small number for the calling thread (epoch.c: its section slot's):
+ * unique among the live threads, 0, 1, 2, ... up to the most threads of
+ * the process alive at once.  A thread that exits hands its index on to a
+ * later thread, after (happens-before) everything it wrote, so data kept
+ * per index has one writer at a time.  UINT32_MAX when out of memory (no
+ * index: use shared data).  A few instructions after the first call. */
+extern _Thread_local uint32_t dgi_thread_ix1;   /* the index + 1; 0: none yet */
+uint32_t dgi_thread_index_slow(void);
+static inline uint32_t dgi_thread_index(void)
+{
+	uint32_t i = dgi_thread_ix1;
+	return __builtin_expect(i != 0, 1) ? i - 1 : dgi_thread_index_slow();
+}
+
 /* The membership (dg_member, dg_topology): member.h, part of this API. */
 #include "member.h"
 
