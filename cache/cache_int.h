@@ -370,6 +370,11 @@ static inline void dgi_lat_add(dgi_lat *l, uint64_t ns, bool shared)
 typedef struct dgi_ctrs {
 	_Atomic uint64_t puts, removes, hits, misses;
 	dgi_lat lat[DG_OP__COUNT];      /* ops started here, by dg_cache_op_kind */
+	/* sampling (dgi_lat_begin), by kind; the owning thread's only (a
+	 * thread inherits them with its index) */
+	uint64_t last_ns[DG_OP__COUNT]; /* the last sampled fast operation's time */
+	uint8_t last_bucket[DG_OP__COUNT];  /* and its bucket */
+	uint8_t skip[DG_OP__COUNT];     /* operations until the next sample */
 	void *mem;                      /* the allocation (the block is line-aligned in it) */
 } dgi_ctrs;
 
@@ -668,6 +673,90 @@ static inline void dgi_lat_record(dg_cache *c, dg_cache_op_kind k, uint64_t ns)
 {
 	dgi_ctrs *b = dgi_ctrs_of(c);
 	dgi_lat_add(&b->lat[k], ns, b == &c->ctr_shared);
+}
+
+/* ---- sampled timing of the single-key operations ----
+ * An rdtsc costs ~11 ns, more than the rest of the recording; a local
+ * get or put takes ~100 ns.  So a thread reads the clock for one fast
+ * operation in DGI_LAT_SAMPLE per cache and kind (its counter block's
+ * countdown; the first one always), and counts each of the others — every
+ * operation is counted, exactly — in the bucket of its last sampled one,
+ * adding that one's ns to the sum.  An operation that leaves the fast
+ * path (dgi_lat_slow: a remote request, a wait for backups or for a
+ * pending write, persistence, a transaction, a retry) is always timed —
+ * from its start when it was sampled, else from where it left the path
+ * (what it did before, a fraction of a µs, is not in its time) — and is
+ * not what the unsampled fast ones are counted as.  The shared block
+ * (cache_int.h, counters) times every operation.  Recording is inside
+ * the operation's section: begin, the operation, end. */
+#define DGI_LAT_SAMPLE 16
+
+/* The operation being recorded on this thread (nested ones save and
+ * restore it). */
+typedef struct dgi_lat_cur {
+	uint64_t t0;                /* its start (ticks) when sampled, else 0 */
+	uint64_t slow_t0;           /* ticks it is timed from once slow, else 0 */
+	bool open;
+} dgi_lat_cur;
+extern _Thread_local dgi_lat_cur dgi_lat_tl;
+
+typedef struct dgi_lat_op {
+	dgi_ctrs *b;
+	dg_cache_op_kind k;
+	dgi_lat_cur prev;
+} dgi_lat_op;
+
+static inline void dgi_lat_begin(dg_cache *c, dg_cache_op_kind k, dgi_lat_op *op)
+{
+	dgi_ctrs *b = dgi_ctrs_of(c);
+	op->b = b;
+	op->k = k;
+	op->prev = dgi_lat_tl;
+	bool sample = b->skip[k] == 0 || b == &c->ctr_shared;
+	dgi_lat_tl = (dgi_lat_cur){ sample ? dgi_lat_ticks() | 1 : 0, 0, true };
+}
+
+/* The current operation (if any) leaves the fast path: timed from now
+ * unless it was sampled. */
+static inline void dgi_lat_slow(void)
+{
+	dgi_lat_cur *t = &dgi_lat_tl;
+	if (t->open && t->slow_t0 == 0)
+		t->slow_t0 = t->t0 != 0 ? t->t0 : dgi_lat_ticks() | 1;
+}
+
+/* Records the operation begun with op in c (not when e is DG_ERR_INVAL:
+ * no operation) and returns e. */
+static inline dg_err dgi_lat_end(dg_cache *c, dgi_lat_op *op, dg_err e)
+{
+	dgi_lat_cur cur = dgi_lat_tl;
+	dgi_lat_tl = op->prev;
+	if (cur.slow_t0 != 0)
+		dgi_lat_slow(); /* (a slow inner operation makes its outer one slow) */
+	if (__builtin_expect(e == DG_ERR_INVAL, 0))
+		return e;
+	dgi_ctrs *b = op->b;
+	dg_cache_op_kind k = op->k;
+	bool shared = b == &c->ctr_shared;
+	dgi_lat *l = &b->lat[k];
+	if (cur.slow_t0 != 0) {
+		dgi_lat_add(l, dgi_lat_since(cur.slow_t0), shared);
+	} else if (cur.t0 != 0) {
+		uint64_t ns = dgi_lat_since(cur.t0);
+		unsigned i = dgi_lat_bucket(ns);
+		dgi_ctr_add(&l->buckets[i], 1, shared);
+		dgi_ctr_add(&l->sum_ns, ns, shared);
+		if (!shared) {
+			b->last_ns[k] = ns;
+			b->last_bucket[k] = (uint8_t)i;
+			b->skip[k] = DGI_LAT_SAMPLE - 1;
+		}
+	} else {
+		dgi_ctr_add(&l->buckets[b->last_bucket[k]], 1, false);
+		dgi_ctr_add(&l->sum_ns, b->last_ns[k], false);
+		b->skip[k]--;
+	}
+	return e;
 }
 
 /* A unit of work for the worker pool (writes to persistent caches). */

@@ -1065,6 +1065,7 @@ dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *
 {
 	if (!c->cfg.persistence || g->ps == NULL)
 		return DG_OK;
+	dgi_lat_slow(); /* (an operation waiting for LMDB: always timed) */
 	dgi_prec rec = { c->id, part, key, klen, val, vlen, *ver, expire_ms, op_node, op_seq };
 	if (tomb) { /* a record with no value bytes and the flag */
 		rec.val = (const uint8_t *)"";

@@ -15,6 +15,7 @@
 
 bool dgi_lat_tsc;
 uint64_t dgi_lat_mult;
+_Thread_local dgi_lat_cur dgi_lat_tl;
 
 /* Is the time-stamp counter invariant (same rate in every P/C-state, and
  * so on every core)?  CPUID 0x80000007, EDX bit 8.  A hypervisor that

@@ -49,6 +49,7 @@ static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_bu
     uint64_t deadline, bool unwrap)
 {
 	struct get_wait w = { .err = DG_OK, .found = false, .out = out, .unwrap = unwrap };
+	dgi_lat_slow(); /* (always timed: cache_int.h) */
 	uint64_t now = dgi_now_ms();
 	if (now >= deadline)
 		return DG_ERR_TIMEOUT;
@@ -79,6 +80,7 @@ static dg_err wait_pending(dgi_grid *g, dg_cache *c, dgi_part *pt, dgi_entry *en
 		return DG_OK;
 	}
 	(void)c;
+	dgi_lat_slow();
 	if (*deadline == 0)
 		*deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 	struct pw_wait x;
@@ -152,6 +154,7 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 		return DG_ERR_INVAL;
 	dgi_grid *g = c->g;
 	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) {
+		dgi_lat_slow();
 		dg_err te = g->tx_hook(g->tx_hook_ctx, c, DGI_CACHE_OP_GET, key, klen, NULL, 0, NULL, 0,
 		    out,
 		    unwrap, NULL);
@@ -225,11 +228,12 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 /* A read started by a single-key call on this node, timed. */
 dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
 {
+	if (c == NULL)
+		return DG_ERR_INVAL;
 	dgi_epoch_enter();
-	uint64_t t0 = dgi_lat_ticks();
-	dg_err e = get_in_section(c, key, klen, out, unwrap);
-	if (c != NULL && e != DG_ERR_INVAL) /* (see dgi_timed) */
-		dgi_lat_record(c, DG_OP_GET, dgi_lat_since(t0));
+	dgi_lat_op op;
+	dgi_lat_begin(c, DG_OP_GET, &op); /* (sampled: cache_int.h) */
+	dg_err e = dgi_lat_end(c, &op, get_in_section(c, key, klen, out, unwrap));
 	dgi_epoch_leave();
 	return e;
 }

@@ -55,6 +55,7 @@ dg_err dgi_wait_topology_change(dgi_grid *g, int64_t seen, uint64_t deadline)
 {
 	/* a remap: the topology this node maps on is behind or ahead of the
 	 * primary's; either side catches up within a heartbeat or two */
+	dgi_lat_slow();
 	while (atomic_load(&g->topver) == seen) {
 		if (dgi_now_ms() >= deadline)
 			return DG_ERR_TIMEOUT;
@@ -115,6 +116,7 @@ static void on_update_res(void *ctx, dg_err err, const dg_msg_in *reply)
 static dg_err remote_attempt(dgi_grid *g, dg_node_id primary, const dgi_msg_update *m,
     uint64_t deadline, dg_buf *old, int64_t *flag, bool *applied)
 {
+	dgi_lat_slow(); /* (always timed: cache_int.h) */
 	if (m->sync == DG_FULL_ASYNC)
 		return dg_tp_send(g->tp, primary, DGI_MSG_UPDATE, m);
 	struct upd_wait w = { .err = DG_OK, .old = old };
@@ -144,6 +146,7 @@ static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t de
 	*applied = u->applied;
 	if (e != DG_OK || u->pw == NULL)
 		return e;
+	dgi_lat_slow(); /* (waits for the backups) */
 	struct pw_wait x;
 	memset(&x, 0, sizeof(x));
 	x.kind = PWW_WRITE;
@@ -184,9 +187,11 @@ static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t 
 		return DG_ERR_CLOSED;
 	if (c->cfg.persistence && klen > DG_PERSIST_KEY_MAX)
 		return DG_ERR_INVAL;
-	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL)
+	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) {
+		dgi_lat_slow();
 		return g->tx_hook(g->tx_hook_ctx, c, op, key, klen, exp, elen, val, vlen, old, false,
 		    flag);
+	}
 	struct upd u;
 	dgi_upd_init(c, &u, op, key, klen, exp, elen, val, vlen);
 	return dgi_update_run(c, &u, dgi_coarse_ms() + g->cfg.request_timeout_ms, false, flag, old);
@@ -274,12 +279,14 @@ dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
     dg_buf *old)
 {
+	if (c == NULL)
+		return DG_ERR_INVAL;
 	bool rm = op == OP_REMOVE || op == OP_REMOVE_IF_EQ;
 	dgi_epoch_enter();
-	uint64_t t0 = dgi_lat_ticks();
-	dg_err e = update_in_section(c, op, key, klen, exp, elen, val, vlen, flag, old);
-	if (c != NULL && e != DG_ERR_INVAL) /* (see dgi_timed) */
-		dgi_lat_record(c, rm ? DG_OP_REMOVE : DG_OP_PUT, dgi_lat_since(t0));
+	dgi_lat_op lop;
+	dgi_lat_begin(c, rm ? DG_OP_REMOVE : DG_OP_PUT, &lop); /* (sampled: cache_int.h) */
+	dg_err e = dgi_lat_end(c, &lop,
+	    update_in_section(c, op, key, klen, exp, elen, val, vlen, flag, old));
 	dgi_epoch_leave();
 	return e;
 }

@@ -12,7 +12,13 @@
  *     count in the shared block, and nothing is lost or counted twice;
  *   - a destroyed cache: its blocks are folded into the shared one and
  *     freed when it is reclaimed, and its counts stay (the operations on
- *     its handle after the destroy count too).
+ *     its handle after the destroy count too);
+ *   - sampled timing (cache_int.h, DGI_LAT_SAMPLE): one fast operation in
+ *     16 per thread, cache and kind is timed, the first always, and the
+ *     others are counted as the last sampled one; a slow kind (1 MB puts)
+ *     interleaved with a fast one (gets) keeps its own times; remote gets
+ *     interleaved with local ones are always timed, so the histogram
+ *     shows each of them however the samples fall.
  *
  * Entry point: dgt_counters_tests(), called by cache_test's runner.  The
  * TSan build of this file is what proves the per-thread blocks race-free.
@@ -226,12 +232,176 @@ static void test_counters_kept_after_destroy(void **state)
 	dg_node_stop(n);
 }
 
+/* The fast path's sampling, step by step, on this thread's block. */
+static void test_lat_sampled_one_in_n(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	uint32_t ix = dgi_thread_index();
+	assert_true(ix < DGI_CTR_BLOCKS);
+	dgi_ctrs *b = atomic_load(&c->ctrs[ix]); /* (made by the puts) */
+	assert_non_null(b);
+	assert_int_equal(b->skip[DG_OP_GET], 0); /* no get yet: the first is timed */
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_cache_get(c, "k1", 2, &v));
+	assert_int_equal(b->skip[DG_OP_GET], DGI_LAT_SAMPLE - 1);
+	uint64_t last = b->last_ns[DG_OP_GET];
+	unsigned bucket = b->last_bucket[DG_OP_GET];
+	assert_int_equal(atomic_load(&b->lat[DG_OP_GET].sum_ns), last);
+	for (int i = 1; i < DGI_LAT_SAMPLE; i++) {
+		v.len = 0;
+		OK(dg_cache_get(c, "k1", 2, &v));
+		/* not timed: counted as the sampled one */
+		assert_int_equal(b->skip[DG_OP_GET], DGI_LAT_SAMPLE - 1 - i);
+		assert_int_equal(b->last_ns[DG_OP_GET], last);
+	}
+	assert_int_equal(atomic_load(&b->lat[DG_OP_GET].buckets[bucket]), DGI_LAT_SAMPLE);
+	assert_int_equal(atomic_load(&b->lat[DG_OP_GET].sum_ns), DGI_LAT_SAMPLE * last);
+	v.len = 0;
+	OK(dg_cache_get(c, "k1", 2, &v)); /* the next sample */
+	assert_int_equal(b->skip[DG_OP_GET], DGI_LAT_SAMPLE - 1);
+	w.gets = w.hits = DGI_LAT_SAMPLE + 1;
+	expect_want(c, &w);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
+/* The count of the buckets whose upper bound is above ns. */
+static uint64_t above(const dg_latency *l, uint64_t ns)
+{
+	uint64_t n = 0;
+	for (unsigned i = 0; i < DG_LAT_BUCKETS; i++)
+		if (dg_latency_bound_us(i) == UINT64_MAX || dg_latency_bound_us(i) * 1000 > ns)
+			n += l->buckets[i];
+	return n;
+}
+
+/* A slow kind interleaved with a fast one on one thread: a put of 1 MB
+ * (two copies of it) every DGI_LAT_SAMPLE - 1 gets of a small value, so a
+ * single countdown for both kinds would sample the puts only and count
+ * every get as a put. */
+static void test_lat_sampled_slow_kind(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	enum { BIG = 1 << 20, ROUNDS = 40 };
+	char *big = calloc(1, BIG);
+	assert_non_null(big);
+	dg_buf v;
+	dg_buf_init(&v);
+	uint64_t put_min = UINT64_MAX;
+	for (int r = 0; r < ROUNDS; r++) {
+		big[r] = 1;
+		uint64_t t0 = dgi_now_ns();
+		OK(dg_cache_put(c, "big", 3, big, BIG));
+		uint64_t t = dgi_now_ns() - t0;
+		put_min = t < put_min ? t : put_min;
+		for (int i = 0; i < DGI_LAT_SAMPLE - 1; i++) {
+			v.len = 0;
+			OK(dg_cache_get(c, "k1", 2, &v));
+		}
+	}
+	dg_latency lp, lg;
+	OK(dg_cache_get_latency(c, DG_OP_PUT, &lp));
+	OK(dg_cache_get_latency(c, DG_OP_GET, &lg));
+	assert_int_equal(lp.count, KEYS + ROUNDS);
+	assert_int_equal(lg.count, ROUNDS * (DGI_LAT_SAMPLE - 1));
+	print_message("1 MB put: %llu ns at least; put p50 %llu us, get p50 %llu us\n",
+	    (unsigned long long)put_min, (unsigned long long)dg_latency_quantile_us(&lp, 0.5),
+	    (unsigned long long)dg_latency_quantile_us(&lg, 0.5));
+	/* every big put in the buckets of its time, however they were sampled */
+	assert_true(above(&lp, put_min / 4) >= ROUNDS);
+	/* and the gets in theirs: most of them below the big puts' time */
+	assert_true(above(&lg, put_min / 4) < (uint64_t)lg.count / 4);
+	free(big);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
+/* Is key's primary node n's own? */
+static bool key_local(dg_cache *c, const char *key)
+{
+	uint8_t enc[64];
+	size_t kl = strlen(key);
+	enc[0] = 0x0A; /* (a BYTES value, as dg_cache_get encodes it) */
+	enc[1] = (uint8_t)kl;
+	memcpy(enc + 2, key, kl);
+	uint64_t h;
+	uint32_t part = dgi_cache_key_part(c, enc, kl + 2, &h);
+	dgi_epoch_enter();
+	dgi_aff *aff = atomic_load(&c->aff);
+	bool local = aff != NULL && dgi_aff_owner(aff, part, 0) == c->g->self;
+	dgi_epoch_leave();
+	return local;
+}
+
+/* Remote gets interleaved with local ones on one thread, a remote one in
+ * each DGI_LAT_SAMPLE, placed where the samples never fall: each is timed
+ * all the same (they leave the fast path), and the histogram shows them. */
+static void test_lat_sampled_remote_always_timed(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "remote");
+	dg_cache *c0, *c1;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	c1 = cache_on(cl.n[1], "remote");
+	OK(dg_cache_wait_rebalanced(c0, 10000));
+	OK(dg_cache_wait_rebalanced(c1, 10000));
+	char local[16] = "", remote[16] = "";
+	for (int i = 0; i < 1000 && (local[0] == 0 || remote[0] == 0); i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "r%d", i);
+		snprintf(key_local(c0, k) ? local : remote, sizeof(local), "%s", k);
+	}
+	assert_true(local[0] != 0 && remote[0] != 0);
+	OK(dg_cache_put(c0, local, strlen(local), "v", 1));
+	OK(dg_cache_put(c0, remote, strlen(remote), "v", 1));
+	enum { ROUNDS = 50 };
+	dg_buf v;
+	dg_buf_init(&v);
+	uint64_t remote_min = UINT64_MAX;
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < DGI_LAT_SAMPLE - 1; i++) {
+			v.len = 0;
+			OK(dg_cache_get(c0, local, strlen(local), &v));
+		}
+		v.len = 0;
+		uint64_t t0 = dgi_now_ns();
+		OK(dg_cache_get(c0, remote, strlen(remote), &v));
+		uint64_t t = dgi_now_ns() - t0;
+		remote_min = t < remote_min ? t : remote_min;
+	}
+	dg_latency l;
+	OK(dg_cache_get_latency(c0, DG_OP_GET, &l));
+	assert_int_equal(l.count, ROUNDS * DGI_LAT_SAMPLE);
+	print_message("remote get: %llu ns at least; %llu of %llu gets above half of it\n",
+	    (unsigned long long)remote_min, (unsigned long long)above(&l, remote_min / 2),
+	    (unsigned long long)l.count);
+	assert_true(above(&l, remote_min / 2) >= ROUNDS);
+	dg_cache_metrics m;
+	OK(dg_cache_get_metrics(c0, &m));
+	assert_int_equal(m.hits, ROUNDS * DGI_LAT_SAMPLE);
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
 int dgt_counters_tests(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_counters_exact_across_threads),
 		cmocka_unit_test(test_counters_more_threads_than_blocks),
 		cmocka_unit_test(test_counters_kept_after_destroy),
+		cmocka_unit_test(test_lat_sampled_one_in_n),
+		cmocka_unit_test(test_lat_sampled_slow_kind),
+		cmocka_unit_test(test_lat_sampled_remote_always_timed),
 	};
 	return cmocka_run_group_tests_name("cache_counters", tests, NULL, NULL);
 }
