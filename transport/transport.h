@@ -462,8 +462,9 @@ dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
  * replaced, a destroyed cache's partitions) is freed only once every
  * reader that could have seen it is done.  A reader brackets its use with
  * dgi_epoch_enter / dgi_epoch_leave: per thread, nestable, a few
- * instructions and one fence — no lock, no write to shared memory, no
- * allocation but at a thread's first entry.  A writer unlinks the object,
+ * instructions and no fence where Linux has membarrier (the rare
+ * dgi_epoch_passed pays for it; else one fence) — no lock, no write to
+ * shared memory, no allocation but at a thread's first entry.  A writer unlinks the object,
  * takes a tag (dgi_epoch_retire) and frees it once dgi_epoch_passed(tag):
  * every section that had begun by then has ended.  One domain per process.
  * Every handler and reply callback this transport runs is inside a
