@@ -1099,9 +1099,10 @@ static inline bool dgi_entry_live(const dgi_entry *e, int64_t wall)
  *                          supplier may hold a newer one.
  * A blind put on a MOVING primary needs no copy (its version is newer
  * than any the supplier has): callers that may write without one check
- * the error themselves. */
-static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, uint32_t part,
-    int st, const dgi_entry *e)
+ * the error themselves.  dgi_part_may_serve_leased: the same, with the
+ * lease (dg_member_serving) read by the caller, under the lock. */
+static inline dg_err dgi_part_may_serve_leased(const dg_cache *c, const dgi_part *pt,
+    uint32_t part, int st, const dgi_entry *e, dg_err lease)
 {
 	if (st == P_LOST || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
 		return DG_ERR_PARTITION_LOST;
@@ -1109,11 +1110,17 @@ static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, u
 		return DG_ERR_REMAP;
 	/* a copy is served only under a majority's lease (PROTOCOL.md,
 	 * "Majority"): without one the others may be promoting its backups */
-	if (dg_member_serving(c->g->m) != DG_OK)
+	if (lease != DG_OK)
 		return DG_ERR_NOT_READY;
 	if (st == P_MOVING && (e == NULL || e->ver.topver < pt->moving_topver))
 		return DG_ERR_NOT_READY;
 	return DG_OK;
+}
+
+static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, uint32_t part,
+    int st, const dgi_entry *e)
+{
+	return dgi_part_may_serve_leased(c, pt, part, st, e, dg_member_serving(c->g->m));
 }
 
 /* primary.c.  Applies an update as the primary: DG_ERR_REMAP when this
@@ -1196,7 +1203,8 @@ void *dgi_bscratch_room(void **p, size_t *cap, size_t bytes);
  * for one update from this node (a new update id; counted); dgi_upd_msg is
  * its UPDATE to a remote primary (u->topver set); dgi_update_run runs it
  * to the end as dgi_update_op does — attempts, remaps, retries with the
- * same id — until deadline; maybe: an earlier attempt may have been
+ * same id — until deadline (0: request_timeout_ms from the first time an
+ * attempt needs one — a remote request, a wait, a retry); maybe: an earlier attempt may have been
  * applied (errors then say DG_ERR_TIMEOUT, never "not applied"). */
 void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen);

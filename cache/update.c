@@ -137,9 +137,18 @@ static dg_err remote_attempt(dgi_grid *g, dg_node_id primary, const dgi_msg_upda
 	return e;
 }
 
+/* *deadline, set first (request_timeout_ms from now) when 0: an update
+ * that stays on this node's fast path never reads the clock for it. */
+static uint64_t due(const dgi_grid *g, uint64_t *deadline)
+{
+	if (*deadline == 0)
+		*deadline = dgi_coarse_ms() + g->cfg.request_timeout_ms;
+	return *deadline;
+}
+
 /* One attempt with this node as the primary: FULL_SYNC waits here for the
  * pending write. */
-static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t deadline,
+static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t *deadline,
     bool *applied)
 {
 	dg_err e = dgi_primary_apply(g, c, u);
@@ -153,7 +162,7 @@ static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t de
 	x.flag = u->flag;
 	sem_init(&x.sem, 0, 0);
 	dgi_pw_attach(u->pw, &x);
-	e = dgi_pw_wait(&c->parts[u->part], u->pw, &x, deadline); /* unlocks */
+	e = dgi_pw_wait(&c->parts[u->part], u->pw, &x, due(g, deadline)); /* unlocks */
 	sem_destroy(&x.sem);
 	*applied = x.applied;
 	return e;
@@ -194,7 +203,7 @@ static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t 
 	}
 	struct upd u;
 	dgi_upd_init(c, &u, op, key, klen, exp, elen, val, vlen);
-	return dgi_update_run(c, &u, dgi_coarse_ms() + g->cfg.request_timeout_ms, false, flag, old);
+	return dgi_update_run(c, &u, 0, false, flag, old); /* (0: set when first needed) */
 }
 
 void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t klen,
@@ -253,12 +262,12 @@ dg_err dgi_update_run(dg_cache *c, struct upd *u, uint64_t deadline, bool maybe,
 		} else if (primary == g->self) {
 			u->topver = aff->topver;
 			u->old = old;
-			e = local_attempt(g, c, u, deadline, &applied);
+			e = local_attempt(g, c, u, &deadline, &applied);
 			f = u->flag;
 		} else {
 			u->topver = aff->topver;
 			dgi_msg_update m = dgi_upd_msg(c, u);
-			e = remote_attempt(g, primary, &m, deadline, old, &f, &applied);
+			e = remote_attempt(g, primary, &m, due(g, &deadline), old, &f, &applied);
 		}
 		if (e == DG_OK) {
 			if (flag != NULL)
@@ -269,7 +278,7 @@ dg_err dgi_update_run(dg_cache *c, struct upd *u, uint64_t deadline, bool maybe,
 		if (!dgi_retriable(e) || (e == DG_ERR_CLOSED && atomic_load(&c->dead)))
 			return maybe ? DG_ERR_TIMEOUT : e;
 		atomic_fetch_add_explicit(&c->remaps, 1, memory_order_relaxed);
-		if (dgi_wait_topology_change(g, seen, deadline) != DG_OK)
+		if (dgi_wait_topology_change(g, seen, due(g, &deadline)) != DG_OK)
 			return DG_ERR_TIMEOUT;
 	}
 }

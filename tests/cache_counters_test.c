@@ -13,6 +13,9 @@
  *   - a destroyed cache: its blocks are folded into the shared one and
  *     freed when it is reclaimed, and its counts stay (the operations on
  *     its handle after the destroy count too);
+ *   - a primary whose lease lapsed refuses an update (DG_ERR_NOT_READY,
+ *     partition unlocked) and a local read, with the lease read once per
+ *     update (primary.c);
  *   - sampled timing (cache_int.h, DGI_LAT_SAMPLE): one fast operation in
  *     16 per thread, cache and kind is timed, the first always, and the
  *     others are counted as the last sampled one; a slow kind (1 MB puts)
@@ -31,6 +34,8 @@
 #include "cache/cache_int.h"
 #include "node/datagrid.h"
 #include "node/node_int.h"
+#include "transport/member_int.h"
+#include "transport/transport_int.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -393,12 +398,55 @@ static void test_lat_sampled_remote_always_timed(void **state)
 	cluster_stop(&cl);
 }
 
+/* The primary's one lease check per update (primary.c): without a lease
+ * the update is refused, not applied, the partition unlocked; a local
+ * read is refused too.  The membership thread is paused meanwhile so it
+ * does not renew the lease. */
+static void test_primary_without_lease_refuses(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dgi_grid *g = dgi_node_grid(n);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	dgi_member_test_stall(g->m, 400);
+	usleep(50 * 1000); /* (in its pause) */
+	uint64_t until = atomic_load(&g->m->lease_until);
+	atomic_store(&g->m->lease_until, 1); /* lapsed */
+	const uint8_t key[] = { 0x0A, 2, 'k', '1' }, val[] = { 0x0A, 1, 'x' };
+	struct upd u;
+	dgi_epoch_enter();
+	dgi_upd_init(c, &u, OP_PUT, key, sizeof(key), NULL, 0, val, sizeof(val));
+	u.topver = atomic_load(&c->aff)->topver;
+	EXPECT(dgi_primary_apply(g, c, &u), DG_ERR_NOT_READY);
+	assert_false(u.applied);
+	assert_null(u.pw);
+	assert_int_equal(pthread_mutex_trylock(&c->parts[u.part].mu), 0); /* unlocked */
+	pthread_mutex_unlock(&c->parts[u.part].mu);
+	uint64_t dl = 0;
+	EXPECT(dgi_local_get(c, u.part, u.hash, key, sizeof(key), NULL, false, &dl),
+	    DG_ERR_NOT_READY);
+	atomic_store(&g->m->lease_until, until);
+	/* with it back, the same update applies */
+	OK(dgi_primary_apply(g, c, &u));
+	assert_null(u.pw);
+	dgi_epoch_leave();
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_cache_get(c, "k1", 2, &v));
+	assert_int_equal(v.len, 1);
+	assert_memory_equal(v.data, "x", 1);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
 int dgt_counters_tests(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_counters_exact_across_threads),
 		cmocka_unit_test(test_counters_more_threads_than_blocks),
 		cmocka_unit_test(test_counters_kept_after_destroy),
+		cmocka_unit_test(test_primary_without_lease_refuses),
 		cmocka_unit_test(test_lat_sampled_one_in_n),
 		cmocka_unit_test(test_lat_sampled_slow_kind),
 		cmocka_unit_test(test_lat_sampled_remote_always_timed),
