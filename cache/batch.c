@@ -612,7 +612,7 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 		}
 		if (e == DG_OK) {
 			if (answered)
-				atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
+				DGI_COUNT(c, hits, 1);
 			it[i].flag = 1;
 			it[i].val = NULL; /* (an offset until the end: vals may move) */
 			it[i].vlen = (uint32_t)(vals->len - at);
@@ -620,7 +620,7 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 			f++;
 		} else if (e == DG_ERR_NOT_FOUND) {
 			if (answered)
-				atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
+				DGI_COUNT(c, misses, 1);
 			it[i].flag = 0;
 			it[i].val = NULL;
 			it[i].vlen = 0;

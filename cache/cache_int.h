@@ -311,9 +311,9 @@ static inline uint64_t dgi_entry_hash(const dgi_entry *e)
 int64_t dgi_wall_ms(void);
 
 /* ---- operation latency (latency.c; cache.h, "operation latency") ----
- * One histogram per cache and kind: relaxed atomic counters bumped by the
- * thread that ran the operation.  The count is not kept apart: it is the
- * buckets' sum, one increment fewer per operation. */
+ * One histogram per cache, kind and thread (in the thread's counter block,
+ * below).  The count is not kept apart: it is the buckets' sum, one
+ * increment fewer per operation. */
 typedef struct dgi_lat {
 	_Atomic uint64_t sum_ns;
 	_Atomic uint64_t buckets[DG_LAT_BUCKETS];
@@ -368,16 +368,69 @@ static inline uint64_t dgi_lat_since(uint64_t t0)
 	return dgi_lat_ticks_ns(t - t0, dgi_lat_mult);
 }
 
-/* Counts one operation of ns nanoseconds.  A loop from the smallest bound:
- * most operations stop within the first few. */
-static inline void dgi_lat_add(dgi_lat *l, uint64_t ns)
+/* Adds n to a counter: a plain load and store on the block of the
+ * thread that owns it (one writer), an atomic add on a shared one. */
+static inline void dgi_ctr_add(_Atomic uint64_t *x, uint64_t n, bool shared)
+{
+	if (__builtin_expect(shared, 0))
+		atomic_fetch_add_explicit(x, n, memory_order_relaxed);
+	else
+		atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+		    memory_order_relaxed);
+}
+
+/* The bucket of an operation of ns nanoseconds.  A loop from the smallest
+ * bound: most operations stop within the first few. */
+static inline unsigned dgi_lat_bucket(uint64_t ns)
 {
 	unsigned i = 0;
 	while (i < DG_LAT_BUCKETS - 1 && ns > dgi_lat_bounds_ns[i])
 		i++;
-	atomic_fetch_add_explicit(&l->buckets[i], 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&l->sum_ns, ns, memory_order_relaxed);
+	return i;
 }
+
+/* Counts one operation of ns nanoseconds in l (shared: l is in a block
+ * other threads write too). */
+static inline void dgi_lat_add(dgi_lat *l, uint64_t ns, bool shared)
+{
+	dgi_ctr_add(&l->buckets[dgi_lat_bucket(ns)], 1, shared);
+	dgi_ctr_add(&l->sum_ns, ns, shared);
+}
+
+/* ---- a cache's operation counters, per thread (counters.c) ----
+ * The counters the operations bump — puts, removes, hits, misses and the
+ * latency histograms — are kept per (cache, thread): each thread writes
+ * its own block with plain relaxed loads and stores (no locked
+ * instruction), and a reader sums every block.  A block is allocated at a
+ * thread's first counted operation on the cache (dgi_ctrs_make) and stays
+ * with the cache handle until it is freed: it belongs to the thread index
+ * (transport.h, dgi_thread_index), which a thread that exits hands on to a
+ * later one — so nothing a thread counted is lost when it exits, and the
+ * block has one writer at a time.  Threads beyond DGI_CTR_BLOCKS indexes,
+ * without an index, or whose block could not be allocated count in the
+ * cache's shared block with atomic adds, and so does every thread once
+ * the cache is destroyed: a block is written only inside a section that
+ * found the cache alive, so when the destroyed cache's partitions are
+ * reclaimed (cache_int.h, "Lifetime") no thread writes one any more and
+ * they are folded into the shared block and freed (dgi_ctrs_fold).  Counts
+ * are exact; a reader running while operations count may see an
+ * operation in one counter and not yet in another. */
+#define DGI_CTR_BLOCKS 128
+typedef struct dgi_ctrs {
+	_Atomic uint64_t puts, removes, hits, misses;
+	dgi_lat lat[DG_OP__COUNT];      /* ops started here, by dg_cache_op_kind */
+	/* sampling (dgi_lat_begin), by kind; the owning thread's only (a
+	 * thread inherits them with its index) */
+	uint64_t last_ns[DG_OP__COUNT]; /* the last sampled fast operation's time */
+	uint8_t last_bucket[DG_OP__COUNT];  /* and its bucket */
+	uint8_t skip[DG_OP__COUNT];     /* operations until the next sample */
+	void *mem;                      /* the allocation (the block is line-aligned in it) */
+} dgi_ctrs;
+
+/* Sums of every block of a cache (dgi_ctrs_total). */
+typedef struct dgi_ctr_totals {
+	uint64_t puts, removes, hits, misses;
+} dgi_ctr_totals;
 
 /* ---- messages (msgs.c; PROTOCOL.md, "Cache messages") ---- */
 #define DGI_MSG_UPDATE ((dg_msg_type)(64))  /* originator -> primary, request */
@@ -604,8 +657,8 @@ static inline void dgi_cfg_to_msg(const dg_cache_config *c, dgi_msg_cfg *m)
  * (dgi_grid_reclaim, from the sweeper every second) — however long an
  * operation held them (an LMDB commit, a remote wait).  A section that
  * starts after the destroy sees `dead` and touches nothing else.  The
- * handle itself (this struct: config, counters, histograms, a few hundred
- * bytes) stays until the node stops, so handles held anywhere keep
+ * handle itself (this struct: config, counters, histograms, ~3 KB, and a
+ * counter block per thread that counted on it) stays until the node stops, so handles held anywhere keep
  * answering DG_ERR_CLOSED. */
 struct dg_cache {
 	dgi_grid *g;
@@ -623,11 +676,138 @@ struct dg_cache {
 	                                   gracefully and handed it over (not lost),
 	                                   or pushed all of it here (REBALANCE_PUSH) */
 	bool fresh;                     /* created here, cluster-wide: no data to fetch */
-	_Atomic uint64_t puts, removes, hits, misses, remaps, expired;
+	_Atomic uint64_t remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
 	bool rebal_pending;             /* rebalancer: partitions were moving */
-	dgi_lat lat[DG_OP__COUNT];      /* ops started here, by dg_cache_op_kind */
+	/* puts, removes, hits, misses and latency: per thread index (counters
+	 * above); ctr_shared for the threads without a block of their own
+	 * (a slot that holds &ctr_shared: its allocation failed) */
+	_Atomic(dgi_ctrs *) ctrs[DGI_CTR_BLOCKS];
+	dgi_ctrs ctr_shared;
 };
+
+/* counters.c.  The calling thread's counter block of c (inside a
+ * section), made at its first use; &c->ctr_shared when there is none or c
+ * is destroyed (see above). */
+dgi_ctrs *dgi_ctrs_make(dg_cache *c, uint32_t ix);
+static inline dgi_ctrs *dgi_ctrs_of(dg_cache *c)
+{
+	uint32_t ix = dgi_thread_index();
+	if (__builtin_expect(ix >= DGI_CTR_BLOCKS ||
+	    atomic_load_explicit(&c->dead, memory_order_relaxed), 0))
+		return &c->ctr_shared;
+	/* (relaxed: only this index's thread stores it, or one before it,
+	 * which handed the index on after) */
+	dgi_ctrs *b = atomic_load_explicit(&c->ctrs[ix], memory_order_relaxed);
+	return __builtin_expect(b != NULL, 1) ? b : dgi_ctrs_make(c, ix);
+}
+/* Adds n to field (puts, removes, hits, misses) of the calling thread's
+ * block of c (inside a section). */
+#define DGI_COUNT(c, field, n)                                                 \
+	do {                                                                   \
+		dg_cache *c_ = (c);                                            \
+		dgi_ctrs *b_ = dgi_ctrs_of(c_);                                \
+		dgi_ctr_add(&b_->field, (n), b_ == &c_->ctr_shared);           \
+	} while (0)
+/* Every block's counters, summed; the latency histogram of kind k, summed
+ * (count: the buckets' total).  Any thread, in a section or not. */
+void dgi_ctrs_total(dg_cache *c, dgi_ctr_totals *out);
+void dgi_ctrs_latency(dg_cache *c, dg_cache_op_kind k, dg_latency *out);
+/* Adds every thread's block of c into its shared block and frees them: c
+ * is destroyed and reclaimed (no section that saw it alive is left), or
+ * being freed. */
+void dgi_ctrs_fold(dg_cache *c);
+/* Counts an operation of kind k that took ns in c's histogram (inside a
+ * section). */
+static inline void dgi_lat_record(dg_cache *c, dg_cache_op_kind k, uint64_t ns)
+{
+	dgi_ctrs *b = dgi_ctrs_of(c);
+	dgi_lat_add(&b->lat[k], ns, b == &c->ctr_shared);
+}
+
+/* ---- sampled timing of the single-key operations ----
+ * An rdtsc costs ~11 ns, more than the rest of the recording; a local
+ * get or put takes ~100 ns.  So a thread reads the clock for one fast
+ * operation in DGI_LAT_SAMPLE per cache and kind (its counter block's
+ * countdown; the first one always), and counts each of the others — every
+ * operation is counted, exactly — in the bucket of its last sampled one,
+ * adding that one's ns to the sum.  An operation that leaves the fast
+ * path (dgi_lat_slow: a remote request, a wait for backups or for a
+ * pending write, persistence, a transaction, a retry) is always timed —
+ * from its start when it was sampled, else from where it left the path
+ * (what it did before, a fraction of a µs, is not in its time) — and is
+ * not what the unsampled fast ones are counted as.  The shared block
+ * (cache_int.h, counters) times every operation.  Recording is inside
+ * the operation's section: begin, the operation, end. */
+#define DGI_LAT_SAMPLE 16
+
+/* The operation being recorded on this thread (nested ones save and
+ * restore it). */
+typedef struct dgi_lat_cur {
+	uint64_t t0;                /* its start (ticks) when sampled, else 0 */
+	uint64_t slow_t0;           /* ticks it is timed from once slow, else 0 */
+	bool open;
+} dgi_lat_cur;
+extern _Thread_local dgi_lat_cur dgi_lat_tl;
+
+typedef struct dgi_lat_op {
+	dgi_ctrs *b;
+	dg_cache_op_kind k;
+	dgi_lat_cur prev;
+} dgi_lat_op;
+
+static inline void dgi_lat_begin(dg_cache *c, dg_cache_op_kind k, dgi_lat_op *op)
+{
+	dgi_ctrs *b = dgi_ctrs_of(c);
+	op->b = b;
+	op->k = k;
+	op->prev = dgi_lat_tl;
+	bool sample = b->skip[k] == 0 || b == &c->ctr_shared;
+	dgi_lat_tl = (dgi_lat_cur){ sample ? dgi_lat_ticks() | 1 : 0, 0, true };
+}
+
+/* The current operation (if any) leaves the fast path: timed from now
+ * unless it was sampled. */
+static inline void dgi_lat_slow(void)
+{
+	dgi_lat_cur *t = &dgi_lat_tl;
+	if (t->open && t->slow_t0 == 0)
+		t->slow_t0 = t->t0 != 0 ? t->t0 : dgi_lat_ticks() | 1;
+}
+
+/* Records the operation begun with op in c (not when e is DG_ERR_INVAL:
+ * no operation) and returns e. */
+static inline dg_err dgi_lat_end(dg_cache *c, dgi_lat_op *op, dg_err e)
+{
+	dgi_lat_cur cur = dgi_lat_tl;
+	dgi_lat_tl = op->prev;
+	if (cur.slow_t0 != 0)
+		dgi_lat_slow(); /* (a slow inner operation makes its outer one slow) */
+	if (__builtin_expect(e == DG_ERR_INVAL, 0))
+		return e;
+	dgi_ctrs *b = op->b;
+	dg_cache_op_kind k = op->k;
+	bool shared = b == &c->ctr_shared;
+	dgi_lat *l = &b->lat[k];
+	if (cur.slow_t0 != 0) {
+		dgi_lat_add(l, dgi_lat_since(cur.slow_t0), shared);
+	} else if (cur.t0 != 0) {
+		uint64_t ns = dgi_lat_since(cur.t0);
+		unsigned i = dgi_lat_bucket(ns);
+		dgi_ctr_add(&l->buckets[i], 1, shared);
+		dgi_ctr_add(&l->sum_ns, ns, shared);
+		if (!shared) {
+			b->last_ns[k] = ns;
+			b->last_bucket[k] = (uint8_t)i;
+			b->skip[k] = DGI_LAT_SAMPLE - 1;
+		}
+	} else {
+		dgi_ctr_add(&l->buckets[b->last_bucket[k]], 1, false);
+		dgi_ctr_add(&l->sum_ns, b->last_ns[k], false);
+		b->skip[k]--;
+	}
+	return e;
+}
 
 /* A unit of work for the worker pool (writes to persistent caches). */
 struct job {
@@ -971,9 +1151,10 @@ static inline bool dgi_entry_live(const dgi_entry *e, int64_t wall)
  *                          supplier may hold a newer one.
  * A blind put on a MOVING primary needs no copy (its version is newer
  * than any the supplier has): callers that may write without one check
- * the error themselves. */
-static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, uint32_t part,
-    int st, const dgi_entry *e)
+ * the error themselves.  dgi_part_may_serve_leased: the same, with the
+ * lease (dg_member_serving) read by the caller, under the lock. */
+static inline dg_err dgi_part_may_serve_leased(const dg_cache *c, const dgi_part *pt,
+    uint32_t part, int st, const dgi_entry *e, dg_err lease)
 {
 	if (st == P_LOST || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
 		return DG_ERR_PARTITION_LOST;
@@ -981,11 +1162,17 @@ static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, u
 		return DG_ERR_REMAP;
 	/* a copy is served only under a majority's lease (PROTOCOL.md,
 	 * "Majority"): without one the others may be promoting its backups */
-	if (dg_member_serving(c->g->m) != DG_OK)
+	if (lease != DG_OK)
 		return DG_ERR_NOT_READY;
 	if (st == P_MOVING && (e == NULL || e->topver < pt->moving_topver))
 		return DG_ERR_NOT_READY;
 	return DG_OK;
+}
+
+static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, uint32_t part,
+    int st, const dgi_entry *e)
+{
+	return dgi_part_may_serve_leased(c, pt, part, st, e, dg_member_serving(c->g->m));
 }
 
 /* primary.c.  Applies an update as the primary: DG_ERR_REMAP when this
@@ -1068,7 +1255,8 @@ void *dgi_bscratch_room(void **p, size_t *cap, size_t bytes);
  * for one update from this node (a new update id; counted); dgi_upd_msg is
  * its UPDATE to a remote primary (u->topver set); dgi_update_run runs it
  * to the end as dgi_update_op does — attempts, remaps, retries with the
- * same id — until deadline; maybe: an earlier attempt may have been
+ * same id — until deadline (0: request_timeout_ms from the first time an
+ * attempt needs one — a remote request, a wait, a retry); maybe: an earlier attempt may have been
  * applied (errors then say DG_ERR_TIMEOUT, never "not applied"). */
 void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen);
@@ -1081,7 +1269,9 @@ dg_err dgi_wait_topology_change(dgi_grid *g, int64_t seen, uint64_t deadline);
 /* Errors after which an operation maps its key again and retries. */
 bool dgi_retriable(dg_err e);
 /* Records an operation of kind begun at t0 (dgi_lat_ticks) in c's latency
- * histogram, unless e is DG_ERR_INVAL (no operation); returns e. */
+ * histogram, unless e is DG_ERR_INVAL (no operation); returns e.  Enters
+ * a section of its own (for the batches; the single-key operations record
+ * inside theirs, dgi_lat_record). */
 dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e);
 
 /* read.c: reads the encoded value of key into out (unwrap: the bytes

@@ -618,6 +618,7 @@ static void cache_free_parts(dg_cache *c)
 	dgi_free(c->lost);
 	dgi_free(c->handed);
 	dgi_aff_free(atomic_load(&c->aff));
+	dgi_ctrs_fold(c); /* (no thread writes its block of a reclaimed cache) */
 	c->parts = NULL;
 	c->parts_mem = NULL;
 	c->lost = NULL;
@@ -1068,6 +1069,7 @@ dg_err dgi_grid_persist(dgi_grid *g, dg_cache *c, uint32_t part, const uint8_t *
 {
 	if (!c->cfg.persistence || g->ps == NULL)
 		return DG_OK;
+	dgi_lat_slow(); /* (an operation waiting for LMDB: always timed) */
 	dgi_prec rec = { c->id, part, key, klen, val, vlen, *ver, expire_ms, op_node, op_seq };
 	if (tomb) { /* a record with no value bytes and the flag */
 		rec.val = (const uint8_t *)"";

@@ -1,8 +1,9 @@
 /*
  * latency.c — operation latency histograms (cache.h, "operation latency"):
  * the operation clock (its calibration), the bucket bounds, reading a
- * cache's counters, quantiles.  Recording is
- * dgi_lat_add (cache_int.h), inlined into the operations (update.c, read.c, api.c).
+ * cache's counters, quantiles.  Recording is dgi_lat_add (cache_int.h)
+ * into the thread's counter block (counters.c), inlined into the
+ * operations (update.c, read.c, api.c).
  */
 #include "cache_int.h"
 
@@ -14,6 +15,7 @@
 
 bool dgi_lat_tsc;
 uint64_t dgi_lat_mult;
+_Thread_local dgi_lat_cur dgi_lat_tl;
 
 /* Is the time-stamp counter invariant (same rate in every P/C-state, and
  * so on every core)?  CPUID 0x80000007, EDX bit 8.  A hypervisor that
@@ -86,13 +88,7 @@ dg_err dg_cache_get_latency(dg_cache *c, dg_cache_op_kind op, dg_latency *out)
 {
 	if (c == NULL || out == NULL || (unsigned)op >= DG_OP__COUNT)
 		return DG_ERR_INVAL;
-	dgi_lat *l = &c->lat[op];
-	memset(out, 0, sizeof(*out));
-	out->sum_us = atomic_load_explicit(&l->sum_ns, memory_order_relaxed) / 1000;
-	for (unsigned i = 0; i < DG_LAT_BUCKETS; i++) {
-		out->buckets[i] = atomic_load_explicit(&l->buckets[i], memory_order_relaxed);
-		out->count += out->buckets[i];
-	}
+	dgi_ctrs_latency(c, op, out); /* every thread's histogram, summed */
 	return DG_OK;
 }
 

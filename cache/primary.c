@@ -145,13 +145,18 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 		return DG_ERR_REMAP;
 	if (atomic_load_explicit(&g->leaving, memory_order_relaxed))
 		return DG_ERR_NOT_READY; /* handing over: the next primary takes it */
-	if (dg_member_serving(g->m) != DG_OK)
-		return DG_ERR_NOT_READY; /* no majority's lease: the sender maps again */
 	dgi_part *pt = &c->parts[u->part];
 	pthread_mutex_lock(&pt->mu);
+	/* one clock read and one lease check for the whole update (the rule's,
+	 * the blind put's, the update-id table's) */
+	uint64_t now = dgi_coarse_ms();
+	dg_err err = DG_ERR_NOT_READY; /* no majority's lease: the sender maps again */
+	dgi_entry *e = NULL;
+	if (dgi_member_serving_at(g->m, now) != DG_OK)
+		goto out;
 	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
-	dgi_entry *e = dgi_part_find(pt, u->hash, u->key, u->klen);
-	dg_err err = dgi_part_may_serve(c, pt, u->part, st, e);
+	e = dgi_part_find(pt, u->hash, u->key, u->klen);
+	err = dgi_part_may_serve_leased(c, pt, u->part, st, e, DG_OK);
 	if (pt->psync_n > 0 && err != DG_ERR_PARTITION_LOST) {
 		err = DG_ERR_NOT_READY; /* still learning what the old primary did */
 		goto out;
@@ -178,15 +183,15 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 			u->pw = dgi_pw_start(g, c, u->part, aff, e, &err);
 		goto out;
 	}
-	if (err == DG_ERR_NOT_READY && u->op == OP_PUT && dg_member_serving(g->m) == DG_OK)
-		err = DG_OK; /* a blind put needs no older copy (but the lease) */
+	if (err == DG_ERR_NOT_READY && u->op == OP_PUT)
+		err = DG_OK; /* a blind put needs no older copy (but the lease, held) */
 	if (err != DG_OK)
 		goto out;
 	int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
 	bool write, removal;
 	if ((err = evaluate(u, e, dgi_entry_live(e, wall), &write, &removal)) != DG_OK)
 		goto out;
-	dgi_dedup_put(pt, u->op_node, u->op_seq, u->flag, dgi_coarse_ms());
+	dgi_dedup_put(pt, u->op_node, u->op_seq, u->flag, now);
 	if (!write) {
 		/* the answer rests on what the key holds: wait until that is
 		 * on every backup */

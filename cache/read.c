@@ -49,6 +49,7 @@ static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_bu
     uint64_t deadline, bool unwrap)
 {
 	struct get_wait w = { .err = DG_OK, .found = false, .out = out, .unwrap = unwrap };
+	dgi_lat_slow(); /* (always timed: cache_int.h) */
 	uint64_t now = dgi_now_ms();
 	if (now >= deadline)
 		return DG_ERR_TIMEOUT;
@@ -80,6 +81,7 @@ static dg_err wait_pending(dgi_grid *g, dg_cache *c, dgi_part *pt, uint64_t hash
 		return DG_OK;
 	}
 	(void)c;
+	dgi_lat_slow();
 	if (*deadline == 0)
 		*deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 	struct pw_wait x;
@@ -153,6 +155,7 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 		return DG_ERR_INVAL;
 	dgi_grid *g = c->g;
 	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) {
+		dgi_lat_slow();
 		dg_err te = g->tx_hook(g->tx_hook_ctx, c, DGI_CACHE_OP_GET, key, klen, NULL, 0, NULL, 0,
 		    out,
 		    unwrap, NULL);
@@ -204,11 +207,11 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 			}
 		}
 		if (e == DG_OK) {
-			atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
+			DGI_COUNT(c, hits, 1);
 			return DG_OK;
 		}
 		if (e == DG_ERR_NOT_FOUND) {
-			atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
+			DGI_COUNT(c, misses, 1);
 			return e;
 		}
 		if (!dgi_retriable(e) && e != DG_ERR_TIMEOUT)
@@ -226,8 +229,14 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 /* A read started by a single-key call on this node, timed. */
 dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
 {
-	uint64_t t0 = dgi_lat_ticks();
-	return dgi_timed(c, DG_OP_GET, t0, dgi_get_op(c, key, klen, out, unwrap));
+	if (c == NULL)
+		return DG_ERR_INVAL;
+	dgi_epoch_enter();
+	dgi_lat_op op;
+	dgi_lat_begin(c, DG_OP_GET, &op); /* (sampled: cache_int.h) */
+	dg_err e = dgi_lat_end(c, &op, get_in_section(c, key, klen, out, unwrap));
+	dgi_epoch_leave();
+	return e;
 }
 
 /* A GET forwarded by a MOVING primary to its supplier: the answer goes

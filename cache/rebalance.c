@@ -1142,13 +1142,13 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 	if (c == NULL || out == NULL)
 		return DG_ERR_INVAL;
 	memset(out, 0, sizeof(*out));
-	out->puts = atomic_load(&c->puts);
-	out->hits = atomic_load(&c->hits);
-	out->misses = atomic_load(&c->misses);
+	dgi_ctr_totals t;
+	dgi_ctrs_total(c, &t); /* every thread's block, summed */
+	out->puts = t.puts;
+	out->hits = t.hits;
+	out->misses = t.misses;
 	out->gets = out->hits + out->misses; /* reads that got an answer */
-	out->removes = atomic_load(&c->removes);
-	out->hits = atomic_load(&c->hits);
-	out->misses = atomic_load(&c->misses);
+	out->removes = t.removes;
 	out->remaps = atomic_load(&c->remaps);
 	out->expired = atomic_load(&c->expired);
 	out->rebalance_partitions_done = atomic_load(&c->rebal_parts_done);

@@ -202,9 +202,9 @@ static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t 
 		(void)dgi_pw_start(g, c, part, aff, ne, &pe);
 	}
 	if (val != NULL)
-		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
+		DGI_COUNT(c, puts, 1);
 	else
-		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
+		DGI_COUNT(c, removes, 1);
 	pthread_mutex_unlock(&pt->mu);
 	return err;
 }

@@ -55,6 +55,7 @@ dg_err dgi_wait_topology_change(dgi_grid *g, int64_t seen, uint64_t deadline)
 {
 	/* a remap: the topology this node maps on is behind or ahead of the
 	 * primary's; either side catches up within a heartbeat or two */
+	dgi_lat_slow();
 	while (atomic_load(&g->topver) == seen) {
 		if (dgi_now_ms() >= deadline)
 			return DG_ERR_TIMEOUT;
@@ -75,8 +76,11 @@ bool dgi_retriable(dg_err e)
  * on.  A call rejected for its arguments is no operation. */
 dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e)
 {
-	if (c != NULL && e != DG_ERR_INVAL)
-		dgi_lat_add(&c->lat[kind], dgi_lat_since(t0));
+	if (c != NULL && e != DG_ERR_INVAL) {
+		dgi_epoch_enter(); /* (the counter blocks' lifetime: counters.c) */
+		dgi_lat_record(c, kind, dgi_lat_since(t0));
+		dgi_epoch_leave();
+	}
 	return e;
 }
 
@@ -112,6 +116,7 @@ static void on_update_res(void *ctx, dg_err err, const dg_msg_in *reply)
 static dg_err remote_attempt(dgi_grid *g, dg_node_id primary, const dgi_msg_update *m,
     uint64_t deadline, dg_buf *old, int64_t *flag, bool *applied)
 {
+	dgi_lat_slow(); /* (always timed: cache_int.h) */
 	if (m->sync == DG_FULL_ASYNC)
 		return dg_tp_send(g->tp, primary, DGI_MSG_UPDATE, m);
 	struct upd_wait w = { .err = DG_OK, .old = old };
@@ -132,22 +137,32 @@ static dg_err remote_attempt(dgi_grid *g, dg_node_id primary, const dgi_msg_upda
 	return e;
 }
 
+/* *deadline, set first (request_timeout_ms from now) when 0: an update
+ * that stays on this node's fast path never reads the clock for it. */
+static uint64_t due(const dgi_grid *g, uint64_t *deadline)
+{
+	if (*deadline == 0)
+		*deadline = dgi_coarse_ms() + g->cfg.request_timeout_ms;
+	return *deadline;
+}
+
 /* One attempt with this node as the primary: FULL_SYNC waits here for the
  * pending write. */
-static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t deadline,
+static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t *deadline,
     bool *applied)
 {
 	dg_err e = dgi_primary_apply(g, c, u);
 	*applied = u->applied;
 	if (e != DG_OK || u->pw == NULL)
 		return e;
+	dgi_lat_slow(); /* (waits for the backups) */
 	struct pw_wait x;
 	memset(&x, 0, sizeof(x));
 	x.kind = PWW_WRITE;
 	x.flag = u->flag;
 	sem_init(&x.sem, 0, 0);
 	dgi_pw_attach(u->pw, &x);
-	e = dgi_pw_wait(&c->parts[u->part], u->pw, &x, deadline); /* unlocks */
+	e = dgi_pw_wait(&c->parts[u->part], u->pw, &x, due(g, deadline)); /* unlocks */
 	sem_destroy(&x.sem);
 	*applied = x.applied;
 	return e;
@@ -181,12 +196,14 @@ static dg_err update_in_section(dg_cache *c, int op, const uint8_t *key, size_t 
 		return DG_ERR_CLOSED;
 	if (c->cfg.persistence && klen > DG_PERSIST_KEY_MAX)
 		return DG_ERR_INVAL;
-	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL)
+	if (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) {
+		dgi_lat_slow();
 		return g->tx_hook(g->tx_hook_ctx, c, op, key, klen, exp, elen, val, vlen, old, false,
 		    flag);
+	}
 	struct upd u;
 	dgi_upd_init(c, &u, op, key, klen, exp, elen, val, vlen);
-	return dgi_update_run(c, &u, dgi_coarse_ms() + g->cfg.request_timeout_ms, false, flag, old);
+	return dgi_update_run(c, &u, 0, false, flag, old); /* (0: set when first needed) */
 }
 
 void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t klen,
@@ -206,9 +223,9 @@ void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t
 	u->op_node = c->g->self;
 	u->op_seq = next_op_seq();
 	if (op == OP_REMOVE || op == OP_REMOVE_IF_EQ)
-		atomic_fetch_add_explicit(&c->removes, 1, memory_order_relaxed);
+		DGI_COUNT(c, removes, 1);
 	else
-		atomic_fetch_add_explicit(&c->puts, 1, memory_order_relaxed);
+		DGI_COUNT(c, puts, 1);
 }
 
 dgi_msg_update dgi_upd_msg(const dg_cache *c, const struct upd *u)
@@ -245,12 +262,12 @@ dg_err dgi_update_run(dg_cache *c, struct upd *u, uint64_t deadline, bool maybe,
 		} else if (primary == g->self) {
 			u->topver = aff->topver;
 			u->old = old;
-			e = local_attempt(g, c, u, deadline, &applied);
+			e = local_attempt(g, c, u, &deadline, &applied);
 			f = u->flag;
 		} else {
 			u->topver = aff->topver;
 			dgi_msg_update m = dgi_upd_msg(c, u);
-			e = remote_attempt(g, primary, &m, deadline, old, &f, &applied);
+			e = remote_attempt(g, primary, &m, due(g, &deadline), old, &f, &applied);
 		}
 		if (e == DG_OK) {
 			if (flag != NULL)
@@ -261,7 +278,7 @@ dg_err dgi_update_run(dg_cache *c, struct upd *u, uint64_t deadline, bool maybe,
 		if (!dgi_retriable(e) || (e == DG_ERR_CLOSED && atomic_load(&c->dead)))
 			return maybe ? DG_ERR_TIMEOUT : e;
 		atomic_fetch_add_explicit(&c->remaps, 1, memory_order_relaxed);
-		if (dgi_wait_topology_change(g, seen, deadline) != DG_OK)
+		if (dgi_wait_topology_change(g, seen, due(g, &deadline)) != DG_OK)
 			return DG_ERR_TIMEOUT;
 	}
 }
@@ -271,10 +288,16 @@ dg_err dgi_update(dg_cache *c, int op, const uint8_t *key, size_t klen,
     const uint8_t *exp, size_t elen, const uint8_t *val, size_t vlen, int64_t *flag,
     dg_buf *old)
 {
-	uint64_t t0 = dgi_lat_ticks();
+	if (c == NULL)
+		return DG_ERR_INVAL;
 	bool rm = op == OP_REMOVE || op == OP_REMOVE_IF_EQ;
-	return dgi_timed(c, rm ? DG_OP_REMOVE : DG_OP_PUT, t0,
-	    dgi_update_op(c, op, key, klen, exp, elen, val, vlen, flag, old));
+	dgi_epoch_enter();
+	dgi_lat_op lop;
+	dgi_lat_begin(c, rm ? DG_OP_REMOVE : DG_OP_PUT, &lop); /* (sampled: cache_int.h) */
+	dg_err e = dgi_lat_end(c, &lop,
+	    update_in_section(c, op, key, klen, exp, elen, val, vlen, flag, old));
+	dgi_epoch_leave();
+	return e;
 }
 
 void dgi_ops_register(dgi_grid *g)

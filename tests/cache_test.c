@@ -2062,7 +2062,7 @@ static void test_latency_buckets_and_quantile(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		dgi_lat l;
 		memset(&l, 0, sizeof(l));
-		dgi_lat_add(&l, cases[i].ns);
+		dgi_lat_add(&l, cases[i].ns, i % 2 == 0); /* (owned and shared alike) */
 		for (unsigned j = 0; j < DG_LAT_BUCKETS; j++)
 			assert_int_equal(atomic_load(&l.buckets[j]), j == cases[i].bucket);
 		assert_int_equal(atomic_load(&l.sum_ns), cases[i].ns);
@@ -4271,6 +4271,9 @@ int main(void)
 #endif
 #ifdef DGT_HAVE_PSTORE
 	failed += dgt_pstore_tests();
+#endif
+#ifdef DGT_HAVE_COUNTERS
+	failed += dgt_counters_tests();
 #endif
 	return failed ? 1 : 0;
 }

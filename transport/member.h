@@ -164,6 +164,9 @@ bool dg_member_suspect(dg_member *m);
  * maps again); DG_ERR_SEGMENTED when it is segmented.  Lock-free: two
  * atomic loads and a coarse clock read, for every read and update. */
 dg_err dg_member_serving(dg_member *m);
+/* The same at now_ms (dgi_coarse_ms, read by the caller: one clock read
+ * for what else it times). */
+dg_err dgi_member_serving_at(dg_member *m, uint64_t now_ms);
 /* SEGMENTED: no majority of the voting servers reached within the failure
  * timeout, or dropped out of the topology and not back yet.  Every cache
  * operation and transaction started on this node fails at once with

@@ -96,6 +96,16 @@ dg_err dg_member_serving(dg_member *m)
 	return until == UINT64_MAX || dgi_coarse_ms() < until ? DG_OK : DG_ERR_NOT_READY;
 }
 
+dg_err dgi_member_serving_at(dg_member *m, uint64_t now_ms)
+{
+	if (m == NULL)
+		return DG_OK;
+	if (atomic_load_explicit(&m->segmented, memory_order_relaxed))
+		return DG_ERR_SEGMENTED;
+	uint64_t until = atomic_load_explicit(&m->lease_until, memory_order_relaxed);
+	return until == UINT64_MAX || now_ms < until ? DG_OK : DG_ERR_NOT_READY;
+}
+
 bool dg_member_segmented(dg_member *m)
 {
 	return m != NULL && atomic_load_explicit(&m->segmented, memory_order_relaxed);

@@ -462,8 +462,9 @@ dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
  * replaced, a destroyed cache's partitions) is freed only once every
  * reader that could have seen it is done.  A reader brackets its use with
  * dgi_epoch_enter / dgi_epoch_leave: per thread, nestable, a few
- * instructions and one fence — no lock, no write to shared memory, no
- * allocation but at a thread's first entry.  A writer unlinks the object,
+ * instructions and no fence where Linux has membarrier (the rare
+ * dgi_epoch_passed pays for it; else one fence) — no lock, no write to
+ * shared memory, no allocation but at a thread's first entry.  A writer unlinks the object,
  * takes a tag (dgi_epoch_retire) and frees it once dgi_epoch_passed(tag):
  * every section that had begun by then has ended.  One domain per process.
  * Every handler and reply callback this transport runs is inside a
@@ -474,6 +475,20 @@ void dgi_epoch_leave(void);
 bool dgi_epoch_inside(void);          /* this thread is in a section */
 uint64_t dgi_epoch_retire(void);
 bool dgi_epoch_passed(uint64_t tag);
+
+/* A small number for the calling thread (epoch.c: its section slot's):
+ * unique among the live threads, 0, 1, 2, ... up to the most threads of
+ * the process alive at once.  A thread that exits hands its index on to a
+ * later thread, after (happens-before) everything it wrote, so data kept
+ * per index has one writer at a time.  UINT32_MAX when out of memory (no
+ * index: use shared data).  A few instructions after the first call. */
+extern _Thread_local uint32_t dgi_thread_ix1;   /* the index + 1; 0: none yet */
+uint32_t dgi_thread_index_slow(void);
+static inline uint32_t dgi_thread_index(void)
+{
+	uint32_t i = dgi_thread_ix1;
+	return __builtin_expect(i != 0, 1) ? i - 1 : dgi_thread_index_slow();
+}
 
 /* The membership (dg_member, dg_topology): member.h, part of this API. */
 #include "member.h"

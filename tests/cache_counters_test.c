@@ -1,0 +1,455 @@
+/*
+ * cache_counters_test.c — a cache's operation counters (puts, removes,
+ * hits, misses) and latency histograms stay exact when many threads count
+ * at once (cache_int.h, "a cache's operation counters, per thread").
+ *
+ * What is tested:
+ *   - K threads x M gets (half hits, half misses) and puts: every counter
+ *     and every histogram's count is exactly what the threads did, read
+ *     after they exited (their blocks stay counted), and again after new
+ *     threads reused their indexes and counted on top;
+ *   - more threads alive at once than a cache has blocks: the ones beyond
+ *     count in the shared block, and nothing is lost or counted twice;
+ *   - a destroyed cache: its blocks are folded into the shared one and
+ *     freed when it is reclaimed, and its counts stay (the operations on
+ *     its handle after the destroy count too);
+ *   - a primary whose lease lapsed refuses an update (DG_ERR_NOT_READY,
+ *     partition unlocked) and a local read, with the lease read once per
+ *     update (primary.c);
+ *   - sampled timing (cache_int.h, DGI_LAT_SAMPLE): one fast operation in
+ *     16 per thread, cache and kind is timed, the first always, and the
+ *     others are counted as the last sampled one; a slow kind (1 MB puts)
+ *     interleaved with a fast one (gets) keeps its own times; remote gets
+ *     interleaved with local ones are always timed, so the histogram
+ *     shows each of them however the samples fall.
+ *
+ * Entry point: dgt_counters_tests(), called by cache_test's runner.  The
+ * TSan build of this file is what proves the per-thread blocks race-free.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "cache/cache_int.h"
+#include "node/datagrid.h"
+#include "node/node_int.h"
+#include "transport/member_int.h"
+#include "transport/transport_int.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache_test.h"
+
+int dgt_counters_tests(void);
+
+enum { KEYS = 64 };
+
+static _Atomic int wrong;      /* answers a worker did not expect */
+
+struct worker {
+	dg_cache *c;
+	int id, m;
+	bool puts;
+	pthread_barrier_t *bar;    /* after the first op: every worker alive at once */
+};
+
+/* m gets, the even ones of a present key, the odd ones of an absent one;
+ * with puts, a put of a present key after each. */
+static void *work(void *p)
+{
+	struct worker *w = p;
+	dg_buf b;
+	dg_buf_init(&b);
+	char k[48];
+	for (int i = 0; i < w->m; i++) {
+		bool hit = i % 2 == 0;
+		if (hit)
+			snprintf(k, sizeof(k), "k%d", (w->id + i) % KEYS);
+		else
+			snprintf(k, sizeof(k), "absent-%d-%d", w->id, i);
+		b.len = 0;
+		if (dg_cache_get(w->c, k, strlen(k), &b) != (hit ? DG_OK : DG_ERR_NOT_FOUND))
+			atomic_fetch_add(&wrong, 1);
+		if (w->puts) {
+			snprintf(k, sizeof(k), "k%d", (w->id * 7 + i) % KEYS);
+			if (dg_cache_put(w->c, k, strlen(k), "v", 1) != DG_OK)
+				atomic_fetch_add(&wrong, 1);
+		}
+		if (i == 0 && w->bar != NULL)
+			pthread_barrier_wait(w->bar);
+	}
+	dg_buf_free(&b);
+	return NULL;
+}
+
+/* What the cache's counters should say. */
+struct want {
+	uint64_t gets, hits, misses, puts;
+	uint64_t closed;           /* gets answered DG_ERR_CLOSED (timed, no hit or miss) */
+};
+
+/* Runs k workers of m ops each (all alive at once when together) and adds
+ * what they did to *w. */
+static void run_workers(dg_cache *c, int k, int m, bool puts, bool together, struct want *w)
+{
+	pthread_t *t = calloc((size_t)k, sizeof(*t));
+	struct worker *ws = calloc((size_t)k, sizeof(*ws));
+	assert_non_null(t);
+	assert_non_null(ws);
+	pthread_barrier_t bar;
+	if (together)
+		assert_int_equal(pthread_barrier_init(&bar, NULL, (unsigned)k), 0);
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	for (int i = 0; i < k; i++) {
+		ws[i] = (struct worker){ c, i, m, puts, together ? &bar : NULL };
+		assert_int_equal(pthread_create(&t[i], &attr, work, &ws[i]), 0);
+	}
+	for (int i = 0; i < k; i++)
+		pthread_join(t[i], NULL);
+	pthread_attr_destroy(&attr);
+	if (together)
+		pthread_barrier_destroy(&bar);
+	assert_int_equal(atomic_load(&wrong), 0);
+	uint64_t ops = (uint64_t)k * (uint64_t)m;
+	w->gets += ops;
+	w->hits += (uint64_t)k * (uint64_t)((m + 1) / 2);
+	w->misses += (uint64_t)k * (uint64_t)(m / 2);
+	w->puts += puts ? ops : 0;
+	free(t);
+	free(ws);
+}
+
+static void expect_want(dg_cache *c, const struct want *w)
+{
+	dg_cache_metrics m;
+	OK(dg_cache_get_metrics(c, &m));
+	assert_int_equal(m.hits, w->hits);
+	assert_int_equal(m.misses, w->misses);
+	assert_int_equal(m.gets, w->gets);
+	assert_int_equal(m.puts, w->puts);
+	assert_int_equal(m.removes, 0);
+	const uint64_t count[DG_OP__COUNT] = { w->gets + w->closed, w->puts, 0 };
+	for (int k = 0; k < DG_OP__COUNT; k++) {
+		dg_latency l;
+		OK(dg_cache_get_latency(c, (dg_cache_op_kind)k, &l));
+		assert_int_equal(l.count, count[k]);
+		uint64_t sum = 0;
+		for (unsigned i = 0; i < DG_LAT_BUCKETS; i++)
+			sum += l.buckets[i];
+		assert_int_equal(sum, l.count);
+	}
+}
+
+static dg_cache *counters_cache(dg_node *n, struct want *w)
+{
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "counters");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	char k[16];
+	for (int i = 0; i < KEYS; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		OK(dg_cache_put(c, k, strlen(k), "v", 1));
+	}
+	memset(w, 0, sizeof(*w));
+	w->puts = KEYS;
+	expect_want(c, w);
+	return c;
+}
+
+static void test_counters_exact_across_threads(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	/* 8 threads at once, then each gone: every count is theirs */
+	run_workers(c, 8, 3001, true, true, &w);
+	expect_want(c, &w);
+	/* new threads take the exited ones' indexes and count on top */
+	run_workers(c, 4, 2000, false, false, &w);
+	expect_want(c, &w);
+	run_workers(c, 3, 1500, true, true, &w);
+	expect_want(c, &w);
+	dg_node_stop(n);
+}
+
+/* More threads alive at once than a cache has blocks: the ones beyond
+ * count in the shared block (atomically), the others in their own. */
+static void test_counters_more_threads_than_blocks(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	uint64_t shared0 = atomic_load(&c->ctr_shared.hits);
+	run_workers(c, DGI_CTR_BLOCKS + 24, 41, true, true, &w);
+	assert_true(atomic_load(&c->ctr_shared.hits) > shared0); /* (the fallback ran) */
+	expect_want(c, &w);
+	run_workers(c, 6, 500, true, true, &w);
+	expect_want(c, &w);
+	dg_node_stop(n);
+}
+
+/* A destroyed cache's counts stay: its threads' blocks are folded into
+ * the shared one when it is reclaimed. */
+static void test_counters_kept_after_destroy(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dgi_grid *g = dgi_node_grid(n);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	run_workers(c, 4, 1001, true, true, &w);
+	expect_want(c, &w);
+	OK(dg_cache_destroy(n, "counters"));
+	dg_buf b;
+	dg_buf_init(&b);
+	EXPECT(dg_cache_get(c, "k1", 2, &b), DG_ERR_CLOSED);
+	w.closed++;
+	expect_want(c, &w);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		uint32_t affs, caches;
+		dgi_grid_reclaim(g, false);
+		dgi_grid_limbo(g, &affs, &caches);
+		if (caches == 0)
+			break;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	for (uint32_t i = 0; i < DGI_CTR_BLOCKS; i++)
+		assert_null(atomic_load(&c->ctrs[i])); /* folded, freed */
+	expect_want(c, &w);
+	EXPECT(dg_cache_get(c, "k1", 2, &b), DG_ERR_CLOSED); /* into the shared block */
+	w.closed++;
+	expect_want(c, &w);
+	for (uint32_t i = 0; i < DGI_CTR_BLOCKS; i++)
+		assert_null(atomic_load(&c->ctrs[i]));
+	dg_buf_free(&b);
+	dg_node_stop(n);
+}
+
+/* The fast path's sampling, step by step, on this thread's block. */
+static void test_lat_sampled_one_in_n(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	uint32_t ix = dgi_thread_index();
+	assert_true(ix < DGI_CTR_BLOCKS);
+	dgi_ctrs *b = atomic_load(&c->ctrs[ix]); /* (made by the puts) */
+	assert_non_null(b);
+	assert_int_equal(b->skip[DG_OP_GET], 0); /* no get yet: the first is timed */
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_cache_get(c, "k1", 2, &v));
+	assert_int_equal(b->skip[DG_OP_GET], DGI_LAT_SAMPLE - 1);
+	uint64_t last = b->last_ns[DG_OP_GET];
+	unsigned bucket = b->last_bucket[DG_OP_GET];
+	assert_int_equal(atomic_load(&b->lat[DG_OP_GET].sum_ns), last);
+	for (int i = 1; i < DGI_LAT_SAMPLE; i++) {
+		v.len = 0;
+		OK(dg_cache_get(c, "k1", 2, &v));
+		/* not timed: counted as the sampled one */
+		assert_int_equal(b->skip[DG_OP_GET], DGI_LAT_SAMPLE - 1 - i);
+		assert_int_equal(b->last_ns[DG_OP_GET], last);
+	}
+	assert_int_equal(atomic_load(&b->lat[DG_OP_GET].buckets[bucket]), DGI_LAT_SAMPLE);
+	assert_int_equal(atomic_load(&b->lat[DG_OP_GET].sum_ns), DGI_LAT_SAMPLE * last);
+	v.len = 0;
+	OK(dg_cache_get(c, "k1", 2, &v)); /* the next sample */
+	assert_int_equal(b->skip[DG_OP_GET], DGI_LAT_SAMPLE - 1);
+	w.gets = w.hits = DGI_LAT_SAMPLE + 1;
+	expect_want(c, &w);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
+/* The count of the buckets whose upper bound is above ns. */
+static uint64_t above(const dg_latency *l, uint64_t ns)
+{
+	uint64_t n = 0;
+	for (unsigned i = 0; i < DG_LAT_BUCKETS; i++)
+		if (dg_latency_bound_us(i) == UINT64_MAX || dg_latency_bound_us(i) * 1000 > ns)
+			n += l->buckets[i];
+	return n;
+}
+
+/* A slow kind interleaved with a fast one on one thread: a put of 1 MB
+ * (two copies of it) every DGI_LAT_SAMPLE - 1 gets of a small value, so a
+ * single countdown for both kinds would sample the puts only and count
+ * every get as a put. */
+static void test_lat_sampled_slow_kind(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	enum { BIG = 1 << 20, ROUNDS = 40 };
+	char *big = calloc(1, BIG);
+	assert_non_null(big);
+	dg_buf v;
+	dg_buf_init(&v);
+	uint64_t put_min = UINT64_MAX;
+	for (int r = 0; r < ROUNDS; r++) {
+		big[r] = 1;
+		uint64_t t0 = dgi_now_ns();
+		OK(dg_cache_put(c, "big", 3, big, BIG));
+		uint64_t t = dgi_now_ns() - t0;
+		put_min = t < put_min ? t : put_min;
+		for (int i = 0; i < DGI_LAT_SAMPLE - 1; i++) {
+			v.len = 0;
+			OK(dg_cache_get(c, "k1", 2, &v));
+		}
+	}
+	dg_latency lp, lg;
+	OK(dg_cache_get_latency(c, DG_OP_PUT, &lp));
+	OK(dg_cache_get_latency(c, DG_OP_GET, &lg));
+	assert_int_equal(lp.count, KEYS + ROUNDS);
+	assert_int_equal(lg.count, ROUNDS * (DGI_LAT_SAMPLE - 1));
+	print_message("1 MB put: %llu ns at least; put p50 %llu us, get p50 %llu us\n",
+	    (unsigned long long)put_min, (unsigned long long)dg_latency_quantile_us(&lp, 0.5),
+	    (unsigned long long)dg_latency_quantile_us(&lg, 0.5));
+	/* every big put in the buckets of its time, however they were sampled */
+	assert_true(above(&lp, put_min / 4) >= ROUNDS);
+	/* and the gets in theirs: most of them below the big puts' time */
+	assert_true(above(&lg, put_min / 4) < (uint64_t)lg.count / 4);
+	free(big);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
+/* Is key's primary node n's own? */
+static bool key_local(dg_cache *c, const char *key)
+{
+	uint8_t enc[64];
+	size_t kl = strlen(key);
+	enc[0] = 0x0A; /* (a BYTES value, as dg_cache_get encodes it) */
+	enc[1] = (uint8_t)kl;
+	memcpy(enc + 2, key, kl);
+	uint64_t h;
+	uint32_t part = dgi_cache_key_part(c, enc, kl + 2, &h);
+	dgi_epoch_enter();
+	dgi_aff *aff = atomic_load(&c->aff);
+	bool local = aff != NULL && dgi_aff_owner(aff, part, 0) == c->g->self;
+	dgi_epoch_leave();
+	return local;
+}
+
+/* Remote gets interleaved with local ones on one thread, a remote one in
+ * each DGI_LAT_SAMPLE, placed where the samples never fall: each is timed
+ * all the same (they leave the fast path), and the histogram shows them. */
+static void test_lat_sampled_remote_always_timed(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "remote");
+	dg_cache *c0, *c1;
+	OK(dg_cache_create(cl.n[0], &cc, &c0));
+	c1 = cache_on(cl.n[1], "remote");
+	OK(dg_cache_wait_rebalanced(c0, 10000));
+	OK(dg_cache_wait_rebalanced(c1, 10000));
+	char local[16] = "", remote[16] = "";
+	for (int i = 0; i < 1000 && (local[0] == 0 || remote[0] == 0); i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "r%d", i);
+		snprintf(key_local(c0, k) ? local : remote, sizeof(local), "%s", k);
+	}
+	assert_true(local[0] != 0 && remote[0] != 0);
+	OK(dg_cache_put(c0, local, strlen(local), "v", 1));
+	OK(dg_cache_put(c0, remote, strlen(remote), "v", 1));
+	enum { ROUNDS = 50 };
+	dg_buf v;
+	dg_buf_init(&v);
+	uint64_t remote_min = UINT64_MAX;
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < DGI_LAT_SAMPLE - 1; i++) {
+			v.len = 0;
+			OK(dg_cache_get(c0, local, strlen(local), &v));
+		}
+		v.len = 0;
+		uint64_t t0 = dgi_now_ns();
+		OK(dg_cache_get(c0, remote, strlen(remote), &v));
+		uint64_t t = dgi_now_ns() - t0;
+		remote_min = t < remote_min ? t : remote_min;
+	}
+	dg_latency l;
+	OK(dg_cache_get_latency(c0, DG_OP_GET, &l));
+	assert_int_equal(l.count, ROUNDS * DGI_LAT_SAMPLE);
+	print_message("remote get: %llu ns at least; %llu of %llu gets above half of it\n",
+	    (unsigned long long)remote_min, (unsigned long long)above(&l, remote_min / 2),
+	    (unsigned long long)l.count);
+	assert_true(above(&l, remote_min / 2) >= ROUNDS);
+	dg_cache_metrics m;
+	OK(dg_cache_get_metrics(c0, &m));
+	assert_int_equal(m.hits, ROUNDS * DGI_LAT_SAMPLE);
+	dg_buf_free(&v);
+	cluster_stop(&cl);
+}
+
+/* The primary's one lease check per update (primary.c): without a lease
+ * the update is refused, not applied, the partition unlocked; a local
+ * read is refused too.  The membership thread is paused meanwhile so it
+ * does not renew the lease. */
+static void test_primary_without_lease_refuses(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dgi_grid *g = dgi_node_grid(n);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	dgi_member_test_stall(g->m, 400);
+	usleep(50 * 1000); /* (in its pause) */
+	uint64_t until = atomic_load(&g->m->lease_until);
+	atomic_store(&g->m->lease_until, 1); /* lapsed */
+	const uint8_t key[] = { 0x0A, 2, 'k', '1' }, val[] = { 0x0A, 1, 'x' };
+	struct upd u;
+	dgi_epoch_enter();
+	dgi_upd_init(c, &u, OP_PUT, key, sizeof(key), NULL, 0, val, sizeof(val));
+	u.topver = atomic_load(&c->aff)->topver;
+	EXPECT(dgi_primary_apply(g, c, &u), DG_ERR_NOT_READY);
+	assert_false(u.applied);
+	assert_null(u.pw);
+	assert_int_equal(pthread_mutex_trylock(&c->parts[u.part].mu), 0); /* unlocked */
+	pthread_mutex_unlock(&c->parts[u.part].mu);
+	uint64_t dl = 0;
+	EXPECT(dgi_local_get(c, u.part, u.hash, key, sizeof(key), NULL, false, &dl),
+	    DG_ERR_NOT_READY);
+	atomic_store(&g->m->lease_until, until);
+	/* with it back, the same update applies */
+	OK(dgi_primary_apply(g, c, &u));
+	assert_null(u.pw);
+	dgi_epoch_leave();
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_cache_get(c, "k1", 2, &v));
+	assert_int_equal(v.len, 1);
+	assert_memory_equal(v.data, "x", 1);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
+int dgt_counters_tests(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_counters_exact_across_threads),
+		cmocka_unit_test(test_counters_more_threads_than_blocks),
+		cmocka_unit_test(test_counters_kept_after_destroy),
+		cmocka_unit_test(test_primary_without_lease_refuses),
+		cmocka_unit_test(test_lat_sampled_one_in_n),
+		cmocka_unit_test(test_lat_sampled_slow_kind),
+		cmocka_unit_test(test_lat_sampled_remote_always_timed),
+	};
+	return cmocka_run_group_tests_name("cache_counters", tests, NULL, NULL);
+}
