@@ -79,6 +79,11 @@ static uint32_t attempt_ms(uint64_t deadline)
  * DG_ERR_UNREACHABLE only when no seed is in a cluster.  Each JOIN, and
  * the wait for its TOPOLOGY, is bounded by JOIN_ATTEMPT_MS: one answer
  * that never comes does not use up the join. */
+/* The longest wait between rejoin rounds answered with a refusal (a
+ * cluster that cannot add a node now): short enough that a healed cluster
+ * takes it back within a second. */
+#define REFUSED_BACKOFF_MAX_MS 1000u
+
 static dg_err join_round(dg_member *m, char *const *urls, size_t nurls, uint64_t deadline,
     struct round *r)
 {
@@ -238,9 +243,13 @@ void dgi_member_rejoin(dg_member *m)
 	char **urls = dgi_calloc(cap ? cap : 1, sizeof(char *));
 	for (size_t i = 0; urls != NULL && i < m->cfg.nseeds; i++)
 		urls[n++] = m->seeds[i];
-	for (uint32_t i = 0; urls != NULL && t != NULL && i < t->count; i++)
-		if (t->nodes[i].id != dg_tp_self(m->tp))
+	for (uint32_t i = 0; urls != NULL && t != NULL && i < t->count; i++) {
+		bool seen = false; /* (a member that is a seed too: asked once a round) */
+		for (size_t k = 0; k < n && !seen; k++)
+			seen = strcmp(urls[k], t->nodes[i].url) == 0;
+		if (t->nodes[i].id != dg_tp_self(m->tp) && !seen)
 			urls[n++] = (char *)t->nodes[i].url; /* t is held until the end */
+	}
 	pthread_mutex_lock(&m->mu);
 	if (t != NULL && t->version > m->cfg.version_floor)
 		m->cfg.version_floor = t->version; /* only this thread reads it now */
@@ -264,7 +273,16 @@ void dgi_member_rejoin(dg_member *m)
 		now = dgi_now_ms();
 		if (e != DG_ERR_UNREACHABLE) {
 			reached = now; /* someone is there: keep asking */
-			backoff = DGI_BACKOFF_MIN_MS;
+			/* a member took the JOIN (its TOPOLOGY is on its way): at
+			 * once; one that answered but cannot add it now (its
+			 * coordinator has no majority, or is changing hands):
+			 * backing off to REFUSED_BACKOFF_MAX_MS — every answer
+			 * used to reset the wait, 20-50 JOINs a second for as
+			 * long as the cluster could not add anybody */
+			if (e == DG_ERR_NOT_READY && r.member_err == DG_OK)
+				backoff = DGI_BACKOFF_MIN_MS;
+			else if ((backoff = dgi_backoff_next(backoff)) > REFUSED_BACKOFF_MAX_MS)
+				backoff = REFUSED_BACKOFF_MAX_MS;
 		} else if (majority(m)) {
 			/* never a cluster of its own: the majority is somewhere
 			 * (a partition heals); ask again, backing off to 2 s */
