@@ -126,6 +126,9 @@ extern _Atomic int64_t dgi_tomb_ttl_ms;  /* tests shorten it */
 typedef struct dgi_entry {
 	int64_t topver;             /* the version: topver, counter, order */
 	uint64_t counter;
+	uint64_t op_node, op_seq;   /* the last update applied */
+	/* what a read looks at, right before the key: the read's bytes span
+	 * one cache line fewer for some of the entry's alignments */
 	uint32_t order;
 	uint8_t flags;              /* DGI_ENTRY_* */
 	uint8_t slack;              /* unused bytes after the value (up to 255
@@ -133,7 +136,6 @@ typedef struct dgi_entry {
 	                               stays unused) */
 	uint16_t spare;
 	uint32_t klen, vlen;
-	uint64_t op_node, op_seq;   /* the last update applied */
 	uint8_t data[];             /* [expiry], key, then value */
 } dgi_entry;
 
