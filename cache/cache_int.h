@@ -95,7 +95,7 @@ uint64_t dgi_aff_owners_hash(const dgi_aff *a, uint32_t p);
 
 /* ---- entries and the partition store (store.c) ---- */
 
-#define DGI_ENTRY_TOMB 0x1u     /* a removal, remembered until expire_ms */
+#define DGI_ENTRY_TOMB 0x1u     /* a removal, remembered until its expiry */
 #define DGI_ENTRY_PENDING 0x2u  /* primary: a FULL_SYNC write not yet on every
                                    backup (pending.c): readers wait */
 #define DGI_ENTRY_TENTATIVE 0x4u /* written as the primary, whose pending write
@@ -239,7 +239,9 @@ typedef struct dgi_part {
 
 void dgi_part_init(dgi_part *p);
 void dgi_part_free(dgi_part *p);        /* entries and table */
-/* Lookups and updates; the caller holds p->mu. */
+/* Lookups and updates; the caller holds p->mu.  hash is always
+ * dgi_key_hash(key, klen): the store computes it again from the key where
+ * a slot's 16 bits of it do not do (dgi_entry_hash). */
 dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
 /* The entry with that hash and exactly that version, or NULL. */
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver);
@@ -1027,12 +1029,12 @@ struct pw {
 /* All of these run with the partition locked. */
 /* Starts replicating e (just written as primary under aff) or joins the
  * record already sending that version: sets the entry's PENDING flag and
- * returns the record to wait on.  NULL: nothing
+ * returns the record to wait on (hash: e's key hash).  NULL: nothing
  * to wait for (no backup: committed), or *err (DG_ERR_NOMEM).  A record
  * whose sends failed comes back idle with *err set (applied, not
  * replicated: the caller answers the error). */
 struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *aff,
-    dgi_entry *e, dg_err *err);
+    uint64_t hash, dgi_entry *e, dg_err *err);
 /* The record replicating (hash, ver), or NULL. */
 struct pw *dgi_pw_find(dgi_part *pt, uint64_t hash, const dgi_pver *ver);
 void dgi_pw_attach(struct pw *w, struct pw_wait *x);

@@ -504,11 +504,10 @@ static void fail(dgi_grid *g, struct pw *w, dg_err err)
 }
 
 struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *aff,
-    dgi_entry *e, dg_err *err)
+    uint64_t hash, dgi_entry *e, dg_err *err)
 {
 	dgi_part *pt = &c->parts[part];
 	*err = DG_OK;
-	uint64_t hash = dgi_entry_hash(e);
 	dgi_pver ver = dgi_entry_ver(e);
 	struct pw *w = dgi_pw_find(pt, hash, &ver);
 	if (w != NULL && w->state == PW_SENT)
@@ -658,7 +657,7 @@ void dgi_pw_promoted(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now
 		if (e == NULL || (e->flags & DGI_ENTRY_PENDING))
 			continue; /* superseded, gone, or already being sent */
 		dg_err err;
-		dgi_pw_start(g, c, part, now, e, &err);
+		dgi_pw_start(g, c, part, now, pt->recent[i].hash, e, &err);
 	}
 	pt->nrecent = pt->recent_at = 0;
 }

@@ -180,7 +180,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 			goto out;
 		}
 		if (full && e != NULL)
-			u->pw = dgi_pw_start(g, c, u->part, aff, e, &err);
+			u->pw = dgi_pw_start(g, c, u->part, aff, u->hash, e, &err);
 		goto out;
 	}
 	if (err == DG_ERR_NOT_READY && u->op == OP_PUT)
@@ -196,7 +196,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 		/* the answer rests on what the key holds: wait until that is
 		 * on every backup */
 		if (full && e != NULL && (e->flags & DGI_ENTRY_PENDING))
-			u->pw = dgi_pw_start(g, c, u->part, aff, e, &err);
+			u->pw = dgi_pw_start(g, c, u->part, aff, u->hash, e, &err);
 		goto out;
 	}
 	dgi_pver ver;
@@ -206,7 +206,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	    removal ? NULL : u->val, u->vlen, u->op_node, u->op_seq, &ver, &expire, &ne)) != DG_OK)
 		goto out;
 	if (full) {
-		u->pw = dgi_pw_start(g, c, u->part, aff, ne, &err);
+		u->pw = dgi_pw_start(g, c, u->part, aff, u->hash, ne, &err);
 		if (err != DG_OK)
 			u->applied = true; /* here, not on every backup: the originator retries */
 	} else if (aff->copies > 1) {

@@ -366,7 +366,7 @@ static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const 
 		if (en != NULL && !(en->flags & DGI_ENTRY_PENDING) && aff != NULL &&
 		    aff->topver == ver && dgi_aff_owner(aff, part, 0) == g->self) {
 			dg_err pe;
-			dgi_pw_start(g, c, part, aff, en, &pe);
+			dgi_pw_start(g, c, part, aff, h, en, &pe);
 		}
 		pthread_mutex_unlock(&pt->mu);
 	}

@@ -37,9 +37,15 @@ static inline uint64_t slot_tag(dgi_pslot s)
 	return s >> TAG_SHIFT;
 }
 
+/* The tag a key of that hash has: its low 16 bits. */
+static inline uint64_t tag_of(uint64_t hash)
+{
+	return hash & 0xFFFFu;
+}
+
 static inline dgi_pslot slot_make(dgi_entry *e, uint64_t hash)
 {
-	return (uint64_t)(uintptr_t)e | ((hash & 0xFFFFu) << TAG_SHIFT);
+	return (uint64_t)(uintptr_t)e | (tag_of(hash) << TAG_SHIFT);
 }
 
 /* Can e's address be kept in 48 bits?  (User addresses on x86-64 and
@@ -90,7 +96,7 @@ static uint32_t find_slot(const dgi_part *p, uint64_t hash, const uint8_t *key,
     uint32_t klen)
 {
 	uint32_t mask = p->cap - 1;
-	uint64_t tag = hash & 0xFFFFu;
+	uint64_t tag = tag_of(hash);
 	for (uint32_t i = (uint32_t)hash & mask;; i = (i + 1) & mask) {
 		dgi_pslot s = p->slots[i];
 		if (s == 0 || (slot_tag(s) == tag && same_key(slot_entry(s), key, klen)))
@@ -110,7 +116,7 @@ dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
 	if (p->cap == 0)
 		return NULL;
 	uint32_t mask = p->cap - 1;
-	uint64_t tag = hash & 0xFFFFu;
+	uint64_t tag = tag_of(hash);
 	for (uint32_t i = (uint32_t)hash & mask; p->slots[i] != 0; i = (i + 1) & mask) {
 		dgi_entry *e = slot_entry(p->slots[i]);
 		if (slot_tag(p->slots[i]) == tag && e->topver == ver->topver &&

@@ -199,7 +199,7 @@ static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t 
 	if (err == DG_OK && ne != NULL && aff != NULL && aff->copies > 1 &&
 	    c->cfg.write_sync == DG_FULL_SYNC && dgi_aff_owner(aff, part, 0) == g->self) {
 		dg_err pe;
-		(void)dgi_pw_start(g, c, part, aff, ne, &pe);
+		(void)dgi_pw_start(g, c, part, aff, hash, ne, &pe);
 	}
 	if (val != NULL)
 		DGI_COUNT(c, puts, 1);
