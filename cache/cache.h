@@ -468,6 +468,12 @@ typedef struct dgi_part_digest {
  * thread.  DG_ERR_INVAL: c or out NULL, part >= partitions;
  * DG_ERR_CLOSED: the cache was destroyed. */
 dg_err dgi_cache_part_digest(dg_cache *c, uint32_t part, dgi_part_digest *out);
+/* This node's role and state of every partition, without walking any
+ * entry (the dashboard's partition map): out[p] = role << 4 | state, role
+ * and state as in dgi_part_digest.  n: out's room; *count: the cache's
+ * partitions (out filled up to min(n, *count)).  Any thread, no lock held
+ * long (each state is one relaxed load).  DG_ERR_INVAL, DG_ERR_CLOSED. */
+dg_err dgi_cache_part_map(dg_cache *c, uint8_t *out, uint32_t n, uint32_t *count);
 /* "NONE", "OWNING", "MOVING", "LOST", or "UNKNOWN" for another value
  * (static strings). */
 const char *dgi_part_state_name(int state);

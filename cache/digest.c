@@ -65,6 +65,27 @@ dg_err dgi_cache_part_digest(dg_cache *c, uint32_t part, dgi_part_digest *out)
 	return DG_OK;
 }
 
+dg_err dgi_cache_part_map(dg_cache *c, uint8_t *out, uint32_t n, uint32_t *count)
+{
+	if (c == NULL || (out == NULL && n > 0) || count == NULL)
+		return DG_ERR_INVAL;
+	dgi_epoch_enter(); /* the partitions and affinity stay while it reads */
+	if (atomic_load(&c->dead)) {
+		dgi_epoch_leave();
+		return DG_ERR_CLOSED;
+	}
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	*count = c->cfg.partitions;
+	for (uint32_t p = 0; p < c->cfg.partitions && p < n; p++) {
+		int pos = aff != NULL ? dgi_aff_role(aff, p, c->g->self) : -1;
+		int role = pos < 0 ? 0 : pos == 0 ? 1 : 2;
+		int state = atomic_load_explicit(&c->parts[p].state, memory_order_relaxed);
+		out[p] = (uint8_t)(role << 4 | (state & 0xf));
+	}
+	dgi_epoch_leave();
+	return DG_OK;
+}
+
 const char *dgi_part_state_name(int state)
 {
 	switch (state) {

@@ -86,6 +86,9 @@ void dgi_admin_stop_node(dg_node *n);
 void dgi_admin_err_code(dg_err e, char *out, size_t n);
 /* v as 16 hex digits (ids, digests: JSON numbers stop at 2^53). */
 void dgi_admin_hex64(uint64_t v, char out[17]);
+/* One partition's character in local.partitions' map (ADMIN.md) from
+ * dgi_cache_part_map's role << 4 | state. */
+char dgi_admin_part_char(uint8_t role_state);
 /* The node's caches' configs, dgi_alloc'ed into *out (NULL when out of
  * memory); returns how many. */
 size_t dgi_admin_caches(dg_node *n, dg_cache_config **out);

@@ -339,6 +339,92 @@ static dg_err cmd_state(call *c)
 	return DG_OK;
 }
 
+/* The cache object named `name` in arr, made (with an empty "nodes"
+ * array) if absent. */
+static cJSON *map_cache(cJSON *arr, const char *name, double partitions)
+{
+	cJSON *it;
+	cJSON_ArrayForEach(it, arr)
+		if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "cache")),
+		    name) == 0)
+			return it;
+	cJSON *o = cJSON_CreateObject();
+	if (o == NULL || !cJSON_AddItemToArray(arr, o)) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	cJSON_AddStringToObject(o, "cache", name);
+	cJSON_AddNumberToObject(o, "partitions", partitions);
+	return cJSON_AddArrayToObject(o, "nodes") != NULL ? o : NULL;
+}
+
+/* Every server's role and state of every partition of every cache (or of
+ * args.cache): local.partitions on each node, regrouped by cache.  Per
+ * node the map string and its counts by kind of character. */
+static dg_err cmd_partitions(call *c)
+{
+	const char *only = arg_str(c, "cache");
+	dgi_fanres *r;
+	size_t nr;
+	int64_t ver;
+	dg_err e = dgi_fanout(c->n, "local.partitions", NULL, fan_ms(c), &r, &nr, &ver);
+	if (e != DG_OK)
+		return e;
+	cJSON_AddNumberToObject(c->result, "topology_version", (double)ver);
+	cJSON *caches = cJSON_AddArrayToObject(c->result, "caches");
+	cJSON *unanswered = cJSON_AddArrayToObject(c->result, "nodes_unanswered");
+	for (size_t i = 0; i < nr && caches && unanswered; i++) {
+		if (r[i].client)
+			continue; /* owns no partition */
+		if (r[i].err != DG_OK) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddItemToArray(unanswered, o);
+			add_hex(o, "id", r[i].id);
+			cJSON_AddStringToObject(o, "address", r[i].address);
+			cJSON_AddStringToObject(o, "error", r[i].errmsg[0] ? r[i].errmsg :
+			    dg_strerror(r[i].err));
+			continue;
+		}
+		const cJSON *arr = cJSON_GetObjectItemCaseSensitive(r[i].result, "caches"), *one;
+		cJSON_ArrayForEach(one, arr) {
+			const cJSON *name = cJSON_GetObjectItemCaseSensitive(one, "cache");
+			const cJSON *map = cJSON_GetObjectItemCaseSensitive(one, "map");
+			const cJSON *np = cJSON_GetObjectItemCaseSensitive(one, "partitions");
+			if (!cJSON_IsString(name) || !cJSON_IsString(map) || !cJSON_IsNumber(np) ||
+			    (only != NULL && strcmp(only, name->valuestring) != 0))
+				continue;
+			cJSON *mc = map_cache(caches, name->valuestring, np->valuedouble);
+			cJSON *o = cJSON_CreateObject();
+			if (mc == NULL || o == NULL ||
+			    !cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(mc, "nodes"), o)) {
+				cJSON_Delete(o);
+				dgi_fanout_free(r, nr);
+				return DG_ERR_NOMEM;
+			}
+			add_hex(o, "id", r[i].id);
+			cJSON_AddStringToObject(o, "address", r[i].address);
+			cJSON_AddBoolToObject(o, "standby", r[i].standby);
+			int k[6] = { 0 }; /* P B M+m L+l . other */
+			for (const char *m = map->valuestring; *m; m++)
+				k[*m == 'P' ? 0 : *m == 'B' ? 1 : (*m == 'M' || *m == 'm') ? 2 :
+				    (*m == 'L' || *m == 'l') ? 3 : *m == '.' ? 4 : 5]++;
+			cJSON_AddNumberToObject(o, "primary", k[0]);
+			cJSON_AddNumberToObject(o, "backup", k[1]);
+			cJSON_AddNumberToObject(o, "moving", k[2]);
+			cJSON_AddNumberToObject(o, "lost", k[3]);
+			cJSON_AddNumberToObject(o, "none", k[4]);
+			cJSON_AddStringToObject(o, "map", map->valuestring);
+		}
+	}
+	dgi_fanout_free(r, nr);
+	if (only != NULL && caches != NULL && cJSON_GetArraySize(caches) == 0) {
+		snprintf(c->why, sizeof(c->why), "no cache named \"%s\" on any node that answered",
+		    only);
+		return DG_ERR_NOT_FOUND;
+	}
+	return caches && unanswered ? DG_OK : DG_ERR_NOMEM;
+}
+
 static dg_err cmd_rebalance(call *c)
 {
 	int moving, lost, behind, repairing;
@@ -1141,6 +1227,7 @@ static const struct {
 	{ "cache.scan", cmd_cache_scan },
 	{ "metrics", cmd_metrics },
 	{ "rebalance", cmd_rebalance },
+	{ "partitions", cmd_partitions },
 	{ "shutdown", cmd_shutdown },
 	{ "encryption.rotate", cmd_encryption_rotate },
 	{ "idle-verify", cmd_idle_verify },

@@ -93,6 +93,62 @@ static dg_err local_rebalance(dg_node *n, cJSON *r)
 	return DG_OK;
 }
 
+char dgi_admin_part_char(uint8_t role_state)
+{
+	int role = role_state >> 4, state = role_state & 0xf;
+	switch (state) {
+	case DGI_PART_NONE:
+		return '.';
+	case DGI_PART_OWNING:
+		return role == 1 ? 'P' : role == 2 ? 'B' : 'O';
+	case DGI_PART_MOVING:
+		return role == 1 ? 'M' : 'm';
+	case DGI_PART_LOST:
+		return role == 1 ? 'L' : 'l';
+	default:
+		return '?';
+	}
+}
+
+/* Per cache: this node's role and state of every partition as one
+ * character each (ADMIN.md, local.partitions): 1 KiB a cache. */
+static dg_err local_partitions(dg_node *n, cJSON *r)
+{
+	dg_cache_config *cc;
+	size_t nc = dgi_admin_caches(n, &cc);
+	cJSON_AddNumberToObject(r, "topology_version", (double)dgi_grid_topver(dgi_node_grid(n)));
+	cJSON *arr = cJSON_AddArrayToObject(r, "caches");
+	uint8_t *rs = dgi_alloc(DG_PARTITIONS_MAX);
+	char *map = dgi_alloc(DG_PARTITIONS_MAX + 1);
+	dg_err e = arr == NULL || cc == NULL || rs == NULL || map == NULL ? DG_ERR_NOMEM : DG_OK;
+	for (size_t i = 0; e == DG_OK && i < nc; i++) {
+		dg_cache *c;
+		uint32_t count = 0;
+		if (dg_cache_get_by_name(n, cc[i].name, &c) != DG_OK ||
+		    dgi_cache_part_map(c, rs, DG_PARTITIONS_MAX, &count) != DG_OK)
+			continue; /* destroyed meanwhile */
+		if (count > DG_PARTITIONS_MAX)
+			count = DG_PARTITIONS_MAX;
+		for (uint32_t p = 0; p < count; p++)
+			map[p] = dgi_admin_part_char(rs[p]);
+		map[count] = '\0';
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL || !cJSON_AddItemToArray(arr, o)) {
+			cJSON_Delete(o);
+			e = DG_ERR_NOMEM;
+			break;
+		}
+		cJSON_AddStringToObject(o, "cache", cc[i].name);
+		cJSON_AddNumberToObject(o, "partitions", count);
+		if (cJSON_AddStringToObject(o, "map", map) == NULL)
+			e = DG_ERR_NOMEM;
+	}
+	dgi_free(rs);
+	dgi_free(map);
+	dgi_free(cc);
+	return e;
+}
+
 void dgi_admin_stop_node(dg_node *n)
 {
 	const dg_node_config *cfg = dgi_node_config(n);
@@ -279,6 +335,8 @@ dg_err dgi_admin_local(dg_node *n, const char *cmd, const cJSON *args, cJSON **r
 		e = local_info(n, r);
 	else if (strcmp(cmd, "local.rebalance") == 0)
 		e = local_rebalance(n, r);
+	else if (strcmp(cmd, "local.partitions") == 0)
+		e = local_partitions(n, r);
 	else if (strcmp(cmd, "local.digests") == 0)
 		e = local_digests(n, args, r, why, whylen);
 	else if (strcmp(cmd, "local.txs") == 0)

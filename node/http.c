@@ -26,6 +26,7 @@
 #include "metrics_http.h"
 #include "adminwire.h"
 #include "connsrv.h"
+#include "dashboard.h"
 #include "http_parse.h"
 #include "metrics.h"
 #include "node_int.h"
@@ -44,7 +45,6 @@
 #define POOL_MAX 4                 /* text buffers kept for reuse */
 
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
-static const char root_text[] = "datagrid node: Prometheus metrics at /metrics\n";
 
 /* The request buffer of a connection: one per possible connection. */
 typedef struct hconn {
@@ -83,21 +83,37 @@ static const char *reason(int status)
 	}
 }
 
-/* Sends status, headers and body (none for HEAD). */
-static dg_err answer(dgi_http *h, dgi_srv_conn *s, int status, const char *type, const char *body,
-    size_t len, bool head_only, bool keep)
+/* Sent with the page's files: nothing but this node's own files and
+ * answers may load or run in it, and no other site may frame it. */
+#define PAGE_HEADERS "Content-Security-Policy: default-src 'none'; script-src 'self'; " \
+	"style-src 'self'; connect-src 'self'; img-src 'self' data:; " \
+	"frame-ancestors 'none'; base-uri 'none'; form-action 'none'\r\n" \
+	"X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n" \
+	"Cache-Control: no-cache\r\n"
+#define API_HEADERS "X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+
+/* Sends status, headers (extra: more header lines, each ended by CRLF, or
+ * NULL) and body (none for HEAD). */
+static dg_err answer_x(dgi_http *h, dgi_srv_conn *s, int status, const char *type,
+    const char *extra, const void *body, size_t len, bool head_only, bool keep)
 {
-	char hdr[512];
+	char hdr[1024];
 	int n = snprintf(hdr, sizeof(hdr), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
-	    "Content-Length: %zu\r\nConnection: %s\r\n%s%s\r\n", status, reason(status), type, len,
-	    keep ? "keep-alive" : "close",
+	    "Content-Length: %zu\r\nConnection: %s\r\n%s%s%s\r\n", status, reason(status), type,
+	    len, keep ? "keep-alive" : "close",
 	    status == 405 ? "Allow: GET, HEAD\r\n" : "",
 	    status != 401 ? "" : h->basic != NULL ?
 	    "WWW-Authenticate: Basic realm=\"datagrid\", charset=\"UTF-8\"\r\n" :
-	    "WWW-Authenticate: Bearer realm=\"datagrid\"\r\n");
+	    "WWW-Authenticate: Bearer realm=\"datagrid\"\r\n", extra != NULL ? extra : "");
 	nng_iov iov[2] = { { hdr, (size_t)n }, { (void *)(uintptr_t)body, head_only ? 0 : len } };
 	s->c.timeout_ms = DGI_HTTP_SEND_MS;
 	return dgi_aconn_write(&s->c, iov, 2);
+}
+
+static dg_err answer(dgi_http *h, dgi_srv_conn *s, int status, const char *type, const char *body,
+    size_t len, bool head_only, bool keep)
+{
+	return answer_x(h, s, status, type, NULL, body, len, head_only, keep);
 }
 
 static dg_err answer_text(dgi_http *h, dgi_srv_conn *s, int status, const char *text, bool head_only,
@@ -170,15 +186,30 @@ static dg_err handle(dgi_http *h, dgi_srv_conn *s, const dgi_http_req *r)
 		dg_err e = answer_text(h, s, 401, "authentication required\n", head, keep);
 		return e != DG_OK ? e : keep ? DG_OK : DG_ERR_CLOSED;
 	}
-	bool metrics = path_is(r, "/metrics"), root = path_is(r, "/");
+	bool metrics = path_is(r, "/metrics");
+	bool api = r->path_len > 5 && memcmp(r->path, "/api/", 5) == 0;
+	const dgi_dash_asset *page = dgi_dash_asset_at(r->path, r->path_len);
 	dg_err e;
-	if (!metrics && !root)
+	if (!metrics && !api && page == NULL) {
 		e = answer_text(h, s, 404, "not found\n", head, keep);
-	else if (r->method == DGI_HTTP_OTHER)
+	} else if (r->method == DGI_HTTP_OTHER) {
 		e = answer_text(h, s, 405, "method not allowed\n", head, keep);
-	else if (root)
-		e = answer_text(h, s, 200, root_text, head, keep);
-	else {
+	} else if (page != NULL) {
+		e = answer_x(h, s, 200, page->type, PAGE_HEADERS, page->data, page->len, head, keep);
+	} else if (api) {
+		char *json = NULL;
+		int status = 500;
+		int got = dgi_dash_api(h->n, r->path, r->path_len, &json, &status);
+		if (got > 0)
+			e = answer_x(h, s, status, "application/json", API_HEADERS, json, strlen(json),
+			    head, keep);
+		else if (got == 0)
+			e = answer_text(h, s, 404, "no such API answer (see ADMIN.md, \"HTTP\")\n",
+			    head, keep);
+		else
+			(void)answer_text(h, s, 500, "out of memory\n", head, false), e = DG_ERR_NOMEM;
+		dgi_dash_free(json);
+	} else {
 		dg_buf b = pool_take(h);
 		e = dgi_node_metrics_text(h->n, &b);
 		if (e == DG_OK)
