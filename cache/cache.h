@@ -316,6 +316,7 @@ typedef struct dgi_grid_config {
 	bool storage_recover;           /* a damaged store is moved aside */
 	const uint8_t *master_key;      /* 32 bytes: records encrypted at rest
 	                                   (pstore.h); NULL: none */
+	uint32_t rebalance_throttle_ms; /* pause after each batch fetched */
 } dgi_grid_config;
 
 /* Registers the cache message handlers on tp, opens the persistent store

@@ -616,6 +616,23 @@ static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, u
 	return e;
 }
 
+/* rebalance_throttle_ms after a batch (dg_node_config): the rebalancer
+ * waits on the grid's condition, so a stop or a new topology (which
+ * broadcast it) ends the pause at once. */
+static void throttle(dgi_grid *g)
+{
+	if (g->cfg.rebalance_throttle_ms == 0)
+		return;
+	struct timespec ts;
+	dgi_abstime_in(&ts, g->cfg.rebalance_throttle_ms);
+	pthread_mutex_lock(&g->mu);
+	uint64_t gen = g->rebal_gen;
+	while (!g->stopping && g->rebal_gen == gen &&
+	    pthread_cond_timedwait(&g->cv, &g->mu, &ts) == 0)
+		;
+	pthread_mutex_unlock(&g->mu);
+}
+
 /* Every page of the partition from one node, applied; *whole: every page
  * said the node holds it whole.  owner: from owns the partition under the
  * topology f moves at (a merge of loaded copies takes only such a whole
@@ -659,6 +676,7 @@ static dg_err fetch_from(struct fetch *f, dg_node_id from, bool owner, bool *who
 		more = h.more;
 		after = h.last;
 		first = false;
+		throttle(g);
 	}
 	return DG_OK;
 }

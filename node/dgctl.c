@@ -37,7 +37,7 @@
 static struct {
 	const char *host, *port, *url, *tls_ca, *tls_cert_key, *secret_file, *cluster;
 	uint32_t timeout_ms;
-	bool json, watch, all, persistence, cluster_wide, yes;
+	bool json, watch, all, persistence, cluster_wide, yes, map;
 	const char *mode, *backups, *sync, *atomicity, *ttl, *limit, *interval, *min_age;
 } opt = { .host = "127.0.0.1", .port = "47600", .cluster = "datagrid", .timeout_ms = 5000 };
 
@@ -66,6 +66,8 @@ static const char usage_text[] =
 "  tx kill ID                     roll a transaction back\n"
 "  metrics [--all]                the node's message, cache and tx metrics\n"
 "  rebalance status [--watch] [--interval DURATION]\n"
+"  partitions [CACHE] [--map]     every server's partitions: primary, backup,\n"
+"                                 moving, lost (--map: one character each)\n"
 "  shutdown [--cluster]           stop the node (or every node) gracefully\n"
 "  encryption rotate              re-wrap every node's data keys (new key file)\n"
 "  debug put-local CACHE KEY VALUE  test hook (nodes with DG_ADMIN_TEST_HOOKS=1)\n"
@@ -527,6 +529,54 @@ static void do_nodes(const cmdline *c)
 		    jstr(n, "admin"), jstr(n, "http"));
 	}
 	t_print(&t);
+	cJSON_Delete(r);
+}
+
+static void do_partitions(const cmdline *c)
+{
+	want_args(c, 0, 1, "partitions");
+	cJSON *args = cJSON_CreateObject();
+	if (c->argc == 1)
+		cJSON_AddStringToObject(args, "cache", c->argv[0]);
+	cJSON *r = request("partitions", args);
+	if (opt.json) {
+		print_json(r, false);
+		cJSON_Delete(r);
+		return;
+	}
+	char b[32];
+	printf("topology version %s\n", num(jnum(r, "topology_version"), b));
+	const cJSON *cache, *n;
+	cJSON_ArrayForEach(cache, cJSON_GetObjectItemCaseSensitive(r, "caches")) {
+		const char *name = jstr(cache, "cache");
+		printf("\ncache %s (%s partitions)\n", name ? name : "?",
+		    num(jnum(cache, "partitions"), b));
+		table t = { .ncols = 6, .right = { false, true, true, true, true, true } };
+		t_row(&t, "ADDRESS", "PRIMARY", "BACKUP", "MOVING", "LOST", "NONE");
+		char v[5][32];
+		cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(cache, "nodes"))
+			t_row(&t, jstr(n, "address"), num(jnum(n, "primary"), v[0]),
+			    num(jnum(n, "backup"), v[1]), num(jnum(n, "moving"), v[2]),
+			    num(jnum(n, "lost"), v[3]), num(jnum(n, "none"), v[4]));
+		t_print(&t);
+		if (!opt.map)
+			continue;
+		cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(cache, "nodes")) {
+			const char *m = jstr(n, "map"), *addr = jstr(n, "address");
+			printf("\n%s\n", addr ? addr : "?");
+			for (size_t i = 0, l = m ? strlen(m) : 0; i < l; i += 64)
+				printf("  %5zu  %.64s\n", i, m + i);
+		}
+	}
+	const cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "nodes_unanswered");
+	if (cJSON_GetArraySize(u) > 0) {
+		cJSON_ArrayForEach(n, u)
+			fprintf(stderr, "dgctl: %s did not answer: %s\n",
+			    jstr(n, "address") ? jstr(n, "address") : "?",
+			    jstr(n, "error") ? jstr(n, "error") : "?");
+		cJSON_Delete(r);
+		exit(EXIT_FAIL);
+	}
 	cJSON_Delete(r);
 }
 
@@ -1022,7 +1072,7 @@ static void do_debug(const cmdline *c)
 enum {
 	O_HOST = 256, O_PORT, O_URL, O_CA, O_CERT, O_SECRET, O_CLUSTER, O_TIMEOUT, O_JSON,
 	O_VERSION, O_MODE, O_BACKUPS, O_SYNC, O_ATOM, O_PERSIST, O_TTL, O_LIMIT, O_WATCH,
-	O_INTERVAL, O_ALL, O_CLUSTERWIDE, O_MINAGE, O_YES
+	O_INTERVAL, O_ALL, O_CLUSTERWIDE, O_MINAGE, O_YES, O_MAP
 };
 
 static const struct option longopts[] = {
@@ -1050,6 +1100,7 @@ static const struct option longopts[] = {
 	{ "cluster", no_argument, NULL, O_CLUSTERWIDE },
 	{ "min-age", required_argument, NULL, O_MINAGE },
 	{ "yes", no_argument, NULL, O_YES },
+	{ "map", no_argument, NULL, O_MAP },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -1087,6 +1138,13 @@ static const struct {
 	  "[--interval DURATION]\n\nPer cache: partitions moving, done and left, bytes "
 	  "received, over every\nnode.  --watch redraws a progress bar every interval "
 	  "(default 500ms)\nuntil rebalancing is complete (exit 0; Ctrl-C: exit 1).\n" },
+	{ "partitions", "map", do_partitions, "dgctl partitions [CACHE] [--map]\n\nPer cache "
+	  "(all, or CACHE), per server: how many partitions it owns as\nprimary and as "
+	  "backup, how many are moving to it (being fetched) and\nhow many are lost.  --map "
+	  "also prints each server's map, one character\nper partition, 64 a line: P "
+	  "primary, B backup, M/m moving (as primary /\nbackup), L/l lost, . not an "
+	  "owner.  The dashboard (GET / on a node's\nhttp endpoint) draws the same "
+	  "answer.\n" },
 	{ "encryption", "", do_encryption, "dgctl encryption rotate\n\nEvery node re-reads "
 	  "its encryption key file (encryption-key-file)\nand re-wraps its data keys under "
 	  "the key now in it; the data is not\nrewritten.  Put the new key in every node's "
@@ -1176,6 +1234,7 @@ static void take_option(int ch, const char *arg)
 	case O_CLUSTERWIDE: opt.cluster_wide = true; break;
 	case O_MINAGE: opt.min_age = arg; break;
 	case O_YES: opt.yes = true; break;
+	case O_MAP: opt.map = true; break;
 	}
 }
 

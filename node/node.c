@@ -292,7 +292,8 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 		n->cfg.request_timeout_ms, n->cfg.rebalance_batch_bytes, n->cfg.data_dir,
 		n->cfg.storage_map_size, n->cfg.storage_nosync, n->cfg.client,
 		n->cfg.partition_policy != DG_PARTITION_POLICY_NONE,
-		n->cfg.on_event, n->cfg.event_ctx, n->cfg.storage_recover, NULL
+		n->cfg.on_event, n->cfg.event_ctx, n->cfg.storage_recover, NULL,
+		n->cfg.rebalance_throttle_ms
 	};
 	if (n->cfg.encryption_key_file != NULL) {
 		char why[512];

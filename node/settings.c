@@ -162,6 +162,11 @@ const dgnode_setting dgnode_settings_table[] = {
 	{ "rebalance-batch", DGNODE_SIZE, F(rebalance_batch), "512k", 4 * KIB,
 	  64 * MIB, NULL, "SIZE", "Bytes of entries per rebalancing message; "
 	  "below recv-max.", "dg_node_config.rebalance_batch_bytes", NULL },
+	{ "rebalance-throttle", DGNODE_DURATION, F(rebalance_throttle_ms), "0", 0,
+	  60000, NULL, "DURATION", "A new owner's pause after each rebalancing "
+	  "batch it receives, to spare its suppliers and the network while "
+	  "partitions move; 0: none.", "dg_node_config.rebalance_throttle_ms",
+	  NULL },
 	{ "client", DGNODE_BOOL, F(client), "false", 0, 0, NULL,
 	  NULL, "Run a client node: it joins the cluster but owns no "
 	  "partitions.", "dg_node_config.client", NULL },
@@ -1351,6 +1356,7 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 	cfg->encryption_key_file = or_null(s->encryption_key_file);
 	cfg->recv_max = (size_t)s->recv_max;
 	cfg->rebalance_batch_bytes = (uint32_t)s->rebalance_batch;
+	cfg->rebalance_throttle_ms = (uint32_t)s->rebalance_throttle_ms;
 	cfg->client = s->client;
 	cfg->partition_policy = s->partition_policy;
 	if (endpoint(s->admin_listen, s->listen, 100, NULL, s->s_admin,

@@ -91,6 +91,7 @@ typedef struct dgnode_settings {
 	const char *encryption_key_file;
 	uint64_t recv_max;
 	uint64_t rebalance_batch;
+	uint64_t rebalance_throttle_ms;
 	bool client;
 	int partition_policy;            /* dg_partition_policy */
 	const char *admin_listen;        /* "" or "none": no admin endpoint */

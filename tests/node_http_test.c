@@ -13,6 +13,12 @@
  *    malformed head 400; a head above 8 KiB 431; a request body 400;
  *    keep-alive requests pipelined in one write are all answered in order;
  *  - the parser alone: complete, incomplete and malformed heads;
+ *  - the dashboard: /, /dashboard.css and /dashboard.js are served with
+ *    their types and a Content-Security-Policy; /api/NAME answers the read
+ *    admin commands as JSON (a one-node cluster: ACTIVE, every partition
+ *    of a cache primary here); a command that changes anything has no
+ *    name under /api/ (404); only GET and HEAD; behind the same
+ *    authentication as /metrics;
  *  - dg_node_start refuses a non-loopback listen, admin or HTTP address
  *    without a secret unless insecure, and http:// on a node with TLS
  *    files.
@@ -29,6 +35,8 @@
 
 #include "node/datagrid.h"
 #include "node/http_parse.h"
+
+#include <cjson/cJSON.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -285,6 +293,140 @@ static void test_protocol(void **state)
 	dg_node_stop(n);
 }
 
+/* The body of an answer (after the empty line). */
+static const char *body_of(const char *resp)
+{
+	const char *b = strstr(resp, "\r\n\r\n");
+	assert_non_null(b);
+	return b + 4;
+}
+
+/* GET path (Connection: close): the whole answer. */
+static char *get(dg_node *n, const char *path, const char *auth)
+{
+	char req[512];
+	int l = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%s%s%sConnection: "
+	    "close\r\n\r\n", path, auth ? "Authorization: " : "", auth ? auth : "",
+	    auth ? "\r\n" : "");
+	return exchange(n, req, (size_t)l);
+}
+
+/* GET /api/name: its status is want, its body the admin reply object
+ * (caller deletes). */
+static cJSON *api(dg_node *n, const char *name, int want)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/api/%s", name);
+	char *r = get(n, path, NULL);
+	assert_int_equal(status_of(r), want);
+	assert_non_null(strstr(r, "Content-Type: application/json\r\n"));
+	assert_non_null(strstr(r, "Cache-Control: no-store\r\n"));
+	cJSON *o = cJSON_Parse(body_of(r));
+	assert_non_null(o);
+	free(r);
+	return o;
+}
+
+static cJSON *result(cJSON *o)
+{
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "ok")));
+	cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "result");
+	assert_non_null(r);
+	return r;
+}
+
+static void test_dashboard(void **state)
+{
+	(void)state;
+	dg_node *n = start_http_node(0, 0, NULL, NULL);
+	static const struct { const char *path, *type, *has; } files[] = {
+		{ "/", "text/html; charset=utf-8", "<script src=\"/dashboard.js\"" },
+		{ "/dashboard.css", "text/css; charset=utf-8", ".st-M" },
+		{ "/dashboard.js", "text/javascript; charset=utf-8", "/api/" },
+	};
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		char *r = get(n, files[i].path, NULL);
+		char want[128];
+		snprintf(want, sizeof(want), "Content-Type: %s\r\n", files[i].type);
+		assert_int_equal(status_of(r), 200);
+		assert_non_null(strstr(r, want));
+		assert_non_null(strstr(r, "Content-Security-Policy: default-src 'none'; "
+		    "script-src 'self';"));
+		assert_non_null(strstr(r, "X-Content-Type-Options: nosniff\r\n"));
+		assert_non_null(strstr(body_of(r), files[i].has));
+		free(r);
+	}
+
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "dash");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	cJSON *o = api(n, "state", 200);
+	cJSON *res = result(o);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "state")),
+	    "ACTIVE");
+	assert_int_equal(cJSON_GetObjectItemCaseSensitive(res, "servers")->valueint, 1);
+	cJSON_Delete(o);
+
+	/* one server: every partition of the cache is its primary */
+	o = api(n, "partitions", 200);
+	const cJSON *caches = cJSON_GetObjectItemCaseSensitive(result(o), "caches"), *one, *dash = NULL;
+	cJSON_ArrayForEach(one, caches)
+		if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(one, "cache")),
+		    "dash") == 0)
+			dash = one;
+	assert_non_null(dash);
+	const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(dash, "nodes");
+	assert_int_equal(cJSON_GetArraySize(nodes), 1);
+	const cJSON *me = cJSON_GetArrayItem(nodes, 0);
+	assert_int_equal(cJSON_GetObjectItemCaseSensitive(me, "primary")->valueint, 1024);
+	assert_int_equal(cJSON_GetObjectItemCaseSensitive(me, "moving")->valueint, 0);
+	const char *map = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(me, "map"));
+	assert_non_null(map);
+	assert_int_equal(strlen(map), 1024);
+	assert_int_equal(strspn(map, "P"), 1024);
+	cJSON_Delete(o);
+
+	static const char *const read_only[] = { "nodes", "caches", "rebalance", "metrics", "txs",
+		"baseline" };
+	for (size_t i = 0; i < sizeof(read_only) / sizeof(read_only[0]); i++)
+		cJSON_Delete((result(o = api(n, read_only[i], 200)), o));
+
+	/* what changes the cluster has no name here, nor does an unknown one */
+	static const char *const refused[] = { "/api/shutdown", "/api/cache.put", "/api/tx.kill",
+		"/api/cache.destroy", "/api/cache.create", "/api/debug.put-local", "/api/",
+		"/api/state/", "/api/stat", "/apistate", "/dashboard.js/" };
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		char *r = get(n, refused[i], NULL);
+		assert_int_equal(status_of(r), 404);
+		free(r);
+	}
+	static const char post[] = "POST /api/state HTTP/1.1\r\nConnection: close\r\n\r\n";
+	char *r = exchange(n, post, sizeof(post) - 1);
+	assert_int_equal(status_of(r), 405);
+	free(r);
+	static const char head[] = "HEAD /api/state HTTP/1.0\r\n\r\n";
+	r = exchange(n, head, sizeof(head) - 1);
+	assert_int_equal(status_of(r), 200);
+	assert_string_equal(body_of(r), "");
+	free(r);
+	dg_node_stop(n);
+
+	/* the same authentication as /metrics */
+	n = start_http_node(0, 0, "ops:pw", NULL);
+	static const char *const guarded[] = { "/", "/dashboard.js", "/api/state" };
+	for (size_t i = 0; i < sizeof(guarded) / sizeof(guarded[0]); i++) {
+		r = get(n, guarded[i], NULL);
+		assert_int_equal(status_of(r), 401);
+		assert_null(strstr(r, "ACTIVE"));
+		free(r);
+		r = get(n, guarded[i], "Basic b3BzOnB3");   /* ops:pw */
+		assert_int_equal(status_of(r), 200);
+		free(r);
+	}
+	dg_node_stop(n);
+}
+
 static void test_parser(void **state)
 {
 	(void)state;
@@ -384,6 +526,7 @@ int dgt_http_tests(void)
 		cmocka_unit_test(test_parser),
 		cmocka_unit_test(test_protocol),
 		cmocka_unit_test(test_auth),
+		cmocka_unit_test(test_dashboard),
 		cmocka_unit_test(test_idle_and_slow_heads_time_out),
 		cmocka_unit_test(test_idle_flood_cannot_lock_out),
 		cmocka_unit_test(test_exposure_needs_secret_or_insecure),

@@ -139,7 +139,8 @@ static void test_table_is_sane(void **state)
 		"request-timeout", "tx-topology-timeout", "tx-done-capacity", "data-dir",
 		"storage-map-size",
 		"storage-sync", "storage-recover", "encryption-key-file",
-		"recv-max", "rebalance-batch", "client", "partition-policy", "admin-listen",
+		"recv-max", "rebalance-batch", "rebalance-throttle", "client", "partition-policy",
+		"admin-listen",
 		"http-listen", "http-basic-auth-file", "http-bearer-token-file",
 		"http-max-connections", "http-idle-timeout", "insecure",
 		"log-level", "cache" };
