@@ -616,7 +616,8 @@ static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, u
 	return e;
 }
 
-/* rebalance_throttle_ms after a batch (dg_node_config): the rebalancer
+/* rebalance_throttle_ms after a batch that carried entries (an empty one
+ * cost its supplier nothing to spare; dg_node_config): the rebalancer
  * waits on the grid's condition, so a stop or a new topology (which
  * broadcast it) ends the pause at once. */
 static void throttle(dgi_grid *g)
@@ -676,7 +677,8 @@ static dg_err fetch_from(struct fetch *f, dg_node_id from, bool owner, bool *who
 		more = h.more;
 		after = h.last;
 		first = false;
-		throttle(g);
+		if (h.entries > 0)
+			throttle(g);
 	}
 	return DG_OK;
 }

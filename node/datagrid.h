@@ -123,9 +123,10 @@ typedef struct dg_node_config {
 	                                 acknowledged writes */
 	size_t recv_max;              /* largest peer message; default 16 MiB */
 	uint32_t rebalance_batch_bytes; /* per supply message; default 512 KiB */
-	uint32_t rebalance_throttle_ms; /* a new owner's pause after each batch it
-	                                 receives (spares the suppliers and the
-	                                 network); 0 (the default): none */
+	uint32_t rebalance_throttle_ms; /* a new owner's pause after each batch of
+	                                 entries it receives (spares the
+	                                 suppliers and the network); 0 (the
+	                                 default): none */
 	bool client;                  /* a client node: joins, owns no partitions */
 	int partition_policy;         /* dg_partition_policy; default MAJORITY */
 	const char *admin_url;        /* admin endpoint for dgctl: tcp://HOST:PORT

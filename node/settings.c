@@ -164,7 +164,7 @@ const dgnode_setting dgnode_settings_table[] = {
 	  "below recv-max.", "dg_node_config.rebalance_batch_bytes", NULL },
 	{ "rebalance-throttle", DGNODE_DURATION, F(rebalance_throttle_ms), "0", 0,
 	  60000, NULL, "DURATION", "A new owner's pause after each rebalancing "
-	  "batch it receives, to spare its suppliers and the network while "
+	  "batch of entries it receives, to spare its suppliers and the network while "
 	  "partitions move; 0: none.", "dg_node_config.rebalance_throttle_ms",
 	  NULL },
 	{ "client", DGNODE_BOOL, F(client), "false", 0, 0, NULL,

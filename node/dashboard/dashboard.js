@@ -22,7 +22,8 @@ const state = {
   pmCache: "",
   maps: new Map(),          /* node id -> {el, cells, head} */
   refreshes: 0,
-  lastPt: null,             /* the last partitions answer (the picker redraws it) */
+  lastPt: null,
+  peakLeft: new Map(),      /* cache -> most partitions left in this rebalancing */             /* the last partitions answer (the picker redraws it) */
 };
 
 function el(tag, props, ...kids) {
@@ -142,10 +143,15 @@ function drawCaches(cl, st) {
     const rb = reb.get(c.name);
     let moving = "—";
     if (rb) {
-      const total = rb.done + rb.left;
-      moving = rb.moving || rb.left || rb.repairing ?
-        el("span", null, el("progress", { max: total || 1, value: rb.done }),
-          " " + rb.done + " of " + total + " partitions" + (rb.lost ? ", " + rb.lost + " LOST" : "")) :
+      /* progress since this rebalancing began: against the most partitions
+       * left seen since (done counts every rebalancing the cache had) */
+      const left = rb.left + rb.repairing;
+      const peak = left > 0 ? Math.max(state.peakLeft.get(c.name) || 0, left) : 0;
+      state.peakLeft.set(c.name, peak);
+      moving = left > 0 ?
+        el("span", null, el("progress", { max: peak, value: peak - left }),
+          " " + left + " partitions left" + (rb.repairing ? " (" + rb.repairing + " repairing)" : "") +
+          (rb.lost ? ", " + rb.lost + " LOST" : "")) :
         rb.lost ? rb.lost + " partitions LOST" : "done";
     }
     const cell = el("td", null, moving);
