@@ -18,6 +18,8 @@
  *    refused (400);
  *  - an accept failure (out of file descriptors) backs off from 10 ms to
  *    1 s, doubling, logged once a second with a count (HTTP-ACCEPT-FAIL).
+ * Paths: /metrics; the dashboard's files and /api/NAME (dashboard.h), the
+ * files with a Content-Security-Policy that keeps the page to this node.
  * Authentication (http_auth_basic, http_auth_token) is checked on every
  * request, compared in constant time; 401 carries WWW-Authenticate.
  * No handler takes a lock held across a cache operation: the metrics text
