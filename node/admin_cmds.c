@@ -200,20 +200,31 @@ static dg_err cmd_nodes(call *c)
 static const char *const sums[] = { "moving", "lost", "done", "left", "bytes", "repairing" };
 #define NSUMS (sizeof(sums) / sizeof(sums[0]))
 
-/* The totals object of cache `name` in caches, made (zeroed) if absent. */
-static cJSON *cache_total(cJSON *caches, const char *name)
+/* The object of arr whose "cache" is name; else a new one with only that
+ * member (*made), or NULL when out of memory. */
+static cJSON *cache_row(cJSON *arr, const char *name, bool *made)
 {
 	cJSON *it;
-	cJSON_ArrayForEach(it, caches)
+	*made = false;
+	cJSON_ArrayForEach(it, arr)
 		if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "cache")),
 		    name) == 0)
 			return it;
-	cJSON *tot = cJSON_CreateObject();
-	if (tot == NULL)
+	cJSON *o = cJSON_CreateObject();
+	if (o == NULL || !cJSON_AddItemToArray(arr, o)) {
+		cJSON_Delete(o);
 		return NULL;
-	cJSON_AddItemToArray(caches, tot);
-	cJSON_AddStringToObject(tot, "cache", name);
-	for (size_t k = 0; k < NSUMS; k++)
+	}
+	*made = true;
+	return cJSON_AddStringToObject(o, "cache", name) != NULL ? o : NULL;
+}
+
+/* The totals object of cache `name` in caches, made (zeroed) if absent. */
+static cJSON *cache_total(cJSON *caches, const char *name)
+{
+	bool made;
+	cJSON *tot = cache_row(caches, name, &made);
+	for (size_t k = 0; made && tot != NULL && k < NSUMS; k++)
 		cJSON_AddNumberToObject(tot, sums[k], 0);
 	return tot;
 }
@@ -343,17 +354,10 @@ static dg_err cmd_state(call *c)
  * array) if absent. */
 static cJSON *map_cache(cJSON *arr, const char *name, double partitions)
 {
-	cJSON *it;
-	cJSON_ArrayForEach(it, arr)
-		if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "cache")),
-		    name) == 0)
-			return it;
-	cJSON *o = cJSON_CreateObject();
-	if (o == NULL || !cJSON_AddItemToArray(arr, o)) {
-		cJSON_Delete(o);
-		return NULL;
-	}
-	cJSON_AddStringToObject(o, "cache", name);
+	bool made;
+	cJSON *o = cache_row(arr, name, &made);
+	if (o == NULL || !made)
+		return o;
 	cJSON_AddNumberToObject(o, "partitions", partitions);
 	return cJSON_AddArrayToObject(o, "nodes") != NULL ? o : NULL;
 }
