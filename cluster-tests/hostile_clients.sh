@@ -16,7 +16,8 @@
 #     NODE-OPEN line says so; 20 sockets that never start TLS on its admin
 #     port do not keep dgctl out and are closed within the handshake
 #     deadline; dgctl with a wrong secret ×20 fails (1) within its timeout
-#     and says why (it hung in 8 of 20 tries); https /metrics: 401 without
+#     and says why (it hung in 8 of 20 tries); https /metrics, the
+#     dashboard / and /api/state: 401 without
 #     the token, 200 with it;
 #  6. without a secret a node refuses a non-loopback address (unless
 #     --insecure, then NODE-OPEN says insecure=true).
@@ -228,17 +229,27 @@ check "wrong secret over TLS ×20: every dgctl exits 1 within 3.5 s ($SLOW did n
 check "wrong secret over TLS ×20: every one says 'authentication failed' ($WRONG_MSG did not)" \
 	test "$WRONG_MSG" = 0
 
-# https_get [HEADER]: status code of GET /metrics over TLS at t1
+# https_get PATH [HEADER]: status code of GET PATH over TLS at t1
 https_get() {
-	local req="GET /metrics HTTP/1.0\r\n${1:+$1\r\n}\r\n" line
+	local req="GET $1 HTTP/1.0\r\n${2:+$2\r\n}\r\n" line
 	printf "$req" | timeout 10 openssl s_client -quiet -connect "127.0.0.1:$TH" \
 		-CAfile "$WORK/tls/ca.pem" -servername datagrid >"$WORK/https.out" 2>/dev/null || true
 	line=$(head -n 1 "$WORK/https.out")
 	[[ $line =~ ^HTTP/1\.1\ ([0-9]+) ]] && echo "${BASH_REMATCH[1]}" || echo 0
 }
-check "https /metrics without the token: 401" test "$(https_get)" = 401
-check "https /metrics with the token: 200" test "$(https_get "Authorization: Bearer $TOKEN")" = 200
+check "https /metrics without the token: 401" test "$(https_get /metrics)" = 401
+check "https /metrics with the token: 200" \
+	test "$(https_get /metrics "Authorization: Bearer $TOKEN")" = 200
 check "https /metrics with the token: the metrics" grep -q '^datagrid_' "$WORK/https.out"
+# the dashboard and its answers: the same TLS and the same token
+check "https / (the dashboard) without the token: 401" test "$(https_get /)" = 401
+check "https / with the token: 200" test "$(https_get / "Authorization: Bearer $TOKEN")" = 200
+check "https / with the token: the page" grep -q '<script src="/dashboard.js"' "$WORK/https.out"
+check "https /api/state without the token: 401" test "$(https_get /api/state)" = 401
+check "https /api/state with the token: 200" \
+	test "$(https_get /api/state "Authorization: Bearer $TOKEN")" = 200
+check "https /api/state with the token: ok, ACTIVE" \
+	grep -q '^{"ok":true,"result":{.*"state":"ACTIVE"' "$WORK/https.out"
 stop_all_checked
 
 log "6. no secret on a non-loopback address"
