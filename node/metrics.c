@@ -12,6 +12,7 @@
  *   datagrid_node_uptime_seconds                   gauge
  *   datagrid_topology_version                      gauge  the topology this node has installed
  *   datagrid_cluster_nodes                         gauge  nodes in it (servers and clients)
+ *   datagrid_coordinator                           gauge  1 on the node coordinating it
  *   datagrid_segmented, datagrid_quorum_voters, datagrid_quorum_reachable   gauges
  *   datagrid_segmentations_total, datagrid_rejoins_total,
  *   datagrid_lease_losses_total,
@@ -253,10 +254,23 @@ static void put_node(mtext *t, dg_node *n)
 
 	int64_t version_now = 0;
 	size_t nodes = dg_node_topology(n, &version_now, NULL, 0);
+	/* the coordinator is the oldest node: the smallest join order */
+	dg_node_info *infos = nodes ? dgi_alloc((nodes + 8) * sizeof(*infos)) : NULL;
+	size_t got = infos ? dg_node_topology(n, &version_now, infos, nodes + 8) : 0;
+	int64_t self = -1, oldest = -1;
+	for (size_t i = 0; i < got && i < nodes + 8; i++) {
+		if (infos[i].id == dg_node_get_id(n))
+			self = infos[i].order;
+		if (oldest < 0 || infos[i].order < oldest)
+			oldest = infos[i].order;
+	}
+	dgi_free(infos);
 	put_one(t, "datagrid_topology_version", G, "Topology version installed on this node.",
 	    (uint64_t)version_now);
 	put_one(t, "datagrid_cluster_nodes", G, "Nodes in that topology (servers and clients).",
 	    nodes);
+	put_one(t, "datagrid_coordinator", G, "1 when this node coordinates that topology (the "
+	    "oldest node), else 0.", self >= 0 && self == oldest);
 
 	dg_member_quorum q;
 	dg_member_quorum_get(dgi_node_member(n), &q);

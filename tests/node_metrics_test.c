@@ -337,6 +337,9 @@ static void test_two_nodes_count_the_exchange(void **state)
 	check_topology(a, ra.body);
 	check_topology(b, rb.body);
 	assert_true(value_of(ra.body, "datagrid_cluster_nodes") == 2);
+	/* a formed the cluster, b joined it: a is the oldest, the coordinator */
+	assert_true(value_of(ra.body, "datagrid_coordinator") == 1);
+	assert_true(value_of(rb.body, "datagrid_coordinator") == 0);
 
 	reply_free(&before_a);
 	reply_free(&before_b);
