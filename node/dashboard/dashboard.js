@@ -23,7 +23,8 @@ const state = {
   maps: new Map(),          /* node id -> {el, cells, head} */
   refreshes: 0,
   lastPt: null,
-  peakLeft: new Map(),      /* cache -> most partitions left in this rebalancing */             /* the last partitions answer (the picker redraws it) */
+  peakLeft: new Map(),
+  typeHist: new Map(),      /* message type -> its last SPARK_POINTS rates */      /* cache -> most partitions left in this rebalancing */             /* the last partitions answer (the picker redraws it) */
 };
 
 function el(tag, props, ...kids) {
@@ -256,12 +257,19 @@ function drawMetrics(mt) {
     const rate = (k) => (b && dt > 0 ? Math.max(0, x[k] - b[k]) / dt : null);
     const s = rate("sent"), r = rate("received");
     total += (s || 0) + (r || 0);
-    rows.push({ x, s, r, bo: rate("bytes_sent"), bi: rate("bytes_received") });
+    let h = state.typeHist.get(x.type);
+    if (!h) state.typeHist.set(x.type, h = []);
+    if (s != null) {
+      h.push(s + r);
+      if (h.length > SPARK_POINTS) h.shift();
+    }
+    rows.push({ x, s, r, bo: rate("bytes_sent"), bi: rate("bytes_received"), h });
   }
   rows.sort((a, b) => ((b.s || 0) + (b.r || 0)) - ((a.s || 0) + (a.r || 0)) || a.x.type.localeCompare(b.x.type));
   fill("messages", rows.slice(0, 16).map((w) => el("tr", { data: { type: w.x.type } },
-    td(w.x.type), num(fmt(w.s)), num(fmt(w.r)), num(fmt(w.bo == null ? null : w.bo / 1024)),
-    num(fmt(w.bi == null ? null : w.bi / 1024)), num(w.x.failures))), "no messages yet", 6);
+    td(w.x.type), el("td", null, spark(w.h, "small", w.x.type + " messages per second")),
+    num(fmt(w.s)), num(fmt(w.r)), num(fmt(w.bo == null ? null : w.bo / 1024)),
+    num(fmt(w.bi == null ? null : w.bi / 1024)), num(w.x.failures))), "no messages yet", 7);
   if (prev) {
     state.spark.push(total);
     if (state.spark.length > SPARK_POINTS) state.spark.shift();
@@ -286,19 +294,34 @@ function drawMetrics(mt) {
   fill("latency", lrows, "no caches", 6);
 }
 
-function drawSpark() {
-  const svg = $("msg-spark");
-  const pts = state.spark;
+/* A line of the last SPARK_POINTS rates in svg (made when null), newest
+ * at the right; its title says the last value and the peak in words. */
+function spark(pts, cls, what, svg) {
+  const NS = "http://www.w3.org/2000/svg";
+  if (!svg) {
+    svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", "0 0 300 40");
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("class", "spark " + cls);
+    svg.setAttribute("role", "img");
+  }
   const max = Math.max(1, ...pts);
   const step = 300 / (SPARK_POINTS - 1);
   const off = SPARK_POINTS - pts.length;
-  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  const line = document.createElementNS(NS, "polyline");
   line.setAttribute("points", pts.map((v, i) => ((off + i) * step).toFixed(1) + "," +
     (38 - (v / max) * 36).toFixed(1)).join(" "));
-  const label = document.createElementNS("http://www.w3.org/2000/svg", "title");
-  label.textContent = "messages per second, last " + pts.length * REFRESH_MS / 1000 + " s; now " +
+  const label = document.createElementNS(NS, "title");
+  const words = what + ", last " + pts.length * REFRESH_MS / 1000 + " s: now " +
     fmt(pts[pts.length - 1]) + ", peak " + fmt(max);
+  label.textContent = words;
+  svg.setAttribute("aria-label", words);
   svg.replaceChildren(label, line);
+  return svg;
+}
+
+function drawSpark() {
+  spark(state.spark, "", "messages per second, all types", $("msg-spark"));
 }
 
 /* ---- transactions ---- */
