@@ -243,6 +243,24 @@ static void hconn_give(dgi_http *h, hconn *x)
 	pthread_mutex_unlock(&h->mu);
 }
 
+/* After the last answer of a TLS connection: nng 1.5.2 may still hold
+ * part of it when the stream closes, and closing at once can drop that
+ * part (a client then gets "200" and no body, as an openssl s_client
+ * GET of /api/state did in a CI run; admin.c lingers after a refusal for
+ * the same reason).  Reads, discarding, until the client closes or
+ * LINGER_MS pass; the connection is not pinned meanwhile, so a new one
+ * may close it to make room. */
+#define LINGER_MS 250
+static void linger(dgi_http *h, dgi_srv_conn *s, char *in, size_t cap)
+{
+	if (h->tls == NULL)
+		return; /* TCP: the kernel sends what was written before the FIN */
+	uint64_t end = dgi_now_ms() + LINGER_MS;
+	size_t got;
+	while (dgi_now_ms() < end && dgi_aconn_read_some(&s->c, in, cap, end, &got) == DG_OK)
+		;
+}
+
 /* Requests on one connection until it closes, errs or idles out. */
 static void serve(dgi_http *h, dgi_srv_conn *s, char *in, size_t cap)
 {
@@ -253,7 +271,8 @@ static void serve(dgi_http *h, dgi_srv_conn *s, char *in, size_t cap)
 		int pr;
 		while ((pr = dgi_http_parse(in, have, &r)) == 0) {
 			if (have == cap) {
-				answer_text(h, s, 431, "request head too large\n", false, false);
+				if (answer_text(h, s, 431, "request head too large\n", false, false) == DG_OK)
+					linger(h, s, in, cap);
 				return;
 			}
 			size_t got;
@@ -262,13 +281,17 @@ static void serve(dgi_http *h, dgi_srv_conn *s, char *in, size_t cap)
 			have += got;
 		}
 		if (pr < 0) {
-			answer_text(h, s, 400, "malformed request\n", false, false);
+			if (answer_text(h, s, 400, "malformed request\n", false, false) == DG_OK)
+				linger(h, s, in, cap);
 			return;
 		}
 		(void)dgi_srv_pin(s, UINT32_MAX);   /* answering: not closed for room */
-		if (handle(h, s, &r) != DG_OK)
-			return;
+		dg_err e = handle(h, s, &r);
 		dgi_srv_unpin(s);
+		if (e == DG_ERR_CLOSED)
+			linger(h, s, in, cap);      /* answered; the client asked to close */
+		if (e != DG_OK)
+			return;
 		/* a pipelined next request stays in the buffer */
 		memmove(in, in + r.head_len, have - r.head_len);
 		have -= r.head_len;
