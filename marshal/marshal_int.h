@@ -18,6 +18,17 @@
  * and freed with the registry, so a reader can never see freed memory;
  * registrations are rare, so the retired memory stays within 2x of the live.
  *
+ * Plans.  A bound descriptor also carries what its struct encoder and
+ * decoder would otherwise work out for every object: the fixed area as
+ * copy runs (fops: fields adjacent in the struct move in one copy, since
+ * both sides are little-endian), the headroom one reservation must leave
+ * (tail), and whether it is *flat* — every var field an I32, I64, STRING or
+ * BYTES.  Flat descriptors get their own encoder and decoder (object.c):
+ * no call and no address-taken cursor in the loop, integers and blobs
+ * decoded knowing the span the footer gives them, and at the top level
+ * (dg_write_object, dg_decode_object) one function from header to footer.
+ * The bytes are the same on every path.
+ *
  * Built-ins.  Every container and special kind has a descriptor of its own
  * (name "dg.<Kind>"), built and published REGISTERED when the registry is
  * created; reg->builtin[kind] points at it directly so writers and readers
@@ -95,10 +106,17 @@ struct dgi_field {
  * order, 8 bytes per field): built once with the descriptor. */
 struct dgi_op {
 	uint32_t c_off;       /* offset in the bound struct */
-	uint8_t kind;         /* dg_kind */
-	uint8_t width;        /* fixed fields: bytes */
+	uint8_t kind;         /* dg_kind, or DGI_OP_RUN */
+	uint8_t width;        /* fixed fields and runs: bytes */
 	uint16_t field;       /* layout index into fields[] (rare kinds) */
 };
+
+/* dgi_op.kind of a run of the fixed area (dg_desc.fops): consecutive fixed
+ * fields whose C layout is the wire's — adjacent in the struct in layout
+ * order, none a bool (a bool is checked or normalised on its own) — copied
+ * as one block of `width` bytes.  Both sides are little-endian (the #error
+ * above), so a struct's bytes are the wire's. */
+#define DGI_OP_RUN 0xFF
 
 #define DESC_REGISTERED 0x52454731u  /* "REG1": published and immutable */
 
@@ -115,6 +133,8 @@ struct dg_desc {
 	uint8_t builtin;         /* dg_kind for built-in descriptors, else 0 */
 	uint8_t bound;           /* every field bound to the C struct */
 	uint8_t primary;         /* the type's primary schema (tags OBJ/DEF) */
+	uint8_t flat;            /* bound, and every var field an I32, I64,
+	                            STRING or BYTES: encode_flat / decode_flat */
 	uint8_t big;             /* bound, with a collection field: its objects
 	                            are usually 128 bytes or more (a 2-byte
 	                            length slot when encoding) */
@@ -124,6 +144,12 @@ struct dg_desc {
 	const char *name;
 	struct dgi_field *fields;  /* layout order */
 	struct dgi_op *ops;        /* layout order, bound descriptors */
+	struct dgi_op *fops;       /* bound: the fixed area as runs and bools */
+	uint32_t nfops;
+	uint32_t tail;           /* encode headroom kept after each field: every
+	                            bounded var field (<= 15 bytes, plus the
+	                            slack of 8-byte varint stores), the footer
+	                            and a longer length prefix */
 	uint16_t *decl_to_layout;
 	uint16_t *idx;           /* field id table: layout index + 1, 0 empty */
 	/* built-in sorted containers: canonical key order */
@@ -228,6 +254,11 @@ int dgi_cmp_encoded(const uint8_t *a, size_t alen, const uint8_t *b,
  * end (length prefix included). */
 dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
     unsigned depth);
+/* dg_write_object of a flat descriptor at the top level (depth 0, no
+ * error yet): header and body.  On any failure it leaves the buffer as it
+ * was and hands over to dgi_w_top_failed (writer.c), the general path. */
+dg_err dgi_write_top_flat(dg_writer *w, const dg_desc *d, const void *obj);
+dg_err dgi_w_top_failed(dg_writer *w, const dg_desc *d, const void *obj);
 /* Check body framing: footer offsets monotonic and inside the var area. */
 dg_err dgi_body_check(const dg_desc *d, const uint8_t *body, uint32_t len);
 /* Decode body (schema s) into struct out bound by d (same type). */
@@ -357,9 +388,25 @@ static inline uint8_t *dgi_put_uvarint_fast(uint8_t *p, uint64_t v)
 		*p = (uint8_t)v;
 		return p + 1;
 	}
+	if (v < (1u << 28)) {
+		/* 2..4 bytes: the same in 32 bits, whose masks are immediates */
+		uint32_t y = (uint32_t)v;
+		unsigned n = 2 + (y >= (1u << 14)) + (y >= (1u << 21));
+		y = ((y << 2) & 0x3FFF0000u) | (y & 0x00003FFFu);
+		y = ((y << 1) & 0x7F007F00u) | (y & 0x007F007Fu);
+		y |= 0x808080u >> (8 * (4 - n));   /* continuation bits */
+		memcpy(p, &y, 4);
+		return p + n;
+	}
 	if (DG_UNLIKELY(v >> 56))
 		return dgi_put_uvarint(p, v);
-	unsigned n = (unsigned)(70 - __builtin_clzll(v)) / 7; /* bytes, 2..8 */
+	/* bytes (5..8) and their continuation bits by the highest bit set */
+	static const uint8_t bytes[56] = {
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		0, 0, 0, 0, 0, 0, 0, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6,
+		7, 7, 7, 7, 7, 7, 7, 8, 8, 8, 8, 8, 8, 8,
+	};
+	unsigned n = bytes[63 - __builtin_clzll(v)];
 	uint64_t x = v;
 	x = ((x << 4) & 0x0FFFFFFF00000000ull) | (x & 0x000000000FFFFFFFull);
 	x = ((x << 2) & 0x3FFF00003FFF0000ull) | (x & 0x00003FFF00003FFFull);
@@ -445,6 +492,50 @@ static inline dg_err dgi_get_uvarint_lim(const uint8_t **pp, const uint8_t *end,
 	return dgi_get_uvarint(pp, end, out);
 }
 
+/* A varint that must fill exactly the n >= 1 bytes at p — an integer field
+ * whose span the footer gives: true with *out when it does.  For 2..8
+ * bytes with 8 loadable at p (lim - p >= 8) one word load checks the shape:
+ * every byte but the last continues, the last ends and is not 0 (minimal).
+ * False for anything else, which the caller decodes the general way for
+ * its precise error (or for a 9- or 10-byte varint, its value). */
+static inline bool dgi_uvarint_span(const uint8_t *p, size_t n,
+    const uint8_t *lim, uint64_t *out)
+{
+	if (n == 1) {
+		*out = p[0];
+		return p[0] < 0x80;
+	}
+	if (n <= 4 && lim - p >= 4) {
+		/* the same in 32 bits, whose masks are immediates */
+		uint32_t w;
+		memcpy(&w, p, 4);
+		unsigned sh = 32 - 8 * (unsigned)n;        /* 0..16 */
+		uint32_t hi = 0x80808080u >> sh, last = 0x80000000u >> sh;
+		if (DG_UNLIKELY((w & hi) != (hi ^ last) || (w << sh) >> 24 == 0))
+			return false;
+		uint32_t x = ((w << sh) >> sh) & 0x7F7F7F7Fu;
+		x = ((x & 0x7F007F00u) >> 1) | (x & 0x007F007Fu);
+		x = ((x & 0x3FFF0000u) >> 2) | (x & 0x00003FFFu);
+		*out = x;
+		return true;
+	}
+	if (DG_UNLIKELY(n > 8 || lim - p < 8))
+		return false;
+	uint64_t w;
+	memcpy(&w, p, 8);
+	unsigned sh = 64 - 8 * (unsigned)n;            /* 0..48 */
+	uint64_t hi = 0x8080808080808080ull >> sh;     /* high bits of n bytes */
+	uint64_t last = 0x8000000000000000ull >> sh;   /* that of byte n-1 */
+	if (DG_UNLIKELY((w & hi) != (hi ^ last) || (w << sh) >> 56 == 0))
+		return false;
+	uint64_t x = ((w << sh) >> sh) & 0x7F7F7F7F7F7F7F7Full;
+	x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
+	x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
+	x = ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
+	*out = x;
+	return true;
+}
+
 /* A timestamp's payload: svarint ms, uvarint ns (0..999999). */
 static inline dg_err dgi_get_timestamp(const uint8_t **pp, const uint8_t *end,
     dg_timestamp *out)
@@ -469,7 +560,11 @@ static inline bool dgi_utf8_ok(const uint8_t *s, size_t n)
 {
 	if (n <= 64) {
 		uint64_t a = 0, b = 0;
-		if (n >= 8) {
+		if (n >= 8 && n <= 16) {
+			/* two overlapping words: no loop for the usual short text */
+			memcpy(&a, s, 8);
+			memcpy(&b, s + n - 8, 8);
+		} else if (n >= 8) {
 			for (size_t i = 0; i + 8 < n; i += 8) {
 				uint64_t x;
 				memcpy(&x, s + i, 8);

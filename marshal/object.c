@@ -271,7 +271,146 @@ DG_NOINLINE static dg_err encode_rare(dg_writer *w, const dg_desc *d,
 	return DG_OK;
 }
 
+/* The fixed area, from the struct at src to p: runs of fields whose C
+ * layout is the wire's in one copy each (DGI_OP_RUN), bools normalised. */
+static inline uint8_t *put_fixed(const dg_desc *d, const uint8_t *src,
+    uint8_t *p)
+{
+	for (const struct dgi_op *op = d->fops, *end = op + d->nfops; op < end;
+	    op++) {
+		const uint8_t *s = src + op->c_off;
+		switch (op->width) {
+		case 1:
+			*p = op->kind == DG_BOOL ? (*(const bool *)s ? 1 : 0) : *s;
+			break;
+		case 2: memcpy(p, s, 2); break;
+		case 4: memcpy(p, s, 4); break;
+		case 8: memcpy(p, s, 8); break;
+		case 16: memcpy(p, s, 16); break;
+		default: dgi_copy(p, s, op->width); break;
+		}
+		p += op->width;
+	}
+	return p;
+}
+
+/* Room for n more bytes at p, out of line: the buffer may move. */
+DG_NOINLINE static uint8_t *grow(dg_buf *b, uint8_t *p, size_t n, dg_err *e)
+{
+	size_t at = (size_t)(p - b->data);
+	b->len = at;
+	if ((*e = dg_buf_reserve(b, n)) != DG_OK)
+		return NULL;
+	return b->data + at;
+}
+
+/* A string or bytes field at p (room checked by the caller): uvarint
+ * (len + 1) and the bytes, or 00 for null. */
+static inline uint8_t *put_blob(uint8_t *p, const dg_bytes *v)
+{
+	if (v->ptr == NULL) {
+		*p = 0;
+		return p + 1;
+	}
+	p = dgi_put_uvarint_fast(p, (uint64_t)v->len + 1);
+	dgi_copy(p, v->ptr, v->len);
+	return p + v->len;
+}
+
+/* The encoder of flat descriptors (d->flat: every var field an I32, I64,
+ * STRING or BYTES, so no collection and a 1-byte length slot): nothing in
+ * the loop calls out or takes p's address, and one reservation covers all
+ * but the blobs' bytes. */
+static inline __attribute__((always_inline)) dg_err encode_flat(dg_buf *b,
+    const dg_desc *d, const uint8_t *src)
+{
+	uint32_t offs[DG_MAX_FIELDS];
+	size_t start = b->len;
+	size_t room = 1 + d->fixed_size + d->tail;
+	dg_err e;
+	if (DG_UNLIKELY(b->cap - start < room) &&
+	    (e = dg_buf_reserve(b, room)) != DG_OK)
+		return e;
+	/* the descriptor's fields in locals: stores through p may alias it */
+	const size_t tail = d->tail;
+	const uint32_t k = d->nfoot;
+	uint8_t *body = b->data + start + 1;
+	uint8_t *p = put_fixed(d, src, body);
+	const struct dgi_op *op = d->ops + d->nfixed, *end = d->ops + d->nfields;
+	for (uint32_t *off = offs; op < end; op++) {
+		const uint8_t *s = src + op->c_off;
+		*off++ = (uint32_t)(p - body);
+		if (op->kind == DG_I64) {
+			p = dgi_put_uvarint_fast(p, dgi_zigzag(*(const int64_t *)s));
+		} else if (op->kind == DG_I32) {
+			p = dgi_put_uvarint_fast(p, dgi_zigzag(*(const int32_t *)s));
+		} else {
+			const dg_bytes *v = (const dg_bytes *)s; /* dg_str's layout */
+			if (v->ptr != NULL) {
+				if (op->kind == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
+					return DG_ERR_UTF8;
+				if (DG_UNLIKELY((size_t)(b->data + b->cap - p) <
+				    (size_t)v->len + tail)) {
+					if ((p = grow(b, p, (size_t)v->len + tail, &e)) == NULL)
+						return e;
+					body = b->data + start + 1;
+				}
+			}
+			p = put_blob(p, v);
+		}
+	}
+	/* the usual small body: 1-byte footer entries and length, and the
+	 * footer's room is in the reservation (tail) */
+	size_t data_len = (size_t)(p - body);
+	if (DG_LIKELY(data_len + k < 0x80 && k <= 4)) {
+		switch (k) { /* unrolled: a loop costs more for so few */
+		case 4: p[3] = (uint8_t)offs[4]; /* fallthrough */
+		case 3: p[2] = (uint8_t)offs[3]; /* fallthrough */
+		case 2: p[1] = (uint8_t)offs[2]; /* fallthrough */
+		case 1: p[0] = (uint8_t)offs[1]; /* fallthrough */
+		default: break;
+		}
+		body[-1] = (uint8_t)(data_len + k);
+		b->len = (size_t)(p + k - b->data);
+		return DG_OK;
+	}
+	b->len = (size_t)(p - b->data);
+	return dgi_body_finish(b, start, 1, offs, d->nvar);
+}
+
+static dg_err encode_general(dg_writer *w, const dg_desc *d, const void *obj,
+    unsigned depth);
+
+dg_err dgi_write_top_flat(dg_writer *w, const dg_desc *d, const void *obj)
+{
+	dg_buf *b = w->w_buf;
+	size_t at = b->len;
+	if (DG_LIKELY(b->cap - at >= 9)) {
+		uint8_t *p = b->data + at;
+		p[0] = d->primary ? TAG_OBJ : TAG_OBJ_S;
+		dgi_st32(p + 1, d->type_id);
+		dgi_st32(p + 5, d->schema_id); /* overwritten by the body if primary */
+		b->len = at + (d->primary ? 5 : 9);
+		dg_err e = encode_flat(b, d, obj);
+		if (DG_LIKELY(e == DG_OK))
+			return DG_OK;
+		b->len = at;
+	}
+	return dgi_w_top_failed(w, d, obj);
+}
+
 dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
+    unsigned depth)
+{
+	if (depth > DG_MAX_DEPTH)
+		return DG_ERR_DEPTH;
+	if (d->flat)
+		return encode_flat(w->w_buf, d, obj);
+	return encode_general(w, d, obj, depth);
+}
+
+/* Any bound descriptor: the rarer kinds out of line (encode_rare). */
+static dg_err encode_general(dg_writer *w, const dg_desc *d, const void *obj,
     unsigned depth)
 {
 	uint32_t offs[DG_MAX_FIELDS];
@@ -279,34 +418,19 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 	const uint8_t *src = obj;
 	dg_err e;
 
-	if (depth > DG_MAX_DEPTH)
-		return DG_ERR_DEPTH;
-	size_t start;                 /* the length slot */
-	unsigned slot = d->big ? 2 : 1;
-	if ((e = dgi_body_begin(b, &start, slot)) != DG_OK)
+	unsigned slot = d->big ? 2 : 1;   /* the length slot */
+	size_t start = b->len;
+	/* one reservation for the length slot, the fixed area and every
+	 * bounded var field (d->tail); blobs check for their own bytes */
+	size_t room = slot + d->fixed_size + d->tail;
+	if (DG_UNLIKELY(b->cap - start < room) &&
+	    (e = dg_buf_reserve(b, room)) != DG_OK)
 		return e;
-	uint8_t *p = b->data + start + slot;
-	/* Room for the fixed area, every bounded var field (<= 15 bytes, plus
-	 * the slack of 8-byte varint stores), the footer and a longer length
-	 * prefix; blobs reserve their own bytes. */
-	size_t tail = (size_t)d->nvar * 20 + 8;
-	ROOM(d->fixed_size + tail);
-
-	const struct dgi_op *op = d->ops, *fixed_end = op + d->nfixed;
-	for (; op < fixed_end; op++) {
-		const uint8_t *s = src + op->c_off;
-		switch (op->width) {
-		case 1: *p = op->kind == DG_BOOL ? (*(const bool *)s ? 1 : 0) : *s; break;
-		case 2: memcpy(p, s, 2); break;
-		case 4: memcpy(p, s, 4); break;
-		case 8: memcpy(p, s, 8); break;
-		default: memcpy(p, s, 16); break;
-		}
-		p += op->width;
-	}
-	const uint8_t *body = b->data + start + slot;
+	uint8_t *body = b->data + start + slot;
+	uint8_t *p = put_fixed(d, src, body);
 	uint32_t *off = offs;
-	for (const struct dgi_op *end = d->ops + d->nfields; op < end; op++) {
+	for (const struct dgi_op *op = d->ops + d->nfixed, *end = d->ops + d->nfields;
+	    op < end; op++) {
 		const uint8_t *s = src + op->c_off;
 		*off++ = (uint32_t)(p - body);
 		switch (op->kind) {
@@ -325,8 +449,10 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 			}
 			if (op->kind == DG_STRING && !dgi_utf8_ok(v->ptr, v->len))
 				return DG_ERR_UTF8;
-			if (DG_UNLIKELY((size_t)(b->data + b->cap - p) < (size_t)v->len + tail)) {
-				ROOM((size_t)v->len + tail);
+			if (DG_UNLIKELY((size_t)(b->data + b->cap - p) <
+			    (size_t)v->len + d->tail)) {
+				if ((p = grow(b, p, (size_t)v->len + d->tail, &e)) == NULL)
+					return e;
 				body = b->data + start + slot;
 			}
 			p = dgi_put_uvarint_fast(p, (uint64_t)v->len + 1);
@@ -334,12 +460,16 @@ dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
 			p += v->len;
 			break;
 		}
-		default:
-			e = encode_rare(w, d, &d->fields[op->field], s, &p, tail, depth);
+		default: {
+			/* only q's address is taken: p stays in a register */
+			uint8_t *q = p;
+			e = encode_rare(w, d, &d->fields[op->field], s, &q, d->tail, depth);
 			if (e != DG_OK)
 				return e;
+			p = q;
 			body = b->data + start + slot;
 			break;
+		}
 		}
 	}
 	b->len = (size_t)(p - b->data);
@@ -1017,6 +1147,31 @@ DG_NOINLINE static dg_err decode_other_schema(const dg_registry *reg,
 	return DG_OK;
 }
 
+/* An integer field whose span dgi_uvarint_span did not take: the general
+ * decode, for its value (9 or 10 bytes, or near the end of the input) or
+ * its precise error; the span must hold the varint exactly. */
+DG_NOINLINE static dg_err int_slow(const uint8_t *p, const uint8_t *end,
+    const uint8_t *lim, uint64_t *v)
+{
+	dg_err e = dgi_get_uvarint_lim(&p, end, lim, v);
+	if (e == DG_OK && p != end)
+		e = DG_ERR_BAD_LENGTH;
+	return e;
+}
+
+/* The integer filling [p, end): the span decode, else int_slow (whose
+ * out-parameter is a local of its own, so v stays in a register). */
+static inline dg_err get_span_int(const uint8_t *p, const uint8_t *end,
+    const uint8_t *lim, uint64_t *v)
+{
+	if (DG_LIKELY(dgi_uvarint_span(p, (size_t)(end - p), lim, v)))
+		return DG_OK;
+	uint64_t t = 0;
+	dg_err e = int_slow(p, end, lim, &t);
+	*v = t;
+	return e;
+}
+
 /* Var fields of the rarer kinds, out of the hot loop. */
 DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
     const struct dgi_field *f, const uint8_t **pp, const uint8_t *end,
@@ -1058,33 +1213,12 @@ DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
 	    depth);
 }
 
-dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
-    const dg_desc *d, const uint8_t *body, uint32_t len, void *obj,
-    dg_arena *arena, unsigned depth)
+/* The fixed area at p into the struct at out, run by run; bools checked. */
+static inline dg_err get_fixed(const dg_desc *d, const uint8_t *p,
+    uint8_t *out)
 {
-	uint8_t *out = obj;
-	if (depth > DG_MAX_DEPTH)
-		return DG_ERR_DEPTH;
-	if (DG_UNLIKELY(s->schema_id != d->schema_id))
-		return decode_other_schema(reg, s, d, body, len, out, arena, depth);
-
-	/* Same schema: walk the layout once, checking each var field against
-	 * the footer so sequential and O(1) readers can never disagree (this
-	 * also validates the footer: dg_read_object skips dgi_body_check). */
-	uint32_t k = d->nfoot;
-	unsigned ow = dgi_off_width(len);
-	if ((uint64_t)d->fixed_size + (uint64_t)k * ow > len)
-		return DG_ERR_BAD_LENGTH;
-	const uint8_t *end = body + len - k * ow;   /* the footer starts here */
-	const uint8_t *lim = body + len;            /* loads may reach into it */
-	const uint8_t *p = body;
-	uint64_t v;
-	uint32_t n;
-	bool null;
-	dg_err e;
-
-	const struct dgi_op *op = d->ops, *fixed_end = op + d->nfixed;
-	for (; op < fixed_end; op++) {
+	for (const struct dgi_op *op = d->fops, *end = op + d->nfops; op < end;
+	    op++) {
 		uint8_t *dst = out + op->c_off;
 		switch (op->width) {
 		case 1:
@@ -1099,42 +1233,190 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 		case 2: memcpy(dst, p, 2); break;
 		case 4: memcpy(dst, p, 4); break;
 		case 8: memcpy(dst, p, 8); break;
-		default: memcpy(dst, p, 16); break;
+		case 16: memcpy(dst, p, 16); break;
+		default: dgi_copy(dst, p, op->width); break;
+		}
+		p += op->width;
+	}
+	return DG_OK;
+}
+
+/* A string or bytes field whose span [p, p + n) the footer gave: the usual
+ * case (a 1-byte length prefix, so prefix = n) inline, the rest through
+ * get_blob for its value or precise error.  Null is ptr NULL. */
+static inline dg_err get_span_blob(const uint8_t *p, uint32_t n, bool str,
+    dg_bytes *out, dg_arena *arena)
+{
+	if (DG_LIKELY(p[0] == n && n < 0x80)) {
+		out->ptr = p + 1;
+		out->len = n - 1;
+	} else {
+		const uint8_t *q = p;
+		uint32_t len;
+		bool null;
+		dg_err e = get_blob(&q, p + n, &len, &null);
+		if (e != DG_OK)
+			return e;
+		if (q + (null ? 0 : len) != p + n)
+			return DG_ERR_BAD_LENGTH;
+		out->ptr = null ? NULL : q;
+		out->len = len;
+		if (null)
+			return DG_OK;
+	}
+	if (str && !dgi_utf8_ok(out->ptr, out->len))
+		return DG_ERR_UTF8;
+	if (arena != NULL && !arena->views) {
+		void *c = dgi_arena_copy(arena, out->ptr, out->len, 1, str);
+		if (c == NULL)
+			return DG_ERR_NOSPACE;
+		out->ptr = c;
+	}
+	return DG_OK;
+}
+
+/* The decoder of a flat descriptor's own schema with 1-byte footer entries
+ * (body_len <= 255; d->flat: no rare kind, so no call in the loop, and the
+ * varints and blobs are decoded knowing their spans).  The same checks and
+ * errors as the general loop of dgi_obj_decode. */
+static dg_err decode_flat(const dg_desc *d, const uint8_t *body,
+    uint32_t len, uint8_t *out, dg_arena *arena)
+{
+	/* the descriptor's fields in locals: stores into out may alias it */
+	const uint32_t k = d->nfoot, fixed = d->fixed_size;
+	if (fixed + k > len)
+		return DG_ERR_BAD_LENGTH;
+	uint32_t last = len - k;            /* the footer starts here */
+	const uint8_t *foot = body + last;
+	const uint8_t *lim = body + len;    /* loads may reach into the footer */
+	const struct dgi_op *op = d->ops + d->nfixed, *oend = d->ops + d->nfields;
+	uint64_t v;
+	dg_err e;
+
+	if ((e = get_fixed(d, body, out)) != DG_OK)
+		return e;
+	uint32_t at = fixed;
+	if (op == oend)
+		return at == last ? DG_OK : DG_ERR_BAD_LENGTH;
+	for (; op < oend; op++) {
+		/* the last var field ends where the footer starts */
+		uint32_t next = foot < lim ? *foot++ : last;
+		if (next <= at || next > last)
+			return DG_ERR_BAD_LENGTH;
+		const uint8_t *p = body + at;
+		uint32_t n = next - at;
+		uint8_t *dst = out + op->c_off;
+		at = next;
+		switch (op->kind) {
+		case DG_I64:
+			if ((e = get_span_int(p, p + n, lim, &v)) != DG_OK)
+				return e;
+			*(int64_t *)dst = dgi_unzigzag(v);
+			break;
+		case DG_I32: {
+			if ((e = get_span_int(p, p + n, lim, &v)) != DG_OK)
+				return e;
+			int64_t x = dgi_unzigzag(v);
+			if (x < INT32_MIN || x > INT32_MAX)
+				return DG_ERR_RANGE;
+			*(int32_t *)dst = (int32_t)x;
+			break;
+		}
+		default: /* DG_STRING, DG_BYTES */
+			if ((e = get_span_blob(p, n, op->kind == DG_STRING,
+			    (dg_bytes *)dst, arena)) != DG_OK)
+				return e;
+			break;
+		}
+	}
+	return DG_OK;
+}
+
+dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
+    const dg_desc *d, const uint8_t *body, uint32_t len, void *obj,
+    dg_arena *arena, unsigned depth)
+{
+	if (DG_LIKELY(d->flat && len <= 0xFF && s->schema_id == d->schema_id))
+		return depth > DG_MAX_DEPTH ? DG_ERR_DEPTH :
+		    decode_flat(d, body, len, obj, arena);
+	uint8_t *out = obj;
+	if (depth > DG_MAX_DEPTH)
+		return DG_ERR_DEPTH;
+	if (DG_UNLIKELY(s->schema_id != d->schema_id))
+		return decode_other_schema(reg, s, d, body, len, out, arena, depth);
+
+	/* Same schema: walk the layout once, checking each var field against
+	 * the footer so sequential and O(1) readers can never disagree (this
+	 * also validates the footer: dg_read_object skips dgi_body_check). */
+	uint32_t k = d->nfoot;
+	unsigned ow = dgi_off_width(len);
+	if ((uint64_t)d->fixed_size + (uint64_t)k * ow > len)
+		return DG_ERR_BAD_LENGTH;
+	const uint8_t *data_end = body + len - k * ow; /* the footer starts here */
+	const uint8_t *lim = body + len;               /* loads may reach into it */
+	const uint8_t *p = body;
+	uint64_t v;
+	uint32_t n;
+	bool null;
+	dg_err e;
+
+	for (const struct dgi_op *op = d->fops, *fend = op + d->nfops; op < fend;
+	    op++) {
+		uint8_t *dst = out + op->c_off;
+		switch (op->width) {
+		case 1:
+			if (op->kind == DG_BOOL) {
+				if (*p > 1)
+					return DG_ERR_RANGE;
+				*(bool *)dst = *p;
+			} else {
+				*dst = *p;
+			}
+			break;
+		case 2: memcpy(dst, p, 2); break;
+		case 4: memcpy(dst, p, 4); break;
+		case 8: memcpy(dst, p, 8); break;
+		case 16: memcpy(dst, p, 16); break;
+		default: dgi_copy(dst, p, op->width); break;
 		}
 		p += op->width;
 	}
 	/* Each var field is decoded from the span the footer gives it, not
 	 * from where the previous one ended: the fields are independent of
 	 * each other (no serial chain of lengths), and every field must end
-	 * exactly where the next begins. */
-	const uint8_t *foot = end;
-	const uint8_t *data_end = end;
+	 * exactly where the next begins.  An integer's span is its varint's
+	 * length, so it is decoded knowing where it ends. */
+	const uint8_t *foot = data_end;
 	uint32_t at = d->fixed_size;
-	for (const struct dgi_op *oend = d->ops + d->nfields; op < oend; op++) {
+	uint32_t last = (uint32_t)(data_end - body);
+	for (const struct dgi_op *op = d->ops + d->nfixed, *oend = d->ops + d->nfields;
+	    op < oend; op++) {
 		uint8_t *dst = out + op->c_off;
-		uint32_t next = (uint32_t)(data_end - body);
+		uint32_t next = last;
 		if (op + 1 < oend) {
 			next = ow == 1 ? *foot : dgi_ld_off(foot, ow);
 			foot += ow;
-			if (next <= at || next >= (uint32_t)(data_end - body))
+			if (next <= at || next >= last)
 				return DG_ERR_BAD_LENGTH;
 		}
 		p = body + at;
-		end = body + next;
+		const uint8_t *end = body + next;
 		at = next;
 		switch (op->kind) {
 		case DG_I64:
-			if ((e = dgi_get_uvarint_lim(&p, end, lim, &v)) != DG_OK)
+			if ((e = get_span_int(p, end, lim, &v)) != DG_OK)
 				return e;
 			*(int64_t *)dst = dgi_unzigzag(v);
+			p = end;
 			break;
 		case DG_I32: {
-			if ((e = dgi_get_uvarint_lim(&p, end, lim, &v)) != DG_OK)
+			if ((e = get_span_int(p, end, lim, &v)) != DG_OK)
 				return e;
 			int64_t x = dgi_unzigzag(v);
 			if (x < INT32_MIN || x > INT32_MAX)
 				return DG_ERR_RANGE;
 			*(int32_t *)dst = (int32_t)x;
+			p = end;
 			break;
 		}
 		case DG_STRING:
@@ -1157,11 +1439,15 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 				return e;
 			break;
 		}
-		default:
-			e = decode_rare(reg, &d->fields[op->field], &p, end, dst, arena, depth);
+		default: {
+			/* only q's address is taken: p stays in a register */
+			const uint8_t *q = p;
+			e = decode_rare(reg, &d->fields[op->field], &q, end, dst, arena, depth);
 			if (e != DG_OK)
 				return e;
+			p = q;
 			break;
+		}
 		}
 		if (p != end)
 			return DG_ERR_BAD_LENGTH;
@@ -1171,14 +1457,14 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 	return DG_OK;
 }
 
-dg_err dg_decode_object(const dg_registry *reg, const dg_desc *d,
-    const void *data, size_t len, void *out, dg_arena *arena)
+/* dg_decode_object but for its fast path: any object, through a reader. */
+DG_NOINLINE static dg_err decode_object_slow(const dg_registry *reg,
+    const dg_desc *d, const void *data, size_t len, void *out,
+    dg_arena *arena)
 {
 	const uint8_t *p = data, *end = p + len;
-	if (d == NULL || out == NULL || !d->bound || (data == NULL && len > 0))
-		return DG_ERR_INVAL;
-	/* the common case needs no reader and no registry lookup: an OBJ of
-	 * d's type in its primary schema */
+	/* an OBJ of d's type in its primary schema needs no reader and no
+	 * registry lookup */
 	if (len >= 6 && p[0] == TAG_OBJ && d->primary && dgi_ld32(p + 1) == d->type_id) {
 		uint32_t n;
 		p += 5;
@@ -1195,4 +1481,19 @@ dg_err dg_decode_object(const dg_registry *reg, const dg_desc *d,
 	if (e == DG_OK && dg_reader_left(&r) != 0)
 		e = DG_ERR_BAD_LENGTH;
 	return e;
+}
+
+dg_err dg_decode_object(const dg_registry *reg, const dg_desc *d,
+    const void *data, size_t len, void *out, dg_arena *arena)
+{
+	const uint8_t *p = data;
+	if (d == NULL || out == NULL || !d->bound || (data == NULL && len > 0))
+		return DG_ERR_INVAL;
+	/* the usual key or value: an OBJ of d's type in its primary schema,
+	 * with a 1-byte length, of a flat descriptor — straight to its
+	 * decoder (a tail call: no frame here) */
+	if (DG_LIKELY(d->flat && d->primary && len >= 6 && len - 6 < 0x80 &&
+	    p[0] == TAG_OBJ && dgi_ld32(p + 1) == d->type_id && p[5] == len - 6))
+		return decode_flat(d, p + 6, (uint32_t)(len - 6), out, arena);
+	return decode_object_slow(reg, d, data, len, out, arena);
 }

@@ -133,6 +133,31 @@ static uint32_t pow2_at_least(uint32_t n)
 	return c;
 }
 
+/* The fixed area of a bound descriptor as the encode and decode loops copy
+ * it (DGI_OP_RUN): fields adjacent in the struct in layout order merge into
+ * one run, so a struct whose fixed fields sit together in declaration order
+ * moves its whole fixed area with one copy.  Bools stay single ops.  Returns
+ * the number of ops written to d->fops. */
+static uint32_t fixed_runs(dg_desc *d)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < d->nfixed; i++) {
+		const struct dgi_op *o = &d->ops[i];
+		struct dgi_op *run = n > 0 ? &d->fops[n - 1] : NULL;
+		if (run != NULL && run->kind == DGI_OP_RUN && o->kind != DG_BOOL &&
+		    run->c_off + run->width == o->c_off &&
+		    run->width + o->width <= UINT8_MAX) {
+			run->width = (uint8_t)(run->width + o->width);
+			continue;
+		}
+		d->fops[n] = *o;
+		if (o->kind != DG_BOOL)
+			d->fops[n].kind = DGI_OP_RUN;
+		n++;
+	}
+	return n;
+}
+
 /* The one place that builds a descriptor: counted in reg->builds. */
 static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
     const struct fdef *f, uint32_t n, size_t struct_size, uint8_t builtin,
@@ -143,7 +168,7 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 	for (uint32_t i = 0; i < n; i++)
 		names += f[i].name_len + 1;
 	size_t size = sizeof(dg_desc) + n * sizeof(struct dgi_field) +
-	    n * sizeof(struct dgi_op) + (n + idxcap) * sizeof(uint16_t) + names;
+	    2 * n * sizeof(struct dgi_op) + (n + idxcap) * sizeof(uint16_t) + names;
 	uint8_t *mem = dgi_calloc(1, size);
 	if (mem == NULL)
 		return DG_ERR_NOMEM;
@@ -151,7 +176,8 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 	dg_desc *d = (dg_desc *)mem;
 	d->fields = (struct dgi_field *)(mem + sizeof(dg_desc));
 	d->ops = (struct dgi_op *)(d->fields + n);
-	d->decl_to_layout = (uint16_t *)(d->ops + n);
+	d->fops = d->ops + n;
+	d->decl_to_layout = (uint16_t *)(d->fops + n);
 	d->idx = d->decl_to_layout + n;
 	char *str = (char *)(d->idx + idxcap);
 	d->idx_mask = idxcap - 1;
@@ -212,6 +238,16 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 			d->big = 1;
 	d->nvar = nvar;
 	d->nfoot = nvar > 1 ? nvar - 1 : 0;
+	d->tail = nvar * 20 + 8;
+	if (d->bound) {
+		d->nfops = fixed_runs(d);
+		d->flat = 1;
+		for (uint32_t i = d->nfixed; i < n; i++) {
+			uint8_t k = d->fields[i].kind;
+			if (k != DG_I32 && k != DG_I64 && k != DG_STRING && k != DG_BYTES)
+				d->flat = 0;
+		}
+	}
 	for (uint32_t i = 0; i < n; i++)
 		ids[i] = d->fields[d->decl_to_layout[i]].id;
 	d->schema_id = dgi_schema_id(ids, n);

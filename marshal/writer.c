@@ -514,10 +514,24 @@ static inline dg_err write_object(dg_writer *w, const dg_desc *d,
 	return w->w_err;
 }
 
+/* dgi_write_top_flat could not write the object (a fixed buffer without
+ * the headroom, or an error): the general path, from where it started. */
+DG_NOINLINE dg_err dgi_w_top_failed(dg_writer *w, const dg_desc *d,
+    const void *obj)
+{
+	return write_object(w, d, obj);
+}
+
 dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj)
 {
 	if (d == NULL || obj == NULL || !d->bound || d->builtin)
 		return dgi_w_fail(w, DG_ERR_INVAL);
+	/* a top-level object (a key, a value, a message body) of a flat
+	 * descriptor: no container to account in and no scope, so an
+	 * OBJ/OBJ_S header, written with the body in one function (a tail
+	 * call: no frame here) */
+	if (DG_LIKELY(w->w_depth == 0 && w->w_err == DG_OK && d->flat))
+		return dgi_write_top_flat(w, d, obj);
 	return write_object(w, d, obj);
 }
 
