@@ -1360,27 +1360,9 @@ dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
 	bool null;
 	dg_err e;
 
-	for (const struct dgi_op *op = d->fops, *fend = op + d->nfops; op < fend;
-	    op++) {
-		uint8_t *dst = out + op->c_off;
-		switch (op->width) {
-		case 1:
-			if (op->kind == DG_BOOL) {
-				if (*p > 1)
-					return DG_ERR_RANGE;
-				*(bool *)dst = *p;
-			} else {
-				*dst = *p;
-			}
-			break;
-		case 2: memcpy(dst, p, 2); break;
-		case 4: memcpy(dst, p, 4); break;
-		case 8: memcpy(dst, p, 8); break;
-		case 16: memcpy(dst, p, 16); break;
-		default: dgi_copy(dst, p, op->width); break;
-		}
-		p += op->width;
-	}
+	if ((e = get_fixed(d, p, out)) != DG_OK)
+		return e;
+	p += d->fixed_size;
 	/* Each var field is decoded from the span the footer gives it, not
 	 * from where the previous one ended: the fields are independent of
 	 * each other (no serial chain of lengths), and every field must end
