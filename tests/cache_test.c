@@ -416,6 +416,105 @@ static void test_key_hash_partition_stable(void **state)
 
 /* ---- one embedded node ---- */
 
+/* A local read answers the same whatever the value's form: raw values
+ * around the one-byte-length boundary of their BYTES encoding, appended
+ * to what the buffer holds, with and without room in it; a typed value
+ * read through the raw API; removed and expired keys; hits and misses
+ * counted once each (read.c's one-pass read and the general one). */
+static void test_local_read_forms(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "forms");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	static uint8_t big[100000];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7 + 3);
+	static const size_t lens[] = { 0, 1, 125, 126, 127, 128, 129, 1000, sizeof(big) };
+	dg_buf v;
+	dg_buf_init(&v);
+	dg_cache_metrics m0, m1;
+	OK(dg_cache_get_metrics(c, &m0));
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		char key[16];
+		int kl = snprintf(key, sizeof(key), "len%zu", lens[i]);
+		OK(dg_cache_put(c, key, (size_t)kl, big, lens[i]));
+		/* into an empty buffer without room, then appended after 3 bytes */
+		dg_buf_free(&v);
+		dg_buf_init(&v);
+		OK(dg_cache_get(c, key, (size_t)kl, &v));
+		assert_int_equal(v.len, lens[i]);
+		if (lens[i] > 0)
+			assert_memory_equal(v.data, big, lens[i]);
+		v.len = 0;
+		OK(dg_buf_reserve(&v, 3 + lens[i] + 64));
+		memcpy(v.data, "pre", 3);
+		v.len = 3;
+		OK(dg_cache_get(c, key, (size_t)kl, &v));
+		assert_int_equal(v.len, 3 + lens[i]);
+		assert_memory_equal(v.data, "pre", 3);
+		if (lens[i] > 0)
+			assert_memory_equal(v.data + 3, big, lens[i]);
+	}
+	/* a typed value (a string) is not a raw one: refused, buffer untouched */
+	dg_buf enc;
+	dg_buf_init(&enc);
+	dg_writer w;
+	dg_writer_init(&w, NULL, &enc);
+	OK(dg_write_str(&w, "typed", 5));
+	dg_buf kenc;
+	dg_buf_init(&kenc);
+	dg_writer_init(&w, NULL, &kenc);
+	OK(dg_write_bytes(&w, "t", 1)); /* the raw key "t", as the raw API encodes it */
+	OK(dg_cache_put_val(c, kenc.data, kenc.len, enc.data, enc.len));
+	v.len = 0;
+	EXPECT(dg_cache_get(c, "t", 1, &v), DG_ERR_TYPE_MISMATCH);
+	assert_int_equal(v.len, 0);
+	OK(dg_cache_get_val(c, kenc.data, kenc.len, &v));
+	assert_int_equal(v.len, enc.len);
+	assert_memory_equal(v.data, enc.data, enc.len);
+	/* removed, never written */
+	bool f;
+	OK(dg_cache_remove(c, "len1", 4, &f));
+	assert_true(f);
+	v.len = 0;
+	EXPECT(dg_cache_get(c, "len1", 4, &v), DG_ERR_NOT_FOUND);
+	EXPECT(dg_cache_get(c, "never", 5, &v), DG_ERR_NOT_FOUND);
+	assert_int_equal(v.len, 0);
+	OK(dg_cache_contains(c, "len0", 4, &f));
+	assert_true(f);
+	OK(dg_cache_contains(c, "len1", 4, &f));
+	assert_false(f);
+	OK(dg_cache_get_metrics(c, &m1));
+	/* 9 x 2 raw hits, the typed value's get_val, contains len0; misses:
+	 * len1, never, contains len1 (the mismatch is neither) */
+	assert_int_equal(m1.hits - m0.hits, 2 * 9 + 2);
+	assert_int_equal(m1.misses - m0.misses, 3);
+
+	/* a cache whose entries expire */
+	dg_cache_config tc;
+	dg_cache_config_init(&tc, "forms-ttl");
+	tc.ttl_ms = 150;
+	dg_cache *t;
+	OK(dg_cache_create(n, &tc, &t));
+	OK(dg_cache_put(t, "k", 1, "v", 1));
+	v.len = 0;
+	OK(dg_cache_get(t, "k", 1, &v));
+	assert_int_equal(v.len, 1);
+	struct timespec ts = { 0, 300 * 1000000L };
+	nanosleep(&ts, NULL);
+	v.len = 0;
+	EXPECT(dg_cache_get(t, "k", 1, &v), DG_ERR_NOT_FOUND);
+	assert_int_equal(v.len, 0);
+
+	dg_buf_free(&enc);
+	dg_buf_free(&kenc);
+	dg_buf_free(&v);
+	dg_node_stop(n);
+}
+
 static void test_node_single_ops(void **state)
 {
 	(void)state;
@@ -4205,6 +4304,7 @@ int main(void)
 		cmocka_unit_test(test_affinity_minimal_movement),
 		cmocka_unit_test(test_key_hash_partition_stable),
 		cmocka_unit_test(test_node_single_ops),
+		cmocka_unit_test(test_local_read_forms),
 		cmocka_unit_test(test_destroyed_cache_memory_freed),
 		cmocka_unit_test(test_section_keeps_what_it_holds),
 		cmocka_unit_test(test_node_get_allocates_nothing),
