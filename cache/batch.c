@@ -351,6 +351,7 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 			    atomic_load_explicit(&c->lost[u->part], memory_order_relaxed))
 				continue; /* here, below; or alone (it says why) */
 			u->topver = aff->topver;
+			u->fresh = false;
 			group_add(gr, &ng, &proto, i, primary);
 		}
 		bool corked = dg_tp_cork_begin();

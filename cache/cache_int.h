@@ -1125,6 +1125,9 @@ struct upd {
 	const uint8_t *exp;          /* the *_IF_EQ ops: the expected value */
 	uint32_t elen;
 	uint64_t op_node, op_seq;
+	bool fresh;                  /* its id is new (dgi_upd_init) and the update
+	                                has not been offered to any primary yet:
+	                                no update-id table or entry can hold it */
 	/* results */
 	int64_t flag;
 	dg_buf *old;                 /* the previous value (encoded), or NULL */

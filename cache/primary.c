@@ -52,10 +52,10 @@ static void send_copies(dgi_grid *g, dg_cache *c, const dgi_aff *aff, uint32_t p
  * entry or NULL; val NULL: a removal, kept as a tombstone so an older copy
  * arriving later cannot revive the key): persists first, then applies;
  * *out (optional): the entry written. */
-dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry *e,
-    int64_t topver, uint64_t hash, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire,
-    dgi_entry **out)
+static inline __attribute__((always_inline)) dg_err write_new_version(dgi_grid *g,
+    dg_cache *c, uint32_t part, dgi_entry *e, int64_t topver, uint64_t hash,
+    const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t op_node,
+    uint64_t op_seq, dgi_pver *ver, int64_t *expire, dgi_entry **out)
 {
 	dgi_part *pt = &c->parts[part];
 	uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order, memory_order_relaxed);
@@ -85,6 +85,17 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
 	}
 	return dgi_part_set(pt, hash, key, klen, val, vlen, ver, *expire, op_node, op_seq, 0,
 	    out);
+}
+
+/* (primary_apply has the body in line: fifteen arguments are a cost of
+ * their own on every put) */
+dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry *e,
+    int64_t topver, uint64_t hash, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire,
+    dgi_entry **out)
+{
+	return write_new_version(g, c, part, e, topver, hash, key, klen, val, vlen, op_node,
+	    op_seq, ver, expire, out);
 }
 
 /* Evaluates u against the key's current entry e (present: live): sets
@@ -140,6 +151,8 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 {
 	u->pw = NULL;
 	u->applied = false;
+	bool fresh = u->fresh; /* (a first offer: no record of it can exist) */
+	u->fresh = false;
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	if (aff == NULL || aff->topver != u->topver || dgi_aff_owner(aff, u->part, 0) != g->self)
 		return DG_ERR_REMAP;
@@ -163,8 +176,8 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	}
 	bool full = u->sync == DG_FULL_SYNC && aff->copies > 1;
 	int64_t flag = 0;
-	bool dup = dgi_dedup_find(pt, u->op_node, u->op_seq, &flag);
-	if (!dup && e != NULL && e->op_node == u->op_node && e->op_seq == u->op_seq) {
+	bool dup = !fresh && dgi_dedup_find(pt, u->op_node, u->op_seq, &flag);
+	if (!dup && !fresh && e != NULL && e->op_node == u->op_node && e->op_seq == u->op_seq) {
 		dup = true; /* an entry that came with its id (rebalanced, reloaded) */
 		flag = 1;
 	}
@@ -202,7 +215,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	dgi_pver ver;
 	int64_t expire;
 	dgi_entry *ne = NULL;
-	if ((err = dgi_write_new_version(g, c, u->part, e, aff->topver, u->hash, u->key, u->klen,
+	if ((err = write_new_version(g, c, u->part, e, aff->topver, u->hash, u->key, u->klen,
 	    removal ? NULL : u->val, u->vlen, u->op_node, u->op_seq, &ver, &expire, &ne)) != DG_OK)
 		goto out;
 	if (full) {

@@ -222,6 +222,7 @@ void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t
 	u->elen = (uint32_t)elen;
 	u->op_node = c->g->self;
 	u->op_seq = next_op_seq();
+	u->fresh = true;
 	if (op == OP_REMOVE || op == OP_REMOVE_IF_EQ)
 		DGI_COUNT(c, removes, 1);
 	else
@@ -266,6 +267,7 @@ dg_err dgi_update_run(dg_cache *c, struct upd *u, uint64_t deadline, bool maybe,
 			f = u->flag;
 		} else {
 			u->topver = aff->topver;
+			u->fresh = false;
 			dgi_msg_update m = dgi_upd_msg(c, u);
 			e = remote_attempt(g, primary, &m, due(g, &deadline), old, &f, &applied);
 		}

@@ -440,6 +440,44 @@ static void test_primary_without_lease_refuses(void **state)
 	dg_node_stop(n);
 }
 
+/* A first offer of an update skips the update-id lookups (its id is
+ * new: primary.c); the offer ends that, so the same update offered again
+ * is recognised and answers what it answered the first time, not applied
+ * a second time. */
+static void test_fresh_update_recognised_when_offered_again(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dgi_grid *g = dgi_node_grid(n);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	const uint8_t key[] = { 0x0A, 3, 'n', 'e', 'w' }, val[] = { 0x0A, 1, 'y' };
+	struct upd u;
+	dgi_epoch_enter();
+	dgi_upd_init(c, &u, OP_PUT_IF_ABSENT, key, sizeof(key), NULL, 0, val, sizeof(val));
+	assert_true(u.fresh);
+	u.topver = atomic_load(&c->aff)->topver;
+	OK(dgi_primary_apply(g, c, &u));
+	assert_null(u.pw);
+	assert_int_equal(u.flag, 1); /* absent: written */
+	dgi_part *pt = &c->parts[u.part];
+	pthread_mutex_lock(&pt->mu);
+	dgi_entry *e = dgi_part_find(pt, u.hash, key, sizeof(key));
+	assert_non_null(e);
+	dgi_pver v1 = dgi_entry_ver(e);
+	pthread_mutex_unlock(&pt->mu);
+	u.flag = 0;
+	OK(dgi_primary_apply(g, c, &u)); /* the same update again: a retry */
+	assert_int_equal(u.flag, 1);     /* its first answer, not "present" */
+	pthread_mutex_lock(&pt->mu);
+	e = dgi_part_find(pt, u.hash, key, sizeof(key));
+	dgi_pver v2 = dgi_entry_ver(e);
+	pthread_mutex_unlock(&pt->mu);
+	assert_int_equal(dgi_pver_cmp(&v1, &v2), 0); /* not written again */
+	dgi_epoch_leave();
+	dg_node_stop(n);
+}
+
 int dgt_counters_tests(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -447,6 +485,7 @@ int dgt_counters_tests(void)
 		cmocka_unit_test(test_counters_more_threads_than_blocks),
 		cmocka_unit_test(test_counters_kept_after_destroy),
 		cmocka_unit_test(test_primary_without_lease_refuses),
+		cmocka_unit_test(test_fresh_update_recognised_when_offered_again),
 		cmocka_unit_test(test_lat_sampled_one_in_n),
 		cmocka_unit_test(test_lat_sampled_slow_kind),
 		cmocka_unit_test(test_lat_sampled_remote_always_timed),
