@@ -18,6 +18,9 @@
  *     dg_arena_init_views over reused memory, re-initialised every
  *     operation: strings are views into the input, the lines and notes
  *     arrays go in the arena.
+ *   - datagrid-zero: the same with the writer's zero-form mode on
+ *     (dg_writer_set_zero_form, FORMAT.md "Zero form"): the lines without
+ *     a discount leave their 0.0 out behind a 1-byte mask.
  *   - msgpack-c: maps keyed by field name (nested maps, arrays for the
  *     lists) into the reused msgpack_sbuffer, msgpack_unpack into one
  *     reused zone (cleared per operation, one chunk big enough), read by key
@@ -247,15 +250,18 @@ void dgb_invoice_verify(const char *what)
  * datagrid
  * ------------------------------------------------------------------------ */
 
-static uint64_t dg_invoice(void *ctx, uint64_t iters)
+/* zero: the writer's zero-form mode (a constant in each caller) */
+static inline __attribute__((always_inline)) uint64_t dg_invoice_run(
+    uint64_t iters, bool zero)
 {
-	(void)ctx;
 	uint64_t sum = 0;
 	for (uint64_t i = 0; i < iters; i++) {
 		dgb_clobber(&I.in);
 		dgb_clobber(I.lines_in);
 		dg_buf_reset(&I.buf);
 		dg_writer_init(&I.w, I.reg, &I.buf);
+		if (zero)
+			dg_writer_set_zero_form(&I.w, true);
 		DG_DO(dg_write_object(&I.w, I.invoice, &I.in));
 		DG_DO(dg_writer_finish(&I.w));
 		dg_arena_init_views(&I.arena, I.arena_mem, sizeof I.arena_mem);
@@ -264,6 +270,18 @@ static uint64_t dg_invoice(void *ctx, uint64_t iters)
 		sum += invoice_sum(&I.out);
 	}
 	return sum;
+}
+
+static uint64_t dg_invoice(void *ctx, uint64_t iters)
+{
+	(void)ctx;
+	return dg_invoice_run(iters, false);
+}
+
+static uint64_t dg_invoice_zero(void *ctx, uint64_t iters)
+{
+	(void)ctx;
+	return dg_invoice_run(iters, true);
 }
 
 /* ------------------------------------------------------------------------
@@ -727,6 +745,10 @@ unsigned dgb_invoice_setup(dgb_invoice_impl *out)
 	dg_invoice(NULL, 1);
 	DG_DO(dg_validate(I.reg, I.buf.data, I.buf.len));
 	out[n++] = (dgb_invoice_impl){ "datagrid", dg_invoice, (long long)I.buf.len };
+	dg_invoice_zero(NULL, 1);
+	DG_DO(dg_validate(I.reg, I.buf.data, I.buf.len));
+	out[n++] = (dgb_invoice_impl){ "datagrid-zero", dg_invoice_zero,
+	    (long long)I.buf.len };
 
 #ifdef DGB_HAVE_MSGPACK
 	msgpack_sbuffer_init(&I.sbuf);

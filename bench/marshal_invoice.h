@@ -2,7 +2,7 @@
  * marshal_invoice.h — the "invoice" case of the marshal suite
  * (marshal_invoice.c): an Invoice with a nested Customer and Address, a list
  * of 20 Lines and a list of 2 notes, round trip (encode + decode into the C
- * struct).  marshal_bench.c adds its implementations as one group.
+ * struct); datagrid with a default writer and with the zero-form mode on.  marshal_bench.c adds its implementations as one group.
  */
 #ifndef DGB_MARSHAL_INVOICE_H
 #define DGB_MARSHAL_INVOICE_H
@@ -17,7 +17,7 @@ typedef struct dgb_invoice_impl {
 	long long bytes;
 } dgb_invoice_impl;
 
-#define DGB_INVOICE_IMPLS 4
+#define DGB_INVOICE_IMPLS 5
 
 /* Builds the data and every implementation found at configure time; fills
  * out[0..n) and returns n (<= DGB_INVOICE_IMPLS). */

@@ -139,7 +139,8 @@ static bool accepts(const struct bfield *f, const dg_value *v)
 		if (tag == TAG_NULL)
 			return true;
 		if (f->kind == DG_OBJECT)
-			return (tag == TAG_OBJ || tag == TAG_OBJ_S) && v->v.raw.len >= 5 &&
+			return (dgi_tag_plain(tag) == TAG_OBJ ||
+			    dgi_tag_plain(tag) == TAG_OBJ_S) && v->v.raw.len >= 5 &&
 			    (f->ref_type == 0 || dgi_ld32(v->v.raw.ptr + 1) == f->ref_type);
 		return f->kind >= DG_LIST && f->kind <= DG_SORTED_MAP &&
 		    tag == TAG_LIST + (f->kind - DG_LIST);
@@ -231,7 +232,7 @@ dg_err dg_builder_load(dg_builder *b, const dg_bobj *o)
 		uint32_t li = d->decl_to_layout[i];
 		const struct dgi_field *f = &d->fields[li];
 		dg_value v;
-		dg_err e = dgi_body_field(d, o->body, o->len, li, &v, 1, false);
+		dg_err e = dgi_body_field(o, li, &v, 1, false);
 		if (e == DG_OK)
 			e = add_field(b, f->name, strlen(f->name), (dg_kind)f->kind,
 			    (dg_kind)f->elem, f->ref_type, &v);
@@ -403,6 +404,7 @@ dg_err dg_builder_write(dg_builder *b, dg_writer *w)
 		return w->w_err;
 	if ((e = resolve(b, &d)) != DG_OK)
 		return dgi_w_fail(w, e);
+	size_t tag = w->w_buf->len;
 	if (dgi_w_object_header(w, d) != DG_OK)
 		return w->w_err;
 	if ((e = dgi_body_begin(w->w_buf, &start, 1)) != DG_OK)
@@ -413,6 +415,19 @@ dg_err dg_builder_write(dg_builder *b, dg_writer *w)
 			offs[f->var] = (uint32_t)(w->w_buf->len - start - 1);
 		if ((e = put_field(w, f, &b->f[b->perm[i]].val)) != DG_OK)
 			return dgi_w_fail(w, e);
+		if (i + 1 == d->nfixed && w->w_zero) {
+			/* the fixed area is complete: with the writer's zero-form
+			 * mode on, the zero form when shorter, by the struct
+			 * writer's rule, so the bytes are the same */
+			bool zero;
+			if ((e = dg_buf_reserve(w->w_buf, 8)) != DG_OK) /* its loads */
+				return dgi_w_fail(w, e);
+			uint8_t *body = w->w_buf->data + start + 1;
+			w->w_buf->len = (size_t)(dgi_zero_form(d, body, &zero) -
+			    w->w_buf->data);
+			if (zero)
+				w->w_buf->data[tag] = dgi_tag_zero(w->w_buf->data[tag]);
+		}
 	}
 	if ((e = dgi_body_finish(w->w_buf, start, 1, offs, d->nfields - d->nfixed)) != DG_OK)
 		return dgi_w_fail(w, e);

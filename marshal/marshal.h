@@ -13,7 +13,13 @@
  *     created.  dg_registry_stats().builds counts every build ever made.
  *   - Objects carry their type id (and schema id unless it is the type's
  *     primary schema) and a footer of field offsets: one field is read in O(1)
- *     without decoding the rest (dg_bobj_get).
+ *     without decoding the rest (dg_bobj_get).  A writer can opt in to the
+ *     zero form (dg_writer_set_zero_form): fixed-width fields that are all
+ *     zero left out behind a mask when that is shorter, as proto3 leaves
+ *     out defaults; by default writers write the plain form, and decoders
+ *     read both forms.
+ *   - The descriptor precomputes what the struct encoder and decoder need
+ *     (copy runs of the fixed area, the flat fast paths): see marshal_int.h.
  *   - Inside a LIST, SET or MAP (a "scope") each schema is written once and
  *     later objects refer to it by a one-byte scope-local index; the reader
  *     keeps the matching table, so it consults the registry once per schema
@@ -442,15 +448,40 @@ typedef struct dg_writer {   /* fields are private */
 	dg_err w_err;
 	uint32_t w_depth;
 	uint32_t w_nsch;
+	bool w_zero;             /* dg_writer_set_zero_form: off by default */
 	const dg_desc *w_sch[DG_SCOPE_MAX];
 	struct dgi_wframe w_stack[DG_MAX_DEPTH];
 } dg_writer;
 
 /* Starts writing at the end of buf.  reg is needed for objects and built-in
- * container types; both must outlive the writer. */
+ * container types; both must outlive the writer.  The writer starts in the
+ * plain form (dg_writer_set_zero_form off). */
 DG_API void dg_writer_init(dg_writer *w, const dg_registry *reg, dg_buf *buf);
-/* Forgets scope state and errors (the buffer is untouched). */
+/* Forgets scope state and errors (the buffer is untouched; the zero-form
+ * mode stays as it was set). */
 DG_API void dg_writer_reset(dg_writer *w);
+/* The zero form (FORMAT.md "Zero form"), opt-in per writer.  on: every
+ * object this writer writes from now on — dg_write_object, dg_write_objects,
+ * the objects nested in their fields, pointers, lists and maps, and
+ * dg_builder_write into this writer — leaves out its all-zero fixed fields
+ * behind a mask when that is shorter (OBJ_Z/OBJ_SZ/DEF_Z/DEF_SZ/REF_Z);
+ * off (the default, and after dg_writer_init): the plain form, byte for
+ * byte what writers wrote before the zero form existed.  Decoders read
+ * both forms whatever the mode.
+ *
+ * Why it is off by default: a key's partition is a hash of its bytes, so
+ * if the default writer changed how a key with a zero fixed field is
+ * encoded, keys persisted (LMDB) or held by nodes and clients of an
+ * earlier build would no longer be found; and earlier builds cannot read
+ * the zero-form tags at all.  Turn it on for values, and for keys only if
+ * every writer of that cache's keys turns it on.  The node's own messages
+ * and the cache's key encodings always use the plain form.
+ *
+ * Free when off: one predictable branch per object.  Thread safety: as any
+ * call on w (one thread at a time).  No error; w must be initialised.
+ * dg_write_value of an object value copies its body as it is, in whichever
+ * form it was written. */
+DG_API void dg_writer_set_zero_form(dg_writer *w, bool on);
 /* DG_OK if every container was completed and no error happened; else the
  * first error (DG_ERR_STATE for an unfinished container). */
 DG_API dg_err dg_writer_finish(dg_writer *w);
@@ -484,7 +515,9 @@ DG_API dg_err dg_write_map_begin(dg_writer *w, uint32_t entries);
 DG_API dg_err dg_write_sorted_map_begin(dg_writer *w, uint32_t entries);
 DG_API dg_err dg_write_end(dg_writer *w);
 
-/* Writes the C struct at obj with descriptor d (which must be bound). */
+/* Writes the C struct at obj with descriptor d (which must be bound), and
+ * the objects nested in it, in the plain form or, if w's mode is on, the
+ * zero form where it is shorter (dg_writer_set_zero_form). */
 DG_API dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj);
 /* Writes count structs of an array (stride bytes apart, stride >=
  * sizeof the struct) as count consecutive values — the elements of a list
@@ -502,6 +535,8 @@ typedef struct dg_bobj {
 	const dg_desc *desc;   /* its schema */
 	const uint8_t *body;   /* field area + footer */
 	uint32_t len;          /* body length */
+	bool zero;             /* the body is in zero form (FORMAT.md): its
+	                          fixed fields that are all zero are left out */
 } dg_bobj;
 
 typedef struct dg_value {
@@ -591,7 +626,7 @@ DG_API dg_err dg_read_objects(dg_reader *r, const dg_desc *d, void *out,
     size_t stride, uint32_t count, dg_arena *arena);
 
 /* Decodes one object of d's type from a standalone encoding (a whole buffer
- * written by a fresh writer with one dg_write_object). */
+ * written by a fresh writer with one dg_write_object), in either form. */
 DG_API dg_err dg_decode_object(const dg_registry *reg, const dg_desc *d,
     const void *data, size_t len, void *out, dg_arena *arena);
 
@@ -641,7 +676,9 @@ DG_API dg_err dg_builder_load(dg_builder *b, const dg_bobj *o);
 DG_API dg_err dg_builder_set(dg_builder *b, const char *name, const dg_value *v);
 DG_API dg_err dg_builder_remove(dg_builder *b, const char *name);
 /* Writes the object.  Finds the schema of this field set, or builds and
- * registers it (once) via dg_registry_register's rules. */
+ * registers it (once) via dg_registry_register's rules.  Follows w's
+ * zero-form mode (dg_writer_set_zero_form): the same bytes as
+ * dg_write_object of the same values into a writer in the same mode. */
 DG_API dg_err dg_builder_write(dg_builder *b, dg_writer *w);
 
 #ifdef __cplusplus

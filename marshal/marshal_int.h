@@ -29,6 +29,16 @@
  * (dg_write_object, dg_decode_object) one function from header to footer.
  * The bytes are the same on every path.
  *
+ * Zero form.  Opt-in per writer (w_zero, dg_writer_set_zero_form): off,
+ * the writers write the plain form and pay one branch per object
+ * (put_fixed_area, dg_builder_write).  On, the struct writers test the
+ * fixed fields of the struct for all-zero bytes before writing the fixed
+ * area (zero_fields_src, one masked 8-byte load per field where the struct
+ * has the bytes: zsafe) and write the mask and the other fields instead
+ * when that is shorter; the caller turns the tag it wrote into its twin.  Decoders learn the form
+ * from the tag (dg_bobj.zero) and read the fixed area field by field only
+ * then; the plain form keeps the copy runs.
+ *
  * Built-ins.  Every container and special kind has a descriptor of its own
  * (name "dg.<Kind>"), built and published REGISTERED when the registry is
  * created; reg->builtin[kind] points at it directly so writers and readers
@@ -80,9 +90,32 @@ enum {
 	TAG_OBJ_S = 0x15,  /* u32 type id, u32 schema id, body */
 	TAG_DEF = 0x16,    /* as OBJ, and defines the next scope index */
 	TAG_DEF_S = 0x17,  /* as OBJ_S, and defines the next scope index */
-	TAG__LAST = 0x17,
+	TAG_OBJ_Z = 0x18,  /* OBJ .. DEF_S + 4: the same with a zero-form body */
+	TAG_OBJ_SZ = 0x19,
+	TAG_DEF_Z = 0x1A,
+	TAG_DEF_SZ = 0x1B,
+	TAG__LAST = 0x1B,
 	TAG_REF = 0x80,    /* 0x80 | index (0..63): body of scope schema index */
+	TAG_REF_Z = 0xC0,  /* 0xC0 | index: the same with a zero-form body */
 };
+
+/* Zero form (FORMAT.md "Zero form"): every object tag has a twin whose
+ * body leaves out the fixed fields that are all zero, named in a mask. */
+static inline bool dgi_tag_is_zero(uint8_t tag)
+{
+	return tag >= TAG_REF_Z || (tag >= TAG_OBJ_Z && tag <= TAG_DEF_SZ);
+}
+/* The zero-form twin of an object tag, and the plain tag of either. */
+static inline uint8_t dgi_tag_zero(uint8_t tag)
+{
+	return tag >= TAG_REF ? (uint8_t)(tag | 0x40) : (uint8_t)(tag + 4);
+}
+static inline uint8_t dgi_tag_plain(uint8_t tag)
+{
+	if (tag >= TAG_REF)
+		return (uint8_t)(tag & ~0x40);
+	return tag >= TAG_OBJ_Z ? (uint8_t)(tag - 4) : tag;
+}
 #define NO_SCOPE UINT32_MAX
 
 /* Field kinds stored in the descriptor's layout table. */
@@ -133,8 +166,22 @@ struct dg_desc {
 	uint8_t builtin;         /* dg_kind for built-in descriptors, else 0 */
 	uint8_t bound;           /* every field bound to the C struct */
 	uint8_t primary;         /* the type's primary schema (tags OBJ/DEF) */
+	uint8_t zbytes;          /* zero form: bytes of the mask, nfixed / 8
+	                            rounded up; 0 when the schema has none
+	                            (no fixed field, or more than 64) */
+	uint8_t zable;           /* the zero form can be the shorter one:
+	                            fixed_size > zbytes */
+	uint64_t *zmask;         /* per fixed field: the bits of its value in
+	                            an 8-byte load (all for 8 and 16 bytes),
+	                            for the zero-form test */
+	uint8_t zsafe;           /* bound, and every fixed field has 8 bytes
+	                            of the struct from its offset on: the zero
+	                            test loads 8 bytes per field */
 	uint8_t flat;            /* bound, and every var field an I32, I64,
-	                            STRING or BYTES: encode_flat / decode_flat */
+	                            STRING or BYTES: encode_flat / decode_flat
+	                            (so never a built-in) */
+	uint8_t flat_top;        /* flat, and the primary schema: what
+	                            dg_decode_object's fast path needs */
 	uint8_t big;             /* bound, with a collection field: its objects
 	                            are usually 128 bytes or more (a 2-byte
 	                            length slot when encoding) */
@@ -146,6 +193,8 @@ struct dg_desc {
 	struct dgi_op *ops;        /* layout order, bound descriptors */
 	struct dgi_op *fops;       /* bound: the fixed area as runs and bools */
 	uint32_t nfops;
+	uint8_t fixed1;          /* the fixed area is one run (no bool): the
+	                            struct holds it as the wire does */
 	uint32_t tail;           /* encode headroom kept after each field: every
 	                            bounded var field (<= 15 bytes, plus the
 	                            slack of 8-byte varint stores), the footer
@@ -251,28 +300,41 @@ int dgi_cmp_encoded(const uint8_t *a, size_t alen, const uint8_t *b,
 
 /* ---- object.c ---- */
 /* Encode the body of obj (bound struct) with descriptor d at the writer's
- * end (length prefix included). */
+ * end (length prefix included), in the zero form only if the writer's mode
+ * (w->w_zero) allows it.  *zero: the body is in zero form, and the caller
+ * turns the tag it wrote into its twin (dgi_tag_zero). */
 dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
-    unsigned depth);
+    unsigned depth, bool *zero);
+/* After a plain fixed area written at body (fixed_size bytes, and 8
+ * writable bytes after them): when the zero form is shorter, rewrite it as
+ * the mask and the fields that are not all zero.  Returns the end of the
+ * fixed area; *zero: which form. */
+uint8_t *dgi_zero_form(const dg_desc *d, uint8_t *body, bool *zero);
 /* dg_write_object of a flat descriptor at the top level (depth 0, no
  * error yet): header and body.  On any failure it leaves the buffer as it
  * was and hands over to dgi_w_top_failed (writer.c), the general path. */
 dg_err dgi_write_top_flat(dg_writer *w, const dg_desc *d, const void *obj);
 dg_err dgi_w_top_failed(dg_writer *w, const dg_desc *d, const void *obj);
+/* The fixed area of a body of schema s (zero: in zero form): where it
+ * ends (var field 0 starts) and which fields it leaves out (0 in the
+ * plain form).  DG_ERR_BAD_TAG (s has no zero form), DG_ERR_BAD_LENGTH. */
+dg_err dgi_fixed_area(const dg_desc *s, const uint8_t *body, uint32_t len,
+    bool zero, uint32_t *end, uint64_t *omit);
 /* Check body framing: footer offsets monotonic and inside the var area. */
-dg_err dgi_body_check(const dg_desc *d, const uint8_t *body, uint32_t len);
-/* Decode body (schema s) into struct out bound by d (same type). */
+dg_err dgi_body_check(const dg_bobj *o);
+/* Decode body (schema s; zero: in zero form) into struct out bound by d
+ * (same type). */
 dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
-    const dg_desc *d, const uint8_t *body, uint32_t len, void *out,
-    dg_arena *arena, unsigned depth);
-/* Read an object header at *pp (OBJ/OBJ_S tags only): schema and body.
- * check: run dgi_body_check (callers that decode every field sequentially
- * with dgi_obj_decode validate the footer as they go and skip it). */
+    const dg_desc *d, const uint8_t *body, uint32_t len, bool zero,
+    void *out, dg_arena *arena, unsigned depth);
+/* Read an object header at *pp (OBJ/OBJ_S tags and their zero twins):
+ * schema and body into o.  check: run dgi_body_check (callers that decode
+ * every field sequentially with dgi_obj_decode validate the footer as they
+ * go and skip it). */
 dg_err dgi_obj_header(const dg_registry *reg, uint8_t tag, const uint8_t **pp,
-    const uint8_t *end, const dg_desc **s, const uint8_t **body,
-    uint32_t *len, bool check);
-dg_err dgi_body_deep_check(const dg_registry *reg, const dg_desc *s,
-    const uint8_t *body, uint32_t len, unsigned depth);
+    const uint8_t *end, dg_bobj *o, bool check);
+dg_err dgi_body_deep_check(const dg_registry *reg, const dg_bobj *o,
+    unsigned depth);
 /* Copy the body of o as an object value into w (OBJ/OBJ_S/DEF/REF). */
 dg_err dgi_write_bobj(dg_writer *w, const dg_bobj *o);
 
@@ -347,8 +409,8 @@ static inline dg_err dgi_body_finish(dg_buf *b, size_t start, unsigned slot,
 	return DG_OK;
 }
 /* Field access on a checked body (layout index i). */
-dg_err dgi_body_field(const dg_desc *s, const uint8_t *body, uint32_t len,
-    uint32_t i, dg_value *out, unsigned depth, bool deep);
+dg_err dgi_body_field(const dg_bobj *o, uint32_t i, dg_value *out,
+    unsigned depth, bool deep);
 
 /* ---- writer.c ---- */
 dg_err dgi_w_fail(dg_writer *w, dg_err e);

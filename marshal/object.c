@@ -82,6 +82,7 @@ static dg_err encode_elem(dg_writer *w, const struct dgi_field *f,
 	case DG_OBJECT: {
 		const dg_desc *r = f->ref;
 		ROOM(9 + tail);
+		size_t tag = (size_t)(p - b->data);
 		if (!first) {
 			*p++ = TAG_REF; /* scope index 0 */
 		} else {
@@ -94,8 +95,11 @@ static dg_err encode_elem(dg_writer *w, const struct dgi_field *f,
 			}
 		}
 		b->len = (size_t)(p - b->data);
-		if ((e = dgi_obj_encode(w, r, s, depth)) != DG_OK)
+		bool zero;
+		if ((e = dgi_obj_encode(w, r, s, depth, &zero)) != DG_OK)
 			return e;
+		if (zero)
+			b->data[tag] = dgi_tag_zero(b->data[tag]);
 		p = b->data + b->len;
 		break;
 	}
@@ -145,6 +149,9 @@ static dg_err encode_elem(dg_writer *w, const struct dgi_field *f,
 	return DG_OK;
 }
 
+static inline __attribute__((always_inline)) dg_err encode_flat(dg_buf *b,
+    const dg_desc *d, const uint8_t *src, bool *zero);
+
 /* A LIST / SET / MAP field bound as a dg_list: one value written in one
  * pass.  A map's entries are {dg_str key; value} structs (dgi_coll_*). */
 static dg_err encode_coll(dg_writer *w, const struct dgi_field *f,
@@ -169,6 +176,30 @@ static dg_err encode_coll(dg_writer *w, const struct dgi_field *f,
 	p = dgi_put_uvarint_fast(p, l->count);
 	size_t stride = dgi_coll_stride(f->kind, f->elem, f->ref);
 	size_t voff = dgi_coll_value_off(f->kind, f->elem, f->ref);
+	if (f->elem == DG_OBJECT && f->kind != DG_MAP && f->ref->flat &&
+	    l->count > 0) {
+		/* a list or set of a flat type: the first element defines the
+		 * schema, every later one is REF 0 (or REF_Z 0) and its body,
+		 * written here without the per-element dispatch */
+		if ((e = encode_elem(w, f, s, true, &p, tail, depth + 2)) != DG_OK)
+			return e;
+		for (uint32_t i = 1; i < l->count; i++) {
+			s += stride;
+			ROOM(1);
+			size_t tag = (size_t)(p - b->data);
+			*p++ = TAG_REF;
+			b->len = (size_t)(p - b->data);
+			bool zero = w->w_zero;
+			if ((e = encode_flat(b, f->ref, s, &zero)) != DG_OK)
+				return e;
+			if (zero)
+				b->data[tag] = TAG_REF_Z;
+			p = b->data + b->len;
+		}
+		ROOM(tail);
+		*pp = p;
+		return DG_OK;
+	}
 	for (uint32_t i = 0; i < l->count; i++, s += stride) {
 		if (f->kind == DG_MAP) {
 			/* the key: a string, never null */
@@ -240,15 +271,19 @@ DG_NOINLINE static dg_err encode_rare(dg_writer *w, const dg_desc *d,
 				break;
 			}
 		}
-		b->len = (size_t)(p - b->data);
+		size_t tag = (size_t)(p - b->data);
+		b->len = tag;
 		uint32_t save_depth = w->w_depth;
+		bool zero = false;
 		w->w_depth = 0; /* no scope inside a field */
 		e = dgi_w_object_header(w, f->ref);
 		if (e == DG_OK)
-			e = dgi_obj_encode(w, f->ref, s, depth + 1);
+			e = dgi_obj_encode(w, f->ref, s, depth + 1, &zero);
 		w->w_depth = save_depth;
 		if (e != DG_OK)
 			return e;
+		if (zero)
+			b->data[tag] = dgi_tag_zero(b->data[tag]);
 		p = b->data + b->len;
 		ROOM(tail);
 		break;
@@ -276,6 +311,10 @@ DG_NOINLINE static dg_err encode_rare(dg_writer *w, const dg_desc *d,
 static inline uint8_t *put_fixed(const dg_desc *d, const uint8_t *src,
     uint8_t *p)
 {
+	if (d->fixed1) { /* the whole area is one run: one copy */
+		dgi_copy(p, src + d->fops[0].c_off, d->fixed_size);
+		return p + d->fixed_size;
+	}
 	for (const struct dgi_op *op = d->fops, *end = op + d->nfops; op < end;
 	    op++) {
 		const uint8_t *s = src + op->c_off;
@@ -292,6 +331,185 @@ static inline uint8_t *put_fixed(const dg_desc *d, const uint8_t *src,
 		p += op->width;
 	}
 	return p;
+}
+
+/* ---- zero form ---- */
+
+/* A fixed field of width w (1, 2, 4, 8 or 16) copied without a call. */
+static inline void copy_fixed(uint8_t *dst, const uint8_t *src, unsigned w)
+{
+	switch (w) {
+	case 1: *dst = *src; break;
+	case 2: memcpy(dst, src, 2); break;
+	case 4: memcpy(dst, src, 4); break;
+	case 8: memcpy(dst, src, 8); break;
+	default: memcpy(dst, src, 16); break;
+	}
+}
+
+/* The n bytes at p, copied in words (a fixed area: usually a few). */
+static inline void copy_area(uint8_t *dst, const uint8_t *src, uint32_t n)
+{
+	uint32_t j = 0;
+	for (; j + 8 <= n; j += 8)
+		memcpy(dst + j, src + j, 8);
+	dgi_copy(dst + j, src + j, n - j);
+}
+
+/* The fixed area at body rewritten in zero form, leaving out omit: the
+ * mask, then the other fields in layout order.  It is shorter than the
+ * plain area, so it stays inside it.  Returns its end. */
+DG_NOINLINE static uint8_t *zero_rewrite(const dg_desc *d, uint8_t *body,
+    uint64_t omit)
+{
+	uint8_t plain[64 * 16]; /* the largest fixed area with a zero form */
+	copy_area(plain, body, d->fixed_size);
+	for (unsigned j = 0; j < d->zbytes; j++)
+		body[j] = (uint8_t)(omit >> (8 * j)); /* bit i: fixed field i */
+	uint8_t *p = body + d->zbytes;
+	for (uint32_t i = 0; i < d->nfixed; i++) {
+		const struct dgi_field *f = &d->fields[i];
+		if (!(omit >> i & 1)) {
+			copy_fixed(p, plain + f->body_off, f->width);
+			p += f->width;
+		}
+	}
+	return p;
+}
+
+/* The fields of the plain fixed area at body that are all zero bytes
+ * (false, 0, +0.0, the nil uuid), and their bytes in *saved.  One 8-byte
+ * load per field, masked to its width (d->zmask): the caller has 8 bytes
+ * of room past the area. */
+static inline uint64_t zero_fields(const dg_desc *d, const uint8_t *body,
+    uint32_t *saved)
+{
+	uint64_t omit = 0;
+	uint32_t sum = 0;
+	const struct dgi_field *f = d->fields;
+	for (uint32_t i = 0, n = d->nfixed; i < n; i++, f++) {
+		uint64_t x;
+		memcpy(&x, body + f->body_off, 8);
+		x &= d->zmask[i];
+		if (DG_UNLIKELY(f->width == 16)) {
+			uint64_t y;
+			memcpy(&y, body + f->body_off + 8, 8);
+			x |= y;
+		}
+		if (x == 0) {
+			omit |= UINT64_C(1) << i;
+			sum += f->width;
+		}
+	}
+	*saved = sum;
+	return omit;
+}
+
+/* The writer's rule (FORMAT.md "Zero form"): leave out every all-zero
+ * fixed field when that saves more bytes than the mask costs, so equal
+ * values give equal bytes.  The builder's path: on a plain area already
+ * written. */
+uint8_t *dgi_zero_form(const dg_desc *d, uint8_t *body, bool *zero)
+{
+	*zero = false;
+	if (!d->zable)
+		return body + d->fixed_size;
+	uint32_t saved;
+	uint64_t omit = zero_fields(d, body, &saved);
+	if (saved <= d->zbytes)
+		return body + d->fixed_size;
+	*zero = true;
+	return zero_rewrite(d, body, omit);
+}
+
+/* The struct encoders' path: the same test on the struct's fields, before
+ * anything is written — 8-byte loads masked to the field's width where
+ * the struct has the bytes (d->zsafe), else loads of the exact width. */
+static inline uint64_t zero_fields_src(const dg_desc *d, const uint8_t *src,
+    uint32_t *saved)
+{
+	uint64_t omit = 0;
+	uint32_t sum = 0;
+	const struct dgi_op *op = d->ops;
+	const uint64_t *zm = d->zmask;
+	const uint32_t n = d->nfixed;
+	if (DG_LIKELY(d->zsafe)) {
+		for (uint32_t i = 0; i < n; i++) {
+			const uint8_t *s = src + op[i].c_off;
+			uint64_t x;
+			memcpy(&x, s, 8);
+			x &= zm[i];
+			if (DG_UNLIKELY(op[i].width == 16)) {
+				uint64_t y;
+				memcpy(&y, s + 8, 8);
+				x |= y;
+			}
+			if (x == 0) {
+				omit |= UINT64_C(1) << i;
+				sum += op[i].width;
+			}
+		}
+		*saved = sum;
+		return omit;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const uint8_t *s = src + op[i].c_off;
+		uint64_t x = 0, y = 0;
+		switch (op[i].width) {
+		case 1: x = *s; break;
+		case 2: { uint16_t h; memcpy(&h, s, 2); x = h; break; }
+		case 4: { uint32_t h; memcpy(&h, s, 4); x = h; break; }
+		case 8: memcpy(&x, s, 8); break;
+		default: memcpy(&x, s, 8); memcpy(&y, s + 8, 8); break;
+		}
+		if ((x | y) == 0) {
+			omit |= UINT64_C(1) << i;
+			sum += op[i].width;
+		}
+	}
+	*saved = sum;
+	return omit;
+}
+
+/* The fixed area in zero form from the struct at src: the mask, then the
+ * fields not in omit, bools normalised.  Returns its end. */
+DG_NOINLINE static uint8_t *put_fixed_zero(const dg_desc *d,
+    const uint8_t *src, uint8_t *p, uint64_t omit)
+{
+	const uint32_t n = d->nfixed;
+	for (unsigned j = 0, m = d->zbytes; j < m; j++)
+		*p++ = (uint8_t)(omit >> (8 * j)); /* bit i: fixed field i */
+	const struct dgi_op *op = d->ops;
+	for (uint32_t i = 0; i < n; i++, op++) {
+		if (omit >> i & 1)
+			continue;
+		const uint8_t *s = src + op->c_off;
+		if (op->kind == DG_BOOL)
+			*p = *(const bool *)s ? 1 : 0;
+		else
+			copy_fixed(p, s, op->width);
+		p += op->width;
+	}
+	return p;
+}
+
+/* The fixed area of the struct at src at body.  *zero on entry: the
+ * writer's mode (dg_writer_set_zero_form) — off, the plain form at the
+ * cost of this one branch; on, the shorter form.  On return: whether it
+ * is in the zero form. */
+static inline uint8_t *put_fixed_area(const dg_desc *d, const uint8_t *src,
+    uint8_t *body, bool *zero)
+{
+	if (DG_UNLIKELY(*zero)) {
+		if (d->zable) {
+			uint32_t saved;
+			uint64_t omit = zero_fields_src(d, src, &saved);
+			if (saved > d->zbytes)
+				return put_fixed_zero(d, src, body, omit);
+		}
+		*zero = false;
+	}
+	return put_fixed(d, src, body);
 }
 
 /* Room for n more bytes at p, out of line: the buffer may move. */
@@ -322,7 +540,7 @@ static inline uint8_t *put_blob(uint8_t *p, const dg_bytes *v)
  * the loop calls out or takes p's address, and one reservation covers all
  * but the blobs' bytes. */
 static inline __attribute__((always_inline)) dg_err encode_flat(dg_buf *b,
-    const dg_desc *d, const uint8_t *src)
+    const dg_desc *d, const uint8_t *src, bool *zero)
 {
 	uint32_t offs[DG_MAX_FIELDS];
 	size_t start = b->len;
@@ -335,7 +553,7 @@ static inline __attribute__((always_inline)) dg_err encode_flat(dg_buf *b,
 	const size_t tail = d->tail;
 	const uint32_t k = d->nfoot;
 	uint8_t *body = b->data + start + 1;
-	uint8_t *p = put_fixed(d, src, body);
+	uint8_t *p = put_fixed_area(d, src, body, zero);
 	const struct dgi_op *op = d->ops + d->nfixed, *end = d->ops + d->nfields;
 	for (uint32_t *off = offs; op < end; op++) {
 		const uint8_t *s = src + op->c_off;
@@ -379,7 +597,7 @@ static inline __attribute__((always_inline)) dg_err encode_flat(dg_buf *b,
 }
 
 static dg_err encode_general(dg_writer *w, const dg_desc *d, const void *obj,
-    unsigned depth);
+    unsigned depth, bool *zero);
 
 dg_err dgi_write_top_flat(dg_writer *w, const dg_desc *d, const void *obj)
 {
@@ -391,27 +609,32 @@ dg_err dgi_write_top_flat(dg_writer *w, const dg_desc *d, const void *obj)
 		dgi_st32(p + 1, d->type_id);
 		dgi_st32(p + 5, d->schema_id); /* overwritten by the body if primary */
 		b->len = at + (d->primary ? 5 : 9);
-		dg_err e = encode_flat(b, d, obj);
-		if (DG_LIKELY(e == DG_OK))
+		bool zero = w->w_zero;
+		dg_err e = encode_flat(b, d, obj, &zero);
+		if (DG_LIKELY(e == DG_OK)) {
+			if (zero)
+				b->data[at] = dgi_tag_zero(b->data[at]);
 			return DG_OK;
+		}
 		b->len = at;
 	}
 	return dgi_w_top_failed(w, d, obj);
 }
 
 dg_err dgi_obj_encode(dg_writer *w, const dg_desc *d, const void *obj,
-    unsigned depth)
+    unsigned depth, bool *zero)
 {
 	if (depth > DG_MAX_DEPTH)
 		return DG_ERR_DEPTH;
+	*zero = w->w_zero;
 	if (d->flat)
-		return encode_flat(w->w_buf, d, obj);
-	return encode_general(w, d, obj, depth);
+		return encode_flat(w->w_buf, d, obj, zero);
+	return encode_general(w, d, obj, depth, zero);
 }
 
 /* Any bound descriptor: the rarer kinds out of line (encode_rare). */
 static dg_err encode_general(dg_writer *w, const dg_desc *d, const void *obj,
-    unsigned depth)
+    unsigned depth, bool *zero)
 {
 	uint32_t offs[DG_MAX_FIELDS];
 	dg_buf *b = w->w_buf;
@@ -427,7 +650,7 @@ static dg_err encode_general(dg_writer *w, const dg_desc *d, const void *obj,
 	    (e = dg_buf_reserve(b, room)) != DG_OK)
 		return e;
 	uint8_t *body = b->data + start + slot;
-	uint8_t *p = put_fixed(d, src, body);
+	uint8_t *p = put_fixed_area(d, src, body, zero);
 	uint32_t *off = offs;
 	for (const struct dgi_op *op = d->ops + d->nfixed, *end = d->ops + d->nfields;
 	    op < end; op++) {
@@ -489,47 +712,93 @@ DG_NOINLINE void dgi_body_resize(dg_buf *b, size_t start, unsigned slot,
 
 /* ---- framing ---- */
 
-dg_err dgi_body_check(const dg_desc *d, const uint8_t *body, uint32_t len)
+dg_err dgi_fixed_area(const dg_desc *s, const uint8_t *body, uint32_t len,
+    bool zero, uint32_t *end, uint64_t *omit)
 {
+	if (!zero) {
+		*end = s->fixed_size;
+		*omit = 0;
+		return DG_OK;
+	}
+	unsigned m = s->zbytes;
+	if (m == 0)
+		return DG_ERR_BAD_TAG; /* no fixed field, or more than 64 */
+	if (len < m)
+		return DG_ERR_BAD_LENGTH;
+	uint64_t mask = body[0]; /* little-endian: bit i is fixed field i */
+	for (unsigned j = 1; j < m; j++)
+		mask |= (uint64_t)body[j] << (8 * j);
+	if (s->nfixed < 64 && (mask >> s->nfixed) != 0)
+		return DG_ERR_BAD_LENGTH; /* a bit past the last fixed field */
+	uint32_t size = m + s->fixed_size;
+	for (uint64_t b = mask; b != 0; b &= b - 1)
+		size -= s->fields[__builtin_ctzll(b)].width;
+	*end = size;
+	*omit = mask;
+	return DG_OK;
+}
+
+/* Where fixed field i (present) sits in a zero-form body leaving out omit. */
+static uint32_t fixed_off_zero(const dg_desc *s, uint64_t omit, uint32_t i)
+{
+	uint32_t off = s->zbytes + s->fields[i].body_off;
+	for (uint64_t b = omit & ((UINT64_C(1) << i) - 1); b != 0; b &= b - 1)
+		off -= s->fields[__builtin_ctzll(b)].width;
+	return off;
+}
+
+dg_err dgi_body_check(const dg_bobj *o)
+{
+	const dg_desc *d = o->desc;
+	const uint8_t *body = o->body;
+	uint32_t len = o->len, fixed;
+	uint64_t omit;
+	dg_err e = dgi_fixed_area(d, body, len, o->zero, &fixed, &omit);
+	if (e != DG_OK)
+		return e;
 	uint32_t k = d->nfoot;
 	unsigned ow = dgi_off_width(len);
-	if ((uint64_t)d->fixed_size + (uint64_t)k * ow > len)
+	if ((uint64_t)fixed + (uint64_t)k * ow > len)
 		return DG_ERR_BAD_LENGTH;
 	uint32_t data_end = len - k * ow;
 	if (d->nvar == 0)
-		return data_end == d->fixed_size ? DG_OK : DG_ERR_BAD_LENGTH;
+		return data_end == fixed ? DG_OK : DG_ERR_BAD_LENGTH;
 	/* every var field takes at least one byte: offsets strictly increase */
-	uint32_t prev = d->fixed_size;
+	uint32_t prev = fixed;
 	const uint8_t *foot = body + data_end;
 	for (uint32_t j = 0; j < k; j++) {
-		uint32_t o = dgi_ld_off(foot + j * ow, ow);
-		if (o <= prev || o >= data_end)
+		uint32_t off = dgi_ld_off(foot + j * ow, ow);
+		if (off <= prev || off >= data_end)
 			return DG_ERR_BAD_LENGTH;
-		prev = o;
+		prev = off;
 	}
 	return prev < data_end ? DG_OK : DG_ERR_BAD_LENGTH;
 }
 
-/* Span [*start, *end) of var field j of a checked body. */
-static inline void var_span(const dg_desc *d, const uint8_t *body, uint32_t len,
-    uint32_t j, uint32_t *start, uint32_t *end)
+/* Span [*start, *end) of var field j of a checked body whose fixed area
+ * ends at fixed. */
+static inline void var_span(const dg_bobj *o, uint32_t fixed, uint32_t j,
+    uint32_t *start, uint32_t *end)
 {
-	uint32_t nvar = d->nfields - d->nfixed;
-	uint32_t k = nvar > 1 ? nvar - 1 : 0;
-	unsigned ow = dgi_off_width(len);
-	uint32_t data_end = len - k * ow;
-	const uint8_t *foot = body + data_end;
-	*start = j == 0 ? d->fixed_size : dgi_ld_off(foot + (j - 1) * ow, ow);
+	const dg_desc *d = o->desc;
+	uint32_t nvar = d->nvar, k = d->nfoot;
+	unsigned ow = dgi_off_width(o->len);
+	uint32_t data_end = o->len - k * ow;
+	const uint8_t *foot = o->body + data_end;
+	*start = j == 0 ? fixed : dgi_ld_off(foot + (j - 1) * ow, ow);
 	*end = j + 1 < nvar ? dgi_ld_off(foot + j * ow, ow) : data_end;
 }
 
 dg_err dgi_obj_header(const dg_registry *reg, uint8_t tag, const uint8_t **pp,
-    const uint8_t *end, const dg_desc **s, const uint8_t **body, uint32_t *len,
-    bool check)
+    const uint8_t *end, dg_bobj *o, bool check)
 {
 	const uint8_t *p = *pp;
 	const dg_desc *d;
+	uint32_t len;
 	dg_err e;
+	bool zero = tag == TAG_OBJ_Z || tag == TAG_OBJ_SZ;
+	if (zero)
+		tag = dgi_tag_plain(tag);
 	if (tag != TAG_OBJ && tag != TAG_OBJ_S)
 		return DG_ERR_BAD_TAG;
 	size_t idlen = tag == TAG_OBJ ? 4 : 8;
@@ -549,15 +818,17 @@ dg_err dgi_obj_header(const dg_registry *reg, uint8_t tag, const uint8_t **pp,
 	if (d->builtin)
 		return DG_ERR_TYPE_MISMATCH; /* built-ins are not object types */
 	p += idlen;
-	if ((e = dgi_get_u32var(&p, end, len)) != DG_OK)
+	if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
 		return e;
-	if (*len > (size_t)(end - p))
+	if (len > (size_t)(end - p))
 		return DG_ERR_TRUNCATED;
-	if (check && (e = dgi_body_check(d, p, *len)) != DG_OK)
+	o->desc = d;
+	o->body = p;
+	o->len = len;
+	o->zero = zero;
+	if (check && (e = dgi_body_check(o)) != DG_OK)
 		return e;
-	*s = d;
-	*body = p;
-	*pp = p + *len;
+	*pp = p + len;
 	return DG_OK;
 }
 
@@ -682,19 +953,31 @@ static dg_err field_value(const dg_registry *reg, const struct dgi_field *f,
 }
 
 /* Field at layout index i of a checked body, as a value. */
-dg_err dgi_body_field(const dg_desc *s, const uint8_t *body, uint32_t len,
-    uint32_t i, dg_value *out, unsigned depth, bool deep)
+dg_err dgi_body_field(const dg_bobj *o, uint32_t i, dg_value *out,
+    unsigned depth, bool deep)
 {
+	static const uint8_t zeros[16]; /* a fixed field the zero form left out */
+	const dg_desc *s = o->desc;
 	const struct dgi_field *f = &s->fields[i];
 	const uint8_t *p, *end;
+	uint32_t fixed = s->fixed_size;
+	uint64_t omit = 0;
+	if (o->zero) {
+		dg_err e = dgi_fixed_area(s, o->body, o->len, true, &fixed, &omit);
+		if (e != DG_OK)
+			return e;
+	}
 	if (i < s->nfixed) {
-		p = body + f->body_off;
+		if (o->zero && (omit >> i & 1)) /* zero form: i < 64 */
+			p = zeros;
+		else
+			p = o->body + (o->zero ? fixed_off_zero(s, omit, i) : f->body_off);
 		end = p + f->width;
 	} else {
 		uint32_t a, z;
-		var_span(s, body, len, f->var, &a, &z);
-		p = body + a;
-		end = body + z;
+		var_span(o, fixed, f->var, &a, &z);
+		p = o->body + a;
+		end = o->body + z;
 	}
 	dg_err e = field_value(s->reg, f, &p, end, out, depth, deep);
 	if (e == DG_OK && p != end)
@@ -702,15 +985,15 @@ dg_err dgi_body_field(const dg_desc *s, const uint8_t *body, uint32_t len,
 	return e;
 }
 
-dg_err dgi_body_deep_check(const dg_registry *reg, const dg_desc *s,
-    const uint8_t *body, uint32_t len, unsigned depth)
+dg_err dgi_body_deep_check(const dg_registry *reg, const dg_bobj *o,
+    unsigned depth)
 {
 	dg_value v;
 	(void)reg;
 	if (depth > DG_MAX_DEPTH)
 		return DG_ERR_DEPTH;
-	for (uint32_t i = 0; i < s->nfields; i++) {
-		dg_err e = dgi_body_field(s, body, len, i, &v, depth, true);
+	for (uint32_t i = 0; i < o->desc->nfields; i++) {
+		dg_err e = dgi_body_field(o, i, &v, depth, true);
 		if (e != DG_OK)
 			return e;
 	}
@@ -728,10 +1011,10 @@ dg_err dg_bobj_open(const dg_registry *reg, const void *data, size_t len,
 	if (len == 0)
 		return DG_ERR_TRUNCATED;
 	uint8_t tag = *p++;
-	if (tag != TAG_OBJ && tag != TAG_OBJ_S)
+	if (tag != TAG_OBJ && tag != TAG_OBJ_S && tag != TAG_OBJ_Z &&
+	    tag != TAG_OBJ_SZ)
 		return tag < TAG_OBJ ? DG_ERR_TYPE_MISMATCH : DG_ERR_BAD_TAG;
-	dg_err e = dgi_obj_header(reg, tag, &p, end, &out->desc, &out->body, &out->len,
-	    true);
+	dg_err e = dgi_obj_header(reg, tag, &p, end, out, true);
 	if (e == DG_OK && p != end)
 		e = DG_ERR_BAD_LENGTH;
 	return e;
@@ -752,7 +1035,7 @@ dg_err dg_bobj_get(const dg_bobj *o, uint32_t field_id, dg_value *out)
 	int i = dgi_field_index(o->desc, field_id);
 	if (i < 0)
 		return field_missing(o->desc, field_id, out);
-	return dgi_body_field(o->desc, o->body, o->len, (uint32_t)i, out, 1, false);
+	return dgi_body_field(o, (uint32_t)i, out, 1, false);
 }
 
 dg_err dg_bobj_get_name(const dg_bobj *o, const char *name, dg_value *out)
@@ -763,8 +1046,11 @@ dg_err dg_bobj_get_name(const dg_bobj *o, const char *name, dg_value *out)
 dg_err dgi_write_bobj(dg_writer *w, const dg_bobj *o)
 {
 	dg_err e;
+	size_t tag = w->w_buf->len;
 	if (dgi_w_object_header(w, o->desc) != DG_OK)
 		return w->w_err;
+	if (o->zero) /* the body is copied as it is, in its form */
+		w->w_buf->data[tag] = dgi_tag_zero(w->w_buf->data[tag]);
 	if ((e = dg_buf_reserve(w->w_buf, dgi_uvarint_len(o->len) + (size_t)o->len)) != DG_OK)
 		return dgi_w_fail(w, e);
 	uint8_t *p = w->w_buf->data + w->w_buf->len;
@@ -803,49 +1089,47 @@ static dg_err list_object(const dg_registry *reg, const struct dgi_field *f,
     uint32_t *nsch, uint8_t *dst, dg_arena *arena, unsigned depth)
 {
 	const uint8_t *p = *pp;
-	const dg_desc *s;
-	const uint8_t *body;
-	uint32_t len;
+	dg_bobj o;
 	dg_err e;
 
 	if (p >= end)
 		return DG_ERR_TRUNCATED;
 	uint8_t tag = *p++;
+	o.zero = dgi_tag_is_zero(tag);
 	if (tag >= TAG_REF) {
-		uint32_t idx = tag - TAG_REF;
-		if (idx >= DG_SCOPE_MAX)
-			return DG_ERR_BAD_TAG;
+		uint32_t idx = tag & 0x3F;
 		if (idx >= *nsch)
 			return DG_ERR_UNKNOWN_SCHEMA;
-		s = sch[idx];
-		if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
+		o.desc = sch[idx];
+		if ((e = dgi_get_u32var(&p, end, &o.len)) != DG_OK)
 			return e;
-		if (len > (size_t)(end - p))
+		if (o.len > (size_t)(end - p))
 			return DG_ERR_TRUNCATED;
-		body = p;
-		p += len;
-	} else if (tag >= TAG_OBJ && tag <= TAG_DEF_S) {
-		bool def = tag >= TAG_DEF;
-		uint8_t otag = def ? (uint8_t)(tag - (TAG_DEF - TAG_OBJ)) : tag;
+		o.body = p;
+		p += o.len;
+	} else if (tag >= TAG_OBJ && tag <= TAG__LAST) {
+		uint8_t ptag = dgi_tag_plain(tag);
+		bool def = ptag >= TAG_DEF;
+		uint8_t otag = def ? (uint8_t)(ptag - (TAG_DEF - TAG_OBJ)) : ptag;
 		if (def && *nsch >= DG_SCOPE_MAX)
 			return DG_ERR_LIMIT;
 		if (otag == TAG_OBJ && f->ref->primary && end - p >= 4 &&
 		    dgi_ld32(p) == f->ref->type_id) {
 			/* the schema's own element type: no registry lookup */
-			s = f->ref;
+			o.desc = f->ref;
 			p += 4;
-			if ((e = dgi_get_u32var(&p, end, &len)) != DG_OK)
+			if ((e = dgi_get_u32var(&p, end, &o.len)) != DG_OK)
 				return e;
-			if (len > (size_t)(end - p))
+			if (o.len > (size_t)(end - p))
 				return DG_ERR_TRUNCATED;
-			body = p;
-			p += len;
-		} else if ((e = dgi_obj_header(reg, otag, &p, end, &s, &body, &len,
-		    false)) != DG_OK) {
+			o.body = p;
+			p += o.len;
+		} else if ((e = dgi_obj_header(reg, o.zero ? dgi_tag_zero(otag) : otag,
+		    &p, end, &o, false)) != DG_OK) {
 			return e;
 		}
 		if (def)
-			sch[(*nsch)++] = s;
+			sch[(*nsch)++] = o.desc;
 	} else if (tag == TAG_NULL) {
 		memset(dst, 0, f->ref->struct_size);
 		*pp = p;
@@ -853,9 +1137,10 @@ static dg_err list_object(const dg_registry *reg, const struct dgi_field *f,
 	} else {
 		return tag > TAG__LAST ? DG_ERR_BAD_TAG : DG_ERR_TYPE_MISMATCH;
 	}
-	if (s->type_id != f->ref->type_id)
+	if (o.desc->type_id != f->ref->type_id)
 		return DG_ERR_TYPE_MISMATCH;
-	if ((e = dgi_obj_decode(reg, s, f->ref, body, len, dst, arena, depth)) != DG_OK)
+	if ((e = dgi_obj_decode(reg, o.desc, f->ref, o.body, o.len, o.zero, dst,
+	    arena, depth)) != DG_OK)
 		return e;
 	*pp = p;
 	return DG_OK;
@@ -977,6 +1262,9 @@ static dg_err list_scalar(unsigned elem, const uint8_t **pp, const uint8_t *end,
 	return DG_OK;
 }
 
+static dg_err decode_flat(const dg_desc *d, const uint8_t *body,
+    uint32_t len, bool zero, uint8_t *out, dg_arena *arena);
+
 /* A LIST / SET / MAP field into its dg_list binding, in one pass: the
  * elements (map entries) go to the arena (DG_ERR_NOSPACE without one, or
  * when it is full). */
@@ -1030,6 +1318,16 @@ static dg_err decode_coll(const dg_registry *reg, const struct dgi_field *f,
 		uint8_t *v = dst + voff;
 		switch (f->elem) {
 		case DG_OBJECT:
+			if (nsch > 0 && sch[0] == f->ref && f->ref->flat && end - p >= 2 &&
+			    (p[0] & ~0x40) == TAG_REF && p[1] < 0x80 &&
+			    p[1] <= (size_t)(end - p - 2) && depth + 2 <= DG_MAX_DEPTH) {
+				/* REF 0 (or REF_Z 0) of the list's own flat type with
+				 * a 1-byte length: straight to its decoder */
+				uint32_t len = p[1];
+				e = decode_flat(f->ref, p + 2, len, p[0] >= TAG_REF_Z, v, arena);
+				p += 2 + len;
+				break;
+			}
 			e = list_object(reg, f, &p, end, sch, &nsch, v, arena, depth + 2);
 			break;
 		case DG_STRING:
@@ -1102,7 +1400,7 @@ static dg_err store_value(const dg_registry *reg, const struct dgi_field *f,
 			*(void **)dst = to;
 			dst = to;
 		}
-		return dgi_obj_decode(reg, o->desc, f->ref, o->body, o->len, dst,
+		return dgi_obj_decode(reg, o->desc, f->ref, o->body, o->len, o->zero, dst,
 		    arena, depth + 1);
 	}
 	default: { /* containers and DG_ANY: the field's encoded value */
@@ -1116,11 +1414,16 @@ static dg_err store_value(const dg_registry *reg, const struct dgi_field *f,
 
 /* Slow path: the object was written with another schema of the type. */
 DG_NOINLINE static dg_err decode_other_schema(const dg_registry *reg,
-    const dg_desc *s, const dg_desc *d, const uint8_t *body, uint32_t len,
-    uint8_t *out, dg_arena *arena, unsigned depth)
+    const dg_bobj *o, const dg_desc *d, uint8_t *out, dg_arena *arena,
+    unsigned depth)
 {
-	dg_err e = dgi_body_check(s, body, len);
+	const dg_desc *s = o->desc;
+	uint32_t fixed;
+	uint64_t omit;
+	dg_err e = dgi_body_check(o);
 	if (e != DG_OK)
+		return e;
+	if ((e = dgi_fixed_area(s, o->body, o->len, o->zero, &fixed, &omit)) != DG_OK)
 		return e;
 	for (uint32_t i = 0; i < d->nfields; i++) {
 		const struct dgi_field *f = &d->fields[i];
@@ -1131,11 +1434,11 @@ DG_NOINLINE static dg_err decode_other_schema(const dg_registry *reg,
 		if (at < 0) {
 			v.kind = DG_NULL;
 		} else {
-			if ((e = dgi_body_field(s, body, len, (uint32_t)at, &v, depth, false)) != DG_OK)
+			if ((e = dgi_body_field(o, (uint32_t)at, &v, depth, false)) != DG_OK)
 				return e;
 			if ((uint32_t)at >= s->nfixed) {
-				var_span(s, body, len, s->fields[at].var, &a, &z);
-				span = body + a;
+				var_span(o, fixed, s->fields[at].var, &a, &z);
+				span = o->body + a;
 			}
 		}
 		if (at >= 0 && s->fields[at].kind != f->kind)
@@ -1182,7 +1485,8 @@ DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
 	if (dgi_typed_list(f->kind, f->elem))
 		return decode_coll(reg, f, pp, end, (dg_list *)dst, arena, depth);
 	if (f->kind == DG_OBJECT && f->ref->primary && end - span >= 6 &&
-	    span[0] == TAG_OBJ && dgi_ld32(span + 1) == f->ref->type_id) {
+	    (span[0] == TAG_OBJ || span[0] == TAG_OBJ_Z) &&
+	    dgi_ld32(span + 1) == f->ref->type_id) {
 		/* an object of the field's own type in its primary schema: no
 		 * registry lookup and no separate footer check (the decode
 		 * checks every offset as it goes) */
@@ -1200,8 +1504,8 @@ DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
 			*(void **)dst = to;
 			dst = to;
 		}
-		if ((e = dgi_obj_decode(reg, f->ref, f->ref, p, len, dst, arena,
-		    depth + 1)) != DG_OK)
+		if ((e = dgi_obj_decode(reg, f->ref, f->ref, p, len,
+		    span[0] == TAG_OBJ_Z, dst, arena, depth + 1)) != DG_OK)
 			return e;
 		*pp = p + len;
 		return DG_OK;
@@ -1217,6 +1521,10 @@ DG_NOINLINE static dg_err decode_rare(const dg_registry *reg,
 static inline dg_err get_fixed(const dg_desc *d, const uint8_t *p,
     uint8_t *out)
 {
+	if (d->fixed1) { /* the whole area is one run: one copy */
+		dgi_copy(out + d->fops[0].c_off, p, d->fixed_size);
+		return DG_OK;
+	}
 	for (const struct dgi_op *op = d->fops, *end = op + d->nfops; op < end;
 	    op++) {
 		uint8_t *dst = out + op->c_off;
@@ -1239,6 +1547,55 @@ static inline dg_err get_fixed(const dg_desc *d, const uint8_t *p,
 		p += op->width;
 	}
 	return DG_OK;
+}
+
+/* A zero-form fixed area at body (omit: the fields it leaves out, which
+ * read as zero: false, 0, +0.0, the nil uuid), field by field. */
+DG_NOINLINE static dg_err get_fixed_zero(const dg_desc *d,
+    const uint8_t *body, uint8_t *out, uint64_t omit)
+{
+	static const uint8_t zeros[16];
+	const uint8_t *p = body + d->zbytes;
+	const struct dgi_op *op = d->ops;
+	const uint32_t n = d->nfixed;
+	for (uint32_t i = 0; i < n; i++, op++) {
+		uint8_t *dst = out + op->c_off;
+		if (omit >> i & 1) {
+			copy_fixed(dst, zeros, op->width); /* false is 0 */
+			continue;
+		}
+		if (op->kind == DG_BOOL) {
+			if (*p > 1)
+				return DG_ERR_RANGE;
+			*(bool *)dst = *p;
+		} else {
+			copy_fixed(dst, p, op->width);
+		}
+		p += op->width;
+	}
+	return DG_OK;
+}
+
+/* The fixed area of a body of d's own schema into out: where it ends in
+ * *fixed (after checking that it and a footer of k entries of ow bytes
+ * fit in len). */
+static inline dg_err get_fixed_area(const dg_desc *d, const uint8_t *body,
+    uint32_t len, bool zero, uint32_t k, unsigned ow, uint8_t *out,
+    uint32_t *fixed)
+{
+	uint64_t omit;
+	dg_err e;
+	if (DG_LIKELY(!zero)) {
+		*fixed = d->fixed_size;
+		if ((uint64_t)*fixed + (uint64_t)k * ow > len)
+			return DG_ERR_BAD_LENGTH;
+		return get_fixed(d, body, out);
+	}
+	if ((e = dgi_fixed_area(d, body, len, true, fixed, &omit)) != DG_OK)
+		return e;
+	if ((uint64_t)*fixed + (uint64_t)k * ow > len)
+		return DG_ERR_BAD_LENGTH;
+	return get_fixed_zero(d, body, out, omit);
 }
 
 /* A string or bytes field whose span [p, p + n) the footer gave: the usual
@@ -1279,97 +1636,103 @@ static inline dg_err get_span_blob(const uint8_t *p, uint32_t n, bool str,
  * (body_len <= 255; d->flat: no rare kind, so no call in the loop, and the
  * varints and blobs are decoded knowing their spans).  The same checks and
  * errors as the general loop of dgi_obj_decode. */
+/* One var field of a flat descriptor, its span [p, p + n) (n >= 1). */
+static inline __attribute__((always_inline)) dg_err flat_field(
+    const struct dgi_op *op, const uint8_t *p, uint32_t n,
+    const uint8_t *lim, uint8_t *out, dg_arena *arena)
+{
+	uint8_t *dst = out + op->c_off;
+	uint64_t v;
+	dg_err e;
+	switch (op->kind) {
+	case DG_I64:
+		if ((e = get_span_int(p, p + n, lim, &v)) != DG_OK)
+			return e;
+		*(int64_t *)dst = dgi_unzigzag(v);
+		return DG_OK;
+	case DG_I32: {
+		if ((e = get_span_int(p, p + n, lim, &v)) != DG_OK)
+			return e;
+		int64_t x = dgi_unzigzag(v);
+		if (x < INT32_MIN || x > INT32_MAX)
+			return DG_ERR_RANGE;
+		*(int32_t *)dst = (int32_t)x;
+		return DG_OK;
+	}
+	default: /* DG_STRING, DG_BYTES */
+		return get_span_blob(p, n, op->kind == DG_STRING, (dg_bytes *)dst,
+		    arena);
+	}
+}
+
 static dg_err decode_flat(const dg_desc *d, const uint8_t *body,
-    uint32_t len, uint8_t *out, dg_arena *arena)
+    uint32_t len, bool zero, uint8_t *out, dg_arena *arena)
 {
 	/* the descriptor's fields in locals: stores into out may alias it */
-	const uint32_t k = d->nfoot, fixed = d->fixed_size;
-	if (fixed + k > len)
-		return DG_ERR_BAD_LENGTH;
+	const uint32_t k = d->nfoot;
+	const struct dgi_op *op = d->ops + d->nfixed, *oend = d->ops + d->nfields;
+	uint32_t at;
+	dg_err e;
+
+	if ((e = get_fixed_area(d, body, len, zero, k, 1, out, &at)) != DG_OK)
+		return e;
 	uint32_t last = len - k;            /* the footer starts here */
 	const uint8_t *foot = body + last;
 	const uint8_t *lim = body + len;    /* loads may reach into the footer */
-	const struct dgi_op *op = d->ops + d->nfixed, *oend = d->ops + d->nfields;
-	uint64_t v;
-	dg_err e;
-
-	if ((e = get_fixed(d, body, out)) != DG_OK)
-		return e;
-	uint32_t at = fixed;
 	if (op == oend)
 		return at == last ? DG_OK : DG_ERR_BAD_LENGTH;
-	for (; op < oend; op++) {
-		/* the last var field ends where the footer starts */
-		uint32_t next = foot < lim ? *foot++ : last;
-		if (next <= at || next > last)
+	/* every var field but the last ends where the footer says, leaving a
+	 * byte at least for each after it; the last ends at the footer */
+	for (; op + 1 < oend; op++) {
+		uint32_t next = *foot++;
+		if (next <= at || next >= last)
 			return DG_ERR_BAD_LENGTH;
-		const uint8_t *p = body + at;
-		uint32_t n = next - at;
-		uint8_t *dst = out + op->c_off;
+		if ((e = flat_field(op, body + at, next - at, lim, out, arena)) != DG_OK)
+			return e;
 		at = next;
-		switch (op->kind) {
-		case DG_I64:
-			if ((e = get_span_int(p, p + n, lim, &v)) != DG_OK)
-				return e;
-			*(int64_t *)dst = dgi_unzigzag(v);
-			break;
-		case DG_I32: {
-			if ((e = get_span_int(p, p + n, lim, &v)) != DG_OK)
-				return e;
-			int64_t x = dgi_unzigzag(v);
-			if (x < INT32_MIN || x > INT32_MAX)
-				return DG_ERR_RANGE;
-			*(int32_t *)dst = (int32_t)x;
-			break;
-		}
-		default: /* DG_STRING, DG_BYTES */
-			if ((e = get_span_blob(p, n, op->kind == DG_STRING,
-			    (dg_bytes *)dst, arena)) != DG_OK)
-				return e;
-			break;
-		}
 	}
-	return DG_OK;
+	if (last <= at)
+		return DG_ERR_BAD_LENGTH;
+	return flat_field(op, body + at, last - at, lim, out, arena);
 }
 
 dg_err dgi_obj_decode(const dg_registry *reg, const dg_desc *s,
-    const dg_desc *d, const uint8_t *body, uint32_t len, void *obj,
-    dg_arena *arena, unsigned depth)
+    const dg_desc *d, const uint8_t *body, uint32_t len, bool zero,
+    void *obj, dg_arena *arena, unsigned depth)
 {
 	if (DG_LIKELY(d->flat && len <= 0xFF && s->schema_id == d->schema_id))
 		return depth > DG_MAX_DEPTH ? DG_ERR_DEPTH :
-		    decode_flat(d, body, len, obj, arena);
+		    decode_flat(d, body, len, zero, obj, arena);
 	uint8_t *out = obj;
 	if (depth > DG_MAX_DEPTH)
 		return DG_ERR_DEPTH;
-	if (DG_UNLIKELY(s->schema_id != d->schema_id))
-		return decode_other_schema(reg, s, d, body, len, out, arena, depth);
+	if (DG_UNLIKELY(s->schema_id != d->schema_id)) {
+		dg_bobj o = { s, body, len, zero };
+		return decode_other_schema(reg, &o, d, out, arena, depth);
+	}
 
 	/* Same schema: walk the layout once, checking each var field against
 	 * the footer so sequential and O(1) readers can never disagree (this
 	 * also validates the footer: dg_read_object skips dgi_body_check). */
-	uint32_t k = d->nfoot;
+	uint32_t k = d->nfoot, at;
 	unsigned ow = dgi_off_width(len);
-	if ((uint64_t)d->fixed_size + (uint64_t)k * ow > len)
-		return DG_ERR_BAD_LENGTH;
-	const uint8_t *data_end = body + len - k * ow; /* the footer starts here */
-	const uint8_t *lim = body + len;               /* loads may reach into it */
-	const uint8_t *p = body;
+	const uint8_t *p;
 	uint64_t v;
 	uint32_t n;
 	bool null;
 	dg_err e;
 
-	if ((e = get_fixed(d, p, out)) != DG_OK)
+	if ((e = get_fixed_area(d, body, len, zero, k, ow, out, &at)) != DG_OK)
 		return e;
-	p += d->fixed_size;
+	const uint8_t *data_end = body + len - k * ow; /* the footer starts here */
+	const uint8_t *lim = body + len;               /* loads may reach into it */
+	p = body + at;
 	/* Each var field is decoded from the span the footer gives it, not
 	 * from where the previous one ended: the fields are independent of
 	 * each other (no serial chain of lengths), and every field must end
 	 * exactly where the next begins.  An integer's span is its varint's
 	 * length, so it is decoded knowing where it ends. */
 	const uint8_t *foot = data_end;
-	uint32_t at = d->fixed_size;
 	uint32_t last = (uint32_t)(data_end - body);
 	for (const struct dgi_op *op = d->ops + d->nfixed, *oend = d->ops + d->nfields;
 	    op < oend; op++) {
@@ -1447,15 +1810,17 @@ DG_NOINLINE static dg_err decode_object_slow(const dg_registry *reg,
 	const uint8_t *p = data, *end = p + len;
 	/* an OBJ of d's type in its primary schema needs no reader and no
 	 * registry lookup */
-	if (len >= 6 && p[0] == TAG_OBJ && d->primary && dgi_ld32(p + 1) == d->type_id) {
+	if (len >= 6 && (p[0] == TAG_OBJ || p[0] == TAG_OBJ_Z) && d->primary &&
+	    dgi_ld32(p + 1) == d->type_id) {
 		uint32_t n;
+		bool zero = p[0] == TAG_OBJ_Z;
 		p += 5;
 		dg_err e = dgi_get_u32var(&p, end, &n);
 		if (e != DG_OK)
 			return e;
 		if (n != (size_t)(end - p))
 			return n > (size_t)(end - p) ? DG_ERR_TRUNCATED : DG_ERR_BAD_LENGTH;
-		return dgi_obj_decode(reg, d, d, p, n, out, arena, 1);
+		return dgi_obj_decode(reg, d, d, p, n, zero, out, arena, 1);
 	}
 	dg_reader r;
 	dg_reader_init(&r, reg, data, len);
@@ -1469,13 +1834,16 @@ dg_err dg_decode_object(const dg_registry *reg, const dg_desc *d,
     const void *data, size_t len, void *out, dg_arena *arena)
 {
 	const uint8_t *p = data;
+	/* the usual key or value: an OBJ (or OBJ_Z) of d's type in its
+	 * primary schema, with a 1-byte length, of a flat descriptor —
+	 * straight to its decoder (a tail call: no frame here).  len - 6 is
+	 * unsigned: below 0x80 means 6 <= len < 134. */
+	if (DG_LIKELY(d != NULL && out != NULL && p != NULL && d->flat_top &&
+	    len - 6 < 0x80 && ((uint8_t)(p[0] - TAG_OBJ) & ~4) == 0 &&
+	    dgi_ld32(p + 1) == d->type_id && p[5] == len - 6))
+		return decode_flat(d, p + 6, (uint32_t)(len - 6), p[0] == TAG_OBJ_Z,
+		    out, arena);
 	if (d == NULL || out == NULL || !d->bound || (data == NULL && len > 0))
 		return DG_ERR_INVAL;
-	/* the usual key or value: an OBJ of d's type in its primary schema,
-	 * with a 1-byte length, of a flat descriptor — straight to its
-	 * decoder (a tail call: no frame here) */
-	if (DG_LIKELY(d->flat && d->primary && len >= 6 && len - 6 < 0x80 &&
-	    p[0] == TAG_OBJ && dgi_ld32(p + 1) == d->type_id && p[5] == len - 6))
-		return decode_flat(d, p + 6, (uint32_t)(len - 6), out, arena);
 	return decode_object_slow(reg, d, data, len, out, arena);
 }

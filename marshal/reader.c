@@ -164,25 +164,27 @@ static dg_err obj_in_scope(dg_reader *r, uint8_t tag, const uint8_t **pp,
     const uint8_t *end, uint32_t base, dg_bobj *o, bool check)
 {
 	dg_err e;
+	bool zero = dgi_tag_is_zero(tag);
 	if (tag >= TAG_REF) {
-		uint32_t idx = tag & 0x7F;
-		if (base == NO_SCOPE || idx >= DG_SCOPE_MAX)
+		uint32_t idx = tag & 0x3F; /* REF 80..BF, REF_Z C0..FF */
+		if (base == NO_SCOPE)
 			return DG_ERR_BAD_TAG;
 		if (base + idx >= r->r_nsch)
 			return DG_ERR_UNKNOWN_SCHEMA;
-		const dg_desc *s = r->r_sch[base + idx];
 		const uint8_t *p = *pp;
 		if ((e = dgi_get_u32var(&p, end, &o->len)) != DG_OK)
 			return e;
 		if (o->len > (size_t)(end - p))
 			return DG_ERR_TRUNCATED;
-		if (check && (e = dgi_body_check(s, p, o->len)) != DG_OK)
-			return e;
-		o->desc = s;
+		o->desc = r->r_sch[base + idx];
 		o->body = p;
+		o->zero = zero;
+		if (check && (e = dgi_body_check(o)) != DG_OK)
+			return e;
 		*pp = p + o->len;
 		return DG_OK;
 	}
+	tag = dgi_tag_plain(tag);
 	bool def = tag == TAG_DEF || tag == TAG_DEF_S;
 	if (def) {
 		if (base == NO_SCOPE)
@@ -192,7 +194,8 @@ static dg_err obj_in_scope(dg_reader *r, uint8_t tag, const uint8_t **pp,
 		tag -= TAG_DEF - TAG_OBJ;
 	}
 	r->r_lookups++;
-	e = dgi_obj_header(r->r_reg, tag, pp, end, &o->desc, &o->body, &o->len, check);
+	e = dgi_obj_header(r->r_reg, zero ? dgi_tag_zero(tag) : tag, pp, end, o,
+	    check);
 	if (e != DG_OK)
 		return e;
 	if (def)
@@ -284,8 +287,7 @@ static dg_err skip_value(dg_reader *r, const uint8_t **pp, const uint8_t *end,
 			return DG_ERR_DEPTH;
 		if ((e = obj_in_scope(r, tag, &p, end, base, &o, true)) != DG_OK)
 			return e;
-		if (deep && (e = dgi_body_deep_check(r->r_reg, o.desc, o.body, o.len,
-		    depth + 1)) != DG_OK)
+		if (deep && (e = dgi_body_deep_check(r->r_reg, &o, depth + 1)) != DG_OK)
 			return e;
 	} else if ((e = decode_scalar(tag, &p, end, &v, deep)) != DG_OK) {
 		return e;
@@ -324,14 +326,12 @@ dg_err dgi_decode_tagged(const dg_registry *reg, const uint8_t **pp,
 		out->v.coll.count = count;
 		out->v.coll.raw.ptr = *pp;
 		out->v.coll.raw.len = (uint32_t)(p - *pp);
-	} else if (tag == TAG_OBJ || tag == TAG_OBJ_S) {
+	} else if (dgi_tag_plain(tag) == TAG_OBJ || dgi_tag_plain(tag) == TAG_OBJ_S) {
 		p++;
-		e = dgi_obj_header(reg, tag, &p, end, &out->v.obj.desc,
-		    &out->v.obj.body, &out->v.obj.len, true);
+		e = dgi_obj_header(reg, tag, &p, end, &out->v.obj, true);
 		if (e != DG_OK)
 			return e;
-		if (deep && (e = dgi_body_deep_check(reg, out->v.obj.desc,
-		    out->v.obj.body, out->v.obj.len, depth + 1)) != DG_OK)
+		if (deep && (e = dgi_body_deep_check(reg, &out->v.obj, depth + 1)) != DG_OK)
 			return e;
 		out->kind = DG_OBJECT;
 	} else {
@@ -450,12 +450,12 @@ static inline dg_err read_object(dg_reader *r, const dg_desc *d, void *out,
 		const uint8_t *p = r->r_p;
 		if (f->f_left != 0 && f->f_base != NO_SCOPE && r->r_end - p >= 2 &&
 		    p[0] >= TAG_REF && p[1] < 0x80) {
-			uint32_t at = f->f_base + (p[0] - TAG_REF);
+			uint32_t at = f->f_base + (p[0] & 0x3F); /* REF or REF_Z */
 			uint32_t len = p[1];
-			if (at < r->r_nsch && p[0] - TAG_REF < DG_SCOPE_MAX &&
-			    r->r_sch[at] == d && len <= (size_t)(r->r_end - p - 2)) {
-				dg_err e = dgi_obj_decode(r->r_reg, d, d, p + 2, len, out,
-				    arena, r->r_depth + 1);
+			if (at < r->r_nsch && r->r_sch[at] == d &&
+			    len <= (size_t)(r->r_end - p - 2)) {
+				dg_err e = dgi_obj_decode(r->r_reg, d, d, p + 2, len,
+				    p[0] >= TAG_REF_Z, out, arena, r->r_depth + 1);
 				if (e == DG_OK) { /* a failed read consumes nothing */
 					f->f_left--;
 					r->r_p = p + 2 + len;
@@ -494,21 +494,23 @@ dg_err dg_read_objects(dg_reader *r, const dg_desc *d, void *out,
 			if (f->f_base == NO_SCOPE || f->f_left < count - i - 1 ||
 			    r->r_end - q < 1 || q[0] < TAG_REF)
 				continue;
-			uint8_t tag = q[0];
+			/* REF and REF_Z of the one index, in any mix (objects with
+			 * and without zero fields) */
+			uint8_t tag = q[0] & ~0x40;
 			uint32_t at = f->f_base + (tag - TAG_REF);
-			if (tag - TAG_REF >= DG_SCOPE_MAX || at >= r->r_nsch || r->r_sch[at] != d)
+			if (at >= r->r_nsch || r->r_sch[at] != d)
 				continue;
 			for (i++; i < count; i++) {
 				p += stride;
-				if (r->r_end - q < 2 || q[0] != tag || q[1] >= 0x80 ||
-				    q[1] > (size_t)(r->r_end - q - 2)) {
+				if (r->r_end - q < 2 || (q[0] & ~0x40) != tag || q[0] < TAG_REF ||
+				    q[1] >= 0x80 || q[1] > (size_t)(r->r_end - q - 2)) {
 					i--; /* not the simple case: the general path */
 					p -= stride;
 					break;
 				}
 				uint32_t len = q[1];
-				e = dgi_obj_decode(r->r_reg, d, d, q + 2, len, p, arena,
-				    r->r_depth + 1);
+				e = dgi_obj_decode(r->r_reg, d, d, q + 2, len,
+				    q[0] >= TAG_REF_Z, p, arena, r->r_depth + 1);
 				if (e != DG_OK)
 					return e;
 				q += 2 + len;
@@ -539,8 +541,10 @@ static dg_err read_object_slow(dg_reader *r, const dg_desc *d, void *out,
 	if (tag == TAG_NULL) {
 		memset(out, 0, d->struct_size);
 	} else {
-		uint32_t idx = (uint32_t)tag - TAG_REF;
-		if (tag >= TAG_REF && base != NO_SCOPE && idx < DG_SCOPE_MAX &&
+		uint32_t idx = tag & 0x3F;
+		uint8_t ptag = dgi_tag_plain(tag);
+		o.zero = dgi_tag_is_zero(tag);
+		if (tag >= TAG_REF && base != NO_SCOPE &&
 		    base + idx < r->r_nsch && p < end && *p < 0x80 &&
 		    (uint32_t)*p <= (size_t)(end - p - 1)) {
 			/* the common case in a stream: REF with a 1-byte length */
@@ -548,9 +552,9 @@ static dg_err read_object_slow(dg_reader *r, const dg_desc *d, void *out,
 			o.len = *p++;
 			o.body = p;
 			p += o.len;
-		} else if ((tag == TAG_OBJ || tag == TAG_DEF) && d->primary &&
+		} else if ((ptag == TAG_OBJ || ptag == TAG_DEF) && d->primary &&
 		    (size_t)(end - p) >= 4 && dgi_ld32(p) == d->type_id &&
-		    (tag == TAG_OBJ || (base != NO_SCOPE && r->r_nsch < DG_SCOPE_MAX))) {
+		    (ptag == TAG_OBJ || (base != NO_SCOPE && r->r_nsch < DG_SCOPE_MAX))) {
 			/* the caller named the type: its primary schema needs no
 			 * registry lookup */
 			p += 4;
@@ -561,7 +565,7 @@ static dg_err read_object_slow(dg_reader *r, const dg_desc *d, void *out,
 			o.desc = d;
 			o.body = p;
 			p += o.len;
-			if (tag == TAG_DEF)
+			if (ptag == TAG_DEF)
 				r->r_sch[r->r_nsch++] = d;
 			/* counted as the lookup it replaces: dg_reader_lookups()
 			 * is one per DEF/OBJ tag, whichever path resolved it */
@@ -578,8 +582,8 @@ static dg_err read_object_slow(dg_reader *r, const dg_desc *d, void *out,
 			r->r_nsch = nsch;
 			return DG_ERR_TYPE_MISMATCH;
 		}
-		e = dgi_obj_decode(r->r_reg, o.desc, d, o.body, o.len, out, arena,
-		    r->r_depth + 1);
+		e = dgi_obj_decode(r->r_reg, o.desc, d, o.body, o.len, o.zero, out,
+		    arena, r->r_depth + 1);
 		if (e != DG_OK) {
 			r->r_nsch = nsch;
 			return e;

@@ -167,14 +167,16 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 	size_t names = name_len + 1;
 	for (uint32_t i = 0; i < n; i++)
 		names += f[i].name_len + 1;
-	size_t size = sizeof(dg_desc) + n * sizeof(struct dgi_field) +
-	    2 * n * sizeof(struct dgi_op) + (n + idxcap) * sizeof(uint16_t) + names;
+	size_t size = sizeof(dg_desc) + n * sizeof(uint64_t) +
+	    n * sizeof(struct dgi_field) + 2 * n * sizeof(struct dgi_op) +
+	    (n + idxcap) * sizeof(uint16_t) + names;
 	uint8_t *mem = dgi_calloc(1, size);
 	if (mem == NULL)
 		return DG_ERR_NOMEM;
 
 	dg_desc *d = (dg_desc *)mem;
-	d->fields = (struct dgi_field *)(mem + sizeof(dg_desc));
+	d->zmask = (uint64_t *)(mem + sizeof(dg_desc));
+	d->fields = (struct dgi_field *)(d->zmask + n);
 	d->ops = (struct dgi_op *)(d->fields + n);
 	d->fops = d->ops + n;
 	d->decl_to_layout = (uint16_t *)(d->fops + n);
@@ -239,8 +241,22 @@ static dg_err desc_build(dg_registry *reg, const char *name, size_t name_len,
 	d->nvar = nvar;
 	d->nfoot = nvar > 1 ? nvar - 1 : 0;
 	d->tail = nvar * 20 + 8;
+	/* the zero form (FORMAT.md): a mask of nfixed bits, for 1..64 fixed
+	 * fields; worth a test per object only if it can be the shorter */
+	if (d->nfixed >= 1 && d->nfixed <= 64) {
+		d->zbytes = (uint8_t)((d->nfixed + 7) / 8);
+		d->zable = d->fixed_size > d->zbytes;
+	}
+	d->zsafe = d->bound;
+	for (uint32_t i = 0; i < d->nfixed; i++) {
+		unsigned w = d->fields[i].width;
+		d->zmask[i] = w >= 8 ? ~UINT64_C(0) : (UINT64_C(1) << (8 * w)) - 1;
+		if (d->bound && (size_t)d->fields[i].c_off + 8 > struct_size)
+			d->zsafe = 0;
+	}
 	if (d->bound) {
 		d->nfops = fixed_runs(d);
+		d->fixed1 = d->nfops == 1 && d->fops[0].kind == DGI_OP_RUN;
 		d->flat = 1;
 		for (uint32_t i = d->nfixed; i < n; i++) {
 			uint8_t k = d->fields[i].kind;
@@ -680,6 +696,7 @@ dg_err dgi_register_fdefs(dg_registry *reg, const char *name,
 		d = NULL;
 		pub->state = DESC_REGISTERED;
 		pub->primary = ty == NULL || match == 0;
+		pub->flat_top = pub->flat && pub->primary;
 		if (ty == NULL)
 			e = publish_type(reg, pub);
 		else

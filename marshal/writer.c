@@ -10,6 +10,12 @@ void dg_writer_init(dg_writer *w, const dg_registry *reg, dg_buf *buf)
 	w->w_err = DG_OK;
 	w->w_depth = 0;
 	w->w_nsch = 0;
+	w->w_zero = false;
+}
+
+void dg_writer_set_zero_form(dg_writer *w, bool on)
+{
+	w->w_zero = on;
 }
 
 void dg_writer_reset(dg_writer *w)
@@ -472,7 +478,7 @@ dg_err dgi_w_object_header(dg_writer *w, const dg_desc *d)
  * headroom although the object fits.  Encode into scratch memory then, and
  * copy the exact bytes: DG_ERR_NOSPACE only when the object does not fit. */
 DG_NOINLINE static dg_err encode_tight(dg_writer *w, const dg_desc *d,
-    const void *obj, size_t at)
+    const void *obj, size_t at, bool *zero)
 {
 	uint8_t stack[1024];   /* small objects: no allocation */
 	dg_buf *fixed = w->w_buf, tmp;
@@ -480,11 +486,11 @@ DG_NOINLINE static dg_err encode_tight(dg_writer *w, const dg_desc *d,
 	fixed->len = at;
 	w->w_err = DG_OK; /* a nested header may have failed on the fixed buffer */
 	w->w_buf = &tmp;
-	dg_err e = dgi_obj_encode(w, d, obj, 1);
+	dg_err e = dgi_obj_encode(w, d, obj, 1, zero);
 	if (e == DG_ERR_NOSPACE) {
 		dg_buf_init(&tmp);
 		w->w_err = DG_OK;
-		e = dgi_obj_encode(w, d, obj, 1);
+		e = dgi_obj_encode(w, d, obj, 1, zero);
 	}
 	w->w_buf = fixed;
 	if (e == DG_OK && fixed->cap - at < tmp.len)
@@ -502,14 +508,18 @@ static inline dg_err write_object(dg_writer *w, const dg_desc *d,
 {
 	if (elem_begin(w) != DG_OK)
 		return w->w_err;
+	size_t tag = w->w_buf->len;
 	if (object_header(w, d) != DG_OK)
 		return w->w_err;
 	size_t at = w->w_buf->len;
-	dg_err e = dgi_obj_encode(w, d, obj, 1);
+	bool zero;
+	dg_err e = dgi_obj_encode(w, d, obj, 1, &zero);
 	if (DG_UNLIKELY(e == DG_ERR_NOSPACE))
-		e = encode_tight(w, d, obj, at);
+		e = encode_tight(w, d, obj, at, &zero);
 	if (e != DG_OK)
 		return dgi_w_fail(w, e);
+	if (zero)
+		w->w_buf->data[tag] = dgi_tag_zero(w->w_buf->data[tag]);
 	elem_done(w);
 	return w->w_err;
 }
@@ -524,14 +534,15 @@ DG_NOINLINE dg_err dgi_w_top_failed(dg_writer *w, const dg_desc *d,
 
 dg_err dg_write_object(dg_writer *w, const dg_desc *d, const void *obj)
 {
-	if (d == NULL || obj == NULL || !d->bound || d->builtin)
-		return dgi_w_fail(w, DG_ERR_INVAL);
 	/* a top-level object (a key, a value, a message body) of a flat
 	 * descriptor: no container to account in and no scope, so an
 	 * OBJ/OBJ_S header, written with the body in one function (a tail
 	 * call: no frame here) */
-	if (DG_LIKELY(w->w_depth == 0 && w->w_err == DG_OK && d->flat))
+	if (DG_LIKELY(d != NULL && obj != NULL && d->flat && w->w_depth == 0 &&
+	    w->w_err == DG_OK))
 		return dgi_write_top_flat(w, d, obj);
+	if (d == NULL || obj == NULL || !d->bound || d->builtin)
+		return dgi_w_fail(w, DG_ERR_INVAL);
 	return write_object(w, d, obj);
 }
 
@@ -574,11 +585,14 @@ dg_err dg_write_objects(dg_writer *w, const dg_desc *d, const void *objs,
 			return dgi_w_fail(w, e);
 		size_t at = b->len;
 		b->data[b->len++] = (uint8_t)(TAG_REF | idx);
-		e = dgi_obj_encode(w, d, p, 1);
+		bool zero;
+		e = dgi_obj_encode(w, d, p, 1, &zero);
 		if (DG_UNLIKELY(e == DG_ERR_NOSPACE))
-			e = encode_tight(w, d, p, at + 1);
+			e = encode_tight(w, d, p, at + 1, &zero);
 		if (e != DG_OK)
 			return dgi_w_fail(w, e);
+		if (zero)
+			b->data[at] = (uint8_t)(TAG_REF_Z | idx);
 		f->f_left--;
 	}
 	return w->w_err;

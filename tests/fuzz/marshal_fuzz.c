@@ -9,7 +9,9 @@
  * error is fine.  Invariants checked: dg_validate accepting the input means
  * the pull reader reads all of it without error; a valid input that
  * decodes into the nested struct writes again, and that rereads and rewrites to
- * the same bytes. */
+ * the same bytes — with a default writer (plain form) and with one in
+ * zero-form mode, and the value read from the zero form writes the same
+ * plain bytes as the first. */
 #include "fuzz_types.h"
 
 #include <stdlib.h>
@@ -81,22 +83,40 @@ static void run_structs(const uint8_t *p, size_t n, bool valid)
 		 * value).  Valid: a raw container field (Wide.tags) is checked
 		 * deeply when written, not when decoded. */
 		static uint8_t mem2[1 << 16];
-		dg_buf b1, b2;
+		dg_buf b1, b2, plain;
 		dg_writer wr;
 		dg_buf_init(&b1);
 		dg_buf_init(&b2);
-		dg_writer_init(&wr, reg, &b1);
-		if (dg_write_object(&wr, nest, &t) != DG_OK)
-			abort();
-		dg_arena_init(&a, mem2, sizeof(mem2));
-		if (dg_decode_object(reg, nest, b1.data, b1.len, &t, &a) != DG_OK)
-			abort();
-		dg_writer_init(&wr, reg, &b2);
-		if (dg_write_object(&wr, nest, &t) != DG_OK || b1.len != b2.len ||
-		    memcmp(b1.data, b2.data, b1.len) != 0)
-			abort();
+		dg_buf_init(&plain);
+		for (int zmode = 0; zmode < 3; zmode++) {
+			/* plain, zero form, plain again from the zero form's value */
+			dg_buf_reset(&b1);
+			dg_writer_init(&wr, reg, &b1);
+			dg_writer_set_zero_form(&wr, zmode == 1);
+			if (dg_write_object(&wr, nest, &t) != DG_OK)
+				abort();
+			if (zmode == 0) {
+				if (dg_buf_reserve(&plain, b1.len) != DG_OK)
+					abort();
+				memcpy(plain.data, b1.data, b1.len);
+				plain.len = b1.len;
+			}
+			if (zmode == 2 && (b1.len != plain.len ||
+			    memcmp(b1.data, plain.data, b1.len) != 0))
+				abort();
+			dg_arena_init(&a, mem2, sizeof(mem2));
+			if (dg_decode_object(reg, nest, b1.data, b1.len, &t, &a) != DG_OK)
+				abort();
+			dg_buf_reset(&b2);
+			dg_writer_init(&wr, reg, &b2);
+			dg_writer_set_zero_form(&wr, zmode == 1);
+			if (dg_write_object(&wr, nest, &t) != DG_OK || b1.len != b2.len ||
+			    memcmp(b1.data, b2.data, b1.len) != 0)
+				abort();
+		}
 		dg_buf_free(&b1);
 		dg_buf_free(&b2);
+		dg_buf_free(&plain);
 	}
 	dg_arena_init_views(&a, arena_mem, 512);
 	(void)dg_decode_object(reg, nest, p, n, &t, &a);

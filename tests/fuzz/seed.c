@@ -26,6 +26,14 @@ static void emit(uint8_t mode, const dg_buf *b)
 	fclose(f);
 }
 
+/* b emptied, and w writing into it with the zero-form mode on. */
+static void zero_writer(dg_writer *w, dg_registry *reg, dg_buf *b)
+{
+	dg_buf_reset(b);
+	dg_writer_init(w, reg, b);
+	dg_writer_set_zero_form(w, true);
+}
+
 int main(int argc, char **argv)
 {
 	dg_registry *reg;
@@ -113,6 +121,46 @@ int main(int argc, char **argv)
 		dg_buf_reset(&b);
 		dg_desc_export(nest, &b);
 		emit(1, &b);
+	}
+
+	/* the zero form (FORMAT.md), written with the writer's zero-form mode
+	 * on: OBJ_Z; a list of DEF_Z, REF, REF_Z; the wide object with every
+	 * fixed field zero; a nest whose team members and map values are
+	 * zero-form objects in typed lists */
+	{
+		fz_person z = p, ps[3] = { p, p, p };
+		z.score = 0.0;
+		ps[0].score = 0.0;
+		ps[2].score = 0.0;
+		zero_writer(&w, reg, &b);
+		dg_write_object(&w, person, &z);
+		emit(0, &b);
+		zero_writer(&w, reg, &b);
+		dg_write_list_begin(&w, 3);
+		dg_write_objects(&w, person, ps, sizeof ps[0], 3);
+		dg_write_end(&w);
+		emit(0, &b);
+		fz_wide wz = wd;
+		wz.flag = false;
+		wz.i8 = 0;
+		wz.i16 = 0;
+		wz.f = 0.0f;
+		memset(&wz.uuid, 0, sizeof wz.uuid);
+		wz.owner = z;
+		zero_writer(&w, reg, &b);
+		dg_write_object(&w, wide, &wz);
+		emit(0, &b);
+		fz_team teams[1] = { { { "zero", 4 }, { ps, 3 }, &z } };
+		fz_person_e byname[2] = { { { "z", 1 }, z }, { { "p", 1 }, p } };
+		fz_nest nz;
+		memset(&nz, 0, sizeof nz);
+		nz.id = 1;
+		nz.teams = (dg_list){ teams, 1 };
+		nz.wide = &wz;
+		nz.byname = (dg_list){ byname, 2 };
+		zero_writer(&w, reg, &b);
+		dg_write_object(&w, nest, &nz);
+		emit(0, &b);
 	}
 
 	/* scalars and containers */
