@@ -2180,6 +2180,16 @@ static void test_request_errors(void **state)
 	EXPECT(dg_tp_send(a, bid, (dg_msg_type)T_UNUSED, &m), DG_ERR_INVAL);
 	assert_int_equal(atomic_load(&er.calls), 1); /* the callback never ran again */
 
+	/* a handler removed (its service stopping, as a grid's at node stop)
+	 * answers DG_ERR_NOT_READY — the sender's cue to map again — not
+	 * DG_ERR_UNSUPPORTED, which callers pass on to the user as a failure */
+	OK(dg_tp_handle(b, (dg_msg_type)T_FAIL, NULL, NULL));
+	dg_tp_quiesce(b);
+	v.v = DG_ERR_RANGE;
+	EXPECT(dg_tp_call(a, bid, (dg_msg_type)T_FAIL, &v, 5000, NULL, NULL), DG_ERR_NOT_READY);
+	EXPECT(dg_tp_call(a, bid, (dg_msg_type)T_NOHANDLER, &v, 5000, NULL, NULL),
+	    DG_ERR_UNSUPPORTED);
+
 	/* a known id whose address does not answer: the dial fails the request */
 	int s = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa;

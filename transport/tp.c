@@ -885,7 +885,10 @@ static void dispatch(dg_tp *tp, struct conn *c, const dg_frame_header *h,
 	if (fn != NULL)
 		fn(tp, &in, hctx);
 	else if (!(h->flags & DG_FRAME_ONEWAY))
-		dg_tp_reply_error(tp, &in, DG_ERR_UNSUPPORTED);
+		/* a handler removed (its service stopping) is not a type this
+		 * node does not know: the sender maps again and retries */
+		dg_tp_reply_error(tp, &in, atomic_load_explicit(&tp->handlers[type].seq,
+		    memory_order_relaxed) != 0 ? DG_ERR_NOT_READY : DG_ERR_UNSUPPORTED);
 	atomic_fetch_sub(&tp->in_handler, 1);
 }
 

@@ -355,8 +355,10 @@ const char *dg_tp_address(const dg_tp *tp);
  * replaced at any time: fn and ctx change as one (a frame runs the old
  * pair or the new one, never the new function with the old context), and
  * dispatch reads them without a lock.  A handler being replaced may still
- * be running: dg_tp_quiesce waits for it.  Requests of a type without a
- * handler are answered with DG_ERR_UNSUPPORTED. */
+ * be running: dg_tp_quiesce waits for it.  Requests of a type that never
+ * had a handler are answered with DG_ERR_UNSUPPORTED; of one whose handler
+ * was removed (fn NULL: its service is stopping), DG_ERR_NOT_READY, which
+ * senders treat as "map again and retry" — not as a failure to report. */
 dg_err dg_tp_handle(dg_tp *tp, dg_msg_type type, dg_msg_handler fn, void *ctx);
 
 /* Waits until no handler is running, nor a round-end callback a handler
