@@ -1188,6 +1188,11 @@ static inline dg_err dgi_part_may_serve(const dg_cache *c, const dgi_part *pt, u
  * partition stays locked (attach a waiter, then unlock); otherwise the
  * partition is unlocked on return. */
 dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u);
+/* The update an UPDATE (or one UPDATE_ALL item, as the UPDATE it stands
+ * for) asks for, into *u; DG_ERR_INVAL when its partition is out of
+ * range, its key empty, a value or expected value its op needs missing,
+ * or the key does not hash to the partition it names. */
+dg_err dgi_upd_received(const dg_cache *c, struct upd *u, const dgi_msg_update *m);
 /* Writes key's next version as its primary (partition locked; e: the key's
  * entry or NULL; val NULL: a removal, kept as a tombstone): persists
  * first, then applies; *ver and *expire: the new version and expiry. */

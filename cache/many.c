@@ -148,20 +148,11 @@ void dgi_uall_done(dgi_grid *g, struct dgi_uall *u, uint32_t gi, dg_err err, int
 static void uall_one(dgi_grid *g, dg_cache *c, const dgi_msg_many *m,
     const struct dgi_uall_item *it, struct dgi_uall *u, uint32_t i)
 {
-	struct upd x = { 0 };
-	x.op = (int)m->op;
-	x.sync = (dg_write_sync)m->sync;
-	x.part = (uint32_t)it->part;
-	x.topver = m->topver;
-	x.key = it->key.ptr;
-	x.klen = it->key.len;
-	x.val = it->val.ptr;
-	x.vlen = it->val.len;
-	x.op_node = (uint64_t)m->op_node;
-	x.op_seq = (uint64_t)it->op_seq;
-	if (it->part < 0 || (uint64_t)it->part >= c->cfg.partitions || x.key == NULL ||
-	    x.klen == 0 || (x.op == OP_PUT && x.val == NULL) ||
-	    dgi_part_of(x.hash = dgi_key_hash(x.key, x.klen), c->cfg.partitions) != x.part) {
+	/* (the item as the UPDATE it stands for: the op is PUT or REMOVE) */
+	dgi_msg_update one = { m->cache_id, it->part, m->topver, m->op, m->sync, m->op_node,
+		it->op_seq, 0, it->key, it->val, { NULL, 0 } };
+	struct upd x;
+	if (dgi_upd_received(c, &x, &one) != DG_OK) {
 		dgi_uall_done(g, u, i, DG_ERR_INVAL, 0, false);
 		return;
 	}

@@ -274,6 +274,30 @@ void dgi_to_worker(dgi_grid *g, const dg_msg_in *in)
 	}
 }
 
+dg_err dgi_upd_received(const dg_cache *c, struct upd *u, const dgi_msg_update *m)
+{
+	memset(u, 0, sizeof(*u));
+	u->op = (int)m->op;
+	u->sync = (dg_write_sync)m->sync;
+	u->part = (uint32_t)m->part;
+	u->topver = m->topver;
+	u->key = m->key.ptr;
+	u->klen = m->key.len;
+	u->val = m->val.ptr;
+	u->vlen = m->val.len;
+	u->exp = m->exp.ptr;
+	u->elen = m->exp.len;
+	u->op_node = (uint64_t)m->op_node;
+	u->op_seq = (uint64_t)m->op_seq;
+	bool is_rm = u->op == OP_REMOVE || u->op == OP_REMOVE_IF_EQ;
+	bool is_cas = u->op == OP_REPLACE_IF_EQ || u->op == OP_REMOVE_IF_EQ;
+	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || u->key == NULL ||
+	    u->klen == 0 || (!is_rm && u->val == NULL) || (is_cas && u->exp == NULL))
+		return DG_ERR_INVAL;
+	u->hash = dgi_key_hash(u->key, u->klen);
+	return dgi_part_of(u->hash, c->cfg.partitions) == u->part ? DG_OK : DG_ERR_INVAL;
+}
+
 static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update *m)
 {
 	dg_cache *c = dgi_grid_cache(g, (uint32_t)m->cache_id);
@@ -286,24 +310,8 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 		dg_tp_reply(g->tp, in, DGI_MSG_UPDATE_RES, &r);
 		return;
 	}
-	struct upd u = { 0 };
-	u.op = (int)m->op;
-	u.sync = (dg_write_sync)m->sync;
-	u.part = (uint32_t)m->part;
-	u.topver = m->topver;
-	u.key = m->key.ptr;
-	u.klen = m->key.len;
-	u.val = m->val.ptr;
-	u.vlen = m->val.len;
-	u.exp = m->exp.ptr;
-	u.elen = m->exp.len;
-	u.op_node = (uint64_t)m->op_node;
-	u.op_seq = (uint64_t)m->op_seq;
-	bool is_rm = u.op == OP_REMOVE || u.op == OP_REMOVE_IF_EQ;
-	bool is_cas = u.op == OP_REPLACE_IF_EQ || u.op == OP_REMOVE_IF_EQ;
-	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || u.key == NULL ||
-	    u.klen == 0 || (!is_rm && u.val == NULL) || (is_cas && u.exp == NULL) ||
-	    dgi_part_of(u.hash = dgi_key_hash(u.key, u.klen), c->cfg.partitions) != u.part) {
+	struct upd u;
+	if (dgi_upd_received(c, &u, m) != DG_OK) {
 		r.res = DG_ERR_INVAL;
 		dg_tp_reply(g->tp, in, DGI_MSG_UPDATE_RES, &r);
 		return;
