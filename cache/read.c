@@ -241,6 +241,8 @@ static inline dg_err copy_out(dg_buf *out, const uint8_t *v, uint32_t n, bool un
 		v += 2;
 		n -= 2;
 	}
+	if (n == 0)
+		return DG_OK; /* (an empty buffer's data may be NULL) */
 	if (out->cap - out->len < n)
 		return DG_ERR__COUNT;
 	memcpy(out->data + out->len, v, n);
