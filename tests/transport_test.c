@@ -74,15 +74,7 @@ const char *__tsan_default_suppressions(void)
  * Assertion helpers
  * ------------------------------------------------------------------------ */
 
-static void expect_err_(dg_err got, dg_err want, const char *what,
-    const char *file, int line)
-{
-	if (got != want)
-		fail_msg("%s:%d: %s returned %s, expected %s", file, line, what,
-		    dg_strerror(got), dg_strerror(want));
-}
-#define EXPECT(expr, want) expect_err_((expr), (want), #expr, __FILE__, __LINE__)
-#define OK(expr) EXPECT((expr), DG_OK)
+#include "expect.h"
 
 static uint64_t now_ms(void) { return dgi_now_ms(); }
 
