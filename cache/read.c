@@ -226,27 +226,27 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 	}
 }
 
-/* Copies a stored value out as put_value does, the raw API's BYTES
- * unwrapped in line: DG_ERR__COUNT when it is not the short form the raw
- * API writes (a typed value, a long value, no room in out), which
- * put_value then handles. */
+/* put_value, in line when the value fits the room out already has: the
+ * raw API's short BYTES form (a one-byte length: values under 128 bytes)
+ * unwrapped, any value whole. */
 static inline dg_err copy_out(dg_buf *out, const uint8_t *v, uint32_t n, bool unwrap)
 {
 	if (out == NULL)
 		return DG_OK;
+	const uint8_t *p = v;
+	uint32_t m = n;
 	if (unwrap) {
-		/* TAG_BYTES and a one-byte length: values under 128 bytes */
 		if (n < 2 || v[0] != TAG_BYTES || v[1] >= 0x80 || (uint32_t)v[1] != n - 2)
-			return DG_ERR__COUNT;
-		v += 2;
-		n -= 2;
+			return put_value(out, v, n, unwrap);
+		p += 2;
+		m -= 2;
 	}
-	if (n == 0)
+	if (m == 0)
 		return DG_OK; /* (an empty buffer's data may be NULL) */
-	if (out->cap - out->len < n)
-		return DG_ERR__COUNT;
-	memcpy(out->data + out->len, v, n);
-	out->len += n;
+	if (out->cap - out->len < m)
+		return put_value(out, v, n, unwrap);
+	memcpy(out->data + out->len, p, m);
+	out->len += m;
 	return DG_OK;
 }
 
@@ -254,10 +254,12 @@ static inline dg_err copy_out(dg_buf *out, const uint8_t *v, uint32_t n, bool un
  * key's partition it may serve (the primary, or a backup under
  * read_from_backup), under a majority's lease, not lost, the cache alive,
  * this thread in no transaction of it, the entry not pending.  The same
- * checks as get_in_section + dgi_local_get, with the same answers; for
- * anything else (a remote primary, a MOVING copy, a pending write, an
- * error to name) it returns DG_ERR__COUNT having changed nothing, and the
- * general path starts from the beginning.  Counts the hit or miss. */
+ * checks as get_in_section + dgi_local_get, with the same answers (the
+ * value's own errors too: a typed value through the raw API, no memory);
+ * for anything else (a remote primary, a MOVING copy, a pending write, an
+ * error the general path names) it returns DG_ERR__COUNT having changed
+ * nothing, and the general path starts from the beginning.  Counts the
+ * hit or miss. */
 static dg_err get_fast(dg_cache *c, const uint8_t *key, uint32_t klen, dg_buf *out,
     bool unwrap)
 {
