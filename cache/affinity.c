@@ -29,6 +29,7 @@ static inline uint64_t rd64(const uint8_t *p)
 uint64_t dgi_key_hash(const uint8_t *p, size_t n)
 {
 	const uint64_t k = 0x9e3779b97f4a7c15ULL;
+	size_t total = n;
 	uint64_t h = 0x2545f4914f6cdd1dULL ^ (n * k);
 	while (n >= 8) {
 		h = (h ^ (rd64(p) * k)) * 0x100000001b3ULL;
@@ -37,8 +38,11 @@ uint64_t dgi_key_hash(const uint8_t *p, size_t n)
 		n -= 8;
 	}
 	uint64_t t = 0;
-	for (size_t i = 0; i < n; i++)
-		t |= (uint64_t)p[i] << (8 * i);
+	if (n != 0 && total >= 8)
+		t = rd64(p + n - 8) >> (64 - 8 * n); /* (the same bytes, one load) */
+	else
+		for (size_t i = 0; i < n; i++)
+			t |= (uint64_t)p[i] << (8 * i);
 	h ^= t * k;
 	return dgi_mix64(h);
 }

@@ -706,7 +706,7 @@ dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, cons
 	}
 	dgi_part *pt = &c->parts[dgi_part_of(hash, c->cfg.partitions)];
 	dg_err e = DG_OK;
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	dgi_entry *en = dgi_part_find(pt, hash, kenc, (uint32_t)kenc_len);
 	if (en == NULL || (en->flags & DGI_ENTRY_TOMB)) {
 		e = DG_ERR_NOT_FOUND;
@@ -720,7 +720,7 @@ dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, cons
 			e = dgi_part_set(pt, hash, kenc, (uint32_t)kenc_len, venc, (uint32_t)venc_len,
 			    &ver, expire, op_node, op_seq, 0, NULL);
 	}
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	dgi_epoch_leave();
 	return e;
 }

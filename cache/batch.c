@@ -217,10 +217,10 @@ static void wait_round(dg_cache *c, struct bwait *w, size_t n, struct ukey *k, s
 			if (k[i].state != K_LOCAL)
 				continue;
 			dgi_part *pt = &c->parts[k[i].u.part];
-			pthread_mutex_lock(&pt->mu);
+			dgi_part_lock(pt);
 			if (dgi_pw_give_up(pt, &k[i].x))
 				n--;
-			pthread_mutex_unlock(&pt->mu);
+			dgi_part_unlock(pt);
 		}
 	}
 }
@@ -379,7 +379,7 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 				x->flag = u->flag;
 				x->post = &w.sem;
 				dgi_pw_attach(u->pw, x);
-				pthread_mutex_unlock(&c->parts[u->part].mu);
+				dgi_part_unlock(&c->parts[u->part]);
 				k[i].state = K_LOCAL;
 				expect++;
 			} else {

@@ -157,15 +157,28 @@ enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
 typedef uint64_t dgi_pslot;
 
 typedef struct dgi_part {
-	_Alignas(64) pthread_mutex_t mu; /* (a partition starts a cache line:
+	_Alignas(64) pthread_mutex_t lk; /* dgi_part_lock / dgi_part_unlock
+	                               only (a partition starts a cache line:
 	                               dg_cache.parts is aligned) */
-	dgi_pslot *slots;            /* linear probing on hash */
+	dgi_pslot *slots;            /* linear probing on hash (slots[-1]: a
+	                               retired table's link, store.c) */
 	uint32_t cap;               /* power of two or 0 */
 	uint32_t count;             /* entries, tombstones included */
+	_Atomic uint32_t seq;       /* odd while a writer holds lk (dgi_part_lock) */
+	_Atomic int state;          /* enum part_state (lk, slots, cap, seq and
+	                               state: the first 64 bytes, what a read
+	                               touches) */
 	uint32_t live;              /* entries without the tombstone flag */
-	_Atomic int state;          /* enum part_state (mu, slots, cap and state:
-	                               the first 64 bytes, what a read touches) */
+	uint32_t limbo_n;           /* retired, not yet tagged (store.c; a table
+	                               counts for more than one) */
+	uint32_t limbo_ticks;       /* store.c, limbo_tick */
 	uint64_t bytes;             /* key + value bytes */
+	/* memory unlinked from the table that a lock-free read may still be
+	 * looking at (store.c, "Retired memory"): *_new not yet tagged, *_old
+	 * retired before limbo_tag */
+	dgi_entry *limbo_ents_new, *limbo_ents_old;
+	dgi_pslot *limbo_tabs_new, *limbo_tabs_old;
+	uint64_t limbo_tag;
 	uint64_t counter;           /* versions assigned as primary */
 	/* what a write touches besides the first 64 bytes: the second line */
 	struct pw *pending;         /* FULL_SYNC writes awaiting backups (pending.c) */
@@ -237,12 +250,48 @@ typedef struct dgi_part {
 	dg_node_id alts[DGI_PART_ALTS];
 } dgi_part;
 
+/* A partition's lock.  Every holder is a writer as far as lock-free reads
+ * are concerned (read.c, get_fast): taking the lock makes seq odd, giving
+ * it back makes it even again, so a read that saw the same even seq before
+ * and after its loads saw no change made under the lock (a sequence lock;
+ * the fences are those of Boehm's "Can seqlocks get along with programming
+ * language memory models?").  Whatever is changed under the lock — an
+ * entry, a flag, the table, the state — is changed atomically for such a
+ * read.  Memory such a read may reach is not freed while one can be
+ * looking at it (store.c, "Retired memory"). */
+static inline void dgi_part_lock(dgi_part *p)
+{
+	pthread_mutex_lock(&p->lk);
+	atomic_store_explicit(&p->seq, atomic_load_explicit(&p->seq, memory_order_relaxed) + 1,
+	    memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static inline void dgi_part_unlock(dgi_part *p)
+{
+	atomic_store_explicit(&p->seq, atomic_load_explicit(&p->seq, memory_order_relaxed) + 1,
+	    memory_order_release);
+	pthread_mutex_unlock(&p->lk);
+}
+
 void dgi_part_init(dgi_part *p);
 void dgi_part_free(dgi_part *p);        /* entries and table */
-/* Lookups and updates; the caller holds p->mu.  hash is always
+/* Frees what was retired (store.c, "Retired memory") once no section can
+ * hold it, tagging the rest (partition locked; the sweeper, once a
+ * second). */
+void dgi_part_limbo_flush(dgi_part *p);
+bool dgi_part_limbo_empty(const dgi_part *p);
+/* Lookups and updates; the caller holds p's lock (dgi_part_lock).  hash is always
  * dgi_key_hash(key, klen): the store computes it again from the key where
  * a slot's 16 bits of it do not do (dgi_entry_hash). */
 dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
+/* dgi_part_find without the lock, for a read that saw seq (even) before
+ * (read.c, get_fast): the entry, or NULL; its loads may race with a
+ * writer's and stay inside live or retired memory (store.c, "Retired
+ * memory").  *torn when the table changed under it.  The caller checks
+ * seq again after it used the entry. */
+const dgi_entry *dgi_part_peek(const dgi_part *p, uint32_t seq, uint64_t hash,
+    const uint8_t *key, uint32_t klen, bool *torn);
 /* The entry with that hash and exactly that version, or NULL. */
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver);
 /* Makes the entry for key hold val (NULL + tomb: a tombstone), reusing its

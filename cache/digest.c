@@ -57,10 +57,10 @@ dg_err dgi_cache_part_digest(dg_cache *c, uint32_t part, dgi_part_digest *out)
 	out->role = pos < 0 ? 0 : pos == 0 ? 1 : 2;
 	struct digest_ctx d = { out, dgi_wall_ms() };
 	dgi_part *pt = &c->parts[part];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	out->state = atomic_load_explicit(&pt->state, memory_order_relaxed);
 	dgi_part_each(pt, digest_one, &d);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	dgi_epoch_leave();
 	return DG_OK;
 }

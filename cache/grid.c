@@ -377,7 +377,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			    c->cfg.name, p, (long long)t->version);
 			dgi_grid_event(g, DG_EVENT_PARTITION_LOST, c->cfg.name, p);
 		}
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		int st = atomic_load(&pt->state);
 		int ns = st;
 		dg_node_id src;
@@ -489,7 +489,7 @@ static void retopo_cache(dgi_grid *g, dg_cache *c, const dg_topology *t)
 			psync_retopo(g, c, p, pt, t, old, guess != NULL, rn == 0 && ns != P_LOST);
 		if (pt->pending != NULL)
 			dgi_pw_retopo(g, c, p, now); /* FULL_SYNC writes in flight */
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 	}
 	dgi_aff_free(guess);
 	dgi_aff *prev = atomic_exchange(&c->aff, now);
@@ -741,10 +741,10 @@ static void local_destroy(dgi_grid *g, dg_cache *c)
 	 * `dead`); the handle stays valid (dead) until stop */
 	dgi_pw_forget_all(g, c, DG_ERR_CLOSED);
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
-		pthread_mutex_lock(&c->parts[p].mu);
+		dgi_part_lock(&c->parts[p]);
 		dgi_part_clear(&c->parts[p]);
 		atomic_store(&c->parts[p].state, P_NONE);
-		pthread_mutex_unlock(&c->parts[p].mu);
+		dgi_part_unlock(&c->parts[p]);
 	}
 	c->grave_tag = dgi_epoch_retire();
 	dgi_log("info", "CACHE-DESTROYED", "cache=\"%s\"", c->cfg.name);
@@ -1095,11 +1095,11 @@ static dg_err load_rec(void *ctx, const dgi_prec *rec)
 	bool tomb = (rec->ver.flags & DGI_ENTRY_TOMB) != 0;
 	dgi_pver ver = rec->ver;
 	ver.flags = 0;
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	dg_err e = dgi_part_set(pt, h, rec->key, rec->klen, tomb ? NULL : rec->val,
 	    tomb ? 0 : rec->vlen, &ver, rec->expire_ms, rec->op_node, rec->op_seq,
 	    tomb ? DGI_ENTRY_TOMB : 0, NULL);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	l->n++;
 	return e;
 }
@@ -1164,9 +1164,9 @@ static dg_err load_meta(void *ctx, const char *name, const uint8_t *val, size_t 
 	uint64_t t0 = dgi_now_ms();
 	e = dgi_pstore_load(g->ps, c->id, load_rec, &l);
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
-		pthread_mutex_lock(&c->parts[p].mu);
+		dgi_part_lock(&c->parts[p]);
 		c->parts[p].reloaded = true;
-		pthread_mutex_unlock(&c->parts[p].mu);
+		dgi_part_unlock(&c->parts[p]);
 	}
 	dgi_log("info", "CACHE-LOADED", "cache=\"%s\" entries=%llu ms=%llu err=\"%s\"",
 	    cfg.name, (unsigned long long)l.n, (unsigned long long)(dgi_now_ms() - t0),
@@ -1286,7 +1286,7 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 	dgi_epoch_enter();
 	for (uint32_t p = 0; p < c->cfg.partitions && !atomic_load(&c->dead); p++) {
 		dgi_part *pt = &c->parts[p];
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		if (pt->pending != NULL)
 			dgi_pw_tick(s->g, c, p, s->mono); /* deadlines, records to send again */
 		if (pt->psync_n > 0)
@@ -1299,7 +1299,9 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 			    c->cfg.persistence ? forget_persisted : NULL, &(struct forget){ s->g, c, p });
 			atomic_fetch_add_explicit(&c->expired, n, memory_order_relaxed);
 		}
-		pthread_mutex_unlock(&pt->mu);
+		if (!dgi_part_limbo_empty(pt))
+			dgi_part_limbo_flush(pt); /* retired entries and tables */
+		dgi_part_unlock(pt);
 	}
 	dgi_epoch_leave();
 }

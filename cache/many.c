@@ -164,10 +164,10 @@ static void uall_one(dgi_grid *g, dg_cache *c, const dgi_msg_many *m,
 			pwx->gi = i;
 			pwx->flag = x.flag;
 			dgi_pw_attach(x.pw, pwx);
-			pthread_mutex_unlock(&c->parts[x.part].mu);
+			dgi_part_unlock(&c->parts[x.part]);
 			return;
 		}
-		pthread_mutex_unlock(&c->parts[x.part].mu);
+		dgi_part_unlock(&c->parts[x.part]);
 		err = DG_ERR_TIMEOUT; /* no memory to wait with: applied, unconfirmed */
 		x.applied = true;
 	}

@@ -545,7 +545,7 @@ void dgi_pw_ack(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t id, dg_node_id
     dg_err res)
 {
 	dgi_part *pt = &c->parts[part];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	struct pw *w = find_id(pt, id);
 	if (w != NULL && w->state == PW_SENT) {
 		for (uint32_t i = 0; i < w->nexpect; i++)
@@ -560,7 +560,7 @@ void dgi_pw_ack(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t id, dg_node_id
 		else if (w->nacked == w->nexpect)
 			commit(g, pt, w);
 	}
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 }
 
 /* Whether this node is the partition's primary under aff. */
@@ -631,10 +631,10 @@ void dgi_pw_forget_all(dgi_grid *g, dg_cache *c, dg_err err)
 {
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
 		dgi_part *pt = &c->parts[p];
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		while (pt->pending != NULL)
 			drop(g, pt, pt->pending, err);
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 	}
 }
 
@@ -683,7 +683,7 @@ void dgi_pw_free_part(dgi_part *pt)
 dg_err dgi_pw_wait(dgi_part *pt, struct pw *w, struct pw_wait *x, uint64_t deadline)
 {
 	(void)w;
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	for (;;) {
 		uint64_t now = dgi_now_ms();
 		if (now >= deadline)
@@ -696,9 +696,9 @@ dg_err dgi_pw_wait(dgi_part *pt, struct pw *w, struct pw_wait *x, uint64_t deadl
 			break;
 	}
 	/* timed out: leave the record, unless it answered meanwhile */
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	bool gave_up = dgi_pw_give_up(pt, x);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	if (!gave_up) {
 		sem_wait(&x->sem); /* posted: consume it */
 		return x->err;

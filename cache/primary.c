@@ -159,7 +159,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	if (atomic_load_explicit(&g->leaving, memory_order_relaxed))
 		return DG_ERR_NOT_READY; /* handing over: the next primary takes it */
 	dgi_part *pt = &c->parts[u->part];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	/* one clock read and one lease check for the whole update (the rule's,
 	 * the blind put's, the update-id table's) */
 	uint64_t now = dgi_coarse_ms();
@@ -229,7 +229,7 @@ out:
 	if (err != DG_OK)
 		u->pw = NULL;
 	if (u->pw == NULL)
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 	return err;
 }
 
@@ -333,11 +333,11 @@ static void handle_update(dgi_grid *g, const dg_msg_in *in, const dgi_msg_update
 			if (u.had && dgi_append(&x->val, old.data, old.len) != DG_OK)
 				x->has_old = false;
 			dgi_pw_attach(u.pw, x);
-			pthread_mutex_unlock(&c->parts[u.part].mu);
+			dgi_part_unlock(&c->parts[u.part]);
 			dg_buf_free(&old);
 			return;
 		}
-		pthread_mutex_unlock(&c->parts[u.part].mu);
+		dgi_part_unlock(&c->parts[u.part]);
 		r.res = DG_ERR_TIMEOUT; /* no memory to wait with: applied, unconfirmed */
 		u.applied = true;
 	}
@@ -367,7 +367,7 @@ dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
 {
 	dgi_part *pt = &c->parts[part];
 	dg_err e = DG_OK;
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	dgi_entry *cur = dgi_part_find(pt, hash, key, klen);
 	if (cur != NULL && dgi_entry_ver_cmp(ver, cur) <= 0)
 		goto out; /* ours is as new or newer */
@@ -386,7 +386,7 @@ dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
 	if (ver->counter > pt->counter && ver->topver >= atomic_load(&g->topver))
 		pt->counter = ver->counter;
 out:
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	return e;
 }
 
@@ -430,13 +430,13 @@ dg_err dgi_backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m, dg_no
 		    &ver, m->expire_ms, (uint64_t)m->op_node, (uint64_t)m->op_seq);
 		if (e == DG_OK) {
 			dgi_part *pt = &c->parts[part];
-			pthread_mutex_lock(&pt->mu);
+			dgi_part_lock(pt);
 			if (agree || m->pw == 0) /* (a copy nobody waits for: acknowledged) */
 				dgi_dedup_put(pt, (uint64_t)m->op_node, (uint64_t)m->op_seq, m->flag,
 				    dgi_now_ms());
 			if (m->pw != 0)
 				dgi_pw_recent(pt, hash, &ver);
-			pthread_mutex_unlock(&pt->mu);
+			dgi_part_unlock(pt);
 		}
 	}
 	if (e != DG_OK)

@@ -95,13 +95,13 @@ void dgi_psync_send(dgi_grid *g, dg_cache *c)
 	uint64_t now = dgi_now_ms();
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
 		dgi_part *pt = &c->parts[p];
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		if (pt->psync_n > 0 && pt->psync_sent_ms == 0) {
 			pt->psync_sent_ms = now;
 			for (uint32_t i = 0; i < pt->psync_n; i++)
 				ask(g, c, p, pt->psync_from[i]);
 		}
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 	}
 }
 
@@ -159,7 +159,7 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	dg_writer_init(&w, g->reg, &body);
 	struct psync_enc pe = { &w, m->since, 0 };
 	uint32_t nrec = 0;
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	for (uint32_t i = 0; i < pt->dd_cap; i++)
 		if (pt->dd[i].node != 0) {
 			dg_write_i64(&w, (int64_t)pt->dd[i].node);
@@ -183,7 +183,7 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 			pe.n++;
 		}
 	}
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(&out, 32 + body.len)) == DG_OK) {
 		/* LIST (tag, count), I64 records, I64 entries, then the records
@@ -332,7 +332,7 @@ static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const 
 	    DGI_PAGE_ENTRY_VALUES * (uint64_t)nent)
 		return DG_ERR_BAD_LENGTH;
 	uint64_t now = dgi_now_ms();
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	for (int64_t i = 0; i < nrec && e == DG_OK; i++) {
 		int64_t v[3];
 		for (int k = 0; k < 3 && e == DG_OK; k++)
@@ -340,7 +340,7 @@ static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const 
 		if (e == DG_OK)
 			dgi_dedup_put(pt, (uint64_t)v[0], (uint64_t)v[1], v[2], now);
 	}
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	for (int64_t i = 0; i < nent && e == DG_OK; i++) {
 		dg_bytes k, v;
 		dgi_pver ev;
@@ -350,17 +350,17 @@ static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const 
 		uint64_t h = dgi_key_hash(k.ptr, k.len);
 		if (dgi_part_of(h, c->cfg.partitions) != part)
 			return DG_ERR_INVAL;
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		dgi_entry *cur = dgi_part_find(pt, h, k.ptr, k.len);
 		bool newer = cur == NULL || dgi_entry_ver_cmp(&ev, cur) > 0;
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		if (!newer)
 			continue;
 		if ((e = dgi_apply_copy(g, c, part, h, k.ptr, k.len, v.ptr, v.len, &ev, x,
 		    (uint64_t)on, (uint64_t)os)) != DG_OK)
 			break;
 		/* not known to be on every owner: replicate it as pending */
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 		dgi_entry *en = dgi_part_find_ver(pt, h, &ev);
 		if (en != NULL && !(en->flags & DGI_ENTRY_PENDING) && aff != NULL &&
@@ -368,7 +368,7 @@ static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const 
 			dg_err pe;
 			dgi_pw_start(g, c, part, aff, h, en, &pe);
 		}
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 	}
 	return e;
 }
@@ -381,14 +381,14 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 	if (c != NULL) {
 		const dg_msg_raw *body = reply->body;
 		dgi_part *pt = &c->parts[k->part];
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		bool current = pt->psync_ver == k->ver && pt->psync_n > 0;
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		dg_err e = current ? adopt(g, c, k->part, k->ver, &body->list) : DG_OK;
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		if (e == DG_OK && pt->psync_ver == k->ver)
 			remove_from(pt, k->from);
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		if (e != DG_OK)
 			dgi_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"",
 			    c->cfg.name, k->part, (unsigned long long)k->from, dg_strerror(e));

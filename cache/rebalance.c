@@ -67,7 +67,7 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 	dg_writer_init(&w, g->reg, &body);
 	struct page_ctx pc = { &w, 0, max, bytes_limit, live_only, 0, dgi_wall_ms() };
 	bool more = false;
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	/* entries are small next to a batch: an entry-count cap from the byte
 	 * budget keeps one page near max bytes */
 	uint32_t cap = bytes_limit ? 0 : (uint32_t)max;
@@ -93,7 +93,7 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 		for (uint32_t i = 0; i < pt->dd_cap && ndd < DGI_PAGE_DD_MAX; i++)
 			if (pt->dd[i].node != 0)
 				dd[ndd++] = pt->dd[i];
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(b, 11)) == DG_OK) {
 		/* LIST header (FORMAT.md: tag, count), the head values, then
@@ -149,7 +149,7 @@ static dg_err page_dd_read(dg_reader *r, uint32_t d, dgi_part *pt)
 	dg_err e = DG_OK;
 	uint64_t now = dgi_now_ms();
 	if (pt != NULL)
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 	for (uint32_t i = 0; i < d && e == DG_OK; i++) {
 		int64_t v[3];
 		for (int k = 0; k < 3 && e == DG_OK; k++)
@@ -158,7 +158,7 @@ static dg_err page_dd_read(dg_reader *r, uint32_t d, dgi_part *pt)
 			dgi_dedup_put(pt, (uint64_t)v[0], (uint64_t)v[1], v[2], now);
 	}
 	if (pt != NULL)
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 	return e;
 }
 
@@ -487,12 +487,12 @@ static dg_err fetch_sources(struct fetch *f, const struct page_head *h)
 			    f->c->cfg.name, f->part, FETCH_NODES);
 			return DG_ERR_RANGE;
 		}
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	if (pt->state_topver == f->topver && !atomic_load(&pt->whole))
 		for (uint8_t i = 0; i < h->nsrcs; i++)
 			if (h->srcs[i] != f->g->self)
 				dgi_part_src_add(pt, h->srcs[i]);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	return DG_OK;
 }
 
@@ -591,10 +591,10 @@ static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, u
     uint64_t op_seq)
 {
 	dgi_part *pt = &a->c->parts[a->part];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	dgi_entry *cur = dgi_part_find(pt, h, key, klen);
 	if (cur != NULL && (cur->topver >= a->replace_below || (cur->flags & DGI_ENTRY_PENDING))) {
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, val, vlen, ver, expire,
 		    op_node, op_seq);
 	}
@@ -612,7 +612,7 @@ static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, u
 	}
 	if (e == DG_OK && cur != NULL)
 		cur->flags |= DGI_ENTRY_SEEN;
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	return e;
 }
 
@@ -660,13 +660,13 @@ static dg_err fetch_from(struct fetch *f, dg_node_id from, bool owner, bool *who
 		    page_says_whole(g, &list)) {
 			/* the cluster's whole copy: it replaces what was loaded */
 			dgi_part *pt = &f->c->parts[f->part];
-			pthread_mutex_lock(&pt->mu);
+			dgi_part_lock(pt);
 			if (pt->state_topver == f->topver && pt->reloaded) {
 				clear_marks(pt); /* those of an earlier try go */
 				f->a.replace_below = pt->moving_topver;
 				f->replace_from = from;
 			}
-			pthread_mutex_unlock(&pt->mu);
+			dgi_part_unlock(pt);
 		}
 		struct page_head h;
 		if ((e = page_decode(g, &list, &h, &f->c->parts[f->part], apply_one, &f->a)) != DG_OK)
@@ -740,9 +740,9 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	bool all_own[FETCH_NODES];
 	int64_t all_ver = 0, aff_ver = 0;
 	uint32_t nall = 0;
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	bool loaded = pt->reloaded; /* (set at start only: read again below) */
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	if (loaded) { /* (grid->mu before a partition's, never inside) */
 		nall = servers_now(g, all, FETCH_NODES, &all_ver);
 		dgi_epoch_enter(); /* (cache_int.h, "Lifetime") */
@@ -752,7 +752,7 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 			all_own[i] = aff != NULL && dgi_aff_role(aff, part, all[i]) >= 0;
 		dgi_epoch_leave();
 	}
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	int st = atomic_load(&pt->state);
 	/* a copy loaded from disk merges every other server's ("Copies
 	 * loaded from disk"), once the topology is active */
@@ -760,7 +760,7 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	f.reload = reload;
 	if (reload && (!atomic_load(&g->active) || pt->state_topver != all_ver ||
 	    aff_ver != all_ver)) {
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		return atomic_load(&g->active) ? DG_ERR_STATE : DG_OK;
 	}
 	dg_node_id sup = st == P_MOVING ? pt->supplier : 0;
@@ -785,7 +785,7 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	for (uint32_t k = 0; reload && k < f.nq; k++)
 		for (uint32_t i = 0; i < nall && i < FETCH_NODES; i++)
 			f.own[k] |= f.q[k] == all[i] && all_own[i];
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	if (reload && nall > FETCH_NODES)
 		dgi_log("warn", "REBALANCE-SOURCES", "cache=\"%s\" partition=%u servers=%u "
 		    "why=\"a copy loaded from disk merges the copies of the first %d other servers only\"",
@@ -821,7 +821,7 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 	if (e != DG_OK)
 		return e;
 	bool whole = false, lost = false;
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	if (atomic_load(&pt->state) != st || pt->state_topver != f.topver ||
 	    (st == P_MOVING && pt->supplier != sup)) {
 		e = DG_ERR_STATE;
@@ -861,7 +861,7 @@ static dg_err fetch_part(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t gen)
 			atomic_fetch_add_explicit(&c->rebal_parts_done, 1, memory_order_relaxed);
 		}
 	}
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	if (lost) {
 		dgi_log("warn", "PARTITION-LOST", "cache=\"%s\" partition=%u why=\"a source of its copy left before it was fetched\"",
 		    c->cfg.name, part);
@@ -895,9 +895,9 @@ static void collect(void *ctx, uint32_t key, void *value)
 		int st = atomic_load(&pt->state);
 		if (st == P_OWNING && !atomic_load(&pt->whole)) {
 			/* a repair, when some node offered its copy */
-			pthread_mutex_lock(&pt->mu);
+			dgi_part_lock(pt);
 			bool srcs = pt->nsrcs > 0;
-			pthread_mutex_unlock(&pt->mu);
+			dgi_part_unlock(pt);
 			if (!srcs)
 				continue;
 		} else if (st != P_MOVING) {
@@ -906,9 +906,9 @@ static void collect(void *ctx, uint32_t key, void *value)
 			c->rebal_pending = true;
 			if (!atomic_load(&c->g->active)) {
 				/* a loaded copy waits for an active topology */
-				pthread_mutex_lock(&pt->mu);
+				dgi_part_lock(pt);
 				bool wait = pt->reloaded;
-				pthread_mutex_unlock(&pt->mu);
+				dgi_part_unlock(pt);
 				if (wait)
 					continue;
 			}
@@ -1016,9 +1016,9 @@ static uint64_t local_primary_count(dgi_grid *g, dg_cache *c)
 	for (uint32_t p = 0; aff != NULL && p < c->cfg.partitions; p++) {
 		if (dgi_aff_owner(aff, p, 0) != g->self)
 			continue;
-		pthread_mutex_lock(&c->parts[p].mu);
+		dgi_part_lock(&c->parts[p]);
 		n += c->parts[p].live;
-		pthread_mutex_unlock(&c->parts[p].mu);
+		dgi_part_unlock(&c->parts[p]);
 	}
 	return n;
 }
@@ -1026,9 +1026,9 @@ static uint64_t local_primary_count(dgi_grid *g, dg_cache *c)
 static void local_clear(dgi_grid *g, dg_cache *c)
 {
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
-		pthread_mutex_lock(&c->parts[p].mu);
+		dgi_part_lock(&c->parts[p]);
 		dgi_part_clear(&c->parts[p]);
-		pthread_mutex_unlock(&c->parts[p].mu);
+		dgi_part_unlock(&c->parts[p]);
 	}
 	if (c->cfg.persistence && g->ps != NULL)
 		dgi_pstore_drop(g->ps, c->id, UINT32_MAX);
@@ -1041,7 +1041,7 @@ static void local_reset_lost(dgi_grid *g, dg_cache *c)
 		if (!atomic_load_explicit(&c->lost[p], memory_order_relaxed))
 			continue;
 		atomic_store_explicit(&c->lost[p], 0, memory_order_relaxed);
-		pthread_mutex_lock(&c->parts[p].mu);
+		dgi_part_lock(&c->parts[p]);
 		if (atomic_load(&c->parts[p].state) == P_LOST) {
 			/* what it has: whole, unless it is a broken partial copy
 			 * (its sources left): that one still completes itself
@@ -1052,7 +1052,7 @@ static void local_reset_lost(dgi_grid *g, dg_cache *c)
 				c->parts[p].nsrcs = c->parts[p].ntaken = 0;
 			}
 		}
-		pthread_mutex_unlock(&c->parts[p].mu);
+		dgi_part_unlock(&c->parts[p]);
 	}
 	pthread_mutex_unlock(&g->mu);
 }
@@ -1177,7 +1177,7 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 	dgi_aff *aff = atomic_load(&c->aff);
 	for (uint32_t p = 0; !atomic_load(&c->dead) && p < c->cfg.partitions; p++) {
 		dgi_part *pt = &c->parts[p];
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		int st = atomic_load(&pt->state);
 		out->entries += pt->live;
 		out->bytes += pt->bytes;
@@ -1185,7 +1185,7 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 			out->primary_entries += pt->live;
 		out->partitions_repairing += st == P_OWNING && !atomic_load(&pt->whole) &&
 		    pt->nsrcs > 0;
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		out->partitions_owning += st == P_OWNING;
 		out->partitions_moving += st == P_MOVING;
 		out->partitions_lost += st == P_LOST;
@@ -1370,7 +1370,7 @@ static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		struct page_head h;
 		e = page_decode(g, &m->list, &h, &c->parts[a.part], apply_one, &a);
 		dgi_part *pt = &c->parts[a.part];
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		pt->rented_ms = dgi_now_ms(); /* held for the coming topology */
 		/* a pusher that was not whole: the nodes holding what it lacked
 		 * are where this copy, not whole either, finds the rest (the
@@ -1391,7 +1391,7 @@ static void on_push(dg_tp *tp, const dg_msg_in *in, void *ctx)
 				pt->nsrcs--;
 				break;
 			}
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		atomic_fetch_add_explicit(&c->rebal_bytes, a.bytes, memory_order_relaxed);
 	}
 	dgi_msg_ack r = { e, 0 };
@@ -1596,7 +1596,7 @@ static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		}
 		/* owned but not whole: yes if it took the asker's copy, else the
 		 * asker's copy may hold what it lacks (PROTOCOL.md, "Rebalancing") */
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		bool yes = atomic_load(&pt->whole);
 		for (uint8_t k = 0; !yes && k < pt->ntaken; k++)
 			yes = pt->taken[k] == in->from;
@@ -1604,7 +1604,7 @@ static void on_owned(dg_tp *tp, const dg_msg_in *in, void *ctx)
 			own[n++] = p;
 		else if (atomic_load(&pt->state) == P_OWNING && in->from != g->self)
 			offered |= dgi_part_src_add(pt, in->from);
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 	}
 	if (offered) { /* the rebalancer fetches from it */
 		pthread_mutex_lock(&g->mu);
@@ -1700,10 +1700,10 @@ static bool rent_collect(dgi_grid *g, dg_cache *c, uint64_t grace, struct rent_c
 		dgi_part *pt = &c->parts[p];
 		if (atomic_load(&pt->state) != P_NONE)
 			continue; /* owned: no lock taken */
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		uint64_t t = dgi_now_ms(); /* rented_ms may be newer than an earlier read */
 		bool due = rented(pt) && t >= pt->rented_ms && t - pt->rented_ms >= grace;
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		if (!due)
 			continue;
 		if (rc->cand == NULL && (rc->cand = dgi_alloc(parts * sizeof(*rc->cand))) == NULL)
@@ -1866,7 +1866,7 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 			continue; /* no owner to take it, or one without it yet */
 		dgi_part *pt = &c->parts[rc.cand[k]];
 		bool drop = false;
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		/* not owned again, or pushed to, meanwhile; same affinity */
 		uint64_t t = dgi_now_ms();
 		const dgi_aff *aff = atomic_load(&c->aff);
@@ -1882,7 +1882,7 @@ static void rent_sweep_cache(dgi_grid *g, dg_cache *c, uint64_t grace)
 				dgi_pstore_drop(g->ps, c->id, rc.cand[k]);
 			drop = true;
 		}
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		dropped += drop;
 	}
 	dgi_epoch_leave();

@@ -8,6 +8,26 @@
  * partition's lock for every call.  A put over an existing key reuses the
  * entry's memory when the new value fits, so overwriting a key allocates
  * nothing.
+ *
+ * Retired memory.  Local reads look at the table without the lock
+ * (read.c, get_fast: a sequence lock, cache_int.h dgi_part_lock), so an
+ * entry or a table unlinked here is not freed at once: it goes on the
+ * partition's limbo list, and is freed once every section (transport.h,
+ * "Sections") that could have seen it linked has ended — a batch at a
+ * time: LIMBO_BATCH retired objects take one tag (dgi_epoch_retire), and
+ * the batch before is freed when its tag has passed; the sweeper flushes
+ * what smaller batches are left once a second (dgi_part_limbo_flush).
+ * What such a read loads from an entry it reaches, however stale, stays
+ * inside the entry's memory:
+ * - an entry is published whole: its slot is stored with release order
+ *   after its fields (and a new table after its slots);
+ * - klen and the expiry flag never change in an entry's life (a value
+ *   that needs an expiry the entry has no room for gets a new entry);
+ * - vlen changes in place only to a value that fits the entry's room, so
+ *   key + value of any vlen it ever held lie inside the allocation;
+ * - a retired entry's link to the next (limbo) is kept in its `counter`,
+ *   a field such a read does not load; a retired table's in slots[-1].
+ * The read checks the sequence before it trusts what it loaded.
  */
 #include "cache_int.h"
 
@@ -55,6 +75,12 @@ static inline bool addr_fits(const void *e)
 	return ((uint64_t)(uintptr_t)e & ~ADDR_MASK) == 0;
 }
 
+/* The bytes of data[] before the key: the expiry's, when kept. */
+static inline uint32_t prefix_of(uint32_t flags)
+{
+	return (flags & DGI_ENTRY_EXP) >> 1;
+}
+
 /* The home slot of s in a table of cap slots. */
 static inline uint32_t slot_home(dgi_pslot s, uint32_t cap)
 {
@@ -65,14 +91,112 @@ static inline uint32_t slot_home(dgi_pslot s, uint32_t cap)
 void dgi_part_init(dgi_part *p)
 {
 	memset(p, 0, sizeof(*p));
-	pthread_mutex_init(&p->mu, NULL);
+	pthread_mutex_init(&p->lk, NULL);
+}
+
+/* ---- retired memory (see the top) ---- */
+
+/* Retired objects per tag. */
+#define LIMBO_BATCH 64
+
+static inline dgi_entry *limbo_next_ent(const dgi_entry *e)
+{
+	return (dgi_entry *)(uintptr_t)e->counter;
+}
+
+static void free_ents(dgi_entry *e)
+{
+	while (e != NULL) {
+		dgi_entry *n = limbo_next_ent(e);
+		dgi_free(e);
+		e = n;
+	}
+}
+
+/* A table's allocation begins a slot before the table: its link. */
+static void free_tabs(dgi_pslot *t)
+{
+	while (t != NULL) {
+		dgi_pslot *n = (dgi_pslot *)(uintptr_t)t[-1];
+		dgi_free(t - 1);
+		t = n;
+	}
+}
+
+/* Frees the tagged batch if its tag has passed, then tags the untagged
+ * one if there is no tagged batch left (partition locked). */
+static void limbo_step(dgi_part *p)
+{
+	if ((p->limbo_ents_old != NULL || p->limbo_tabs_old != NULL) &&
+	    dgi_epoch_passed(p->limbo_tag)) {
+		free_ents(p->limbo_ents_old);
+		free_tabs(p->limbo_tabs_old);
+		p->limbo_ents_old = NULL;
+		p->limbo_tabs_old = NULL;
+	}
+	if (p->limbo_ents_old == NULL && p->limbo_tabs_old == NULL && p->limbo_n > 0) {
+		p->limbo_ents_old = p->limbo_ents_new;
+		p->limbo_tabs_old = p->limbo_tabs_new;
+		p->limbo_ents_new = NULL;
+		p->limbo_tabs_new = NULL;
+		p->limbo_n = 0;
+		p->limbo_tag = dgi_epoch_retire(); /* (after the unlinks) */
+	}
+}
+
+static void retire_ent(dgi_part *p, dgi_entry *e)
+{
+	e->counter = (uint64_t)(uintptr_t)p->limbo_ents_new;
+	p->limbo_ents_new = e;
+	if (++p->limbo_n >= LIMBO_BATCH)
+		limbo_step(p);
+}
+
+/* A table counts for more than an entry: the old tables of a partition
+ * growing under a load are as big as the new one, and should not wait for
+ * the sweeper. */
+static void retire_tab(dgi_part *p, dgi_pslot *t, uint32_t cap)
+{
+	t[-1] = (uint64_t)(uintptr_t)p->limbo_tabs_new;
+	p->limbo_tabs_new = t;
+	p->limbo_n += 1 + cap / 16;
+	if (p->limbo_n >= LIMBO_BATCH)
+		limbo_step(p);
+}
+
+/* Writes into a partition with something retired try to move it along
+ * every LIMBO_TICK of them, so a table retired by a growing load is freed
+ * during the load, not a second later. */
+#define LIMBO_TICK 64
+static inline void limbo_tick(dgi_part *p)
+{
+	if (__builtin_expect(p->limbo_n == 0 && p->limbo_ents_old == NULL &&
+	    p->limbo_tabs_old == NULL, 1))
+		return;
+	if (++p->limbo_ticks % LIMBO_TICK == 0)
+		limbo_step(p);
+}
+
+void dgi_part_limbo_flush(dgi_part *p)
+{
+	limbo_step(p); /* the tagged batch, if it can go; tags the rest (which
+	                  goes at the next flush: the caller's own section
+	                  holds a tag taken now) */
+}
+
+bool dgi_part_limbo_empty(const dgi_part *p)
+{
+	return p->limbo_n == 0 && p->limbo_ents_old == NULL && p->limbo_tabs_old == NULL;
 }
 
 void dgi_part_clear(dgi_part *p)
 {
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_free(slot_entry(p->slots[i]));
-		p->slots[i] = 0;
+		dgi_entry *e = slot_entry(p->slots[i]);
+		if (e != NULL) {
+			p->slots[i] = 0;
+			retire_ent(p, e);
+		}
 	}
 	p->count = p->live = 0;
 	p->bytes = 0;
@@ -80,11 +204,18 @@ void dgi_part_clear(dgi_part *p)
 
 void dgi_part_free(dgi_part *p)
 {
-	dgi_part_clear(p);
-	dgi_free(p->slots);
+	/* (no read can be looking: the cache is gone) */
+	for (uint32_t i = 0; i < p->cap; i++)
+		dgi_free(slot_entry(p->slots[i]));
+	free_ents(p->limbo_ents_new);
+	free_ents(p->limbo_ents_old);
+	free_tabs(p->limbo_tabs_new);
+	free_tabs(p->limbo_tabs_old);
+	if (p->slots != NULL)
+		dgi_free(p->slots - 1);
 	p->slots = NULL;
 	p->cap = 0;
-	pthread_mutex_destroy(&p->mu);
+	pthread_mutex_destroy(&p->lk);
 }
 
 static inline bool same_key(const dgi_entry *e, const uint8_t *key, uint32_t klen)
@@ -111,6 +242,38 @@ dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_
 	return slot_entry(p->slots[find_slot(p, hash, key, klen)]);
 }
 
+const dgi_entry *dgi_part_peek(const dgi_part *p, uint32_t seq, uint64_t hash,
+    const uint8_t *key, uint32_t klen, bool *torn)
+{
+	/* (one load each: what a writer changes meanwhile, the sequence tells) */
+	const dgi_pslot *slots = __atomic_load_n(&p->slots, __ATOMIC_ACQUIRE);
+	uint32_t cap = __atomic_load_n(&p->cap, __ATOMIC_RELAXED);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&p->seq, memory_order_relaxed) != seq) {
+		*torn = true; /* slots and cap may be of two tables */
+		return NULL;
+	}
+	if (cap == 0)
+		return NULL;
+	uint32_t mask = cap - 1;
+	uint64_t tag = tag_of(hash);
+	uint32_t i = (uint32_t)hash & mask;
+	for (uint32_t n = 0; n < cap; n++, i = (i + 1) & mask) {
+		dgi_pslot sl = __atomic_load_n(&slots[i], __ATOMIC_ACQUIRE);
+		if (sl == 0)
+			return NULL;
+		if (slot_tag(sl) != tag)
+			continue;
+		const dgi_entry *e = slot_entry(sl);
+		uint8_t flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&e->klen, __ATOMIC_RELAXED) == klen &&
+		    memcmp(e->data + prefix_of(flags), key, klen) == 0)
+			return e;
+	}
+	*torn = true; /* (a table is never full: it changed under the probe) */
+	return NULL;
+}
+
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
 {
 	if (p->cap == 0)
@@ -129,9 +292,10 @@ dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
 static dg_err grow(dgi_part *p)
 {
 	uint32_t ncap = p->cap ? p->cap * 2 : 16;
-	dgi_pslot *ns = dgi_calloc(ncap, sizeof(*ns));
+	dgi_pslot *ns = dgi_calloc((size_t)ncap + 1, sizeof(*ns));
 	if (ns == NULL)
 		return DG_ERR_NOMEM;
+	ns++; /* (ns[-1]: its link once retired) */
 	for (uint32_t i = 0; i < p->cap; i++) {
 		if (p->slots[i] == 0)
 			continue;
@@ -140,17 +304,13 @@ static dg_err grow(dgi_part *p)
 			j = (j + 1) & (ncap - 1);
 		ns[j] = p->slots[i];
 	}
-	dgi_free(p->slots);
-	p->slots = ns;
+	if (p->slots != NULL)
+		retire_tab(p, p->slots, p->cap);
+	__atomic_store_n(&p->slots, ns, __ATOMIC_RELEASE); /* (published whole) */
 	p->cap = ncap;
 	return DG_OK;
 }
 
-/* The bytes of data[] before the key: the expiry's, when kept. */
-static inline uint32_t prefix_of(uint32_t flags)
-{
-	return (flags & DGI_ENTRY_EXP) >> 1;
-}
 
 /* Bytes of data[] e can hold. */
 static inline uint64_t room_of(const dgi_entry *e)
@@ -178,35 +338,27 @@ static void fill(dgi_entry *e, uint64_t room, const uint8_t *val, uint32_t vlen,
 	e->op_seq = op_seq;
 }
 
-/* Can e take a value of vlen with that expiry without moving?  An expiry
- * needs its 8 bytes: an entry without them takes them from its slack,
- * its key moved up (*move). */
-static bool fits(const dgi_entry *e, uint32_t vlen, int64_t expire_ms, bool *move)
+/* Can e take a value of vlen with that expiry in place?  An entry
+ * without an expiry's 8 bytes does not take one (its key would move under
+ * a lock-free read: see the top). */
+static bool fits(const dgi_entry *e, uint32_t vlen, int64_t expire_ms)
 {
-	uint64_t room = room_of(e);
-	*move = expire_ms != 0 && !(e->flags & DGI_ENTRY_EXP);
-	uint32_t prefix = *move ? 8 : prefix_of(e->flags);
-	return (uint64_t)prefix + e->klen + vlen <= room;
-}
-
-/* Moves e's key up to make room for an expiry (fits said it does). */
-static void make_exp(dgi_entry *e)
-{
-	memmove(e->data + 8, e->data, e->klen);
-	e->flags |= DGI_ENTRY_EXP;
+	if (expire_ms != 0 && !(e->flags & DGI_ENTRY_EXP))
+		return false;
+	return (uint64_t)prefix_of(e->flags) + e->klen + vlen <= room_of(e);
 }
 
 dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen,
     const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms,
     uint64_t op_node, uint64_t op_seq, uint32_t flags, dgi_entry **out)
 {
+	limbo_tick(p);
 	if ((p->count + 1) * 2 > p->cap && grow(p) != DG_OK)
 		return DG_ERR_NOMEM;
 	uint32_t i = find_slot(p, hash, key, klen);
 	dgi_entry *e = slot_entry(p->slots[i]);
-	bool move = false;
 	flags &= ~DGI_ENTRY_EXP;
-	if (e == NULL || !fits(e, vlen, expire_ms, &move)) {
+	if (e == NULL || !fits(e, vlen, expire_ms)) {
 		/* exactly what it holds: the slack is what malloc rounds up to
 		 * anyway (up to 15 bytes), which a value growing by a few bytes
 		 * reuses; a fixed 1/8 more put most entries in the next size
@@ -226,29 +378,28 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 		if (usable > sizeof(*ne) + need)
 			room = usable - sizeof(*ne);
 #endif
-		ne->flags = expire_ms != 0 ? DGI_ENTRY_EXP : 0;
+		ne->flags = (uint8_t)(flags | (expire_ms != 0 ? DGI_ENTRY_EXP : 0));
 		ne->klen = klen;
 		ne->spare = 0;
 		memcpy((uint8_t *)dgi_entry_key(ne), key, klen);
+		fill(ne, room, val, vlen, ver, expire_ms, op_node, op_seq);
 		if (e != NULL) {
 			p->bytes -= e->klen + e->vlen;
 			if (!(e->flags & DGI_ENTRY_TOMB))
 				p->live--;
-			dgi_free(e);
 		} else {
 			p->count++;
 		}
+		/* published whole (see the top) */
+		__atomic_store_n(&p->slots[i], slot_make(ne, hash), __ATOMIC_RELEASE);
+		if (e != NULL)
+			retire_ent(p, e);
 		e = ne;
-		p->slots[i] = slot_make(e, hash);
-		fill(e, room, val, vlen, ver, expire_ms, op_node, op_seq);
 	} else {
 		p->bytes -= e->klen + e->vlen;
 		if (!(e->flags & DGI_ENTRY_TOMB))
 			p->live--;
-		uint64_t room = room_of(e);
-		if (move)
-			make_exp(e);
-		fill(e, room, val, vlen, ver, expire_ms, op_node, op_seq);
+		fill(e, room_of(e), val, vlen, ver, expire_ms, op_node, op_seq);
 	}
 	e->flags = (uint8_t)(flags | (e->flags & DGI_ENTRY_EXP));
 	p->bytes += klen + vlen;
@@ -262,16 +413,13 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
 {
-	bool move;
-	if (!fits(e, vlen, expire_ms, &move))
+	if (!fits(e, vlen, expire_ms))
 		return false;
 	uint64_t room = room_of(e);
 	p->bytes -= e->vlen;
 	p->bytes += vlen;
 	if (e->flags & DGI_ENTRY_TOMB)
 		p->live++;
-	if (move)
-		make_exp(e);
 	e->flags &= DGI_ENTRY_EXP;
 	fill(e, room, val, vlen, ver, expire_ms, op_node, op_seq);
 	return true;
@@ -286,8 +434,8 @@ static void del_at(dgi_part *p, uint32_t i)
 	if (!(e->flags & DGI_ENTRY_TOMB))
 		p->live--;
 	p->count--;
-	dgi_free(e);
 	p->slots[i] = 0;
+	retire_ent(p, e);
 	for (uint32_t j = (i + 1) & mask; p->slots[j] != 0; j = (j + 1) & mask) {
 		uint32_t home = slot_home(p->slots[j], p->cap);
 		/* move j back into the hole if its home is not in (i, j] */

@@ -131,7 +131,7 @@ static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
 		return DG_ERR_NOT_READY;
 	dgi_part *pt = &c->parts[part];
 	dg_err err = DG_OK;
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	int st = atomic_load_explicit(&pt->state, memory_order_relaxed);
 	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
 	if (st == P_LOST || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
@@ -150,7 +150,7 @@ static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
 			err = dgi_append(val, dgi_entry_val(e), e->vlen);
 		}
 	}
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	return err;
 }
 
@@ -179,7 +179,7 @@ static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t 
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	int64_t topver = aff != NULL ? aff->topver : atomic_load(&g->topver);
 	dgi_part *pt = &c->parts[part];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
 	dg_err err = DG_OK;
 	dgi_entry *ne = NULL;
@@ -205,7 +205,7 @@ static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t 
 		DGI_COUNT(c, puts, 1);
 	else
 		DGI_COUNT(c, removes, 1);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	return err;
 }
 

@@ -421,8 +421,9 @@ static void test_primary_without_lease_refuses(void **state)
 	EXPECT(dgi_primary_apply(g, c, &u), DG_ERR_NOT_READY);
 	assert_false(u.applied);
 	assert_null(u.pw);
-	assert_int_equal(pthread_mutex_trylock(&c->parts[u.part].mu), 0); /* unlocked */
-	pthread_mutex_unlock(&c->parts[u.part].mu);
+	assert_int_equal(pthread_mutex_trylock(&c->parts[u.part].lk), 0); /* unlocked */
+	pthread_mutex_unlock(&c->parts[u.part].lk);
+	assert_int_equal(atomic_load(&c->parts[u.part].seq) % 2, 0); /* (through dgi_part_unlock) */
 	uint64_t dl = 0;
 	EXPECT(dgi_local_get(c, u.part, u.hash, key, sizeof(key), NULL, false, &dl),
 	    DG_ERR_NOT_READY);
@@ -461,18 +462,18 @@ static void test_fresh_update_recognised_when_offered_again(void **state)
 	assert_null(u.pw);
 	assert_int_equal(u.flag, 1); /* absent: written */
 	dgi_part *pt = &c->parts[u.part];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	dgi_entry *e = dgi_part_find(pt, u.hash, key, sizeof(key));
 	assert_non_null(e);
 	dgi_pver v1 = dgi_entry_ver(e);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	u.flag = 0;
 	OK(dgi_primary_apply(g, c, &u)); /* the same update again: a retry */
 	assert_int_equal(u.flag, 1);     /* its first answer, not "present" */
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	e = dgi_part_find(pt, u.hash, key, sizeof(key));
 	dgi_pver v2 = dgi_entry_ver(e);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	assert_int_equal(dgi_pver_cmp(&v1, &v2), 0); /* not written again */
 	dgi_epoch_leave();
 	dg_node_stop(n);

@@ -203,17 +203,17 @@ static void test_backup_refuses_what_it_cannot_apply(void **state)
 	 * value lost to newer ones) */
 	int64_t flag;
 	dgi_part *pt1 = &c1->parts[mine];
-	pthread_mutex_lock(&pt1->mu);
+	dgi_part_lock(pt1);
 	bool agreed = dgi_dedup_find(pt1, (uint64_t)m.op_node, (uint64_t)m.op_seq, &flag);
-	pthread_mutex_unlock(&pt1->mu);
+	dgi_part_unlock(pt1);
 	assert_true(agreed);
 	bad = m;
 	bad.owners ^= 1;
 	bad.op_seq = 78;
 	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_NOT_READY);
-	pthread_mutex_lock(&pt1->mu);
+	dgi_part_lock(pt1);
 	bool recorded = dgi_dedup_find(pt1, (uint64_t)bad.op_node, 78, &flag);
-	pthread_mutex_unlock(&pt1->mu);
+	dgi_part_unlock(pt1);
 	assert_false(recorded);
 	/* from a node that is no server of its topology (the client node here):
 	 * nothing applied */
@@ -226,10 +226,10 @@ static void test_backup_refuses_what_it_cannot_apply(void **state)
 	bad.ver_counter = 5000; /* newer than anything: versions alone would take it */
 	bad.op_seq = 79;
 	EXPECT(backup_answer(cl.n[4], cl.n[1], &bad), DG_ERR_NOT_READY);
-	pthread_mutex_lock(&pt1->mu);
+	dgi_part_lock(pt1);
 	dgi_entry *en = dgi_part_find(pt1, dgi_key_hash(k, kl), k, (uint32_t)kl);
 	bool took = en != NULL && en->counter == 5000;
-	pthread_mutex_unlock(&pt1->mu);
+	dgi_part_unlock(pt1);
 	assert_false(took);
 	(void)get_s(c4, key, after, sizeof(after));
 	assert_string_equal(before, after);
@@ -467,11 +467,11 @@ static void test_retry_applied_once_after_failover(void **state)
 	size_t kl = enc_raw(key, k);
 	uint64_t h = dgi_key_hash(k, kl);
 	dgi_part *pt = &c0->parts[dgi_part_of(h, 32)];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	dgi_entry *e = dgi_part_find(pt, h, k, (uint32_t)kl);
 	assert_non_null(e);
 	uint64_t op_node = e->op_node, op_seq = e->op_seq;
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	/* another writer (a thread runs one update at a time: its own next
 	 * update would come after the retry) changes the key back */
 	OK(dg_cache_put(cache_on(cl.n[1], "dedup3"), key, strlen(key), "1", 1));
@@ -614,7 +614,7 @@ static void primary_write_pending(dg_cache *c0, const char *key, const char *val
 	aff_nodes(c0, &u->topver);
 	OK(dgi_primary_apply(c0->g, c0, u));
 	assert_non_null(u->pw);
-	pthread_mutex_unlock(&c0->parts[u->part].mu);
+	dgi_part_unlock(&c0->parts[u->part]);
 }
 
 static void test_promoted_backup_finishes_last_copies(void **state)
@@ -818,7 +818,7 @@ static void test_moving_primary_serves_no_stale_copy(void **state)
 	OK(dgi_cache_debug_put_local(c0, key, strlen(key), "old", 3));
 	uint64_t h;
 	dgi_part *pt = &c0->parts[part_of(c0, key, &h)];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	int64_t vt = 0;
 	uint8_t kenc[64];
 	size_t kencl = enc_raw(key, kenc);
@@ -828,14 +828,14 @@ static void test_moving_primary_serves_no_stale_copy(void **state)
 	pt->moving_topver = vt + 1;
 	pt->supplier = dg_node_get_id(cl.n[1]);
 	atomic_store(&pt->state, P_MOVING);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	/* a remote reader gets the supplier's copy, not the stale one */
 	assert_string_equal(get_s(cli, key, buf, sizeof(buf)), "new");
 	/* and so does a local one (this path checked it already) */
 	assert_string_equal(get_s(c0, key, buf, sizeof(buf)), "new");
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	atomic_store(&pt->state, P_OWNING);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	cluster_stop(&cl);
 }
 
@@ -1003,10 +1003,10 @@ static void test_replicated_copy_on_every_server(void **state)
 		dg_cache *c = cache_on(n[i], "repl10");
 		dgi_epoch_enter();
 		dgi_part *pt = &c->parts[dgi_part_of(h, 16)];
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		dgi_entry *e = dgi_part_find(pt, h, k, (uint32_t)kl);
 		bool held = e != NULL && !(e->flags & DGI_ENTRY_TOMB);
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		dgi_epoch_leave();
 		assert_true(held);
 	}

@@ -175,9 +175,10 @@ static void test_store_expiry_and_tombs(void **state)
 }
 
 /* Entries are 48 bytes of header, then [expiry] key value (cache_int.h):
- * an expiry is added in place when the slack allows (the key moved up),
- * a value that shrank a lot leaves at most 255 bytes counted as slack,
- * and every field reads back after each change. */
+ * an expiry is never added in place (the key would move under a lock-free
+ * read: a new entry, the old one retired whole), a value that shrank a
+ * lot leaves at most 255 bytes counted as slack, and every field reads
+ * back after each change. */
 static void test_store_compact_entries(void **state)
 {
 	(void)state;
@@ -197,15 +198,23 @@ static void test_store_compact_entries(void **state)
 #endif
 	assert_int_equal(dgi_entry_expire(e), 0);
 	assert_false(e->flags & DGI_ENTRY_EXP);
-	/* a shorter value with an expiry: same memory, key moved up */
+	/* a shorter value with an expiry: new memory; the old entry is
+	 * retired, not freed, and still holds its key and value whole */
 	dgi_alloc_stats a, b;
 	dgi_alloc_get_stats(&a);
 	ver.counter++;
 	dgi_entry *e2;
 	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, v + 1, 80, &ver, 123456789, 13, 14, 0, &e2));
 	dgi_alloc_get_stats(&b);
-	assert_int_equal(b.allocs - a.allocs, 0);
-	assert_ptr_equal(e2, e);
+	assert_int_equal(b.allocs - a.allocs, 1);
+	assert_int_equal(b.frees - a.frees, 0);
+	assert_ptr_not_equal(e2, e);
+	assert_false(dgi_part_limbo_empty(&p));
+	assert_false(e->flags & DGI_ENTRY_EXP);
+	assert_memory_equal(dgi_entry_key(e), k, 16);
+	assert_int_equal(e->vlen, 100);
+	assert_memory_equal(dgi_entry_val(e), v, 100);
+	e = e2;
 	assert_true(e->flags & DGI_ENTRY_EXP);
 	assert_int_equal(dgi_entry_expire(e), 123456789);
 	assert_memory_equal(dgi_entry_key(e), k, 16);
@@ -217,12 +226,12 @@ static void test_store_compact_entries(void **state)
 	assert_int_equal(dgi_pver_cmp(&got, &ver), 0);
 	assert_ptr_equal(find_s(&p, k), e);
 	/* overwrite in place without an expiry: the room stays, reads 0 (the
-	 * sizes fit 116 bytes: what a sanitizer's malloc gives, no rounding) */
+	 * same size: what a sanitizer's malloc gives has no rounding) */
 	ver.counter++;
-	assert_true(dgi_part_overwrite(&p, e, v + 2, 85, &ver, 0, 15, 16));
+	assert_true(dgi_part_overwrite(&p, e, v + 2, 80, &ver, 0, 15, 16));
 	assert_int_equal(dgi_entry_expire(e), 0);
 	assert_memory_equal(dgi_entry_key(e), k, 16);
-	assert_memory_equal(dgi_entry_val(e), v + 2, 85);
+	assert_memory_equal(dgi_entry_val(e), v + 2, 80);
 	assert_true(dgi_entry_live(e, 1));
 	/* a tombstone with its expiry, over it */
 	ver.counter++;
@@ -255,6 +264,217 @@ static void test_store_compact_entries(void **state)
 	assert_int_equal(dgi_pver_cmp(&got, &ver), 0);
 	assert_ptr_equal(dgi_part_find_ver(&p, h, &ver), e);
 	dgi_part_free(&p);
+}
+
+/* Entries and tables unlinked from a partition are freed only once no
+ * section that could have seen them linked is still running (store.c,
+ * "Retired memory"): a lock-free read holding one keeps it whole. */
+static void test_store_retired_memory(void **state)
+{
+	(void)state;
+	dgi_part p;
+	dgi_part_init(&p);
+	dgi_pver ver = { 1, 1, 1, 0 };
+	char k[16];
+	for (int i = 0; i < 40; i++) { /* (grows the table twice: 16, 32, 64, 128) */
+		snprintf(k, sizeof(k), "r%d", i);
+		uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+		OK(dgi_part_set(&p, h, (const uint8_t *)k, (uint32_t)strlen(k), (const uint8_t *)"v",
+		    1, &ver, 0, 0, 0, 0, NULL));
+	}
+	dgi_epoch_enter(); /* a reader, from before the removals */
+	dgi_entry *held = find_s(&p, "r7");
+	assert_non_null(held);
+	for (int i = 0; i < 40; i++) {
+		snprintf(k, sizeof(k), "r%d", i);
+		uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+		dgi_part_del(&p, h, (const uint8_t *)k, (uint32_t)strlen(k));
+	}
+	assert_int_equal(p.count, 0);
+	dgi_alloc_stats a, b;
+	dgi_alloc_get_stats(&a);
+	for (int i = 0; i < 4; i++)
+		dgi_part_limbo_flush(&p);
+	dgi_alloc_get_stats(&b);
+	assert_int_equal(b.frees - a.frees, 0); /* the reader may still look */
+	assert_memory_equal(dgi_entry_key(held), "r7", 2);
+	assert_int_equal(held->vlen, 1);
+	assert_false(dgi_part_limbo_empty(&p));
+	dgi_epoch_leave();
+	for (int i = 0; i < 3 && !dgi_part_limbo_empty(&p); i++)
+		dgi_part_limbo_flush(&p);
+	assert_true(dgi_part_limbo_empty(&p));
+	dgi_alloc_get_stats(&b);
+	assert_int_equal(b.frees - a.frees, 40 + 3); /* the entries, the old tables */
+	dgi_part_free(&p);
+}
+
+/* The key hash decides a key's partition on every node and in every
+ * persisted file: its value for a given key never changes.  The tail of
+ * a key of 8 bytes or more is read with one load (affinity.c); this is
+ * the byte-at-a-time definition it must equal, at every length and
+ * alignment, plus values pinned from the first release. */
+static uint64_t key_hash_ref(const uint8_t *p, size_t n)
+{
+	const uint64_t k = 0x9e3779b97f4a7c15ULL;
+	uint64_t h = 0x2545f4914f6cdd1dULL ^ (n * k);
+	while (n >= 8) {
+		uint64_t v = 0;
+		for (int i = 0; i < 8; i++)
+			v |= (uint64_t)p[i] << (8 * i);
+		h = (h ^ (v * k)) * 0x100000001b3ULL;
+		h = (h << 29) | (h >> 35);
+		p += 8;
+		n -= 8;
+	}
+	uint64_t t = 0;
+	for (size_t i = 0; i < n; i++)
+		t |= (uint64_t)p[i] << (8 * i);
+	h ^= t * k;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
+static void test_key_hash_stable(void **state)
+{
+	(void)state;
+	uint8_t buf[80];
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 151 + 7);
+	for (size_t off = 0; off < 8; off++)
+		for (size_t n = 0; n + off <= 64; n++)
+			assert_true(dgi_key_hash(buf + off, n) == key_hash_ref(buf + off, n));
+	/* an 18-byte raw key ("bench-key-000000" encoded) and a short one */
+	uint8_t k18[18] = { 0x0A, 16 }; /* (TAG_BYTES, length) */
+	memcpy(k18 + 2, "bench-key-000000", 16);
+	assert_true(dgi_key_hash(k18, 18) == UINT64_C(0x236b4a0856242133));
+	assert_true(dgi_key_hash((const uint8_t *)"abc", 3) == UINT64_C(0x6b5e7f1463d176d8));
+}
+
+/* ---- lock-free local reads against writers (read.c, get_fast) ---- */
+
+#define RACE_KEYS 48
+
+/* A value of key k written in round r: [k][len lo][len hi][r, 4 bytes LE]
+ * then bytes that depend on k, r and their position — a read that mixed
+ * two writes, or read past the value, breaks one of these. */
+static uint32_t race_len(uint32_t k, uint32_t r)
+{
+	uint32_t x = (r * 7 + k * 13) % 64;
+	return x < 60 ? 7 + x * 2 : 130 + x * 3; /* mostly the short raw form */
+}
+
+static void race_value(uint8_t *v, uint32_t k, uint32_t r, uint32_t n)
+{
+	v[0] = (uint8_t)k;
+	v[1] = (uint8_t)n;
+	v[2] = (uint8_t)(n >> 8);
+	memcpy(v + 3, &r, 4);
+	for (uint32_t i = 7; i < n; i++)
+		v[i] = (uint8_t)(k * 31 + r * 17 + i);
+}
+
+static bool race_value_ok(const uint8_t *v, size_t n, uint32_t k)
+{
+	if (n < 7 || v[0] != (uint8_t)k || v[1] + 256u * v[2] != n)
+		return false;
+	uint32_t r;
+	memcpy(&r, v + 3, 4);
+	if (race_len(k, r) != n)
+		return false;
+	for (uint32_t i = 7; i < n; i++)
+		if (v[i] != (uint8_t)(k * 31 + r * 17 + i))
+			return false;
+	return true;
+}
+
+struct race {
+	dg_cache *c;
+	_Atomic bool done;
+	_Atomic uint64_t reads, found, bad;
+};
+
+static void *race_reader(void *arg)
+{
+	struct race *x = arg;
+	dg_buf b;
+	dg_buf_init(&b);
+	assert_int_equal(dg_buf_reserve(&b, 512), DG_OK);
+	uint64_t reads = 0, found = 0, bad = 0;
+	for (uint32_t i = 0; !atomic_load(&x->done); i++) {
+		uint32_t k = (i * 7) % RACE_KEYS;
+		char key[8];
+		int kl = snprintf(key, sizeof(key), "r%u", k);
+		b.len = 0;
+		dg_err e = dg_cache_get(x->c, key, (size_t)kl, &b);
+		reads++;
+		if (e == DG_OK) {
+			found++;
+			bad += !race_value_ok(b.data, b.len, k);
+		} else if (e != DG_ERR_NOT_FOUND) {
+			bad++;
+		}
+	}
+	dg_buf_free(&b);
+	atomic_fetch_add(&x->reads, reads);
+	atomic_fetch_add(&x->found, found);
+	atomic_fetch_add(&x->bad, bad);
+	return NULL;
+}
+
+/* Readers of one node's own keys run while a writer overwrites them in
+ * place (values growing and shrinking), moves them to new memory (values
+ * past the room, a value of 128 bytes or more), removes them and clears
+ * the cache, on two partitions (the tables grow and are emptied under the
+ * readers): every value read is one some write wrote whole. */
+static void test_lockfree_reads_race_writers(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "race");
+	cc.partitions = 2;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	struct race x = { .c = c };
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, race_reader, &x), 0);
+	uint8_t v[400];
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint32_t r = 0;
+	do {
+		for (uint32_t k = 0; k < RACE_KEYS; k++) {
+			char key[8];
+			int kl = snprintf(key, sizeof(key), "r%u", k);
+			if ((r + k) % 11 == 0) {
+				OK(dg_cache_remove(c, key, (size_t)kl, NULL));
+				continue;
+			}
+			uint32_t len = race_len(k, r);
+			race_value(v, k, r, len);
+			OK(dg_cache_put(c, key, (size_t)kl, v, len));
+		}
+		if (r % 97 == 96)
+			OK(dg_cache_clear(c));
+		r++;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (r < 100000 && (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 <
+	    1500);
+	atomic_store(&x.done, true);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	print_message("lock-free reads: %u rounds of writes, %llu reads, %llu found, %llu bad\n", r,
+	    (unsigned long long)x.reads, (unsigned long long)x.found, (unsigned long long)x.bad);
+	assert_int_equal(x.bad, 0);
+	assert_true(x.found > 1000);
+	assert_true(r > 100);
+	dg_node_stop(n);
 }
 
 /* A slot keeps 16 bits of the key hash: keys whose hashes share them all
@@ -1009,12 +1229,12 @@ static int copies_on(dg_cache *c, const char *key, const char *val)
 	memcpy(enc + 2, key, kl);
 	uint64_t h = dgi_key_hash(enc, kl + 2);
 	dgi_part *p = &c->parts[dgi_part_of(h, c->cfg.partitions)];
-	pthread_mutex_lock(&p->mu);
+	dgi_part_lock(p);
 	dgi_entry *e = dgi_part_find(p, h, enc, (uint32_t)kl + 2);
 	int r = e != NULL && !(e->flags & DGI_ENTRY_TOMB) &&
 	    (val == NULL || (e->vlen == strlen(val) + 2 && memcmp(dgi_entry_val(e) + 2, val,
 	    strlen(val)) == 0));
-	pthread_mutex_unlock(&p->mu);
+	dgi_part_unlock(p);
 	return r;
 }
 
@@ -1542,11 +1762,11 @@ static void test_multi_read_from_backup(void **state)
 	dgi_epoch_leave();
 	dg_cache *backup = b_is_backup ? b : a, *primary = b_is_backup ? a : b;
 	dgi_part *pt = &backup->parts[p];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	dgi_entry *e = dgi_part_find(pt, h, enc, 5);
 	assert_non_null(e);
 	memcpy((uint8_t *)dgi_entry_val(e) + 2, "two", 3);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	dg_buf v;
 	dg_buf_init(&v);
 	OK(dg_cache_get(backup, "key", 3, &v));
@@ -1572,10 +1792,10 @@ static void test_multi_read_from_backup(void **state)
 	dgi_epoch_leave();
 	backup = b_is_backup ? b : a;
 	pt = &backup->parts[p];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	e = dgi_part_find(pt, h, enc, 5);
 	memcpy((uint8_t *)dgi_entry_val(e) + 2, "two", 3);
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	dg_buf_init(&v);
 	OK(dg_cache_get(backup, "key", 3, &v));
 	assert_memory_equal(v.data, "one", 3);
@@ -1989,16 +2209,16 @@ static void test_node_part_digest_order_and_liveness(void **state)
 	dgi_part_digest d1, d2, d3;
 	/* the same entries inserted in opposite orders sit in other slots
 	 * (collisions, growth): the digest must not care */
-	pthread_mutex_lock(&p->mu);
+	dgi_part_lock(p);
 	for (int i = 0; i < 300; i++)
 		digest_set(p, i, 0, 0);
-	pthread_mutex_unlock(&p->mu);
+	dgi_part_unlock(p);
 	OK(dgi_cache_part_digest(c, 0, &d1));
-	pthread_mutex_lock(&p->mu);
+	dgi_part_lock(p);
 	dgi_part_clear(p);
 	for (int i = 299; i >= 0; i--)
 		digest_set(p, i, 0, 0);
-	pthread_mutex_unlock(&p->mu);
+	dgi_part_unlock(p);
 	OK(dgi_cache_part_digest(c, 0, &d2));
 	assert_int_equal(d1.entries, 300);
 	assert_int_equal(d2.entries, 300);
@@ -2008,19 +2228,19 @@ static void test_node_part_digest_order_and_liveness(void **state)
 	assert_int_equal(d1.role, 1); /* the only node: primary */
 	assert_int_equal(d1.state, DGI_PART_OWNING);
 	/* a tombstone and an expired entry are not live copies */
-	pthread_mutex_lock(&p->mu);
+	dgi_part_lock(p);
 	digest_set(p, 1000, dgi_wall_ms() + 60000, DGI_ENTRY_TOMB);
 	digest_set(p, 1001, 1, 0);
-	pthread_mutex_unlock(&p->mu);
+	dgi_part_unlock(p);
 	OK(dgi_cache_part_digest(c, 0, &d3));
 	assert_int_equal(d3.entries, 300);
 	assert_true(d3.digest == d1.digest);
 	assert_int_equal(d3.bytes, d1.bytes);
 	/* a newer version of the same value is another copy */
-	pthread_mutex_lock(&p->mu);
+	dgi_part_lock(p);
 	dgi_entry *e = find_s(p, "dk5");
 	e->counter += 1000;
-	pthread_mutex_unlock(&p->mu);
+	dgi_part_unlock(p);
 	OK(dgi_cache_part_digest(c, 0, &d3));
 	assert_true(d3.digest != d1.digest);
 	/* bad arguments */
@@ -2662,9 +2882,9 @@ static uint32_t rented_parts(dg_cache *c)
 {
 	uint32_t n = 0;
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
-		pthread_mutex_lock(&c->parts[p].mu);
+		dgi_part_lock(&c->parts[p]);
 		n += atomic_load(&c->parts[p].state) == P_NONE && c->parts[p].count > 0;
-		pthread_mutex_unlock(&c->parts[p].mu);
+		dgi_part_unlock(&c->parts[p]);
 	}
 	return n;
 }
@@ -2801,9 +3021,9 @@ static void test_scale_rent_replicated_many_owners(void **state)
 	uint32_t rented = 0, nowners = 0;
 	dg_node_id owners[N];
 	for (uint32_t p = 0; p < cc.partitions; p++) {
-		pthread_mutex_lock(&cx->parts[p].mu);
+		dgi_part_lock(&cx->parts[p]);
 		bool r = atomic_load(&cx->parts[p].state) == P_NONE && cx->parts[p].count > 0;
-		pthread_mutex_unlock(&cx->parts[p].mu);
+		dgi_part_unlock(&cx->parts[p]);
 		uint64_t own[N];
 		int64_t tv;
 		uint32_t k = r ? dgi_cache_owners(cx, p, own, N, &tv) : 0;
@@ -2931,9 +3151,9 @@ static void ghost_put(dg_cache *c, const char *key, const char *val)
 	uint64_t h = dgi_key_hash(k, kl + 2);
 	dgi_part *pt = &c->parts[dgi_part_of(h, c->cfg.partitions)];
 	dgi_pver ver = { 1000, 1u << 30, 1, 0 };
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	OK(dgi_part_set(pt, h, k, (uint32_t)kl + 2, v, (uint32_t)vl + 2, &ver, 0, 0, 0, 0, NULL));
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 }
 
 struct held {
@@ -2959,14 +3179,14 @@ static void held_one(void *ctx, const dgi_entry *e)
 static void only_cluster_entries(dg_cache *a, dg_cache *b, uint32_t p)
 {
 	struct held h = { 0 };
-	pthread_mutex_lock(&a->parts[p].mu);
+	dgi_part_lock(&a->parts[p]);
 	dgi_part_each(&a->parts[p], held_one, &h);
-	pthread_mutex_unlock(&a->parts[p].mu);
+	dgi_part_unlock(&a->parts[p]);
 	for (uint32_t i = 0; i < h.n; i++) {
-		pthread_mutex_lock(&b->parts[p].mu);
+		dgi_part_lock(&b->parts[p]);
 		dgi_entry *e = dgi_part_find(&b->parts[p], h.e[i].hash, h.e[i].key, h.e[i].klen);
 		bool same = e != NULL && dgi_entry_ver_cmp(&h.e[i].ver, e) == 0;
-		pthread_mutex_unlock(&b->parts[p].mu);
+		dgi_part_unlock(&b->parts[p]);
 		if (!same)
 			fail_msg("partition %u: an entry (%.*s) kept from before the drop", p,
 			    (int)h.e[i].klen - 2, (const char *)h.e[i].key + 2);
@@ -3018,7 +3238,7 @@ static void test_dropped_copies_replaced(void **state)
 	uint32_t moving = 0;
 	for (uint32_t p = 0; p < cx->cfg.partitions; p++) {
 		dgi_part *pt = &cx->parts[p];
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		int st = atomic_load(&pt->state);
 		/* each fetched from an old owner (paused): nothing kept from
 		 * before */
@@ -3026,7 +3246,7 @@ static void test_dropped_copies_replaced(void **state)
 			fail_msg("partition %u: a copy from before the drop is %s (state %d)", p,
 			    atomic_load(&pt->whole) ? "whole" : "still stale", st);
 		moving += st == P_MOVING;
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 	}
 	assert_int_equal(moving, cx->cfg.partitions);
 	for (uint32_t p = 0; p < cx->cfg.partitions; p++)
@@ -3244,9 +3464,9 @@ static void test_double_move_middle_fails(void **state)
 		assert_false(atomic_load(&c[1]->lost[p]));
 		dgi_part *pt = &c[0]->parts[p];
 		for (;;) {
-			pthread_mutex_lock(&pt->mu);
+			dgi_part_lock(pt);
 			uint32_t n = pt->count;
-			pthread_mutex_unlock(&pt->mu);
+			dgi_part_unlock(pt);
 			if (n == 0)
 				break;
 			assert_true(dgi_now_ms() < deadline);
@@ -3285,13 +3505,13 @@ static bool ids_of(dg_cache *c, const char *key, uint64_t *node, uint64_t *seq)
 	uint32_t n = enc_raw(enc, key);
 	uint64_t h = dgi_key_hash(enc, n);
 	dgi_part *p = &c->parts[dgi_part_of(h, c->cfg.partitions)];
-	pthread_mutex_lock(&p->mu);
+	dgi_part_lock(p);
 	dgi_entry *e = dgi_part_find(p, h, enc, n);
 	if (e != NULL) {
 		*node = e->op_node;
 		*seq = e->op_seq;
 	}
-	pthread_mutex_unlock(&p->mu);
+	dgi_part_unlock(p);
 	return e != NULL;
 }
 
@@ -3542,9 +3762,9 @@ static void test_section_keeps_what_it_holds(void **state)
 	/* still there (ASan reports a read of freed memory) */
 	assert_int_equal(aff->topver, v0);
 	assert_int_equal(aff->nnodes, 1);
-	pthread_mutex_lock(&parts[0].mu);
+	dgi_part_lock(&parts[0]);
 	assert_int_equal(atomic_load(&parts[0].state), P_NONE);
-	pthread_mutex_unlock(&parts[0].mu);
+	dgi_part_unlock(&parts[0]);
 	dgi_epoch_leave(); /* the operation ends */
 	/* freed as soon as the sections of the moment (the nodes' own:
 	 * handlers, the rebalancer's fetches) have ended too */
@@ -3824,9 +4044,9 @@ static void test_persist_removed_key_stays_removed(void **state)
 	pt = &ca->parts[dgi_part_of(dgi_key_hash(enc, 4), 16)];
 	deadline = dgi_now_ms() + 5000;
 	for (;;) {
-		pthread_mutex_lock(&pt->mu);
+		dgi_part_lock(pt);
 		dgi_entry *e = dgi_part_find(pt, dgi_key_hash(enc, 4), enc, 4);
-		pthread_mutex_unlock(&pt->mu);
+		dgi_part_unlock(pt);
 		if (e == NULL)
 			break;
 		assert_true(dgi_now_ms() < deadline);
@@ -4299,12 +4519,15 @@ int main(void)
 		cmocka_unit_test(test_store_scan_pages),
 		cmocka_unit_test(test_store_expiry_and_tombs),
 		cmocka_unit_test(test_store_compact_entries),
+		cmocka_unit_test(test_store_retired_memory),
 		cmocka_unit_test(test_store_tags_and_big_tables),
 		cmocka_unit_test(test_affinity_distinct_and_balanced),
 		cmocka_unit_test(test_affinity_minimal_movement),
 		cmocka_unit_test(test_key_hash_partition_stable),
 		cmocka_unit_test(test_node_single_ops),
+		cmocka_unit_test(test_key_hash_stable),
 		cmocka_unit_test(test_local_read_forms),
+		cmocka_unit_test(test_lockfree_reads_race_writers),
 		cmocka_unit_test(test_destroyed_cache_memory_freed),
 		cmocka_unit_test(test_section_keeps_what_it_holds),
 		cmocka_unit_test(test_node_get_allocates_nothing),

@@ -694,11 +694,11 @@ static void test_rebalance_counts_repairing(void **state)
 		p++;
 	assert_true(p < c->cfg.partitions);
 	dgi_part *pt = &c->parts[p];
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	atomic_store(&pt->whole, false);
 	pt->srcs[0] = 0x1234;
 	pt->nsrcs = 1;
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	r = cli_ok(&k, "rebalance", NULL);
 	assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(result(r), "complete")));
 	assert_true(jnum(result(r), "partitions_repairing") == 1);
@@ -707,10 +707,10 @@ static void test_rebalance_counts_repairing(void **state)
 	r = cli_ok(&k, "state", NULL);
 	assert_string_equal(S(jstr(result(r), "state")), "REBALANCING");
 	cJSON_Delete(r);
-	pthread_mutex_lock(&pt->mu);
+	dgi_part_lock(pt);
 	atomic_store(&pt->whole, true);
 	pt->nsrcs = 0;
-	pthread_mutex_unlock(&pt->mu);
+	dgi_part_unlock(pt);
 	atomic_store(&dgi_rebalance_paused, false);
 	r = cli_ok(&k, "rebalance", NULL);
 	assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result(r), "complete")));
