@@ -9,6 +9,7 @@
  */
 #include "cache_int.h"
 #include "marshal/mix.h"
+#include "marshal/marshal_int.h" /* TAG_BYTES */
 
 #include <string.h>
 #include <time.h>
@@ -26,25 +27,52 @@ static inline uint64_t rd64(const uint8_t *p)
 /* 8 bytes a step, multiply-rotate, finalized with dgi_mix64 (marshal/mix.h).  Not for
  * adversarial keys (a partition table is not a hash-flooding target: a hot
  * partition is the worst case). */
+#define KH_K 0x9e3779b97f4a7c15ULL
+
+static inline uint64_t kh_start(size_t n)
+{
+	return 0x2545f4914f6cdd1dULL ^ (n * KH_K);
+}
+
+static inline uint64_t kh_step(uint64_t h, uint64_t w)
+{
+	h = (h ^ (w * KH_K)) * 0x100000001b3ULL;
+	return (h << 29) | (h >> 35);
+}
+
+static inline uint64_t kh_end(uint64_t h, uint64_t tail)
+{
+	return dgi_mix64(h ^ (tail * KH_K));
+}
+
 uint64_t dgi_key_hash(const uint8_t *p, size_t n)
 {
-	const uint64_t k = 0x9e3779b97f4a7c15ULL;
 	size_t total = n;
-	uint64_t h = 0x2545f4914f6cdd1dULL ^ (n * k);
-	while (n >= 8) {
-		h = (h ^ (rd64(p) * k)) * 0x100000001b3ULL;
-		h = (h << 29) | (h >> 35);
-		p += 8;
-		n -= 8;
-	}
+	uint64_t h = kh_start(n);
+	for (; n >= 8; p += 8, n -= 8)
+		h = kh_step(h, rd64(p));
 	uint64_t t = 0;
 	if (n != 0 && total >= 8)
 		t = rd64(p + n - 8) >> (64 - 8 * n); /* (the same bytes, one load) */
 	else
 		for (size_t i = 0; i < n; i++)
 			t |= (uint64_t)p[i] << (8 * i);
-	h ^= t * k;
-	return dgi_mix64(h);
+	return kh_end(h, t);
+}
+
+/* The words of the 2-byte prefix + n key bytes, read from the key alone:
+ * word 0 is the prefix and key[0..6), word j key[8j-2 .. 8j+6), the tail
+ * the last (n + 2) % 8 bytes (n >= 8: every load inside the key). */
+uint64_t dgi_key_hash_bytes(const uint8_t *key, size_t n)
+{
+	size_t total = n + 2;
+	uint64_t h = kh_start(total);
+	h = kh_step(h, TAG_BYTES | (n << 8) | (rd64(key) << 16));
+	size_t j = 6; /* key bytes taken */
+	for (; n - j >= 8; j += 8)
+		h = kh_step(h, rd64(key + j));
+	size_t rem = n - j;
+	return kh_end(h, rem != 0 ? rd64(key + n - 8) >> (64 - 8 * rem) : 0);
 }
 
 int64_t dgi_wall_ms(void)

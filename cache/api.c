@@ -205,6 +205,8 @@ dg_err dg_cache_remove_if_equals(dg_cache *c, const void *key, size_t klen,
 
 dg_err dg_cache_get(dg_cache *c, const void *key, size_t klen, dg_buf *val)
 {
+	if (c != NULL && key != NULL && val != NULL && klen >= 8 && klen < 128)
+		return dgi_get_raw(c, key, klen, val); /* (the common key size) */
 	ENC_KEY(key, klen);
 	if (val == NULL)
 		return DG_ERR_INVAL;

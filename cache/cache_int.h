@@ -49,6 +49,9 @@
 
 /* 64-bit hash of a key's canonical bytes; identical on every node. */
 uint64_t dgi_key_hash(const uint8_t *p, size_t n);
+/* dgi_key_hash of the BYTES encoding of key (TAG_BYTES, n, key: a raw
+ * API key), without building it; 8 <= n < 128. */
+uint64_t dgi_key_hash_bytes(const uint8_t *key, size_t n);
 static inline uint32_t dgi_part_of(uint64_t hash, uint32_t parts)
 {
 	return (uint32_t)(((hash >> 32) * (uint64_t)parts) >> 32);
@@ -155,6 +158,45 @@ enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
  * probe); a table of up to 65536 slots finds an entry's home slot from
  * them alone.  0: empty. */
 typedef uint64_t dgi_pslot;
+#define DGI_SLOT_TAG_SHIFT 48
+
+static inline struct dgi_entry *dgi_slot_entry(dgi_pslot s)
+{
+	return (struct dgi_entry *)(uintptr_t)(s & ((UINT64_C(1) << DGI_SLOT_TAG_SHIFT) - 1));
+}
+
+static inline uint64_t dgi_slot_tag(dgi_pslot s)
+{
+	return s >> DGI_SLOT_TAG_SHIFT;
+}
+
+/* The tag a key of that hash has: its low 16 bits. */
+static inline uint64_t dgi_slot_tag_of(uint64_t hash)
+{
+	return hash & 0xFFFFu;
+}
+
+/* memcmp(a, b, n) == 0, in line for the common key sizes (8..16 bytes:
+ * two loads each side). */
+static inline bool dgi_key_eq(const uint8_t *a, const uint8_t *b, uint32_t n)
+{
+	if (n >= 8 && n <= 16) {
+		uint64_t x, y, z, w;
+		memcpy(&x, a, 8);
+		memcpy(&y, b, 8);
+		memcpy(&z, a + n - 8, 8);
+		memcpy(&w, b + n - 8, 8);
+		return ((x ^ y) | (z ^ w)) == 0;
+	}
+	return memcmp(a, b, n) == 0;
+}
+
+/* The bytes of an entry's data[] before its key: the expiry's, when kept
+ * (DGI_ENTRY_EXP is 0x10: 8 bytes). */
+static inline uint32_t dgi_entry_prefix(uint32_t flags)
+{
+	return (flags & DGI_ENTRY_EXP) >> 1;
+}
 
 typedef struct dgi_part {
 	_Alignas(64) pthread_mutex_t lk; /* dgi_part_lock / dgi_part_unlock
@@ -286,12 +328,48 @@ bool dgi_part_limbo_empty(const dgi_part *p);
  * a slot's 16 bits of it do not do (dgi_entry_hash). */
 dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
 /* dgi_part_find without the lock, for a read that saw seq (even) before
- * (read.c, get_fast): the entry, or NULL; its loads may race with a
- * writer's and stay inside live or retired memory (store.c, "Retired
- * memory").  *torn when the table changed under it.  The caller checks
- * seq again after it used the entry. */
-const dgi_entry *dgi_part_peek(const dgi_part *p, uint32_t seq, uint64_t hash,
-    const uint8_t *key, uint32_t klen, bool *torn);
+ * (read.c, get_fast), of the key pre[0..npre) + key[0..klen): the entry,
+ * or NULL; its loads may race with a writer's and stay inside live or
+ * retired memory (store.c, "Retired memory").  *torn when the table
+ * changed under it.  The caller checks seq again after it used the
+ * entry. */
+static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
+    const dgi_part *p, uint32_t seq, uint64_t hash, const uint8_t *pre, uint32_t npre,
+    const uint8_t *key, uint32_t klen, bool *torn)
+{
+	/* (one load each: what a writer changes meanwhile, the sequence tells) */
+	const dgi_pslot *slots = __atomic_load_n(&p->slots, __ATOMIC_ACQUIRE);
+	uint32_t cap = __atomic_load_n(&p->cap, __ATOMIC_RELAXED);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&p->seq, memory_order_relaxed) != seq) {
+		*torn = true; /* slots and cap may be of two tables */
+		return NULL;
+	}
+	if (cap == 0)
+		return NULL;
+	uint32_t mask = cap - 1;
+	uint64_t tag = dgi_slot_tag_of(hash);
+	uint32_t i = (uint32_t)hash & mask;
+	for (uint32_t n = 0; n < cap; n++, i = (i + 1) & mask) {
+		dgi_pslot sl = __atomic_load_n(&slots[i], __ATOMIC_ACQUIRE);
+		if (sl == 0)
+			return NULL;
+		if (dgi_slot_tag(sl) != tag)
+			continue;
+		const dgi_entry *e = dgi_slot_entry(sl);
+		uint8_t flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
+		const uint8_t *ek = e->data + dgi_entry_prefix(flags);
+		if (__atomic_load_n(&e->klen, __ATOMIC_RELAXED) != npre + klen)
+			continue;
+		uint32_t j = 0;
+		while (j < npre && ek[j] == pre[j]) /* (a short header: in line) */
+			j++;
+		if (j == npre && dgi_key_eq(ek + npre, key, klen))
+			return e;
+	}
+	*torn = true; /* (a table is never full: it changed under the probe) */
+	return NULL;
+}
 /* The entry with that hash and exactly that version, or NULL. */
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver);
 /* Makes the entry for key hold val (NULL + tomb: a tombstone), reusing its
@@ -330,7 +408,7 @@ void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void 
 /* (DGI_ENTRY_EXP is 0x10: the expiry's 8 bytes are flags' bit 4 >> 1) */
 static inline const uint8_t *dgi_entry_key(const dgi_entry *e)
 {
-	return e->data + ((e->flags & DGI_ENTRY_EXP) >> 1);
+	return e->data + dgi_entry_prefix(e->flags);
 }
 static inline const uint8_t *dgi_entry_val(const dgi_entry *e)
 {
@@ -809,7 +887,7 @@ typedef struct dgi_lat_op {
 	dgi_lat_cur prev;
 } dgi_lat_op;
 
-static inline void dgi_lat_begin(dg_cache *c, dg_cache_op_kind k, dgi_lat_op *op)
+static inline __attribute__((always_inline)) void dgi_lat_begin(dg_cache *c, dg_cache_op_kind k, dgi_lat_op *op)
 {
 	dgi_ctrs *b = dgi_ctrs_of(c);
 	op->b = b;
@@ -830,7 +908,7 @@ static inline void dgi_lat_slow(void)
 
 /* Records the operation begun with op in c (not when e is DG_ERR_INVAL:
  * no operation) and returns e. */
-static inline dg_err dgi_lat_end(dg_cache *c, dgi_lat_op *op, dg_err e)
+static inline __attribute__((always_inline)) dg_err dgi_lat_end(dg_cache *c, dgi_lat_op *op, dg_err e)
 {
 	dgi_lat_cur cur = dgi_lat_tl;
 	dgi_lat_tl = op->prev;
@@ -1339,6 +1417,9 @@ dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e);
  * inside a BYTES value); dgi_get_enc is the same, timed.  DG_ERR_NOT_FOUND. */
 dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap);
 dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap);
+/* dgi_get_enc of a raw API key (8 <= klen < 128) and unwrap: the key's
+ * BYTES encoding is built only if the read leaves the lock-free path. */
+dg_err dgi_get_raw(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out);
 
 /* api.c: appends p/n to out (out NULL: nothing); appends the byte string
  * inside an encoded BYTES value to out. */

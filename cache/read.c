@@ -283,7 +283,7 @@ static inline dg_err read_entry(const dg_cache *c, const dgi_part *pt, uint32_t 
 		if ((flags & DGI_ENTRY_TOMB) || (x != 0 && c->cfg.ttl_ms != 0 && x <= dgi_wall_ms()))
 			return DG_ERR_NOT_FOUND;
 	}
-	const uint8_t *v = en->data + ((flags & DGI_ENTRY_EXP) >> 1) + en->klen;
+	const uint8_t *v = en->data + dgi_entry_prefix(flags) + en->klen;
 	uint32_t n = __atomic_load_n(&en->vlen, __ATOMIC_RELAXED);
 	if (locked)
 		return copy_out(out, v, n, unwrap);
@@ -334,15 +334,18 @@ static inline dg_err read_entry(const dg_cache *c, const dgi_part *pt, uint32_t 
  * the read took effect at that point, as if under the lock.  The memory it
  * reaches is not freed before its section ends (store.c, "Retired
  * memory").  A writer inside, a change meanwhile (a few tries), or a value
- * the buffer has no room for: the same read under the lock. */
-static dg_err get_fast(dg_cache *c, const uint8_t *key, uint32_t klen, dg_buf *out,
-    bool unwrap)
+ * the buffer has no room for: the same read under the lock.
+ *
+ * The key is pre[0..npre) + key[0..klen) (npre 0: key is the encoded key;
+ * else the raw API's key and its BYTES header, never built for the
+ * lock-free read), hash its dgi_key_hash. */
+static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64_t hash, const uint8_t *pre, uint32_t npre,
+    const uint8_t *key, uint32_t klen, dg_buf *out, bool unwrap)
 {
 	dgi_grid *g = c->g;
 	if ((c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) ||
 	    atomic_load_explicit(&c->dead, memory_order_relaxed))
 		return DG_ERR__COUNT;
-	uint64_t hash = dgi_key_hash(key, klen);
 	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	if (aff == NULL || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
@@ -364,7 +367,7 @@ static dg_err get_fast(dg_cache *c, const uint8_t *key, uint32_t klen, dg_buf *o
 		if (atomic_load_explicit(&pt->state, memory_order_relaxed) != P_OWNING ||
 		    dg_member_serving(g->m) != DG_OK)
 			return DG_ERR__COUNT;
-		const dgi_entry *en = dgi_part_peek(pt, seq, hash, key, klen, &again);
+		const dgi_entry *en = dgi_part_peek(pt, seq, hash, pre, npre, key, klen, &again);
 		if (!again) {
 			e = read_entry(c, pt, seq, en, out, unwrap, false, &again);
 			if (!again && e != DG_OK) {
@@ -376,6 +379,15 @@ static dg_err get_fast(dg_cache *c, const uint8_t *key, uint32_t klen, dg_buf *o
 	}
 #endif
 	if (again) {
+		uint8_t whole[2 + 127];
+		if (npre != 0) { /* (the key whole, for the table's own lookup) */
+			if (npre + klen > sizeof(whole))
+				return DG_ERR__COUNT;
+			memcpy(whole, pre, npre);
+			memcpy(whole + npre, key, klen);
+			key = whole;
+			klen += npre;
+		}
 		e = DG_ERR__COUNT;
 		dgi_part_lock(pt);
 		/* (the lease under the lock, as dgi_part_may_serve reads it) */
@@ -398,11 +410,34 @@ dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bo
 	dgi_lat_begin(c, DG_OP_GET, &op); /* (sampled: cache_int.h) */
 	dg_err e = DG_ERR__COUNT;
 	if (key != NULL && klen != 0 && klen <= DG_KEY_MAX)
-		e = get_fast(c, key, (uint32_t)klen, out, unwrap);
+		e = get_fast(c, dgi_key_hash(key, klen), NULL, 0, key, (uint32_t)klen, out, unwrap);
 	if (e == DG_OK || e == DG_ERR_NOT_FOUND) /* (the block the timing counts in) */
 		dgi_ctr_add(e == DG_OK ? &op.b->hits : &op.b->misses, 1, op.b == &c->ctr_shared);
 	else if (e == DG_ERR__COUNT)
 		e = get_in_section(c, key, klen, out, unwrap);
+	e = dgi_lat_end(c, &op, e);
+	dgi_epoch_leave();
+	return e;
+}
+
+dg_err dgi_get_raw(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
+{
+	if (c == NULL || key == NULL || out == NULL || klen < 8 || klen >= 128)
+		return DG_ERR_INVAL;
+	dgi_epoch_enter();
+	dgi_lat_op op;
+	dgi_lat_begin(c, DG_OP_GET, &op);
+	uint8_t enc[2 + 127]; /* (its BYTES encoding: the header, the key when needed) */
+	enc[0] = TAG_BYTES;
+	enc[1] = (uint8_t)klen;
+	dg_err e = get_fast(c, dgi_key_hash_bytes(key, klen), enc, 2, key, (uint32_t)klen, out,
+	    true);
+	if (e == DG_OK || e == DG_ERR_NOT_FOUND)
+		dgi_ctr_add(e == DG_OK ? &op.b->hits : &op.b->misses, 1, op.b == &c->ctr_shared);
+	else if (e == DG_ERR__COUNT) {
+		memcpy(enc + 2, key, klen);
+		e = get_in_section(c, enc, klen + 2, out, true);
+	}
 	e = dgi_lat_end(c, &op, e);
 	dgi_epoch_leave();
 	return e;

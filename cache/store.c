@@ -41,31 +41,16 @@
 
 /* ---- slots ---- */
 
-#define TAG_SHIFT 48
+#define TAG_SHIFT DGI_SLOT_TAG_SHIFT
 #define ADDR_MASK ((UINT64_C(1) << TAG_SHIFT) - 1)
 #define TAG_HOME_MAX 65536u  /* a table this size or less: home from the tag */
 
 static_assert(sizeof(dgi_entry) == 48, "an entry's header is 48 bytes");
 
-static inline dgi_entry *slot_entry(dgi_pslot s)
-{
-	return (dgi_entry *)(uintptr_t)(s & ADDR_MASK);
-}
-
-static inline uint64_t slot_tag(dgi_pslot s)
-{
-	return s >> TAG_SHIFT;
-}
-
-/* The tag a key of that hash has: its low 16 bits. */
-static inline uint64_t tag_of(uint64_t hash)
-{
-	return hash & 0xFFFFu;
-}
 
 static inline dgi_pslot slot_make(dgi_entry *e, uint64_t hash)
 {
-	return (uint64_t)(uintptr_t)e | (tag_of(hash) << TAG_SHIFT);
+	return (uint64_t)(uintptr_t)e | (dgi_slot_tag_of(hash) << TAG_SHIFT);
 }
 
 /* Can e's address be kept in 48 bits?  (User addresses on x86-64 and
@@ -75,16 +60,10 @@ static inline bool addr_fits(const void *e)
 	return ((uint64_t)(uintptr_t)e & ~ADDR_MASK) == 0;
 }
 
-/* The bytes of data[] before the key: the expiry's, when kept. */
-static inline uint32_t prefix_of(uint32_t flags)
-{
-	return (flags & DGI_ENTRY_EXP) >> 1;
-}
-
 /* The home slot of s in a table of cap slots. */
 static inline uint32_t slot_home(dgi_pslot s, uint32_t cap)
 {
-	uint64_t h = cap <= TAG_HOME_MAX ? slot_tag(s) : dgi_entry_hash(slot_entry(s));
+	uint64_t h = cap <= TAG_HOME_MAX ? dgi_slot_tag(s) : dgi_entry_hash(dgi_slot_entry(s));
 	return (uint32_t)h & (cap - 1);
 }
 
@@ -192,7 +171,7 @@ bool dgi_part_limbo_empty(const dgi_part *p)
 void dgi_part_clear(dgi_part *p)
 {
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_entry *e = slot_entry(p->slots[i]);
+		dgi_entry *e = dgi_slot_entry(p->slots[i]);
 		if (e != NULL) {
 			p->slots[i] = 0;
 			retire_ent(p, e);
@@ -206,7 +185,7 @@ void dgi_part_free(dgi_part *p)
 {
 	/* (no read can be looking: the cache is gone) */
 	for (uint32_t i = 0; i < p->cap; i++)
-		dgi_free(slot_entry(p->slots[i]));
+		dgi_free(dgi_slot_entry(p->slots[i]));
 	free_ents(p->limbo_ents_new);
 	free_ents(p->limbo_ents_old);
 	free_tabs(p->limbo_tabs_new);
@@ -227,10 +206,10 @@ static uint32_t find_slot(const dgi_part *p, uint64_t hash, const uint8_t *key,
     uint32_t klen)
 {
 	uint32_t mask = p->cap - 1;
-	uint64_t tag = tag_of(hash);
+	uint64_t tag = dgi_slot_tag_of(hash);
 	for (uint32_t i = (uint32_t)hash & mask;; i = (i + 1) & mask) {
 		dgi_pslot s = p->slots[i];
-		if (s == 0 || (slot_tag(s) == tag && same_key(slot_entry(s), key, klen)))
+		if (s == 0 || (dgi_slot_tag(s) == tag && same_key(dgi_slot_entry(s), key, klen)))
 			return i;
 	}
 }
@@ -239,39 +218,7 @@ dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_
 {
 	if (p->cap == 0)
 		return NULL;
-	return slot_entry(p->slots[find_slot(p, hash, key, klen)]);
-}
-
-const dgi_entry *dgi_part_peek(const dgi_part *p, uint32_t seq, uint64_t hash,
-    const uint8_t *key, uint32_t klen, bool *torn)
-{
-	/* (one load each: what a writer changes meanwhile, the sequence tells) */
-	const dgi_pslot *slots = __atomic_load_n(&p->slots, __ATOMIC_ACQUIRE);
-	uint32_t cap = __atomic_load_n(&p->cap, __ATOMIC_RELAXED);
-	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(&p->seq, memory_order_relaxed) != seq) {
-		*torn = true; /* slots and cap may be of two tables */
-		return NULL;
-	}
-	if (cap == 0)
-		return NULL;
-	uint32_t mask = cap - 1;
-	uint64_t tag = tag_of(hash);
-	uint32_t i = (uint32_t)hash & mask;
-	for (uint32_t n = 0; n < cap; n++, i = (i + 1) & mask) {
-		dgi_pslot sl = __atomic_load_n(&slots[i], __ATOMIC_ACQUIRE);
-		if (sl == 0)
-			return NULL;
-		if (slot_tag(sl) != tag)
-			continue;
-		const dgi_entry *e = slot_entry(sl);
-		uint8_t flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
-		if (__atomic_load_n(&e->klen, __ATOMIC_RELAXED) == klen &&
-		    memcmp(e->data + prefix_of(flags), key, klen) == 0)
-			return e;
-	}
-	*torn = true; /* (a table is never full: it changed under the probe) */
-	return NULL;
+	return dgi_slot_entry(p->slots[find_slot(p, hash, key, klen)]);
 }
 
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
@@ -279,10 +226,10 @@ dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
 	if (p->cap == 0)
 		return NULL;
 	uint32_t mask = p->cap - 1;
-	uint64_t tag = tag_of(hash);
+	uint64_t tag = dgi_slot_tag_of(hash);
 	for (uint32_t i = (uint32_t)hash & mask; p->slots[i] != 0; i = (i + 1) & mask) {
-		dgi_entry *e = slot_entry(p->slots[i]);
-		if (slot_tag(p->slots[i]) == tag && e->topver == ver->topver &&
+		dgi_entry *e = dgi_slot_entry(p->slots[i]);
+		if (dgi_slot_tag(p->slots[i]) == tag && e->topver == ver->topver &&
 		    e->counter == ver->counter && e->order == ver->order && dgi_entry_hash(e) == hash)
 			return e;
 	}
@@ -315,7 +262,7 @@ static dg_err grow(dgi_part *p)
 /* Bytes of data[] e can hold. */
 static inline uint64_t room_of(const dgi_entry *e)
 {
-	return (uint64_t)prefix_of(e->flags) + e->klen + e->vlen + e->slack;
+	return (uint64_t)dgi_entry_prefix(e->flags) + e->klen + e->vlen + e->slack;
 }
 
 /* Writes the fields of an update into e, whose layout (flags with
@@ -323,7 +270,7 @@ static inline uint64_t room_of(const dgi_entry *e)
 static void fill(dgi_entry *e, uint64_t room, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
 {
-	uint64_t used = (uint64_t)prefix_of(e->flags) + e->klen + vlen;
+	uint64_t used = (uint64_t)dgi_entry_prefix(e->flags) + e->klen + vlen;
 	uint64_t slack = room - used;
 	e->slack = slack > 255 ? 255 : (uint8_t)slack;
 	e->vlen = vlen;
@@ -345,7 +292,7 @@ static bool fits(const dgi_entry *e, uint32_t vlen, int64_t expire_ms)
 {
 	if (expire_ms != 0 && !(e->flags & DGI_ENTRY_EXP))
 		return false;
-	return (uint64_t)prefix_of(e->flags) + e->klen + vlen <= room_of(e);
+	return (uint64_t)dgi_entry_prefix(e->flags) + e->klen + vlen <= room_of(e);
 }
 
 dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen,
@@ -356,7 +303,7 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 	if ((p->count + 1) * 2 > p->cap && grow(p) != DG_OK)
 		return DG_ERR_NOMEM;
 	uint32_t i = find_slot(p, hash, key, klen);
-	dgi_entry *e = slot_entry(p->slots[i]);
+	dgi_entry *e = dgi_slot_entry(p->slots[i]);
 	flags &= ~DGI_ENTRY_EXP;
 	if (e == NULL || !fits(e, vlen, expire_ms)) {
 		/* exactly what it holds: the slack is what malloc rounds up to
@@ -429,7 +376,7 @@ bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t 
 static void del_at(dgi_part *p, uint32_t i)
 {
 	uint32_t mask = p->cap - 1;
-	dgi_entry *e = slot_entry(p->slots[i]);
+	dgi_entry *e = dgi_slot_entry(p->slots[i]);
 	p->bytes -= e->klen + e->vlen;
 	if (!(e->flags & DGI_ENTRY_TOMB))
 		p->live--;
@@ -459,7 +406,7 @@ void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen)
 void dgi_part_purge_tombs(dgi_part *p)
 {
 	for (uint32_t i = 0; i < p->cap;) {
-		dgi_entry *e = slot_entry(p->slots[i]);
+		dgi_entry *e = dgi_slot_entry(p->slots[i]);
 		if (e != NULL && (e->flags & DGI_ENTRY_TOMB))
 			del_at(p, i); /* something may have shifted into i: look again */
 		else
@@ -472,7 +419,7 @@ uint32_t dgi_part_expire_cb(dgi_part *p, int64_t now_ms, uint32_t max,
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < p->cap && n < max;) {
-		dgi_entry *e = slot_entry(p->slots[i]);
+		dgi_entry *e = dgi_slot_entry(p->slots[i]);
 		int64_t x = e != NULL ? dgi_entry_expire(e) : 0;
 		if (x != 0 && x <= now_ms) {
 			if (gone != NULL)
@@ -495,7 +442,7 @@ void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void 
 {
 	for (uint32_t i = 0; i < p->cap; i++)
 		if (p->slots[i] != 0)
-			fn(ctx, slot_entry(p->slots[i]));
+			fn(ctx, dgi_slot_entry(p->slots[i]));
 }
 
 /* An entry and its key hash, for a page in hash order. */
@@ -524,7 +471,7 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 		return after;
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_entry *e = slot_entry(p->slots[i]);
+		dgi_entry *e = dgi_slot_entry(p->slots[i]);
 		if (e == NULL)
 			continue;
 		uint64_t h = dgi_entry_hash(e);

@@ -342,16 +342,26 @@ static uint64_t key_hash_ref(const uint8_t *p, size_t n)
 static void test_key_hash_stable(void **state)
 {
 	(void)state;
-	uint8_t buf[80];
+	uint8_t buf[160];
 	for (size_t i = 0; i < sizeof(buf); i++)
 		buf[i] = (uint8_t)(i * 151 + 7);
 	for (size_t off = 0; off < 8; off++)
 		for (size_t n = 0; n + off <= 64; n++)
 			assert_true(dgi_key_hash(buf + off, n) == key_hash_ref(buf + off, n));
+	/* a raw key's hash without building its BYTES encoding (read.c,
+	 * dgi_get_raw), at every length it serves */
+	uint8_t enc[2 + 127] = { 0x0A };
+	for (size_t off = 0; off < 8; off++)
+		for (size_t n = 8; n < 128 && off + n <= sizeof(buf); n++) {
+			enc[1] = (uint8_t)n;
+			memcpy(enc + 2, buf + off, n);
+			assert_true(dgi_key_hash_bytes(buf + off, n) == dgi_key_hash(enc, n + 2));
+		}
 	/* an 18-byte raw key ("bench-key-000000" encoded) and a short one */
 	uint8_t k18[18] = { 0x0A, 16 }; /* (TAG_BYTES, length) */
 	memcpy(k18 + 2, "bench-key-000000", 16);
 	assert_true(dgi_key_hash(k18, 18) == UINT64_C(0x236b4a0856242133));
+	assert_true(dgi_key_hash_bytes(k18 + 2, 16) == UINT64_C(0x236b4a0856242133));
 	assert_true(dgi_key_hash((const uint8_t *)"abc", 3) == UINT64_C(0x6b5e7f1463d176d8));
 }
 
@@ -392,6 +402,13 @@ static bool race_value_ok(const uint8_t *v, size_t n, uint32_t k)
 	return true;
 }
 
+/* Keys of both read paths: short ones (encoded, then read) and ones of
+ * 8..127 bytes (read.c, dgi_get_raw: never encoded on the lock-free path). */
+static int race_key(char *key, size_t cap, uint32_t k)
+{
+	return k % 2 ? snprintf(key, cap, "r%u", k) : snprintf(key, cap, "race-key-%06u", k);
+}
+
 struct race {
 	dg_cache *c;
 	_Atomic bool done;
@@ -407,8 +424,8 @@ static void *race_reader(void *arg)
 	uint64_t reads = 0, found = 0, bad = 0;
 	for (uint32_t i = 0; !atomic_load(&x->done); i++) {
 		uint32_t k = (i * 7) % RACE_KEYS;
-		char key[8];
-		int kl = snprintf(key, sizeof(key), "r%u", k);
+		char key[24];
+		int kl = race_key(key, sizeof(key), k);
 		b.len = 0;
 		dg_err e = dg_cache_get(x->c, key, (size_t)kl, &b);
 		reads++;
@@ -450,8 +467,8 @@ static void test_lockfree_reads_race_writers(void **state)
 	uint32_t r = 0;
 	do {
 		for (uint32_t k = 0; k < RACE_KEYS; k++) {
-			char key[8];
-			int kl = snprintf(key, sizeof(key), "r%u", k);
+			char key[24];
+			int kl = race_key(key, sizeof(key), k);
 			if ((r + k) % 11 == 0) {
 				OK(dg_cache_remove(c, key, (size_t)kl, NULL));
 				continue;
@@ -657,26 +674,29 @@ static void test_local_read_forms(void **state)
 	dg_buf_init(&v);
 	dg_cache_metrics m0, m1;
 	OK(dg_cache_get_metrics(c, &m0));
-	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-		char key[16];
-		int kl = snprintf(key, sizeof(key), "len%zu", lens[i]);
-		OK(dg_cache_put(c, key, (size_t)kl, big, lens[i]));
+	/* keys under 8 bytes and of 8..127 (read.c: dgi_get_raw never builds
+	 * their encoding on the lock-free path) */
+	for (size_t i = 0; i < 2 * sizeof(lens) / sizeof(lens[0]); i++) {
+		size_t len = lens[i % 9];
+		char key[32];
+		int kl = snprintf(key, sizeof(key), i < 9 ? "len%zu" : "a-longer-key/len%zu", len);
+		OK(dg_cache_put(c, key, (size_t)kl, big, len));
 		/* into an empty buffer without room, then appended after 3 bytes */
 		dg_buf_free(&v);
 		dg_buf_init(&v);
 		OK(dg_cache_get(c, key, (size_t)kl, &v));
-		assert_int_equal(v.len, lens[i]);
-		if (lens[i] > 0)
-			assert_memory_equal(v.data, big, lens[i]);
+		assert_int_equal(v.len, len);
+		if (len > 0)
+			assert_memory_equal(v.data, big, len);
 		v.len = 0;
-		OK(dg_buf_reserve(&v, 3 + lens[i] + 64));
+		OK(dg_buf_reserve(&v, 3 + len + 64));
 		memcpy(v.data, "pre", 3);
 		v.len = 3;
 		OK(dg_cache_get(c, key, (size_t)kl, &v));
-		assert_int_equal(v.len, 3 + lens[i]);
+		assert_int_equal(v.len, 3 + len);
 		assert_memory_equal(v.data, "pre", 3);
-		if (lens[i] > 0)
-			assert_memory_equal(v.data + 3, big, lens[i]);
+		if (len > 0)
+			assert_memory_equal(v.data + 3, big, len);
 	}
 	/* a typed value (a string) is not a raw one: refused, buffer untouched */
 	dg_buf enc;
@@ -692,6 +712,14 @@ static void test_local_read_forms(void **state)
 	v.len = 0;
 	EXPECT(dg_cache_get(c, "t", 1, &v), DG_ERR_TYPE_MISMATCH);
 	assert_int_equal(v.len, 0);
+	dg_buf klong;
+	dg_buf_init(&klong);
+	dg_writer_init(&w, NULL, &klong);
+	OK(dg_write_bytes(&w, "a-typed-value-key", 17));
+	OK(dg_cache_put_val(c, klong.data, klong.len, enc.data, enc.len));
+	EXPECT(dg_cache_get(c, "a-typed-value-key", 17, &v), DG_ERR_TYPE_MISMATCH);
+	assert_int_equal(v.len, 0);
+	dg_buf_free(&klong);
 	OK(dg_cache_get_val(c, kenc.data, kenc.len, &v));
 	assert_int_equal(v.len, enc.len);
 	assert_memory_equal(v.data, enc.data, enc.len);
@@ -708,9 +736,9 @@ static void test_local_read_forms(void **state)
 	OK(dg_cache_contains(c, "len1", 4, &f));
 	assert_false(f);
 	OK(dg_cache_get_metrics(c, &m1));
-	/* 9 x 2 raw hits, the typed value's get_val, contains len0; misses:
-	 * len1, never, contains len1 (the mismatch is neither) */
-	assert_int_equal(m1.hits - m0.hits, 2 * 9 + 2);
+	/* 2 x 9 x 2 raw hits, the typed value's get_val, contains len0;
+	 * misses: len1, never, contains len1 (the mismatches are neither) */
+	assert_int_equal(m1.hits - m0.hits, 2 * 9 * 2 + 2);
 	assert_int_equal(m1.misses - m0.misses, 3);
 
 	/* a cache whose entries expire */
@@ -720,13 +748,16 @@ static void test_local_read_forms(void **state)
 	dg_cache *t;
 	OK(dg_cache_create(n, &tc, &t));
 	OK(dg_cache_put(t, "k", 1, "v", 1));
+	OK(dg_cache_put(t, "an-expiring-key", 15, "v", 1));
 	v.len = 0;
 	OK(dg_cache_get(t, "k", 1, &v));
-	assert_int_equal(v.len, 1);
+	OK(dg_cache_get(t, "an-expiring-key", 15, &v));
+	assert_int_equal(v.len, 2);
 	struct timespec ts = { 0, 300 * 1000000L };
 	nanosleep(&ts, NULL);
 	v.len = 0;
 	EXPECT(dg_cache_get(t, "k", 1, &v), DG_ERR_NOT_FOUND);
+	EXPECT(dg_cache_get(t, "an-expiring-key", 15, &v), DG_ERR_NOT_FOUND);
 	assert_int_equal(v.len, 0);
 
 	dg_buf_free(&enc);
