@@ -140,13 +140,6 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 /* Reads the encoded value of key into out (unwrap: the bytes inside a BYTES
  * value), untimed, inside a section (cache_int.h, "Lifetime").
  * DG_ERR_NOT_FOUND. */
-dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
-{
-	dgi_epoch_enter();
-	dg_err e = get_in_section(c, key, klen, out, unwrap);
-	dgi_epoch_leave();
-	return e;
-}
 
 static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out,
     bool unwrap)
@@ -439,6 +432,24 @@ dg_err dgi_get_raw(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
 		e = get_in_section(c, enc, klen + 2, out, true);
 	}
 	e = dgi_lat_end(c, &op, e);
+	dgi_epoch_leave();
+	return e;
+}
+
+/* A read that is part of a batch (untimed: the batch is one operation),
+ * through the lock-free read when it can. */
+dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
+{
+	dgi_epoch_enter();
+	dg_err e = DG_ERR__COUNT;
+	if (c != NULL && key != NULL && klen != 0 && klen <= DG_KEY_MAX)
+		e = get_fast(c, dgi_key_hash(key, klen), NULL, 0, key, (uint32_t)klen, out, unwrap);
+	if (e == DG_OK)
+		DGI_COUNT(c, hits, 1);
+	else if (e == DG_ERR_NOT_FOUND)
+		DGI_COUNT(c, misses, 1);
+	else if (e == DG_ERR__COUNT)
+		e = get_in_section(c, key, klen, out, unwrap);
 	dgi_epoch_leave();
 	return e;
 }

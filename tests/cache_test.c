@@ -740,6 +740,22 @@ static void test_local_read_forms(void **state)
 	 * misses: len1, never, contains len1 (the mismatches are neither) */
 	assert_int_equal(m1.hits - m0.hits, 2 * 9 * 2 + 2);
 	assert_int_equal(m1.misses - m0.misses, 3);
+	/* a batch reads each key the same way, each counted once */
+	dg_kv kv[4] = { { "len0", 4, NULL, 0 }, { "a-longer-key/len127", 19, NULL, 0 },
+		{ "len1", 4, NULL, 0 }, { "len129", 6, NULL, 0 } };
+	size_t found;
+	v.len = 0;
+	OK(dg_cache_get_all(c, kv, 4, &v, &found));
+	assert_int_equal(found, 3);
+	assert_int_equal(kv[0].vlen, 0);
+	assert_int_equal(kv[1].vlen, 127);
+	assert_memory_equal(kv[1].val, big, 127);
+	assert_null(kv[2].val);
+	assert_int_equal(kv[3].vlen, 129);
+	assert_memory_equal(kv[3].val, big, 129);
+	OK(dg_cache_get_metrics(c, &m0));
+	assert_int_equal(m0.hits - m1.hits, 3);
+	assert_int_equal(m0.misses - m1.misses, 1);
 
 	/* a cache whose entries expire */
 	dg_cache_config tc;
