@@ -716,7 +716,8 @@ dg_err dgi_cache_debug_put_local(dg_cache *c, const void *key, size_t klen, cons
 		/* copies: the entry may be freed and replaced when val is bigger */
 		dgi_pver ver = dgi_entry_ver(en);
 		int64_t expire = dgi_entry_expire(en);
-		uint64_t op_node = en->op_node, op_seq = en->op_seq;
+		uint64_t op_node, op_seq;
+		dgi_entry_op(pt, en, &op_node, &op_seq);
 		if (!dgi_part_overwrite(pt, en, venc, (uint32_t)venc_len, &ver, expire, op_node,
 		    op_seq))
 			e = dgi_part_set(pt, hash, kenc, (uint32_t)kenc_len, venc, (uint32_t)venc_len,

@@ -119,28 +119,91 @@ extern _Atomic int64_t dgi_tomb_ttl_ms;  /* tests shorten it */
 #define DGI_ENTRY_EXP 0x10u     /* data[] begins with an 8-byte expiry
                                    (store.c: set only by a TTL or a
                                    tombstone; 0 is "never") */
+#define DGI_ENTRY_OPX 0x20u     /* data[] holds the last update's id whole
+                                   (16 bytes, after the expiry when there
+                                   is one): an id the partition could not
+                                   intern (dgi_entry_op) */
+#define DGI_ENTRY_LAYOUT (DGI_ENTRY_EXP | DGI_ENTRY_OPX) /* what is before the
+                                   key; set bits stay while the entry's
+                                   memory is reused */
 
-/* An entry: 48 bytes, then its expiry (when DGI_ENTRY_EXP), key and value
- * inline.  Its key hash is not kept: the slot holds 16 bits of it
- * (dgi_pslot), and the rare users of the whole hash (rebalancing's pages,
- * a table above 65536 slots growing) compute it again from the key
- * (dgi_entry_hash).  The version's fields are stored without the flags a
- * dgi_pver carries elsewhere (dgi_entry_ver). */
+/* What an entry can hold.  Keys of 1..DGI_ENTRY_KEY_MAX bytes (klen - 1
+ * is kept in 16 bits): every way in — the API, UPDATE, BACKUP, pages,
+ * transactions, LMDB — is bounded by DG_KEY_MAX or less, and the store
+ * refuses anything longer (DG_ERR_INVAL) rather than cut it.  Topology
+ * versions of 0..DGI_ENTRY_TOPVER_MAX (kept in 32 bits): versions are
+ * int64 on the wire, in the API and in LMDB, and count membership
+ * changes from 1 (a restart continues from the persisted one), so they
+ * never come near 2^32; a version outside is refused with DG_ERR_LIMIT
+ * (dgi_entry_storable) before anything is persisted or applied, never
+ * truncated — a cluster whose topology version passed it takes no writes
+ * (TOPVER-LIMIT logged when such a topology is installed). */
+#define DGI_ENTRY_KEY_MAX 65536u
+#define DGI_ENTRY_TOPVER_MAX INT64_C(0xFFFFFFFF)
+_Static_assert(DG_KEY_MAX <= DGI_ENTRY_KEY_MAX, "an entry holds every key the API takes");
+
+static inline dg_err dgi_entry_storable(uint64_t klen, int64_t topver)
+{
+	if (klen == 0 || klen > DGI_ENTRY_KEY_MAX)
+		return DG_ERR_INVAL;
+	if (topver < 0 || topver > DGI_ENTRY_TOPVER_MAX)
+		return DG_ERR_LIMIT;
+	return DG_OK;
+}
+
+/* An entry: 32 bytes, then its expiry (when DGI_ENTRY_EXP), the id of its
+ * last update (when DGI_ENTRY_OPX), key and value inline.  Its key hash is
+ * not kept: the slot holds 16 bits of it (dgi_pslot), and the rare users
+ * of the whole hash (rebalancing's pages, a table above 65536 slots
+ * growing) compute it again from the key (dgi_entry_hash).  The version's
+ * fields are stored without the flags a dgi_pver carries elsewhere
+ * (dgi_entry_ver), the topology version in 32 bits (dgi_entry_topver).
+ *
+ * The update id (originator node, sequence: 16 bytes on the wire and in
+ * LMDB) is kept in 8: the index of (node, the sequence's top 16 bits) in
+ * the partition's table of them (dgi_part.opn, store.c) above the
+ * sequence's low 48 bits; 0 is the id (0, 0).  An id the table cannot
+ * take (65535 pairs still in use by the partition's entries, or no memory
+ * to grow it) is kept whole in data[] (DGI_ENTRY_OPX).  So an entry's id
+ * always reads back exactly (dgi_entry_op): the dedup answers that
+ * compare it (primary.c, txapi.c, pending.c) and the copies that carry it
+ * (BACKUP, pages, LMDB records) are what they were with 16 bytes.  The
+ * table is the partition's, not the grid's: its lock, held by every
+ * write, guards it (no shared lock or atomic on a put), and what no entry
+ * names any more is found by a pass over one partition's entries.
+ *
+ * Readers without the partition's lock may look at flags, slack, klen_m1,
+ * vlen and data[] (through dgi_entry_key, dgi_entry_klen, dgi_entry_val:
+ * the whole id, like the expiry, moves the key); op and the table are
+ * read and written under the lock only (a pass rewrites op). */
 typedef struct dgi_entry {
-	int64_t topver;             /* the version: topver, counter, order */
-	uint64_t counter;
-	uint64_t op_node, op_seq;   /* the last update applied */
+	uint64_t counter;           /* the version: topver32, counter, order */
+	uint64_t op;                /* the last update applied (above; 0 with
+	                               DGI_ENTRY_OPX) */
+	uint32_t topver32;          /* dgi_entry_topver */
+	uint32_t order;
 	/* what a read looks at, right before the key: the read's bytes span
 	 * one cache line fewer for some of the entry's alignments */
-	uint32_t order;
 	uint8_t flags;              /* DGI_ENTRY_* */
 	uint8_t slack;              /* unused bytes after the value (up to 255
 	                               counted: more, from a value that shrank,
 	                               stays unused) */
-	uint16_t spare;
-	uint32_t klen, vlen;
-	uint8_t data[];             /* [expiry], key, then value */
+	uint16_t klen_m1;           /* key bytes - 1: dgi_entry_klen */
+	uint32_t vlen;
+	uint8_t data[];             /* [expiry], [update id], key, then value */
 } dgi_entry;
+
+/* An update id's sequence: its low 48 bits in the entry, the rest with
+ * the node in the partition's table. */
+#define DGI_OP_LOW_BITS 48
+#define DGI_OP_LOW_MASK ((UINT64_C(1) << DGI_OP_LOW_BITS) - 1)
+#define DGI_OPN_MAX 65536u      /* table size: indexes 1..65535 */
+
+/* One entry of a partition's table of update-id originators. */
+struct dgi_opn {
+	uint64_t node;
+	uint64_t hi;                /* the sequence >> DGI_OP_LOW_BITS */
+};
 
 enum part_state { P_NONE = 0, P_OWNING, P_MOVING, P_LOST };
 
@@ -191,11 +254,12 @@ static inline bool dgi_key_eq(const uint8_t *a, const uint8_t *b, uint32_t n)
 	return memcmp(a, b, n) == 0;
 }
 
-/* The bytes of an entry's data[] before its key: the expiry's, when kept
- * (DGI_ENTRY_EXP is 0x10: 8 bytes). */
+/* The bytes of an entry's data[] before its key: the expiry's and the
+ * whole update id's, when kept (DGI_ENTRY_EXP 0x10: 8 bytes, DGI_ENTRY_OPX
+ * 0x20: 16). */
 static inline uint32_t dgi_entry_prefix(uint32_t flags)
 {
-	return (flags & DGI_ENTRY_EXP) >> 1;
+	return (flags & DGI_ENTRY_LAYOUT) >> 1;
 }
 
 typedef struct dgi_part {
@@ -226,8 +290,12 @@ typedef struct dgi_part {
 	struct pw *pending;         /* FULL_SYNC writes awaiting backups (pending.c) */
 	struct dgi_dd *dd;
 	uint32_t dd_cap, dd_count;  /* the update-id table (dedup.c) */
-	uint32_t psync_n, psync_cap;/* psync.c: owners still to answer (updates wait) */
-	int64_t state_topver;       /* topology version the state was set for */
+	uint32_t psync_n;           /* psync.c: owners still to answer (updates wait) */
+	uint16_t opn_n;             /* the update-id originators (store.c): */
+	uint16_t opn_last;          /* indexes in use 1..opn_n, the one interned last */
+	struct dgi_opn *opn;        /* [opn_cap] (index 0 unused), followed by
+	                               2 * opn_cap uint16_t hash slots of
+	                               indexes (0: empty) */
 	int64_t moving_topver;      /* MOVING: the version it started moving at; a
 	                               copy older than that may be stale (kept
 	                               from an earlier ownership) and is not
@@ -236,10 +304,14 @@ typedef struct dgi_part {
 	uint64_t rented_ms;         /* NONE with data: when it stopped owning */
 	struct pw *pw_free;         /* records kept for reuse */
 	uint32_t pw_nfree;
+	uint32_t psync_cap;
 	struct dgi_recent *recent;  /* the last FULL_SYNC copies applied as a
 	                               backup (DGI_RECENT of them, a ring;
 	                               pending.c, dgi_pw_promoted) */
 	uint8_t nrecent, recent_at;
+	uint16_t opn_skip;          /* new originators left to keep whole without
+	                               a pass over the entries (store.c) */
+	uint32_t opn_cap;           /* 0 or a power of two up to DGI_OPN_MAX */
 	int64_t psync_ver;          /* psync.c: the version this node became the */
 	int64_t psync_since;        /* primary at, and the one before; the old
 	                               owners still to answer: psync_from (and
@@ -290,6 +362,8 @@ typedef struct dgi_part {
 	 *         survive. */
 	uint8_t nalts;
 	dg_node_id alts[DGI_PART_ALTS];
+	int64_t state_topver;       /* topology version the state was set for
+	                               (here: the second line is the write's) */
 } dgi_part;
 
 /* A partition's lock.  Every holder is a writer as far as lock-free reads
@@ -359,7 +433,7 @@ static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
 		const dgi_entry *e = dgi_slot_entry(sl);
 		uint8_t flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
 		const uint8_t *ek = e->data + dgi_entry_prefix(flags);
-		if (__atomic_load_n(&e->klen, __ATOMIC_RELAXED) != npre + klen)
+		if ((uint32_t)__atomic_load_n(&e->klen_m1, __ATOMIC_RELAXED) + 1 != npre + klen)
 			continue;
 		uint32_t j = 0;
 		while (j < npre && ek[j] == pre[j]) /* (a short header: in line) */
@@ -373,13 +447,15 @@ static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
 /* The entry with that hash and exactly that version, or NULL. */
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver);
 /* Makes the entry for key hold val (NULL + tomb: a tombstone), reusing its
- * memory when it fits.  *slot_entry is the entry after the call.
- * DG_ERR_NOMEM (unchanged). */
+ * memory when it fits.  *slot_entry is the entry after the call.  Errors
+ * (nothing changed): DG_ERR_NOMEM; DG_ERR_INVAL, DG_ERR_LIMIT: klen or
+ * ver->topver out of what an entry holds (dgi_entry_storable). */
 dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen,
     const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms,
     uint64_t op_node, uint64_t op_seq, uint32_t flags, dgi_entry **out);
 /* Overwrites a found entry in place when the value fits its memory (no
- * second probe, no allocation); false when it does not fit. */
+ * second probe, no allocation); false when it does not fit (or ver is
+ * not storable: dgi_part_set then says why). */
 bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq);
 /* Removes the entry for key (if any). */
@@ -396,7 +472,7 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 /* Writes e as an entry of a page (PROTOCOL.md, "Entry pages": key, value
  * or NULL for a tombstone, version, expiry, update id; 8 values) — SUPPLY,
  * SCAN_RES and PSYNC_RES alike (rebalance.c). */
-void dgi_entry_write(dg_writer *w, const dgi_entry *e);
+void dgi_entry_write(dg_writer *w, const dgi_part *p, const dgi_entry *e);
 /* Removes expired entries and tombstones (expire_ms <= now); returns how
  * many.  gone (optional) sees each before it goes. */
 uint32_t dgi_part_expire(dgi_part *p, int64_t now_ms, uint32_t max);
@@ -405,14 +481,50 @@ uint32_t dgi_part_expire_cb(dgi_part *p, int64_t now_ms, uint32_t max,
 /* Visits every entry and tombstone in slot order (no allocation). */
 void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void *ctx);
 
-/* (DGI_ENTRY_EXP is 0x10: the expiry's 8 bytes are flags' bit 4 >> 1) */
+/* (DGI_ENTRY_EXP is 0x10, DGI_ENTRY_OPX 0x20: the expiry's 8 bytes are
+ * flags' bit 4 >> 1, the whole update id's 16 its bit 5 >> 1) */
 static inline const uint8_t *dgi_entry_key(const dgi_entry *e)
 {
 	return e->data + dgi_entry_prefix(e->flags);
 }
+/* Key bytes: 1..DGI_ENTRY_KEY_MAX. */
+static inline uint32_t dgi_entry_klen(const dgi_entry *e)
+{
+	return (uint32_t)e->klen_m1 + 1;
+}
 static inline const uint8_t *dgi_entry_val(const dgi_entry *e)
 {
-	return dgi_entry_key(e) + e->klen;
+	return dgi_entry_key(e) + dgi_entry_klen(e);
+}
+/* The version's topology version. */
+static inline int64_t dgi_entry_topver(const dgi_entry *e)
+{
+	return (int64_t)e->topver32;
+}
+/* The id (node, sequence) of the last update applied to e, a partition
+ * p's entry (p locked), exactly as it was given to the store. */
+static inline void dgi_entry_op(const dgi_part *p, const dgi_entry *e, uint64_t *node,
+    uint64_t *seq)
+{
+	if (e->flags & DGI_ENTRY_OPX) {
+		const uint8_t *x = e->data + ((e->flags & DGI_ENTRY_EXP) >> 1);
+		memcpy(node, x, 8);
+		memcpy(seq, x + 8, 8);
+	} else if (e->op == 0) {
+		*node = *seq = 0;
+	} else {
+		const struct dgi_opn *o = &p->opn[e->op >> DGI_OP_LOW_BITS];
+		*node = o->node;
+		*seq = o->hi << DGI_OP_LOW_BITS | (e->op & DGI_OP_LOW_MASK);
+	}
+}
+/* Whether e's last update is (node, seq). */
+static inline bool dgi_entry_op_is(const dgi_part *p, const dgi_entry *e, uint64_t node,
+    uint64_t seq)
+{
+	uint64_t n, s;
+	dgi_entry_op(p, e, &n, &s);
+	return n == node && s == seq;
 }
 /* Wall-clock expiry in ms; 0: never. */
 static inline int64_t dgi_entry_expire(const dgi_entry *e)
@@ -425,7 +537,7 @@ static inline int64_t dgi_entry_expire(const dgi_entry *e)
 /* The entry's version, as a dgi_pver (flags 0). */
 static inline dgi_pver dgi_entry_ver(const dgi_entry *e)
 {
-	return (dgi_pver){ e->topver, e->counter, e->order, 0 };
+	return (dgi_pver){ dgi_entry_topver(e), e->counter, e->order, 0 };
 }
 /* dgi_pver_cmp(v, e's version). */
 static inline int dgi_entry_ver_cmp(const dgi_pver *v, const dgi_entry *e)
@@ -436,7 +548,7 @@ static inline int dgi_entry_ver_cmp(const dgi_pver *v, const dgi_entry *e)
 /* The entry's key hash (dgi_key_hash of its key): computed, not stored. */
 static inline uint64_t dgi_entry_hash(const dgi_entry *e)
 {
-	return dgi_key_hash(dgi_entry_key(e), e->klen);
+	return dgi_key_hash(dgi_entry_key(e), dgi_entry_klen(e));
 }
 
 int64_t dgi_wall_ms(void);
@@ -1298,7 +1410,7 @@ static inline dg_err dgi_part_may_serve_leased(const dg_cache *c, const dgi_part
 	 * "Majority"): without one the others may be promoting its backups */
 	if (lease != DG_OK)
 		return DG_ERR_NOT_READY;
-	if (st == P_MOVING && (e == NULL || e->topver < pt->moving_topver))
+	if (st == P_MOVING && (e == NULL || dgi_entry_topver(e) < pt->moving_topver))
 		return DG_ERR_NOT_READY;
 	return DG_OK;
 }
@@ -1427,7 +1539,8 @@ dg_err dgi_append(dg_buf *out, const uint8_t *p, size_t n);
 dg_err dgi_unwrap_to(const uint8_t *enc, size_t len, dg_buf *out);
 /* Applies a copy (backup, rebalancing): only when newer; tombstone when
  * val is NULL and the partition is MOVING, else a removal.  Persists.
- * Caller holds no lock. */
+ * Caller holds no lock.  A key or version an entry cannot hold is refused
+ * (dgi_entry_storable: DG_ERR_INVAL, DG_ERR_LIMIT), nothing written. */
 dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
     const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq);

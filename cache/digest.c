@@ -20,9 +20,9 @@ static_assert((int)DGI_PART_NONE == (int)P_NONE && (int)DGI_PART_OWNING == (int)
  * copy whose key bytes went bad must differ), then the version. */
 static uint64_t entry_digest(const dgi_entry *e)
 {
-	uint64_t h = dgi_key_hash(dgi_entry_key(e), e->klen);
+	uint64_t h = dgi_key_hash(dgi_entry_key(e), dgi_entry_klen(e));
 	h = dgi_mix64(h ^ dgi_key_hash(dgi_entry_val(e), e->vlen));
-	h = dgi_mix64(h ^ (uint64_t)e->topver);
+	h = dgi_mix64(h ^ (uint64_t)dgi_entry_topver(e));
 	h = dgi_mix64(h ^ e->counter);
 	return dgi_mix64(h ^ e->order);
 }
@@ -39,7 +39,7 @@ static void digest_one(void *ctx, const dgi_entry *e)
 		return; /* removed or expired: what a get would not return */
 	d->out->entries++;
 	d->out->digest += entry_digest(e);
-	d->out->bytes += (uint64_t)e->klen + e->vlen;
+	d->out->bytes += (uint64_t)dgi_entry_klen(e) + e->vlen;
 }
 
 dg_err dgi_cache_part_digest(dg_cache *c, uint32_t part, dgi_part_digest *out)

@@ -580,6 +580,10 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 	dg_topology *prev = g->topo;
 	g->topo = (dg_topology *)now;
 	atomic_store(&g->topver, now->version);
+	if (now->version > DGI_ENTRY_TOPVER_MAX)
+		dgi_log("error", "TOPVER-LIMIT", "version=%lld max=%lld why=\"entries keep 32 "
+		    "bits of it: writes are refused DG_ERR_LIMIT\"", (long long)now->version,
+		    (long long)DGI_ENTRY_TOPVER_MAX);
 	const dg_topology_node *me = dg_topology_find(now, g->self);
 	if (me != NULL)
 		atomic_store_explicit(&g->self_order, me->order, memory_order_relaxed);
@@ -1100,6 +1104,10 @@ static dg_err load_rec(void *ctx, const dgi_prec *rec)
 	    tomb ? 0 : rec->vlen, &ver, rec->expire_ms, rec->op_node, rec->op_seq,
 	    tomb ? DGI_ENTRY_TOMB : 0, NULL);
 	dgi_part_unlock(pt);
+	if (e == DG_ERR_LIMIT || e == DG_ERR_INVAL) /* (this code never writes one) */
+		dgi_log("error", "RELOAD-REFUSED", "cache=\"%s\" partition=%u topver=%lld klen=%u "
+		    "err=\"%s\"", l->c->cfg.name, rec->part, (long long)ver.topver, rec->klen,
+		    dg_strerror(e));
 	l->n++;
 	return e;
 }
@@ -1274,8 +1282,8 @@ static void forget_persisted(void *ctx, const dgi_entry *e)
 {
 	struct forget *f = ctx;
 	dgi_pver ver = dgi_entry_ver(e);
-	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), e->klen, NULL, 0, &ver, 0, false,
-	    0, 0);
+	dgi_grid_persist(f->g, f->c, f->part, dgi_entry_key(e), dgi_entry_klen(e), NULL, 0, &ver, 0,
+	    false, 0, 0);
 }
 
 static void sweep_cache(void *ctx, uint32_t key, void *value)

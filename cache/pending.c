@@ -425,11 +425,13 @@ static void send(dgi_grid *g, dg_cache *c, uint32_t part, struct pw *w, const dg
     const dgi_entry *e, int64_t flag)
 {
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
+	uint64_t op_node, op_seq;
+	dgi_entry_op(&c->parts[part], e, &op_node, &op_seq);
 	dgi_msg_backup b = {
-		c->id, part, aff->topver, e->topver, (int64_t)e->counter, e->order,
-		dgi_entry_expire(e), (int64_t)e->op_node, (int64_t)e->op_seq, (int64_t)w->id, flag,
+		c->id, part, aff->topver, dgi_entry_topver(e), (int64_t)e->counter, e->order,
+		dgi_entry_expire(e), (int64_t)op_node, (int64_t)op_seq, (int64_t)w->id, flag,
 		(int64_t)dgi_aff_owners_hash(aff, part),
-		{ dgi_entry_key(e), e->klen }, { tomb ? NULL : dgi_entry_val(e), e->vlen }
+		{ dgi_entry_key(e), dgi_entry_klen(e) }, { tomb ? NULL : dgi_entry_val(e), e->vlen }
 	};
 	uint32_t n = aff->copies > 0 ? aff->copies - 1 : 0;
 	if (n > w->cap) {
@@ -521,9 +523,11 @@ struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *
 		w->hash = hash;
 		w->ver = ver;
 		/* the flag of the update that wrote this version, for the
-		 * backups' update-id tables (a write is recorded before it
-		 * applies; a version that came otherwise: it wrote, 1) */
-		if (!dgi_dedup_find(pt, e->op_node, e->op_seq, &w->flag))
+		 * backups' update-id tables (a write is recorded before its
+		 * copies go; a version that came otherwise: it wrote, 1) */
+		uint64_t op_node, op_seq;
+		dgi_entry_op(pt, e, &op_node, &op_seq);
+		if (!dgi_dedup_find(pt, op_node, op_seq, &w->flag))
 			w->flag = 1;
 		w->next = pt->pending;
 		pt->pending = w;

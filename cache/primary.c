@@ -35,11 +35,13 @@ static void send_copies(dgi_grid *g, dg_cache *c, const dgi_aff *aff, uint32_t p
     const dgi_entry *e, int64_t flag)
 {
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
+	uint64_t op_node, op_seq;
+	dgi_entry_op(&c->parts[part], e, &op_node, &op_seq);
 	dgi_msg_backup b = {
-		c->id, part, aff->topver, e->topver, (int64_t)e->counter, e->order,
-		dgi_entry_expire(e), (int64_t)e->op_node, (int64_t)e->op_seq, 0, flag,
+		c->id, part, aff->topver, dgi_entry_topver(e), (int64_t)e->counter, e->order,
+		dgi_entry_expire(e), (int64_t)op_node, (int64_t)op_seq, 0, flag,
 		(int64_t)dgi_aff_owners_hash(aff, part),
-		{ dgi_entry_key(e), e->klen }, { tomb ? NULL : dgi_entry_val(e), e->vlen }
+		{ dgi_entry_key(e), dgi_entry_klen(e) }, { tomb ? NULL : dgi_entry_val(e), e->vlen }
 	};
 	for (uint32_t i = 0; i < aff->copies; i++) {
 		dg_node_id o = dgi_aff_owner(aff, part, i);
@@ -51,7 +53,9 @@ static void send_copies(dgi_grid *g, dg_cache *c, const dgi_aff *aff, uint32_t p
 /* Writes key's next version as its primary (partition locked; e: the key's
  * entry or NULL; val NULL: a removal, kept as a tombstone so an older copy
  * arriving later cannot revive the key): persists first, then applies;
- * *out (optional): the entry written. */
+ * *out (optional): the entry written.  A version or key an entry cannot
+ * hold (dgi_entry_storable: a topology version past 2^32 - 1) is refused
+ * before anything is written. */
 static inline __attribute__((always_inline)) dg_err write_new_version(dgi_grid *g,
     dg_cache *c, uint32_t part, dgi_entry *e, int64_t topver, uint64_t hash,
     const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t op_node,
@@ -62,16 +66,18 @@ static inline __attribute__((always_inline)) dg_err write_new_version(dgi_grid *
 	*ver = (dgi_pver){ topver, ++pt->counter, order, 0 };
 	if (e != NULL && dgi_entry_ver_cmp(ver, e) <= 0) {
 		/* a copy from a restarted or older epoch: stay ahead of it */
-		ver->topver = e->topver;
+		ver->topver = dgi_entry_topver(e);
 		ver->counter = e->counter + 1;
 		pt->counter = ver->counter;
 	}
+	dg_err err = dgi_entry_storable(klen, ver->topver);
+	if (err != DG_OK)
+		return err;
 	bool removal = val == NULL;
 	if (removal)
 		*expire = dgi_wall_ms() + DGI_TOMB_TTL_MS;
 	else
 		*expire = c->cfg.ttl_ms ? dgi_wall_ms() + (int64_t)c->cfg.ttl_ms : 0;
-	dg_err err;
 	if (c->cfg.persistence && (err = dgi_grid_persist(g, c, part, key, klen, val, vlen, ver,
 	    *expire, removal, op_node, op_seq)) != DG_OK)
 		return err;
@@ -177,7 +183,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	bool full = u->sync == DG_FULL_SYNC && aff->copies > 1;
 	int64_t flag = 0;
 	bool dup = !fresh && dgi_dedup_find(pt, u->op_node, u->op_seq, &flag);
-	if (!dup && !fresh && e != NULL && e->op_node == u->op_node && e->op_seq == u->op_seq) {
+	if (!dup && !fresh && e != NULL && dgi_entry_op_is(pt, e, u->op_node, u->op_seq)) {
 		dup = true; /* an entry that came with its id (rebalanced, reloaded) */
 		flag = 1;
 	}
@@ -204,8 +210,8 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	bool write, removal;
 	if ((err = evaluate(u, e, dgi_entry_live(e, wall), &write, &removal)) != DG_OK)
 		goto out;
-	dgi_dedup_put(pt, u->op_node, u->op_seq, u->flag, now);
 	if (!write) {
+		dgi_dedup_put(pt, u->op_node, u->op_seq, u->flag, now);
 		/* the answer rests on what the key holds: wait until that is
 		 * on every backup */
 		if (full && e != NULL && (e->flags & DGI_ENTRY_PENDING))
@@ -218,6 +224,10 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	if ((err = write_new_version(g, c, u->part, e, aff->topver, u->hash, u->key, u->klen,
 	    removal ? NULL : u->val, u->vlen, u->op_node, u->op_seq, &ver, &expire, &ne)) != DG_OK)
 		goto out;
+	/* recorded once written (and before dgi_pw_start reads it): a write
+	 * refused (an LMDB error, DG_ERR_LIMIT) must not answer its retry
+	 * "applied" */
+	dgi_dedup_put(pt, u->op_node, u->op_seq, u->flag, now);
 	if (full) {
 		u->pw = dgi_pw_start(g, c, u->part, aff, u->hash, ne, &err);
 		if (err != DG_OK)
@@ -292,7 +302,8 @@ dg_err dgi_upd_received(const dg_cache *c, struct upd *u, const dgi_msg_update *
 	bool is_rm = u->op == OP_REMOVE || u->op == OP_REMOVE_IF_EQ;
 	bool is_cas = u->op == OP_REPLACE_IF_EQ || u->op == OP_REMOVE_IF_EQ;
 	if (m->part < 0 || (uint64_t)m->part >= c->cfg.partitions || u->key == NULL ||
-	    u->klen == 0 || (!is_rm && u->val == NULL) || (is_cas && u->exp == NULL))
+	    u->klen == 0 || u->klen > DG_KEY_MAX || (!is_rm && u->val == NULL) ||
+	    (is_cas && u->exp == NULL))
 		return DG_ERR_INVAL;
 	u->hash = dgi_key_hash(u->key, u->klen);
 	return dgi_part_of(u->hash, c->cfg.partitions) == u->part ? DG_OK : DG_ERR_INVAL;
@@ -366,7 +377,9 @@ dg_err dgi_apply_copy(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t hash,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
 {
 	dgi_part *pt = &c->parts[part];
-	dg_err e = DG_OK;
+	dg_err e = dgi_entry_storable(klen, ver->topver);
+	if (e != DG_OK)
+		return e; /* (before anything is persisted) */
 	dgi_part_lock(pt);
 	dgi_entry *cur = dgi_part_find(pt, hash, key, klen);
 	if (cur != NULL && dgi_entry_ver_cmp(ver, cur) <= 0)

@@ -135,6 +135,7 @@ void dgi_psync_free_part(dgi_part *pt)
 
 struct psync_enc {
 	dg_writer *w;
+	const dgi_part *pt;
 	int64_t since;
 	uint32_t n;
 };
@@ -142,9 +143,9 @@ struct psync_enc {
 static bool enc_entry(void *ctx, const dgi_entry *e)
 {
 	struct psync_enc *p = ctx;
-	if (e->topver < p->since && !(e->flags & DGI_ENTRY_TENTATIVE))
+	if (dgi_entry_topver(e) < p->since && !(e->flags & DGI_ENTRY_TENTATIVE))
 		return true;
-	dgi_entry_write(p->w, e);
+	dgi_entry_write(p->w, p->pt, e);
 	p->n++;
 	return true;
 }
@@ -157,7 +158,7 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	dg_buf_init(&out);
 	dg_writer w;
 	dg_writer_init(&w, g->reg, &body);
-	struct psync_enc pe = { &w, m->since, 0 };
+	struct psync_enc pe = { &w, pt, m->since, 0 };
 	uint32_t nrec = 0;
 	dgi_part_lock(pt);
 	for (uint32_t i = 0; i < pt->dd_cap; i++)
@@ -178,8 +179,9 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	 * ids above are worth nothing to the new primary without them */
 	for (uint8_t i = 0; i < pt->nrecent; i++) {
 		const dgi_entry *e = dgi_part_find_ver(pt, pt->recent[i].hash, &pt->recent[i].ver);
-		if (e != NULL && e->topver < m->since && !(e->flags & DGI_ENTRY_TENTATIVE)) {
-			dgi_entry_write(&w, e);
+		if (e != NULL && dgi_entry_topver(e) < m->since &&
+		    !(e->flags & DGI_ENTRY_TENTATIVE)) {
+			dgi_entry_write(&w, pt, e);
 			pe.n++;
 		}
 	}

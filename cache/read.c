@@ -276,7 +276,7 @@ static inline dg_err read_entry(const dg_cache *c, const dgi_part *pt, uint32_t 
 		if ((flags & DGI_ENTRY_TOMB) || (x != 0 && c->cfg.ttl_ms != 0 && x <= dgi_wall_ms()))
 			return DG_ERR_NOT_FOUND;
 	}
-	const uint8_t *v = en->data + dgi_entry_prefix(flags) + en->klen;
+	const uint8_t *v = en->data + dgi_entry_prefix(flags) + dgi_entry_klen(en);
 	uint32_t n = __atomic_load_n(&en->vlen, __ATOMIC_RELAXED);
 	if (locked)
 		return copy_out(out, v, n, unwrap);

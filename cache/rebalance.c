@@ -26,23 +26,26 @@
 
 struct page_ctx {
 	dg_writer *w;
+	const dgi_part *pt;
 	uint64_t bytes, max;
 	bool bytes_limit, live_only;
 	uint32_t n;
 	int64_t wall;
 };
 
-void dgi_entry_write(dg_writer *w, const dgi_entry *e)
+void dgi_entry_write(dg_writer *w, const dgi_part *p, const dgi_entry *e)
 {
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
-	dg_write_bytes(w, dgi_entry_key(e), e->klen);
+	uint64_t op_node, op_seq;
+	dgi_entry_op(p, e, &op_node, &op_seq);
+	dg_write_bytes(w, dgi_entry_key(e), dgi_entry_klen(e));
 	dg_write_bytes(w, tomb ? NULL : dgi_entry_val(e), e->vlen);
-	dg_write_i64(w, e->topver);
+	dg_write_i64(w, dgi_entry_topver(e));
 	dg_write_i64(w, (int64_t)e->counter);
 	dg_write_i64(w, e->order);
 	dg_write_i64(w, dgi_entry_expire(e));
-	dg_write_i64(w, (int64_t)e->op_node);
-	dg_write_i64(w, (int64_t)e->op_seq);
+	dg_write_i64(w, (int64_t)op_node);
+	dg_write_i64(w, (int64_t)op_seq);
 }
 
 static bool page_one(void *ctx, const dgi_entry *e)
@@ -51,9 +54,9 @@ static bool page_one(void *ctx, const dgi_entry *e)
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
 	if (p->live_only && (tomb || (dgi_entry_expire(e) != 0 && dgi_entry_expire(e) <= p->wall)))
 		return true;
-	dgi_entry_write(p->w, e);
+	dgi_entry_write(p->w, p->pt, e);
 	p->n++;
-	p->bytes += e->klen + e->vlen + 40;
+	p->bytes += dgi_entry_klen(e) + e->vlen + 40;
 	return true;
 }
 
@@ -65,7 +68,7 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 	dg_buf body;
 	dg_buf_init(&body);
 	dg_writer_init(&w, g->reg, &body);
-	struct page_ctx pc = { &w, 0, max, bytes_limit, live_only, 0, dgi_wall_ms() };
+	struct page_ctx pc = { &w, pt, 0, max, bytes_limit, live_only, 0, dgi_wall_ms() };
 	bool more = false;
 	dgi_part_lock(pt);
 	/* entries are small next to a batch: an entry-count cap from the byte
@@ -535,7 +538,8 @@ static void mark_one(void *ctx, const dgi_entry *ce)
 {
 	struct marks *m = ctx;
 	dgi_entry *e = (dgi_entry *)ce;
-	if (m->clear || e->topver >= m->below || (e->flags & (DGI_ENTRY_SEEN | DGI_ENTRY_PENDING))) {
+	if (m->clear || dgi_entry_topver(e) >= m->below ||
+	    (e->flags & (DGI_ENTRY_SEEN | DGI_ENTRY_PENDING))) {
 		e->flags &= ~DGI_ENTRY_SEEN;
 		return;
 	}
@@ -563,7 +567,8 @@ static dg_err unstore(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_entry *
 {
 	if (!c->cfg.persistence || g->ps == NULL)
 		return DG_OK;
-	dgi_prec r = { c->id, part, dgi_entry_key(e), e->klen, NULL, 0, dgi_entry_ver(e), 0, 0, 0 };
+	dgi_prec r = { c->id, part, dgi_entry_key(e), dgi_entry_klen(e), NULL, 0, dgi_entry_ver(e),
+		0, 0, 0 };
 	return dgi_pstore_write(g->ps, &r, 1);
 }
 
@@ -577,7 +582,7 @@ static void sweep_loaded(dgi_grid *g, dg_cache *c, uint32_t part, dgi_part *pt, 
 		const dgi_entry *e = m.e[i];
 		if (unstore(g, c, part, e) != DG_OK)
 			continue; /* (kept: a later fetch sweeps it) */
-		dgi_part_del(pt, dgi_entry_hash(e), dgi_entry_key(e), e->klen);
+		dgi_part_del(pt, dgi_entry_hash(e), dgi_entry_key(e), dgi_entry_klen(e));
 	}
 	if (m.n > 0)
 		dgi_log("info", "RELOAD-REPLACED", "cache=\"%s\" partition=%u dropped=%u "
@@ -591,14 +596,17 @@ static dg_err replace_one(struct apply_ctx *a, uint64_t h, const uint8_t *key, u
     uint64_t op_seq)
 {
 	dgi_part *pt = &a->c->parts[a->part];
+	dg_err e = dgi_entry_storable(klen, ver->topver);
+	if (e != DG_OK)
+		return e; /* (before the loaded record is replaced) */
 	dgi_part_lock(pt);
 	dgi_entry *cur = dgi_part_find(pt, h, key, klen);
-	if (cur != NULL && (cur->topver >= a->replace_below || (cur->flags & DGI_ENTRY_PENDING))) {
+	if (cur != NULL && (dgi_entry_topver(cur) >= a->replace_below ||
+	    (cur->flags & DGI_ENTRY_PENDING))) {
 		dgi_part_unlock(pt);
 		return dgi_apply_copy(a->g, a->c, a->part, h, key, klen, val, vlen, ver, expire,
 		    op_node, op_seq);
 	}
-	dg_err e = DG_OK;
 	if (cur == NULL || dgi_entry_ver_cmp(ver, cur) != 0) {
 		if (val == NULL && expire == 0)
 			expire = dgi_wall_ms() + DGI_TOMB_TTL_MS;

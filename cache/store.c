@@ -3,11 +3,10 @@
  * probing on the key hash, backward-shift deletion: no tombstone slots,
  * load factor at most 1/2) of 8-byte slots, each an entry's address tagged
  * with 16 bits of its key hash (cache_int.h, dgi_pslot); entries hold
- * their expiry (when they have one), key and value inline after a 48-byte
- * header.  The caller holds the
- * partition's lock for every call.  A put over an existing key reuses the
- * entry's memory when the new value fits, so overwriting a key allocates
- * nothing.
+ * their expiry (when they have one), key and value inline after a 32-byte
+ * header (cache_int.h, "An entry").  The caller holds the partition's lock
+ * for every call.  A put over an existing key reuses the entry's memory
+ * when the new value fits, so overwriting a key allocates nothing.
  *
  * Retired memory.  Local reads look at the table without the lock
  * (read.c, get_fast: a sequence lock, cache_int.h dgi_part_lock), so an
@@ -21,13 +20,30 @@
  * inside the entry's memory:
  * - an entry is published whole: its slot is stored with release order
  *   after its fields (and a new table after its slots);
- * - klen and the expiry flag never change in an entry's life (a value
- *   that needs an expiry the entry has no room for gets a new entry);
+ * - klen and what is before the key (the expiry, a whole update id:
+ *   DGI_ENTRY_LAYOUT) never change in an entry's life (an update that
+ *   needs one the entry lacks gets a new entry);
  * - vlen changes in place only to a value that fits the entry's room, so
  *   key + value of any vlen it ever held lie inside the allocation;
  * - a retired entry's link to the next (limbo) is kept in its `counter`,
  *   a field such a read does not load; a retired table's in slots[-1].
  * The read checks the sequence before it trusts what it loaded.
+ *
+ * The partition's table of update-id originators (dgi_part.opn): an
+ * entry keeps its last update's id as an index into it (the id's node and
+ * its sequence's top 16 bits) and the sequence's low 48 bits.  Interning
+ * looks at the index used last, then probes 2 * opn_cap 16-bit slots.
+ * Nothing is removed from the table one by one: when it is full it is
+ * collected — a pass over the entries keeps the originators some entry
+ * still names, renumbered, and rewrites the entries' indexes — and grown
+ * when that leaves it more than half full.  It grows without a pass while
+ * it has fewer than one index per 8 entries, so a pass costs at most ~16
+ * entries visited per originator interned.  At 65535 originators in use a
+ * new one's id is kept whole in the entry (DGI_ENTRY_OPX, 16 bytes of
+ * data[]), and after a pass that freed less than 1/16 of the table the
+ * next 4096 new ones are too, without a pass each.  e->op is read and
+ * written only under the partition's lock (readers without it look at
+ * flags, klen_m1, vlen and data[], never at op).
  */
 #include "cache_int.h"
 
@@ -36,6 +52,7 @@
 #endif
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +62,11 @@
 #define ADDR_MASK ((UINT64_C(1) << TAG_SHIFT) - 1)
 #define TAG_HOME_MAX 65536u  /* a table this size or less: home from the tag */
 
-static_assert(sizeof(dgi_entry) == 48, "an entry's header is 48 bytes");
+static_assert(sizeof(dgi_entry) == 32, "an entry's header is 32 bytes");
+static_assert(offsetof(dgi_entry, flags) == 24 && offsetof(dgi_entry, vlen) == 28 &&
+    offsetof(dgi_entry, data) == 32, "what a read looks at ends right before the key");
+static_assert(DGI_ENTRY_EXP == 0x10 && DGI_ENTRY_OPX == 0x20,
+    "the layout bits >> 1 are the bytes before the key (dgi_entry_key)");
 
 
 static inline dgi_pslot slot_make(dgi_entry *e, uint64_t hash)
@@ -179,6 +200,10 @@ void dgi_part_clear(dgi_part *p)
 	}
 	p->count = p->live = 0;
 	p->bytes = 0;
+	dgi_free(p->opn); /* no entry names an originator any more */
+	p->opn = NULL;
+	p->opn_cap = 0;
+	p->opn_n = p->opn_last = p->opn_skip = 0;
 }
 
 void dgi_part_free(dgi_part *p)
@@ -199,7 +224,7 @@ void dgi_part_free(dgi_part *p)
 
 static inline bool same_key(const dgi_entry *e, const uint8_t *key, uint32_t klen)
 {
-	return e->klen == klen && memcmp(dgi_entry_key(e), key, klen) == 0;
+	return dgi_entry_klen(e) == klen && memcmp(dgi_entry_key(e), key, klen) == 0;
 }
 
 static uint32_t find_slot(const dgi_part *p, uint64_t hash, const uint8_t *key,
@@ -229,7 +254,7 @@ dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver)
 	uint64_t tag = dgi_slot_tag_of(hash);
 	for (uint32_t i = (uint32_t)hash & mask; p->slots[i] != 0; i = (i + 1) & mask) {
 		dgi_entry *e = dgi_slot_entry(p->slots[i]);
-		if (dgi_slot_tag(p->slots[i]) == tag && e->topver == ver->topver &&
+		if (dgi_slot_tag(p->slots[i]) == tag && dgi_entry_topver(e) == ver->topver &&
 		    e->counter == ver->counter && e->order == ver->order && dgi_entry_hash(e) == hash)
 			return e;
 	}
@@ -258,60 +283,227 @@ static dg_err grow(dgi_part *p)
 	return DG_OK;
 }
 
+/* ---- update-id originators (the header comment) ---- */
+
+static inline uint32_t opn_hash(uint64_t node, uint64_t hi, uint32_t mask)
+{
+	uint64_t h = (node ^ (hi * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
+	return (uint32_t)(h >> 32) & mask;
+}
+
+static inline uint16_t *opn_slots(struct dgi_opn *t, uint32_t cap)
+{
+	return (uint16_t *)(t + cap);
+}
+
+/* The index of (node, hi) in p's table, or 0. */
+static uint32_t opn_find(const dgi_part *p, uint64_t node, uint64_t hi)
+{
+	if (p->opn_cap == 0)
+		return 0;
+	const uint16_t *sl = opn_slots(p->opn, p->opn_cap);
+	uint32_t mask = 2 * p->opn_cap - 1;
+	for (uint32_t i = opn_hash(node, hi, mask);; i = (i + 1) & mask) {
+		uint32_t x = sl[i];
+		if (x == 0 || (p->opn[x].node == node && p->opn[x].hi == hi))
+			return x;
+	}
+}
+
+static void opn_slot_add(struct dgi_opn *t, uint32_t cap, uint32_t x)
+{
+	uint16_t *sl = opn_slots(t, cap);
+	uint32_t mask = 2 * cap - 1;
+	uint32_t i = opn_hash(t[x].node, t[x].hi, mask);
+	while (sl[i] != 0)
+		i = (i + 1) & mask;
+	sl[i] = (uint16_t)x;
+}
+
+/* Indexes 1..n of t, a table of cap, into its slots afresh. */
+static void opn_reindex(struct dgi_opn *t, uint32_t cap, uint32_t n)
+{
+	memset(opn_slots(t, cap), 0, 2 * (size_t)cap * sizeof(uint16_t));
+	for (uint32_t x = 1; x <= n; x++)
+		opn_slot_add(t, cap, x);
+}
+
+static bool opn_resize(dgi_part *p, uint32_t cap)
+{
+	struct dgi_opn *t = dgi_alloc(cap * sizeof(*t) + 2 * (size_t)cap * sizeof(uint16_t));
+	if (t == NULL)
+		return false;
+	t[0] = (struct dgi_opn){ 0, 0 };
+	if (p->opn_n > 0)
+		memcpy(t + 1, p->opn + 1, p->opn_n * sizeof(*t));
+	opn_reindex(t, cap, p->opn_n);
+	dgi_free(p->opn);
+	p->opn = t;
+	p->opn_cap = cap;
+	return true;
+}
+
+/* Keeps the originators some entry names, renumbered 1..n in their order,
+ * and rewrites the entries' indexes.  false: no memory (nothing changed). */
+static bool opn_collect(dgi_part *p)
+{
+	uint16_t *map = dgi_calloc(p->opn_cap, sizeof(*map)); /* old index -> new */
+	if (map == NULL)
+		return false;
+	for (uint32_t i = 0; i < p->cap; i++) {
+		const dgi_entry *e = dgi_slot_entry(p->slots[i]);
+		if (e != NULL && e->op != 0)
+			map[e->op >> DGI_OP_LOW_BITS] = 1;
+	}
+	uint32_t n = 0;
+	for (uint32_t x = 1; x <= p->opn_n; x++)
+		if (map[x] != 0) {
+			p->opn[++n] = p->opn[x];
+			map[x] = (uint16_t)n;
+		}
+	for (uint32_t i = 0; i < p->cap; i++) {
+		dgi_entry *e = dgi_slot_entry(p->slots[i]);
+		if (e != NULL && e->op != 0)
+			e->op = (uint64_t)map[e->op >> DGI_OP_LOW_BITS] << DGI_OP_LOW_BITS |
+			    (e->op & DGI_OP_LOW_MASK);
+	}
+	dgi_free(map);
+	p->opn_n = (uint16_t)n;
+	p->opn_last = 0;
+	opn_reindex(p->opn, p->opn_cap, n);
+	return true;
+}
+
+/* Room for one more originator in p's table (the header comment). */
+static bool opn_make_room(dgi_part *p)
+{
+	uint32_t cap = p->opn_cap;
+	if (cap == 0)
+		return opn_resize(p, 2);
+	if (cap < DGI_OPN_MAX && p->count / 8 >= cap)
+		return opn_resize(p, cap * 2); /* a pass would cost more than it frees */
+	if (p->opn_skip > 0) {
+		p->opn_skip--;
+		return false;
+	}
+	if (!opn_collect(p))
+		return cap < DGI_OPN_MAX && opn_resize(p, cap * 2);
+	if (p->opn_n + 1u > cap / 2 && cap < DGI_OPN_MAX && opn_resize(p, cap * 2))
+		return true;
+	if (p->opn_n + 1u > cap - cap / 16)
+		p->opn_skip = (uint16_t)(cap / 16); /* the next passes would free little */
+	return p->opn_n + 1u < cap;
+}
+
+/* The index of (node, hi) in p's table, added when missing (*x); false
+ * when the table cannot take it.  (Out of line: the put path's common
+ * case is the index interned last.) */
+static __attribute__((noinline)) bool opn_intern(dgi_part *p, uint64_t node, uint64_t hi,
+    uint32_t *x)
+{
+	if ((*x = opn_find(p, node, hi)) == 0) {
+		if (p->opn_n + 1u >= p->opn_cap && !opn_make_room(p))
+			return false;
+		*x = ++p->opn_n;
+		p->opn[*x] = (struct dgi_opn){ node, hi };
+		opn_slot_add(p->opn, p->opn_cap, *x);
+	}
+	p->opn_last = (uint16_t)*x;
+	return true;
+}
+
+/* The packed form of the update id (node, seq) for p's entries (cache_int.h,
+ * "An entry"), interned in p's table; false when the table cannot take
+ * it (the entry keeps the id whole).  Runs before the entry it is for is
+ * touched: a collection rewrites every entry's index. */
+static inline bool op_pack(dgi_part *p, uint64_t node, uint64_t seq, uint64_t *out)
+{
+	uint64_t hi = seq >> DGI_OP_LOW_BITS;
+	uint32_t x = p->opn_last;
+	if ((node | seq) == 0)
+		x = 0; /* (0, 0): no id, 0 */
+	else if (__builtin_expect(x == 0 || p->opn[x].node != node || p->opn[x].hi != hi, 0) &&
+	    !opn_intern(p, node, hi, &x))
+		return false;
+	*out = (uint64_t)x << DGI_OP_LOW_BITS | (seq & DGI_OP_LOW_MASK);
+	return true;
+}
+
+/* ---- entries ---- */
+
 
 /* Bytes of data[] e can hold. */
 static inline uint64_t room_of(const dgi_entry *e)
 {
-	return (uint64_t)dgi_entry_prefix(e->flags) + e->klen + e->vlen + e->slack;
+	return (uint64_t)dgi_entry_prefix(e->flags) + dgi_entry_klen(e) + e->vlen + e->slack;
 }
 
-/* Writes the fields of an update into e, whose layout (flags with
- * DGI_ENTRY_EXP or not, key in place) is set; room: bytes of data[]. */
+/* Writes the fields of an update into e, whose layout (flags'
+ * DGI_ENTRY_LAYOUT bits, key in place) is set; room: bytes of data[];
+ * op: the id packed (op_pack), unless e keeps it whole. */
 static void fill(dgi_entry *e, uint64_t room, const uint8_t *val, uint32_t vlen,
-    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op, uint64_t op_node, uint64_t op_seq)
 {
-	uint64_t used = (uint64_t)dgi_entry_prefix(e->flags) + e->klen + vlen;
+	uint32_t klen = dgi_entry_klen(e);
+	uint64_t used = (uint64_t)dgi_entry_prefix(e->flags) + klen + vlen;
 	uint64_t slack = room - used;
 	e->slack = slack > 255 ? 255 : (uint8_t)slack;
 	e->vlen = vlen;
 	if (vlen)
-		memcpy((uint8_t *)dgi_entry_key(e) + e->klen, val, vlen);
+		memcpy((uint8_t *)dgi_entry_key(e) + klen, val, vlen);
 	if (e->flags & DGI_ENTRY_EXP)
 		memcpy(e->data, &expire_ms, sizeof(expire_ms));
-	e->topver = ver->topver;
+	if (e->flags & DGI_ENTRY_OPX) {
+		uint8_t *x = e->data + ((e->flags & DGI_ENTRY_EXP) >> 1);
+		memcpy(x, &op_node, 8);
+		memcpy(x + 8, &op_seq, 8);
+		op = 0;
+	}
+	e->op = op;
+	e->topver32 = (uint32_t)ver->topver; /* (checked: dgi_entry_storable) */
 	e->counter = ver->counter;
 	e->order = ver->order;
-	e->op_node = op_node;
-	e->op_seq = op_seq;
 }
 
-/* Can e take a value of vlen with that expiry in place?  An entry
- * without an expiry's 8 bytes does not take one (its key would move under
- * a lock-free read: see the top). */
-static bool fits(const dgi_entry *e, uint32_t vlen, int64_t expire_ms)
+/* Can e take a value of vlen with that expiry (and its id whole: opx) in
+ * place?  *layout: what it needs before the key (bits set stay set).  An
+ * entry that lacks one of them does not take it in place: its key would
+ * move under a lock-free read (see the top); a new entry does. */
+static bool fits(const dgi_entry *e, uint32_t vlen, int64_t expire_ms, bool opx,
+    uint32_t *layout)
 {
-	if (expire_ms != 0 && !(e->flags & DGI_ENTRY_EXP))
-		return false;
-	return (uint64_t)dgi_entry_prefix(e->flags) + e->klen + vlen <= room_of(e);
+	uint32_t was = e->flags & DGI_ENTRY_LAYOUT, l = was;
+	if (expire_ms != 0)
+		l |= DGI_ENTRY_EXP;
+	if (opx)
+		l |= DGI_ENTRY_OPX;
+	*layout = l;
+	return l == was && (uint64_t)dgi_entry_prefix(l) + dgi_entry_klen(e) + vlen <= room_of(e);
 }
 
 dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen,
     const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms,
     uint64_t op_node, uint64_t op_seq, uint32_t flags, dgi_entry **out)
 {
+	dg_err err = dgi_entry_storable(klen, ver->topver);
+	if (err != DG_OK)
+		return err;
+	uint64_t op = 0;
+	bool opx = !op_pack(p, op_node, op_seq, &op);
 	limbo_tick(p);
 	if ((p->count + 1) * 2 > p->cap && grow(p) != DG_OK)
 		return DG_ERR_NOMEM;
 	uint32_t i = find_slot(p, hash, key, klen);
 	dgi_entry *e = dgi_slot_entry(p->slots[i]);
-	flags &= ~DGI_ENTRY_EXP;
-	if (e == NULL || !fits(e, vlen, expire_ms)) {
+	uint32_t layout = 0;
+	flags &= ~DGI_ENTRY_LAYOUT;
+	if (e == NULL || !fits(e, vlen, expire_ms, opx, &layout)) {
 		/* exactly what it holds: the slack is what malloc rounds up to
 		 * anyway (up to 15 bytes), which a value growing by a few bytes
 		 * reuses; a fixed 1/8 more put most entries in the next size
 		 * class (16 B per entry for 16-byte keys and 100-byte values) */
-		uint32_t prefix = expire_ms != 0 ? 8 : 0;
-		size_t need = (size_t)prefix + klen + vlen;
+		layout = (expire_ms != 0 ? DGI_ENTRY_EXP : 0) | (opx ? DGI_ENTRY_OPX : 0);
+		size_t need = (size_t)dgi_entry_prefix(layout) + klen + vlen;
 		dgi_entry *ne = dgi_alloc(sizeof(*ne) + need);
 		if (ne == NULL)
 			return DG_ERR_NOMEM;
@@ -325,13 +517,12 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 		if (usable > sizeof(*ne) + need)
 			room = usable - sizeof(*ne);
 #endif
-		ne->flags = (uint8_t)(flags | (expire_ms != 0 ? DGI_ENTRY_EXP : 0));
-		ne->klen = klen;
-		ne->spare = 0;
+		ne->flags = (uint8_t)(flags | layout);
+		ne->klen_m1 = (uint16_t)(klen - 1); /* (1..DGI_ENTRY_KEY_MAX: checked) */
 		memcpy((uint8_t *)dgi_entry_key(ne), key, klen);
-		fill(ne, room, val, vlen, ver, expire_ms, op_node, op_seq);
+		fill(ne, room, val, vlen, ver, expire_ms, op, op_node, op_seq);
 		if (e != NULL) {
-			p->bytes -= e->klen + e->vlen;
+			p->bytes -= dgi_entry_klen(e) + e->vlen;
 			if (!(e->flags & DGI_ENTRY_TOMB))
 				p->live--;
 		} else {
@@ -343,12 +534,12 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 			retire_ent(p, e);
 		e = ne;
 	} else {
-		p->bytes -= e->klen + e->vlen;
+		p->bytes -= dgi_entry_klen(e) + e->vlen;
 		if (!(e->flags & DGI_ENTRY_TOMB))
 			p->live--;
-		fill(e, room_of(e), val, vlen, ver, expire_ms, op_node, op_seq);
+		fill(e, room_of(e), val, vlen, ver, expire_ms, op, op_node, op_seq);
 	}
-	e->flags = (uint8_t)(flags | (e->flags & DGI_ENTRY_EXP));
+	e->flags = (uint8_t)(flags | (e->flags & DGI_ENTRY_LAYOUT));
 	p->bytes += klen + vlen;
 	if (!(flags & DGI_ENTRY_TOMB))
 		p->live++;
@@ -360,15 +551,20 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
 {
-	if (!fits(e, vlen, expire_ms))
+	if (dgi_entry_storable(1, ver->topver) != DG_OK)
+		return false; /* (dgi_part_set says why) */
+	uint64_t op = 0;
+	bool opx = !op_pack(p, op_node, op_seq, &op);
+	uint32_t layout;
+	if (!fits(e, vlen, expire_ms, opx, &layout))
 		return false;
 	uint64_t room = room_of(e);
 	p->bytes -= e->vlen;
 	p->bytes += vlen;
 	if (e->flags & DGI_ENTRY_TOMB)
 		p->live++;
-	e->flags &= DGI_ENTRY_EXP;
-	fill(e, room, val, vlen, ver, expire_ms, op_node, op_seq);
+	e->flags &= DGI_ENTRY_LAYOUT;
+	fill(e, room, val, vlen, ver, expire_ms, op, op_node, op_seq);
 	return true;
 }
 
@@ -377,7 +573,7 @@ static void del_at(dgi_part *p, uint32_t i)
 {
 	uint32_t mask = p->cap - 1;
 	dgi_entry *e = dgi_slot_entry(p->slots[i]);
-	p->bytes -= e->klen + e->vlen;
+	p->bytes -= dgi_entry_klen(e) + e->vlen;
 	if (!(e->flags & DGI_ENTRY_TOMB))
 		p->live--;
 	p->count--;

@@ -138,7 +138,7 @@ static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
 		err = DG_ERR_PARTITION_LOST;
 	else if (st == P_NONE && !(any_role && e != NULL))
 		err = any_role ? DG_ERR_NOT_READY : DG_ERR_REMAP;
-	else if (st == P_MOVING && (e == NULL || e->topver < pt->moving_topver))
+	else if (st == P_MOVING && (e == NULL || dgi_entry_topver(e) < pt->moving_topver))
 		err = DG_ERR_NOT_READY; /* the supplier may hold it, or a newer copy:
 		                           retry once it arrived */
 	if (err == DG_OK && e != NULL && settled && (e->flags & DGI_ENTRY_PENDING))
@@ -183,7 +183,7 @@ static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t 
 	dgi_entry *e = dgi_part_find(pt, hash, key, klen);
 	dg_err err = DG_OK;
 	dgi_entry *ne = NULL;
-	if (e != NULL && e->op_node == tx_node && e->op_seq == tx_seq) {
+	if (e != NULL && dgi_entry_op_is(pt, e, tx_node, tx_seq)) {
 		*ver = dgi_entry_ver(e); /* this tx's write, applied already */
 		*expire_ms = dgi_entry_expire(e);
 	} else {

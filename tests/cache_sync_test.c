@@ -470,7 +470,8 @@ static void test_retry_applied_once_after_failover(void **state)
 	dgi_part_lock(pt);
 	dgi_entry *e = dgi_part_find(pt, h, k, (uint32_t)kl);
 	assert_non_null(e);
-	uint64_t op_node = e->op_node, op_seq = e->op_seq;
+	uint64_t op_node, op_seq;
+	dgi_entry_op(pt, e, &op_node, &op_seq);
 	dgi_part_unlock(pt);
 	/* another writer (a thread runs one update at a time: its own next
 	 * update would come after the retry) changes the key back */
@@ -824,7 +825,7 @@ static void test_moving_primary_serves_no_stale_copy(void **state)
 	size_t kencl = enc_raw(key, kenc);
 	dgi_entry *en = dgi_part_find(pt, h, kenc, (uint32_t)kencl);
 	if (en != NULL)
-		vt = en->topver;
+		vt = dgi_entry_topver(en);
 	pt->moving_topver = vt + 1;
 	pt->supplier = dg_node_get_id(cl.n[1]);
 	atomic_store(&pt->state, P_MOVING);

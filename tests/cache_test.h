@@ -2,8 +2,8 @@
  * cache_test.h — what the cache test executables share (cache_util.c):
  * nodes started in this process, a cluster of them, the events they
  * report, and each group's entry point (cache_test: the store, nodes,
- * intmap, pstore and counters groups; cache_sync_test: compare-and-set and the
- * FULL_SYNC protocol's guarantees).
+ * intmap, pstore, counters and entry groups; cache_sync_test:
+ * compare-and-set and the FULL_SYNC protocol's guarantees).
  */
 #ifndef DGT_CACHE_TEST_H
 #define DGT_CACHE_TEST_H
@@ -46,6 +46,7 @@ struct dg_tp *dgi_node_tp(dg_node *n);
 int dgt_intmap_tests(void);
 int dgt_pstore_tests(void);
 int dgt_counters_tests(void);
+int dgt_entry_tests(void);
 int dgt_cas_tests(void);
 int dgt_sync_tests(void);
 
