@@ -74,7 +74,8 @@ dg_err dgi_unwrap_to(const uint8_t *enc, size_t len, dg_buf *out)
 		return e;
 	if ((e = dg_buf_reserve(out, n)) != DG_OK)
 		return e;
-	memcpy(out->data + out->len, p, n);
+	if (n != 0) /* (an empty buffer's data may be NULL) */
+		memcpy(out->data + out->len, p, n);
 	out->len += n;
 	return DG_OK;
 }
@@ -86,7 +87,8 @@ dg_err dgi_append(dg_buf *out, const uint8_t *p, size_t n)
 	dg_err e = dg_buf_reserve(out, n);
 	if (e != DG_OK)
 		return e;
-	memcpy(out->data + out->len, p, n);
+	if (n != 0) /* (an empty buffer's data may be NULL) */
+		memcpy(out->data + out->len, p, n);
 	out->len += n;
 	return DG_OK;
 }

@@ -278,6 +278,7 @@ typedef struct dgi_part {
 	uint32_t limbo_n;           /* retired, not yet tagged (store.c; a table
 	                               counts for more than one) */
 	uint32_t limbo_ticks;       /* store.c, limbo_tick */
+	uint32_t limbo_at;          /* limbo_n of the next step (0: a batch) */
 	uint64_t bytes;             /* key + value bytes */
 	/* memory unlinked from the table that a lock-free read may still be
 	 * looking at (store.c, "Retired memory"): *_new not yet tagged, *_old

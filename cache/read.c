@@ -255,14 +255,19 @@ static inline dg_err copy_out(dg_buf *out, const uint8_t *v, uint32_t n, bool un
 #endif
 #endif
 
+/* Why a lock-free read did not answer (get_fast). */
+enum { READ_DONE, READ_TORN /* changed meanwhile: read again */,
+	READ_LOCK /* needs what only the locked read does: take the lock now */ };
+
 /* What a local read of a found entry answers: DG_OK with the value
  * appended (copy_out; locked: put_value when it does not fit the room out
  * has), DG_ERR_NOT_FOUND (a tombstone, expired), DG_ERR__COUNT (pending:
- * the general path waits for it), or without the lock *again (out's room
- * is too small, or the entry changed while it was copied: out->len kept,
- * the bytes past it are garbage).  en NULL: not found. */
+ * the general path waits for it), or without the lock *again: READ_TORN
+ * (the entry changed while it was copied) or READ_LOCK (out's room is too
+ * small, a long or typed value: the general copy) — out->len kept, the
+ * bytes past it garbage.  en NULL: not found. */
 static inline dg_err read_entry(const dg_cache *c, const dgi_part *pt, uint32_t seq,
-    const dgi_entry *en, dg_buf *out, bool unwrap, bool locked, bool *again)
+    const dgi_entry *en, dg_buf *out, bool unwrap, bool locked, int *again)
 {
 	if (en == NULL)
 		return DG_ERR_NOT_FOUND;
@@ -286,14 +291,14 @@ static inline dg_err read_entry(const dg_cache *c, const dgi_part *pt, uint32_t 
 		m = n;
 		if (unwrap) {
 			if (n < 2 || v[0] != TAG_BYTES || v[1] >= 0x80 || (uint32_t)v[1] != n - 2) {
-				*again = true; /* (the general unwrap, under the lock) */
+				*again = READ_LOCK; /* (the general unwrap) */
 				return DG_ERR__COUNT;
 			}
 			p += 2;
 			m -= 2;
 		}
 		if (out->cap - out->len < m) {
-			*again = true;
+			*again = READ_LOCK; /* (the buffer grows under the lock) */
 			return DG_ERR__COUNT;
 		}
 		if (m != 0) /* (an empty buffer's data may be NULL) */
@@ -301,7 +306,7 @@ static inline dg_err read_entry(const dg_cache *c, const dgi_part *pt, uint32_t 
 	}
 	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&pt->seq, memory_order_relaxed) != seq) {
-		*again = true;
+		*again = READ_TORN;
 		return DG_ERR__COUNT;
 	}
 	if (out != NULL)
@@ -348,30 +353,35 @@ static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64
 		return DG_ERR__COUNT;
 	dgi_part *pt = &c->parts[part];
 	dg_err e = DG_ERR__COUNT;
-	bool again = true;
+	int again = READ_LOCK;
 #ifndef DGI_READ_LOCKED_ONLY
-	for (int tries = 0; tries < 3 && again; tries++) {
-		again = false;
+	again = READ_TORN;
+	for (int tries = 0; tries < 3 && again == READ_TORN; tries++) {
+		again = READ_DONE;
 		uint32_t seq = atomic_load_explicit(&pt->seq, memory_order_acquire);
 		if (seq & 1) {
-			again = true; /* a writer is inside: wait for it on the lock */
+			again = READ_LOCK; /* a writer is inside: wait for it on the lock */
 			break;
 		}
 		if (atomic_load_explicit(&pt->state, memory_order_relaxed) != P_OWNING ||
 		    dg_member_serving(g->m) != DG_OK)
 			return DG_ERR__COUNT;
-		const dgi_entry *en = dgi_part_peek(pt, seq, hash, pre, npre, key, klen, &again);
-		if (!again) {
-			e = read_entry(c, pt, seq, en, out, unwrap, false, &again);
-			if (!again && e != DG_OK) {
-				/* (not found, pending: true only if nothing changed) */
-				atomic_thread_fence(memory_order_acquire);
-				again = atomic_load_explicit(&pt->seq, memory_order_relaxed) != seq;
-			}
+		bool torn = false;
+		const dgi_entry *en = dgi_part_peek(pt, seq, hash, pre, npre, key, klen, &torn);
+		if (torn) {
+			again = READ_TORN;
+			continue;
+		}
+		e = read_entry(c, pt, seq, en, out, unwrap, false, &again);
+		if (again == READ_DONE && e != DG_OK) {
+			/* (not found, pending: so only if nothing changed) */
+			atomic_thread_fence(memory_order_acquire);
+			if (atomic_load_explicit(&pt->seq, memory_order_relaxed) != seq)
+				again = READ_TORN;
 		}
 	}
 #endif
-	if (again) {
+	if (again != READ_DONE) {
 		uint8_t whole[2 + 127];
 		if (npre != 0) { /* (the key whole, for the table's own lookup) */
 			if (npre + klen > sizeof(whole))

@@ -140,16 +140,30 @@ static void limbo_step(dgi_part *p)
 		p->limbo_ents_new = NULL;
 		p->limbo_tabs_new = NULL;
 		p->limbo_n = 0;
+		p->limbo_at = 0;
 		p->limbo_tag = dgi_epoch_retire(); /* (after the unlinks) */
 	}
+}
+
+/* After a retire: a step once a batch is full.  While the tagged batch
+ * cannot go (a section somewhere began before its tag and still runs: a
+ * request waiting for its answer, say), the next try waits for the
+ * untagged one to double — not a scan of every thread's slot per retire. */
+static void limbo_after_retire(dgi_part *p)
+{
+	if (p->limbo_n < (p->limbo_at ? p->limbo_at : LIMBO_BATCH))
+		return;
+	limbo_step(p);
+	bool stuck = p->limbo_ents_old != NULL || p->limbo_tabs_old != NULL;
+	p->limbo_at = stuck && p->limbo_n > 0 ? 2 * p->limbo_n : 0;
 }
 
 static void retire_ent(dgi_part *p, dgi_entry *e)
 {
 	e->counter = (uint64_t)(uintptr_t)p->limbo_ents_new;
 	p->limbo_ents_new = e;
-	if (++p->limbo_n >= LIMBO_BATCH)
-		limbo_step(p);
+	p->limbo_n++;
+	limbo_after_retire(p);
 }
 
 /* A table counts for more than an entry: the old tables of a partition
@@ -160,8 +174,7 @@ static void retire_tab(dgi_part *p, dgi_pslot *t, uint32_t cap)
 	t[-1] = (uint64_t)(uintptr_t)p->limbo_tabs_new;
 	p->limbo_tabs_new = t;
 	p->limbo_n += 1 + cap / 16;
-	if (p->limbo_n >= LIMBO_BATCH)
-		limbo_step(p);
+	limbo_after_retire(p);
 }
 
 /* Writes into a partition with something retired try to move it along
@@ -219,6 +232,8 @@ void dgi_part_free(dgi_part *p)
 		dgi_free(p->slots - 1);
 	p->slots = NULL;
 	p->cap = 0;
+	dgi_free(p->opn);
+	p->opn = NULL;
 	pthread_mutex_destroy(&p->lk);
 }
 
@@ -276,10 +291,12 @@ static dg_err grow(dgi_part *p)
 			j = (j + 1) & (ncap - 1);
 		ns[j] = p->slots[i];
 	}
-	if (p->slots != NULL)
-		retire_tab(p, p->slots, p->cap);
+	dgi_pslot *old = p->slots;
+	uint32_t ocap = p->cap;
 	__atomic_store_n(&p->slots, ns, __ATOMIC_RELEASE); /* (published whole) */
 	p->cap = ncap;
+	if (old != NULL)
+		retire_tab(p, old, ocap); /* (unlinked first: a tag it takes is after) */
 	return DG_OK;
 }
 
@@ -583,7 +600,9 @@ static void del_at(dgi_part *p, uint32_t i)
 		uint32_t home = slot_home(p->slots[j], p->cap);
 		/* move j back into the hole if its home is not in (i, j] */
 		if (((j - home) & mask) >= ((j - i) & mask)) {
-			p->slots[i] = p->slots[j];
+			/* (release: the entry's fields before its slot, wherever it
+			 * moves — see the top) */
+			__atomic_store_n(&p->slots[i], p->slots[j], __ATOMIC_RELEASE);
 			p->slots[j] = 0;
 			i = j;
 		}
