@@ -448,11 +448,22 @@ static inline bool op_pack(dgi_part *p, uint64_t node, uint64_t seq, uint64_t *o
 
 /* ---- entries ---- */
 
-
-/* Bytes of data[] e can hold. */
+/* Bytes of data[] e can hold.  The slack counts up to 255: an entry whose
+ * value shrank by more asks malloc what its memory holds, so a value that
+ * grows back (sizes that alternate) is written in place — not a new
+ * entry, and an old one retired, every other write. */
 static inline uint64_t room_of(const dgi_entry *e)
 {
-	return (uint64_t)dgi_entry_prefix(e->flags) + dgi_entry_klen(e) + e->vlen + e->slack;
+	uint64_t counted = (uint64_t)dgi_entry_prefix(e->flags) + dgi_entry_klen(e) + e->vlen +
+	    e->slack;
+#ifdef __GLIBC__
+	if (__builtin_expect(e->slack == 255, 0)) {
+		size_t usable = malloc_usable_size((void *)(uintptr_t)e);
+		if (usable > sizeof(*e) + counted)
+			return usable - sizeof(*e);
+	}
+#endif
+	return counted;
 }
 
 /* Writes the fields of an update into e, whose layout (flags'

@@ -252,14 +252,21 @@ static void test_store_compact_entries(void **state)
 	assert_memory_equal(dgi_entry_val(e), v, 1000);
 	assert_int_equal(p.live, 1);
 	assert_int_equal(p.bytes, 1016);
-	/* shrunk to 10 bytes: at most 255 counted as slack, and a 600-byte
-	 * value after it gets new memory rather than writing past the 255 */
+	/* shrunk to 10 bytes: at most 255 counted as slack, yet a 600-byte
+	 * value after it is written in place (the memory holds 1000: malloc
+	 * says so), and a 2000-byte one gets new memory */
 	ver.counter++;
 	assert_true(dgi_part_overwrite(&p, e, v + 3, 10, &ver, 777, 21, 22));
 	assert_int_equal(e->slack, 255);
 	ver.counter++;
-	assert_false(dgi_part_overwrite(&p, e, v, 600, &ver, 777, 23, 24));
+	dgi_entry *e1000 = e;
+	assert_true(dgi_part_overwrite(&p, e, v, 600, &ver, 777, 23, 24));
+	assert_memory_equal(dgi_entry_val(e), v, 600);
+	static uint8_t v2[2000];
+	ver.counter++;
+	assert_false(dgi_part_overwrite(&p, e, v2, 2000, &ver, 777, 23, 24));
 	OK(dgi_part_set(&p, h, (const uint8_t *)k, 16, v + 4, 600, &ver, 777, 23, 24, 0, &e));
+	assert_ptr_equal(e, e1000);
 	assert_memory_equal(dgi_entry_val(e), v + 4, 600);
 	dgi_entry_op(&p, e, &on, &os);
 	assert_int_equal(on, 23);
@@ -267,6 +274,35 @@ static void test_store_compact_entries(void **state)
 	got = dgi_entry_ver(e);
 	assert_int_equal(dgi_pver_cmp(&got, &ver), 0);
 	assert_ptr_equal(dgi_part_find_ver(&p, h, &ver), e);
+	dgi_part_free(&p);
+}
+
+/* Sizes that alternate (a value that shrinks a lot, then grows back) are
+ * written in the entry's memory: no allocation, nothing retired, after
+ * the first large one (store.c, room_of). */
+static void test_store_alternating_sizes_in_place(void **state)
+{
+	(void)state;
+	dgi_part p;
+	dgi_part_init(&p);
+	static uint8_t v[600];
+	memset(v, 'a', sizeof(v));
+	const char *k = "alternating-key";
+	uint64_t h = dgi_key_hash((const uint8_t *)k, 15);
+	dgi_pver ver = { 1, 1, 1, 0 };
+	OK(dgi_part_set(&p, h, (const uint8_t *)k, 15, v, 600, &ver, 0, 1, 1, 0, NULL));
+	dgi_alloc_stats a, b;
+	dgi_alloc_get_stats(&a);
+	for (uint32_t i = 0; i < 100; i++) {
+		ver.counter++;
+		uint32_t n = i % 2 ? 600 : 20;
+		OK(dgi_part_set(&p, h, (const uint8_t *)k, 15, v, n, &ver, 0, 1, 2 + i, 0, NULL));
+		dgi_entry *e = find_s(&p, k);
+		assert_int_equal(e->vlen, n);
+	}
+	dgi_alloc_get_stats(&b);
+	assert_int_equal(b.allocs - a.allocs, 0);
+	assert_true(dgi_part_limbo_empty(&p));
 	dgi_part_free(&p);
 }
 
@@ -4569,6 +4605,7 @@ int main(void)
 		cmocka_unit_test(test_store_expiry_and_tombs),
 		cmocka_unit_test(test_store_compact_entries),
 		cmocka_unit_test(test_store_retired_memory),
+		cmocka_unit_test(test_store_alternating_sizes_in_place),
 		cmocka_unit_test(test_store_tags_and_big_tables),
 		cmocka_unit_test(test_affinity_distinct_and_balanced),
 		cmocka_unit_test(test_affinity_minimal_movement),
