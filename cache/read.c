@@ -356,6 +356,7 @@ static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64
 	int again = READ_LOCK;
 #ifndef DGI_READ_LOCKED_ONLY
 	again = READ_TORN;
+	dgi_epoch_rd_enter(); /* (what it reaches stays allocated: store.c) */
 	for (int tries = 0; tries < 3 && again == READ_TORN; tries++) {
 		again = READ_DONE;
 		uint32_t seq = atomic_load_explicit(&pt->seq, memory_order_acquire);
@@ -364,8 +365,10 @@ static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64
 			break;
 		}
 		if (atomic_load_explicit(&pt->state, memory_order_relaxed) != P_OWNING ||
-		    dg_member_serving(g->m) != DG_OK)
-			return DG_ERR__COUNT;
+		    dg_member_serving(g->m) != DG_OK) {
+			e = DG_ERR__COUNT; /* the general path's */
+			break;
+		}
 		bool torn = false;
 		const dgi_entry *en = dgi_part_peek(pt, seq, hash, pre, npre, key, klen, &torn);
 		if (torn) {
@@ -380,6 +383,7 @@ static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64
 				again = READ_TORN;
 		}
 	}
+	dgi_epoch_rd_leave();
 #endif
 	if (again != READ_DONE) {
 		uint8_t whole[2 + 127];

@@ -11,11 +11,13 @@
  * Retired memory.  Local reads look at the table without the lock
  * (read.c, get_fast: a sequence lock, cache_int.h dgi_part_lock), so an
  * entry or a table unlinked here is not freed at once: it goes on the
- * partition's limbo list, and is freed once every section (transport.h,
- * "Sections") that could have seen it linked has ended — a batch at a
- * time: LIMBO_BATCH retired objects take one tag (dgi_epoch_retire), and
- * the batch before is freed when its tag has passed; the sweeper flushes
- * what smaller batches are left once a second (dgi_part_limbo_flush).
+ * partition's limbo list, and is freed once every read section
+ * (transport.h, "Read sections": only the lock-free reads, which never
+ * wait, run in one) that could have seen it linked has ended — a batch
+ * at a time: LIMBO_BATCH retired objects take one tag
+ * (dgi_epoch_rd_retire), and the batch before is freed when its tag has
+ * passed; writes into the partition move it along every LIMBO_TICK, and
+ * the sweeper flushes what is left once a second (dgi_part_limbo_flush).
  * What such a read loads from an entry it reaches, however stale, stays
  * inside the entry's memory:
  * - an entry is published whole: its slot is stored with release order
@@ -128,7 +130,7 @@ static void free_tabs(dgi_pslot *t)
 static void limbo_step(dgi_part *p)
 {
 	if ((p->limbo_ents_old != NULL || p->limbo_tabs_old != NULL) &&
-	    dgi_epoch_passed(p->limbo_tag)) {
+	    dgi_epoch_rd_passed(p->limbo_tag)) {
 		free_ents(p->limbo_ents_old);
 		free_tabs(p->limbo_tabs_old);
 		p->limbo_ents_old = NULL;
@@ -141,7 +143,7 @@ static void limbo_step(dgi_part *p)
 		p->limbo_tabs_new = NULL;
 		p->limbo_n = 0;
 		p->limbo_at = 0;
-		p->limbo_tag = dgi_epoch_retire(); /* (after the unlinks) */
+		p->limbo_tag = dgi_epoch_rd_retire(); /* (after the unlinks) */
 	}
 }
 
@@ -192,9 +194,8 @@ static inline void limbo_tick(dgi_part *p)
 
 void dgi_part_limbo_flush(dgi_part *p)
 {
-	limbo_step(p); /* the tagged batch, if it can go; tags the rest (which
-	                  goes at the next flush: the caller's own section
-	                  holds a tag taken now) */
+	limbo_step(p); /* the tagged batch, if it can go; tags the rest */
+	limbo_step(p); /* (which goes now unless a read is inside) */
 }
 
 bool dgi_part_limbo_empty(const dgi_part *p)

@@ -53,12 +53,17 @@
 
 struct slot {
 	_Atomic uint64_t active;    /* 0 outside a section, else its entry epoch */
+	_Atomic uint64_t active_rd; /* the same for the read domain (below) */
 	_Atomic bool used;          /* owned by a live thread */
 	uint32_t index;             /* dgi_thread_index: 0, 1, ... in order made */
 	struct slot *next;          /* every slot made (never freed) */
 };
 
 static _Atomic uint64_t epoch = 1;
+/* The read domain (transport.h, "Read sections"): its own epoch and its
+ * own barrier mark, the same slots. */
+static _Atomic uint64_t epoch_rd = 1;
+static _Atomic uint64_t barrier_epoch_rd;
 static struct slot *_Atomic slots;
 static _Atomic uint32_t nslots;
 static _Atomic uint64_t pinned;
@@ -86,6 +91,7 @@ static void slot_release(void *p)
 	tl_slot = NULL;
 	dgi_thread_ix1 = 0;
 	atomic_store_explicit(&s->active, 0, memory_order_release);
+	atomic_store_explicit(&s->active_rd, 0, memory_order_release);
 	atomic_store_explicit(&s->used, false, memory_order_release);
 }
 
@@ -198,23 +204,28 @@ uint64_t dgi_epoch_retire(void)
 
 /* The scan's side of the fence for tag (see the top); false when the
  * membarrier failed (nothing may be freed then). */
-static bool scan_fence(uint64_t tag)
+static bool scan_fence_in(_Atomic uint64_t *ep, _Atomic uint64_t *barrier, uint64_t tag)
 {
 	pthread_once(&slot_once, slot_key_init);
 	if (!asym) {
 		atomic_thread_fence(memory_order_seq_cst);
 		return true;
 	}
-	if (atomic_load_explicit(&barrier_epoch, memory_order_acquire) > tag)
+	if (atomic_load_explicit(barrier, memory_order_acquire) > tag)
 		return true; /* a membarrier began after tag's unlink and has ended */
-	uint64_t e = atomic_load(&epoch);
+	uint64_t e = atomic_load(ep);
 	if (!membarrier_run())
 		return false;
-	uint64_t b = atomic_load_explicit(&barrier_epoch, memory_order_relaxed);
-	while (b < e && !atomic_compare_exchange_weak_explicit(&barrier_epoch, &b, e,
+	uint64_t b = atomic_load_explicit(barrier, memory_order_relaxed);
+	while (b < e && !atomic_compare_exchange_weak_explicit(barrier, &b, e,
 	    memory_order_release, memory_order_relaxed))
 		;
 	return true;
+}
+
+static bool scan_fence(uint64_t tag)
+{
+	return scan_fence_in(&epoch, &barrier_epoch, tag);
 }
 
 bool dgi_epoch_passed(uint64_t tag)
@@ -226,6 +237,60 @@ bool dgi_epoch_passed(uint64_t tag)
 	for (struct slot *s = atomic_load_explicit(&slots, memory_order_acquire); s != NULL;
 	    s = s->next) {
 		uint64_t a = atomic_load_explicit(&s->active, memory_order_acquire);
+		if (a != 0 && a <= tag)
+			return false;
+	}
+	return true;
+}
+
+/* ---- the read domain ----
+ * The same scheme with its own epoch, in the same slots (a thread takes
+ * its slot at its first section of either kind).  Not nestable: a read
+ * section is a few loads and a copy. */
+static _Thread_local bool tl_rd_pinned;
+
+void dgi_epoch_rd_enter(void)
+{
+	struct slot *s = tl_slot;
+	if (__builtin_expect(s == NULL, 0) && (s = tl_slot = slot_get()) == NULL) {
+		tl_rd_pinned = true;
+		atomic_fetch_add(&pinned, 1); /* (holds both domains: rare) */
+		atomic_thread_fence(memory_order_seq_cst);
+		return;
+	}
+	atomic_store_explicit(&s->active_rd, atomic_load_explicit(&epoch_rd,
+	    memory_order_acquire), memory_order_relaxed);
+	if (__builtin_expect(asym, 1))
+		atomic_signal_fence(memory_order_seq_cst);
+	else
+		atomic_thread_fence(memory_order_seq_cst);
+}
+
+void dgi_epoch_rd_leave(void)
+{
+	if (__builtin_expect(tl_rd_pinned, 0)) {
+		tl_rd_pinned = false;
+		atomic_fetch_sub_explicit(&pinned, 1, memory_order_release);
+		return;
+	}
+	atomic_store_explicit(&tl_slot->active_rd, 0, memory_order_release);
+}
+
+uint64_t dgi_epoch_rd_retire(void)
+{
+	atomic_thread_fence(memory_order_seq_cst); /* the unlink before the tag */
+	return atomic_fetch_add(&epoch_rd, 1);
+}
+
+bool dgi_epoch_rd_passed(uint64_t tag)
+{
+	if (!scan_fence_in(&epoch_rd, &barrier_epoch_rd, tag))
+		return false;
+	if (atomic_load_explicit(&pinned, memory_order_acquire) > 0)
+		return false;
+	for (struct slot *s = atomic_load_explicit(&slots, memory_order_acquire); s != NULL;
+	    s = s->next) {
+		uint64_t a = atomic_load_explicit(&s->active_rd, memory_order_acquire);
 		if (a != 0 && a <= tag)
 			return false;
 	}

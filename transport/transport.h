@@ -478,6 +478,17 @@ bool dgi_epoch_inside(void);          /* this thread is in a section */
 uint64_t dgi_epoch_retire(void);
 bool dgi_epoch_passed(uint64_t tag);
 
+/* Read sections: a second domain, the same rules, for what a lock-free
+ * read looks at and nothing else (the cache's entries and slot tables:
+ * cache/store.c, "Retired memory").  A read section never waits, so
+ * memory retired in it is freed a read's time later — not after the
+ * longest section of the process (a request waiting for its answer).
+ * Not nestable; a few instructions, no fence where Linux has membarrier. */
+void dgi_epoch_rd_enter(void);
+void dgi_epoch_rd_leave(void);
+uint64_t dgi_epoch_rd_retire(void);
+bool dgi_epoch_rd_passed(uint64_t tag);
+
 /* A small number for the calling thread (epoch.c: its section slot's):
  * unique among the live threads, 0, 1, 2, ... up to the most threads of
  * the process alive at once.  A thread that exits hands its index on to a
