@@ -228,19 +228,25 @@ static bool scan_fence(uint64_t tag)
 	return scan_fence_in(&epoch, &barrier_epoch, tag);
 }
 
-bool dgi_epoch_passed(uint64_t tag)
+/* No slot holds an epoch at or below tag in that domain (rd: the read
+ * domain's), and no section is pinned. */
+static bool slots_past(uint64_t tag, bool rd)
 {
-	if (!scan_fence(tag))
-		return false;
 	if (atomic_load_explicit(&pinned, memory_order_acquire) > 0)
 		return false;
 	for (struct slot *s = atomic_load_explicit(&slots, memory_order_acquire); s != NULL;
 	    s = s->next) {
-		uint64_t a = atomic_load_explicit(&s->active, memory_order_acquire);
+		uint64_t a = atomic_load_explicit(rd ? &s->active_rd : &s->active,
+		    memory_order_acquire);
 		if (a != 0 && a <= tag)
 			return false;
 	}
 	return true;
+}
+
+bool dgi_epoch_passed(uint64_t tag)
+{
+	return scan_fence(tag) && slots_past(tag, false);
 }
 
 /* ---- the read domain ----
@@ -284,15 +290,5 @@ uint64_t dgi_epoch_rd_retire(void)
 
 bool dgi_epoch_rd_passed(uint64_t tag)
 {
-	if (!scan_fence_in(&epoch_rd, &barrier_epoch_rd, tag))
-		return false;
-	if (atomic_load_explicit(&pinned, memory_order_acquire) > 0)
-		return false;
-	for (struct slot *s = atomic_load_explicit(&slots, memory_order_acquire); s != NULL;
-	    s = s->next) {
-		uint64_t a = atomic_load_explicit(&s->active_rd, memory_order_acquire);
-		if (a != 0 && a <= tag)
-			return false;
-	}
-	return true;
+	return scan_fence_in(&epoch_rd, &barrier_epoch_rd, tag) && slots_past(tag, true);
 }
