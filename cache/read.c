@@ -407,6 +407,13 @@ static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64
 	return e;
 }
 
+/* A hit (DG_OK) or a miss (DG_ERR_NOT_FOUND) get_fast answered, counted
+ * in b, the calling thread's counter block of c. */
+static inline void count_answer(dg_cache *c, dgi_ctrs *b, dg_err e)
+{
+	dgi_ctr_add(e == DG_OK ? &b->hits : &b->misses, 1, b == &c->ctr_shared);
+}
+
 /* A read started by a single-key call on this node, timed. */
 dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap)
 {
@@ -418,8 +425,8 @@ dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bo
 	dg_err e = DG_ERR__COUNT;
 	if (key != NULL && klen != 0 && klen <= DG_KEY_MAX)
 		e = get_fast(c, dgi_key_hash(key, klen), NULL, 0, key, (uint32_t)klen, out, unwrap);
-	if (e == DG_OK || e == DG_ERR_NOT_FOUND) /* (the block the timing counts in) */
-		dgi_ctr_add(e == DG_OK ? &op.b->hits : &op.b->misses, 1, op.b == &c->ctr_shared);
+	if (e == DG_OK || e == DG_ERR_NOT_FOUND)
+		count_answer(c, op.b, e); /* (the block the timing counts in) */
 	else if (e == DG_ERR__COUNT)
 		e = get_in_section(c, key, klen, out, unwrap);
 	e = dgi_lat_end(c, &op, e);
@@ -440,7 +447,7 @@ dg_err dgi_get_raw(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
 	dg_err e = get_fast(c, dgi_key_hash_bytes(key, klen), enc, 2, key, (uint32_t)klen, out,
 	    true);
 	if (e == DG_OK || e == DG_ERR_NOT_FOUND)
-		dgi_ctr_add(e == DG_OK ? &op.b->hits : &op.b->misses, 1, op.b == &c->ctr_shared);
+		count_answer(c, op.b, e);
 	else if (e == DG_ERR__COUNT) {
 		memcpy(enc + 2, key, klen);
 		e = get_in_section(c, enc, klen + 2, out, true);
@@ -458,10 +465,8 @@ dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, boo
 	dg_err e = DG_ERR__COUNT;
 	if (c != NULL && key != NULL && klen != 0 && klen <= DG_KEY_MAX)
 		e = get_fast(c, dgi_key_hash(key, klen), NULL, 0, key, (uint32_t)klen, out, unwrap);
-	if (e == DG_OK)
-		DGI_COUNT(c, hits, 1);
-	else if (e == DG_ERR_NOT_FOUND)
-		DGI_COUNT(c, misses, 1);
+	if (e == DG_OK || e == DG_ERR_NOT_FOUND)
+		count_answer(c, dgi_ctrs_of(c), e);
 	else if (e == DG_ERR__COUNT)
 		e = get_in_section(c, key, klen, out, unwrap);
 	dgi_epoch_leave();

@@ -419,18 +419,24 @@ static void forget_table(dg_cache *c)
 	dgi_part_unlock(pt);
 }
 
-static dgi_pver ver_of(dg_cache *c, const char *key)
+/* The entry of the raw key in c's partition 0 (locked by the caller). */
+static dgi_entry *entry_of(dg_cache *c, const char *key)
 {
 	uint8_t k[64];
 	size_t n = strlen(key);
 	k[0] = 0x0A;
 	k[1] = (uint8_t)n;
 	memcpy(k + 2, key, n);
+	dgi_entry *e = dgi_part_find(&c->parts[0], dgi_key_hash(k, n + 2), k, (uint32_t)n + 2);
+	assert_non_null(e);
+	return e;
+}
+
+static dgi_pver ver_of(dg_cache *c, const char *key)
+{
 	dgi_part *pt = &c->parts[0];
 	dgi_part_lock(pt);
-	dgi_entry *e = dgi_part_find(pt, dgi_key_hash(k, n + 2), k, (uint32_t)n + 2);
-	assert_non_null(e);
-	dgi_pver v = dgi_entry_ver(e);
+	dgi_pver v = dgi_entry_ver(entry_of(c, key));
 	dgi_part_unlock(pt);
 	return v;
 }
@@ -441,14 +447,9 @@ static void retried(dg_cache *c, const char *key, uint64_t node, uint64_t seq, b
 	OK(offer(c, OP_PUT_IF_ABSENT, key, node, seq, &flag));
 	assert_int_equal(flag, 1);
 	dgi_pver v1 = ver_of(c, key);
-	uint8_t k[64];
-	size_t n = strlen(key);
-	k[0] = 0x0A;
-	k[1] = (uint8_t)n;
-	memcpy(k + 2, key, n);
 	dgi_part *pt = &c->parts[0];
 	dgi_part_lock(pt);
-	dgi_entry *e = dgi_part_find(pt, dgi_key_hash(k, n + 2), k, (uint32_t)n + 2);
+	dgi_entry *e = entry_of(c, key);
 	assert_true(!(e->flags & DGI_ENTRY_OPX) == !whole);
 	dgi_part_unlock(pt);
 	forget_table(c);

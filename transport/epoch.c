@@ -1,6 +1,7 @@
 /*
  * epoch.c — read-side sections and deferred frees (epoch-based
- * reclamation), one domain for the whole process (transport.h, "Sections").
+ * reclamation), one domain for the whole process (transport.h, "Sections"),
+ * and a second, the read domain, in the same slots (the end of this file).
  *
  * Each thread that enters a section gets a slot once (a list of slots that
  * only grows; a slot is reused after its thread exits).  Entering stores

@@ -468,7 +468,8 @@ dg_err dg_tp_peer_stats(const dg_tp *tp, dg_node_id peer, dg_tp_stats *out);
  * dgi_epoch_passed pays for it; else one fence) — no lock, no write to
  * shared memory, no allocation but at a thread's first entry.  A writer unlinks the object,
  * takes a tag (dgi_epoch_retire) and frees it once dgi_epoch_passed(tag):
- * every section that had begun by then has ended.  One domain per process.
+ * every section that had begun by then has ended.  One domain per process
+ * for these, and a second for read sections (below).
  * Every handler and reply callback this transport runs is inside a
  * section.  A section may be long (a request's wait): it only delays
  * frees; nothing ever waits for one. */
