@@ -14,36 +14,12 @@
 #include <string.h>
 #include <time.h>
 
-static inline uint64_t rd64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-	v = __builtin_bswap64(v);
-#endif
-	return v;
-}
-
-/* 8 bytes a step, multiply-rotate, finalized with dgi_mix64 (marshal/mix.h).  Not for
- * adversarial keys (a partition table is not a hash-flooding target: a hot
- * partition is the worst case). */
-#define KH_K 0x9e3779b97f4a7c15ULL
-
-static inline uint64_t kh_start(size_t n)
-{
-	return 0x2545f4914f6cdd1dULL ^ (n * KH_K);
-}
-
-static inline uint64_t kh_step(uint64_t h, uint64_t w)
-{
-	h = (h ^ (w * KH_K)) * 0x100000001b3ULL;
-	return (h << 29) | (h >> 35);
-}
-
-static inline uint64_t kh_end(uint64_t h, uint64_t tail)
-{
-	return dgi_mix64(h ^ (tail * KH_K));
-}
+/* The key hash's steps (dgi_kh_*) are in cache_int.h, with
+ * dgi_key_hash_bytes, in line on the local get's path. */
+#define rd64 dgi_kh_rd64
+#define kh_start dgi_kh_start
+#define kh_step dgi_kh_step
+#define kh_end dgi_kh_end
 
 uint64_t dgi_key_hash(const uint8_t *p, size_t n)
 {
@@ -58,21 +34,6 @@ uint64_t dgi_key_hash(const uint8_t *p, size_t n)
 		for (size_t i = 0; i < n; i++)
 			t |= (uint64_t)p[i] << (8 * i);
 	return kh_end(h, t);
-}
-
-/* The words of the 2-byte prefix + n key bytes, read from the key alone:
- * word 0 is the prefix and key[0..6), word j key[8j-2 .. 8j+6), the tail
- * the last (n + 2) % 8 bytes (n >= 8: every load inside the key). */
-uint64_t dgi_key_hash_bytes(const uint8_t *key, size_t n)
-{
-	size_t total = n + 2;
-	uint64_t h = kh_start(total);
-	h = kh_step(h, TAG_BYTES | (n << 8) | (rd64(key) << 16));
-	size_t j = 6; /* key bytes taken */
-	for (; n - j >= 8; j += 8)
-		h = kh_step(h, rd64(key + j));
-	size_t rem = n - j;
-	return kh_end(h, rem != 0 ? rd64(key + n - 8) >> (64 - 8 * rem) : 0);
 }
 
 int64_t dgi_wall_ms(void)
@@ -138,16 +99,6 @@ dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
 void dgi_aff_free(dgi_aff *a)
 {
 	dgi_free(a);
-}
-
-int dgi_aff_role(const dgi_aff *a, uint32_t p, dg_node_id node)
-{
-	for (uint32_t i = 0; i < a->copies; i++) {
-		uint16_t k = a->owners[(size_t)p * a->copies + i];
-		if (k != UINT16_MAX && a->nodes[k] == node)
-			return (int)i;
-	}
-	return -1;
 }
 
 uint64_t dgi_aff_owners_hash(const dgi_aff *a, uint32_t p)

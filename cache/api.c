@@ -118,11 +118,24 @@ dg_err dgi_append(dg_buf *out, const uint8_t *p, size_t n)
 	if (venc == NULL)                                                      \
 		return DG_ERR_NOMEM
 
-dg_err dg_cache_put(dg_cache *c, const void *key, size_t klen, const void *val, size_t vlen)
+/* dg_cache_put past the short put (out of line: its stack buffers are not
+ * the short put's frame). */
+static __attribute__((noinline)) dg_err put_general(dg_cache *c, const void *key, size_t klen,
+    const void *val, size_t vlen)
 {
 	ENC_KEY(key, klen);
 	ENC_VAL(val, vlen);
 	return dgi_update(c, OP_PUT, kenc, kenc_len, NULL, 0, venc, venc_len, NULL, NULL);
+}
+
+dg_err dg_cache_put(dg_cache *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	if (c != NULL && key != NULL && val != NULL && klen - 8 < 120 && vlen <= DG_VALUE_MAX - 8) {
+		dg_err e = dgi_put_short(c, key, (uint32_t)klen, val, (uint32_t)vlen);
+		if (e != DG_ERR__COUNT)
+			return e;
+	}
+	return put_general(c, key, klen, val, vlen);
 }
 
 /* A conditional operation: *done (when not NULL) says whether it wrote. */
@@ -205,14 +218,22 @@ dg_err dg_cache_remove_if_equals(dg_cache *c, const void *key, size_t klen,
 	return flagged(c, OP_REMOVE_IF_EQ, kenc, kenc_len, eenc, eenc_len, NULL, 0, removed);
 }
 
-dg_err dg_cache_get(dg_cache *c, const void *key, size_t klen, dg_buf *val)
+/* dg_cache_get of a key of another size (out of line: its stack buffer is
+ * not the common get's frame). */
+static __attribute__((noinline)) dg_err get_other(dg_cache *c, const void *key, size_t klen,
+    dg_buf *val)
 {
-	if (c != NULL && key != NULL && val != NULL && klen >= 8 && klen < 128)
-		return dgi_get_raw(c, key, klen, val); /* (the common key size) */
 	ENC_KEY(key, klen);
 	if (val == NULL)
 		return DG_ERR_INVAL;
 	return dgi_get_enc(c, kenc, kenc_len, val, true);
+}
+
+dg_err dg_cache_get(dg_cache *c, const void *key, size_t klen, dg_buf *val)
+{
+	if (klen - 8 < 120) /* (8..127 bytes: the common key size) */
+		return dgi_get_raw(c, key, klen, val);
+	return get_other(c, key, klen, val);
 }
 
 dg_err dg_cache_contains(dg_cache *c, const void *key, size_t klen, bool *present)

@@ -38,6 +38,8 @@
 #include "intmap.h"
 #include "pstore.h"
 #include "transport/transport.h"
+#include "marshal/marshal_int.h" /* TAG_BYTES */
+#include "marshal/mix.h"
 
 #include <pthread.h>
 #include <semaphore.h>
@@ -49,9 +51,48 @@
 
 /* 64-bit hash of a key's canonical bytes; identical on every node. */
 uint64_t dgi_key_hash(const uint8_t *p, size_t n);
+/* The hash's steps (affinity.c): 8 bytes a step, multiply-rotate,
+ * finalized with dgi_mix64 (marshal/mix.h).  Not for adversarial keys (a
+ * partition table is not a hash-flooding target: a hot partition is the
+ * worst case). */
+#define DGI_KH_K 0x9e3779b97f4a7c15ULL
+static inline uint64_t dgi_kh_rd64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	v = __builtin_bswap64(v);
+#endif
+	return v;
+}
+static inline uint64_t dgi_kh_start(size_t n)
+{
+	return 0x2545f4914f6cdd1dULL ^ (n * DGI_KH_K);
+}
+static inline uint64_t dgi_kh_step(uint64_t h, uint64_t w)
+{
+	h = (h ^ (w * DGI_KH_K)) * 0x100000001b3ULL;
+	return (h << 29) | (h >> 35);
+}
+static inline uint64_t dgi_kh_end(uint64_t h, uint64_t tail)
+{
+	return dgi_mix64(h ^ (tail * DGI_KH_K));
+}
 /* dgi_key_hash of the BYTES encoding of key (TAG_BYTES, n, key: a raw
- * API key), without building it; 8 <= n < 128. */
-uint64_t dgi_key_hash_bytes(const uint8_t *key, size_t n);
+ * API key), without building it; 8 <= n < 128.  The words of the 2-byte
+ * prefix + n key bytes, read from the key alone: word 0 is the prefix and
+ * key[0..6), word j key[8j-2 .. 8j+6), the tail the last (n + 2) % 8
+ * bytes (n >= 8: every load inside the key).  In line: the local get's. */
+static inline uint64_t dgi_key_hash_bytes(const uint8_t *key, size_t n)
+{
+	uint64_t h = dgi_kh_start(n + 2);
+	h = dgi_kh_step(h, TAG_BYTES | (n << 8) | (dgi_kh_rd64(key) << 16));
+	const uint8_t *p = key + 6, *last = key + n - 8; /* (the words: p <= last) */
+	for (; p <= last; p += 8)
+		h = dgi_kh_step(h, dgi_kh_rd64(p));
+	size_t rem = (size_t)(last + 8 - p); /* (0..7) */
+	return dgi_kh_end(h, rem != 0 ? dgi_kh_rd64(last) >> (64 - 8 * rem) : 0);
+}
 static inline uint32_t dgi_part_of(uint64_t hash, uint32_t parts)
 {
 	return (uint32_t)(((hash >> 32) * (uint64_t)parts) >> 32);
@@ -88,8 +129,16 @@ static inline dg_node_id dgi_aff_owner(const dgi_aff *a, uint32_t p, uint32_t i)
 	uint16_t k = a->owners[p * a->copies + i];
 	return k == UINT16_MAX ? 0 : a->nodes[k];
 }
-/* Position of node among the owners of p (0 primary), or -1. */
-int dgi_aff_role(const dgi_aff *a, uint32_t p, dg_node_id node);
+/* Position of node among the owners of p (0 primary), or -1.  In line:
+ * the local get's. */
+static inline int dgi_aff_role(const dgi_aff *a, uint32_t p, dg_node_id node)
+{
+	const uint16_t *o = a->owners + (size_t)p * a->copies;
+	for (uint32_t i = 0; i < a->copies; i++)
+		if (o[i] != UINT16_MAX && a->nodes[o[i]] == node)
+			return (int)i;
+	return -1;
+}
 /* A 64-bit digest of p's owner set: the primary, and the backups in any
  * order.  Equal digests: the same primary and backups (BACKUP carries the
  * sender's, so a backup sees whether it agrees with the primary on who
@@ -254,6 +303,40 @@ static inline bool dgi_key_eq(const uint8_t *a, const uint8_t *b, uint32_t n)
 	return memcmp(a, b, n) == 0;
 }
 
+/* memcpy(d, s, n) for the short values of the local get (read.c):
+ * 16-byte moves, each range copied as its first and its last bytes
+ * (overlapping), no call — GCC turns a copy there into a `rep movs`, even
+ * of a constant 64 bytes, slow to start.  n >= 1 (so d is not NULL);
+ * long values go to memcpy. */
+typedef uint8_t dgi_v16 __attribute__((vector_size(16), aligned(1), may_alias));
+static inline __attribute__((always_inline)) void dgi_mov16(uint8_t *d, const uint8_t *s)
+{
+	*(dgi_v16 *)(void *)d = *(const dgi_v16 *)(const void *)s;
+}
+static inline __attribute__((always_inline)) void dgi_copy_short(uint8_t *d, const uint8_t *s,
+    size_t n)
+{
+	if (n >= 16 && n <= 128) {
+		if (n > 32) {
+			if (n > 64) {
+				dgi_mov16(d + 32, s + 32);
+				dgi_mov16(d + 48, s + 48);
+				dgi_mov16(d + n - 64, s + n - 64);
+				dgi_mov16(d + n - 48, s + n - 48);
+			}
+			dgi_mov16(d + 16, s + 16);
+			dgi_mov16(d + n - 32, s + n - 32);
+		}
+		dgi_mov16(d, s);
+		dgi_mov16(d + n - 16, s + n - 16);
+	} else if (n >= 8 && n < 16) {
+		memcpy(d, s, 8);
+		memcpy(d + n - 8, s + n - 8, 8);
+	} else {
+		memcpy(d, s, n);
+	}
+}
+
 /* The bytes of an entry's data[] before its key: the expiry's and the
  * whole update id's, when kept (DGI_ENTRY_EXP 0x10: 8 bytes, DGI_ENTRY_OPX
  * 0x20: 16). */
@@ -263,7 +346,7 @@ static inline uint32_t dgi_entry_prefix(uint32_t flags)
 }
 
 typedef struct dgi_part {
-	_Alignas(64) pthread_mutex_t lk; /* dgi_part_lock / dgi_part_unlock
+	_Alignas(64) _Atomic uint32_t lk; /* dgi_part_lock / dgi_part_unlock
 	                               only (a partition starts a cache line:
 	                               dg_cache.parts is aligned) */
 	dgi_pslot *slots;            /* linear probing on hash (slots[-1]: a
@@ -376,9 +459,21 @@ typedef struct dgi_part {
  * entry, a flag, the table, the state — is changed atomically for such a
  * read.  Memory such a read may reach is not freed while one can be
  * looking at it (store.c, "Retired memory"). */
+/*
+ * The lock itself is a futex lock, not a pthread mutex: lk 0 free, 1 held,
+ * 2 held and maybe waited for.  Uncontended, taking it is one
+ * compare-and-swap and giving it back one exchange, in line (a pthread
+ * mutex's two calls were ~60 of a put's ~640 instructions); contended, a
+ * short spin, then the futex (store.c, dgi_part_lock_wait).  Not
+ * recursive; no condition variable waits on it. */
+void dgi_part_lock_wait(dgi_part *p);   /* store.c: the contended acquire */
+void dgi_part_lock_wake(dgi_part *p);   /* store.c: wakes one waiter */
 static inline void dgi_part_lock(dgi_part *p)
 {
-	pthread_mutex_lock(&p->lk);
+	uint32_t free_ = 0;
+	if (__builtin_expect(!atomic_compare_exchange_strong_explicit(&p->lk, &free_, 1,
+	    memory_order_acquire, memory_order_relaxed), 0))
+		dgi_part_lock_wait(p);
 	atomic_store_explicit(&p->seq, atomic_load_explicit(&p->seq, memory_order_relaxed) + 1,
 	    memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
@@ -388,7 +483,14 @@ static inline void dgi_part_unlock(dgi_part *p)
 {
 	atomic_store_explicit(&p->seq, atomic_load_explicit(&p->seq, memory_order_relaxed) + 1,
 	    memory_order_release);
-	pthread_mutex_unlock(&p->lk);
+	if (__builtin_expect(atomic_exchange_explicit(&p->lk, 0, memory_order_release) == 2, 0))
+		dgi_part_lock_wake(p);
+}
+
+/* Whether the partition's lock is free now (tests). */
+static inline bool dgi_part_lock_free(dgi_part *p)
+{
+	return atomic_load_explicit(&p->lk, memory_order_acquire) == 0;
 }
 
 void dgi_part_init(dgi_part *p);
@@ -445,6 +547,17 @@ static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
 	*torn = true; /* (a table is never full: it changed under the probe) */
 	return NULL;
 }
+/* The entry of the key pre[0..npre) + key[0..klen) (the raw API's key
+ * and its BYTES header, never built), or NULL: dgi_part_find's, with the
+ * partition locked. */
+static inline __attribute__((always_inline)) const dgi_entry *dgi_part_find_split(
+    const dgi_part *p, uint64_t hash, const uint8_t *pre, uint32_t npre, const uint8_t *key,
+    uint32_t klen)
+{
+	bool torn = false; /* (never: the lock holds writers out) */
+	return dgi_part_peek(p, atomic_load_explicit(&p->seq, memory_order_relaxed), hash, pre,
+	    npre, key, klen, &torn);
+}
 /* The entry with that hash and exactly that version, or NULL. */
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver);
 /* Makes the entry for key hold val (NULL + tomb: a tombstone), reusing its
@@ -459,6 +572,12 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
  * not storable: dgi_part_set then says why). */
 bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq);
+/* The same with the value in two pieces, vh[0..vhlen) then val[0..vlen)
+ * (the raw API's BYTES header and the caller's bytes: the short put's,
+ * primary.c), a header of at most 16 bytes. */
+bool dgi_part_overwrite_split(dgi_part *p, dgi_entry *e, const uint8_t *vh, uint32_t vhlen,
+    const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms, uint64_t op_node,
+    uint64_t op_seq);
 /* Removes the entry for key (if any). */
 void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
 /* Removes every entry (and tombstone). */
@@ -614,7 +733,7 @@ static inline uint64_t dgi_lat_since(uint64_t t0)
 
 /* Adds n to a counter: a plain load and store on the block of the
  * thread that owns it (one writer), an atomic add on a shared one. */
-static inline void dgi_ctr_add(_Atomic uint64_t *x, uint64_t n, bool shared)
+static inline __attribute__((always_inline)) void dgi_ctr_add(_Atomic uint64_t *x, uint64_t n, bool shared)
 {
 	if (__builtin_expect(shared, 0))
 		atomic_fetch_add_explicit(x, n, memory_order_relaxed);
@@ -1053,6 +1172,46 @@ static inline __attribute__((always_inline)) dg_err dgi_lat_end(dg_cache *c, dgi
 	return e;
 }
 
+/* The short paths (read.c get_short, primary.c dgi_put_short): an
+ * operation that stays on this node's fast path from start to end is
+ * counted and timed as dgi_lat_begin / dgi_lat_end would, without them.
+ * dgi_ctrs_short: the calling thread's own block of c, NULL when there is
+ * none yet (no thread index — ix1 0 wraps — or not made: the general
+ * path makes it).  The caller checks c->dead before counting in it (a
+ * dead cache's operations count in the shared block: dgi_ctrs_of).
+ * dgi_lat_short_t0 at the start: the ticks when this one is sampled,
+ * else 0.  dgi_lat_short_done once it answered. */
+static inline __attribute__((always_inline)) dgi_ctrs *dgi_ctrs_short(dg_cache *c)
+{
+	uint32_t ix = dgi_thread_ix1 - 1;
+	if (__builtin_expect(ix >= DGI_CTR_BLOCKS, 0))
+		return NULL;
+	return atomic_load_explicit(&c->ctrs[ix], memory_order_relaxed);
+}
+static inline __attribute__((always_inline)) uint64_t dgi_lat_short_t0(const dgi_ctrs *b,
+    dg_cache_op_kind k)
+{
+	return b->skip[k] == 0 ? dgi_lat_ticks() | 1 : 0;
+}
+static inline __attribute__((always_inline)) void dgi_lat_short_done(dgi_ctrs *b,
+    dg_cache_op_kind k, uint64_t t0)
+{
+	dgi_lat *l = &b->lat[k];
+	if (t0 != 0) {
+		uint64_t ns = dgi_lat_since(t0);
+		unsigned i = dgi_lat_bucket(ns);
+		dgi_ctr_add(&l->buckets[i], 1, false);
+		dgi_ctr_add(&l->sum_ns, ns, false);
+		b->last_ns[k] = ns;
+		b->last_bucket[k] = (uint8_t)i;
+		b->skip[k] = DGI_LAT_SAMPLE - 1;
+	} else {
+		dgi_ctr_add(&l->buckets[b->last_bucket[k]], 1, false);
+		dgi_ctr_add(&l->sum_ns, b->last_ns[k], false);
+		b->skip[k]--;
+	}
+}
+
 /* A unit of work for the worker pool (writes to persistent caches). */
 struct job {
 	struct job *next;
@@ -1081,6 +1240,7 @@ extern _Atomic uint32_t dgi_grid_queue_jobs;    /* the jobs bound (tests lower i
 struct dgi_grid {
 	dg_tp *tp;
 	dg_member *m;                  /* held (dgi_member_hold) until stop */
+	dgi_member_lease lease;        /* m's words, for the local get (read.c) */
 	dg_registry *reg;
 	dgi_grid_config cfg;
 	dg_node_id self;
@@ -1440,6 +1600,28 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
     int64_t topver, uint64_t hash, const uint8_t *key, uint32_t klen, const uint8_t *val,
     uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire,
     dgi_entry **out);
+
+/* primary.c.  A put of a raw key (8..127 bytes) on this node's fast path
+ * (cache/primary.c): DG_OK, or DG_ERR__COUNT with nothing written or
+ * counted — take the general path (dgi_update). */
+dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen);
+
+/* update.c.  An update id's sequence (with this node's id: unique per
+ * node): the thread's slot (taken once from a shared counter) in the top
+ * 24 bits and its own counter below, so an update costs no shared atomic. */
+struct dgi_op_seq_tl {
+	uint64_t base, seq;         /* base 0: no slot yet */
+};
+extern DGI_TLS_IE _Thread_local struct dgi_op_seq_tl dgi_op_seq_tl;
+uint64_t dgi_next_op_seq_slow(void);
+static inline uint64_t dgi_next_op_seq(void)
+{
+	struct dgi_op_seq_tl *t = &dgi_op_seq_tl;
+	if (__builtin_expect(t->base == 0 || t->seq == (UINT64_C(1) << 40) - 1, 0))
+		return dgi_next_op_seq_slow();
+	return t->base | ++t->seq;
+}
 
 /* update.c: the originator.  dgi_update_op runs an update (OP_*) from this
  * node, retrying after remaps up to request_timeout_ms; dgi_update is the

@@ -1418,6 +1418,7 @@ dg_err dgi_grid_joined(dgi_grid *g, dg_member *m)
 	 * (dg_member_serving) until they are unset, after the membership
 	 * stopped (test_counters_through_primary_crashes, ASan) */
 	g->m = dgi_member_hold(m);
+	g->lease = dgi_member_lease_of(m);
 	dg_err e = dg_member_listen(m, on_topology, g);
 	if (e != DG_OK)
 		return e;

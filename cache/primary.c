@@ -50,6 +50,21 @@ static void send_copies(dgi_grid *g, dg_cache *c, const dgi_aff *aff, uint32_t p
 	}
 }
 
+/* The version the primary writes next for the key of e (NULL: none)
+ * under topver (partition locked). */
+static inline void next_version(dgi_grid *g, dgi_part *pt, const dgi_entry *e, int64_t topver,
+    dgi_pver *ver)
+{
+	uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order, memory_order_relaxed);
+	*ver = (dgi_pver){ topver, ++pt->counter, order, 0 };
+	if (e != NULL && dgi_entry_ver_cmp(ver, e) <= 0) {
+		/* a copy from a restarted or older epoch: stay ahead of it */
+		ver->topver = dgi_entry_topver(e);
+		ver->counter = e->counter + 1;
+		pt->counter = ver->counter;
+	}
+}
+
 /* Writes key's next version as its primary (partition locked; e: the key's
  * entry or NULL; val NULL: a removal, kept as a tombstone so an older copy
  * arriving later cannot revive the key): persists first, then applies;
@@ -62,14 +77,7 @@ static inline __attribute__((always_inline)) dg_err write_new_version(dgi_grid *
     uint64_t op_seq, dgi_pver *ver, int64_t *expire, dgi_entry **out)
 {
 	dgi_part *pt = &c->parts[part];
-	uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order, memory_order_relaxed);
-	*ver = (dgi_pver){ topver, ++pt->counter, order, 0 };
-	if (e != NULL && dgi_entry_ver_cmp(ver, e) <= 0) {
-		/* a copy from a restarted or older epoch: stay ahead of it */
-		ver->topver = dgi_entry_topver(e);
-		ver->counter = e->counter + 1;
-		pt->counter = ver->counter;
-	}
+	next_version(g, pt, e, topver, ver);
 	dg_err err = dgi_entry_storable(klen, ver->topver);
 	if (err != DG_OK)
 		return err;
@@ -240,6 +248,67 @@ out:
 		u->pw = NULL;
 	if (u->pw == NULL)
 		dgi_part_unlock(pt);
+	return err;
+}
+
+/* The short put (cache_int.h): dgi_primary_apply's path for a fresh
+ * OP_PUT from this node, as its primary, of a raw key (8..127 bytes)
+ * that has an entry the value fits in place — without the update record,
+ * the encoded copies of key and value, the retry loop.  The same checks in
+ * the same order, narrowed: anything else (not the primary, a partition
+ * not OWNING or still learning, no lease, a FULL_SYNC cache with backups,
+ * persistence, a transaction, a new key, a value that does not fit) is
+ * DG_ERR__COUNT with nothing written or counted, and the general path
+ * decides from the start.  Its update id is not recorded in the
+ * partition's update-id table (dedup.c): that table answers retries, and
+ * a put from this node answered here is never retried; the id still goes
+ * into the entry and its copies, as any write's. */
+dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen)
+{
+	dgi_ctrs *b = dgi_ctrs_short(c);
+	if (__builtin_expect(b == NULL, 0) || !dgi_epoch_short_enter(false))
+		return DG_ERR__COUNT;
+	dg_err err = DG_ERR__COUNT;
+	uint64_t t0 = dgi_lat_short_t0(b, DG_OP_PUT);
+	dgi_grid *g = c->g;
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	if (c->cfg.persistence || (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) ||
+	    atomic_load_explicit(&c->dead, memory_order_relaxed) || aff == NULL ||
+	    (aff->copies > 1 && c->cfg.write_sync == DG_FULL_SYNC) ||
+	    atomic_load_explicit(&g->leaving, memory_order_relaxed))
+		goto out;
+	uint64_t hash = dgi_key_hash_bytes(key, klen);
+	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
+	if (atomic_load_explicit(&c->lost[part], memory_order_relaxed) ||
+	    dgi_aff_owner(aff, part, 0) != g->self)
+		goto out;
+	const uint8_t pre[2] = { TAG_BYTES, (uint8_t)klen };
+	uint8_t vh[1 + 10] = { TAG_BYTES }; /* the value's BYTES header */
+	uint32_t vhlen = (uint32_t)(dgi_put_uvarint(vh + 1, vlen) - vh);
+	dgi_part *pt = &c->parts[part];
+	dgi_part_lock(pt);
+	dgi_entry *e = (dgi_entry *)dgi_part_find_split(pt, hash, pre, 2, key, klen);
+	dgi_pver ver;
+	if (e == NULL || atomic_load_explicit(&pt->state, memory_order_relaxed) != P_OWNING ||
+	    pt->psync_n > 0 || dgi_member_lease_serving(g->lease) != DG_OK)
+		goto unlock;
+	next_version(g, pt, e, aff->topver, &ver); /* (a counter skipped below: harmless) */
+	int64_t expire = c->cfg.ttl_ms ? dgi_wall_ms() + (int64_t)c->cfg.ttl_ms : 0;
+	if (!dgi_part_overwrite_split(pt, e, vh, vhlen, val, vlen, &ver, expire, g->self,
+	    dgi_next_op_seq()))
+		goto unlock; /* (not storable, or it does not fit) */
+	if (aff->copies > 1)
+		send_copies(g, c, aff, part, e, 1);
+	err = DG_OK;
+unlock:
+	dgi_part_unlock(pt);
+	if (err == DG_OK) {
+		dgi_ctr_add(&b->puts, 1, false);
+		dgi_lat_short_done(b, DG_OP_PUT, t0);
+	}
+out:
+	dgi_epoch_short_leave(false);
 	return err;
 }
 

@@ -47,10 +47,18 @@
  * written only under the partition's lock (readers without it look at
  * flags, klen_m1, vlen and data[], never at op).
  */
+#define _DEFAULT_SOURCE /* syscall */
 #include "cache_int.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>   /* malloc_usable_size */
+#endif
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#include <sched.h>
 #endif
 
 #include <assert.h>
@@ -93,7 +101,45 @@ static inline uint32_t slot_home(dgi_pslot s, uint32_t cap)
 void dgi_part_init(dgi_part *p)
 {
 	memset(p, 0, sizeof(*p));
-	pthread_mutex_init(&p->lk, NULL);
+	atomic_init(&p->lk, 0);
+}
+
+/* ---- the partition lock's contended side (cache_int.h, dgi_part_lock) ---- */
+
+/* Spins before sleeping: a holder is inside a section of a few hundred
+ * instructions, unless it persists or waits (then the futex). */
+#define LOCK_SPINS 64
+
+void dgi_part_lock_wait(dgi_part *p)
+{
+	for (int i = 0; i < LOCK_SPINS; i++) {
+		uint32_t free_ = 0;
+		if (atomic_load_explicit(&p->lk, memory_order_relaxed) == 0 &&
+		    atomic_compare_exchange_weak_explicit(&p->lk, &free_, 1, memory_order_acquire,
+		    memory_order_relaxed))
+			return;
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	}
+	/* 2 from now on: whoever gives it back wakes one sleeper (a 2 left
+	 * when none sleeps costs a spurious wake, never a lost one) */
+	while (atomic_exchange_explicit(&p->lk, 2, memory_order_acquire) != 0) {
+#if defined(__linux__)
+		syscall(SYS_futex, &p->lk, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+#else
+		sched_yield();
+#endif
+	}
+}
+
+void dgi_part_lock_wake(dgi_part *p)
+{
+#if defined(__linux__)
+	syscall(SYS_futex, &p->lk, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#else
+	(void)p;
+#endif
 }
 
 /* ---- retired memory (see the top) ---- */
@@ -235,7 +281,6 @@ void dgi_part_free(dgi_part *p)
 	p->cap = 0;
 	dgi_free(p->opn);
 	p->opn = NULL;
-	pthread_mutex_destroy(&p->lk);
 }
 
 static inline bool same_key(const dgi_entry *e, const uint8_t *key, uint32_t klen)
@@ -470,16 +515,21 @@ static inline uint64_t room_of(const dgi_entry *e)
 /* Writes the fields of an update into e, whose layout (flags'
  * DGI_ENTRY_LAYOUT bits, key in place) is set; room: bytes of data[];
  * op: the id packed (op_pack), unless e keeps it whole. */
-static void fill(dgi_entry *e, uint64_t room, const uint8_t *val, uint32_t vlen,
-    const dgi_pver *ver, int64_t expire_ms, uint64_t op, uint64_t op_node, uint64_t op_seq)
+static inline __attribute__((always_inline)) void fill_split(dgi_entry *e, uint64_t room,
+    const uint8_t *vh, uint32_t vhlen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
+    int64_t expire_ms, uint64_t op, uint64_t op_node, uint64_t op_seq)
 {
 	uint32_t klen = dgi_entry_klen(e);
-	uint64_t used = (uint64_t)dgi_entry_prefix(e->flags) + klen + vlen;
+	uint64_t used = (uint64_t)dgi_entry_prefix(e->flags) + klen + vhlen + vlen;
 	uint64_t slack = room - used;
 	e->slack = slack > 255 ? 255 : (uint8_t)slack;
-	e->vlen = vlen;
+	e->vlen = vhlen + vlen;
+	uint8_t *v = (uint8_t *)dgi_entry_key(e) + klen;
+	if (vhlen) /* (a short header: in line) */
+		for (uint32_t i = 0; i < vhlen; i++)
+			v[i] = vh[i];
 	if (vlen)
-		memcpy((uint8_t *)dgi_entry_key(e) + klen, val, vlen);
+		memcpy(v + vhlen, val, vlen);
 	if (e->flags & DGI_ENTRY_EXP)
 		memcpy(e->data, &expire_ms, sizeof(expire_ms));
 	if (e->flags & DGI_ENTRY_OPX) {
@@ -492,6 +542,12 @@ static void fill(dgi_entry *e, uint64_t room, const uint8_t *val, uint32_t vlen,
 	e->topver32 = (uint32_t)ver->topver; /* (checked: dgi_entry_storable) */
 	e->counter = ver->counter;
 	e->order = ver->order;
+}
+
+static void fill(dgi_entry *e, uint64_t room, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op, uint64_t op_node, uint64_t op_seq)
+{
+	fill_split(e, room, NULL, 0, val, vlen, ver, expire_ms, op, op_node, op_seq);
 }
 
 /* Can e take a value of vlen with that expiry (and its id whole: opx) in
@@ -577,24 +633,31 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 	return DG_OK;
 }
 
-bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
-    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
+bool dgi_part_overwrite_split(dgi_part *p, dgi_entry *e, const uint8_t *vh, uint32_t vhlen,
+    const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms, uint64_t op_node,
+    uint64_t op_seq)
 {
 	if (dgi_entry_storable(1, ver->topver) != DG_OK)
 		return false; /* (dgi_part_set says why) */
 	uint64_t op = 0;
 	bool opx = !op_pack(p, op_node, op_seq, &op);
 	uint32_t layout;
-	if (!fits(e, vlen, expire_ms, opx, &layout))
+	if (!fits(e, vhlen + vlen, expire_ms, opx, &layout))
 		return false;
 	uint64_t room = room_of(e);
 	p->bytes -= e->vlen;
-	p->bytes += vlen;
+	p->bytes += vhlen + vlen;
 	if (e->flags & DGI_ENTRY_TOMB)
 		p->live++;
 	e->flags &= DGI_ENTRY_LAYOUT;
-	fill(e, room, val, vlen, ver, expire_ms, op, op_node, op_seq);
+	fill_split(e, room, vh, vhlen, val, vlen, ver, expire_ms, op, op_node, op_seq);
 	return true;
+}
+
+bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
+{
+	return dgi_part_overwrite_split(p, e, NULL, 0, val, vlen, ver, expire_ms, op_node, op_seq);
 }
 
 /* Backward-shift deletion at slot i. */

@@ -33,20 +33,15 @@
 #include <string.h>
 #include <time.h>
 
-/* ---- update ids ----
- * (originator node, sequence), unique per node: the sequence is a thread's
- * slot (taken once from a shared counter) in the top 24 bits and its own
- * counter below, so an update costs no shared atomic. */
+/* ---- update ids (cache_int.h, dgi_next_op_seq) ---- */
 static _Atomic uint64_t thread_slots = 1;
-static _Thread_local uint64_t tl_seq_base, tl_seq;
+DGI_TLS_IE _Thread_local struct dgi_op_seq_tl dgi_op_seq_tl;
 
-static uint64_t next_op_seq(void)
+uint64_t dgi_next_op_seq_slow(void)
 {
-	if (tl_seq_base == 0 || tl_seq == (1ull << 40) - 1) {
-		tl_seq_base = atomic_fetch_add(&thread_slots, 1) << 40;
-		tl_seq = 0;
-	}
-	return tl_seq_base | ++tl_seq;
+	dgi_op_seq_tl.base = atomic_fetch_add(&thread_slots, 1) << 40;
+	dgi_op_seq_tl.seq = 1;
+	return dgi_op_seq_tl.base | 1;
 }
 
 /* ---- the originator ---- */
@@ -221,7 +216,7 @@ void dgi_upd_init(dg_cache *c, struct upd *u, int op, const uint8_t *key, size_t
 	u->exp = exp;
 	u->elen = (uint32_t)elen;
 	u->op_node = c->g->self;
-	u->op_seq = next_op_seq();
+	u->op_seq = dgi_next_op_seq();
 	u->fresh = true;
 	if (op == OP_REMOVE || op == OP_REMOVE_IF_EQ)
 		DGI_COUNT(c, removes, 1);

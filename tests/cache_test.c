@@ -307,6 +307,55 @@ static void test_store_alternating_sizes_in_place(void **state)
 	dgi_part_free(&p);
 }
 
+/* The partition lock (cache_int.h, dgi_part_lock: a futex lock) excludes:
+ * threads adding to a plain counter under it lose no increment, whether
+ * they find it free, spin for it or sleep on the futex (a holder that
+ * sleeps 2 ms now and then sends the others to the futex); seq ends even
+ * (one bump each way per hold). */
+struct lock_race {
+	dgi_part *p;
+	uint64_t *counter;
+	int rounds;
+	bool sleeper;
+};
+
+static void *lock_racer(void *arg)
+{
+	struct lock_race *r = arg;
+	for (int i = 0; i < r->rounds; i++) {
+		dgi_part_lock(r->p);
+		uint64_t v = *r->counter;
+		if (r->sleeper && i % 1000 == 0)
+			usleep(2000);
+		*r->counter = v + 1;
+		dgi_part_unlock(r->p);
+	}
+	return NULL;
+}
+
+static void test_part_lock_excludes(void **state)
+{
+	(void)state;
+	dgi_part *p = aligned_alloc(64, sizeof(*p));
+	assert_non_null(p);
+	dgi_part_init(p);
+	uint64_t counter = 0;
+	enum { THREADS = 4, ROUNDS = 100000 };
+	pthread_t t[THREADS];
+	struct lock_race r[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		r[i] = (struct lock_race){ p, &counter, ROUNDS, i == 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, lock_racer, &r[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(t[i], NULL);
+	assert_int_equal(counter, (uint64_t)THREADS * ROUNDS);
+	assert_true(dgi_part_lock_free(p));
+	assert_int_equal(atomic_load(&p->seq), 2u * THREADS * ROUNDS);
+	dgi_part_free(p);
+	free(p);
+}
+
 /* Entries and tables unlinked from a partition are freed only once no
  * read section that could have seen them linked is still running
  * (store.c, "Retired memory"): a lock-free read holding one keeps it
@@ -707,17 +756,20 @@ static void test_local_read_forms(void **state)
 	static uint8_t big[100000];
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = (uint8_t)(i * 7 + 3);
-	static const size_t lens[] = { 0, 1, 125, 126, 127, 128, 129, 1000, sizeof(big) };
+	/* (each range of dgi_copy_short's, its edges, the long forms) */
+	static const size_t lens[] = { 0, 1, 7, 8, 15, 16, 17, 32, 33, 64, 65, 125, 126, 127,
+		128, 129, 1000, sizeof(big) };
+	enum { NLENS = sizeof(lens) / sizeof(lens[0]) };
 	dg_buf v;
 	dg_buf_init(&v);
 	dg_cache_metrics m0, m1;
 	OK(dg_cache_get_metrics(c, &m0));
 	/* keys under 8 bytes and of 8..127 (read.c: dgi_get_raw never builds
 	 * their encoding on the lock-free path) */
-	for (size_t i = 0; i < 2 * sizeof(lens) / sizeof(lens[0]); i++) {
-		size_t len = lens[i % 9];
+	for (size_t i = 0; i < 2 * NLENS; i++) {
+		size_t len = lens[i % NLENS];
 		char key[32];
-		int kl = snprintf(key, sizeof(key), i < 9 ? "len%zu" : "a-longer-key/len%zu", len);
+		int kl = snprintf(key, sizeof(key), i < NLENS ? "len%zu" : "a-longer-key/len%zu", len);
 		OK(dg_cache_put(c, key, (size_t)kl, big, len));
 		/* into an empty buffer without room, then appended after 3 bytes */
 		dg_buf_free(&v);
@@ -769,15 +821,22 @@ static void test_local_read_forms(void **state)
 	EXPECT(dg_cache_get(c, "len1", 4, &v), DG_ERR_NOT_FOUND);
 	EXPECT(dg_cache_get(c, "never", 5, &v), DG_ERR_NOT_FOUND);
 	assert_int_equal(v.len, 0);
+	/* the same at 8..127 bytes: a tombstone, a key never written */
+	OK(dg_cache_remove(c, "a-longer-key/len1", 17, &f));
+	assert_true(f);
+	EXPECT(dg_cache_get(c, "a-longer-key/len1", 17, &v), DG_ERR_NOT_FOUND);
+	EXPECT(dg_cache_get(c, "a-longer-key/never", 18, &v), DG_ERR_NOT_FOUND);
+	assert_int_equal(v.len, 0);
 	OK(dg_cache_contains(c, "len0", 4, &f));
 	assert_true(f);
 	OK(dg_cache_contains(c, "len1", 4, &f));
 	assert_false(f);
 	OK(dg_cache_get_metrics(c, &m1));
-	/* 2 x 9 x 2 raw hits, the typed value's get_val, contains len0;
-	 * misses: len1, never, contains len1 (the mismatches are neither) */
-	assert_int_equal(m1.hits - m0.hits, 2 * 9 * 2 + 2);
-	assert_int_equal(m1.misses - m0.misses, 3);
+	/* 2 x NLENS x 2 raw hits, the typed value's get_val, contains len0;
+	 * misses: len1, never, their longer forms, contains len1 (the
+	 * mismatches are neither) */
+	assert_int_equal(m1.hits - m0.hits, 2 * NLENS * 2 + 2);
+	assert_int_equal(m1.misses - m0.misses, 5);
 	/* a batch reads each key the same way, each counted once */
 	dg_kv kv[4] = { { "len0", 4, NULL, 0 }, { "a-longer-key/len127", 19, NULL, 0 },
 		{ "len1", 4, NULL, 0 }, { "len129", 6, NULL, 0 } };
@@ -1321,6 +1380,177 @@ static int copies_on(dg_cache *c, const char *key, const char *val)
 	    strlen(val)) == 0));
 	dgi_part_unlock(p);
 	return r;
+}
+
+/* The entry of a raw key on c's node (locked: its fields are stable
+ * while the caller holds *pp), or NULL; *pp the key's partition. */
+static dgi_entry *raw_entry(dg_cache *c, const char *key, dgi_part **pp)
+{
+	uint8_t enc[130];
+	size_t kl = strlen(key);
+	enc[0] = 0x0A;
+	enc[1] = (uint8_t)kl;
+	memcpy(enc + 2, key, kl);
+	uint64_t h = dgi_key_hash(enc, kl + 2);
+	*pp = &c->parts[dgi_part_of(h, c->cfg.partitions)];
+	dgi_part_lock(*pp);
+	return dgi_part_find(*pp, h, enc, (uint32_t)kl + 2);
+}
+
+/* Puts key = val through dg_cache_put and says whether the short put took
+ * it: the general path records the update's id in the partition's
+ * update-id table (the last of its thread), the short put (primary.c,
+ * dgi_put_short) does not.  The value reads back whole. */
+static bool put_was_short(dg_cache *c, const char *key, const uint8_t *val, size_t vlen)
+{
+	OK(dg_cache_put(c, key, strlen(key), val, vlen));
+	dgi_part *p;
+	dgi_entry *e = raw_entry(c, key, &p);
+	assert_non_null(e);
+	uint64_t op_node, op_seq;
+	dgi_entry_op(p, e, &op_node, &op_seq);
+	int64_t flag;
+	bool is_short = !dgi_dedup_find(p, op_node, op_seq, &flag);
+	dgi_part_unlock(p);
+	dg_buf b;
+	dg_buf_init(&b);
+	OK(dg_cache_get(c, key, strlen(key), &b));
+	assert_int_equal(b.len, vlen);
+	assert_memory_equal(b.data, val, vlen);
+	dg_buf_free(&b);
+	return is_short;
+}
+
+/* The short put (primary.c, dgi_put_short): a raw key of 8..127 bytes
+ * whose entry takes the value in place, written by its primary on this
+ * node without the update record.  What it writes is what the general
+ * path writes: the value (any header length), a newer version, this
+ * node's update id, the expiry, the counts; what it cannot write in place
+ * (a new key, a value that outgrew its entry) goes the general way; a
+ * tombstone it overwrites comes back alive; its copies reach the backups
+ * (PRIMARY_SYNC). */
+static void test_short_put(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "short-put");
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	static uint8_t big[300];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 13 + 5);
+	const char *k = "short-put-key-01";
+	dg_cache_metrics m0, m1;
+	OK(dg_cache_get_metrics(c, &m0));
+	assert_false(put_was_short(c, k, big, 10)); /* a new key: the general path */
+	dgi_part *p;
+	dgi_entry *e = raw_entry(c, k, &p);
+	dgi_pver v1 = dgi_entry_ver(e);
+	dgi_part_unlock(p);
+	assert_true(put_was_short(c, k, big + 1, 9)); /* in place */
+	e = raw_entry(c, k, &p);
+	dgi_pver v2 = dgi_entry_ver(e);
+	uint64_t op_node, op_seq1, op_seq2;
+	dgi_entry_op(p, e, &op_node, &op_seq1);
+	dgi_part_unlock(p);
+	assert_true(dgi_pver_cmp(&v2, &v1) > 0);
+	assert_true(op_node == dgi_node_grid(n)->self && op_seq1 != 0);
+	assert_true(put_was_short(c, k, big, 5));
+	e = raw_entry(c, k, &p);
+	dgi_entry_op(p, e, &op_node, &op_seq2);
+	dgi_part_unlock(p);
+	assert_true(op_seq2 != op_seq1); /* each put its own id */
+	/* (each value no longer than the one before: an entry's room is its
+	 * value's exact size, more only where malloc rounds up — ASan does
+	 * not) grown past its entry: the general path; then shorter values,
+	 * with one- and two-byte length headers, in place */
+	assert_false(put_was_short(c, k, big, 300));
+	assert_true(put_was_short(c, k, big + 7, 130));
+	assert_true(put_was_short(c, k, big + 3, 127));
+	assert_true(put_was_short(c, k, big + 2, 128));
+	/* keys under 8 bytes never take it */
+	assert_false(put_was_short(c, "short", big, 10));
+	assert_false(put_was_short(c, "short", big, 10));
+	OK(dg_cache_get_metrics(c, &m1));
+	assert_int_equal(m1.puts - m0.puts, 9);
+	assert_int_equal(m1.entries, 2);
+
+	/* a tombstone overwritten in place comes back alive, counted once (an
+	 * entry that keeps an expiry keeps its room when removed) */
+	dg_cache_config lc;
+	dg_cache_config_init(&lc, "short-put-tomb");
+	lc.ttl_ms = 600000;
+	dg_cache *l;
+	OK(dg_cache_create(n, &lc, &l));
+	assert_false(put_was_short(l, k, big, 20));
+	bool f;
+	OK(dg_cache_remove(l, k, strlen(k), &f));
+	assert_true(f);
+	e = raw_entry(l, k, &p);
+	assert_true(e != NULL && (e->flags & DGI_ENTRY_TOMB));
+	dgi_part_unlock(p);
+	size_t sz;
+	OK(dg_cache_size(l, &sz));
+	assert_int_equal(sz, 0);
+	assert_true(put_was_short(l, k, big, 20));
+	OK(dg_cache_size(l, &sz));
+	assert_int_equal(sz, 1);
+
+	/* a cache whose entries expire: the short put writes the expiry */
+	dg_cache_config tc;
+	dg_cache_config_init(&tc, "short-put-ttl");
+	tc.ttl_ms = 300;
+	dg_cache *t;
+	OK(dg_cache_create(n, &tc, &t));
+	assert_false(put_was_short(t, k, big, 10));
+	usleep(200 * 1000);
+	assert_true(put_was_short(t, k, big, 8)); /* expires 300 ms from now */
+	usleep(200 * 1000);
+	dg_buf b;
+	dg_buf_init(&b);
+	OK(dg_cache_get(t, k, strlen(k), &b)); /* the first put's expiry has passed */
+	uint64_t deadline = dgi_now_ms() + 5000;
+	dg_err ge;
+	while ((ge = dg_cache_get(t, k, strlen(k), &b)) == DG_OK) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(20 * 1000);
+	}
+	EXPECT(ge, DG_ERR_NOT_FOUND);
+	dg_buf_free(&b);
+	dg_node_stop(n);
+
+	/* PRIMARY_SYNC with a backup: the short put's copies reach it */
+	struct cluster cl;
+	cluster_start(&cl, 2, 0);
+	dg_cache_config pc;
+	dg_cache_config_init(&pc, "short-put-psync");
+	pc.backups = 1;
+	pc.write_sync = DG_PRIMARY_SYNC;
+	pc.partitions = 64;
+	dg_cache *cs[2];
+	OK(dg_cache_create(cl.n[0], &pc, &cs[0]));
+	cs[1] = cache_on(cl.n[1], "short-put-psync");
+	char key[32], val[32];
+	int shorts = 0;
+	for (int i = 0; i < 64; i++) {
+		snprintf(key, sizeof(key), "psync-key-%04d", i);
+		OK(dg_cache_put(cs[0], key, strlen(key), "a longer first value", 20));
+		snprintf(val, sizeof(val), "second-%d", i);
+		shorts += put_was_short(cs[0], key, (const uint8_t *)val, strlen(val));
+	}
+	print_message("short puts: %d of 64\n", shorts);
+	assert_true(shorts > 0 && shorts < 64); /* n0's keys short, n1's remote */
+	deadline = dgi_now_ms() + 5000;
+	for (int i = 0; i < 64; i++) {
+		snprintf(key, sizeof(key), "psync-key-%04d", i);
+		snprintf(val, sizeof(val), "second-%d", i);
+		while (copies_on(cs[0], key, val) + copies_on(cs[1], key, val) < 2) {
+			assert_true(dgi_now_ms() < deadline);
+			usleep(1000);
+		}
+	}
+	cluster_stop(&cl);
 }
 
 static void sync_mode_case(dg_write_sync mode)
@@ -4603,6 +4833,7 @@ int main(void)
 		cmocka_unit_test(test_store_expiry_and_tombs),
 		cmocka_unit_test(test_store_compact_entries),
 		cmocka_unit_test(test_store_retired_memory),
+		cmocka_unit_test(test_part_lock_excludes),
 		cmocka_unit_test(test_store_alternating_sizes_in_place),
 		cmocka_unit_test(test_store_tags_and_big_tables),
 		cmocka_unit_test(test_affinity_distinct_and_balanced),
@@ -4611,6 +4842,7 @@ int main(void)
 		cmocka_unit_test(test_node_single_ops),
 		cmocka_unit_test(test_key_hash_stable),
 		cmocka_unit_test(test_local_read_forms),
+		cmocka_unit_test(test_short_put),
 		cmocka_unit_test(test_lockfree_reads_race_writers),
 		cmocka_unit_test(test_destroyed_cache_memory_freed),
 		cmocka_unit_test(test_section_keeps_what_it_holds),

@@ -53,17 +53,23 @@
 #endif
 
 struct slot {
-	_Atomic uint64_t active;    /* 0 outside a section, else its entry epoch */
-	_Atomic uint64_t active_rd; /* the same for the read domain (below) */
+	/* active: 0 outside a section, else its entry epoch; active_rd: the
+	 * same for the read domain (below).  First, so that the inline short
+	 * section (transport.h) reaches them through dgi_epoch_tl.slot. */
+	struct dgi_epoch_slot hot;
 	_Atomic bool used;          /* owned by a live thread */
 	uint32_t index;             /* dgi_thread_index: 0, 1, ... in order made */
 	struct slot *next;          /* every slot made (never freed) */
 };
 
-static _Atomic uint64_t epoch = 1;
-/* The read domain (transport.h, "Read sections"): its own epoch and its
- * own barrier mark, the same slots. */
-static _Atomic uint64_t epoch_rd = 1;
+/* The epochs of both domains (the read domain: transport.h, "Read
+ * sections", its own epoch and its own barrier mark, the same slots) and
+ * `asym`: readers fence with a compiler barrier, scans with membarrier
+ * (set once in slot_once).  In transport.h for the inline short section. */
+struct dgi_epoch_shared dgi_epoch_g = { .epoch = 1, .epoch_rd = 1 };
+#define epoch (dgi_epoch_g.epoch)
+#define epoch_rd (dgi_epoch_g.epoch_rd)
+#define asym (dgi_epoch_g.asym)
 static _Atomic uint64_t barrier_epoch_rd;
 static struct slot *_Atomic slots;
 static _Atomic uint32_t nslots;
@@ -72,27 +78,34 @@ static _Atomic uint64_t pinned;
 static pthread_key_t slot_key;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
 
-/* Readers fence with a compiler barrier, scans with membarrier (set once
- * in slot_once). */
-static bool asym;
 /* The epoch read before the last membarrier began: a scan for a tag below
  * it needs no other. */
 static _Atomic uint64_t barrier_epoch;
 
-static _Thread_local struct slot *tl_slot;
-static _Thread_local uint32_t tl_depth;
+DGI_TLS_IE _Thread_local struct dgi_epoch_tls dgi_epoch_tl;
+#define tl_depth (dgi_epoch_tl.depth)
+/* The thread's slot (NULL: none yet); set_tl_slot stores it. */
+static inline struct slot *tl_slot_get(void)
+{
+	return (struct slot *)(void *)dgi_epoch_tl.slot;
+}
+static inline struct slot *set_tl_slot(struct slot *s)
+{
+	dgi_epoch_tl.slot = s != NULL ? &s->hot : NULL;
+	return s;
+}
 static _Thread_local bool tl_pinned;
-_Thread_local uint32_t dgi_thread_ix1;
+DGI_TLS_IE _Thread_local uint32_t dgi_thread_ix1;
 
 /* Thread exit: the slot goes back for another thread — and with it the
  * thread index, after (release) everything this thread wrote. */
 static void slot_release(void *p)
 {
 	struct slot *s = p;
-	tl_slot = NULL;
+	set_tl_slot(NULL);
 	dgi_thread_ix1 = 0;
-	atomic_store_explicit(&s->active, 0, memory_order_release);
-	atomic_store_explicit(&s->active_rd, 0, memory_order_release);
+	atomic_store_explicit(&s->hot.active, 0, memory_order_release);
+	atomic_store_explicit(&s->hot.active_rd, 0, memory_order_release);
 	atomic_store_explicit(&s->used, false, memory_order_release);
 }
 
@@ -153,24 +166,24 @@ static struct slot *slot_get(void)
 
 uint32_t dgi_thread_index_slow(void)
 {
-	if (tl_slot == NULL && (tl_slot = slot_get()) == NULL)
+	if (tl_slot_get() == NULL && set_tl_slot(slot_get()) == NULL)
 		return UINT32_MAX;
-	dgi_thread_ix1 = tl_slot->index + 1;
-	return tl_slot->index;
+	dgi_thread_ix1 = tl_slot_get()->index + 1;
+	return tl_slot_get()->index;
 }
 
 void dgi_epoch_enter(void)
 {
 	if (tl_depth++ > 0)
 		return;
-	struct slot *s = tl_slot;
-	if (s == NULL && (s = tl_slot = slot_get()) == NULL) {
+	struct slot *s = tl_slot_get();
+	if (s == NULL && (s = set_tl_slot(slot_get())) == NULL) {
 		tl_pinned = true;
 		atomic_fetch_add(&pinned, 1);
 		atomic_thread_fence(memory_order_seq_cst);
 		return;
 	}
-	atomic_store_explicit(&s->active, atomic_load_explicit(&epoch, memory_order_acquire),
+	atomic_store_explicit(&s->hot.active, atomic_load_explicit(&epoch, memory_order_acquire),
 	    memory_order_relaxed);
 	/* announced before any load: the scan's membarrier makes the CPU's
 	 * fence (see the top), or this one does */
@@ -189,7 +202,7 @@ void dgi_epoch_leave(void)
 		atomic_fetch_sub_explicit(&pinned, 1, memory_order_release);
 		return;
 	}
-	atomic_store_explicit(&tl_slot->active, 0, memory_order_release);
+	atomic_store_explicit(&tl_slot_get()->hot.active, 0, memory_order_release);
 }
 
 bool dgi_epoch_inside(void)
@@ -237,7 +250,7 @@ static bool slots_past(uint64_t tag, bool rd)
 		return false;
 	for (struct slot *s = atomic_load_explicit(&slots, memory_order_acquire); s != NULL;
 	    s = s->next) {
-		uint64_t a = atomic_load_explicit(rd ? &s->active_rd : &s->active,
+		uint64_t a = atomic_load_explicit(rd ? &s->hot.active_rd : &s->hot.active,
 		    memory_order_acquire);
 		if (a != 0 && a <= tag)
 			return false;
@@ -258,14 +271,14 @@ static _Thread_local bool tl_rd_pinned;
 
 void dgi_epoch_rd_enter(void)
 {
-	struct slot *s = tl_slot;
-	if (__builtin_expect(s == NULL, 0) && (s = tl_slot = slot_get()) == NULL) {
+	struct slot *s = tl_slot_get();
+	if (__builtin_expect(s == NULL, 0) && (s = set_tl_slot(slot_get())) == NULL) {
 		tl_rd_pinned = true;
 		atomic_fetch_add(&pinned, 1); /* (holds both domains: rare) */
 		atomic_thread_fence(memory_order_seq_cst);
 		return;
 	}
-	atomic_store_explicit(&s->active_rd, atomic_load_explicit(&epoch_rd,
+	atomic_store_explicit(&s->hot.active_rd, atomic_load_explicit(&epoch_rd,
 	    memory_order_acquire), memory_order_relaxed);
 	if (__builtin_expect(asym, 1))
 		atomic_signal_fence(memory_order_seq_cst);
@@ -280,7 +293,7 @@ void dgi_epoch_rd_leave(void)
 		atomic_fetch_sub_explicit(&pinned, 1, memory_order_release);
 		return;
 	}
-	atomic_store_explicit(&tl_slot->active_rd, 0, memory_order_release);
+	atomic_store_explicit(&tl_slot_get()->hot.active_rd, 0, memory_order_release);
 }
 
 uint64_t dgi_epoch_rd_retire(void)

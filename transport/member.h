@@ -167,6 +167,24 @@ dg_err dg_member_serving(dg_member *m);
 /* The same at now_ms (dgi_coarse_ms, read by the caller: one clock read
  * for what else it times). */
 dg_err dgi_member_serving_at(dg_member *m, uint64_t now_ms);
+/* The two words dg_member_serving reads, for a caller that checks them in
+ * line (the cache's local get): held with m (dgi_member_hold).  NULL
+ * words (m NULL): always serving. */
+typedef struct dgi_member_lease {
+	const _Atomic bool *segmented;
+	const _Atomic uint64_t *until;  /* monotonic ms; UINT64_MAX: always */
+} dgi_member_lease;
+dgi_member_lease dgi_member_lease_of(dg_member *m);
+/* dg_member_serving, from the words. */
+static inline dg_err dgi_member_lease_serving(dgi_member_lease l)
+{
+	if (l.segmented == NULL)
+		return DG_OK;
+	if (atomic_load_explicit(l.segmented, memory_order_relaxed))
+		return DG_ERR_SEGMENTED;
+	uint64_t until = atomic_load_explicit(l.until, memory_order_relaxed);
+	return until == UINT64_MAX || dgi_coarse_ms() < until ? DG_OK : DG_ERR_NOT_READY;
+}
 /* SEGMENTED: no majority of the voting servers reached within the failure
  * timeout, or dropped out of the topology and not back yet.  Every cache
  * operation and transaction started on this node fails at once with

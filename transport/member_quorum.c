@@ -86,14 +86,16 @@ uint32_t dgi_member_reachable_without_locked(dg_member *m, uint64_t now,
 	return n;
 }
 
-dg_err dg_member_serving(dg_member *m)
+dgi_member_lease dgi_member_lease_of(dg_member *m)
 {
 	if (m == NULL)
-		return DG_OK;
-	if (atomic_load_explicit(&m->segmented, memory_order_relaxed))
-		return DG_ERR_SEGMENTED;
-	uint64_t until = atomic_load_explicit(&m->lease_until, memory_order_relaxed);
-	return until == UINT64_MAX || dgi_coarse_ms() < until ? DG_OK : DG_ERR_NOT_READY;
+		return (dgi_member_lease){ NULL, NULL };
+	return (dgi_member_lease){ &m->segmented, &m->lease_until };
+}
+
+dg_err dg_member_serving(dg_member *m)
+{
+	return dgi_member_lease_serving(dgi_member_lease_of(m));
 }
 
 dg_err dgi_member_serving_at(dg_member *m, uint64_t now_ms)

@@ -38,6 +38,8 @@
 #include "marshal/log_int.h"
 
 #include <semaphore.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 
 #ifdef __cplusplus
@@ -490,13 +492,71 @@ void dgi_epoch_rd_leave(void);
 uint64_t dgi_epoch_rd_retire(void);
 bool dgi_epoch_rd_passed(uint64_t tag);
 
+/* Thread-local variables read on hot paths: initial-exec, so a shared
+ * library reaches them at a fixed offset, without __tls_get_addr. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DGI_TLS_IE __attribute__((tls_model("initial-exec")))
+#else
+#define DGI_TLS_IE
+#endif
+
+/* A short section: an ordinary section and (rd) a read section at once,
+ * in line — the cache's local get (cache/read.c) and put (primary.c), the
+ * hottest paths of the process, where two calls cost a tenth of the
+ * operation (a put, which takes the partition lock and may wait for it,
+ * enters no read section: those never wait).  Entered only
+ * by a thread in no section that has its slot, where membarrier makes
+ * the fence a compiler barrier: dgi_epoch_short_enter returns false (and
+ * entered nothing) otherwise, and the caller takes the general path,
+ * which enters the usual way.  Inside, a nested dgi_epoch_enter only
+ * counts; dgi_epoch_short_leave (the same rd) ends them.  The same
+ * protocol as the calls (epoch.c): the slot's stores, then the compiler
+ * barrier. */
+struct dgi_epoch_slot {
+	_Atomic uint64_t active, active_rd;
+};
+struct dgi_epoch_tls {
+	struct dgi_epoch_slot *slot; /* the thread's, NULL before its first section */
+	uint32_t depth;              /* ordinary sections nested */
+};
+struct dgi_epoch_shared {
+	_Atomic uint64_t epoch, epoch_rd;
+	bool asym;                   /* readers fence with a compiler barrier */
+};
+extern DGI_TLS_IE _Thread_local struct dgi_epoch_tls dgi_epoch_tl;
+extern struct dgi_epoch_shared dgi_epoch_g;
+static inline __attribute__((always_inline)) bool dgi_epoch_short_enter(bool rd)
+{
+	struct dgi_epoch_tls *t = &dgi_epoch_tl;
+	struct dgi_epoch_slot *s = t->slot;
+	/* (a slot means slot_once ran: asym is settled) */
+	if (__builtin_expect(s == NULL || t->depth != 0 || !dgi_epoch_g.asym, 0))
+		return false;
+	t->depth = 1;
+	atomic_store_explicit(&s->active, atomic_load_explicit(&dgi_epoch_g.epoch,
+	    memory_order_acquire), memory_order_relaxed);
+	if (rd)
+		atomic_store_explicit(&s->active_rd, atomic_load_explicit(&dgi_epoch_g.epoch_rd,
+		    memory_order_acquire), memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
+	return true;
+}
+static inline __attribute__((always_inline)) void dgi_epoch_short_leave(bool rd)
+{
+	struct dgi_epoch_tls *t = &dgi_epoch_tl;
+	if (rd)
+		atomic_store_explicit(&t->slot->active_rd, 0, memory_order_release);
+	atomic_store_explicit(&t->slot->active, 0, memory_order_release);
+	t->depth = 0;
+}
+
 /* A small number for the calling thread (epoch.c: its section slot's):
  * unique among the live threads, 0, 1, 2, ... up to the most threads of
  * the process alive at once.  A thread that exits hands its index on to a
  * later thread, after (happens-before) everything it wrote, so data kept
  * per index has one writer at a time.  UINT32_MAX when out of memory (no
  * index: use shared data).  A few instructions after the first call. */
-extern _Thread_local uint32_t dgi_thread_ix1;   /* the index + 1; 0: none yet */
+extern DGI_TLS_IE _Thread_local uint32_t dgi_thread_ix1;  /* the index + 1; 0: none yet */
 uint32_t dgi_thread_index_slow(void);
 static inline uint32_t dgi_thread_index(void)
 {
