@@ -1138,24 +1138,15 @@ static inline void dgi_lat_slow(void)
 		t->slow_t0 = t->t0 != 0 ? t->t0 : dgi_lat_ticks() | 1;
 }
 
-/* Records the operation begun with op in c (not when e is DG_ERR_INVAL:
- * no operation) and returns e. */
-static inline __attribute__((always_inline)) dg_err dgi_lat_end(dg_cache *c, dgi_lat_op *op, dg_err e)
+/* A fast operation of kind k counted in b: timed from t0 when it was
+ * sampled (its bucket and time kept for the unsampled ones: not in the
+ * shared block, which samples every one), else as the last sampled one. */
+static inline __attribute__((always_inline)) void dgi_lat_fast_done(dgi_ctrs *b,
+    dg_cache_op_kind k, uint64_t t0, bool shared)
 {
-	dgi_lat_cur cur = dgi_lat_tl;
-	dgi_lat_tl = op->prev;
-	if (cur.slow_t0 != 0)
-		dgi_lat_slow(); /* (a slow inner operation makes its outer one slow) */
-	if (__builtin_expect(e == DG_ERR_INVAL, 0))
-		return e;
-	dgi_ctrs *b = op->b;
-	dg_cache_op_kind k = op->k;
-	bool shared = b == &c->ctr_shared;
 	dgi_lat *l = &b->lat[k];
-	if (cur.slow_t0 != 0) {
-		dgi_lat_add(l, dgi_lat_since(cur.slow_t0), shared);
-	} else if (cur.t0 != 0) {
-		uint64_t ns = dgi_lat_since(cur.t0);
+	if (t0 != 0) {
+		uint64_t ns = dgi_lat_since(t0);
 		unsigned i = dgi_lat_bucket(ns);
 		dgi_ctr_add(&l->buckets[i], 1, shared);
 		dgi_ctr_add(&l->sum_ns, ns, shared);
@@ -1169,6 +1160,24 @@ static inline __attribute__((always_inline)) dg_err dgi_lat_end(dg_cache *c, dgi
 		dgi_ctr_add(&l->sum_ns, b->last_ns[k], false);
 		b->skip[k]--;
 	}
+}
+
+/* Records the operation begun with op in c (not when e is DG_ERR_INVAL:
+ * no operation) and returns e. */
+static inline __attribute__((always_inline)) dg_err dgi_lat_end(dg_cache *c, dgi_lat_op *op, dg_err e)
+{
+	dgi_lat_cur cur = dgi_lat_tl;
+	dgi_lat_tl = op->prev;
+	if (cur.slow_t0 != 0)
+		dgi_lat_slow(); /* (a slow inner operation makes its outer one slow) */
+	if (__builtin_expect(e == DG_ERR_INVAL, 0))
+		return e;
+	dgi_ctrs *b = op->b;
+	bool shared = b == &c->ctr_shared;
+	if (cur.slow_t0 != 0)
+		dgi_lat_add(&b->lat[op->k], dgi_lat_since(cur.slow_t0), shared);
+	else /* (the shared block samples every one: t0 set) */
+		dgi_lat_fast_done(b, op->k, cur.t0, shared);
 	return e;
 }
 
@@ -1180,7 +1189,7 @@ static inline __attribute__((always_inline)) dg_err dgi_lat_end(dg_cache *c, dgi
  * path makes it).  The caller checks c->dead before counting in it (a
  * dead cache's operations count in the shared block: dgi_ctrs_of).
  * dgi_lat_short_t0 at the start: the ticks when this one is sampled,
- * else 0.  dgi_lat_short_done once it answered. */
+ * else 0.  dgi_lat_fast_done (not shared) once it answered. */
 static inline __attribute__((always_inline)) dgi_ctrs *dgi_ctrs_short(dg_cache *c)
 {
 	uint32_t ix = dgi_thread_ix1 - 1;
@@ -1192,24 +1201,6 @@ static inline __attribute__((always_inline)) uint64_t dgi_lat_short_t0(const dgi
     dg_cache_op_kind k)
 {
 	return b->skip[k] == 0 ? dgi_lat_ticks() | 1 : 0;
-}
-static inline __attribute__((always_inline)) void dgi_lat_short_done(dgi_ctrs *b,
-    dg_cache_op_kind k, uint64_t t0)
-{
-	dgi_lat *l = &b->lat[k];
-	if (t0 != 0) {
-		uint64_t ns = dgi_lat_since(t0);
-		unsigned i = dgi_lat_bucket(ns);
-		dgi_ctr_add(&l->buckets[i], 1, false);
-		dgi_ctr_add(&l->sum_ns, ns, false);
-		b->last_ns[k] = ns;
-		b->last_bucket[k] = (uint8_t)i;
-		b->skip[k] = DGI_LAT_SAMPLE - 1;
-	} else {
-		dgi_ctr_add(&l->buckets[b->last_bucket[k]], 1, false);
-		dgi_ctr_add(&l->sum_ns, b->last_ns[k], false);
-		b->skip[k]--;
-	}
 }
 
 /* A unit of work for the worker pool (writes to persistent caches). */

@@ -305,7 +305,7 @@ unlock:
 	dgi_part_unlock(pt);
 	if (err == DG_OK) {
 		dgi_ctr_add(&b->puts, 1, false);
-		dgi_lat_short_done(b, DG_OP_PUT, t0);
+		dgi_lat_fast_done(b, DG_OP_PUT, t0, false);
 	}
 out:
 	dgi_epoch_short_leave(false);

@@ -466,7 +466,7 @@ static inline __attribute__((always_inline)) dg_err get_short(dg_cache *c, const
 	}
 	/* answered: counted */
 	dgi_ctr_add(e == DG_OK ? &b->hits : &b->misses, 1, false);
-	dgi_lat_short_done(b, DG_OP_GET, t0);
+	dgi_lat_fast_done(b, DG_OP_GET, t0, false);
 out:
 	dgi_epoch_short_leave(true);
 	return e;

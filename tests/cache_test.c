@@ -1364,30 +1364,13 @@ static void test_multi_threads_share_a_cache(void **state)
 
 
 /* The copies of key held by node n (any role), read from its store. */
-static int copies_on(dg_cache *c, const char *key, const char *val)
-{
-	uint8_t enc[64];
-	size_t kl = strlen(key);
-	enc[0] = 0x0A;
-	enc[1] = (uint8_t)kl;
-	memcpy(enc + 2, key, kl);
-	uint64_t h = dgi_key_hash(enc, kl + 2);
-	dgi_part *p = &c->parts[dgi_part_of(h, c->cfg.partitions)];
-	dgi_part_lock(p);
-	dgi_entry *e = dgi_part_find(p, h, enc, (uint32_t)kl + 2);
-	int r = e != NULL && !(e->flags & DGI_ENTRY_TOMB) &&
-	    (val == NULL || (e->vlen == strlen(val) + 2 && memcmp(dgi_entry_val(e) + 2, val,
-	    strlen(val)) == 0));
-	dgi_part_unlock(p);
-	return r;
-}
-
 /* The entry of a raw key on c's node (locked: its fields are stable
  * while the caller holds *pp), or NULL; *pp the key's partition. */
 static dgi_entry *raw_entry(dg_cache *c, const char *key, dgi_part **pp)
 {
 	uint8_t enc[130];
 	size_t kl = strlen(key);
+	assert_true(kl < 128); /* (the one-byte length of a short BYTES) */
 	enc[0] = 0x0A;
 	enc[1] = (uint8_t)kl;
 	memcpy(enc + 2, key, kl);
@@ -1395,6 +1378,17 @@ static dgi_entry *raw_entry(dg_cache *c, const char *key, dgi_part **pp)
 	*pp = &c->parts[dgi_part_of(h, c->cfg.partitions)];
 	dgi_part_lock(*pp);
 	return dgi_part_find(*pp, h, enc, (uint32_t)kl + 2);
+}
+
+static int copies_on(dg_cache *c, const char *key, const char *val)
+{
+	dgi_part *p;
+	dgi_entry *e = raw_entry(c, key, &p);
+	int r = e != NULL && !(e->flags & DGI_ENTRY_TOMB) &&
+	    (val == NULL || (e->vlen == strlen(val) + 2 && memcmp(dgi_entry_val(e) + 2, val,
+	    strlen(val)) == 0));
+	dgi_part_unlock(p);
+	return r;
 }
 
 /* Puts key = val through dg_cache_put and says whether the short put took
