@@ -290,7 +290,8 @@ static inline uint64_t dgi_slot_tag_of(uint64_t hash)
 
 /* memcmp(a, b, n) == 0, in line for the common key sizes (8..16 bytes:
  * two loads each side). */
-static inline bool dgi_key_eq(const uint8_t *a, const uint8_t *b, uint32_t n)
+static inline __attribute__((always_inline)) bool dgi_key_eq(const uint8_t *a,
+    const uint8_t *b, uint32_t n)
 {
 	if (n >= 8 && n <= 16) {
 		uint64_t x, y, z, w;
@@ -1185,9 +1186,11 @@ static inline __attribute__((always_inline)) dg_err dgi_lat_end(dg_cache *c, dgi
  * operation that stays on this node's fast path from start to end is
  * counted and timed as dgi_lat_begin / dgi_lat_end would, without them.
  * dgi_ctrs_short: the calling thread's own block of c, NULL when there is
- * none yet (no thread index — ix1 0 wraps — or not made: the general
- * path makes it).  The caller checks c->dead before counting in it (a
- * dead cache's operations count in the shared block: dgi_ctrs_of).
+ * none (no thread index — ix1 0 wraps —, not made yet: the general path
+ * makes it, or the shared block).  Inside the section, after c->dead was
+ * seen false: a dead cache's blocks are folded and freed once no section
+ * that saw it alive is left (dgi_ctrs_fold), and its operations count in
+ * the shared block (dgi_ctrs_of).
  * dgi_lat_short_t0 at the start: the ticks when this one is sampled,
  * else 0.  dgi_lat_fast_done (not shared) once it answered. */
 static inline __attribute__((always_inline)) dgi_ctrs *dgi_ctrs_short(dg_cache *c)
@@ -1195,7 +1198,10 @@ static inline __attribute__((always_inline)) dgi_ctrs *dgi_ctrs_short(dg_cache *
 	uint32_t ix = dgi_thread_ix1 - 1;
 	if (__builtin_expect(ix >= DGI_CTR_BLOCKS, 0))
 		return NULL;
-	return atomic_load_explicit(&c->ctrs[ix], memory_order_relaxed);
+	dgi_ctrs *b = atomic_load_explicit(&c->ctrs[ix], memory_order_relaxed);
+	/* (the shared block, where a block could not be made: counted with
+	 * atomic adds, by the general path) */
+	return __builtin_expect(b != &c->ctr_shared, 1) ? b : NULL;
 }
 static inline __attribute__((always_inline)) uint64_t dgi_lat_short_t0(const dgi_ctrs *b,
     dg_cache_op_kind k)
@@ -1592,6 +1598,9 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
     uint32_t vlen, uint64_t op_node, uint64_t op_seq, dgi_pver *ver, int64_t *expire,
     dgi_entry **out);
 
+/* read.c: the short get out of line (tests: what it answers alone),
+ * DG_ERR__COUNT where the general path would decide. */
+dg_err dgi_get_short(dg_cache *c, const uint8_t *key, uint32_t klen, dg_buf *out);
 /* primary.c.  A put of a raw key (8..127 bytes) on this node's fast path
  * (cache/primary.c): DG_OK, or DG_ERR__COUNT with nothing written or
  * counted — take the general path (dgi_update). */

@@ -266,16 +266,18 @@ out:
 dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
     uint32_t vlen)
 {
-	dgi_ctrs *b = dgi_ctrs_short(c);
-	if (__builtin_expect(b == NULL, 0) || !dgi_epoch_short_enter(false))
+	if (!dgi_epoch_short_enter(false))
 		return DG_ERR__COUNT;
 	dg_err err = DG_ERR__COUNT;
-	uint64_t t0 = dgi_lat_short_t0(b, DG_OP_PUT);
+	dgi_ctrs *b;
 	dgi_grid *g = c->g;
+	if (atomic_load_explicit(&c->dead, memory_order_relaxed) || c->cfg.persistence ||
+	    (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) ||
+	    (b = dgi_ctrs_short(c)) == NULL) /* (after dead: see dgi_ctrs_short) */
+		goto out;
+	uint64_t t0 = dgi_lat_short_t0(b, DG_OP_PUT);
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
-	if (c->cfg.persistence || (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) ||
-	    atomic_load_explicit(&c->dead, memory_order_relaxed) || aff == NULL ||
-	    (aff->copies > 1 && c->cfg.write_sync == DG_FULL_SYNC) ||
+	if (aff == NULL || (aff->copies > 1 && c->cfg.write_sync == DG_FULL_SYNC) ||
 	    atomic_load_explicit(&g->leaving, memory_order_relaxed))
 		goto out;
 	uint64_t hash = dgi_key_hash_bytes(key, klen);

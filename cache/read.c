@@ -266,8 +266,9 @@ enum { READ_DONE, READ_TORN /* changed meanwhile: read again */,
  * (the entry changed while it was copied) or READ_LOCK (out's room is too
  * small, a long or typed value: the general copy) — out->len kept, the
  * bytes past it garbage.  en NULL: not found. */
-static inline dg_err read_entry(const dg_cache *c, const dgi_part *pt, uint32_t seq,
-    const dgi_entry *en, dg_buf *out, bool unwrap, bool locked, int *again)
+static inline __attribute__((always_inline)) dg_err read_entry(const dg_cache *c,
+    const dgi_part *pt, uint32_t seq, const dgi_entry *en, dg_buf *out, bool unwrap,
+    bool locked, int *again)
 {
 	if (en == NULL)
 		return DG_ERR_NOT_FOUND;
@@ -425,18 +426,20 @@ static inline __attribute__((always_inline)) dg_err get_short(dg_cache *c, const
 	(void)c, (void)key, (void)klen, (void)out;
 	return DG_ERR__COUNT;
 #else
-	dgi_ctrs *b = dgi_ctrs_short(c);
-	if (__builtin_expect(b == NULL, 0) || !dgi_epoch_short_enter(true))
+	if (!dgi_epoch_short_enter(true))
 		return DG_ERR__COUNT;
 	dg_err e = DG_ERR__COUNT;
+	dgi_ctrs *b;
+	dgi_grid *g = c->g;
+	if (atomic_load_explicit(&c->dead, memory_order_relaxed) ||
+	    (c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) ||
+	    (b = dgi_ctrs_short(c)) == NULL) /* (after dead: see dgi_ctrs_short) */
+		goto out;
 	uint64_t t0 = dgi_lat_short_t0(b, DG_OP_GET);
 	uint64_t hash = dgi_key_hash_bytes(key, klen);
-	dgi_grid *g = c->g;
 	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
-	if ((c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) ||
-	    atomic_load_explicit(&c->dead, memory_order_relaxed) || aff == NULL ||
-	    atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+	if (aff == NULL || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
 		goto out;
 	int role = dgi_aff_role(aff, part, g->self);
 	if (role != 0 && (role < 0 || !c->cfg.read_from_backup))
@@ -471,6 +474,11 @@ out:
 	dgi_epoch_short_leave(true);
 	return e;
 #endif
+}
+
+dg_err dgi_get_short(dg_cache *c, const uint8_t *key, uint32_t klen, dg_buf *out)
+{
+	return get_short(c, key, klen, out);
 }
 
 /* A hit (DG_OK) or a miss (DG_ERR_NOT_FOUND) get_fast answered, counted

@@ -306,6 +306,26 @@ static void test_lat_sampled_one_in_n(void **state)
 	}
 	w.puts += 2 * DGI_LAT_SAMPLE + 3;
 	expect_want(c, &w);
+	/* a sampled get the short path cannot finish (no room in the buffer:
+	 * the general path's copy) is sampled once, by the general path */
+	dg_buf v;
+	dg_buf_init(&v);
+	while (b->skip[DG_OP_GET] != 0) {
+		v.len = 0;
+		OK(dg_cache_get(c, longer, strlen(longer), &v));
+		w.gets++;
+	}
+	dg_buf_free(&v);
+	dg_buf_init(&v); /* (no room) */
+	uint64_t sum0 = atomic_load(&b->lat[DG_OP_GET].sum_ns);
+	OK(dg_cache_get(c, longer, strlen(longer), &v));
+	assert_int_equal(v.len, 1);
+	assert_int_equal(b->skip[DG_OP_GET], DGI_LAT_SAMPLE - 1);
+	assert_int_equal(atomic_load(&b->lat[DG_OP_GET].sum_ns) - sum0, b->last_ns[DG_OP_GET]);
+	w.gets++;
+	w.hits = w.gets;
+	expect_want(c, &w); /* (counted once) */
+	dg_buf_free(&v);
 	dg_node_stop(n);
 }
 
@@ -471,6 +491,23 @@ static void test_primary_without_lease_refuses(void **state)
 	OK(dg_cache_get(c, "k1", 2, &v));
 	assert_int_equal(v.len, 1);
 	assert_memory_equal(v.data, "x", 1);
+	/* the short paths (a raw key of 8..127 bytes, outside any section)
+	 * refuse too: the general path decides */
+	static const char k16[] = "a-16-byte-key-01";
+	OK(dg_cache_put(c, k16, 16, "x", 1));
+	dgi_member_test_stall(g->m, 400);
+	usleep(50 * 1000);
+	until = atomic_load(&g->m->lease_until);
+	atomic_store(&g->m->lease_until, 1);
+	v.len = 0;
+	EXPECT(dgi_put_short(c, (const uint8_t *)k16, 16, (const uint8_t *)"y", 1), DG_ERR__COUNT);
+	EXPECT(dgi_get_short(c, (const uint8_t *)k16, 16, &v), DG_ERR__COUNT);
+	assert_int_equal(v.len, 0);
+	atomic_store(&g->m->lease_until, until);
+	OK(dgi_get_short(c, (const uint8_t *)k16, 16, &v));
+	assert_int_equal(v.len, 1);
+	assert_memory_equal(v.data, "x", 1); /* (the refused put wrote nothing) */
+	OK(dgi_put_short(c, (const uint8_t *)k16, 16, (const uint8_t *)"y", 1));
 	dg_buf_free(&v);
 	dg_node_stop(n);
 }

@@ -1463,7 +1463,22 @@ static void test_short_put(void **state)
 	assert_true(put_was_short(c, k, big + 7, 130));
 	assert_true(put_was_short(c, k, big + 3, 127));
 	assert_true(put_was_short(c, k, big + 2, 128));
-	/* keys under 8 bytes never take it */
+	/* a transaction's cache never takes it (its writes are the tx
+	 * hook's), nor keys under 8 bytes */
+	dg_cache_config xc;
+	dg_cache_config_init(&xc, "short-put-tx");
+	xc.atomicity = DG_TRANSACTIONAL;
+	dg_cache *x;
+	OK(dg_cache_create(n, &xc, &x));
+	OK(dg_cache_put(x, k, strlen(k), big, 10));
+	/* (its writes record no update id: asked directly) */
+	EXPECT(dgi_put_short(x, (const uint8_t *)k, (uint32_t)strlen(k), big, 10), DG_ERR__COUNT);
+	dg_buf xb;
+	dg_buf_init(&xb);
+	EXPECT(dgi_get_short(x, (const uint8_t *)k, (uint32_t)strlen(k), &xb), DG_ERR__COUNT);
+	OK(dg_cache_get(x, k, strlen(k), &xb));
+	assert_int_equal(xb.len, 10);
+	dg_buf_free(&xb);
 	assert_false(put_was_short(c, "short", big, 10));
 	assert_false(put_was_short(c, "short", big, 10));
 	OK(dg_cache_get_metrics(c, &m1));
@@ -1543,6 +1558,20 @@ static void test_short_put(void **state)
 			assert_true(dgi_now_ms() < deadline);
 			usleep(1000);
 		}
+	}
+	/* FULL_SYNC with a backup: the answer waits for the backup, so never
+	 * the short put */
+	dg_cache_config fc;
+	dg_cache_config_init(&fc, "short-put-fsync");
+	fc.backups = 1;
+	fc.write_sync = DG_FULL_SYNC;
+	fc.partitions = 64;
+	dg_cache *f0;
+	OK(dg_cache_create(cl.n[0], &fc, &f0));
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "fsync-key-%04d", i);
+		OK(dg_cache_put(f0, key, strlen(key), "a longer first value", 20));
+		assert_false(put_was_short(f0, key, (const uint8_t *)"second", 6));
 	}
 	cluster_stop(&cl);
 }

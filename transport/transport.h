@@ -529,7 +529,9 @@ static inline __attribute__((always_inline)) bool dgi_epoch_short_enter(bool rd)
 {
 	struct dgi_epoch_tls *t = &dgi_epoch_tl;
 	struct dgi_epoch_slot *s = t->slot;
-	/* (a slot means slot_once ran: asym is settled) */
+	/* (a slot means slot_once ran: asym is settled; depth 0 means no
+	 * read section either — one is entered only inside an ordinary one,
+	 * get_fast's — so active_rd is 0 here) */
 	if (__builtin_expect(s == NULL || t->depth != 0 || !dgi_epoch_g.asym, 0))
 		return false;
 	t->depth = 1;
