@@ -243,17 +243,6 @@ static inline dg_err copy_out(dg_buf *out, const uint8_t *v, uint32_t n, bool un
 	return DG_OK;
 }
 
-/* Lock-free local reads (get_fast) are off where a race detector runs:
- * their loads race with writers' by design (the sequence count decides),
- * which ThreadSanitizer would report; the same function runs under the
- * partition lock instead. */
-#if defined(__SANITIZE_THREAD__)
-#define DGI_READ_LOCKED_ONLY 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DGI_READ_LOCKED_ONLY 1
-#endif
-#endif
 
 /* Why a lock-free read did not answer (get_fast). */
 enum { READ_DONE, READ_TORN /* changed meanwhile: read again */,
