@@ -428,8 +428,12 @@ dg_err dgi_cache_tx_read_settled(dg_cache *c, int64_t topver, uint32_t part, uin
  * version, persisted first, tagged with the tx id as the update id;
  * *ver and *expire_ms: what the backups get.  In a FULL_SYNC cache with
  * backups the version is PENDING, and sent to the backups as an ATOMIC
- * copy, until every one has it (readers wait for it). */
-dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
+ * copy, until every one has it (readers wait for it).  topver (0: none)
+ * is the topology the tx prepared under, in which this node was the key's
+ * primary: the version is stamped with it when the cache maps on a newer
+ * one already — under that one the key may have another primary, whose
+ * writes (the fence holds them until this tx ends) must outrank this. */
+dg_err dgi_cache_tx_write(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash, const uint8_t *key,
     uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
     dgi_pver *ver, int64_t *expire_ms);
 /* Applies a copy (a backup's, or a primary re-sending what it holds):

@@ -154,30 +154,34 @@ static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
 	return err;
 }
 
-static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
-    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
-    dgi_pver *ver, int64_t *expire_ms);
+static dg_err tx_write(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node,
+    uint64_t tx_seq, dgi_pver *ver, int64_t *expire_ms);
 
-dg_err dgi_cache_tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
-    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
-    dgi_pver *ver, int64_t *expire_ms)
+dg_err dgi_cache_tx_write(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node,
+    uint64_t tx_seq, dgi_pver *ver, int64_t *expire_ms)
 {
 	dgi_epoch_enter();
 	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
-	    tx_write(c, part, hash, key, klen, val, vlen, tx_node, tx_seq, ver, expire_ms);
+	    tx_write(c, topver, part, hash, key, klen, val, vlen, tx_node, tx_seq, ver, expire_ms);
 	dgi_epoch_leave();
 	return e;
 }
 
-static dg_err tx_write(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,
-    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
-    dgi_pver *ver, int64_t *expire_ms)
+static dg_err tx_write(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node,
+    uint64_t tx_seq, dgi_pver *ver, int64_t *expire_ms)
 {
 	dgi_grid *g = c->g;
 	if (part >= c->cfg.partitions)
 		return DG_ERR_INVAL;
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
-	int64_t topver = aff != NULL ? aff->topver : atomic_load(&g->topver);
+	int64_t now = aff != NULL ? aff->topver : atomic_load(&g->topver);
+	/* A commit that comes after a newer topology is stamped with the tx's
+	 * own (cache.h); next_version still keeps it above the entry here. */
+	if (topver <= 0 || topver > now)
+		topver = now;
 	dgi_part *pt = &c->parts[part];
 	dgi_part_lock(pt);
 	dgi_entry *e = dgi_part_find(pt, hash, key, klen);

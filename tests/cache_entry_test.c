@@ -475,12 +475,12 @@ static void tx_once(dg_cache *c, const char *key, uint64_t tx_node, uint64_t tx_
 	uint64_t h = dgi_key_hash(k, n + 2);
 	dgi_pver v1, v2;
 	int64_t x;
-	OK(dgi_cache_tx_write(c, 0, h, k, (uint32_t)n + 2, val, sizeof(val), tx_node, tx_seq, &v1,
+	OK(dgi_cache_tx_write(c, 0, 0, h, k, (uint32_t)n + 2, val, sizeof(val), tx_node, tx_seq, &v1,
 	    &x));
-	OK(dgi_cache_tx_write(c, 0, h, k, (uint32_t)n + 2, val, sizeof(val), tx_node, tx_seq, &v2,
+	OK(dgi_cache_tx_write(c, 0, 0, h, k, (uint32_t)n + 2, val, sizeof(val), tx_node, tx_seq, &v2,
 	    &x));
 	assert_int_equal(dgi_pver_cmp(&v1, &v2), 0); /* applied once */
-	OK(dgi_cache_tx_write(c, 0, h, k, (uint32_t)n + 2, val, sizeof(val), tx_node, tx_seq + 1,
+	OK(dgi_cache_tx_write(c, 0, 0, h, k, (uint32_t)n + 2, val, sizeof(val), tx_node, tx_seq + 1,
 	    &v2, &x));
 	assert_true(dgi_pver_cmp(&v2, &v1) > 0); /* another tx writes */
 }

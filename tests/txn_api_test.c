@@ -2685,6 +2685,106 @@ static int local_is(dg_cache *c, const char *raw, const char *rawv, dgi_pver *ve
 	return is;
 }
 
+/* A primary P prepared a tx of 48 keys under topology v; a node J joins
+ * (v+1) and becomes the primary of some of them — P holds the fence, so
+ * J grants nothing of them yet — and only then is the tx committed, on P.
+ * P must stamp the versions it writes with v, the topology under which it
+ * was their primary, not v+1: under v+1 those keys are J's, whose own
+ * writes, once the fence opens, start from a counter of its own.  A v+1
+ * version with P's larger counter outranks them — when P's copy reaches J
+ * late (it failed, and rebalancing or a re-send brings it), it replaced
+ * J's later, acknowledged write (cluster_jepsen_register: reg_tx not
+ * linearizable, a blind put lost to a compare-and-set that committed on
+ * the old primary ~1.5 s after a kill -9, when its replacement joined). */
+static void test_late_commit_stamps_its_topology(void **state)
+{
+	(void)state;
+	enum { NK = 48 };
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_node *P = cl.n[0], *B = cl.n[1];
+	dg_cache *c = tx_cache(P, "late", 1);
+	dg_cache *cb = cache_on(B, "late");
+	dg_cache *both[2] = { c, cb };
+	wait_settled(cl.n, 2, both, 2);
+	static char keys[NK][16];
+	int nk = 0;
+	for (int i = 0; i < 2000 && nk < NK; i++) {
+		uint64_t own[8];
+		snprintf(keys[nk], sizeof(keys[nk]), "late-%d", i);
+		assert_true(owners_of_raw(c, keys[nk], own) > 0);
+		if (own[0] == node_id(P))
+			nk++;
+	}
+	assert_int_equal(nk, NK);
+	/* written once each on P: its counters in their partitions are past 0 */
+	for (int i = 0; i < NK; i++)
+		OK(dg_cache_put(c, keys[i], strlen(keys[i]), "1", 1));
+	int64_t v;
+	dg_node_topology(P, &v, NULL, 0);
+	/* the tx (near B), prepared on P under v: every key written "2" */
+	dg_buf ents;
+	dg_buf_init(&ents);
+	dg_writer w;
+	dg_writer_init(&w, dgi_txwire_registry(), &ents);
+	OK(dg_write_list_begin(&w, NK * DGI_TXWIRE_FIELDS));
+	for (int i = 0; i < NK; i++) {
+		uint8_t key[32], val[32];
+		size_t klen = encode_raw(keys[i], key, sizeof(key));
+		size_t vlen = encode_raw("2", val, sizeof(val));
+		uint64_t hash;
+		uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
+		dgi_txwire_ent en = { dgi_cache_id_of(c), part, DGI_TXOP_PUT, { key, (uint32_t)klen },
+			{ val, (uint32_t)vlen }, { 0, 0, 0, 0 }, 0 };
+		OK(dgi_txwire_put(&w, &en));
+	}
+	OK(dg_write_end(&w));
+	OK(dg_writer_finish(&w));
+	const int64_t seq = 4242;
+	dgi_msg_tx_prepare m = { (int64_t)node_id(B), seq, (int64_t)time(NULL) * 1000, 20000, v,
+		0, 0, 1, 0, 0, { ents.data, (uint32_t)ents.len } };
+	dgi_msg_tx_ctl r;
+	dg_tp *tp = dgi_node_tp(B);
+	OK(dg_tp_call(tp, node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, &r, NULL));
+	OK((dg_err)r.res);
+	/* J joins: topology v + 1, installed everywhere (the fence shut: P's
+	 * prepared record is of v) */
+	const char *seed = dg_node_address(P);
+	dg_node *J = start_node(&seed, 1);
+	dg_node *all[3] = { P, B, J };
+	wait_installed(all, 3, c);
+	int64_t v1;
+	dg_node_topology(P, &v1, NULL, 0);
+	assert_true(v1 > v);
+	int moved = 0;
+	for (int i = 0; i < NK; i++) {
+		uint64_t own[8];
+		assert_true(owners_of_raw(c, keys[i], own) > 0);
+		moved += own[0] == node_id(J);
+	}
+	print_message("      %d of %d keys moved to the joiner\n", moved, NK);
+	assert_true(moved > 0);
+	/* the commit, on P */
+	dgi_msg_tx_ctl cm = { (int64_t)node_id(B), seq, 0, 0, 0 };
+	OK(dg_tp_call(tp, node_id(P), DGI_MSG_TX_COMMIT, &cm, 15000, &r, NULL));
+	print_message("      commit on the old primary: %s\n", dg_strerror((dg_err)r.res));
+	for (int i = 0; i < NK; i++) {
+		uint64_t own[8];
+		assert_true(owners_of_raw(c, keys[i], own) > 0);
+		dgi_pver ver;
+		assert_int_equal(local_is(c, keys[i], "2", &ver), 1);
+		if (own[0] == node_id(J)) {
+			if (ver.topver != v)
+				print_message("      %s: stamped topology %lld, prepared under %lld\n",
+				    keys[i], (long long)ver.topver, (long long)v);
+			assert_int_equal(ver.topver, v);
+		}
+	}
+	dg_buf_free(&ents);
+	dg_node_stop(J);
+	cluster_stop(&cl);
+}
+
 /* The three tests below: a key k whose primary P applied a commit (k=1)
  * and copied it to owner O but not to N (N drops P's frames: a cut reaches
  * a node's peers one after another), then a later write of k (2, a
@@ -3474,6 +3574,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_stale_primary_copies_refused, after_test),
 		cmocka_unit_test_teardown(test_rejoined_primary_forgets_records, after_test),
 		cmocka_unit_test_teardown(test_tx_write_unread_until_on_backups, after_test),
+		cmocka_unit_test_teardown(test_late_commit_stamps_its_topology, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

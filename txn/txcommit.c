@@ -37,6 +37,15 @@ void dgi_svc_commit_apply(dgi_txsvc *s, struct rec *r)
 	targets_init(&t);
 	dg_err be = DG_OK;          /* the backups' list could not grow */
 	dgi_txid id = r->id;
+	/* The versions' topology: the one this node prepared under as the
+	 * keys' primary, even when a newer one is in by now (a node joined or
+	 * left between prepare and commit; the fence holds the new primaries'
+	 * locks until this record ends).  Stamped with the newer one, this
+	 * node's larger counter would outrank the writes the new primary
+	 * makes after the fence opens, whenever this commit's copy reaches it
+	 * late: an acknowledged write lost (test_late_commit_stamps_its_topology).
+	 * A takeover commits as the current primary: stamped as such. */
+	int64_t stamp = r->role == ROLE_PRIMARY ? r->topver : 0;
 	pthread_mutex_lock(&s->mu);
 	for (uint32_t i = 0; i < r->bk.n && be == DG_OK; i++)
 		be = ns_add(&t.bk, r->bk.ids[i]);
@@ -58,7 +67,7 @@ void dgi_svc_commit_apply(dgi_txsvc *s, struct rec *r)
 		const uint8_t *val = op == DGI_TXOP_PUT ? en.val.ptr : NULL;
 		if (op == DGI_TXOP_PUT && val == NULL)
 			val = (const uint8_t *)"";
-		e = dgi_cache_tx_write(c, (uint32_t)en.part, hash, en.key.ptr, en.key.len, val,
+		e = dgi_cache_tx_write(c, stamp, (uint32_t)en.part, hash, en.key.ptr, en.key.len, val,
 		    en.val.len, r->id.node, r->id.seq, &en.ver, &en.expire_ms);
 		if (e != DG_OK)
 			break;
