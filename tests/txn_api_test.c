@@ -2685,20 +2685,39 @@ static int local_is(dg_cache *c, const char *raw, const char *rawv, dgi_pver *ve
 	return is;
 }
 
-/* A primary P prepared a tx of 48 keys under topology v; a node J joins
- * (v+1) and becomes the primary of some of them — P holds the fence, so
- * J grants nothing of them yet — and only then is the tx committed, on P.
- * P must stamp the versions it writes with v, the topology under which it
- * was their primary, not v+1: under v+1 those keys are J's, whose own
- * writes, once the fence opens, start from a counter of its own.  A v+1
- * version with P's larger counter outranks them — when P's copy reaches J
- * late (it failed, and rebalancing or a re-send brings it), it replaced
- * J's later, acknowledged write (cluster_jepsen_register: reg_tx not
- * linearizable, a blind put lost to a compare-and-set that committed on
- * the old primary ~1.5 s after a kill -9, when its replacement joined). */
-static void test_late_commit_stamps_its_topology(void **state)
+/* A tx of 48 keys is prepared on their primary P under topology v; a node
+ * J joins (v+1) and becomes the primary of some of them — P holds the
+ * fence, so J grants nothing of them yet — and only then is the tx
+ * committed, on P.  P must stamp the versions it writes with v, the
+ * topology under which it was their primary, not v+1: under v+1 those
+ * keys are J's, whose own writes, once the fence opens, start from a
+ * counter of its own.  A v+1 version with P's larger counter outranks
+ * them — when P's copy reaches J late (it failed, and rebalancing or a
+ * re-send brings it), it replaced J's later, acknowledged write
+ * (cluster_jepsen_register: reg_tx not linearizable, a blind put lost to
+ * a compare-and-set that committed on the old primary ~1.5 s after a
+ * kill -9, as its replacement joined).
+ *   takeover false: the near's two-phase prepare under v, then its commit;
+ *   takeover true: a near's resend after a primary O left (P takes the keys
+ *     over, one phase), held on a lock P grants another tx under v until
+ *     after J joined: P checked it was their primary under v. */
+struct late_resend {
+	dg_tp *tp;
+	dg_node_id to;
+	dgi_msg_tx_prepare m;
+	dgi_msg_tx_ctl r;
+	dg_err err;
+};
+
+static void *late_resend_run(void *p)
 {
-	(void)state;
+	struct late_resend *a = p;
+	a->err = dg_tp_call(a->tp, a->to, DGI_MSG_TX_PREPARE, &a->m, 15000, &a->r, NULL);
+	return NULL;
+}
+
+static void late_commit_run(bool takeover)
+{
 	enum { NK = 48 };
 	struct cluster cl;
 	cluster_start(&cl, 2);
@@ -2722,7 +2741,7 @@ static void test_late_commit_stamps_its_topology(void **state)
 		OK(dg_cache_put(c, keys[i], strlen(keys[i]), "1", 1));
 	int64_t v;
 	dg_node_topology(P, &v, NULL, 0);
-	/* the tx (near B), prepared on P under v: every key written "2" */
+	/* the tx's entries: every key written "2" */
 	dg_buf ents;
 	dg_buf_init(&ents);
 	dg_writer w;
@@ -2741,14 +2760,40 @@ static void test_late_commit_stamps_its_topology(void **state)
 	OK(dg_write_end(&w));
 	OK(dg_writer_finish(&w));
 	const int64_t seq = 4242;
-	dgi_msg_tx_prepare m = { (int64_t)node_id(B), seq, (int64_t)time(NULL) * 1000, 20000, v,
-		0, 0, 1, 0, 0, { ents.data, (uint32_t)ents.len } };
 	dgi_msg_tx_ctl r;
 	dg_tp *tp = dgi_node_tp(B);
-	OK(dg_tp_call(tp, node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, &r, NULL));
-	OK((dg_err)r.res);
-	/* J joins: topology v + 1, installed everywhere (the fence shut: P's
-	 * prepared record is of v) */
+	dg_tx *holder = NULL;
+	pthread_t t;
+	struct late_resend a = { tp, node_id(P), { 0 }, { 0 }, DG_OK };
+	if (!takeover) {
+		/* the near (B) prepares on P under v */
+		dgi_msg_tx_prepare m = { (int64_t)node_id(B), seq, (int64_t)time(NULL) * 1000, 20000,
+			v, 0, 0, 1, 0, 0, { ents.data, (uint32_t)ents.len } };
+		OK(dg_tp_call(tp, node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, &r, NULL));
+		OK((dg_err)r.res);
+	} else {
+		/* another tx holds keys[0]'s lock on P; the resend waits for it */
+		OK(dg_tx_begin(B, DG_PESSIMISTIC, DG_REPEATABLE_READ, 20000, "holder", &holder));
+		dg_buf got;
+		dg_buf_init(&got);
+		OK(dg_cache_get(cb, keys[0], strlen(keys[0]), &got));
+		dg_buf_free(&got);
+		dgi_txsvc_stats st0, st;
+		dgi_txsvc_get_stats(dgi_node_txs(P), &st0);
+		const uint64_t O = 0x0123456789abcdefULL; /* the primary that left */
+		a.m = (dgi_msg_tx_prepare){ (int64_t)0x0fedcba987654321ULL, seq,
+			(int64_t)time(NULL) * 1000, 20000, 0, DGI_TXP_ONE_PHASE | DGI_TXP_RESEND,
+			(int64_t)O, 1, 0, 0, { ents.data, (uint32_t)ents.len } };
+		pthread_create(&t, NULL, late_resend_run, &a);
+		uint64_t deadline = dgi_now_ms() + 5000;
+		do { /* its lock request queued */
+			assert_true(dgi_now_ms() < deadline);
+			usleep(5 * 1000);
+			dgi_txsvc_get_stats(dgi_node_txs(P), &st);
+		} while (st.waited == st0.waited);
+	}
+	/* J joins: topology v + 1, installed everywhere (the fence shut:
+	 * P's record is of v — the prepared one, or the holder's) */
 	const char *seed = dg_node_address(P);
 	dg_node *J = start_node(&seed, 1);
 	dg_node *all[3] = { P, B, J };
@@ -2765,8 +2810,15 @@ static void test_late_commit_stamps_its_topology(void **state)
 	print_message("      %d of %d keys moved to the joiner\n", moved, NK);
 	assert_true(moved > 0);
 	/* the commit, on P */
-	dgi_msg_tx_ctl cm = { (int64_t)node_id(B), seq, 0, 0, 0 };
-	OK(dg_tp_call(tp, node_id(P), DGI_MSG_TX_COMMIT, &cm, 15000, &r, NULL));
+	if (!takeover) {
+		dgi_msg_tx_ctl cm = { (int64_t)node_id(B), seq, 0, 0, 0 };
+		OK(dg_tp_call(tp, node_id(P), DGI_MSG_TX_COMMIT, &cm, 15000, &r, NULL));
+	} else {
+		dg_tx_rollback(holder); /* (or the fence rolls it back) */
+		pthread_join(t, NULL);
+		OK(a.err);
+		r = a.r;
+	}
 	print_message("      commit on the old primary: %s\n", dg_strerror((dg_err)r.res));
 	for (int i = 0; i < NK; i++) {
 		uint64_t own[8];
@@ -2783,6 +2835,18 @@ static void test_late_commit_stamps_its_topology(void **state)
 	dg_buf_free(&ents);
 	dg_node_stop(J);
 	cluster_stop(&cl);
+}
+
+static void test_late_commit_stamps_its_topology(void **state)
+{
+	(void)state;
+	late_commit_run(false);
+}
+
+static void test_late_takeover_stamps_its_topology(void **state)
+{
+	(void)state;
+	late_commit_run(true);
 }
 
 /* The three tests below: a key k whose primary P applied a commit (k=1)
@@ -3575,6 +3639,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_rejoined_primary_forgets_records, after_test),
 		cmocka_unit_test_teardown(test_tx_write_unread_until_on_backups, after_test),
 		cmocka_unit_test_teardown(test_late_commit_stamps_its_topology, after_test),
+		cmocka_unit_test_teardown(test_late_takeover_stamps_its_topology, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

@@ -37,15 +37,15 @@ void dgi_svc_commit_apply(dgi_txsvc *s, struct rec *r)
 	targets_init(&t);
 	dg_err be = DG_OK;          /* the backups' list could not grow */
 	dgi_txid id = r->id;
-	/* The versions' topology: the one this node prepared under as the
-	 * keys' primary, even when a newer one is in by now (a node joined or
-	 * left between prepare and commit; the fence holds the new primaries'
-	 * locks until this record ends).  Stamped with the newer one, this
-	 * node's larger counter would outrank the writes the new primary
-	 * makes after the fence opens, whenever this commit's copy reaches it
-	 * late: an acknowledged write lost (test_late_commit_stamps_its_topology).
-	 * A takeover commits as the current primary: stamped as such. */
-	int64_t stamp = r->role == ROLE_PRIMARY ? r->topver : 0;
+	/* The versions' topology: the one under which this node was the
+	 * keys' primary when it prepared (a takeover: when it checked that),
+	 * even when a newer one is in by now (a node joined or left between
+	 * prepare and commit; the fence holds the new primaries' locks until
+	 * this record ends).  Stamped with the newer one, this node's larger
+	 * counter would outrank the writes the new primary makes after the
+	 * fence opens, whenever this commit's copy reaches it late: an
+	 * acknowledged write lost (test_late_commit_stamps_its_topology). */
+	int64_t stamp = r->stamp;
 	pthread_mutex_lock(&s->mu);
 	for (uint32_t i = 0; i < r->bk.n && be == DG_OK; i++)
 		be = ns_add(&t.bk, r->bk.ids[i]);

@@ -131,7 +131,7 @@ void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
 			dgi_svc_ack(s, in, DG_OK, -1);
 			return;
 		}
-		if ((err = dgi_svc_check_primary(s, c, part, m->topver)) != DG_OK) {
+		if ((err = dgi_svc_check_primary(s, c, part, m->topver, NULL)) != DG_OK) {
 			dgi_svc_ack(s, in, err, -1);
 			return;
 		}

@@ -60,11 +60,14 @@ dg_err dgi_svc_ents_placed(dgi_txsvc *s, const uint8_t *body, uint32_t blen, int
 }
 
 /* Is this node key's primary under topver (any: the current topology)? */
-dg_err dgi_svc_check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t topver)
+dg_err dgi_svc_check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t topver,
+    int64_t *tvp)
 {
 	uint64_t own[8];
 	int64_t tv;
 	uint32_t n = dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv);
+	if (tvp != NULL)
+		*tvp = tv;
 	if (n == 0)
 		return DG_ERR_NOT_READY;
 	if (own[0] != s->self || (topver != 0 && tv != topver))

@@ -271,6 +271,9 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	dgi_msg_tx_prepare mm;
 	dg_err e = dgi_svc_ents_open(in->raw, in->raw_len, &mm, &rd, &n);
 	int64_t topver = (m->flags & DGI_TXP_RESEND) ? 0 : m->topver;
+	int64_t stamp = m->topver; /* (a takeover's: the lowest it checked under) */
+	if (resend)
+		stamp = 0;
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
 		dg_cache *c = NULL;
@@ -290,7 +293,10 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 			if (!dgi_txid_eq(&owner, &tx))
 				e = DG_ERR_TX_ROLLED_BACK; /* its lock is gone */
 		} else {
-			e = dgi_svc_check_primary(s, c, (uint32_t)en.part, topver);
+			int64_t tv = 0;
+			e = dgi_svc_check_primary(s, c, (uint32_t)en.part, topver, &tv);
+			if (resend && tv > 0 && (stamp == 0 || tv < stamp))
+				stamp = tv;
 		}
 		if (e != DG_OK) {
 			if (dg_log_enabled(DG_LOG_DEBUG))
@@ -368,6 +374,7 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	r->st = R_PREPARING;
 	r->start_ms = m->start_ms;
 	r->topver = m->topver;
+	r->stamp = stamp;
 	r->flags = m->flags;
 	r->deadline = dgi_now_ms() + (uint64_t)(m->timeout_ms > 0 ? m->timeout_ms : 1);
 	r->have_req = true;

@@ -212,6 +212,10 @@ struct rec {
 	int st;                     /* enum rec_state */
 	int role;                   /* enum rec_role */
 	int64_t start_ms, topver;
+	int64_t stamp;              /* primary, takeover: the topology under which
+	                               this node was the keys' primary when it
+	                               prepared; its commit's versions carry it
+	                               (txcommit.c) */
 	uint64_t made_ms;           /* monotonic ms: when the record was made (dgctl) */
 	uint64_t deadline;          /* monotonic ms; 0 none */
 	int64_t flags;              /* DGI_TXP_* of the PREPARE */
@@ -488,8 +492,10 @@ dg_cache *dgi_svc_tx_cache(dgi_txsvc *s, int64_t id, dg_err *err);
 dg_err dgi_svc_ent_place(dg_cache *c, const dgi_txwire_ent *en, uint64_t *hash);
 /* Whether every entry of a body names its key's partition; *bad: the one that does not. */
 dg_err dgi_svc_ents_placed(dgi_txsvc *s, const uint8_t *body, uint32_t blen, int64_t *bad);
-/* Whether this node is part's primary under topver (0: the current topology). */
-dg_err dgi_svc_check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t topver);
+/* Whether this node is part's primary under topver (0: the current
+ * topology); *tv (optional): the version of the affinity it looked at. */
+dg_err dgi_svc_check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t topver,
+    int64_t *tv);
 /* Whether this node, a backup of m's sender, agrees with it on the owners. */
 dg_err dgi_svc_backup_agrees(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx_prepare *m,
     bool *member);
