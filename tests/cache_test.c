@@ -581,6 +581,120 @@ static void test_lockfree_reads_race_writers(void **state)
 	dg_node_stop(n);
 }
 
+/* Lock-free reads under every kind of write at once (a helper's review):
+ * two readers, single gets into buffers of every state and 4-key get_alls,
+ * while one writer grows the table, removes, overwrites with values of
+ * every length and clears the cache — with and without a TTL.  No read
+ * may return a torn or wrong value, or an error. */
+#define LFS_KEYS 3000
+struct lfs {
+	dg_cache *c;
+	_Atomic bool done;
+	_Atomic uint64_t reads, found, bad, batches;
+	int mode;
+};
+
+static void *lfs_reader(void *arg)
+{
+	struct lfs *x = arg;
+	dg_buf b;
+	dg_buf_init(&b);
+	uint64_t reads = 0, found = 0, bad = 0;
+	for (uint32_t i = 0; !atomic_load(&x->done); i++) {
+		uint32_t k = (i * 7919u + (uint32_t)x->mode * 13u) % LFS_KEYS;
+		char key[24];
+		int kl = race_key(key, sizeof(key), k);
+		if (i % 5 == 0) { /* a fresh buffer without room */
+			dg_buf_free(&b);
+			dg_buf_init(&b);
+		}
+		b.len = 0;
+		dg_err e = dg_cache_get(x->c, key, (size_t)kl, &b);
+		reads++;
+		if (e == DG_OK) {
+			found++;
+			bad += !race_value_ok(b.data, b.len, k);
+		} else if (e != DG_ERR_NOT_FOUND) {
+			bad++;
+		}
+		if (i % 64 == 0) {
+			dg_kv kv[4];
+			char ks[4][24];
+			for (int j = 0; j < 4; j++) {
+				uint32_t kk = (k + (uint32_t)j * 17u) % LFS_KEYS;
+				int l = race_key(ks[j], sizeof(ks[j]), kk);
+				kv[j] = (dg_kv){ ks[j], (size_t)l, NULL, 0 };
+			}
+			size_t f;
+			b.len = 0;
+			e = dg_cache_get_all(x->c, kv, 4, &b, &f);
+			if (e != DG_OK)
+				bad++;
+			for (int j = 0; j < 4 && e == DG_OK; j++)
+				if (kv[j].val != NULL)
+					bad += !race_value_ok(kv[j].val, kv[j].vlen,
+					    (k + (uint32_t)j * 17u) % LFS_KEYS);
+		}
+	}
+	dg_buf_free(&b);
+	atomic_fetch_add(&x->reads, reads);
+	atomic_fetch_add(&x->found, found);
+	atomic_fetch_add(&x->bad, bad);
+	return NULL;
+}
+
+static void lfs_run(uint64_t ttl)
+{
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "lfs");
+	cc.partitions = 1;
+	cc.ttl_ms = ttl;
+	dg_cache *c;
+	OK(dg_cache_create(n, &cc, &c));
+	struct lfs x = { .c = c };
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, lfs_reader, &x), 0);
+	uint8_t v[400];
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint32_t r = 0;
+	do {
+		uint32_t lim = 16 + (r * 37) % LFS_KEYS; /* grows the table, then clears */
+		for (uint32_t k = 0; k < lim; k++) {
+			char key[24];
+			int kl = race_key(key, sizeof(key), k);
+			if ((r + k) % 7 == 0) {
+				OK(dg_cache_remove(c, key, (size_t)kl, NULL));
+				continue;
+			}
+			uint32_t len = race_len(k, r);
+			race_value(v, k, r, len);
+			OK(dg_cache_put(c, key, (size_t)kl, v, len));
+		}
+		if (r % 3 == 2)
+			OK(dg_cache_clear(c));
+		r++;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 1500);
+	atomic_store(&x.done, true);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	print_message("lfs ttl=%llu: %u rounds, %llu reads, %llu found, %llu bad\n",
+	    (unsigned long long)ttl, r, (unsigned long long)x.reads, (unsigned long long)x.found,
+	    (unsigned long long)x.bad);
+	assert_int_equal(x.bad, 0);
+	dg_node_stop(n);
+}
+
+static void test_lfs_stress(void **state)
+{
+	(void)state;
+	lfs_run(0);
+	lfs_run(3600 * 1000);
+}
+
 /* A slot keeps 16 bits of the key hash: keys whose hashes share them all
  * are still told apart (by key, and by version with the whole hash), and
  * a table above 65536 slots, which cannot find an entry's home slot from
@@ -4867,6 +4981,7 @@ int main(void)
 		cmocka_unit_test(test_local_read_forms),
 		cmocka_unit_test(test_short_put),
 		cmocka_unit_test(test_lockfree_reads_race_writers),
+		cmocka_unit_test(test_lfs_stress),
 		cmocka_unit_test(test_destroyed_cache_memory_freed),
 		cmocka_unit_test(test_section_keeps_what_it_holds),
 		cmocka_unit_test(test_node_get_allocates_nothing),
