@@ -32,6 +32,7 @@ void dgi_node_kill(dg_node *n);
 extern _Atomic int dgi_tx_crash_point;
 extern _Atomic int dgi_tx_crash_reached;
 extern _Atomic uint64_t dgi_tx_cut_node;
+void dgi_svc_fence_tick(dgi_txsvc *s, uint64_t now);
 #define EXPECT(x, e) assert_int_equal((x), (e))
 
 static uint32_t topology_timeout_ms = 1000;
@@ -2849,6 +2850,116 @@ static void test_late_takeover_stamps_its_topology(void **state)
 	late_commit_run(true);
 }
 
+/* A TX_LOCK (or a TX_PREPARE) under topology v passes the fence's check
+ * on its primary P; before its record is made, topology v+1 comes in and
+ * P's fence reports it (its tick saw no record of the tx: nothing older in
+ * flight), so v+1's locks are granted everywhere — the key's new primary
+ * may grant one.  The v lock must then be refused (DG_ERR_REMAP: the near
+ * maps the key again), not granted as a second holder of the key: the
+ * fence is checked again, under the record table's lock, as the record
+ * is made.  (The window is the handler's own, ~1 us, against the
+ * topology listener's thread; the hook stands in for it.) */
+static dgi_txsvc *fw_svc;
+static dg_topology *fw_topo;
+static _Atomic int fw_calls;
+
+static void fence_moves_on(dgi_txsvc *s)
+{
+	if (s != fw_svc)
+		return;
+	atomic_store(&dgi_tx_test_fence_window, NULL); /* once */
+	atomic_fetch_add(&fw_calls, 1);
+	dgi_txsvc_topology(s, fw_topo);
+	dgi_svc_fence_tick(s, dgi_now_ms()); /* reported: no record older */
+}
+
+struct fw_call {
+	_Atomic int64_t res;
+	_Atomic bool done;
+};
+
+static void on_fw_answer(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct fw_call *a = ctx;
+	int64_t r = err;
+	if (err == DG_OK && reply->type == DGI_MSG_TX_LOCK_RES)
+		r = ((const dgi_msg_tx_lock_res *)reply->body)->res;
+	else if (err == DG_OK)
+		r = ((const dgi_msg_tx_ctl *)reply->body)->res;
+	atomic_store(&a->res, r);
+	atomic_store(&a->done, true);
+}
+
+static void fence_window_run(bool prepare)
+{
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_node *P = cl.n[0], *B = cl.n[1];
+	dg_cache *c = tx_cache(P, "fw", 1);
+	dg_cache *cb = cache_on(B, "fw");
+	dg_cache *both[2] = { c, cb };
+	wait_settled(cl.n, 2, both, 2);
+	static char key[16];
+	key_on(c, node_id(P), "fw", key);
+	/* v + 1: P's topology again, one version on */
+	dg_topology *t = dg_member_topology(dgi_node_member(P));
+	assert_non_null(t);
+	int64_t v = t->version;
+	fw_topo = dgi_calloc(1, sizeof(*t) + t->count * sizeof(t->nodes[0]));
+	assert_non_null(fw_topo);
+	fw_topo->version = v + 1;
+	fw_topo->count = t->count;
+	atomic_init(&fw_topo->refs, 1);
+	memcpy(fw_topo->nodes, t->nodes, t->count * sizeof(t->nodes[0]));
+	dg_topology_release(t);
+	fw_svc = dgi_node_txs(P);
+	atomic_store(&fw_calls, 0);
+	atomic_store(&dgi_tx_test_fence_window, fence_moves_on);
+	uint8_t k[32];
+	size_t klen = encode_raw(key, k, sizeof(k));
+	uint64_t hash;
+	uint32_t part = dgi_cache_key_part(c, k, klen, &hash);
+	struct fw_call a = { -1, false };
+	dg_tp *tp = dgi_node_tp(B);
+	dg_buf ents;
+	dg_buf_init(&ents);
+	if (!prepare) {
+		dgi_msg_tx_lock m = { (int64_t)node_id(B), 31, (int64_t)time(NULL) * 1000,
+			dgi_cache_id_of(c), 5000, { k, (uint32_t)klen }, v, part, 0 };
+		OK(dg_tp_request(tp, node_id(P), DGI_MSG_TX_LOCK, &m, 5000, on_fw_answer, &a));
+	} else {
+		one_ent(c, key, "2", 0, 0, &ents);
+		dgi_msg_tx_prepare m = { (int64_t)node_id(B), 32, (int64_t)time(NULL) * 1000, 5000, v,
+			DGI_TXP_ONE_PHASE, 0, 1, 0, 0, { ents.data, (uint32_t)ents.len } };
+		OK(dg_tp_request(tp, node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, on_fw_answer, &a));
+	}
+	uint64_t deadline = dgi_now_ms() + 6000;
+	while (!atomic_load(&a.done)) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(2 * 1000);
+	}
+	atomic_store(&dgi_tx_test_fence_window, NULL);
+	print_message("      %s under v after v+1 was reported: %s\n", prepare ? "prepare" : "lock",
+	    dg_strerror((dg_err)atomic_load(&a.res)));
+	assert_int_equal(atomic_load(&fw_calls), 1);
+	EXPECT((dg_err)atomic_load(&a.res), DG_ERR_REMAP);
+	dg_buf_free(&ents);
+	dg_topology_release(fw_topo);
+	cluster_stop(&cl);
+}
+
+static void test_fence_window_lock_refused(void **state)
+{
+	(void)state;
+	fence_window_run(false);
+}
+
+static void test_fence_window_prepare_refused(void **state)
+{
+	(void)state;
+	fence_window_run(true);
+}
+
 /* The three tests below: a key k whose primary P applied a commit (k=1)
  * and copied it to owner O but not to N (N drops P's frames: a cut reaches
  * a node's peers one after another), then a later write of k (2, a
@@ -3640,6 +3751,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_tx_write_unread_until_on_backups, after_test),
 		cmocka_unit_test_teardown(test_late_commit_stamps_its_topology, after_test),
 		cmocka_unit_test_teardown(test_late_takeover_stamps_its_topology, after_test),
+		cmocka_unit_test_teardown(test_fence_window_lock_refused, after_test),
+		cmocka_unit_test_teardown(test_fence_window_prepare_refused, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

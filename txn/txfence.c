@@ -11,6 +11,7 @@
 /* ---- a node woken from a pause ---- */
 
 _Atomic bool dgi_tx_test_ignore_pause;
+_Atomic dgi_tx_test_hook dgi_tx_test_fence_window;
 
 /* Was this node just paused (PROTOCOL.md, "A paused node")?  Its view of
  * the cluster may be stale: the others may have removed it and moved its

@@ -148,6 +148,10 @@ void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
 			dgi_svc_ack(s, in, err, -1);
 			return;
 		}
+		dgi_tx_test_hook hk = atomic_load_explicit(&dgi_tx_test_fence_window,
+		    memory_order_relaxed);
+		if (hk != NULL)
+			hk(s);
 	} else {
 		hash = fnv(m->key.ptr, m->key.len);
 	}
@@ -170,8 +174,21 @@ void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
 	}
 	uint64_t deadline = m->timeout_ms > 0 ? dgi_now_ms() + (uint64_t)m->timeout_ms : 0;
 	pthread_mutex_lock(&s->mu);
-	dgi_svc_start_put(s, &tx, m->tx_start_ms);
 	struct rec *r = dgi_svc_rec_find(s, &tx, ROLE_PRIMARY, 0);
+	/* The fence again, as the record is made: a new topology may have
+	 * come in since the look above and this node reported it (the
+	 * expirer's tick saw no record of this tx: nothing older in flight) —
+	 * a lock granted under the old one now would be a second holder of
+	 * the key beside its new primary's.  Checked under s->mu, the tick's
+	 * scan of the records sees this record or the check sees the new
+	 * topology.  (A record there already holds the fence.) */
+	dg_err ferr;
+	if (r == NULL && m->topver != 0 && (ferr = dgi_svc_fence_check(s, m->topver)) != DG_OK) {
+		pthread_mutex_unlock(&s->mu);
+		dgi_svc_ack(s, in, ferr, -1);
+		return;
+	}
+	dgi_svc_start_put(s, &tx, m->tx_start_ms);
 	if (r == NULL && (r = dgi_svc_rec_new(s, &tx, R_ACTIVE, ROLE_PRIMARY, 0)) != NULL) {
 		r->s = s;
 		r->start_ms = m->tx_start_ms;

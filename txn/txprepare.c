@@ -337,7 +337,20 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		dgi_svc_ack(s, in, e, -1);
 		return;
 	}
+	if (!resend && !locked_here) {
+		dgi_tx_test_hook hk = atomic_load_explicit(&dgi_tx_test_fence_window,
+		    memory_order_relaxed);
+		if (hk != NULL)
+			hk(s);
+	}
 	pthread_mutex_lock(&s->mu);
+	/* the fence again, under s->mu as the record is made or starts its
+	 * prepare (dgi_svc_h_lock says why) */
+	if (!resend && !locked_here && (e = dgi_svc_fence_check(s, m->topver)) != DG_OK) {
+		pthread_mutex_unlock(&s->mu);
+		dgi_svc_ack(s, in, e, -1);
+		return;
+	}
 	if (resend) {
 		/* this node takes over from the left primary: its backup record
 		 * of those entries is superseded */

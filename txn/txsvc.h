@@ -284,6 +284,11 @@ dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeou
 /* What membership's listener does with each new topology: the fence moves
  * to t (a newer version) and counts every node of it.  For tests. */
 void dgi_txsvc_topology(dgi_txsvc *s, const dg_topology *t);
+/* Tests: called by a TX_LOCK or a TX_PREPARE between its first look at
+ * the fence and the making of its record (txn_api_test: a topology that
+ * moves on, and is reported, in between). */
+typedef void (*dgi_tx_test_hook)(dgi_txsvc *s);
+extern _Atomic dgi_tx_test_hook dgi_tx_test_fence_window;
 /* The near side: tx ended — committed (every participant confirmed),
  * decided commit but not every participant confirmed (!confirmed:
  * DG_ERR_TX_UNKNOWN), or rolled back; TX_QUERY answers from it (near byte

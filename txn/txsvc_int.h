@@ -65,6 +65,8 @@
  *         after it is released.
  * s->fmu  guards the fence (f) and fence_timeout_ms.  fenced and m are
  *         atomics, written under it (dgi_txsvc_joined), read without it.
+ *         It may be taken under s->mu (a lock or prepare checks the fence
+ *         as it makes its record), never s->mu under it.
  * Without a lock: tp, g, self, locks, done (set at start); the thread
  *         handles (start and stop); blocked_logged_ms (the expirer's:
  *         dgi_svc_fence_tick); gwfg, gedges, gecap (the detector's:
