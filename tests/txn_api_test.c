@@ -127,6 +127,21 @@ static void wait_installed(dg_node **n, int count, dg_cache *c)
 	}
 }
 
+/* Wait (5 s at most) until n's fence is open at topology v: locks and
+ * prepares under v are granted there. */
+static void wait_fence_open(dg_node *n, int64_t v)
+{
+	uint64_t deadline = dgi_now_ms() + 5000;
+	for (;;) {
+		dgi_txsvc_stats st;
+		dgi_txsvc_get_stats(dgi_node_txs(n), &st);
+		if (st.fence_version == v && st.fence_open)
+			return;
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+}
+
 static void cluster_start(struct cluster *cl, int count)
 {
 	memset(cl, 0, sizeof(*cl));
@@ -2742,6 +2757,7 @@ static void late_commit_run(bool takeover)
 		OK(dg_cache_put(c, keys[i], strlen(keys[i]), "1", 1));
 	int64_t v;
 	dg_node_topology(P, &v, NULL, 0);
+	wait_fence_open(P, v);
 	/* the tx's entries: every key written "2" */
 	dg_buf ents;
 	dg_buf_init(&ents);
@@ -2912,6 +2928,7 @@ static void fence_window_run(bool prepare)
 	atomic_init(&fw_topo->refs, 1);
 	memcpy(fw_topo->nodes, t->nodes, t->count * sizeof(t->nodes[0]));
 	dg_topology_release(t);
+	wait_fence_open(P, v);
 	fw_svc = dgi_node_txs(P);
 	atomic_store(&fw_calls, 0);
 	atomic_store(&dgi_tx_test_fence_window, fence_moves_on);
