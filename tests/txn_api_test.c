@@ -14,6 +14,7 @@
 
 #include "node/datagrid.h"
 #include "node/node_int.h"
+#include "transport/member.h"
 #include "transport/transport.h"
 #include "txn/txentries.h"
 #include "txn/txsvc.h"
@@ -127,15 +128,18 @@ static void wait_installed(dg_node **n, int count, dg_cache *c)
 	}
 }
 
-/* Wait (5 s at most) until n's fence is open at topology v: locks and
- * prepares under v are granted there. */
+/* Wait (5 s at most) until n's fence is open at topology v and n holds a
+ * majority's lease: locks and prepares under v are granted there (without
+ * the lease they are refused as a paused node's, dgi_svc_paused). */
 static void wait_fence_open(dg_node *n, int64_t v)
 {
 	uint64_t deadline = dgi_now_ms() + 5000;
 	for (;;) {
 		dgi_txsvc_stats st;
 		dgi_txsvc_get_stats(dgi_node_txs(n), &st);
-		if (st.fence_version == v && st.fence_open)
+		dg_member *m = dgi_node_member(n);
+		if (st.fence_version == v && st.fence_open && dg_member_serving(m) == DG_OK &&
+		    !dg_member_suspect(m))
 			return;
 		assert_true(dgi_now_ms() < deadline);
 		usleep(5 * 1000);
