@@ -496,6 +496,25 @@ static int race_key(char *key, size_t cap, uint32_t k)
 	return k % 2 ? snprintf(key, cap, "r%u", k) : snprintf(key, cap, "race-key-%06u", k);
 }
 
+/* Writer round r over keys 0..n-1: every key put with round r's value
+ * (race_len, race_value), but one in rm_every (shifting with r) removed. */
+static void race_write_round(dg_cache *c, uint32_t n, uint32_t r, uint32_t rm_every)
+{
+	uint8_t v[400];
+	for (uint32_t k = 0; k < n; k++) {
+		char key[24];
+		int kl = race_key(key, sizeof(key), k);
+		if ((r + k) % rm_every == 0) {
+			OK(dg_cache_remove(c, key, (size_t)kl, NULL));
+			continue;
+		}
+		uint32_t len = race_len(k, r);
+		assert_true(len <= sizeof(v));
+		race_value(v, k, r, len);
+		OK(dg_cache_put(c, key, (size_t)kl, v, len));
+	}
+}
+
 struct race {
 	dg_cache *c;
 	_Atomic bool done;
@@ -548,22 +567,11 @@ static void test_lockfree_reads_race_writers(void **state)
 	pthread_t th[2];
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, race_reader, &x), 0);
-	uint8_t v[400];
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	uint32_t r = 0;
 	do {
-		for (uint32_t k = 0; k < RACE_KEYS; k++) {
-			char key[24];
-			int kl = race_key(key, sizeof(key), k);
-			if ((r + k) % 11 == 0) {
-				OK(dg_cache_remove(c, key, (size_t)kl, NULL));
-				continue;
-			}
-			uint32_t len = race_len(k, r);
-			race_value(v, k, r, len);
-			OK(dg_cache_put(c, key, (size_t)kl, v, len));
-		}
+		race_write_round(c, RACE_KEYS, r, 11);
 		if (r % 97 == 96)
 			OK(dg_cache_clear(c));
 		r++;
@@ -656,23 +664,12 @@ static void lfs_run(uint64_t ttl)
 	pthread_t th[2];
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, lfs_reader, &x), 0);
-	uint8_t v[400];
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	uint32_t r = 0;
 	do {
 		uint32_t lim = 16 + (r * 37) % LFS_KEYS; /* grows the table, then clears */
-		for (uint32_t k = 0; k < lim; k++) {
-			char key[24];
-			int kl = race_key(key, sizeof(key), k);
-			if ((r + k) % 7 == 0) {
-				OK(dg_cache_remove(c, key, (size_t)kl, NULL));
-				continue;
-			}
-			uint32_t len = race_len(k, r);
-			race_value(v, k, r, len);
-			OK(dg_cache_put(c, key, (size_t)kl, v, len));
-		}
+		race_write_round(c, lim, r, 7);
 		if (r % 3 == 2)
 			OK(dg_cache_clear(c));
 		r++;
