@@ -179,6 +179,20 @@ static void test_bad_requests(void **state)
 	atomic_store(&a.res, -1); /* before sending: the answer may come at once */
 	OK(dg_tp_request(p.near, p.to, DGI_MSG_TX_LOCK, &e, 5000, on_res, &a));
 	assert_int_equal(wait_res(&a, 2000), DG_ERR_INVAL);
+	/* a key no cache could hold (past DG_KEY_MAX): refused at once — it
+	 * used to be locked (a heap copy in the waiter) and refused only at
+	 * the tx's commit */
+	static uint8_t big[DG_KEY_MAX + 1];
+	memset(big, 'k', sizeof(big));
+	dgi_msg_tx_lock b = { 7, 2, 1, 1, 100, { big, (uint32_t)sizeof(big) }, 0, 0, 0 };
+	atomic_store(&a.res, -1);
+	OK(dg_tp_request(p.near, p.to, DGI_MSG_TX_LOCK, &b, 5000, on_res, &a));
+	assert_int_equal(wait_res(&a, 2000), DG_ERR_INVAL);
+	b.key.len = DG_KEY_MAX; /* the largest is locked */
+	atomic_store(&a.res, -1);
+	OK(dg_tp_request(p.near, p.to, DGI_MSG_TX_LOCK, &b, 5000, on_res, &a));
+	assert_int_equal(wait_res(&a, 2000), DG_OK);
+	unlock(&p, 2);
 	pair_stop(&p);
 }
 

@@ -101,6 +101,7 @@ void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
 	const dgi_msg_tx_lock *m = in->body;
 	dgi_txid tx = { (uint64_t)m->tx_node, (uint64_t)m->tx_seq };
 	if ((tx.node == 0 && tx.seq == 0) || m->key.ptr == NULL || m->key.len == 0 ||
+	    m->key.len > DG_KEY_MAX || /* no cache holds it: refused now, not at commit */
 	    m->timeout_ms < 0 || m->cache_id <= 0 || m->cache_id > UINT32_MAX || m->part < 0 ||
 	    (m->topver == 0 && m->flags != 0)) {
 		dgi_svc_ack(s, in, DG_ERR_INVAL, -1);
