@@ -660,11 +660,24 @@ static inline dgi_pver dgi_entry_ver(const dgi_entry *e)
 {
 	return (dgi_pver){ dgi_entry_topver(e), e->counter, e->order, 0 };
 }
+/* dgi_pver_cmp (cache.h), in line: the one order of versions (topology
+ * version, counter, node order) — pstore.c's dgi_pver_cmp is this, for
+ * the other modules.  A call the put's next version paid for. */
+static inline int dgi_pver_order(const dgi_pver *a, const dgi_pver *b)
+{
+	if (a->topver != b->topver)
+		return a->topver < b->topver ? -1 : 1;
+	if (a->counter != b->counter)
+		return a->counter < b->counter ? -1 : 1;
+	if (a->order != b->order)
+		return a->order < b->order ? -1 : 1;
+	return 0;
+}
 /* dgi_pver_cmp(v, e's version). */
 static inline int dgi_entry_ver_cmp(const dgi_pver *v, const dgi_entry *e)
 {
 	dgi_pver ev = dgi_entry_ver(e);
-	return dgi_pver_cmp(v, &ev);
+	return dgi_pver_order(v, &ev);
 }
 /* The entry's key hash (dgi_key_hash of its key): computed, not stored. */
 static inline uint64_t dgi_entry_hash(const dgi_entry *e)
