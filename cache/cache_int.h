@@ -573,12 +573,8 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
  * not storable: dgi_part_set then says why). */
 bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq);
-/* The same with the value in two pieces, vh[0..vhlen) then val[0..vlen)
- * (the raw API's BYTES header and the caller's bytes: the short put's,
- * primary.c), a header of at most 16 bytes. */
-bool dgi_part_overwrite_split(dgi_part *p, dgi_entry *e, const uint8_t *vh, uint32_t vhlen,
-    const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms, uint64_t op_node,
-    uint64_t op_seq);
+/* (The same in line, with the value in two pieces: dgi_part_overwrite_in,
+ * below.) */
 /* Removes the entry for key (if any). */
 void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
 /* Removes every entry (and tombstone). */
@@ -683,6 +679,118 @@ static inline int dgi_entry_ver_cmp(const dgi_pver *v, const dgi_entry *e)
 static inline uint64_t dgi_entry_hash(const dgi_entry *e)
 {
 	return dgi_key_hash(dgi_entry_key(e), dgi_entry_klen(e));
+}
+
+/* ---- a write in place, in line (store.c; the short put, primary.c) ----
+ * What dgi_part_overwrite does, where a call costs: the short put's call
+ * (ten arguments, the room computed twice, a varint header copied byte by
+ * byte, the value through libc's memcpy) was ~150 of its ~590
+ * instructions.  store.c's writes use the same pieces. */
+
+/* store.c: dgi_op_pack's miss (a new originator for the table) and
+ * dgi_entry_vroom's rare case, out of line. */
+bool dgi_opn_intern(dgi_part *p, uint64_t node, uint64_t hi, uint32_t *x);
+uint64_t dgi_entry_vroom_usable(const dgi_entry *e);
+
+/* The packed form of the update id (node, seq) for p's entries ("An
+ * entry" above), interned in p's table; false when the table cannot take
+ * it (the entry keeps the id whole).  Runs before the entry it is for is
+ * touched: a collection rewrites every entry's index.  The common case,
+ * the originator interned last, in line. */
+static inline __attribute__((always_inline)) bool dgi_op_pack(dgi_part *p, uint64_t node,
+    uint64_t seq, uint64_t *out)
+{
+	uint64_t hi = seq >> DGI_OP_LOW_BITS;
+	uint32_t x = p->opn_last;
+	if ((node | seq) == 0)
+		x = 0; /* (0, 0): no id, 0 */
+	else if (__builtin_expect(x == 0 || p->opn[x].node != node || p->opn[x].hi != hi, 0) &&
+	    !dgi_opn_intern(p, node, hi, &x))
+		return false;
+	*out = (uint64_t)x << DGI_OP_LOW_BITS | (seq & DGI_OP_LOW_MASK);
+	return true;
+}
+
+/* Bytes e's value can take in place: its own and the slack after it.  The
+ * slack counts up to 255: an entry whose value shrank by more asks malloc
+ * what its memory holds (dgi_entry_vroom_usable), so a value that grows
+ * back (sizes that alternate) is written in place — not a new entry, and
+ * an old one retired, every other write. */
+static inline __attribute__((always_inline)) uint64_t dgi_entry_vroom(const dgi_entry *e)
+{
+	if (__builtin_expect(e->slack == 255, 0))
+		return dgi_entry_vroom_usable(e);
+	return (uint64_t)e->vlen + e->slack;
+}
+
+/* Writes the fields of an update into e, whose layout (flags'
+ * DGI_ENTRY_LAYOUT bits, key in place) is set; vroom: the bytes its value
+ * can take (dgi_entry_vroom; at least vhlen + vlen).  The value is vh's
+ * first vhlen bytes (a header of up to 8, byte i in bits 8i..8i+7, or
+ * none) then val[0..vlen), copied in 16-byte moves (dgi_copy_short: GCC
+ * calls memcpy for a copy of unknown length); op: the id packed
+ * (dgi_op_pack), unless e keeps it whole. */
+static inline __attribute__((always_inline)) void dgi_entry_fill_split(dgi_entry *e,
+    uint64_t vroom, uint64_t vh, uint32_t vhlen, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op, uint64_t op_node, uint64_t op_seq)
+{
+	uint8_t fl = e->flags; /* (read once: the value's bytes may alias it) */
+	uint64_t slack = vroom - vhlen - vlen;
+	e->slack = slack > 255 ? 255 : (uint8_t)slack;
+	e->vlen = vhlen + vlen;
+	uint8_t *v = e->data + dgi_entry_prefix(fl) + dgi_entry_klen(e);
+	if (vhlen == 2) { /* (the raw API's BYTES header under 128 bytes: one store) */
+		v[0] = (uint8_t)vh;
+		v[1] = (uint8_t)(vh >> 8);
+	} else {
+		for (uint32_t i = 0; i < vhlen; i++)
+			v[i] = (uint8_t)(vh >> 8 * i);
+	}
+	if (vlen)
+		dgi_copy_short(v + vhlen, val, vlen);
+	if (fl & DGI_ENTRY_EXP)
+		memcpy(e->data, &expire_ms, sizeof(expire_ms));
+	if (fl & DGI_ENTRY_OPX) {
+		uint8_t *x = e->data + ((fl & DGI_ENTRY_EXP) >> 1);
+		memcpy(x, &op_node, 8);
+		memcpy(x + 8, &op_seq, 8);
+		op = 0;
+	}
+	e->op = op;
+	e->topver32 = (uint32_t)ver->topver; /* (checked: dgi_entry_storable) */
+	e->counter = ver->counter;
+	e->order = ver->order;
+}
+
+/* dgi_part_overwrite (above) in line, of a value in two pieces: vh's
+ * first vhlen bytes (0..8; byte i in bits 8i..8i+7), then val[0..vlen) —
+ * the raw API's BYTES header and the caller's bytes (the short put's,
+ * primary.c).  In place when e already has what the write needs before
+ * its key (an expiry, the id whole: a layout that changed would move the
+ * key under a lock-free read; store.c, "Retired memory") and its value's
+ * room takes the new one; false, nothing changed, otherwise (or when ver
+ * is not storable: dgi_part_set then says why). */
+static inline __attribute__((always_inline)) bool dgi_part_overwrite_in(dgi_part *p,
+    dgi_entry *e, uint64_t vh, uint32_t vhlen, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
+{
+	if (dgi_entry_storable(1, ver->topver) != DG_OK)
+		return false; /* (dgi_part_set says why) */
+	uint64_t op = 0;
+	bool opx = !dgi_op_pack(p, op_node, op_seq, &op);
+	uint32_t was = e->flags & DGI_ENTRY_LAYOUT;
+	if ((expire_ms != 0 && !(was & DGI_ENTRY_EXP)) || (opx && !(was & DGI_ENTRY_OPX)))
+		return false;
+	uint64_t vroom = dgi_entry_vroom(e);
+	if ((uint64_t)vhlen + vlen > vroom)
+		return false;
+	p->bytes -= e->vlen;
+	p->bytes += vhlen + vlen;
+	if (e->flags & DGI_ENTRY_TOMB)
+		p->live++;
+	e->flags = (uint8_t)was;
+	dgi_entry_fill_split(e, vroom, vh, vhlen, val, vlen, ver, expire_ms, op, op_node, op_seq);
+	return true;
 }
 
 int64_t dgi_wall_ms(void);
