@@ -1736,9 +1736,16 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
 dg_err dgi_get_short(dg_cache *c, const uint8_t *key, uint32_t klen, dg_buf *out);
 /* primary.c.  A put of a raw key (8..127 bytes) on this node's fast path
  * (cache/primary.c): DG_OK, or DG_ERR__COUNT with nothing written or
- * counted — take the general path (dgi_update). */
+ * counted — take the general path (dgi_update).  dgi_put_raw: the same,
+ * then dgi_put_general (api.c: dg_cache_put's encoded put) when it
+ * answered nothing — a tail call, so dg_cache_put keeps nothing across
+ * the short put (its arguments' spills and reloads were ~20 of a put's
+ * instructions). */
 dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
     uint32_t vlen);
+dg_err dgi_put_raw(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen);
+dg_err dgi_put_general(dg_cache *c, const void *key, size_t klen, const void *val, size_t vlen);
 
 /* update.c.  An update id's sequence (with this node's id: unique per
  * node): the thread's slot (taken once from a shared counter) in the top
@@ -1748,7 +1755,7 @@ struct dgi_op_seq_tl {
 };
 extern DGI_TLS_IE _Thread_local struct dgi_op_seq_tl dgi_op_seq_tl;
 uint64_t dgi_next_op_seq_slow(void);
-static inline uint64_t dgi_next_op_seq(void)
+static inline __attribute__((always_inline)) uint64_t dgi_next_op_seq(void)
 {
 	struct dgi_op_seq_tl *t = &dgi_op_seq_tl;
 	if (__builtin_expect(t->base == 0 || t->seq == (UINT64_C(1) << 40) - 1, 0))

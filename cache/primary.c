@@ -52,8 +52,8 @@ static void send_copies(dgi_grid *g, dg_cache *c, const dgi_aff *aff, uint32_t p
 
 /* The version the primary writes next for the key of e (NULL: none)
  * under topver (partition locked). */
-static inline void next_version(dgi_grid *g, dgi_part *pt, const dgi_entry *e, int64_t topver,
-    dgi_pver *ver)
+static inline __attribute__((always_inline)) void next_version(dgi_grid *g, dgi_part *pt,
+    const dgi_entry *e, int64_t topver, dgi_pver *ver)
 {
 	uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order, memory_order_relaxed);
 	*ver = (dgi_pver){ topver, ++pt->counter, order, 0 };
@@ -275,8 +275,8 @@ static uint32_t bytes_header(uint32_t vlen, uint64_t *vh)
  * partition's update-id table (dedup.c): that table answers retries, and
  * a put from this node answered here is never retried; the id still goes
  * into the entry and its copies, as any write's. */
-dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen)
+static inline __attribute__((always_inline)) dg_err put_short(dg_cache *c,
+    const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen)
 {
 	if (!dgi_epoch_short_enter(false))
 		return DG_ERR__COUNT;
@@ -328,6 +328,20 @@ unlock:
 out:
 	dgi_epoch_short_leave(false);
 	return err;
+}
+
+dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen)
+{
+	return put_short(c, key, klen, val, vlen);
+}
+
+dg_err dgi_put_raw(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen)
+{
+	dg_err e = put_short(c, key, klen, val, vlen);
+	return __builtin_expect(e != DG_ERR__COUNT, 1) ? e : dgi_put_general(c, key, klen, val,
+	    vlen);
 }
 
 /* ---- handlers ---- */
