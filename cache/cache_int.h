@@ -87,11 +87,13 @@ static inline uint64_t dgi_key_hash_bytes(const uint8_t *key, size_t n)
 {
 	uint64_t h = dgi_kh_start(n + 2);
 	h = dgi_kh_step(h, TAG_BYTES | (n << 8) | (dgi_kh_rd64(key) << 16));
-	const uint8_t *p = key + 6, *last = key + n - 8; /* (the words: p <= last) */
-	for (; p <= last; p += 8)
+	const uint8_t *p = key + 6, *end = key + 8 * ((n + 2) / 8) - 2;
+	for (; p != end; p += 8) /* ((n + 2) / 8 - 1 words after word 0) */
 		h = dgi_kh_step(h, dgi_kh_rd64(p));
-	size_t rem = (size_t)(last + 8 - p); /* (0..7) */
-	return dgi_kh_end(h, rem != 0 ? dgi_kh_rd64(last) >> (64 - 8 * rem) : 0);
+	/* the tail's (n + 2) % 8 bytes, the last of the key: >> 1 >> 63 - 8r
+	 * is >> 64 - 8r with no shift by 64 (r = 0: no tail, 0) */
+	size_t rem = (n + 2) % 8;
+	return dgi_kh_end(h, dgi_kh_rd64(key + n - 8) >> 1 >> (63 - 8 * rem));
 }
 static inline uint32_t dgi_part_of(uint64_t hash, uint32_t parts)
 {
