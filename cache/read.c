@@ -262,9 +262,9 @@ static inline __attribute__((always_inline)) dg_err read_entry(const dg_cache *c
 	if (en == NULL)
 		return DG_ERR_NOT_FOUND;
 	uint8_t flags = __atomic_load_n(&en->flags, __ATOMIC_RELAXED);
-	if (flags & DGI_ENTRY_PENDING)
-		return DG_ERR__COUNT;
-	if (flags & (DGI_ENTRY_TOMB | DGI_ENTRY_EXP)) {
+	if (flags & (DGI_ENTRY_PENDING | DGI_ENTRY_TOMB | DGI_ENTRY_EXP)) { /* (one test) */
+		if (flags & DGI_ENTRY_PENDING)
+			return DG_ERR__COUNT;
 		int64_t x = 0;
 		if (flags & DGI_ENTRY_EXP)
 			memcpy(&x, en->data, sizeof(x));
