@@ -130,7 +130,8 @@ __attribute__((noinline)) dg_err dgi_put_general(dg_cache *c, const void *key, s
 
 dg_err dg_cache_put(dg_cache *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-	if (c != NULL && key != NULL && val != NULL && klen - 8 < 120 && vlen <= DG_VALUE_MAX - 8)
+	if (__builtin_expect(klen - 8 < 120, 1) && c != NULL && key != NULL && val != NULL &&
+	    vlen <= DG_VALUE_MAX - 8)
 		return dgi_put_raw(c, key, (uint32_t)klen, val, (uint32_t)vlen);
 	return dgi_put_general(c, key, klen, val, vlen);
 }
