@@ -507,24 +507,13 @@ bool dgi_part_limbo_empty(const dgi_part *p);
  * dgi_key_hash(key, klen): the store computes it again from the key where
  * a slot's 16 bits of it do not do (dgi_entry_hash). */
 dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
-/* dgi_part_find without the lock, for a read that saw seq (even) before
- * (read.c, get_fast), of the key pre[0..npre) + key[0..klen): the entry,
- * or NULL; its loads may race with a writer's and stay inside live or
- * retired memory (store.c, "Retired memory").  *torn when the table
- * changed under it.  The caller checks seq again after it used the
- * entry. */
-static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
-    const dgi_part *p, uint32_t seq, uint64_t hash, const uint8_t *pre, uint32_t npre,
+/* The probe of dgi_part_peek and dgi_part_find_split: the key's entry in
+ * the table slots[cap] (cap 0: none), or NULL; *torn when the probe met
+ * no empty slot (the table changed under a lock-free read). */
+static inline __attribute__((always_inline)) const dgi_entry *dgi_part_probe(
+    const dgi_pslot *slots, uint32_t cap, uint64_t hash, const uint8_t *pre, uint32_t npre,
     const uint8_t *key, uint32_t klen, bool *torn)
 {
-	/* (one load each: what a writer changes meanwhile, the sequence tells) */
-	const dgi_pslot *slots = __atomic_load_n(&p->slots, __ATOMIC_ACQUIRE);
-	uint32_t cap = __atomic_load_n(&p->cap, __ATOMIC_RELAXED);
-	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(&p->seq, memory_order_relaxed) != seq) {
-		*torn = true; /* slots and cap may be of two tables */
-		return NULL;
-	}
 	if (cap == 0)
 		return NULL;
 	uint32_t mask = cap - 1;
@@ -550,6 +539,26 @@ static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
 	*torn = true; /* (a table is never full: it changed under the probe) */
 	return NULL;
 }
+/* dgi_part_find without the lock, for a read that saw seq (even) before
+ * (read.c, get_fast), of the key pre[0..npre) + key[0..klen): the entry,
+ * or NULL; its loads may race with a writer's and stay inside live or
+ * retired memory (store.c, "Retired memory").  *torn when the table
+ * changed under it.  The caller checks seq again after it used the
+ * entry. */
+static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
+    const dgi_part *p, uint32_t seq, uint64_t hash, const uint8_t *pre, uint32_t npre,
+    const uint8_t *key, uint32_t klen, bool *torn)
+{
+	/* (one load each: what a writer changes meanwhile, the sequence tells) */
+	const dgi_pslot *slots = __atomic_load_n(&p->slots, __ATOMIC_ACQUIRE);
+	uint32_t cap = __atomic_load_n(&p->cap, __ATOMIC_RELAXED);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&p->seq, memory_order_relaxed) != seq) {
+		*torn = true; /* slots and cap may be of two tables */
+		return NULL;
+	}
+	return dgi_part_probe(slots, cap, hash, pre, npre, key, klen, torn);
+}
 /* The entry of the key pre[0..npre) + key[0..klen) (the raw API's key
  * and its BYTES header, never built), or NULL: dgi_part_find's, with the
  * partition locked. */
@@ -557,9 +566,9 @@ static inline __attribute__((always_inline)) const dgi_entry *dgi_part_find_spli
     const dgi_part *p, uint64_t hash, const uint8_t *pre, uint32_t npre, const uint8_t *key,
     uint32_t klen)
 {
-	bool torn = false; /* (never: the lock holds writers out) */
-	return dgi_part_peek(p, atomic_load_explicit(&p->seq, memory_order_relaxed), hash, pre,
-	    npre, key, klen, &torn);
+	/* (the lock holds writers out: no sequence to check, nothing torn) */
+	bool torn = false;
+	return dgi_part_probe(p->slots, p->cap, hash, pre, npre, key, klen, &torn);
 }
 /* The entry with that hash and exactly that version, or NULL. */
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver);
