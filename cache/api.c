@@ -120,7 +120,7 @@ dg_err dgi_append(dg_buf *out, const uint8_t *p, size_t n)
 
 /* dg_cache_put past the short put (out of line: its stack buffers are not
  * the short put's frame). */
-static __attribute__((noinline)) dg_err put_general(dg_cache *c, const void *key, size_t klen,
+__attribute__((noinline)) dg_err dgi_put_general(dg_cache *c, const void *key, size_t klen,
     const void *val, size_t vlen)
 {
 	ENC_KEY(key, klen);
@@ -130,12 +130,10 @@ static __attribute__((noinline)) dg_err put_general(dg_cache *c, const void *key
 
 dg_err dg_cache_put(dg_cache *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-	if (c != NULL && key != NULL && val != NULL && klen - 8 < 120 && vlen <= DG_VALUE_MAX - 8) {
-		dg_err e = dgi_put_short(c, key, (uint32_t)klen, val, (uint32_t)vlen);
-		if (e != DG_ERR__COUNT)
-			return e;
-	}
-	return put_general(c, key, klen, val, vlen);
+	if (__builtin_expect(klen - 8 < 120, 1) && c != NULL && key != NULL && val != NULL &&
+	    vlen <= DG_VALUE_MAX - 8)
+		return dgi_put_raw(c, key, (uint32_t)klen, val, (uint32_t)vlen);
+	return dgi_put_general(c, key, klen, val, vlen);
 }
 
 /* A conditional operation: *done (when not NULL) says whether it wrote. */

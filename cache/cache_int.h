@@ -87,11 +87,13 @@ static inline uint64_t dgi_key_hash_bytes(const uint8_t *key, size_t n)
 {
 	uint64_t h = dgi_kh_start(n + 2);
 	h = dgi_kh_step(h, TAG_BYTES | (n << 8) | (dgi_kh_rd64(key) << 16));
-	const uint8_t *p = key + 6, *last = key + n - 8; /* (the words: p <= last) */
-	for (; p <= last; p += 8)
+	const uint8_t *p = key + 6, *end = key + 8 * ((n + 2) / 8) - 2;
+	for (; p != end; p += 8) /* ((n + 2) / 8 - 1 words after word 0) */
 		h = dgi_kh_step(h, dgi_kh_rd64(p));
-	size_t rem = (size_t)(last + 8 - p); /* (0..7) */
-	return dgi_kh_end(h, rem != 0 ? dgi_kh_rd64(last) >> (64 - 8 * rem) : 0);
+	/* the tail's (n + 2) % 8 bytes, the last of the key: >> 1 >> 63 - 8r
+	 * is >> 64 - 8r with no shift by 64 (r = 0: no tail, 0) */
+	size_t rem = (n + 2) % 8;
+	return dgi_kh_end(h, dgi_kh_rd64(key + n - 8) >> 1 >> (63 - 8 * rem));
 }
 static inline uint32_t dgi_part_of(uint64_t hash, uint32_t parts)
 {
@@ -505,24 +507,13 @@ bool dgi_part_limbo_empty(const dgi_part *p);
  * dgi_key_hash(key, klen): the store computes it again from the key where
  * a slot's 16 bits of it do not do (dgi_entry_hash). */
 dgi_entry *dgi_part_find(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
-/* dgi_part_find without the lock, for a read that saw seq (even) before
- * (read.c, get_fast), of the key pre[0..npre) + key[0..klen): the entry,
- * or NULL; its loads may race with a writer's and stay inside live or
- * retired memory (store.c, "Retired memory").  *torn when the table
- * changed under it.  The caller checks seq again after it used the
- * entry. */
-static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
-    const dgi_part *p, uint32_t seq, uint64_t hash, const uint8_t *pre, uint32_t npre,
+/* The probe of dgi_part_peek and dgi_part_find_split: the key's entry in
+ * the table slots[cap] (cap 0: none), or NULL; *torn when the probe met
+ * no empty slot (the table changed under a lock-free read). */
+static inline __attribute__((always_inline)) const dgi_entry *dgi_part_probe(
+    const dgi_pslot *slots, uint32_t cap, uint64_t hash, const uint8_t *pre, uint32_t npre,
     const uint8_t *key, uint32_t klen, bool *torn)
 {
-	/* (one load each: what a writer changes meanwhile, the sequence tells) */
-	const dgi_pslot *slots = __atomic_load_n(&p->slots, __ATOMIC_ACQUIRE);
-	uint32_t cap = __atomic_load_n(&p->cap, __ATOMIC_RELAXED);
-	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(&p->seq, memory_order_relaxed) != seq) {
-		*torn = true; /* slots and cap may be of two tables */
-		return NULL;
-	}
 	if (cap == 0)
 		return NULL;
 	uint32_t mask = cap - 1;
@@ -548,6 +539,26 @@ static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
 	*torn = true; /* (a table is never full: it changed under the probe) */
 	return NULL;
 }
+/* dgi_part_find without the lock, for a read that saw seq (even) before
+ * (read.c, get_fast), of the key pre[0..npre) + key[0..klen): the entry,
+ * or NULL; its loads may race with a writer's and stay inside live or
+ * retired memory (store.c, "Retired memory").  *torn when the table
+ * changed under it.  The caller checks seq again after it used the
+ * entry. */
+static inline __attribute__((always_inline)) const dgi_entry *dgi_part_peek(
+    const dgi_part *p, uint32_t seq, uint64_t hash, const uint8_t *pre, uint32_t npre,
+    const uint8_t *key, uint32_t klen, bool *torn)
+{
+	/* (one load each: what a writer changes meanwhile, the sequence tells) */
+	const dgi_pslot *slots = __atomic_load_n(&p->slots, __ATOMIC_ACQUIRE);
+	uint32_t cap = __atomic_load_n(&p->cap, __ATOMIC_RELAXED);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&p->seq, memory_order_relaxed) != seq) {
+		*torn = true; /* slots and cap may be of two tables */
+		return NULL;
+	}
+	return dgi_part_probe(slots, cap, hash, pre, npre, key, klen, torn);
+}
 /* The entry of the key pre[0..npre) + key[0..klen) (the raw API's key
  * and its BYTES header, never built), or NULL: dgi_part_find's, with the
  * partition locked. */
@@ -555,9 +566,9 @@ static inline __attribute__((always_inline)) const dgi_entry *dgi_part_find_spli
     const dgi_part *p, uint64_t hash, const uint8_t *pre, uint32_t npre, const uint8_t *key,
     uint32_t klen)
 {
-	bool torn = false; /* (never: the lock holds writers out) */
-	return dgi_part_peek(p, atomic_load_explicit(&p->seq, memory_order_relaxed), hash, pre,
-	    npre, key, klen, &torn);
+	/* (the lock holds writers out: no sequence to check, nothing torn) */
+	bool torn = false;
+	return dgi_part_probe(p->slots, p->cap, hash, pre, npre, key, klen, &torn);
 }
 /* The entry with that hash and exactly that version, or NULL. */
 dgi_entry *dgi_part_find_ver(dgi_part *p, uint64_t hash, const dgi_pver *ver);
@@ -573,12 +584,8 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
  * not storable: dgi_part_set then says why). */
 bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq);
-/* The same with the value in two pieces, vh[0..vhlen) then val[0..vlen)
- * (the raw API's BYTES header and the caller's bytes: the short put's,
- * primary.c), a header of at most 16 bytes. */
-bool dgi_part_overwrite_split(dgi_part *p, dgi_entry *e, const uint8_t *vh, uint32_t vhlen,
-    const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms, uint64_t op_node,
-    uint64_t op_seq);
+/* (The same in line, with the value in two pieces: dgi_part_overwrite_in,
+ * below.) */
 /* Removes the entry for key (if any). */
 void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen);
 /* Removes every entry (and tombstone). */
@@ -660,16 +667,141 @@ static inline dgi_pver dgi_entry_ver(const dgi_entry *e)
 {
 	return (dgi_pver){ dgi_entry_topver(e), e->counter, e->order, 0 };
 }
+/* dgi_pver_cmp (cache.h), in line: the one order of versions (topology
+ * version, counter, node order) — pstore.c's dgi_pver_cmp is this, for
+ * the other modules.  A call the put's next version paid for. */
+static inline int dgi_pver_order(const dgi_pver *a, const dgi_pver *b)
+{
+	if (a->topver != b->topver)
+		return a->topver < b->topver ? -1 : 1;
+	if (a->counter != b->counter)
+		return a->counter < b->counter ? -1 : 1;
+	if (a->order != b->order)
+		return a->order < b->order ? -1 : 1;
+	return 0;
+}
 /* dgi_pver_cmp(v, e's version). */
 static inline int dgi_entry_ver_cmp(const dgi_pver *v, const dgi_entry *e)
 {
 	dgi_pver ev = dgi_entry_ver(e);
-	return dgi_pver_cmp(v, &ev);
+	return dgi_pver_order(v, &ev);
 }
 /* The entry's key hash (dgi_key_hash of its key): computed, not stored. */
 static inline uint64_t dgi_entry_hash(const dgi_entry *e)
 {
 	return dgi_key_hash(dgi_entry_key(e), dgi_entry_klen(e));
+}
+
+/* ---- a write in place, in line (store.c; the short put, primary.c) ----
+ * What dgi_part_overwrite does, where a call costs: the short put's call
+ * (ten arguments, the room computed twice, a varint header copied byte by
+ * byte, the value through libc's memcpy) was ~150 of its ~590
+ * instructions.  store.c's writes use the same pieces. */
+
+/* store.c: dgi_op_pack's miss (a new originator for the table) and
+ * dgi_entry_vroom's rare case, out of line. */
+bool dgi_opn_intern(dgi_part *p, uint64_t node, uint64_t hi, uint32_t *x);
+uint64_t dgi_entry_vroom_usable(const dgi_entry *e);
+
+/* The packed form of the update id (node, seq) for p's entries ("An
+ * entry" above), interned in p's table; false when the table cannot take
+ * it (the entry keeps the id whole).  Runs before the entry it is for is
+ * touched: a collection rewrites every entry's index.  The common case,
+ * the originator interned last, in line. */
+static inline __attribute__((always_inline)) bool dgi_op_pack(dgi_part *p, uint64_t node,
+    uint64_t seq, uint64_t *out)
+{
+	uint64_t hi = seq >> DGI_OP_LOW_BITS;
+	uint32_t x = p->opn_last;
+	if ((node | seq) == 0)
+		x = 0; /* (0, 0): no id, 0 */
+	else if (__builtin_expect(x == 0 || p->opn[x].node != node || p->opn[x].hi != hi, 0) &&
+	    !dgi_opn_intern(p, node, hi, &x))
+		return false;
+	*out = (uint64_t)x << DGI_OP_LOW_BITS | (seq & DGI_OP_LOW_MASK);
+	return true;
+}
+
+/* Bytes e's value can take in place: its own and the slack after it.  The
+ * slack counts up to 255: an entry whose value shrank by more asks malloc
+ * what its memory holds (dgi_entry_vroom_usable), so a value that grows
+ * back (sizes that alternate) is written in place — not a new entry, and
+ * an old one retired, every other write. */
+static inline __attribute__((always_inline)) uint64_t dgi_entry_vroom(const dgi_entry *e)
+{
+	if (__builtin_expect(e->slack == 255, 0))
+		return dgi_entry_vroom_usable(e);
+	return (uint64_t)e->vlen + e->slack;
+}
+
+/* Writes the fields of an update into e, whose layout (flags'
+ * DGI_ENTRY_LAYOUT bits, key in place) is set; vroom: the bytes its value
+ * can take (dgi_entry_vroom; at least vhlen + vlen).  The value is vh's
+ * first vhlen bytes (a header of up to 8, byte i in bits 8i..8i+7, or
+ * none) then val[0..vlen), copied in 16-byte moves (dgi_copy_short: GCC
+ * calls memcpy for a copy of unknown length); op: the id packed
+ * (dgi_op_pack), unless e keeps it whole. */
+static inline __attribute__((always_inline)) void dgi_entry_fill_split(dgi_entry *e,
+    uint64_t vroom, uint64_t vh, uint32_t vhlen, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op, uint64_t op_node, uint64_t op_seq)
+{
+	uint8_t fl = e->flags; /* (read once: the value's bytes may alias it) */
+	uint64_t slack = vroom - vhlen - vlen;
+	e->slack = slack > 255 ? 255 : (uint8_t)slack;
+	e->vlen = vhlen + vlen;
+	uint8_t *v = e->data + dgi_entry_prefix(fl) + dgi_entry_klen(e);
+	if (vhlen == 2) { /* (the raw API's BYTES header under 128 bytes: one store) */
+		v[0] = (uint8_t)vh;
+		v[1] = (uint8_t)(vh >> 8);
+	} else {
+		for (uint32_t i = 0; i < vhlen; i++)
+			v[i] = (uint8_t)(vh >> 8 * i);
+	}
+	if (vlen)
+		dgi_copy_short(v + vhlen, val, vlen);
+	if (fl & DGI_ENTRY_EXP)
+		memcpy(e->data, &expire_ms, sizeof(expire_ms));
+	if (fl & DGI_ENTRY_OPX) {
+		uint8_t *x = e->data + ((fl & DGI_ENTRY_EXP) >> 1);
+		memcpy(x, &op_node, 8);
+		memcpy(x + 8, &op_seq, 8);
+		op = 0;
+	}
+	e->op = op;
+	e->topver32 = (uint32_t)ver->topver; /* (checked: dgi_entry_storable) */
+	e->counter = ver->counter;
+	e->order = ver->order;
+}
+
+/* dgi_part_overwrite (above) in line, of a value in two pieces: vh's
+ * first vhlen bytes (0..8; byte i in bits 8i..8i+7), then val[0..vlen) —
+ * the raw API's BYTES header and the caller's bytes (the short put's,
+ * primary.c).  In place when e already has what the write needs before
+ * its key (an expiry, the id whole: a layout that changed would move the
+ * key under a lock-free read; store.c, "Retired memory") and its value's
+ * room takes the new one; false, nothing changed, otherwise (or when ver
+ * is not storable: dgi_part_set then says why). */
+static inline __attribute__((always_inline)) bool dgi_part_overwrite_in(dgi_part *p,
+    dgi_entry *e, uint64_t vh, uint32_t vhlen, const uint8_t *val, uint32_t vlen,
+    const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
+{
+	if (dgi_entry_storable(1, ver->topver) != DG_OK)
+		return false; /* (dgi_part_set says why) */
+	uint64_t op = 0;
+	bool opx = !dgi_op_pack(p, op_node, op_seq, &op);
+	uint32_t was = e->flags & DGI_ENTRY_LAYOUT;
+	if ((expire_ms != 0 && !(was & DGI_ENTRY_EXP)) || (opx && !(was & DGI_ENTRY_OPX)))
+		return false;
+	uint64_t vroom = dgi_entry_vroom(e);
+	if ((uint64_t)vhlen + vlen > vroom)
+		return false;
+	p->bytes -= e->vlen;
+	p->bytes += vhlen + vlen;
+	if (e->flags & DGI_ENTRY_TOMB)
+		p->live++;
+	e->flags = (uint8_t)was;
+	dgi_entry_fill_split(e, vroom, vh, vhlen, val, vlen, ver, expire_ms, op, op_node, op_seq);
+	return true;
 }
 
 int64_t dgi_wall_ms(void);
@@ -1615,9 +1747,16 @@ dg_err dgi_write_new_version(dgi_grid *g, dg_cache *c, uint32_t part, dgi_entry 
 dg_err dgi_get_short(dg_cache *c, const uint8_t *key, uint32_t klen, dg_buf *out);
 /* primary.c.  A put of a raw key (8..127 bytes) on this node's fast path
  * (cache/primary.c): DG_OK, or DG_ERR__COUNT with nothing written or
- * counted — take the general path (dgi_update). */
+ * counted — take the general path (dgi_update).  dgi_put_raw: the same,
+ * then dgi_put_general (api.c: dg_cache_put's encoded put) when it
+ * answered nothing — a tail call, so dg_cache_put keeps nothing across
+ * the short put (its arguments' spills and reloads were ~20 of a put's
+ * instructions). */
 dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
     uint32_t vlen);
+dg_err dgi_put_raw(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen);
+dg_err dgi_put_general(dg_cache *c, const void *key, size_t klen, const void *val, size_t vlen);
 
 /* update.c.  An update id's sequence (with this node's id: unique per
  * node): the thread's slot (taken once from a shared counter) in the top
@@ -1627,7 +1766,7 @@ struct dgi_op_seq_tl {
 };
 extern DGI_TLS_IE _Thread_local struct dgi_op_seq_tl dgi_op_seq_tl;
 uint64_t dgi_next_op_seq_slow(void);
-static inline uint64_t dgi_next_op_seq(void)
+static inline __attribute__((always_inline)) uint64_t dgi_next_op_seq(void)
 {
 	struct dgi_op_seq_tl *t = &dgi_op_seq_tl;
 	if (__builtin_expect(t->base == 0 || t->seq == (UINT64_C(1) << 40) - 1, 0))

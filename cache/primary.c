@@ -52,8 +52,8 @@ static void send_copies(dgi_grid *g, dg_cache *c, const dgi_aff *aff, uint32_t p
 
 /* The version the primary writes next for the key of e (NULL: none)
  * under topver (partition locked). */
-static inline void next_version(dgi_grid *g, dgi_part *pt, const dgi_entry *e, int64_t topver,
-    dgi_pver *ver)
+static inline __attribute__((always_inline)) void next_version(dgi_grid *g, dgi_part *pt,
+    const dgi_entry *e, int64_t topver, dgi_pver *ver)
 {
 	uint32_t order = (uint32_t)atomic_load_explicit(&g->self_order, memory_order_relaxed);
 	*ver = (dgi_pver){ topver, ++pt->counter, order, 0 };
@@ -251,6 +251,18 @@ out:
 	return err;
 }
 
+/* The BYTES header of a value of vlen bytes (TAG_BYTES, the length as a
+ * varint: 6 bytes at most) as *vh, byte i in bits 8i..8i+7; its length. */
+static uint32_t bytes_header(uint32_t vlen, uint64_t *vh)
+{
+	uint8_t b[1 + 10] = { TAG_BYTES };
+	uint32_t n = (uint32_t)(dgi_put_uvarint(b + 1, vlen) - b);
+	*vh = 0;
+	for (uint32_t i = 0; i < n; i++)
+		*vh |= (uint64_t)b[i] << 8 * i;
+	return n;
+}
+
 /* The short put (cache_int.h): dgi_primary_apply's path for a fresh
  * OP_PUT from this node, as its primary, of a raw key (8..127 bytes)
  * that has an entry the value fits in place — without the update record,
@@ -263,8 +275,8 @@ out:
  * partition's update-id table (dedup.c): that table answers retries, and
  * a put from this node answered here is never retried; the id still goes
  * into the entry and its copies, as any write's. */
-dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
-    uint32_t vlen)
+static inline __attribute__((always_inline)) dg_err put_short(dg_cache *c,
+    const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen)
 {
 	if (!dgi_epoch_short_enter(false))
 		return DG_ERR__COUNT;
@@ -286,8 +298,12 @@ dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8
 	    dgi_aff_owner(aff, part, 0) != g->self)
 		goto out;
 	const uint8_t pre[2] = { TAG_BYTES, (uint8_t)klen };
-	uint8_t vh[1 + 10] = { TAG_BYTES }; /* the value's BYTES header */
-	uint32_t vhlen = (uint32_t)(dgi_put_uvarint(vh + 1, vlen) - vh);
+	/* the value's BYTES header, byte i in bits 8i..8i+7: its length in one
+	 * byte under 128, else a varint of up to 5 */
+	uint64_t vh = TAG_BYTES | (uint64_t)vlen << 8;
+	uint32_t vhlen = 2;
+	if (__builtin_expect(vlen >= 0x80, 0))
+		vhlen = bytes_header(vlen, &vh);
 	dgi_part *pt = &c->parts[part];
 	dgi_part_lock(pt);
 	dgi_entry *e = (dgi_entry *)dgi_part_find_split(pt, hash, pre, 2, key, klen);
@@ -297,7 +313,7 @@ dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8
 		goto unlock;
 	next_version(g, pt, e, aff->topver, &ver); /* (a counter skipped below: harmless) */
 	int64_t expire = c->cfg.ttl_ms ? dgi_wall_ms() + (int64_t)c->cfg.ttl_ms : 0;
-	if (!dgi_part_overwrite_split(pt, e, vh, vhlen, val, vlen, &ver, expire, g->self,
+	if (!dgi_part_overwrite_in(pt, e, vh, vhlen, val, vlen, &ver, expire, g->self,
 	    dgi_next_op_seq()))
 		goto unlock; /* (not storable, or it does not fit) */
 	if (aff->copies > 1)
@@ -312,6 +328,20 @@ unlock:
 out:
 	dgi_epoch_short_leave(false);
 	return err;
+}
+
+dg_err dgi_put_short(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen)
+{
+	return put_short(c, key, klen, val, vlen);
+}
+
+dg_err dgi_put_raw(dg_cache *c, const uint8_t *key, uint32_t klen, const uint8_t *val,
+    uint32_t vlen)
+{
+	dg_err e = put_short(c, key, klen, val, vlen);
+	return __builtin_expect(e != DG_ERR__COUNT, 1) ? e : dgi_put_general(c, key, klen, val,
+	    vlen);
 }
 
 /* ---- handlers ---- */

@@ -240,13 +240,7 @@ static bool has_prefix(const MDB_val *k, const uint8_t *pre, size_t n)
 
 int dgi_pver_cmp(const dgi_pver *a, const dgi_pver *b)
 {
-	if (a->topver != b->topver)
-		return a->topver < b->topver ? -1 : 1;
-	if (a->counter != b->counter)
-		return a->counter < b->counter ? -1 : 1;
-	if (a->order != b->order)
-		return a->order < b->order ? -1 : 1;
-	return 0;
+	return dgi_pver_order(a, b);
 }
 
 void dgi_pstore_config_init(dgi_pstore_config *cfg)

@@ -262,9 +262,9 @@ static inline __attribute__((always_inline)) dg_err read_entry(const dg_cache *c
 	if (en == NULL)
 		return DG_ERR_NOT_FOUND;
 	uint8_t flags = __atomic_load_n(&en->flags, __ATOMIC_RELAXED);
-	if (flags & DGI_ENTRY_PENDING)
-		return DG_ERR__COUNT;
-	if (flags & (DGI_ENTRY_TOMB | DGI_ENTRY_EXP)) {
+	if (flags & (DGI_ENTRY_PENDING | DGI_ENTRY_TOMB | DGI_ENTRY_EXP)) { /* (one test) */
+		if (flags & DGI_ENTRY_PENDING)
+			return DG_ERR__COUNT;
 		int64_t x = 0;
 		if (flags & DGI_ENTRY_EXP)
 			memcpy(&x, en->data, sizeof(x));
@@ -306,6 +306,34 @@ static inline __attribute__((always_inline)) dg_err read_entry(const dg_cache *c
 	return DG_OK;
 }
 
+/* The local reads' partition checks (get_fast, get_short): the copy of
+ * hash's partition this node may read without asking another — the cache
+ * has an affinity, the partition is not lost, this node is its primary or
+ * (read_from_backup) a backup — or NULL: the general path decides. */
+static inline __attribute__((always_inline)) dgi_part *local_part(dg_cache *c,
+    const dgi_grid *g, uint64_t hash)
+{
+	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	if (aff == NULL || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+		return NULL;
+	int role = dgi_aff_role(aff, part, g->self);
+	if (role != 0 && (role < 0 || !c->cfg.read_from_backup))
+		return NULL;
+	return &c->parts[part];
+}
+
+/* Whether pt's copy is served now: OWNING, under a majority's lease —
+ * dg_member_serving, read in line from the words g->lease holds
+ * (g->m's: set with it, when the node joined; none before, as with no
+ * membership: serving). */
+static inline __attribute__((always_inline)) bool part_serves(const dgi_grid *g,
+    const dgi_part *pt)
+{
+	return atomic_load_explicit(&pt->state, memory_order_relaxed) == P_OWNING &&
+	    dgi_member_lease_serving(g->lease) == DG_OK;
+}
+
 /* The common read, in one pass: this node holds an OWNING copy of the
  * key's partition it may serve (the primary, or a backup under
  * read_from_backup), under a majority's lease, not lost, the cache alive,
@@ -336,14 +364,9 @@ static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64
 	if ((c->cfg.atomicity == DG_TRANSACTIONAL && g->tx_hook != NULL) ||
 	    atomic_load_explicit(&c->dead, memory_order_relaxed))
 		return DG_ERR__COUNT;
-	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
-	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
-	if (aff == NULL || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+	dgi_part *pt = local_part(c, g, hash);
+	if (pt == NULL)
 		return DG_ERR__COUNT;
-	int role = dgi_aff_role(aff, part, g->self);
-	if (role != 0 && (role < 0 || !c->cfg.read_from_backup))
-		return DG_ERR__COUNT;
-	dgi_part *pt = &c->parts[part];
 	dg_err e = DG_ERR__COUNT;
 	int again = READ_LOCK;
 #ifndef DGI_READ_LOCKED_ONLY
@@ -356,8 +379,7 @@ static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64
 			again = READ_LOCK; /* a writer is inside: wait for it on the lock */
 			break;
 		}
-		if (atomic_load_explicit(&pt->state, memory_order_relaxed) != P_OWNING ||
-		    dg_member_serving(g->m) != DG_OK) {
+		if (!part_serves(g, pt)) {
 			e = DG_ERR__COUNT; /* the general path's */
 			break;
 		}
@@ -390,8 +412,7 @@ static inline __attribute__((always_inline)) dg_err get_fast(dg_cache *c, uint64
 		e = DG_ERR__COUNT;
 		dgi_part_lock(pt);
 		/* (the lease under the lock, as dgi_part_may_serve reads it) */
-		if (atomic_load_explicit(&pt->state, memory_order_relaxed) == P_OWNING &&
-		    dg_member_serving(g->m) == DG_OK)
+		if (part_serves(g, pt))
 			e = read_entry(c, pt, 0, dgi_part_find(pt, hash, key, klen), out, unwrap, true,
 			    &again);
 		dgi_part_unlock(pt);
@@ -426,17 +447,11 @@ static inline __attribute__((always_inline)) dg_err get_short(dg_cache *c, const
 		goto out;
 	uint64_t t0 = dgi_lat_short_t0(b, DG_OP_GET);
 	uint64_t hash = dgi_key_hash_bytes(key, klen);
-	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
-	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
-	if (aff == NULL || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
+	dgi_part *pt = local_part(c, g, hash);
+	if (pt == NULL)
 		goto out;
-	int role = dgi_aff_role(aff, part, g->self);
-	if (role != 0 && (role < 0 || !c->cfg.read_from_backup))
-		goto out;
-	dgi_part *pt = &c->parts[part];
 	uint32_t seq = atomic_load_explicit(&pt->seq, memory_order_acquire);
-	if ((seq & 1) || atomic_load_explicit(&pt->state, memory_order_relaxed) != P_OWNING ||
-	    dgi_member_lease_serving(g->lease) != DG_OK)
+	if ((seq & 1) || !part_serves(g, pt))
 		goto out;
 	const uint8_t pre[2] = { TAG_BYTES, (uint8_t)klen };
 	bool torn = false;

@@ -458,10 +458,8 @@ static bool opn_make_room(dgi_part *p)
 	return p->opn_n + 1u < cap;
 }
 
-/* The index of (node, hi) in p's table, added when missing (*x); false
- * when the table cannot take it.  (Out of line: the put path's common
- * case is the index interned last.) */
-static __attribute__((noinline)) bool opn_intern(dgi_part *p, uint64_t node, uint64_t hi,
+/* dgi_opn_intern (cache_int.h): dgi_op_pack's miss. */
+__attribute__((noinline)) bool dgi_opn_intern(dgi_part *p, uint64_t node, uint64_t hi,
     uint32_t *x)
 {
 	if ((*x = opn_find(p, node, hi)) == 0) {
@@ -475,86 +473,43 @@ static __attribute__((noinline)) bool opn_intern(dgi_part *p, uint64_t node, uin
 	return true;
 }
 
-/* The packed form of the update id (node, seq) for p's entries (cache_int.h,
- * "An entry"), interned in p's table; false when the table cannot take
- * it (the entry keeps the id whole).  Runs before the entry it is for is
- * touched: a collection rewrites every entry's index. */
-static inline bool op_pack(dgi_part *p, uint64_t node, uint64_t seq, uint64_t *out)
-{
-	uint64_t hi = seq >> DGI_OP_LOW_BITS;
-	uint32_t x = p->opn_last;
-	if ((node | seq) == 0)
-		x = 0; /* (0, 0): no id, 0 */
-	else if (__builtin_expect(x == 0 || p->opn[x].node != node || p->opn[x].hi != hi, 0) &&
-	    !opn_intern(p, node, hi, &x))
-		return false;
-	*out = (uint64_t)x << DGI_OP_LOW_BITS | (seq & DGI_OP_LOW_MASK);
-	return true;
-}
-
 /* ---- entries ---- */
 
-/* Bytes of data[] e can hold.  The slack counts up to 255: an entry whose
- * value shrank by more asks malloc what its memory holds, so a value that
- * grows back (sizes that alternate) is written in place — not a new
- * entry, and an old one retired, every other write. */
-static inline uint64_t room_of(const dgi_entry *e)
+/* dgi_entry_vroom (cache_int.h) of an entry whose slack counts no more
+ * (255): what malloc says its memory holds, when that is more. */
+uint64_t dgi_entry_vroom_usable(const dgi_entry *e)
 {
-	uint64_t counted = (uint64_t)dgi_entry_prefix(e->flags) + dgi_entry_klen(e) + e->vlen +
-	    e->slack;
+	uint64_t counted = (uint64_t)e->vlen + e->slack;
 #ifdef __GLIBC__
-	if (__builtin_expect(e->slack == 255, 0)) {
-		size_t usable = malloc_usable_size((void *)(uintptr_t)e);
-		if (usable > sizeof(*e) + counted)
-			return usable - sizeof(*e);
-	}
+	uint64_t before = sizeof(*e) + dgi_entry_prefix(e->flags) + dgi_entry_klen(e);
+	size_t usable = malloc_usable_size((void *)(uintptr_t)e);
+	if (usable > before + counted)
+		return usable - before;
 #endif
 	return counted;
 }
 
-/* Writes the fields of an update into e, whose layout (flags'
- * DGI_ENTRY_LAYOUT bits, key in place) is set; room: bytes of data[];
- * op: the id packed (op_pack), unless e keeps it whole. */
-static inline __attribute__((always_inline)) void fill_split(dgi_entry *e, uint64_t room,
-    const uint8_t *vh, uint32_t vhlen, const uint8_t *val, uint32_t vlen, const dgi_pver *ver,
-    int64_t expire_ms, uint64_t op, uint64_t op_node, uint64_t op_seq)
+/* Bytes of data[] e can hold (dgi_entry_vroom: the value's). */
+static inline uint64_t room_of(const dgi_entry *e)
 {
-	uint32_t klen = dgi_entry_klen(e);
-	uint64_t used = (uint64_t)dgi_entry_prefix(e->flags) + klen + vhlen + vlen;
-	uint64_t slack = room - used;
-	e->slack = slack > 255 ? 255 : (uint8_t)slack;
-	e->vlen = vhlen + vlen;
-	uint8_t *v = (uint8_t *)dgi_entry_key(e) + klen;
-	if (vhlen) /* (a short header: in line) */
-		for (uint32_t i = 0; i < vhlen; i++)
-			v[i] = vh[i];
-	if (vlen)
-		memcpy(v + vhlen, val, vlen);
-	if (e->flags & DGI_ENTRY_EXP)
-		memcpy(e->data, &expire_ms, sizeof(expire_ms));
-	if (e->flags & DGI_ENTRY_OPX) {
-		uint8_t *x = e->data + ((e->flags & DGI_ENTRY_EXP) >> 1);
-		memcpy(x, &op_node, 8);
-		memcpy(x + 8, &op_seq, 8);
-		op = 0;
-	}
-	e->op = op;
-	e->topver32 = (uint32_t)ver->topver; /* (checked: dgi_entry_storable) */
-	e->counter = ver->counter;
-	e->order = ver->order;
+	return (uint64_t)dgi_entry_prefix(e->flags) + dgi_entry_klen(e) + dgi_entry_vroom(e);
 }
 
+/* Writes the fields of an update into e, whose layout is set; room:
+ * bytes of data[] (dgi_entry_fill_split). */
 static void fill(dgi_entry *e, uint64_t room, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op, uint64_t op_node, uint64_t op_seq)
 {
-	fill_split(e, room, NULL, 0, val, vlen, ver, expire_ms, op, op_node, op_seq);
+	uint64_t vroom = room - dgi_entry_prefix(e->flags) - dgi_entry_klen(e);
+	dgi_entry_fill_split(e, vroom, 0, 0, val, vlen, ver, expire_ms, op, op_node, op_seq);
 }
 
 /* Can e take a value of vlen with that expiry (and its id whole: opx) in
- * place?  *layout: what it needs before the key (bits set stay set).  An
- * entry that lacks one of them does not take it in place: its key would
- * move under a lock-free read (see the top); a new entry does. */
-static bool fits(const dgi_entry *e, uint32_t vlen, int64_t expire_ms, bool opx,
+ * place, with room bytes of data[] (room_of)?  *layout: what it needs
+ * before the key (bits set stay set).  An entry that lacks one of them
+ * does not take it in place: its key would move under a lock-free read
+ * (see the top); a new entry does. */
+static bool fits(const dgi_entry *e, uint64_t room, uint32_t vlen, int64_t expire_ms, bool opx,
     uint32_t *layout)
 {
 	uint32_t was = e->flags & DGI_ENTRY_LAYOUT, l = was;
@@ -563,7 +518,7 @@ static bool fits(const dgi_entry *e, uint32_t vlen, int64_t expire_ms, bool opx,
 	if (opx)
 		l |= DGI_ENTRY_OPX;
 	*layout = l;
-	return l == was && (uint64_t)dgi_entry_prefix(l) + dgi_entry_klen(e) + vlen <= room_of(e);
+	return l == was && (uint64_t)dgi_entry_prefix(l) + dgi_entry_klen(e) + vlen <= room;
 }
 
 dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen,
@@ -574,7 +529,7 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 	if (err != DG_OK)
 		return err;
 	uint64_t op = 0;
-	bool opx = !op_pack(p, op_node, op_seq, &op);
+	bool opx = !dgi_op_pack(p, op_node, op_seq, &op);
 	limbo_tick(p);
 	if ((p->count + 1) * 2 > p->cap && grow(p) != DG_OK)
 		return DG_ERR_NOMEM;
@@ -582,7 +537,8 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 	dgi_entry *e = dgi_slot_entry(p->slots[i]);
 	uint32_t layout = 0;
 	flags &= ~DGI_ENTRY_LAYOUT;
-	if (e == NULL || !fits(e, vlen, expire_ms, opx, &layout)) {
+	uint64_t room = e != NULL ? room_of(e) : 0;
+	if (e == NULL || !fits(e, room, vlen, expire_ms, opx, &layout)) {
 		/* exactly what it holds: the slack is what malloc rounds up to
 		 * anyway (up to 15 bytes), which a value growing by a few bytes
 		 * reuses; a fixed 1/8 more put most entries in the next size
@@ -596,7 +552,7 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 			dgi_free(ne); /* (see addr_fits) */
 			return DG_ERR_NOMEM;
 		}
-		size_t room = need;
+		room = need;
 #ifdef __GLIBC__
 		size_t usable = malloc_usable_size(ne);
 		if (usable > sizeof(*ne) + need)
@@ -622,7 +578,7 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 		p->bytes -= dgi_entry_klen(e) + e->vlen;
 		if (!(e->flags & DGI_ENTRY_TOMB))
 			p->live--;
-		fill(e, room_of(e), val, vlen, ver, expire_ms, op, op_node, op_seq);
+		fill(e, room, val, vlen, ver, expire_ms, op, op_node, op_seq);
 	}
 	e->flags = (uint8_t)(flags | (e->flags & DGI_ENTRY_LAYOUT));
 	p->bytes += klen + vlen;
@@ -633,31 +589,10 @@ dg_err dgi_part_set(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t kle
 	return DG_OK;
 }
 
-bool dgi_part_overwrite_split(dgi_part *p, dgi_entry *e, const uint8_t *vh, uint32_t vhlen,
-    const uint8_t *val, uint32_t vlen, const dgi_pver *ver, int64_t expire_ms, uint64_t op_node,
-    uint64_t op_seq)
-{
-	if (dgi_entry_storable(1, ver->topver) != DG_OK)
-		return false; /* (dgi_part_set says why) */
-	uint64_t op = 0;
-	bool opx = !op_pack(p, op_node, op_seq, &op);
-	uint32_t layout;
-	if (!fits(e, vhlen + vlen, expire_ms, opx, &layout))
-		return false;
-	uint64_t room = room_of(e);
-	p->bytes -= e->vlen;
-	p->bytes += vhlen + vlen;
-	if (e->flags & DGI_ENTRY_TOMB)
-		p->live++;
-	e->flags &= DGI_ENTRY_LAYOUT;
-	fill_split(e, room, vh, vhlen, val, vlen, ver, expire_ms, op, op_node, op_seq);
-	return true;
-}
-
 bool dgi_part_overwrite(dgi_part *p, dgi_entry *e, const uint8_t *val, uint32_t vlen,
     const dgi_pver *ver, int64_t expire_ms, uint64_t op_node, uint64_t op_seq)
 {
-	return dgi_part_overwrite_split(p, e, NULL, 0, val, vlen, ver, expire_ms, op_node, op_seq);
+	return dgi_part_overwrite_in(p, e, 0, 0, val, vlen, ver, expire_ms, op_node, op_seq);
 }
 
 /* Backward-shift deletion at slot i. */

@@ -546,9 +546,10 @@ static inline __attribute__((always_inline)) bool dgi_epoch_short_enter(bool rd)
 static inline __attribute__((always_inline)) void dgi_epoch_short_leave(bool rd)
 {
 	struct dgi_epoch_tls *t = &dgi_epoch_tl;
+	struct dgi_epoch_slot *s = t->slot; /* (once: a store would reload it) */
 	if (rd)
-		atomic_store_explicit(&t->slot->active_rd, 0, memory_order_release);
-	atomic_store_explicit(&t->slot->active, 0, memory_order_release);
+		atomic_store_explicit(&s->active_rd, 0, memory_order_release);
+	atomic_store_explicit(&s->active, 0, memory_order_release);
 	t->depth = 0;
 }
 
