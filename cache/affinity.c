@@ -16,24 +16,19 @@
 
 /* The key hash's steps (dgi_kh_*) are in cache_int.h, with
  * dgi_key_hash_bytes, in line on the local get's path. */
-#define rd64 dgi_kh_rd64
-#define kh_start dgi_kh_start
-#define kh_step dgi_kh_step
-#define kh_end dgi_kh_end
-
 uint64_t dgi_key_hash(const uint8_t *p, size_t n)
 {
 	size_t total = n;
-	uint64_t h = kh_start(n);
+	uint64_t h = dgi_kh_start(n);
 	for (; n >= 8; p += 8, n -= 8)
-		h = kh_step(h, rd64(p));
+		h = dgi_kh_step(h, dgi_kh_rd64(p));
 	uint64_t t = 0;
 	if (n != 0 && total >= 8)
-		t = rd64(p + n - 8) >> (64 - 8 * n); /* (the same bytes, one load) */
+		t = dgi_kh_rd64(p + n - 8) >> (64 - 8 * n); /* (the same bytes, one load) */
 	else
 		for (size_t i = 0; i < n; i++)
 			t |= (uint64_t)p[i] << (8 * i);
-	return kh_end(h, t);
+	return dgi_kh_end(h, t);
 }
 
 int64_t dgi_wall_ms(void)

@@ -433,9 +433,9 @@ dg_err dgi_cache_tx_read_settled(dg_cache *c, int64_t topver, uint32_t part, uin
  * primary: the version is stamped with it when the cache maps on a newer
  * one already — under that one the key may have another primary, whose
  * writes (the fence holds them until this tx ends) must outrank this. */
-dg_err dgi_cache_tx_write(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash, const uint8_t *key,
-    uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node, uint64_t tx_seq,
-    dgi_pver *ver, int64_t *expire_ms);
+dg_err dgi_cache_tx_write(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, const uint8_t *val, uint32_t vlen, uint64_t tx_node,
+    uint64_t tx_seq, dgi_pver *ver, int64_t *expire_ms);
 /* Applies a copy (a backup's, or a primary re-sending what it holds):
  * only when newer than what this node holds.  Persists. */
 dg_err dgi_cache_tx_copy(dg_cache *c, uint32_t part, uint64_t hash, const uint8_t *key,

@@ -149,10 +149,7 @@ void dgi_svc_h_lock(dgi_txsvc *s, const dg_msg_in *in)
 			dgi_svc_ack(s, in, err, -1);
 			return;
 		}
-		dgi_tx_test_hook hk = atomic_load_explicit(&dgi_tx_test_fence_window,
-		    memory_order_relaxed);
-		if (hk != NULL)
-			hk(s);
+		dgi_svc_test_fence_window(s);
 	} else {
 		hash = fnv(m->key.ptr, m->key.len);
 	}

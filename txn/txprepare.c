@@ -271,9 +271,7 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	dgi_msg_tx_prepare mm;
 	dg_err e = dgi_svc_ents_open(in->raw, in->raw_len, &mm, &rd, &n);
 	int64_t topver = (m->flags & DGI_TXP_RESEND) ? 0 : m->topver;
-	int64_t stamp = m->topver; /* (a takeover's: the lowest it checked under) */
-	if (resend)
-		stamp = 0;
+	int64_t stamp = topver; /* (a takeover's: the lowest it checks under) */
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
 		dg_cache *c = NULL;
@@ -337,12 +335,8 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		dgi_svc_ack(s, in, e, -1);
 		return;
 	}
-	if (!resend && !locked_here) {
-		dgi_tx_test_hook hk = atomic_load_explicit(&dgi_tx_test_fence_window,
-		    memory_order_relaxed);
-		if (hk != NULL)
-			hk(s);
-	}
+	if (!resend && !locked_here)
+		dgi_svc_test_fence_window(s);
 	pthread_mutex_lock(&s->mu);
 	/* the fence again, under s->mu as the record is made or starts its
 	 * prepare (dgi_svc_h_lock says why) */

@@ -498,6 +498,15 @@ dg_err dgi_svc_ents_placed(dgi_txsvc *s, const uint8_t *body, uint32_t blen, int
  * topology); *tv (optional): the version of the affinity it looked at. */
 dg_err dgi_svc_check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t topver,
     int64_t *tv);
+/* Tests: dgi_tx_test_fence_window's hook, if one is set (a lock's or a
+ * prepare's first look at the fence is behind, its record not made yet). */
+static inline void dgi_svc_test_fence_window(dgi_txsvc *s)
+{
+	dgi_tx_test_hook hk = atomic_load_explicit(&dgi_tx_test_fence_window,
+	    memory_order_relaxed);
+	if (hk != NULL)
+		hk(s);
+}
 /* Whether this node, a backup of m's sender, agrees with it on the owners. */
 dg_err dgi_svc_backup_agrees(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx_prepare *m,
     bool *member);
