@@ -159,6 +159,13 @@ static _Atomic uint64_t tx_seq_next = 1;
  * this much more lets its answer arrive. */
 #define NET_SLACK_MS 200
 
+/* lock_key's pauses before it asks again after a retriable answer: the
+ * first, doubled each time up to the last (a key whose last write is not
+ * yet on every backup is settled about a round trip later; a topology
+ * change takes milliseconds) */
+#define LOCK_RETRY_FIRST_US 400
+#define LOCK_RETRY_MAX_US 5000
+
 /* How long releasing may wait for the participants' answers: they also
  * release on their own once the tx's timeout passed, so a tx past it
  * does not wait long. */
@@ -198,10 +205,15 @@ static uint32_t release_wait(const struct dg_tx *tx)
 	return left > 2000 ? 2000 : left < 200 ? 200 : left;
 }
 
+static void sleep_us(long us)
+{
+	struct timespec ts = { us / 1000000, (us % 1000000) * 1000L };
+	nanosleep(&ts, NULL);
+}
+
 static void sleep_ms(long ms)
 {
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
+	sleep_us(ms * 1000);
 }
 
 /* ---- the live list (dgi_tx_list, dgi_tx_kill) ---- */
@@ -591,6 +603,7 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
     uint32_t klen, int64_t flags, uint64_t *node)
 {
 	bool locking = !(flags & DGI_TXL_NOLOCK);
+	long pause_us = LOCK_RETRY_FIRST_US;
 	for (;;) {
 		uint32_t left = left_ms(tx);
 		if (left == 0)
@@ -628,7 +641,12 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			return e;
 		if (locking && tx->topver != 0 && tv != tx->topver)
 			return DG_ERR_TX_ROLLED_BACK;
-		sleep_ms(5); /* a topology change under way: map again */
+		/* map again and ask again: soon at first — the usual cause is the
+		 * key's last write not yet on every backup (its lock granted, its
+		 * read refused DG_ERR_NOT_READY: settled about a round trip
+		 * later) — then less and less often (a topology change) */
+		sleep_us(pause_us);
+		pause_us = pause_us * 2 < LOCK_RETRY_MAX_US ? pause_us * 2 : LOCK_RETRY_MAX_US;
 	}
 }
 
