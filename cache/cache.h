@@ -424,6 +424,22 @@ dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t ha
  * an ATOMIC write is, and read by nobody before). */
 dg_err dgi_cache_tx_read_settled(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
     const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver);
+/* A tx's read answered later (dgi_cache_tx_read_parked): called once,
+ * with the key's partition locked — it replies and does nothing else (no
+ * cache call, no partition lock).  err: DG_OK, with what the read found
+ * when it parked (found, val, ver); DG_ERR_NOT_READY, the write it waited
+ * for failed to reach a backup or was replaced (the reader asks again). */
+struct dg_msg_in;
+typedef void (*dgi_tx_read_fn)(void *ctx, const struct dg_msg_in *req, dg_err err,
+    bool found, const dg_buf *val, const dgi_pver *ver);
+/* dgi_cache_tx_read_settled for the request req, whose answer may wait: a
+ * key whose last write is not yet on every backup parks req on that
+ * write — DG_ERR__COUNT returned, nothing in val, found, ver — and fn(ctx,
+ * ...) answers it once every backup has the write (as a remote GET of it
+ * waits, read.c).  req is copied (its body is not kept). */
+dg_err dgi_cache_tx_read_parked(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver,
+    const struct dg_msg_in *req, dgi_tx_read_fn fn, void *ctx);
 /* Writes key as the primary (val NULL: removal, a tombstone): a new
  * version, persisted first, tagged with the tx id as the update id;
  * *ver and *expire_ms: what the backups get.  In a FULL_SYNC cache with

@@ -1473,8 +1473,9 @@ void dgi_backup_all_refuse(dgi_grid *g, const dg_msg_in *in, const dgi_msg_many 
  * to answer (remote).  PWW_WRITE: an update (its flag, and for a remote
  * GET_AND_PUT the old value in val); PWW_READ: a read that found the
  * entry pending (remote: the value to answer with, copied when it
- * parked). */
-enum { PWW_WRITE = 1, PWW_READ = 2 };
+ * parked); PWW_TXREAD: a tx's read (dgi_cache_tx_read_parked: found, val
+ * and ver copied when it parked, answered through fn). */
+enum { PWW_WRITE = 1, PWW_READ = 2, PWW_TXREAD = 3 };
 struct pw_wait {
 	struct pw_wait *next;
 	int kind;
@@ -1492,6 +1493,9 @@ struct pw_wait {
 	struct dgi_uall *group;     /* remote write of an UPDATE_ALL: its answer goes
 	                               to slot gi of the group, not to `in` */
 	uint32_t gi;
+	dgi_pver ver;               /* PWW_TXREAD: the version read */
+	dgi_tx_read_fn fn;          /* PWW_TXREAD: answers `in` */
+	void *fnctx;
 };
 
 /* An UPDATE_ALL being answered (many.c): one slot per item; the last

@@ -121,7 +121,9 @@ static void answer(dgi_grid *g, struct pw_wait *x, dg_err err)
 		sem_post(s); /* the last touch: the waiter may return now */
 		return;
 	}
-	if (x->kind == PWW_READ) {
+	if (x->kind == PWW_TXREAD) {
+		x->fn(x->fnctx, &x->in, err, x->found, &x->val, &x->ver);
+	} else if (x->kind == PWW_READ) {
 		if (err != DG_OK) {
 			dg_tp_reply_error(g->tp, &x->in, err);
 		} else {
@@ -154,7 +156,8 @@ static void answer_all(dgi_grid *g, struct pw *w, dg_err err)
 		bool heap = x->remote && x != &w->owner;
 		if (x->kind == PWW_WRITE)
 			x->applied = true;
-		answer(g, x, x->kind == PWW_READ && err != DG_OK ? DG_ERR_NOT_READY : err);
+		answer(g, x, (x->kind == PWW_READ || x->kind == PWW_TXREAD) && err != DG_OK ?
+		    DG_ERR_NOT_READY : err);
 		if (heap) {
 			dg_buf_free(&x->val);
 			dgi_free(x);

@@ -89,8 +89,19 @@ uint32_t dgi_cache_owners(dg_cache *c, uint32_t part, uint64_t *out, uint32_t ca
 	return dgi_cache_owners_hash(c, part, out, cap, topver, NULL);
 }
 
+/* How tx_read treats an entry not yet on every backup (PENDING): read
+ * it (the tx's own lock holder), refuse it (DG_ERR_NOT_READY), or park
+ * the request on its write (park, below). */
+enum { READ_ANY, READ_SETTLED, READ_PARK };
+struct park {
+	const dg_msg_in *req;
+	dgi_tx_read_fn fn;
+	void *ctx;
+};
+
 static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
-    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver, bool settled);
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver, int how,
+    const struct park *pk);
 
 dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
     const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver)
@@ -99,7 +110,7 @@ dg_err dgi_cache_tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t ha
 	*ver = (dgi_pver){ 0, 0, 0, 0 };
 	dgi_epoch_enter();
 	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
-	    tx_read(c, topver, part, hash, key, klen, val, found, ver, false);
+	    tx_read(c, topver, part, hash, key, klen, val, found, ver, READ_ANY, NULL);
 	dgi_epoch_leave();
 	return e;
 }
@@ -111,13 +122,58 @@ dg_err dgi_cache_tx_read_settled(dg_cache *c, int64_t topver, uint32_t part, uin
 	*ver = (dgi_pver){ 0, 0, 0, 0 };
 	dgi_epoch_enter();
 	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
-	    tx_read(c, topver, part, hash, key, klen, val, found, ver, true);
+	    tx_read(c, topver, part, hash, key, klen, val, found, ver, READ_SETTLED, NULL);
 	dgi_epoch_leave();
 	return e;
 }
 
+dg_err dgi_cache_tx_read_parked(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver,
+    const dg_msg_in *req, dgi_tx_read_fn fn, void *ctx)
+{
+	*found = false;
+	*ver = (dgi_pver){ 0, 0, 0, 0 };
+	struct park pk = { req, fn, ctx };
+	dgi_epoch_enter();
+	dg_err e = atomic_load(&c->dead) ? DG_ERR_CLOSED :
+	    tx_read(c, topver, part, hash, key, klen, val, found, ver, READ_PARK, &pk);
+	dgi_epoch_leave();
+	return e;
+}
+
+/* Parks pk's request on the write replicating e (pt locked): the answer
+ * then carries what e holds now.  DG_ERR__COUNT: parked; DG_ERR_NOT_READY:
+ * it cannot wait (no memory: the reader asks again); DG_OK: nobody
+ * replicates e (never left pending: read it now). */
+static dg_err park(dgi_part *pt, uint64_t hash, dgi_entry *e, int64_t wall,
+    const struct park *pk)
+{
+	dgi_pver ver = dgi_entry_ver(e);
+	struct pw *w = dgi_pw_find(pt, hash, &ver);
+	if (w == NULL) {
+		e->flags &= ~DGI_ENTRY_PENDING; /* (as read.c's park_read) */
+		return DG_OK;
+	}
+	struct pw_wait *x = dgi_pw_remote_waiter(w, PWW_TXREAD);
+	if (x == NULL)
+		return DG_ERR_NOT_READY;
+	x->in = *pk->req;
+	x->in.body = NULL;
+	x->fn = pk->fn;
+	x->fnctx = pk->ctx;
+	x->ver = ver;
+	x->found = dgi_entry_live(e, wall);
+	if (x->found && dgi_append(&x->val, dgi_entry_val(e), e->vlen) != DG_OK) {
+		dgi_pw_waiter_free(w, x);
+		return DG_ERR_NOT_READY;
+	}
+	dgi_pw_attach(w, x);
+	return DG_ERR__COUNT;
+}
+
 static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
-    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver, bool settled)
+    const uint8_t *key, uint32_t klen, dg_buf *val, bool *found, dgi_pver *ver, int how,
+    const struct park *pk)
 {
 	dgi_grid *g = c->g;
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
@@ -141,8 +197,14 @@ static dg_err tx_read(dg_cache *c, int64_t topver, uint32_t part, uint64_t hash,
 	else if (st == P_MOVING && (e == NULL || dgi_entry_topver(e) < pt->moving_topver))
 		err = DG_ERR_NOT_READY; /* the supplier may hold it, or a newer copy:
 		                           retry once it arrived */
-	if (err == DG_OK && e != NULL && settled && (e->flags & DGI_ENTRY_PENDING))
-		err = DG_ERR_NOT_READY; /* not on every backup yet: nobody reads it */
+	if (err == DG_OK && e != NULL && how != READ_ANY && (e->flags & DGI_ENTRY_PENDING)) {
+		/* not on every backup yet: nobody reads it */
+		err = how == READ_PARK ? park(pt, hash, e, dgi_wall_ms(), pk) : DG_ERR_NOT_READY;
+		if (err == DG_ERR__COUNT) {
+			dgi_part_unlock(pt);
+			return err; /* answered once every backup has it */
+		}
+	}
 	if (err == DG_OK && e != NULL) {
 		*ver = dgi_entry_ver(e);
 		if (dgi_entry_live(e, dgi_wall_ms())) {

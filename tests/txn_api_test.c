@@ -18,6 +18,7 @@
 #include "transport/transport.h"
 #include "txn/txentries.h"
 #include "txn/txsvc.h"
+#include "cache/cache_int.h" /* (dgi_part_lock: a test holds a backup's partition) */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -2544,6 +2545,114 @@ static void test_tx_write_unread_until_on_backups(void **state)
 	assert_false(seen);
 }
 
+struct lock_answer {
+	pthread_mutex_t mu;
+	bool done;
+	dg_err err;                 /* the transport's */
+	dgi_msg_tx_lock_res r;
+	uint8_t val[32];
+};
+
+static void on_lock_answer(void *ctx, dg_err err, const dg_msg_in *reply)
+{
+	struct lock_answer *a = ctx;
+	pthread_mutex_lock(&a->mu);
+	a->err = err;
+	if (err == DG_OK) {
+		a->r = *(const dgi_msg_tx_lock_res *)reply->body;
+		if (a->r.val.ptr != NULL && a->r.val.len <= sizeof(a->val))
+			memcpy(a->val, a->r.val.ptr, a->r.val.len);
+		a->r.val.ptr = NULL;
+	}
+	a->done = true;
+	pthread_mutex_unlock(&a->mu);
+}
+
+static bool lock_answered(struct lock_answer *a)
+{
+	pthread_mutex_lock(&a->mu);
+	bool d = a->done;
+	pthread_mutex_unlock(&a->mu);
+	return d;
+}
+
+/* A TX_LOCK's read of a key whose last write is not yet on every backup
+ * waits at the primary for that write and is answered with it, rather
+ * than refused DG_ERR_NOT_READY at once — the next tx of a contended key
+ * meets this nearly every time (its lock is granted as the last writer's
+ * commit leaves), and its near then slept and asked again: the p99 of
+ * dgbench's transfer_pess_rr_32c (bench/README.md).  The write's copy is
+ * held up on its backup (the key's partition locked there: its reactor
+ * waits to apply it); the read, sent meanwhile from a bare transport as
+ * a near would send it, is not answered until the backup applied and
+ * acknowledged the copy, and then with the write's value. */
+static void test_tx_read_waits_for_pending_write(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c0 = tx_cache(cl.n[0], "parked", 1);
+	dg_cache *c;
+	cl.n[3] = start_near(cl.n[0], "parked", &c);
+	cl.count = 4;
+	dg_cache *cs[1] = { c0 };
+	wait_settled(cl.n, 4, cs, 1);
+	OK(dg_cache_put(c, "k", 1, "v1", 2));
+	uint64_t own[8];
+	assert_int_equal(owners_of_raw(c0, "k", own), 2);
+	dg_node *p = node_with_id(&cl, own[0]), *b = node_with_id(&cl, own[1]);
+	/* the near: a bare transport of the cluster */
+	dg_registry *reg;
+	OK(dg_registry_create(&reg));
+	dg_tp_config tc;
+	dg_tp_config_init(&tc);
+	tc.reg = reg;
+	tc.cluster_name = "txn-test";
+	dg_tp *tp;
+	OK(dg_tp_start(&tc, &tp));
+	dg_node_id to;
+	OK(dg_tp_connect(tp, dg_node_address(p), &to));
+	uint8_t key[32], v2[32];
+	size_t klen = encode_raw("k", key, sizeof(key));
+	size_t v2len = encode_raw("v2", v2, sizeof(v2));
+	uint64_t hash;
+	int64_t tv;
+	uint32_t part = dgi_cache_key_part(c0, key, klen, &hash);
+	assert_true(dgi_cache_owners(c0, part, own, DGI_OWNERS_BUF, &tv) > 0);
+	/* the backup's partition held: its reactor, applying v2's copy,
+	 * waits for it, and so does the primary's pending write */
+	dgi_part *bpt = &cache_on(b, "parked")->parts[part];
+	dgi_part_lock(bpt);
+	pthread_t tw;
+	struct bg_op w = { .c = c, .key = "k", .val = "v2" };
+	assert_int_equal(pthread_create(&tw, NULL, bg_op_run, &w), 0);
+	usleep(200 * 1000); /* the primary applied v2; its copy waits on the backup */
+	dgi_msg_tx_lock m = { (int64_t)dg_tp_self(tp), 1, (int64_t)time(NULL) * 1000,
+		dgi_cache_id_of(c0), 8000, { key, (uint32_t)klen }, tv, part, DGI_TXL_READ };
+	struct lock_answer a = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	OK(dg_tp_request(tp, to, DGI_MSG_TX_LOCK, &m, 9000, on_lock_answer, &a));
+	usleep(300 * 1000);
+	bool early = lock_answered(&a); /* (a refusal comes at once) */
+	dgi_part_unlock(bpt);
+	for (int i = 0; i < 1000 && !lock_answered(&a); i++)
+		usleep(10 * 1000);
+	pthread_join(tw, NULL);
+	dg_buf_free(&w.got);
+	bool done = lock_answered(&a);
+	dg_tp_stop(tp);
+	dg_registry_destroy(reg);
+	cluster_stop(&cl);
+	print_message("      answered while the copy was held up: %s; then: %s, %s\n",
+	    early ? "yes" : "no", dg_strerror(a.err), dg_strerror((dg_err)a.r.res));
+	assert_false(early);
+	assert_true(done);
+	OK(a.err);
+	OK((dg_err)a.r.res);
+	assert_true(a.r.found);
+	assert_int_equal(a.r.val.len, v2len);
+	assert_memory_equal(a.val, v2, v2len);
+}
+
 /* A TX_PREPARE from the wire names each entry's partition; the primary
  * checks it (one of the cache's, the one the key hashes to) and refuses a
  * forged one with DG_ERR_INVAL — it would otherwise pass the placement
@@ -3770,6 +3879,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_stale_primary_copies_refused, after_test),
 		cmocka_unit_test_teardown(test_rejoined_primary_forgets_records, after_test),
 		cmocka_unit_test_teardown(test_tx_write_unread_until_on_backups, after_test),
+		cmocka_unit_test_teardown(test_tx_read_waits_for_pending_write, after_test),
 		cmocka_unit_test_teardown(test_late_commit_stamps_its_topology, after_test),
 		cmocka_unit_test_teardown(test_late_takeover_stamps_its_topology, after_test),
 		cmocka_unit_test_teardown(test_fence_window_lock_refused, after_test),

@@ -46,6 +46,39 @@ static void waiter_put(dgi_txsvc *s, struct waiter *w)
 	dgi_free(w);
 }
 
+/* A TX_LOCK_RES carrying a read's answer (val: what it found). */
+static void read_res(dgi_msg_tx_lock_res *r, dg_err err, bool found, const dg_buf *val,
+    const dgi_pver *ver)
+{
+	r->res = err;
+	r->found = found;
+	r->ver_topver = ver->topver;
+	r->ver_counter = (int64_t)ver->counter;
+	r->ver_order = ver->order;
+	if (found)
+		r->val = (dg_bytes){ val->data ? val->data : (const uint8_t *)"",
+			(uint32_t)val->len };
+}
+
+/* A parked read's answer (dgi_cache_tx_read_parked: the key's partition is
+ * locked, so a reply only).  ctx: the transport; only a remote request is
+ * parked. */
+static void read_answered(void *ctx, const dg_msg_in *req, dg_err err, bool found,
+    const dg_buf *val, const dgi_pver *ver)
+{
+	dgi_msg_tx_lock_res r = { err, 0, 0, 0, 0, { NULL, 0 } };
+	if (err == DG_OK)
+		read_res(&r, err, found, val, ver);
+	dg_tp_reply(ctx, req, DGI_MSG_TX_LOCK_RES, &r);
+}
+
+/* Answers a lock granted (err DG_OK) or refused; a read (READ, NOLOCK)
+ * reads the key.  Its last write not yet on every backup: a TX_LOCK from
+ * another node waits for it (the answer comes from read_answered) — the
+ * next tx of a contended key is granted the lock just as the last
+ * writer's commit leaves, so it nearly always meets that write pending;
+ * a TX_LOCK_ALL item or a local request is refused DG_ERR_NOT_READY, and
+ * the near asks again. */
 static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t cache_id,
     uint32_t part, uint64_t hash, const uint8_t *key, uint32_t klen, int64_t topver,
     int64_t flags)
@@ -56,19 +89,19 @@ static void lock_answer(dgi_txsvc *s, const dg_msg_in *in, dg_err err, uint32_t 
 		dg_cache *c = dgi_svc_tx_cache(s, cache_id, &err);
 		bool found = false;
 		dgi_pver ver = { 0, 0, 0, 0 };
-		if (c != NULL)
-			err = dgi_cache_tx_read_settled(c, topver != 0 ? topver : dgi_grid_topver(s->g),
-			    part, hash, key, klen, val, &found, &ver);
+		int64_t tv = topver != 0 ? topver : dgi_grid_topver(s->g);
+		if (c != NULL && in->type == DGI_MSG_TX_LOCK && in->from != s->self)
+			err = dgi_cache_tx_read_parked(c, tv, part, hash, key, klen, val, &found, &ver,
+			    in, read_answered, s->tp);
+		else if (c != NULL)
+			err = dgi_cache_tx_read_settled(c, tv, part, hash, key, klen, val, &found, &ver);
+		if (err == DG_ERR__COUNT) {
+			dg_buf_free(&fb);
+			return; /* parked */
+		}
 		if (err == DG_ERR_REMAP && topver == 0)
 			err = DG_ERR_NOT_READY;
-		r.res = err;
-		r.found = found;
-		r.ver_topver = ver.topver;
-		r.ver_counter = (int64_t)ver.counter;
-		r.ver_order = ver.order;
-		if (found)
-			r.val = (dg_bytes){ val->data ? val->data : (const uint8_t *)"",
-				(uint32_t)val->len };
+		read_res(&r, err, found, val, &ver);
 	}
 	dgi_svc_reply(s, in, DGI_MSG_TX_LOCK_RES, &r);
 	dg_buf_free(&fb);
