@@ -2502,6 +2502,40 @@ static dg_node *node_with_id(struct cluster *cl, uint64_t id)
 	return NULL;
 }
 
+/* Three servers and a near node with the TRANSACTIONAL FULL_SYNC cache
+ * `name` (one backup: c0 on the first server, c on the near), settled, "k"
+ * put as "v1": p is its primary, b its backup. */
+static void k_on_two_owners(struct cluster *cl, const char *name, dg_cache **c0, dg_cache **c,
+    dg_node **p, dg_node **b)
+{
+	cluster_start(cl, 3);
+	*c0 = tx_cache(cl->n[0], name, 1);
+	cl->n[3] = start_near(cl->n[0], name, c);
+	cl->count = 4;
+	dg_cache *cs[1] = { *c0 };
+	wait_settled(cl->n, 4, cs, 1);
+	OK(dg_cache_put(*c, "k", 1, "v1", 2));
+	uint64_t own[8];
+	assert_int_equal(owners_of_raw(*c0, "k", own), 2);
+	*p = node_with_id(cl, own[0]);
+	*b = node_with_id(cl, own[1]);
+}
+
+/* A bare transport of the test clusters, connected to n (*to), as a peer
+ * would send from; dg_tp_stop it, then dg_registry_destroy *reg. */
+static dg_tp *bare_peer(dg_node *n, dg_registry **reg, dg_node_id *to)
+{
+	OK(dg_registry_create(reg));
+	dg_tp_config tc;
+	dg_tp_config_init(&tc);
+	tc.reg = *reg;
+	tc.cluster_name = "txn-test";
+	dg_tp *tp;
+	OK(dg_tp_start(&tc, &tp));
+	OK(dg_tp_connect(tp, dg_node_address(n), to));
+	return tp;
+}
+
 /* A tx's write is read by nobody before every backup has it (FULL_SYNC):
  * a primary cut off from its backup applies a one-phase commit, and a
  * reader must not see it — the other side may promote the backup, which
@@ -2512,17 +2546,9 @@ static void test_tx_write_unread_until_on_backups(void **state)
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 3);
-	dg_cache *c0 = tx_cache(cl.n[0], "unread", 1);
-	dg_cache *c;
-	cl.n[3] = start_near(cl.n[0], "unread", &c);
-	cl.count = 4;
-	dg_cache *cs[1] = { c0 };
-	wait_settled(cl.n, 4, cs, 1);
-	OK(dg_cache_put(c, "k", 1, "v1", 2));
-	uint64_t own[8];
-	assert_int_equal(owners_of_raw(c0, "k", own), 2);
-	dg_node *p = node_with_id(&cl, own[0]), *b = node_with_id(&cl, own[1]);
+	dg_cache *c0, *c;
+	dg_node *p, *b;
+	k_on_two_owners(&cl, "unread", &c0, &c, &p, &b);
 	dg_tp *ptp = dgi_node_tp(p), *btp = dgi_node_tp(b);
 	dgi_tp_test_cut(ptp, node_id(b), true);
 	dgi_tp_test_cut(btp, node_id(p), true);
@@ -2590,28 +2616,13 @@ static void test_tx_read_waits_for_pending_write(void **state)
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 3);
-	dg_cache *c0 = tx_cache(cl.n[0], "parked", 1);
-	dg_cache *c;
-	cl.n[3] = start_near(cl.n[0], "parked", &c);
-	cl.count = 4;
-	dg_cache *cs[1] = { c0 };
-	wait_settled(cl.n, 4, cs, 1);
-	OK(dg_cache_put(c, "k", 1, "v1", 2));
+	dg_cache *c0, *c;
+	dg_node *p, *b;
+	k_on_two_owners(&cl, "parked", &c0, &c, &p, &b);
 	uint64_t own[8];
-	assert_int_equal(owners_of_raw(c0, "k", own), 2);
-	dg_node *p = node_with_id(&cl, own[0]), *b = node_with_id(&cl, own[1]);
-	/* the near: a bare transport of the cluster */
 	dg_registry *reg;
-	OK(dg_registry_create(&reg));
-	dg_tp_config tc;
-	dg_tp_config_init(&tc);
-	tc.reg = reg;
-	tc.cluster_name = "txn-test";
-	dg_tp *tp;
-	OK(dg_tp_start(&tc, &tp));
 	dg_node_id to;
-	OK(dg_tp_connect(tp, dg_node_address(p), &to));
+	dg_tp *tp = bare_peer(p, &reg, &to); /* the near */
 	uint8_t key[32], v2[32];
 	size_t klen = encode_raw("k", key, sizeof(key));
 	size_t v2len = encode_raw("v2", v2, sizeof(v2));
@@ -2664,17 +2675,9 @@ static void test_prepare_checks_partition(void **state)
 	dg_node *n = start_node(NULL, 0);
 	dg_cache *c = tx_cache(n, "forged", 0);
 	wait_settled(&n, 1, &c, 1);
-	/* a bare transport of the cluster, as a peer would send from */
 	dg_registry *reg;
-	OK(dg_registry_create(&reg));
-	dg_tp_config tc;
-	dg_tp_config_init(&tc);
-	tc.reg = reg;
-	tc.cluster_name = "txn-test";
-	dg_tp *tp;
-	OK(dg_tp_start(&tc, &tp));
 	dg_node_id to;
-	OK(dg_tp_connect(tp, dg_node_address(n), &to));
+	dg_tp *tp = bare_peer(n, &reg, &to);
 	uint8_t key[32], val[32];
 	size_t klen = encode_raw("forged-key", key, sizeof(key));
 	size_t vlen = encode_raw("v", val, sizeof(val));
