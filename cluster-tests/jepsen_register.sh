@@ -105,7 +105,7 @@ source "$(dirname "$0")/ctllib.sh"
 
 [[ -n $LINZ ]] || die "no checker: pass dglinz's path as the 4th argument (the histories are not checked otherwise)"
 [[ -x $LINZ ]] || die "the checker is not executable: $LINZ"
-"$DGNODE" --help 2>/dev/null | grep -q 'atomicity=atomic|transactional' ||
+grep -q 'atomicity=atomic|transactional' <<<"$("$DGNODE" --help 2>/dev/null)" ||
 	skip "this dgnode has no transactional caches"
 
 FT=1000

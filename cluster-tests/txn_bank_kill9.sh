@@ -63,7 +63,7 @@ fi
 export DG_TEST_BUDGET_MS
 source "$(dirname "$0")/cachelib.sh"
 
-"$DGNODE" --help 2>/dev/null | grep -q 'atomicity=atomic|transactional' ||
+grep -q 'atomicity=atomic|transactional' <<<"$("$DGNODE" --help 2>/dev/null)" ||
 	skip "this dgnode has no transactional caches (no atomicity= in --help)"
 
 FT=1000
