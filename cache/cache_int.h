@@ -391,6 +391,8 @@ typedef struct dgi_part {
 	uint64_t rented_ms;         /* NONE with data: when it stopped owning */
 	struct pw *pw_free;         /* records kept for reuse */
 	uint32_t pw_nfree;
+	struct pw_wait *ww_free;    /* remote waiters kept for reuse (pending.c) */
+	uint32_t ww_nfree;
 	uint32_t psync_cap;
 	struct dgi_recent *recent;  /* the last FULL_SYNC copies applied as a
 	                               backup (DGI_RECENT of them, a ring;
@@ -1557,6 +1559,7 @@ struct pw {
 	bool has_owner;             /* owner (a remote update's answer) in use */
 	struct pw_wait owner;
 	struct pw_wait *waiters;
+	struct dgi_part *pt;        /* its partition (the waiters' free list) */
 };
 
 /* All of these run with the partition locked. */

@@ -39,6 +39,8 @@
 #include <time.h>
 
 #define PW_FREE_MAX 8           /* records kept for reuse per partition */
+#define WW_FREE_MAX 8           /* remote waiters kept for reuse per partition */
+#define WW_VAL_KEEP 1024        /* ... with their value buffers up to this size */
 
 enum { PW_SENT = 1, PW_IDLE = 2 };
 
@@ -61,6 +63,7 @@ static struct pw *pw_get(dgi_part *pt)
 	w->owner.val.len = 0;
 	w->expect = heap != NULL ? heap : w->expect_in;
 	w->cap = heap != NULL ? heap_cap : DGI_PW_INLINE;
+	w->pt = pt;
 	return w;
 }
 
@@ -108,6 +111,32 @@ static struct pw *find_id(dgi_part *pt, uint64_t id)
 static dgi_entry *entry_of(dgi_part *pt, const struct pw *w)
 {
 	return dgi_part_find_ver(pt, w->hash, &w->ver);
+}
+
+/* ---- remote waiters: kept for reuse, as the records are ---- */
+
+static struct pw_wait *ww_get(dgi_part *pt)
+{
+	struct pw_wait *x = pt->ww_free;
+	if (x != NULL) {
+		pt->ww_free = x->next;
+		pt->ww_nfree--;
+	} else if ((x = dgi_alloc(sizeof(*x))) != NULL) {
+		dg_buf_init(&x->val);
+	}
+	return x;
+}
+
+static void ww_put(dgi_part *pt, struct pw_wait *x)
+{
+	if (pt->ww_nfree < WW_FREE_MAX && x->val.cap <= WW_VAL_KEEP) {
+		x->next = pt->ww_free;
+		pt->ww_free = x;
+		pt->ww_nfree++;
+		return;
+	}
+	dg_buf_free(&x->val);
+	dgi_free(x);
 }
 
 /* ---- answering waiters ---- */
@@ -158,10 +187,8 @@ static void answer_all(dgi_grid *g, struct pw *w, dg_err err)
 			x->applied = true;
 		answer(g, x, (x->kind == PWW_READ || x->kind == PWW_TXREAD) && err != DG_OK ?
 		    DG_ERR_NOT_READY : err);
-		if (heap) {
-			dg_buf_free(&x->val);
-			dgi_free(x);
-		}
+		if (heap)
+			ww_put(w->pt, x);
 		x = next;
 	}
 	w->has_owner = false;
@@ -189,9 +216,7 @@ struct pw_wait *dgi_pw_remote_waiter(struct pw *w, int kind)
 	if (kind == PWW_WRITE && !w->has_owner) {
 		x = &w->owner;
 		w->has_owner = true;
-	} else if ((x = dgi_alloc(sizeof(*x))) != NULL) {
-		dg_buf_init(&x->val);
-	} else {
+	} else if ((x = ww_get(w->pt)) == NULL) {
 		return NULL;
 	}
 	dg_buf val = x->val;
@@ -209,8 +234,7 @@ void dgi_pw_waiter_free(struct pw *w, struct pw_wait *x)
 		w->has_owner = false;
 		return;
 	}
-	dg_buf_free(&x->val);
-	dgi_free(x);
+	ww_put(w->pt, x);
 }
 
 /* ---- copies gathered per backup (cache_int.h, dgi_copies_begin) ---- */
@@ -683,6 +707,13 @@ void dgi_pw_free_part(dgi_part *pt)
 		dgi_free(w);
 	}
 	pt->pw_nfree = 0;
+	while (pt->ww_free != NULL) {
+		struct pw_wait *x = pt->ww_free;
+		pt->ww_free = x->next;
+		dg_buf_free(&x->val);
+		dgi_free(x);
+	}
+	pt->ww_nfree = 0;
 }
 
 /* ---- a local caller waiting (partition locked on entry; unlocks) ---- */
