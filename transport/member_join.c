@@ -430,11 +430,15 @@ static void *probe_thread(void *arg)
 			 * heartbeats reach it (REMOVED or TOPOLOGY follow) — only
 			 * a node it does not know there is asked to JOIN */
 			if (go && dg_tp_connect(tp, urls[i], &peer) == DG_OK && peer != known[i]) {
-				dg_msg_join_ack ack;
-				last = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, JOIN_ATTEMPT_MS, &ack, NULL);
+				/* counted before the JOIN goes: its TOPOLOGY may heal
+				 * this node before the call returns, and a reader that
+				 * saw it healed must see the dial that did it
+				 * (test_majority_segmented_dials_seeds: 0 once, TSan) */
 				pthread_mutex_lock(&m->mu);
 				m->n_probes++;
 				pthread_mutex_unlock(&m->mu);
+				dg_msg_join_ack ack;
+				last = dg_tp_call(tp, peer, DG_MSG_JOIN, &j, JOIN_ATTEMPT_MS, &ack, NULL);
 			}
 			free(urls[i]);
 		}
