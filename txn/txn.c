@@ -161,8 +161,9 @@ static _Atomic uint64_t tx_seq_next = 1;
 
 /* lock_key's pauses before it asks again after a retriable answer: the
  * first, doubled each time up to the last (a key whose last write is not
- * yet on every backup is settled about a round trip later; a topology
- * change takes milliseconds) */
+ * yet on every backup — refused so to a TX_LOCK_ALL item or this node's
+ * own request; a remote TX_LOCK waits for it, txlock.c — is settled
+ * about a round trip later; a topology change takes milliseconds) */
 #define LOCK_RETRY_FIRST_US 400
 #define LOCK_RETRY_MAX_US 5000
 
@@ -641,10 +642,9 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			return e;
 		if (locking && tx->topver != 0 && tv != tx->topver)
 			return DG_ERR_TX_ROLLED_BACK;
-		/* map again and ask again: soon at first — the usual cause is the
-		 * key's last write not yet on every backup (its lock granted, its
-		 * read refused DG_ERR_NOT_READY: settled about a round trip
-		 * later) — then less and less often (a topology change) */
+		/* map again and ask again: soon at first (the key's last write
+		 * not yet on every backup: settled about a round trip later),
+		 * then less and less often (a topology change) */
 		sleep_us(pause_us);
 		pause_us = pause_us * 2 < LOCK_RETRY_MAX_US ? pause_us * 2 : LOCK_RETRY_MAX_US;
 	}
