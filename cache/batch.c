@@ -197,7 +197,12 @@ static void wait_round(dg_cache *c, struct bwait *w, size_t n, struct ukey *k, s
     uint64_t deadline)
 {
 	bool timed = true;
+	dgi_wait_enter();
 	while (n > 0) {
+		if (timed && dgi_spin_sem(c->g->tp, &w->sem, false)) {
+			n--;
+			continue;
+		}
 		if (!timed) {
 			if (sem_wait(&w->sem) == 0)
 				n--;
@@ -223,6 +228,7 @@ static void wait_round(dg_cache *c, struct bwait *w, size_t n, struct ukey *k, s
 			dgi_part_unlock(pt);
 		}
 	}
+	dgi_wait_leave();
 }
 
 /* ---- a thread's scratch ---- */

@@ -1580,10 +1580,11 @@ bool dgi_pw_detach(struct pw *w, struct pw_wait *x);
  * dgi_pw_waiter_free only if it was never attached. */
 struct pw_wait *dgi_pw_remote_waiter(struct pw *w, int kind);
 void dgi_pw_waiter_free(struct pw *w, struct pw_wait *x);
-/* A local caller waits on x (attached to w) until answered or deadline
- * (monotonic ms): unlocks pt first.  DG_ERR_TIMEOUT (x->applied for a
- * write: applied here, not confirmed). */
-dg_err dgi_pw_wait(dgi_part *pt, struct pw *w, struct pw_wait *x, uint64_t deadline);
+/* A local caller waits on x (attached to its record) until answered or
+ * deadline (monotonic ms): unlocks pt first; spins first as a caller
+ * waiting for tp's answers does (transport.h).  DG_ERR_TIMEOUT
+ * (x->applied for a write: applied here, not confirmed). */
+dg_err dgi_pw_wait(const dg_tp *tp, dgi_part *pt, struct pw_wait *x, uint64_t deadline);
 /* A local waiter x gives up (pt locked): true when it was not answered yet
  * and is detached now (a write: applied here, not confirmed; nothing will
  * post for it); false when it was answered (its post is made or coming). */

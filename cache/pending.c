@@ -718,21 +718,25 @@ void dgi_pw_free_part(dgi_part *pt)
 
 /* ---- a local caller waiting (partition locked on entry; unlocks) ---- */
 
-dg_err dgi_pw_wait(dgi_part *pt, struct pw *w, struct pw_wait *x, uint64_t deadline)
+dg_err dgi_pw_wait(const dg_tp *tp, dgi_part *pt, struct pw_wait *x, uint64_t deadline)
 {
-	(void)w;
 	dgi_part_unlock(pt);
-	for (;;) {
+	dgi_wait_enter();
+	bool got = dgi_spin_sem(tp, &x->sem, false);
+	while (!got) {
 		uint64_t now = dgi_now_ms();
 		if (now >= deadline)
 			break;
 		struct timespec ts;
 		dgi_abstime_in(&ts, deadline - now);
 		if (sem_timedwait(&x->sem, &ts) == 0)
-			return x->err;
-		if (errno != EINTR && errno != ETIMEDOUT)
+			got = true;
+		else if (errno != EINTR && errno != ETIMEDOUT)
 			break;
 	}
+	dgi_wait_leave();
+	if (got)
+		return x->err;
 	/* timed out: leave the record, unless it answered meanwhile */
 	dgi_part_lock(pt);
 	bool gave_up = dgi_pw_give_up(pt, x);

@@ -57,7 +57,7 @@ static dg_err remote_get(dgi_grid *g, dg_node_id to, const dgi_msg_get *m, dg_bu
 	dg_err e = dg_tp_request(g->tp, to, DGI_MSG_GET, m, (uint32_t)(deadline - now),
 	    on_get_res, &w);
 	if (e == DG_OK) {
-		dgi_sem_wait_spin(&w.sem); /* one hop: often back within the spin */
+		dgi_sem_wait_spin(g->tp, &w.sem, true); /* one hop: often back within the spin */
 		e = w.err;
 	}
 	sem_destroy(&w.sem);
@@ -89,7 +89,7 @@ static dg_err wait_pending(dgi_grid *g, dg_cache *c, dgi_part *pt, uint64_t hash
 	x.kind = PWW_READ;
 	sem_init(&x.sem, 0, 0);
 	dgi_pw_attach(w, &x);
-	dg_err e = dgi_pw_wait(pt, w, &x, *deadline);
+	dg_err e = dgi_pw_wait(g->tp, pt, &x, *deadline);
 	sem_destroy(&x.sem);
 	return e;
 }

@@ -122,8 +122,7 @@ static dg_err remote_attempt(dgi_grid *g, dg_node_id primary, const dgi_msg_upda
 	dg_err e = dg_tp_request(g->tp, primary, DGI_MSG_UPDATE, m, (uint32_t)(deadline - now),
 	    on_update_res, &w);
 	if (e == DG_OK) {
-		while (sem_wait(&w.sem) != 0)
-			;
+		dgi_sem_wait_spin(g->tp, &w.sem, false);
 		e = w.err;
 		*flag = w.flag;
 		*applied = w.applied;
@@ -157,7 +156,7 @@ static dg_err local_attempt(dgi_grid *g, dg_cache *c, struct upd *u, uint64_t *d
 	x.flag = u->flag;
 	sem_init(&x.sem, 0, 0);
 	dgi_pw_attach(u->pw, &x);
-	e = dgi_pw_wait(&c->parts[u->part], u->pw, &x, due(g, deadline)); /* unlocks */
+	e = dgi_pw_wait(g->tp, &c->parts[u->part], &x, due(g, deadline)); /* unlocks */
 	sem_destroy(&x.sem);
 	*applied = x.applied;
 	return e;

@@ -122,6 +122,17 @@ typedef struct dg_node_config {
 	                                 (not process) crash may lose the last
 	                                 acknowledged writes */
 	size_t recv_max;              /* largest peer message; default 16 MiB */
+	uint32_t wait_spin_us;        /* a call of this API that waits for other
+	                                 nodes (a remote get or put, a batch, a
+	                                 transaction's phase) spins up to this
+	                                 long before it sleeps — only while it is
+	                                 the process's one call waiting, and one
+	                                 thread per two CPUs at most: a sequential
+	                                 caller's answers then find it running,
+	                                 not asleep (round trips ~2x faster on a
+	                                 2-CPU VM); it costs that thread's CPU
+	                                 while it waits.  Default 1000; 0: sleep
+	                                 at once */
 	uint32_t rebalance_batch_bytes; /* per supply message; default 512 KiB */
 	uint32_t rebalance_throttle_ms; /* a new owner's pause after each batch of
 	                                 entries it receives (spares the

@@ -405,7 +405,7 @@ static dg_err apply_with_id(dg_cache *c, int op, const char *key, const char *ex
 		x.kind = PWW_WRITE;
 		sem_init(&x.sem, 0, 0);
 		dgi_pw_attach(u.pw, &x);
-		err = dgi_pw_wait(&c->parts[u.part], u.pw, &x, dgi_now_ms() + 5000);
+		err = dgi_pw_wait(c->g->tp, &c->parts[u.part], &x, dgi_now_ms() + 5000);
 		sem_destroy(&x.sem);
 	}
 	*flag = u.flag;

@@ -187,6 +187,7 @@ typedef struct node_opt {
 	struct peer_log *log;
 	const char *url;
 	uint32_t max_handshakes;
+	uint32_t wait_spin_us;
 } node_opt;
 
 static dg_tp *node_start(const node_opt *o)
@@ -208,6 +209,8 @@ static dg_tp *node_start(const node_opt *o)
 	if (o->connect_timeout_ms)
 		cfg.connect_timeout_ms = o->connect_timeout_ms;
 	cfg.max_handshakes = o->max_handshakes;
+	if (o->wait_spin_us)
+		cfg.wait_spin_us = o->wait_spin_us;
 	cfg.node_id = o->id;
 	if (o->url != NULL)
 		cfg.listen_url = o->url;
@@ -5068,12 +5071,58 @@ static void test_spin_wait_counts(void **state)
 		uint32_t was = atomic_exchange(&dgi_spin_ns, off ? 0 : DGI_SPIN_NS);
 		for (int i = 0; i < 3; i++) {
 			sem_post(&s);
-			dgi_sem_wait_spin(&s);
+			dgi_sem_wait_spin(NULL, &s, true);
 		}
 		atomic_store(&dgi_spin_ns, was);
 		assert_int_equal(dgi_spinners(), 0);
 	}
 	sem_destroy(&s);
+}
+
+struct lone_waiter {
+	dg_tp *tp;
+	sem_t s;
+	bool one_hop;
+	_Atomic bool done;
+};
+
+static void *lone_wait(void *arg)
+{
+	struct lone_waiter *w = arg;
+	dgi_sem_wait_spin(w->tp, &w->s, w->one_hop);
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+/* A caller that is the process's only one waiting spins up to the
+ * transport's wait_spin_us (here 20 s) — a multi-hop wait too, which
+ * spun not at all before — and stops spinning once a second caller
+ * waits (then it sleeps: posted, it returns). */
+static void test_spin_while_alone(void **state)
+{
+	(void)state;
+	dg_tp *tp = NODE(.wait_spin_us = 20u * 1000 * 1000);
+	for (int hop = 0; hop < 2; hop++) {
+		struct lone_waiter w = { .tp = tp, .one_hop = hop != 0 };
+		sem_init(&w.s, 0, 0);
+		pthread_t th;
+		assert_int_equal(dgi_spinners(), 0);
+		assert_int_equal(pthread_create(&th, NULL, lone_wait, &w), 0);
+		/* spinning, and still after the 30 µs a one-hop wait had */
+		WAIT_FOR(dgi_spinners() == 1);
+		sleep_ms(50);
+		assert_int_equal(dgi_spinners(), 1);
+		assert_false(atomic_load(&w.done));
+		dgi_wait_enter(); /* a second caller waits */
+		WAIT_FOR_MS(dgi_spinners() == 0, 2000);
+		assert_false(atomic_load(&w.done));
+		sem_post(&w.s);
+		WAIT_FOR(atomic_load(&w.done));
+		dgi_wait_leave();
+		pthread_join(th, NULL);
+		sem_destroy(&w.s);
+	}
+	dg_tp_stop(tp);
 }
 
 static void test_tcp_stop_with_pending_writes(void **state)
@@ -5433,6 +5482,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_redial_backs_off),
 		cmocka_unit_test(test_tcp_stop_with_pending_writes),
 		cmocka_unit_test(test_spin_wait_counts),
+		cmocka_unit_test(test_spin_while_alone),
 	};
 	/* DG_TEST_FILTER=test_membership* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

@@ -22,11 +22,12 @@ uint64_t dgi_coarse_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* dgi_sem_wait_spin (transport.h).  One spinner per two CPUs at most: on
+/* A caller waiting (transport.h).  One spinner per two CPUs at most: on
  * a loaded node the waiters sleep, and the threads that would answer them
  * (the reactor, the handlers) keep the CPUs. */
 _Atomic uint32_t dgi_spin_ns = DGI_SPIN_NS;
 static _Atomic int spinners;
+static _Atomic int waiting;     /* callers of this process waiting */
 static int spin_max;
 static pthread_once_t spin_once = PTHREAD_ONCE_INIT;
 
@@ -45,37 +46,83 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Tries s for up to budget ns: true when it was taken. */
-static bool spin_for(sem_t *s, uint32_t budget)
+void dgi_wait_enter(void)
 {
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		for (int i = 0; i < 64; i++) {
-			if (sem_trywait(s) == 0)
-				return true;
-			cpu_relax();
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((uint64_t)((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec)) >
-		    budget)
-			return false;
-	}
+	atomic_fetch_add_explicit(&waiting, 1, memory_order_relaxed);
 }
 
-void dgi_sem_wait_spin(sem_t *s)
+void dgi_wait_leave(void)
 {
-	uint32_t budget = atomic_load_explicit(&dgi_spin_ns, memory_order_relaxed);
-	if (budget > 0) {
-		pthread_once(&spin_once, spin_init);
-		bool got = atomic_fetch_add(&spinners, 1) < spin_max && spin_for(s, budget);
-		atomic_fetch_sub(&spinners, 1);
-		if (got)
-			return;
+	atomic_fetch_sub_explicit(&waiting, 1, memory_order_relaxed);
+}
+
+/* Spins until done(arg) or the budget: the transport's wait_spin_us while
+ * this caller is the only one waiting, else (one_hop) dgi_spin_ns. */
+static bool spin(const dg_tp *tp, bool one_hop, bool (*done)(const void *), const void *arg)
+{
+	uint64_t alone = tp != NULL ? (uint64_t)tp->cfg.wait_spin_us * 1000 : 0;
+	uint64_t hop = one_hop ? atomic_load_explicit(&dgi_spin_ns, memory_order_relaxed) : 0;
+	bool by_alone = alone > 0 && atomic_load_explicit(&waiting, memory_order_relaxed) == 1;
+	uint64_t budget = by_alone ? alone : hop;
+	if (budget == 0)
+		return false;
+	pthread_once(&spin_once, spin_init);
+	bool got = false;
+	if (atomic_fetch_add(&spinners, 1) < spin_max) {
+		struct timespec t0, t;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (;;) {
+			for (int i = 0; i < 64; i++) {
+				if (done(arg)) {
+					got = true;
+					goto out;
+				}
+				cpu_relax();
+			}
+			if (by_alone && atomic_load_explicit(&waiting, memory_order_relaxed) > 1) {
+				/* another caller waits now: only a one-hop spin goes on */
+				by_alone = false;
+				budget = hop;
+			}
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			if ((uint64_t)((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec)) >
+			    budget)
+				break;
+		}
 	}
-	while (sem_wait(s) != 0) {
-		/* EINTR: a signal handler ran */
-	}
+out:
+	atomic_fetch_sub(&spinners, 1);
+	return got;
+}
+
+static bool sem_taken(const void *arg)
+{
+	return sem_trywait((sem_t *)(uintptr_t)arg) == 0;
+}
+
+static bool is_zero(const void *arg)
+{
+	return __atomic_load_n((const uint32_t *)arg, __ATOMIC_ACQUIRE) == 0;
+}
+
+bool dgi_spin_sem(const dg_tp *tp, sem_t *s, bool one_hop)
+{
+	return spin(tp, one_hop, sem_taken, s);
+}
+
+bool dgi_spin_zero(const dg_tp *tp, const uint32_t *left)
+{
+	return spin(tp, false, is_zero, left);
+}
+
+void dgi_sem_wait_spin(const dg_tp *tp, sem_t *s, bool one_hop)
+{
+	dgi_wait_enter();
+	if (!dgi_spin_sem(tp, s, one_hop))
+		while (sem_wait(s) != 0) {
+			/* EINTR: a signal handler ran */
+		}
+	dgi_wait_leave();
 }
 
 int dgi_spinners(void)
@@ -117,6 +164,7 @@ void dg_tp_config_init(dg_tp_config *cfg)
 	cfg->recv_max = 16u << 20;
 	cfg->send_queue_max = 64u << 20;
 	cfg->connect_timeout_ms = 5000;
+	cfg->wait_spin_us = DG_WAIT_SPIN_US_DEFAULT;
 }
 
 /* ---- counters ---- */
@@ -783,7 +831,7 @@ dg_err dg_tp_call(dg_tp *tp, dg_node_id to, dg_msg_type type,
 		return DG_ERR_NOMEM;
 	dg_err e = dg_tp_request(tp, to, type, body, timeout_ms, call_done, &c);
 	if (e == DG_OK) {
-		dgi_sem_wait_spin(&c.done);
+		dgi_sem_wait_spin(tp, &c.done, true);
 		e = c.err;
 	}
 	sem_destroy(&c.done);

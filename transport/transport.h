@@ -327,6 +327,10 @@ typedef struct dg_tp_config {
 	size_t recv_max;             /* largest frame body accepted, default 16 MiB */
 	size_t send_queue_max;       /* bytes queued per peer, default 64 MiB */
 	uint32_t connect_timeout_ms; /* dial + handshake, default 5000 */
+	uint32_t wait_spin_us;       /* a caller waiting for answers, when it is
+	                                the process's only one, spins this long
+	                                before it sleeps ("a caller waiting",
+	                                below); default 1000; 0: never */
 	uint32_t max_handshakes;     /* accepted connections in their handshake
 	                                at once (before authentication), default
 	                                128: one more is closed at once
@@ -439,15 +443,34 @@ uint64_t dgi_coarse_ms(void);
  * deadlines of pthread_cond_timedwait and sem_timedwait. */
 struct timespec;
 void dgi_abstime_in(struct timespec *ts, uint64_t ms);
-/* sem_wait that first spins for up to dgi_spin_ns (DGI_SPIN_NS, 30 µs;
- * 0: never) — when few threads spin already — then sleeps.  For a thread
- * that waits for a reply: on loopback it often comes within that, and a
- * thread that slept pays a futex wake and a context switch on top (dgbench
- * transport, rtt64: ctx_switches_per_op). */
+/* ---- a caller waiting for other nodes' answers ----
+ * It spins first, then sleeps (one spinner per two CPUs at most):
+ *  - while it is the only caller of this process waiting (a sequential
+ *    caller), up to the transport's wait_spin_us: every answer then comes
+ *    back to a running thread.  Waking a sleeping one costs a futex wake
+ *    and a context switch, and on a VM whose idle CPU halts (guest halt
+ *    polling off) ~30 µs more: a pinned two-thread ping-pong takes 1.5 µs
+ *    on one CPU and 58 µs across two (bench/README.md, "A sleeping
+ *    caller's wake-up").  It stops spinning as soon as a second caller
+ *    waits: a busy node's CPUs are for the threads that answer;
+ *  - else a one-hop wait (dg_tp_call, a remote get) up to dgi_spin_ns
+ *    (DGI_SPIN_NS, 30 µs; 0: never): on loopback its answer often comes
+ *    within that.
+ * dgi_wait_enter / dgi_wait_leave bracket a wait (spin and sleep) that
+ * is not dgi_sem_wait_spin's, so that others see the caller waiting. */
 #define DGI_SPIN_NS 30000u
+#define DG_WAIT_SPIN_US_DEFAULT 1000u
 extern _Atomic uint32_t dgi_spin_ns;
-void dgi_sem_wait_spin(sem_t *s);
-/* Threads spinning in dgi_sem_wait_spin now (tests). */
+void dgi_sem_wait_spin(const dg_tp *tp, sem_t *s, bool one_hop);
+void dgi_wait_enter(void);
+void dgi_wait_leave(void);
+/* Between enter and leave: spins as above until s can be taken (true:
+ * taken) or the spin ends (false: the caller sleeps its own way). */
+bool dgi_spin_sem(const dg_tp *tp, sem_t *s, bool one_hop);
+/* The same on a counter of answers still due: until *left reads 0 (true)
+ * or the spin ends.  Writers change *left with __atomic operations. */
+bool dgi_spin_zero(const dg_tp *tp, const uint32_t *left);
+/* Threads spinning in these now (tests). */
 int dgi_spinners(void);
 
 /* Totals per peer and for the node. */

@@ -72,7 +72,7 @@ struct dg_tx {
 	char label[DG_TX_LABEL_MAX];
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	uint32_t outstanding;
+	uint32_t outstanding;           /* answers due (__atomic: wait_all spins on it) */
 	/* the last TX_LOCK answer (fetch_all's: in struct fetched, values in vals) */
 	bool found;
 	dgi_pver ver;
@@ -388,7 +388,7 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 	tx->state = DGI_TXS_ACTIVE;
 	tx->topver = 0;
 	tx->nlocked = 0;
-	tx->outstanding = 0;
+	__atomic_store_n(&tx->outstanding, 0, __ATOMIC_RELAXED);
 	tx->heap = heap;
 	tx->label[0] = 0;
 	if (label != NULL)
@@ -455,7 +455,7 @@ static void call_done(struct call *c, dg_err err, int64_t idx, bool answered, bo
 	c->idx = idx;
 	c->answered = answered;
 	c->applied = applied;
-	if (--tx->outstanding == 0)
+	if (__atomic_sub_fetch(&tx->outstanding, 1, __ATOMIC_RELEASE) == 0)
 		pthread_cond_broadcast(&tx->cv);
 	pthread_mutex_unlock(&tx->mu);
 }
@@ -490,12 +490,17 @@ static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
 	call_done(c, err, -1, r != NULL, false);
 }
 
+/* Waits for every answer due (spinning first while it is the process's
+ * only waiting caller: transport.h). */
 static void wait_all(dg_tx *tx)
 {
-	pthread_mutex_lock(&tx->mu);
-	while (tx->outstanding > 0)
+	dgi_wait_enter();
+	(void)dgi_spin_zero(dgi_txsvc_tp(tx->s), &tx->outstanding);
+	pthread_mutex_lock(&tx->mu); /* (also after the spin: the answers' writer unlocks) */
+	while (__atomic_load_n(&tx->outstanding, __ATOMIC_RELAXED) > 0)
 		pthread_cond_wait(&tx->cv, &tx->mu);
 	pthread_mutex_unlock(&tx->mu);
+	dgi_wait_leave();
 }
 
 static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
@@ -508,7 +513,7 @@ static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
 	c->applied = false;
 	c->sent = true; /* (read by this thread only, after wait_all) */
 	pthread_mutex_lock(&tx->mu);
-	tx->outstanding++;
+	__atomic_add_fetch(&tx->outstanding, 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&tx->mu);
 	dg_err e = dgi_txsvc_request(tx->s, to, type, body, timeout_ms ? timeout_ms : 1, cb, c);
 	if (e != DG_OK) {
@@ -706,7 +711,7 @@ static void on_lock_res_of(void *ctx, dg_err err, const dg_msg_in *reply)
 	dg_tx *tx = f->call.tx;
 	pthread_mutex_lock(&tx->mu);
 	fetched_res(tx, f, err, err == DG_OK ? reply->body : NULL);
-	if (--tx->outstanding == 0)
+	if (__atomic_sub_fetch(&tx->outstanding, 1, __ATOMIC_RELEASE) == 0)
 		pthread_cond_broadcast(&tx->cv);
 	pthread_mutex_unlock(&tx->mu);
 }
@@ -735,7 +740,7 @@ static void on_lock_all_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			err = DG_ERR_CONN_BROKEN;
 		fetched_res(tx, f, err, err == DG_OK ? &r : NULL);
 	}
-	if (--tx->outstanding == 0)
+	if (__atomic_sub_fetch(&tx->outstanding, 1, __ATOMIC_RELEASE) == 0)
 		pthread_cond_broadcast(&tx->cv);
 	pthread_mutex_unlock(&tx->mu);
 }
