@@ -446,7 +446,9 @@ void dgi_abstime_in(struct timespec *ts, uint64_t ms);
 /* ---- a caller waiting for other nodes' answers ----
  * It spins first, then sleeps (one spinner per two CPUs at most):
  *  - while it is the only caller of this process waiting (a sequential
- *    caller), up to the transport's wait_spin_us: every answer then comes
+ *    caller), up to the transport's wait_spin_us — the callers of the
+ *    node API only (a remote get or put, a batch, a tx's phase, a local
+ *    FULL_SYNC put), not dg_tp_call's: every answer then comes
  *    back to a running thread.  Waking a sleeping one costs a futex wake
  *    and a context switch, and on a VM whose idle CPU halts (guest halt
  *    polling off) ~30 µs more: a pinned two-thread ping-pong takes 1.5 µs
@@ -457,7 +459,11 @@ void dgi_abstime_in(struct timespec *ts, uint64_t ms);
  *    (DGI_SPIN_NS, 30 µs; 0: never): on loopback its answer often comes
  *    within that.
  * dgi_wait_enter / dgi_wait_leave bracket a wait (spin and sleep) that
- * is not dgi_sem_wait_spin's, so that others see the caller waiting. */
+ * is not dgi_sem_wait_spin's, so that others see the caller waiting; a
+ * transaction counts as one waiting caller from its begin to its end
+ * (txn.c): at 128 clients in transactions most threads are runnable
+ * between an answer and their next call, not waiting, and a "lone"
+ * waiter's spin took a CPU they needed (transfer_*_128c 18% slower). */
 #define DGI_SPIN_NS 30000u
 #define DG_WAIT_SPIN_US_DEFAULT 1000u
 extern _Atomic uint32_t dgi_spin_ns;

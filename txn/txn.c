@@ -398,6 +398,10 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 	atomic_store_explicit(&tx->shown, DGI_TXS_ACTIVE, memory_order_relaxed);
 	atomic_store_explicit(&tx->nkeys, 0, memory_order_relaxed);
 	live_link(tx);
+	/* a caller waiting, between its calls too: with others in a tx or a
+	 * wait — runnable, not counted as waiting, between the answers they
+	 * got and their next call — nobody spins (transport.h) */
+	dgi_wait_enter();
 	atomic_fetch_add(&dgi_txsvc_near(s)->started, 1);
 	tl_current = tx;
 	*out = tx;
@@ -407,6 +411,7 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 static void tx_free(dg_tx *tx)
 {
 	live_unlink(tx);
+	dgi_wait_leave();
 	size_t vcap = tx->val.cap > tx->vals.cap ? tx->val.cap : tx->vals.cap, wcap = tx->wire.cap;
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->heap, tx->heap);
 	if (tl_current == tx)
@@ -490,17 +495,16 @@ static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
 	call_done(c, err, -1, r != NULL, false);
 }
 
-/* Waits for every answer due (spinning first while it is the process's
- * only waiting caller: transport.h). */
+/* Waits for every answer due (spinning first while the tx is the
+ * process's only waiting caller: transport.h; it counts as one from
+ * begin to end). */
 static void wait_all(dg_tx *tx)
 {
-	dgi_wait_enter();
 	(void)dgi_spin_zero(dgi_txsvc_tp(tx->s), &tx->outstanding);
 	pthread_mutex_lock(&tx->mu); /* (also after the spin: the answers' writer unlocks) */
 	while (__atomic_load_n(&tx->outstanding, __ATOMIC_RELAXED) > 0)
 		pthread_cond_wait(&tx->cv, &tx->mu);
 	pthread_mutex_unlock(&tx->mu);
-	dgi_wait_leave();
 }
 
 static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
