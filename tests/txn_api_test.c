@@ -3093,6 +3093,80 @@ static void test_fence_window_prepare_refused(void **state)
 	fence_window_run(true);
 }
 
+/* A deadlock's victim is chosen from a snapshot of the wait-for edges:
+ * by the time it is killed it may hold every lock it waited for and be
+ * past its checks, still PREPARING (asking its backups, or about to
+ * commit one phase).  The kill must leave its locks — released, another
+ * tx locked the key, checked the version the first had checked, and both
+ * committed: one write lost (txn_bank_kill9 saw two OPTIMISTIC
+ * SERIALIZABLE transfers read one balance and both commit).  Here a
+ * one-phase prepare is killed as a deadlock's victim (TX_KILL without
+ * the operator's flag) from the hook between its checks and its commit:
+ * its lock is still held afterwards, and it commits. */
+static dg_node *kv_node;
+static dgi_txid kv_tx;
+static _Atomic int64_t kv_held;
+
+static void kill_when_locked(dgi_txsvc *s)
+{
+	if (s != dgi_node_txs(kv_node))
+		return;
+	atomic_store(&dgi_tx_test_prepare_locked, NULL); /* once */
+	dgi_txsvc_kill(s, &kv_tx, 0);
+	dg_tx_metrics m;
+	if (dg_tx_get_metrics(kv_node, &m) == DG_OK)
+		atomic_store(&kv_held, (int64_t)m.locks_held);
+}
+
+static void test_killed_victim_keeps_prepared_locks(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_node *P = cl.n[0], *B = cl.n[1];
+	dg_cache *c = tx_cache(P, "kv", 1);
+	dg_cache *cb = cache_on(B, "kv");
+	dg_cache *both[2] = { c, cb };
+	wait_settled(cl.n, 2, both, 2);
+	static char key[16];
+	key_on(c, node_id(P), "kv", key);
+	dg_topology *t = dg_member_topology(dgi_node_member(P));
+	assert_non_null(t);
+	int64_t v = t->version;
+	dg_topology_release(t);
+	wait_fence_open(P, v);
+	kv_node = P;
+	kv_tx = (dgi_txid){ node_id(B), 41 };
+	atomic_store(&kv_held, -1);
+	atomic_store(&dgi_tx_test_prepare_locked, kill_when_locked);
+	dg_buf ents;
+	dg_buf_init(&ents);
+	one_ent(c, key, "7", 0, 0, &ents);
+	dgi_msg_tx_prepare m = { (int64_t)kv_tx.node, (int64_t)kv_tx.seq,
+		(int64_t)time(NULL) * 1000, 5000, v, DGI_TXP_ONE_PHASE, 0, 1, 0, 0,
+		{ ents.data, (uint32_t)ents.len } };
+	struct fw_call a = { -1, false };
+	OK(dg_tp_request(dgi_node_tp(B), node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, on_fw_answer,
+	    &a));
+	uint64_t deadline = dgi_now_ms() + 6000;
+	while (!atomic_load(&a.done)) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(2 * 1000);
+	}
+	atomic_store(&dgi_tx_test_prepare_locked, NULL);
+	print_message("      killed past its checks: locks held after the kill %lld, "
+	    "the prepare answered %s\n", (long long)atomic_load(&kv_held),
+	    dg_strerror((dg_err)atomic_load(&a.res)));
+	assert_int_equal(atomic_load(&kv_held), 1); /* 0 before: released under its commit */
+	OK((dg_err)atomic_load(&a.res));
+	assert_int_equal(get_long(c, key), 7);
+	dg_tx_metrics tm;
+	OK(dg_tx_get_metrics(P, &tm));
+	assert_int_equal(tm.locks_held, 0);
+	dg_buf_free(&ents);
+	cluster_stop(&cl);
+}
+
 /* The three tests below: a key k whose primary P applied a commit (k=1)
  * and copied it to owner O but not to N (N drops P's frames: a cut reaches
  * a node's peers one after another), then a later write of k (2, a
@@ -3887,6 +3961,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_late_takeover_stamps_its_topology, after_test),
 		cmocka_unit_test_teardown(test_fence_window_lock_refused, after_test),
 		cmocka_unit_test_teardown(test_fence_window_prepare_refused, after_test),
+		cmocka_unit_test_teardown(test_killed_victim_keeps_prepared_locks, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

@@ -49,10 +49,18 @@ static void kill_victim(dgi_txsvc *s, const dgi_txid *victim, dg_err why)
 	 * waits for nothing here any more — the cycle was seen in a snapshot
 	 * of edges taken before it moved on — and may already be decided:
 	 * releasing its locks would let another tx write under its commit.
-	 * Leave it; where it still waits, it is killed. */
+	 * So does one still PREPARING that holds every lock it asked for
+	 * (waiting 0): its checks are made or being made, and it goes on to
+	 * PREPARED (or, one phase, commits) whatever its locks — released,
+	 * another tx locked the keys, checked the same versions and both
+	 * committed, one write lost (txn_bank_kill9: two OPTIMISTIC
+	 * SERIALIZABLE transfers read one balance and both committed;
+	 * test_killed_victim_keeps_prepared_locks).  Leave it; where it still
+	 * waits, it is killed. */
 	for (struct rec *r = s->buckets[dgi_txid_hash(victim) & (NBUCKETS - 1)]; r != NULL; r = r->next)
 		if (dgi_txid_eq(&r->id, victim) && (r->role == ROLE_TAKEOVER ||
-		    (r->role == ROLE_PRIMARY && (r->st == R_PREPARED || r->st == R_COMMITTING)))) {
+		    (r->role == ROLE_PRIMARY && (r->st == R_PREPARED || r->st == R_COMMITTING ||
+		    (r->st == R_PREPARING && r->waiting == 0))))) {
 			pthread_mutex_unlock(&s->mu);
 			return;
 		}

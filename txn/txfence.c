@@ -12,6 +12,7 @@
 
 _Atomic bool dgi_tx_test_ignore_pause;
 _Atomic dgi_tx_test_hook dgi_tx_test_fence_window;
+_Atomic dgi_tx_test_hook dgi_tx_test_prepare_locked;
 
 /* Was this node just paused (PROTOCOL.md, "A paused node")?  Its view of
  * the cluster may be stale: the others may have removed it and moved its

@@ -607,6 +607,10 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 		prepare_fail(s, r, fail, idx);
 		return;
 	}
+	dgi_tx_test_hook hk = atomic_load_explicit(&dgi_tx_test_prepare_locked,
+	    memory_order_relaxed);
+	if (hk != NULL)
+		hk(s);
 	if (r->flags & DGI_TXP_ONE_PHASE) {
 		pthread_mutex_lock(&s->mu);
 		dead = r->dead; /* rolled back meanwhile (the near's rollback, the fence) */

@@ -289,6 +289,9 @@ void dgi_txsvc_topology(dgi_txsvc *s, const dg_topology *t);
  * moves on, and is reported, in between). */
 typedef void (*dgi_tx_test_hook)(dgi_txsvc *s);
 extern _Atomic dgi_tx_test_hook dgi_tx_test_fence_window;
+/* Tests: called by a primary's prepare once it holds every lock and its
+ * checks passed, before it commits (one phase) or asks its backups. */
+extern _Atomic dgi_tx_test_hook dgi_tx_test_prepare_locked;
 /* The near side: tx ended — committed (every participant confirmed),
  * decided commit but not every participant confirmed (!confirmed:
  * DG_ERR_TX_UNKNOWN), or rolled back; TX_QUERY answers from it (near byte
