@@ -3022,17 +3022,35 @@ static void on_fw_answer(void *ctx, dg_err err, const dg_msg_in *reply)
 	atomic_store(&a->done, true);
 }
 
+/* Two nodes (P = n[0], B = n[1]) with a TRANSACTIONAL cache name (one
+ * backup), settled; key: one of P's.  Returns P's cache. */
+static dg_cache *two_nodes_p_key(struct cluster *cl, const char *name, char *key)
+{
+	cluster_start(cl, 2);
+	dg_cache *c = tx_cache(cl->n[0], name, 1);
+	dg_cache *cb = cache_on(cl->n[1], name);
+	dg_cache *both[2] = { c, cb };
+	wait_settled(cl->n, 2, both, 2);
+	key_on(c, node_id(cl->n[0]), name, key);
+	return c;
+}
+
+/* Waits (up to 6 s) for the answer of a request sent with on_fw_answer. */
+static void wait_fw(struct fw_call *a)
+{
+	uint64_t deadline = dgi_now_ms() + 6000;
+	while (!atomic_load(&a->done)) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(2 * 1000);
+	}
+}
+
 static void fence_window_run(bool prepare)
 {
 	struct cluster cl;
-	cluster_start(&cl, 2);
-	dg_node *P = cl.n[0], *B = cl.n[1];
-	dg_cache *c = tx_cache(P, "fw", 1);
-	dg_cache *cb = cache_on(B, "fw");
-	dg_cache *both[2] = { c, cb };
-	wait_settled(cl.n, 2, both, 2);
 	static char key[16];
-	key_on(c, node_id(P), "fw", key);
+	dg_cache *c = two_nodes_p_key(&cl, "fw", key);
+	dg_node *P = cl.n[0], *B = cl.n[1];
 	/* v + 1: P's topology again, one version on */
 	dg_topology *t = dg_member_topology(dgi_node_member(P));
 	assert_non_null(t);
@@ -3066,11 +3084,7 @@ static void fence_window_run(bool prepare)
 			DGI_TXP_ONE_PHASE, 0, 1, 0, 0, { ents.data, (uint32_t)ents.len } };
 		OK(dg_tp_request(tp, node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, on_fw_answer, &a));
 	}
-	uint64_t deadline = dgi_now_ms() + 6000;
-	while (!atomic_load(&a.done)) {
-		assert_true(dgi_now_ms() < deadline);
-		usleep(2 * 1000);
-	}
+	wait_fw(&a);
 	atomic_store(&dgi_tx_test_fence_window, NULL);
 	print_message("      %s under v after v+1 was reported: %s\n", prepare ? "prepare" : "lock",
 	    dg_strerror((dg_err)atomic_load(&a.res)));
@@ -3122,14 +3136,9 @@ static void test_killed_victim_keeps_prepared_locks(void **state)
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 2);
-	dg_node *P = cl.n[0], *B = cl.n[1];
-	dg_cache *c = tx_cache(P, "kv", 1);
-	dg_cache *cb = cache_on(B, "kv");
-	dg_cache *both[2] = { c, cb };
-	wait_settled(cl.n, 2, both, 2);
 	static char key[16];
-	key_on(c, node_id(P), "kv", key);
+	dg_cache *c = two_nodes_p_key(&cl, "kv", key);
+	dg_node *P = cl.n[0], *B = cl.n[1];
 	dg_topology *t = dg_member_topology(dgi_node_member(P));
 	assert_non_null(t);
 	int64_t v = t->version;
@@ -3148,11 +3157,7 @@ static void test_killed_victim_keeps_prepared_locks(void **state)
 	struct fw_call a = { -1, false };
 	OK(dg_tp_request(dgi_node_tp(B), node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, on_fw_answer,
 	    &a));
-	uint64_t deadline = dgi_now_ms() + 6000;
-	while (!atomic_load(&a.done)) {
-		assert_true(dgi_now_ms() < deadline);
-		usleep(2 * 1000);
-	}
+	wait_fw(&a);
 	atomic_store(&dgi_tx_test_prepare_locked, NULL);
 	print_message("      killed past its checks: locks held after the kill %lld, "
 	    "the prepare answered %s\n", (long long)atomic_load(&kv_held),
