@@ -3172,6 +3172,76 @@ static void test_killed_victim_keeps_prepared_locks(void **state)
 	cluster_stop(&cl);
 }
 
+/* The same kill a step earlier: a PESSIMISTIC tx that locked its key on
+ * P sends its one-phase prepare; between the prepare's check that the tx
+ * still holds that lock and the record turning PREPARING, the tx is
+ * killed as a deadlock's victim, its lock freed.  The prepare takes the
+ * free lock again (acquiring is re-entrant) — it must fail, not commit a
+ * value the tx computed under a lock it lost (another tx may have written
+ * the key in between). */
+static void kill_in_prepare(dgi_txsvc *s)
+{
+	if (s != dgi_node_txs(kv_node))
+		return;
+	atomic_store(&dgi_tx_test_fence_window, NULL); /* once */
+	dgi_txsvc_kill(s, &kv_tx, 0);
+	dg_tx_metrics m;
+	if (dg_tx_get_metrics(kv_node, &m) == DG_OK)
+		atomic_store(&kv_held, (int64_t)m.locks_held);
+}
+
+static void test_killed_victim_fails_its_prepare(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	static char key[16];
+	dg_cache *c = two_nodes_p_key(&cl, "kp", key);
+	dg_node *P = cl.n[0], *B = cl.n[1];
+	put_long(P, c, key, 1);
+	dg_topology *t = dg_member_topology(dgi_node_member(P));
+	assert_non_null(t);
+	int64_t v = t->version;
+	dg_topology_release(t);
+	wait_fence_open(P, v);
+	kv_node = P;
+	kv_tx = (dgi_txid){ node_id(B), 51 };
+	uint8_t k[32];
+	size_t klen = encode_raw(key, k, sizeof(k));
+	uint64_t hash;
+	uint32_t part = dgi_cache_key_part(c, k, klen, &hash);
+	dgi_msg_tx_lock lm = { (int64_t)kv_tx.node, (int64_t)kv_tx.seq, (int64_t)time(NULL) * 1000,
+		dgi_cache_id_of(c), 5000, { k, (uint32_t)klen }, v, part, 0 };
+	struct fw_call a = { -1, false };
+	OK(dg_tp_request(dgi_node_tp(B), node_id(P), DGI_MSG_TX_LOCK, &lm, 5000, on_fw_answer,
+	    &a));
+	wait_fw(&a);
+	OK((dg_err)atomic_load(&a.res)); /* locked */
+	atomic_store(&kv_held, -1);
+	atomic_store(&dgi_tx_test_fence_window, kill_in_prepare);
+	dg_buf ents;
+	dg_buf_init(&ents);
+	one_ent(c, key, "8", 0, 0, &ents);
+	dgi_msg_tx_prepare m = { (int64_t)kv_tx.node, (int64_t)kv_tx.seq,
+		(int64_t)time(NULL) * 1000, 5000, v, DGI_TXP_ONE_PHASE, 0, 1, 0, 0,
+		{ ents.data, (uint32_t)ents.len } };
+	struct fw_call pa = { -1, false };
+	OK(dg_tp_request(dgi_node_tp(B), node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, on_fw_answer,
+	    &pa));
+	wait_fw(&pa);
+	atomic_store(&dgi_tx_test_fence_window, NULL);
+	print_message("      killed between its lock check and its record: locks held after "
+	    "the kill %lld, the prepare answered %s\n", (long long)atomic_load(&kv_held),
+	    dg_strerror((dg_err)atomic_load(&pa.res)));
+	assert_int_equal(atomic_load(&kv_held), 0); /* the kill freed it */
+	EXPECT((dg_err)atomic_load(&pa.res), DG_ERR_DEADLOCK); /* DG_OK before: committed */
+	assert_int_equal(get_long(c, key), 1);
+	dg_tx_metrics tm;
+	OK(dg_tx_get_metrics(P, &tm));
+	assert_int_equal(tm.locks_held, 0);
+	dg_buf_free(&ents);
+	cluster_stop(&cl);
+}
+
 /* The three tests below: a key k whose primary P applied a commit (k=1)
  * and copied it to owner O but not to N (N drops P's frames: a cut reaches
  * a node's peers one after another), then a later write of k (2, a
@@ -3967,6 +4037,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_fence_window_lock_refused, after_test),
 		cmocka_unit_test_teardown(test_fence_window_prepare_refused, after_test),
 		cmocka_unit_test_teardown(test_killed_victim_keeps_prepared_locks, after_test),
+		cmocka_unit_test_teardown(test_killed_victim_fails_its_prepare, after_test),
 	};
 	/* DG_TEST_FILTER=test_tx_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

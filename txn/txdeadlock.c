@@ -57,13 +57,23 @@ static void kill_victim(dgi_txsvc *s, const dgi_txid *victim, dg_err why)
 	 * SERIALIZABLE transfers read one balance and both committed;
 	 * test_killed_victim_keeps_prepared_locks).  Leave it; where it still
 	 * waits, it is killed. */
-	for (struct rec *r = s->buckets[dgi_txid_hash(victim) & (NBUCKETS - 1)]; r != NULL; r = r->next)
+	struct rec *b0 = s->buckets[dgi_txid_hash(victim) & (NBUCKETS - 1)];
+	for (struct rec *r = b0; r != NULL; r = r->next)
 		if (dgi_txid_eq(&r->id, victim) && (r->role == ROLE_TAKEOVER ||
 		    (r->role == ROLE_PRIMARY && (r->st == R_PREPARED || r->st == R_COMMITTING ||
 		    (r->st == R_PREPARING && r->waiting == 0))))) {
 			pthread_mutex_unlock(&s->mu);
 			return;
 		}
+	/* Marked, under the lock its prepare counts its grants under: a
+	 * prepare that had checked it still held its locks (a PESSIMISTIC
+	 * one, locked here before) and takes them again as they are freed
+	 * below fails when its last grant is counted (lock_counted), as one
+	 * still waiting fails by the victims list (test_killed_victim_fails_
+	 * its_prepare). */
+	for (struct rec *r = b0; r != NULL; r = r->next)
+		if (dgi_txid_eq(&r->id, victim) && r->role == ROLE_PRIMARY && r->killed == DG_OK)
+			r->killed = why;
 	bool room = s->nvictims < (int)(sizeof(s->victims) / sizeof(s->victims[0]));
 	if (room) {
 		s->victim_err[s->nvictims] = why;

@@ -20,6 +20,8 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r);
 static void lock_counted(dgi_txsvc *s, struct rec *r, dg_err err)
 {
 	pthread_mutex_lock(&s->mu);
+	if (err == DG_OK)
+		err = r->killed; /* (a kill freed its locks: txdeadlock.c) */
 	if (err != DG_OK && r->fail == DG_OK)
 		r->fail = err;
 	bool go = --r->waiting == 0 && !r->dead;
@@ -335,7 +337,7 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		dgi_svc_ack(s, in, e, -1);
 		return;
 	}
-	if (!resend && !locked_here)
+	if (!resend)
 		dgi_svc_test_fence_window(s);
 	pthread_mutex_lock(&s->mu);
 	/* the fence again, under s->mu as the record is made or starts its

@@ -285,8 +285,9 @@ dg_err dgi_txsvc_joined(dgi_txsvc *s, struct dg_member *m, uint32_t fence_timeou
  * to t (a newer version) and counts every node of it.  For tests. */
 void dgi_txsvc_topology(dgi_txsvc *s, const dg_topology *t);
 /* Tests: called by a TX_LOCK or a TX_PREPARE between its first look at
- * the fence and the making of its record (txn_api_test: a topology that
- * moves on, and is reported, in between). */
+ * the fence (a PREPARE of a tx that locked here: its check that it still
+ * holds those locks) and the making of its record (txn_api_test: a
+ * topology that moves on, and is reported, in between; a kill). */
 typedef void (*dgi_tx_test_hook)(dgi_txsvc *s);
 extern _Atomic dgi_tx_test_hook dgi_tx_test_fence_window;
 /* Tests: called by a primary's prepare once it holds every lock and its

@@ -229,6 +229,9 @@ struct rec {
 	dg_err bfail;               /* the first backup answer that was not DG_OK */
 	dg_err fail;
 	int64_t fail_idx;
+	dg_err killed;              /* primary: a deadlock's or an operator's kill
+	                               released its locks here (why); its prepare,
+	                               if any, fails (txdeadlock.c kill_victim) */
 	bool have_req;              /* req waits for an answer */
 	bool dead;                  /* out of the table; freed when refs drops to 0 */
 	dg_msg_in req;
