@@ -3121,15 +3121,51 @@ static dg_node *kv_node;
 static dgi_txid kv_tx;
 static _Atomic int64_t kv_held;
 
-static void kill_when_locked(dgi_txsvc *s)
+/* The hook of both tests (set on one of the two hook points): kills
+ * kv_tx on kv_node as a deadlock's victim, once, and reads how many locks
+ * kv_node holds after. */
+static void kill_now(dgi_txsvc *s)
 {
 	if (s != dgi_node_txs(kv_node))
 		return;
 	atomic_store(&dgi_tx_test_prepare_locked, NULL); /* once */
+	atomic_store(&dgi_tx_test_fence_window, NULL);
 	dgi_txsvc_kill(s, &kv_tx, 0);
 	dg_tx_metrics m;
 	if (dg_tx_get_metrics(kv_node, &m) == DG_OK)
 		atomic_store(&kv_held, (int64_t)m.locks_held);
+}
+
+/* Arms kill_now for tx (B, seq) on P once P's fence is open; returns P's
+ * topology version. */
+static int64_t kv_arm(dg_node *P, dg_node *B, uint64_t seq)
+{
+	dg_topology *t = dg_member_topology(dgi_node_member(P));
+	assert_non_null(t);
+	int64_t v = t->version;
+	dg_topology_release(t);
+	wait_fence_open(P, v);
+	kv_node = P;
+	kv_tx = (dgi_txid){ node_id(B), seq };
+	atomic_store(&kv_held, -1);
+	return v;
+}
+
+/* kv_tx's one-phase TX_PREPARE of key = val under v, sent from B to P;
+ * waits for its answer in *a. */
+static void kv_prepare(dg_node *P, dg_node *B, dg_cache *c, const char *key, const char *val,
+    int64_t v, struct fw_call *a)
+{
+	dg_buf ents;
+	dg_buf_init(&ents);
+	one_ent(c, key, val, 0, 0, &ents);
+	dgi_msg_tx_prepare m = { (int64_t)kv_tx.node, (int64_t)kv_tx.seq,
+		(int64_t)time(NULL) * 1000, 5000, v, DGI_TXP_ONE_PHASE, 0, 1, 0, 0,
+		{ ents.data, (uint32_t)ents.len } };
+	OK(dg_tp_request(dgi_node_tp(B), node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, on_fw_answer,
+	    a));
+	wait_fw(a);
+	dg_buf_free(&ents);
 }
 
 static void test_killed_victim_keeps_prepared_locks(void **state)
@@ -3139,25 +3175,10 @@ static void test_killed_victim_keeps_prepared_locks(void **state)
 	static char key[16];
 	dg_cache *c = two_nodes_p_key(&cl, "kv", key);
 	dg_node *P = cl.n[0], *B = cl.n[1];
-	dg_topology *t = dg_member_topology(dgi_node_member(P));
-	assert_non_null(t);
-	int64_t v = t->version;
-	dg_topology_release(t);
-	wait_fence_open(P, v);
-	kv_node = P;
-	kv_tx = (dgi_txid){ node_id(B), 41 };
-	atomic_store(&kv_held, -1);
-	atomic_store(&dgi_tx_test_prepare_locked, kill_when_locked);
-	dg_buf ents;
-	dg_buf_init(&ents);
-	one_ent(c, key, "7", 0, 0, &ents);
-	dgi_msg_tx_prepare m = { (int64_t)kv_tx.node, (int64_t)kv_tx.seq,
-		(int64_t)time(NULL) * 1000, 5000, v, DGI_TXP_ONE_PHASE, 0, 1, 0, 0,
-		{ ents.data, (uint32_t)ents.len } };
+	int64_t v = kv_arm(P, B, 41);
+	atomic_store(&dgi_tx_test_prepare_locked, kill_now);
 	struct fw_call a = { -1, false };
-	OK(dg_tp_request(dgi_node_tp(B), node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, on_fw_answer,
-	    &a));
-	wait_fw(&a);
+	kv_prepare(P, B, c, key, "7", v, &a);
 	atomic_store(&dgi_tx_test_prepare_locked, NULL);
 	print_message("      killed past its checks: locks held after the kill %lld, "
 	    "the prepare answered %s\n", (long long)atomic_load(&kv_held),
@@ -3168,7 +3189,6 @@ static void test_killed_victim_keeps_prepared_locks(void **state)
 	dg_tx_metrics tm;
 	OK(dg_tx_get_metrics(P, &tm));
 	assert_int_equal(tm.locks_held, 0);
-	dg_buf_free(&ents);
 	cluster_stop(&cl);
 }
 
@@ -3179,17 +3199,6 @@ static void test_killed_victim_keeps_prepared_locks(void **state)
  * free lock again (acquiring is re-entrant) — it must fail, not commit a
  * value the tx computed under a lock it lost (another tx may have written
  * the key in between). */
-static void kill_in_prepare(dgi_txsvc *s)
-{
-	if (s != dgi_node_txs(kv_node))
-		return;
-	atomic_store(&dgi_tx_test_fence_window, NULL); /* once */
-	dgi_txsvc_kill(s, &kv_tx, 0);
-	dg_tx_metrics m;
-	if (dg_tx_get_metrics(kv_node, &m) == DG_OK)
-		atomic_store(&kv_held, (int64_t)m.locks_held);
-}
-
 static void test_killed_victim_fails_its_prepare(void **state)
 {
 	(void)state;
@@ -3198,13 +3207,7 @@ static void test_killed_victim_fails_its_prepare(void **state)
 	dg_cache *c = two_nodes_p_key(&cl, "kp", key);
 	dg_node *P = cl.n[0], *B = cl.n[1];
 	put_long(P, c, key, 1);
-	dg_topology *t = dg_member_topology(dgi_node_member(P));
-	assert_non_null(t);
-	int64_t v = t->version;
-	dg_topology_release(t);
-	wait_fence_open(P, v);
-	kv_node = P;
-	kv_tx = (dgi_txid){ node_id(B), 51 };
+	int64_t v = kv_arm(P, B, 51);
 	uint8_t k[32];
 	size_t klen = encode_raw(key, k, sizeof(k));
 	uint64_t hash;
@@ -3216,18 +3219,9 @@ static void test_killed_victim_fails_its_prepare(void **state)
 	    &a));
 	wait_fw(&a);
 	OK((dg_err)atomic_load(&a.res)); /* locked */
-	atomic_store(&kv_held, -1);
-	atomic_store(&dgi_tx_test_fence_window, kill_in_prepare);
-	dg_buf ents;
-	dg_buf_init(&ents);
-	one_ent(c, key, "8", 0, 0, &ents);
-	dgi_msg_tx_prepare m = { (int64_t)kv_tx.node, (int64_t)kv_tx.seq,
-		(int64_t)time(NULL) * 1000, 5000, v, DGI_TXP_ONE_PHASE, 0, 1, 0, 0,
-		{ ents.data, (uint32_t)ents.len } };
+	atomic_store(&dgi_tx_test_fence_window, kill_now);
 	struct fw_call pa = { -1, false };
-	OK(dg_tp_request(dgi_node_tp(B), node_id(P), DGI_MSG_TX_PREPARE, &m, 5000, on_fw_answer,
-	    &pa));
-	wait_fw(&pa);
+	kv_prepare(P, B, c, key, "8", v, &pa);
 	atomic_store(&dgi_tx_test_fence_window, NULL);
 	print_message("      killed between its lock check and its record: locks held after "
 	    "the kill %lld, the prepare answered %s\n", (long long)atomic_load(&kv_held),
@@ -3238,7 +3232,6 @@ static void test_killed_victim_fails_its_prepare(void **state)
 	dg_tx_metrics tm;
 	OK(dg_tx_get_metrics(P, &tm));
 	assert_int_equal(tm.locks_held, 0);
-	dg_buf_free(&ents);
 	cluster_stop(&cl);
 }
 
