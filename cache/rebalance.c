@@ -1178,7 +1178,6 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 	out->gets = out->hits + out->misses; /* reads that got an answer */
 	out->removes = t.removes;
 	out->remaps = atomic_load(&c->remaps);
-	out->expired = atomic_load(&c->expired);
 	out->rebalance_partitions_done = atomic_load(&c->rebal_parts_done);
 	out->rebalance_bytes = atomic_load(&c->rebal_bytes);
 	dgi_epoch_enter(); /* a destroyed cache's partitions: none (freed) */
@@ -1199,6 +1198,11 @@ dg_err dg_cache_get_metrics(dg_cache *c, dg_cache_metrics *out)
 		out->partitions_lost += st == P_LOST;
 	}
 	dgi_epoch_leave();
+	/* after the walk: the sweeper adds what it removed from a partition
+	 * before unlocking it, so every entry missing from entries above is
+	 * counted here (read first, a sweep running ahead of the walk showed
+	 * entries gone and not expired) */
+	out->expired = atomic_load(&c->expired);
 	out->rebalance_partitions_left = out->partitions_moving;
 	return DG_OK;
 }
