@@ -1625,6 +1625,92 @@ static void key_on(dg_cache *c, uint64_t primary, const char *prefix, char *key)
 	fail_msg("no key on that primary");
 }
 
+/* The COMMITs of a two-phase commit on remote primaries go out from the
+ * last PREPARE answer (txn.c commit_on_answer), every primary having
+ * prepared — never when one refused.  A near that is a participant itself
+ * sends them after its wait, as before.  3 nodes, 2 backups, the near on
+ * each node in turn, one key on each of the other two. */
+struct put_arg {
+	dg_node *n;
+	dg_cache *c;
+	const char *key;
+	long v;
+};
+
+static void *put_thread(void *p)
+{
+	struct put_arg *a = p;
+	put_long(a->n, a->c, a->key, a->v);
+	return NULL;
+}
+
+static uint64_t near_commits(struct cluster *cl, bool on_answer)
+{
+	uint64_t n = 0;
+	for (int i = 0; i < cl->count; i++) {
+		dgi_txnear_stats *st = dgi_txsvc_near(dgi_node_txs(cl->n[i]));
+		n += atomic_load(on_answer ? &st->commit_on_answer : &st->commit_waited);
+	}
+	return n;
+}
+
+static void test_commit_sent_by_last_prepare_answer(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 3);
+	dg_cache *c[3];
+	c[0] = tx_cache(cl.n[0], "ca", 2);
+	c[1] = cache_on(cl.n[1], "ca");
+	c[2] = cache_on(cl.n[2], "ca");
+	char key[3][16]; /* key[i]: primary n[i] */
+	for (int i = 0; i < 3; i++)
+		key_on(c[0], node_id(cl.n[i]), i == 0 ? "x" : i == 1 ? "y" : "z", key[i]);
+	for (int round = 0; round < 12; round++) {
+		int near = round % 3, p = (near + 1) % 3, q = (near + 2) % 3;
+		dg_tx *tx;
+		OK(dg_tx_begin(cl.n[near], round % 2 ? DG_OPTIMISTIC : DG_PESSIMISTIC,
+		    DG_SERIALIZABLE, 5000, "ca", &tx));
+		OK(tx_put_long(tx, c[near], key[p], round * 100 + p));
+		OK(tx_put_long(tx, c[near], key[q], round * 100 + q));
+		OK(dg_tx_commit(tx));
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(get_long(c[i], key[p]), round * 100 + p);
+			assert_int_equal(get_long(c[i], key[q]), round * 100 + q);
+		}
+	}
+	assert_int_equal(near_commits(&cl, true), 12);
+	assert_int_equal(near_commits(&cl, false), 0);
+	/* the near a participant: its COMMITs after its wait */
+	dg_tx *tx;
+	OK(dg_tx_begin(cl.n[0], DG_PESSIMISTIC, DG_SERIALIZABLE, 5000, "ca", &tx));
+	for (int i = 0; i < 3; i++)
+		OK(tx_put_long(tx, c[0], key[i], 50 + i));
+	OK(dg_tx_commit(tx));
+	assert_int_equal(near_commits(&cl, true), 12);
+	assert_int_equal(near_commits(&cl, false), 1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(get_long(c[(i + 1) % 3], key[i]), 50 + i);
+	/* a refused PREPARE: an OPTIMISTIC SERIALIZABLE tx read y, another
+	 * wrote it; z's primary prepared, no COMMIT goes out */
+	OK(dg_tx_begin(cl.n[0], DG_OPTIMISTIC, DG_SERIALIZABLE, 5000, "ca", &tx));
+	long v;
+	OK(tx_get_long(tx, c[0], key[1], &v));
+	struct put_arg pa = { cl.n[2], c[2], key[1], 7 };
+	pthread_t t;
+	pthread_create(&t, NULL, put_thread, &pa);
+	pthread_join(t, NULL);
+	OK(tx_put_long(tx, c[0], key[1], -5));
+	OK(tx_put_long(tx, c[0], key[2], -5));
+	EXPECT(dg_tx_commit(tx), DG_ERR_TX_CONFLICT);
+	assert_int_equal(near_commits(&cl, true), 12);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(get_long(c[i], key[1]), 7);
+		assert_int_equal(get_long(c[i], key[2]), 52);
+	}
+	cluster_stop(&cl);
+}
+
 /* The entry of role `role` listed on n for the near tx labelled label
  * (role 0) or for tx (near, id) (other roles); false if none. */
 static bool listed(dg_node *n, int role, const char *label, uint64_t near, uint64_t id,
@@ -3987,6 +4073,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_no_dirty_reads, after_test),
 		cmocka_unit_test_teardown(test_repeatable_reads, after_test),
 		cmocka_unit_test_teardown(test_commit_reaches_backups, after_test),
+		cmocka_unit_test_teardown(test_commit_sent_by_last_prepare_answer, after_test),
 		cmocka_unit_test_teardown(test_deadlock_detected, after_test),
 		cmocka_unit_test_teardown(test_deadlock_across_nodes, after_test),
 		cmocka_unit_test_teardown(test_deadlock_found_while_recovery_waits, after_test),

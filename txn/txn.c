@@ -73,6 +73,12 @@ struct dg_tx {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint32_t outstanding;           /* answers due (__atomic: wait_all spins on it) */
+	/* a 2PC's COMMIT sent by its last PREPARE answer (commit_on_answer),
+	 * under mu: the PREPARE round armed for it (arm_ng 0: none) */
+	uint32_t arm_ng, commit_ng;
+	const struct group *arm_groups;
+	struct call *arm_calls;
+	bool commit_sent;           /* the COMMITs went out (read after wait_all) */
 	/* the last TX_LOCK answer (fetch_all's: in struct fetched, values in vals) */
 	bool found;
 	dgi_pver ver;
@@ -389,6 +395,8 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 	tx->topver = 0;
 	tx->nlocked = 0;
 	__atomic_store_n(&tx->outstanding, 0, __ATOMIC_RELAXED);
+	tx->arm_ng = 0;
+	tx->commit_sent = false;
 	tx->heap = heap;
 	tx->label[0] = 0;
 	if (label != NULL)
@@ -452,6 +460,29 @@ const char *dg_tx_state_name(dg_tx_state s)
 
 /* ---- requests ---- */
 
+static void commit_on_answer(dg_tx *tx);
+
+/* Under tx->mu: one answer due is in (a reply, or the sender's hold on an
+ * armed round).  The last one of a PREPARE round armed for it, every
+ * primary having answered DG_OK: true, the count left at 1 (the hold the
+ * caller drops once it sent the COMMITs: commit_on_answer), so the waiting
+ * thread sleeps on through both phases. */
+static bool count_in(dg_tx *tx)
+{
+	if (tx->arm_ng != 0 && __atomic_load_n(&tx->outstanding, __ATOMIC_RELAXED) == 1) {
+		bool ok = true;
+		for (uint32_t i = 0; i < tx->arm_ng && ok; i++)
+			ok = tx->arm_calls[i].answered && tx->arm_calls[i].err == DG_OK;
+		tx->commit_ng = tx->arm_ng;
+		tx->arm_ng = 0;
+		if (ok)
+			return true;
+	}
+	if (__atomic_sub_fetch(&tx->outstanding, 1, __ATOMIC_RELEASE) == 0)
+		pthread_cond_broadcast(&tx->cv);
+	return false;
+}
+
 static void call_done(struct call *c, dg_err err, int64_t idx, bool answered, bool applied)
 {
 	dg_tx *tx = c->tx;
@@ -460,9 +491,10 @@ static void call_done(struct call *c, dg_err err, int64_t idx, bool answered, bo
 	c->idx = idx;
 	c->answered = answered;
 	c->applied = applied;
-	if (__atomic_sub_fetch(&tx->outstanding, 1, __ATOMIC_RELEASE) == 0)
-		pthread_cond_broadcast(&tx->cv);
+	bool commit_now = count_in(tx);
 	pthread_mutex_unlock(&tx->mu);
+	if (commit_now)
+		commit_on_answer(tx);
 }
 
 static void on_ack(void *ctx, dg_err err, const dg_msg_in *reply)
@@ -1612,7 +1644,7 @@ static dg_err encode_group(dg_tx *tx, const struct ent_ref *refs, const struct g
 
 /* Sends PREPARE (flags) to every group; waits; the first failure in *bad. */
 static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct group *groups,
-    uint32_t ng, int64_t topver, int64_t flags, struct call *calls)
+    uint32_t ng, int64_t topver, int64_t flags, struct call *calls, bool then_commit)
 {
 	dg_err e = DG_OK;
 	size_t *offs = alloca(sizeof(size_t) * (ng + 1));
@@ -1640,6 +1672,18 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 		if (tx->nlocked + more > MAX_NODES)
 			return DG_ERR_LIMIT;
 	}
+	if (then_commit) {
+		/* armed: the last answer, every one DG_OK, sends the COMMITs
+		 * (the hold keeps an answer before the last PREPARE went out
+		 * from being the last) */
+		pthread_mutex_lock(&tx->mu);
+		tx->arm_ng = ng;
+		tx->arm_groups = groups;
+		tx->arm_calls = calls;
+		tx->commit_sent = false;
+		__atomic_add_fetch(&tx->outstanding, 1, __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&tx->mu);
+	}
 	for (uint32_t i = 0; i < ng; i++) {
 		dgi_msg_tx_prepare m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
 			left, topver, flags | (groups[i].recopy ? DGI_TXP_RECOPY : 0),
@@ -1649,7 +1693,16 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 			add_locked(tx, groups[i].node);
 		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_PREPARE, &m, left + NET_SLACK_MS, on_ack);
 	}
+	if (then_commit) {
+		pthread_mutex_lock(&tx->mu);
+		bool commit_now = count_in(tx); /* the hold */
+		pthread_mutex_unlock(&tx->mu);
+		if (commit_now)
+			commit_on_answer(tx);
+	}
 	wait_all(tx);
+	if (tx->commit_sent)
+		return DG_OK; /* every primary prepared; calls[] holds the COMMITs' answers */
 	for (uint32_t i = 0; i < ng; i++)
 		if (calls[i].err != DG_OK)
 			return calls[i].err;
@@ -1745,7 +1798,7 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 		if (e != DG_OK)
 			continue;
 		prepare_groups(tx, refs, groups, ng2, topver, DGI_TXP_ONE_PHASE | DGI_TXP_RESEND,
-		    calls);
+		    calls, false);
 		for (uint32_t i = 0; i < ng2; i++) {
 			if (calls[i].err != DG_OK && dg_log_enabled(DG_LOG_DEBUG))
 				dgi_log("debug", "TX-DEBUG", "tx resend at %016llx: %s%s",
@@ -2014,6 +2067,29 @@ static bool seal(dg_tx *tx)
 	return atomic_compare_exchange_strong(&tx->fate, &was, FATE_SEALED);
 }
 
+/* The decision, taken by the last answer of a PREPARE round armed for it
+ * (count_in), every primary prepared: as commit() would after its wait —
+ * the steps, then a COMMIT to each primary — without waking the caller in
+ * between; on the thread that got the answer (a reactor's, mostly: its
+ * COMMITs ride on the round's writes).  Then the round's hold is dropped:
+ * the caller wakes once every COMMIT answered, calls[] holding their
+ * answers, and goes on as after its own COMMITs (finish_decided). */
+static void commit_on_answer(dg_tx *tx)
+{
+	step(tx, DGI_TXE_PREPARED);
+	step(tx, DGI_TXE_COMMIT); /* the decision */
+	tx->commit_sent = true;
+	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
+	uint32_t left = left_ms(tx);
+	for (uint32_t i = 0; i < tx->commit_ng; i++)
+		request(tx, &tx->arm_calls[i], tx->arm_groups[i].node, DGI_MSG_TX_COMMIT, &cm,
+		    left + NET_SLACK_MS, on_ack);
+	atomic_fetch_add(&dgi_txsvc_near(tx->s)->commit_on_answer, 1);
+	pthread_mutex_lock(&tx->mu);
+	(void)count_in(tx); /* the hold (disarmed: count_in cannot fire again) */
+	pthread_mutex_unlock(&tx->mu);
+}
+
 static dg_err commit(dg_tx *tx)
 {
 	if (tx->state != DGI_TXS_ACTIVE)
@@ -2066,7 +2142,7 @@ static dg_err commit(dg_tx *tx)
 	 * the keys): release them */
 	step(tx, DGI_TXE_PREPARE);
 	if (ng == 1) {
-		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls);
+		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls, false);
 		if (e != DG_OK && calls[0].answered && calls[0].applied)
 			e = join_one_phase(tx, refs, groups, calls);
 		else if (e != DG_OK && calls[0].sent && !calls[0].answered)
@@ -2089,11 +2165,21 @@ static dg_err commit(dg_tx *tx)
 		goto out_fail;
 	}
 	if (atomic_load(&dgi_tx_crash_point) == 3) {
-		prepare_groups(tx, refs, groups, 1, topver, 0, calls);
+		prepare_groups(tx, refs, groups, 1, topver, 0, calls, false);
 		e = DG_ERR_TX_UNKNOWN;
 		goto out;
 	}
-	e = prepare_groups(tx, refs, groups, ng, topver, 0, calls);
+	/* the COMMITs go out from the last PREPARE answer (commit_on_answer):
+	 * from the reactor that got it, in no other handler's call chain —
+	 * unless this node is a participant (its own answer comes from its
+	 * own handlers, which may hold their locks), or a test stops the
+	 * commit in between (a crash point) */
+	bool arm = atomic_load(&dgi_tx_crash_point) == 0;
+	for (uint32_t i = 0; i < ng && arm; i++)
+		arm = groups[i].node != dgi_txsvc_self(tx->s);
+	e = prepare_groups(tx, refs, groups, ng, topver, 0, calls, arm);
+	if (e == DG_OK && tx->commit_sent)
+		goto committing;
 	if (e == DG_OK && atomic_load(&dgi_tx_crash_point) == 4) {
 		atomic_store(&dgi_tx_cut_node, tx->id.node);
 		for (uint32_t i = 0; i < ng; i++) {
@@ -2127,6 +2213,7 @@ static dg_err commit(dg_tx *tx)
 	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
 	uint32_t left = left_ms(tx);
 	int crash = atomic_load(&dgi_tx_crash_point);
+	atomic_fetch_add(&dgi_txsvc_near(tx->s)->commit_waited, 1);
 	if (crash == 5) {
 		atomic_store(&dgi_tx_crash_reached, 5); /* every primary prepared */
 		sleep_ms(500);
@@ -2141,6 +2228,7 @@ static dg_err commit(dg_tx *tx)
 		e = DG_ERR_TX_UNKNOWN;
 		goto out;
 	}
+committing:
 	e = finish_decided(tx, refs, groups, ng, calls);
 	step(tx, e == DG_OK ? DGI_TXE_COMMITTED : DGI_TXE_TIMEOUT);
 	dgi_txsvc_near_done(tx->s, &tx->id, true, e == DG_OK);
