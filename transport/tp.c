@@ -56,6 +56,12 @@ void dgi_wait_leave(void)
 	atomic_fetch_sub_explicit(&waiting, 1, memory_order_relaxed);
 }
 
+bool dgi_wait_alone(const dg_tp *tp)
+{
+	return tp != NULL && tp->cfg.wait_spin_us > 0 &&
+	    atomic_load_explicit(&waiting, memory_order_relaxed) == 1;
+}
+
 /* Spins until done(arg) or the budget: the transport's wait_spin_us while
  * this caller is the only one waiting, else (one_hop) dgi_spin_ns. */
 static bool spin(const dg_tp *tp, bool one_hop, bool (*done)(const void *), const void *arg)

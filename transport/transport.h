@@ -476,6 +476,9 @@ bool dgi_spin_sem(const dg_tp *tp, sem_t *s, bool one_hop);
 /* The same on a counter of answers still due: until *left reads 0 (true)
  * or the spin ends.  Writers change *left with __atomic operations. */
 bool dgi_spin_zero(const dg_tp *tp, const uint32_t *left);
+/* Whether a caller inside dgi_wait_enter would spin while alone now: the
+ * process's only waiting caller, with tp's wait_spin_us set. */
+bool dgi_wait_alone(const dg_tp *tp);
 /* Threads spinning in these now (tests). */
 int dgi_spinners(void);
 

@@ -2170,11 +2170,14 @@ static dg_err commit(dg_tx *tx)
 		goto out;
 	}
 	/* the COMMITs go out from the last PREPARE answer (commit_on_answer):
-	 * from the reactor that got it, in no other handler's call chain —
-	 * unless this node is a participant (its own answer comes from its
-	 * own handlers, which may hold their locks), or a test stops the
+	 * from the reactor that got it, in no other handler's call chain.
+	 * Not when this node is a participant (its own answer comes from its
+	 * own handlers, which may hold their locks); nor for a caller alone,
+	 * which spins through its waits rather than sleeping and sends them
+	 * as soon as its spin sees the answers (transfer_*_1c p50 200-206
+	 * us that way, 219-234 from the reactor); nor when a test stops the
 	 * commit in between (a crash point) */
-	bool arm = atomic_load(&dgi_tx_crash_point) == 0;
+	bool arm = atomic_load(&dgi_tx_crash_point) == 0 && !dgi_wait_alone(dgi_txsvc_tp(tx->s));
 	for (uint32_t i = 0; i < ng && arm; i++)
 		arm = groups[i].node != dgi_txsvc_self(tx->s);
 	e = prepare_groups(tx, refs, groups, ng, topver, 0, calls, arm);
