@@ -189,6 +189,16 @@ static dg_cache *cache_on(dg_node *n, const char *name)
 
 /* The committed value of key as an int (-1 absent), read outside any tx
  * (in another thread: a plain read in a thread with a tx joins it). */
+/* A 3-node cluster with a TRANSACTIONAL cache `name` (2 backups), c[i]
+ * its handle on node i. */
+static void three_nodes(struct cluster *cl, const char *name, dg_cache *c[3])
+{
+	cluster_start(cl, 3);
+	c[0] = tx_cache(cl->n[0], name, 2);
+	c[1] = cache_on(cl->n[1], name);
+	c[2] = cache_on(cl->n[2], name);
+}
+
 static long get_long_here(dg_cache *c, const char *key);
 
 struct get_arg {
@@ -521,11 +531,8 @@ static void test_commit_reaches_backups(void **state)
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 3);
 	dg_cache *c[3];
-	c[0] = tx_cache(cl.n[0], "bk", 2);
-	c[1] = cache_on(cl.n[1], "bk");
-	c[2] = cache_on(cl.n[2], "bk");
+	three_nodes(&cl, "bk", c);
 	for (int round = 0; round < 20; round++) {
 		dg_tx *tx;
 		OK(dg_tx_begin(cl.n[round % 3], round % 2 ? DG_OPTIMISTIC : DG_PESSIMISTIC,
@@ -770,11 +777,8 @@ static long bank_total(dg_node *n, dg_cache *c)
 static void bank_case(dg_tx_concurrency conc, dg_tx_isolation iso)
 {
 	struct cluster cl;
-	cluster_start(&cl, 3);
 	dg_cache *c[3];
-	c[0] = tx_cache(cl.n[0], "bank", 2);
-	c[1] = cache_on(cl.n[1], "bank");
-	c[2] = cache_on(cl.n[2], "bank");
+	three_nodes(&cl, "bank", c);
 	fill(cl.n[0], c[0], "acct", 10, 100);
 	struct bank_arg args[6];
 	pthread_t t[6];
@@ -1097,11 +1101,8 @@ static void two_primaries(dg_cache *c, char *k1, char *k2)
 static void near_crash_case(int point)
 {
 	struct cluster cl;
-	cluster_start(&cl, 3);
 	dg_cache *c[3];
-	c[0] = tx_cache(cl.n[0], "crash", 2);
-	c[1] = cache_on(cl.n[1], "crash");
-	c[2] = cache_on(cl.n[2], "crash");
+	three_nodes(&cl, "crash", c);
 	char k1[16], k2[16];
 	two_primaries(c[0], k1, k2);
 	put_long(cl.n[0], c[0], k1, 1);
@@ -1193,11 +1194,8 @@ static void test_near_cut_after_prepare_is_unknown(void **state)
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 3);
 	dg_cache *c[3];
-	c[0] = tx_cache(cl.n[0], "cut", 2);
-	c[1] = cache_on(cl.n[1], "cut");
-	c[2] = cache_on(cl.n[2], "cut");
+	three_nodes(&cl, "cut", c);
 	char k1[16], k2[16];
 	two_primaries(c[0], k1, k2);
 	put_long(cl.n[0], c[0], k1, 1);
@@ -1661,11 +1659,8 @@ static void test_commit_sent_by_last_prepare_answer(void **state)
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 3);
 	dg_cache *c[3];
-	c[0] = tx_cache(cl.n[0], "ca", 2);
-	c[1] = cache_on(cl.n[1], "ca");
-	c[2] = cache_on(cl.n[2], "ca");
+	three_nodes(&cl, "ca", c);
 	char key[3][16]; /* key[i]: primary n[i] */
 	for (int i = 0; i < 3; i++)
 		key_on(c[0], node_id(cl.n[i]), i == 0 ? "x" : i == 1 ? "y" : "z", key[i]);
@@ -2299,11 +2294,8 @@ static void test_lock_wait_ended_by_fence_is_rolled_back(void **state)
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 3);
 	dg_cache *c[3];
-	c[0] = tx_cache(cl.n[0], "fwait", 2);
-	c[1] = cache_on(cl.n[1], "fwait");
-	c[2] = cache_on(cl.n[2], "fwait");
+	three_nodes(&cl, "fwait", c);
 	char k1[16], k2[16];
 	two_primaries(c[0], k1, k2);
 	put_long(cl.n[0], c[0], k1, 1);
@@ -3892,11 +3884,8 @@ static void *plain_cas_1_3(void *p)
 static void paused_primary_run(bool ignore_pause)
 {
 	struct cluster cl;
-	cluster_start(&cl, 3);
 	dg_cache *c[3];
-	c[0] = tx_cache(cl.n[0], "pz", 2);
-	c[1] = cache_on(cl.n[1], "pz");
-	c[2] = cache_on(cl.n[2], "pz");
+	three_nodes(&cl, "pz", c);
 	wait_settled(cl.n, 3, c, 3);
 	atomic_store(&dgi_tx_test_ignore_pause, ignore_pause);
 	static char key[16];
@@ -3974,11 +3963,8 @@ static void test_rejoined_primary_forgets_records(void **state)
 {
 	(void)state;
 	struct cluster cl;
-	cluster_start(&cl, 3);
 	dg_cache *c[3];
-	c[0] = tx_cache(cl.n[0], "rj", 2);
-	c[1] = cache_on(cl.n[1], "rj");
-	c[2] = cache_on(cl.n[2], "rj");
+	three_nodes(&cl, "rj", c);
 	wait_settled(cl.n, 3, c, 3);
 	static char key[16], k1[16];
 	key_on(c[0], node_id(cl.n[2]), "q", key);
