@@ -1,5 +1,6 @@
 /*
- * txn.c — the near side of transactions: the public API of txn/txn.h.
+ * txn.c — the near side of transactions: the public API of txn/txn.h
+ * (the commit itself in txnear_commit.c; txnear_int.h what both share).
  *
  * A tx lives on the node where it began.  Its entries (txentries.c) record
  * what it read (value and version) and wrote; its state walks the near
@@ -31,86 +32,12 @@
  * mutex); what it reads of a tx while its thread runs it — the state, the
  * key count, whether it was killed — is mirrored in atomics.
  */
-#include "txn.h"
-#include "txentries.h"
-#include "txstate.h"
-#include "txsvc.h"
+#include "txnear_int.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define MAX_NODES 64            /* primaries (and lock holders) per tx */
-
-struct call {                   /* one request's answer */
-	struct dg_tx *tx;
-	dg_err err;
-	int64_t idx;
-	bool answered;              /* the peer answered (err is its verdict) */
-	bool sent;                  /* the request went out (the peer may have
-	                               acted on it even if it did not answer) */
-	bool applied;               /* TX_ACK with DGI_TXA_APPLIED: a commit applied
-	                               on that primary, not confirmed by every backup */
-};
-
-struct dg_tx {
-	dgi_txsvc *s;
-	dgi_txid id;
-	dg_tx_concurrency conc;
-	dg_tx_isolation iso;
-	uint32_t timeout_ms;
-	uint64_t deadline;          /* monotonic ms */
-	int64_t start_ms;           /* wall ms */
-	dgi_txs state;
-	int64_t topver;             /* of the first lock (PESSIMISTIC) */
-	dgi_txents *ents;
-	uint32_t nlocked;
-	uint64_t locked[MAX_NODES]; /* nodes holding locks or records of this tx */
-	char label[DG_TX_LABEL_MAX];
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	uint32_t outstanding;           /* answers due (__atomic: wait_all spins on it) */
-	/* a 2PC's COMMIT sent by its last PREPARE answer (commit_on_answer),
-	 * under mu: the PREPARE round armed for it (arm_ng 0: none) */
-	uint32_t arm_ng, commit_ng;
-	const struct group *arm_groups;
-	struct call *arm_calls;
-	bool commit_sent;           /* the COMMITs went out (read after wait_all) */
-	/* the last TX_LOCK answer (fetch_all's: in struct fetched, values in vals) */
-	bool found;
-	dgi_pver ver;
-	dg_buf val;
-	dg_buf vals;                /* fetch_all's answers' values */
-	dg_buf wire;                /* PREPARE bodies */
-	uint64_t heap;              /* bytes this tx allocated */
-	/* the admin CLI's view (dgi_tx_list, dgi_tx_kill) */
-	struct dg_tx *live_prev, *live_next;  /* the service's live list */
-	_Atomic int fate;           /* FATE_*: killed, or past the point of no kill */
-	_Atomic bool victim;        /* a deadlock's victim: its calls fail DG_ERR_DEADLOCK */
-	_Atomic int shown;          /* state, for other threads */
-	_Atomic uint32_t nkeys;     /* entries, for other threads */
-};
-
-enum {
-	FATE_NONE = 0,
-	FATE_KILLED,                /* dgi_tx_kill: every next call rolls back */
-	FATE_SEALED,                /* commit began: a kill is refused */
-};
-
-/* Tests only: make commit() stop as if the near node crashed —
- * 1 after every participant prepared (no COMMIT sent), 2 after COMMIT went
- * to the first participant only, 3 after PREPARE went to the first
- * participant only.  commit() then returns DG_ERR_TX_UNKNOWN at once; the
- * test kills the node.  4: the near node loses contact once every
- * participant prepared (dgi_tx_cut_node: their answers are lost, nothing
- * it sends arrives) and commit() goes on as if its PREPAREs timed out.
- * 5: no crash — commit() waits 500 ms once every participant prepared,
- * then sends its COMMITs (a test cuts or kills something meanwhile). */
-_Atomic int dgi_tx_crash_point;
-_Atomic int dgi_tx_crash_reached; /* tests: the last crash point a commit reached */
 
 static _Thread_local dg_tx *tl_current;
 /* Per thread: a finished tx kept for reuse, and the raw API's key and
@@ -160,11 +87,6 @@ static struct near_tls *near_tls(void)
 }
 static _Atomic uint64_t tx_seq_next = 1;
 
-
-/* A participant answers a wait that ends with the tx's timeout itself;
- * this much more lets its answer arrive. */
-#define NET_SLACK_MS 200
-
 /* lock_key's pauses before it asks again after a retriable answer: the
  * first, doubled each time up to the last (a key whose last write is not
  * yet on every backup — refused so to a TX_LOCK_ALL item or this node's
@@ -172,11 +94,6 @@ static _Atomic uint64_t tx_seq_next = 1;
  * about a round trip later; a topology change takes milliseconds) */
 #define LOCK_RETRY_FIRST_US 400
 #define LOCK_RETRY_MAX_US 5000
-
-/* How long releasing may wait for the participants' answers: they also
- * release on their own once the tx's timeout passed, so a tx past it
- * does not wait long. */
-static uint32_t release_wait(const struct dg_tx *tx);
 
 /* Whether node is one of tx->locked, or can become one: a tx holds locks
  * or records on at most MAX_NODES nodes, and the calls that would take it
@@ -191,7 +108,7 @@ static bool lockable_on(const dg_tx *tx, uint64_t node)
 	return tx->nlocked < MAX_NODES;
 }
 
-static void add_locked(dg_tx *tx, uint64_t node)
+void dgi_txn_add_locked(dg_tx *tx, uint64_t node)
 {
 	for (uint32_t i = 0; i < tx->nlocked; i++)
 		if (tx->locked[i] == node)
@@ -200,15 +117,15 @@ static void add_locked(dg_tx *tx, uint64_t node)
 		tx->locked[tx->nlocked++] = node;
 }
 
-static uint32_t left_ms(const dg_tx *tx)
+uint32_t dgi_txn_left_ms(const dg_tx *tx)
 {
 	uint64_t now = dgi_now_ms();
 	return now < tx->deadline ? (uint32_t)(tx->deadline - now) : 0;
 }
 
-static uint32_t release_wait(const struct dg_tx *tx)
+uint32_t dgi_txn_release_wait(const struct dg_tx *tx)
 {
-	uint32_t left = left_ms(tx);
+	uint32_t left = dgi_txn_left_ms(tx);
 	return left > 2000 ? 2000 : left < 200 ? 200 : left;
 }
 
@@ -218,7 +135,7 @@ static void sleep_us(long us)
 	nanosleep(&ts, NULL);
 }
 
-static void sleep_ms(long ms)
+void dgi_txn_sleep_ms(long ms)
 {
 	sleep_us(ms * 1000);
 }
@@ -416,7 +333,7 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 	return DG_OK;
 }
 
-static void tx_free(dg_tx *tx)
+void dgi_txn_tx_free(dg_tx *tx)
 {
 	live_unlink(tx);
 	dgi_wait_leave();
@@ -460,14 +377,12 @@ const char *dg_tx_state_name(dg_tx_state s)
 
 /* ---- requests ---- */
 
-static void commit_on_answer(dg_tx *tx);
-
 /* Under tx->mu: one answer due is in (a reply, or the sender's hold on an
  * armed round).  The last one of a PREPARE round armed for it, every
  * primary having answered DG_OK: true, the count left at 1 (the hold the
  * caller drops once it sent the COMMITs: commit_on_answer), so the waiting
  * thread sleeps on through both phases. */
-static bool count_in(dg_tx *tx)
+bool dgi_txn_count_in(dg_tx *tx)
 {
 	if (tx->arm_ng != 0 && __atomic_load_n(&tx->outstanding, __ATOMIC_RELAXED) == 1) {
 		bool ok = true;
@@ -491,13 +406,13 @@ static void call_done(struct call *c, dg_err err, int64_t idx, bool answered, bo
 	c->idx = idx;
 	c->answered = answered;
 	c->applied = applied;
-	bool commit_now = count_in(tx);
+	bool commit_now = dgi_txn_count_in(tx);
 	pthread_mutex_unlock(&tx->mu);
 	if (commit_now)
-		commit_on_answer(tx);
+		dgi_txn_commit_on_answer(tx);
 }
 
-static void on_ack(void *ctx, dg_err err, const dg_msg_in *reply)
+void dgi_txn_on_ack(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	const dgi_msg_tx_ctl *r = err == DG_OK ? reply->body : NULL;
 	call_done(ctx, err != DG_OK ? err : (dg_err)r->res, r != NULL ? r->value : -1, r != NULL,
@@ -530,7 +445,7 @@ static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
 /* Waits for every answer due (spinning first while the tx is the
  * process's only waiting caller: transport.h; it counts as one from
  * begin to end). */
-static void wait_all(dg_tx *tx)
+void dgi_txn_wait_all(dg_tx *tx)
 {
 	(void)dgi_spin_zero(dgi_txsvc_tp(tx->s), &tx->outstanding);
 	pthread_mutex_lock(&tx->mu); /* (also after the spin: the answers' writer unlocks) */
@@ -539,7 +454,7 @@ static void wait_all(dg_tx *tx)
 	pthread_mutex_unlock(&tx->mu);
 }
 
-static dg_err request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
+dg_err dgi_txn_request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
     const void *body, uint32_t timeout_ms, dg_reply_fn cb)
 {
 	c->tx = tx;
@@ -567,21 +482,21 @@ static bool retriable(dg_err e)
 
 /* ---- failure: roll back everywhere ---- */
 
-static void release_all(dg_tx *tx, uint32_t wait_ms)
+void dgi_txn_release_all(dg_tx *tx, uint32_t wait_ms)
 {
 	struct call calls[MAX_NODES];
 	dgi_msg_tx_ctl m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
 	for (uint32_t i = 0; i < tx->nlocked; i++)
 		if (!dgi_txsvc_gone(tx->s, tx->locked[i])) /* (its locks left with it) */
-			request(tx, &calls[i], tx->locked[i], DGI_MSG_TX_ROLLBACK, &m, wait_ms, on_ack);
-	wait_all(tx);
+			dgi_txn_request(tx, &calls[i], tx->locked[i], DGI_MSG_TX_ROLLBACK, &m, wait_ms, dgi_txn_on_ack);
+	dgi_txn_wait_all(tx);
 	tx->nlocked = 0;
 }
 
 /* Moves tx by event ev through txstate.c's near table (the one definition
  * of the legal transitions); a refused one is a bug: logged, the state
  * stays. */
-static void step(dg_tx *tx, dgi_txe ev)
+void dgi_txn_step(dg_tx *tx, dgi_txe ev)
 {
 	dgi_txs next;
 	if (dgi_txs_next(DGI_TX_NEAR, tx->state, ev, &next) == DG_OK) {
@@ -596,7 +511,7 @@ static void step(dg_tx *tx, dgi_txe ev)
 
 /* The tx failed with e: rolled back everywhere; returns the error the
  * caller sees. */
-static dg_err fail_tx(dg_tx *tx, dg_err e)
+dg_err dgi_txn_fail_tx(dg_tx *tx, dg_err e)
 {
 	if (killed(tx))
 		e = kill_err(tx); /* whatever the kill made the call fail with */
@@ -604,11 +519,11 @@ static dg_err fail_tx(dg_tx *tx, dg_err e)
 		e = DG_ERR_DEADLOCK; /* its commit began as it was chosen: refused for that */
 	if (dgi_txs_final(tx->state) || tx->state == DGI_TXS_ROLLING_BACK)
 		return e;
-	step(tx, e == DG_ERR_TIMEOUT ? DGI_TXE_TIMEOUT : DGI_TXE_PREPARE_FAILED);
+	dgi_txn_step(tx, e == DG_ERR_TIMEOUT ? DGI_TXE_TIMEOUT : DGI_TXE_PREPARE_FAILED);
 	if (dg_log_enabled(DG_LOG_DEBUG))
 		dgi_log("debug", "TX-DEBUG", "tx fail: %s", dg_strerror(e));
-	release_all(tx, release_wait(tx));
-	step(tx, DGI_TXE_ROLLED_BACK);
+	dgi_txn_release_all(tx, dgi_txn_release_wait(tx));
+	dgi_txn_step(tx, DGI_TXE_ROLLED_BACK);
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
 	switch (e) {
 	case DG_ERR_DEADLOCK:
@@ -647,7 +562,7 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 	bool locking = !(flags & DGI_TXL_NOLOCK);
 	long pause_us = LOCK_RETRY_FIRST_US;
 	for (;;) {
-		uint32_t left = left_ms(tx);
+		uint32_t left = dgi_txn_left_ms(tx);
 		if (left == 0)
 			return DG_ERR_TIMEOUT;
 		uint64_t own[8];
@@ -662,8 +577,8 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			dgi_msg_tx_lock m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
 				dgi_cache_id_of(c), left, { key, klen }, tv, part, flags };
 			struct call call;
-			request(tx, &call, own[0], DGI_MSG_TX_LOCK, &m, left + NET_SLACK_MS, on_lock_res);
-			wait_all(tx);
+			dgi_txn_request(tx, &call, own[0], DGI_MSG_TX_LOCK, &m, left + NET_SLACK_MS, on_lock_res);
+			dgi_txn_wait_all(tx);
 			e = call.err;
 			/* granted by a node that left this node's topology meanwhile
 			 * (a primary woken from a pause answering on its old one):
@@ -671,7 +586,7 @@ static dg_err lock_key(dg_tx *tx, dg_cache *c, uint32_t part, const uint8_t *key
 			if (e == DG_OK && dgi_txsvc_gone(tx->s, own[0]))
 				e = DG_ERR_NOT_READY;
 			if (locking && (e == DG_OK || !retriable(e)))
-				add_locked(tx, own[0]);
+				dgi_txn_add_locked(tx, own[0]);
 			if (killed(tx))
 				return kill_err(tx); /* a lock granted after the kill goes too */
 			if (e == DG_OK && locking && tx->topver == 0)
@@ -788,11 +703,11 @@ static dg_err check_cache(dg_tx *tx, dg_cache *c)
 	if (tx->state != DGI_TXS_ACTIVE)
 		return DG_ERR_STATE;
 	if (killed(tx))
-		return fail_tx(tx, kill_err(tx));
+		return dgi_txn_fail_tx(tx, kill_err(tx));
 	if (dg_cache_config_of(c)->atomicity != DG_TRANSACTIONAL)
 		return DG_ERR_UNSUPPORTED;
 	if (dgi_txsvc_segmented(tx->s))
-		return fail_tx(tx, DG_ERR_SEGMENTED); /* no majority: at once */
+		return dgi_txn_fail_tx(tx, DG_ERR_SEGMENTED); /* no majority: at once */
 	return DG_OK;
 }
 
@@ -840,7 +755,7 @@ static dg_err tx_read_as(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen
 	uint64_t hash;
 	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
 	if (dgi_cache_part_lost(c, part))
-		return fail_tx(tx, DG_ERR_PARTITION_LOST); /* as the ATOMIC path says */
+		return dgi_txn_fail_tx(tx, DG_ERR_PARTITION_LOST); /* as the ATOMIC path says */
 	uint32_t cid = dgi_cache_id_of(c);
 	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
 	const uint8_t *v = NULL;
@@ -865,7 +780,7 @@ static dg_err tx_read_as(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen
 		dgi_pver ver;
 		if (pf != NULL && pf->want && pf->flags == flags) { /* fetch_all's answer */
 			if ((e = pf->err) != DG_OK)
-				return fail_tx(tx, e);
+				return dgi_txn_fail_tx(tx, e);
 			at = pf->node;
 			found = pf->found;
 			ver = pf->ver;
@@ -874,7 +789,7 @@ static dg_err tx_read_as(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen
 		} else {
 			e = lock_key(tx, c, part, key, (uint32_t)klen, flags, &at);
 			if (e != DG_OK)
-				return fail_tx(tx, e);
+				return dgi_txn_fail_tx(tx, e);
 			found = tx->found;
 			ver = tx->ver;
 			rv = tx->val.data;
@@ -886,7 +801,7 @@ static dg_err tx_read_as(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen
 		tx->heap += dgi_txents_bytes(tx->ents) - before;
 		keys_changed(tx);
 		if (e != DG_OK)
-			return fail_tx(tx, e);
+			return dgi_txn_fail_tx(tx, e);
 		if (lock) {
 			en->read_locked = true;
 			en->origin = at; /* where the lock is: the tx prepares there */
@@ -935,7 +850,7 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 	uint64_t hash;
 	uint32_t part = dgi_cache_key_part(c, key, klen, &hash);
 	if (dgi_cache_part_lost(c, part))
-		return fail_tx(tx, DG_ERR_PARTITION_LOST);
+		return dgi_txn_fail_tx(tx, DG_ERR_PARTITION_LOST);
 	uint32_t cid = dgi_cache_id_of(c);
 	dgi_txent *en = dgi_txents_find(tx->ents, cid, key, (uint32_t)klen, hash);
 	if (had != NULL) {
@@ -954,7 +869,7 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 		else
 			e = lock_key(tx, c, part, key, (uint32_t)klen, 0, &at);
 		if (e != DG_OK)
-			return fail_tx(tx, e);
+			return dgi_txn_fail_tx(tx, e);
 	}
 	size_t before = dgi_txents_bytes(tx->ents);
 	e = dgi_txents_write(tx->ents, cid, part, key, (uint32_t)klen, hash, val,
@@ -962,7 +877,7 @@ static dg_err tx_write(dg_tx *tx, dg_cache *c, const uint8_t *key, size_t klen,
 	tx->heap += dgi_txents_bytes(tx->ents) - before;
 	keys_changed(tx);
 	if (e != DG_OK)
-		return fail_tx(tx, e);
+		return dgi_txn_fail_tx(tx, e);
 	if (tx->conc == DG_PESSIMISTIC) {
 		en->read_locked = true; /* written under the key's lock */
 		if (at != 0)
@@ -1085,7 +1000,6 @@ dg_err dgi_tx_plain_op(void *ctx, dg_cache *c, int op, const uint8_t *key, size_
 }
 
 /* ---- encodings of raw byte strings (BYTES values) ---- */
-
 
 static const uint8_t *as_bytes(dg_buf *b, const void *p, size_t n, size_t *len)
 {
@@ -1232,7 +1146,7 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 		f[i].part = part;
 		nsend++;
 	}
-	uint32_t left = left_ms(tx);
+	uint32_t left = dgi_txn_left_ms(tx);
 	if (nsend < 2 || left == 0) { /* one (or none): as a single call */
 		for (size_t i = 0; i < n; i++)
 			f[i].want = false;
@@ -1276,10 +1190,10 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 				mq.key = (dg_bytes){ keys + offs[k], (uint32_t)(offs[k + 1] - offs[k]) };
 				mq.part = q->part;
 				mq.flags = q->flags | (q->flags & DGI_TXL_NOLOCK ? 0 : DGI_TXL_NOWAIT);
-				request(tx, &q->call, q->node, DGI_MSG_TX_LOCK, &mq, left + NET_SLACK_MS,
+				dgi_txn_request(tx, &q->call, q->node, DGI_MSG_TX_LOCK, &mq, left + NET_SLACK_MS,
 				    on_lock_res_of);
 			}
-			request(tx, &f[i].call, f[i].node, DGI_MSG_TX_LOCK, &m, left + NET_SLACK_MS,
+			dgi_txn_request(tx, &f[i].call, f[i].node, DGI_MSG_TX_LOCK, &m, left + NET_SLACK_MS,
 			    on_lock_res_of);
 			continue;
 		}
@@ -1304,11 +1218,11 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 		dg_err we = dg_writer_finish(&w);
 		dgi_msg_tx_lock_all ma = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
 			cid, left, f[i].tv, { t->lenc.data, (uint32_t)t->lenc.len } };
-		dg_err e = we != DG_OK ? we : request(tx, &f[i].call, f[i].node, DGI_MSG_TX_LOCK_ALL,
+		dg_err e = we != DG_OK ? we : dgi_txn_request(tx, &f[i].call, f[i].node, DGI_MSG_TX_LOCK_ALL,
 		    &ma, left + NET_SLACK_MS, on_lock_all_res);
 		if (e != DG_OK) {
-			/* not sent (request() answered the head): nobody answers
-			 * the others */
+			/* not sent (dgi_txn_request answered the head): nobody
+			 * answers the others */
 			if (we != DG_OK)
 				f[i].call = (struct call){ tx, we, -1, false, false, false };
 			for (struct fetched *q = f[i].gnext; q != NULL; q = q->gnext)
@@ -1318,7 +1232,7 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 	for (size_t i = 0; i < n; i++) /* the heads' keys are the batch's again */
 		for (struct fetched *q = f[i].want ? f[i].gnext : NULL; q != NULL; q = q->gnext)
 			q->want = true;
-	wait_all(tx);
+	dgi_txn_wait_all(tx);
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->batch_rounds, 1);
 	bool dead = killed(tx), busy = false;
 	for (size_t i = 0; i < n && !dead; i++)
@@ -1337,7 +1251,7 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 			if (!f[i].want || (f[i].flags & DGI_TXL_NOLOCK))
 				continue;
 			if (i > j && f[i].call.err == DG_OK) {
-				add_locked(tx, f[i].node);
+				dgi_txn_add_locked(tx, f[i].node);
 				dgi_msg_tx_lock m = { (int64_t)tx->id.node, (int64_t)tx->id.seq,
 					tx->start_ms, cid, 0, { keys + offs[i],
 					(uint32_t)(offs[i + 1] - offs[i]) }, f[i].tv, f[i].part,
@@ -1358,7 +1272,7 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 		if (e == DG_OK && dgi_txsvc_gone(tx->s, f[i].node))
 			e = DG_ERR_NOT_READY;
 		if (locking && (e == DG_OK || !retriable(e)))
-			add_locked(tx, f[i].node);
+			dgi_txn_add_locked(tx, f[i].node);
 		if (e == DG_OK && locking && tx->topver == 0)
 			tx->topver = f[i].tv;
 		if (retriable(e) && !dead)
@@ -1513,764 +1427,18 @@ dg_err dg_tx_remove_all(dg_tx *tx, dg_cache *c, const dg_kv *kvs, size_t n, size
 
 /* ---- commit ---- */
 
-struct group {                  /* the entries of one primary */
-	uint64_t node;
-	uint64_t origin;            /* resend: the primary that did not confirm */
-	bool recopy;                /* resend: node applied them; DGI_TXP_RECOPY */
-	uint32_t n;
-	uint32_t first;             /* index into the order array */
-};
-
-struct ent_ref {
-	uint64_t node;
-	uint64_t origin;
-	bool recopy;
-	uint32_t cache_id;
-	uint64_t hash;
-	dgi_txent *e;
-};
-
-static int ref_cmp(const void *a, const void *b)
-{
-	const struct ent_ref *x = a, *y = b;
-	if (x->node != y->node)
-		return x->node < y->node ? -1 : 1;
-	if (x->origin != y->origin)
-		return x->origin < y->origin ? -1 : 1;
-	if (x->recopy != y->recopy)
-		return x->recopy ? 1 : -1;
-	if (x->cache_id != y->cache_id)
-		return x->cache_id < y->cache_id ? -1 : 1;
-	if (x->hash != y->hash)
-		return x->hash < y->hash ? -1 : 1;
-	uint32_t m = x->e->klen < y->e->klen ? x->e->klen : y->e->klen;
-	int c = memcmp(x->e->key, y->e->key, m);
-	return c != 0 ? c : (int)x->e->klen - (int)y->e->klen;
-}
-
-/* Does entry e go to its primary at prepare, and with which op? */
-static int64_t wire_op(const dg_tx *tx, const dgi_txent *e, bool resend)
-{
-	int64_t op = e->op == DGI_TXOP_PUT || e->op == DGI_TXOP_REMOVE ? e->op : 0;
-	if (resend)
-		return op;
-	bool check = e->read && (e->check || (tx->conc == DG_PESSIMISTIC && e->read_locked &&
-	    tx->iso != DG_READ_COMMITTED) ||
-	    (tx->conc == DG_OPTIMISTIC && tx->iso == DG_SERIALIZABLE));
-	return op | (check ? DGI_TXOP_CHECK : 0);
-}
-
-/* Maps the entries onto the current primaries: refs sorted by (node,
- * cache, hash, key), groups by node.  Entries whose op is 0 are left
- * out; only those with select[i] when select is not NULL. */
-static dg_err map_entries(dg_tx *tx, struct ent_ref *refs, uint32_t *nrefs,
-    struct group *groups, uint32_t *ngroups, bool resend, int64_t *topver)
-{
-	size_t n = dgi_txents_count(tx->ents);
-	uint32_t k = 0;
-	*topver = 0;
-	for (size_t i = 0; i < n; i++) {
-		dgi_txent *e = dgi_txents_at(tx->ents, i);
-		if (wire_op(tx, e, resend) == 0)
-			continue;
-		dg_err err;
-		dg_cache *c = dgi_grid_cache_by_id(dgi_txsvc_grid(tx->s), e->cache_id);
-		if (c == NULL)
-			return DG_ERR_CLOSED;
-		uint64_t own[8];
-		int64_t tv;
-		if (!resend && tx->conc == DG_PESSIMISTIC && e->origin != 0) {
-			/* locked on a primary under the tx's topology: it prepares
-			 * there, under that topology (a topology change waits for
-			 * it), even if the key has moved since */
-			refs[k++] = (struct ent_ref){ e->origin, 0, false, e->cache_id, e->hash, e };
-			*topver = tx->topver;
-			continue;
-		}
-		if (resend && e->back_to != 0) {
-			/* its record or its write is there: only there (on any
-			 * topology) */
-			if (!e->done)
-				refs[k++] = (struct ent_ref){ e->back_to, e->origin, e->recopy, e->cache_id,
-					e->hash, e };
-			continue;
-		}
-		if (dgi_cache_owners(c, e->part, own, DGI_OWNERS_BUF, &tv) == 0)
-			return DG_ERR_NOT_READY;
-		if (*topver != 0 && tv != *topver)
-			return DG_ERR_NOT_READY; /* affinities mid-change */
-		*topver = tv;
-		(void)err;
-		if (resend && e->done)
-			continue;
-		refs[k++] = (struct ent_ref){ own[0], resend ? e->origin : 0, false, e->cache_id, e->hash,
-			e };
-	}
-	qsort(refs, k, sizeof(refs[0]), ref_cmp);
-	uint32_t ng = 0;
-	for (uint32_t i = 0; i < k; i++) {
-		if (ng == 0 || groups[ng - 1].node != refs[i].node ||
-		    groups[ng - 1].origin != refs[i].origin || groups[ng - 1].recopy != refs[i].recopy) {
-			if (ng == MAX_NODES)
-				return DG_ERR_LIMIT;
-			groups[ng++] = (struct group){ refs[i].node, refs[i].origin, refs[i].recopy, 0, i };
-		}
-		groups[ng - 1].n++;
-	}
-	*nrefs = k;
-	*ngroups = ng;
-	return DG_OK;
-}
-
-/* Encodes group g's entries into b (a LIST). */
-static dg_err encode_group(dg_tx *tx, const struct ent_ref *refs, const struct group *g,
-    bool resend, dg_buf *b)
-{
-	dg_writer w;
-	dg_writer_init(&w, dgi_txwire_registry(), b);
-	dg_err e = dg_write_list_begin(&w, g->n * DGI_TXWIRE_FIELDS);
-	for (uint32_t i = 0; i < g->n && e == DG_OK; i++) {
-		const dgi_txent *en = refs[g->first + i].e;
-		int64_t op = wire_op(tx, en, resend);
-		dgi_txwire_ent we = { en->cache_id, en->part, op, { en->key, en->klen },
-			{ en->op == DGI_TXOP_PUT ? en->val : NULL, en->op == DGI_TXOP_PUT ? en->vlen : 0 },
-			{ en->ver_topver, en->ver_counter, en->ver_order, 0 }, 0 };
-		if (we.val.ptr == NULL && en->op == DGI_TXOP_PUT)
-			we.val.ptr = (const uint8_t *)"";
-		e = dgi_txwire_put(&w, &we);
-	}
-	return e != DG_OK ? e : dg_write_end(&w);
-}
-
-/* Sends PREPARE (flags) to every group; waits; the first failure in *bad. */
-static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct group *groups,
-    uint32_t ng, int64_t topver, int64_t flags, struct call *calls, bool then_commit)
-{
-	dg_err e = DG_OK;
-	size_t *offs = alloca(sizeof(size_t) * (ng + 1));
-	for (uint32_t i = 0; i < ng; i++) /* not sent: a definite failure */
-		calls[i] = (struct call){ .tx = tx, .err = DG_ERR_TIMEOUT, .idx = -1 };
-	tx->wire.len = 0;
-	for (uint32_t i = 0; i < ng && e == DG_OK; i++) {
-		offs[i] = tx->wire.len;
-		e = encode_group(tx, refs, &groups[i], (flags & DGI_TXP_RESEND) != 0, &tx->wire);
-	}
-	if (e != DG_OK)
-		return e;
-	offs[ng] = tx->wire.len;
-	uint32_t left = left_ms(tx);
-	if (left == 0)
-		return DG_ERR_TIMEOUT;
-	if (!(flags & DGI_TXP_RESEND)) {
-		uint32_t more = 0; /* primaries not yet in tx->locked */
-		for (uint32_t i = 0; i < ng; i++) {
-			bool have = false;
-			for (uint32_t k = 0; k < tx->nlocked && !have; k++)
-				have = tx->locked[k] == groups[i].node;
-			more += !have;
-		}
-		if (tx->nlocked + more > MAX_NODES)
-			return DG_ERR_LIMIT;
-	}
-	if (then_commit) {
-		/* armed: the last answer, every one DG_OK, sends the COMMITs
-		 * (the hold keeps an answer before the last PREPARE went out
-		 * from being the last) */
-		pthread_mutex_lock(&tx->mu);
-		tx->arm_ng = ng;
-		tx->arm_groups = groups;
-		tx->arm_calls = calls;
-		tx->commit_sent = false;
-		__atomic_add_fetch(&tx->outstanding, 1, __ATOMIC_RELAXED);
-		pthread_mutex_unlock(&tx->mu);
-	}
-	for (uint32_t i = 0; i < ng; i++) {
-		dgi_msg_tx_prepare m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
-			left, topver, flags | (groups[i].recopy ? DGI_TXP_RECOPY : 0),
-			(int64_t)groups[i].origin, ng, 0, 0,
-			{ tx->wire.data + offs[i], (uint32_t)(offs[i + 1] - offs[i]) } };
-		if (!(flags & DGI_TXP_RESEND))
-			add_locked(tx, groups[i].node);
-		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_PREPARE, &m, left + NET_SLACK_MS, on_ack);
-	}
-	if (then_commit) {
-		pthread_mutex_lock(&tx->mu);
-		bool commit_now = count_in(tx); /* the hold */
-		pthread_mutex_unlock(&tx->mu);
-		if (commit_now)
-			commit_on_answer(tx);
-	}
-	wait_all(tx);
-	if (tx->commit_sent)
-		return DG_OK; /* every primary prepared; calls[] holds the COMMITs' answers */
-	for (uint32_t i = 0; i < ng; i++)
-		if (calls[i].err != DG_OK)
-			return calls[i].err;
-	return DG_OK;
-}
-
-static int owner_applied(dg_tx *tx, struct dgi_txq_memo *m, const dgi_txent *e, uint64_t origin,
-    bool want_resender, uint64_t *who);
-
-/* After the decision: entries of primaries that did not confirm are
- * re-sent (one-phase, RESEND, naming the primary they were prepared on as
- * origin) until confirmed or the timeout.  They go back to that primary
- * while it is in the topology — it holds their prepared record, or
- * applied them — and to the keys' current primaries once it left (they
- * hold the backups' records, or its copies).  Entries a node applied
- * without every owner confirming (DGI_TXA_APPLIED) stay with that node,
- * which re-sends its copies (DGI_TXP_RECOPY): applying them anew
- * elsewhere, with a newer version, could overwrite what was written after
- * them there once their locks were released; that node gone, nobody can
- * vouch for them: the outcome is unknown. */
-static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *groups,
-    uint32_t ng, struct call *calls)
-{
-	bool lost = false;
-	for (uint32_t i = 0; i < ng; i++) {
-		if (calls[i].err != DG_OK && dg_log_enabled(DG_LOG_DEBUG))
-			dgi_log("debug", "TX-DEBUG", "tx commit at %016llx: %s%s", (unsigned long long)groups[i].node,
-			    dg_strerror(calls[i].err), calls[i].applied ? " (applied there)" : "");
-		for (uint32_t j = 0; j < groups[i].n; j++) {
-			dgi_txent *e = refs[groups[i].first + j].e;
-			e->done = calls[i].err == DG_OK;
-			e->origin = groups[i].origin != 0 ? groups[i].origin : groups[i].node;
-			e->back_to = e->done ? 0 : groups[i].node;
-			e->recopy = !e->done && (calls[i].applied || groups[i].recopy);
-		}
-	}
-	for (;;) {
-		size_t n = dgi_txents_count(tx->ents);
-		struct dgi_txq_memo memo = { 0 }; /* this round's answers */
-		for (size_t i = 0; i < n; i++) {
-			dgi_txent *e = dgi_txents_at(tx->ents, i);
-			if (e->back_to == 0 || e->done || !dgi_txsvc_gone(tx->s, e->back_to))
-				continue;
-			if (e->recopy) {
-				/* it applied them (the primary they were prepared on)
-				 * and left unconfirmed: an owner that applied its copies
-				 * re-sends them; none: nobody can vouch for them */
-				uint64_t who = 0;
-				int a = e->back_to == e->origin ?
-				    owner_applied(tx, &memo, e, e->back_to, true, &who) : 0;
-				if (a > 0) {
-					e->back_to = who;
-				} else if (a == 0) {
-					e->done = true;
-					lost = true;
-				} /* (-1: asked again next round) */
-				continue;
-			}
-			/* the primary it was prepared on left.  An owner of the key
-			 * that applied that primary's copies re-sends what it holds
-			 * (RECOPY: that primary's version, or a later one).  Only
-			 * when none did do the keys' current primaries apply the
-			 * entries (they keep them prepared, or know nothing): a new
-			 * primary that never got the copies would apply them anew,
-			 * with a new version, over a later write the left primary
-			 * made and copied to the other owner only (a cut reaches a
-			 * node's peers one after another) — an acknowledged write
-			 * lost (cluster_partition_netns, reg_tx;
-			 * test_one_phase_resolved_by_the_owner_that_applied) */
-			uint64_t who = 0;
-			int a = owner_applied(tx, &memo, e, e->back_to, true, &who);
-			if (a > 0) {
-				e->back_to = who;
-				e->recopy = true;
-			} else if (a == 0) {
-				e->back_to = 0; /* to the keys' current primaries */
-			} /* (-1: asked again next round) */
-		}
-		uint32_t nrefs = 0, ng2 = 0;
-		int64_t topver;
-		dg_err e = map_entries(tx, refs, &nrefs, groups, &ng2, true, &topver);
-		if (e == DG_OK && nrefs == 0) {
-			if (lost)
-				dgi_log("warn", "TX-UNKNOWN", "tx=%016llx:%llu phase=commit "
-				    "why=\"a node that applied entries left before every owner confirmed "
-				    "them\"", (unsigned long long)tx->id.node,
-				    (unsigned long long)tx->id.seq);
-			return lost ? DG_ERR_TX_UNKNOWN : DG_OK;
-		}
-		if (left_ms(tx) == 0)
-			return DG_ERR_TX_UNKNOWN;
-		sleep_ms(20); /* the topology catches up with the left primary */
-		if (e != DG_OK)
-			continue;
-		prepare_groups(tx, refs, groups, ng2, topver, DGI_TXP_ONE_PHASE | DGI_TXP_RESEND,
-		    calls, false);
-		for (uint32_t i = 0; i < ng2; i++) {
-			if (calls[i].err != DG_OK && dg_log_enabled(DG_LOG_DEBUG))
-				dgi_log("debug", "TX-DEBUG", "tx resend at %016llx: %s%s",
-				    (unsigned long long)groups[i].node, dg_strerror(calls[i].err),
-				    calls[i].applied ? " (applied there)" : "");
-			for (uint32_t j = 0; j < groups[i].n; j++) {
-				dgi_txent *en = refs[groups[i].first + j].e;
-				if (calls[i].err == DG_OK) {
-					en->done = true;
-				} else if (calls[i].applied) {
-					en->back_to = groups[i].node; /* from now on, only there */
-					en->recopy = true;
-				} else if (en->back_to != 0 && !en->recopy &&
-				    (calls[i].err == DG_ERR_REMAP || calls[i].err == DG_ERR_NOT_FOUND)) {
-					en->back_to = 0; /* nothing there, not its primary: map */
-				} else if (en->recopy && calls[i].err == DG_ERR_NOT_FOUND) {
-					en->done = true; /* it cannot vouch for them any more */
-					lost = true;
-				}
-			}
-		}
-	}
-}
-
-/* After a commit: the participants released their locks themselves;
- * locks on other nodes (a topology change moved keys since they were
- * taken) are released here. */
-static void release_others(dg_tx *tx, const struct group *groups, uint32_t ng)
-{
-	uint32_t k = 0;
-	for (uint32_t i = 0; i < tx->nlocked; i++) {
-		bool part = false;
-		for (uint32_t j = 0; j < ng && !part; j++)
-			part = groups[j].node == tx->locked[i];
-		if (!part)
-			tx->locked[k++] = tx->locked[i];
-	}
-	tx->nlocked = k;
-	if (k > 0)
-		release_all(tx, release_wait(tx));
-}
-
-/* How long past its timeout a commit may spend learning the outcome of a
- * commit some primary did not answer (its PREPARE's answer comes up to
- * NET_SLACK_MS after the timeout). */
-#define RESOLVE_GRACE_MS 1000
-
-static uint32_t resolve_left(const dg_tx *tx)
-{
-	uint64_t now = dgi_now_ms(), until = tx->deadline + RESOLVE_GRACE_MS;
-	return now < until ? (uint32_t)(until - now) : 0;
-}
-
-/* Primary `origin` left: which owner of e's key applied its copies
- * (dgi_txsvc_owner_applied, within resolve_left; m: the round's answers)? */
-static int owner_applied(dg_tx *tx, struct dgi_txq_memo *m, const dgi_txent *e, uint64_t origin,
-    bool want_resender, uint64_t *who)
-{
-	return dgi_txsvc_owner_applied(tx->s, m, e->cache_id, e->part, &tx->id, origin, 0,
-	    want_resender, resolve_left(tx), who);
-}
-
-/* Primary g->node left: did a surviving owner of its keys apply its
- * entries (its copies, or a takeover of them)?  1 yes, 0 no (every owner
- * answered), -1 cannot tell (an owner did not answer, or the time to
- * learn it is up). */
-static int owners_applied(dg_tx *tx, const struct ent_ref *refs, const struct group *g)
-{
-	struct dgi_txq_memo memo = { 0 }; /* each owner asked once */
-	int res = 0;
-	for (uint32_t i = 0; i < g->n && res != 1; i++) {
-		int r = owner_applied(tx, &memo, refs[g->first + i].e, g->node, false, NULL);
-		if (r != 0)
-			res = r;
-	}
-	return res;
-}
-
-/* Has primary g->node (alive) committed the tx — recovery's doing, when
- * it took this node for gone?  1 yes (or committing), 0 no, -1 no answer. */
-static int primary_committed(dg_tx *tx, const struct group *g)
-{
-	uint32_t left = resolve_left(tx);
-	int64_t q = left > 0 ? dgi_txsvc_query(tx->s, g->node, &tx->id, 0, left) : -1;
-	if (q < 0)
-		return -1;
-	return (q & 0xff) == DGI_TXQ_COMMITTED || (q & 0xff) == DGI_TXQ_COMMITTING;
-}
-
-/* The one primary p of a one-phase commit applied it, but not every owner
- * is known to have it (p did not get every backup's DG_OK, or its answer
- * was lost).  The decision is commit: join it — p re-sends its copies
- * (DGI_TXP_RECOPY) until every owner confirmed, or the outcome stays
- * unknown (the timeout, or p left). */
-static dg_err join_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *groups,
-    struct call *calls)
-{
-	uint64_t p = groups[0].node;
-	step(tx, DGI_TXE_PREPARED); /* it committed: the decision was made there */
-	step(tx, DGI_TXE_COMMIT);
-	calls[0].err = DG_ERR_TX_UNKNOWN;
-	calls[0].applied = true;
-	groups[0].origin = p;
-	return finish_decided(tx, refs, groups, 1, calls);
-}
-
-/* The one primary of a one-phase commit did not answer: learn whether it
- * committed.  Alive, it is asked to roll back — it refuses (STATE) only
- * when it committed, and then the commit is joined (join_one_phase: its
- * copies may not have reached every owner).  Left, the tx committed iff a
- * surviving owner of its keys applied its copies: then the keys' current
- * primaries make sure every owner has them (a resend); an owner that does
- * not answer leaves it open (asked again).  No new lock is granted on
- * those keys meanwhile: this commit is in flight under the old topology
- * (the fence). */
-static dg_err resolve_one_phase(dg_tx *tx, struct ent_ref *refs, struct group *groups,
-    struct call *calls)
-{
-	uint64_t p = groups[0].node;
-	for (;;) {
-		uint32_t left = resolve_left(tx);
-		if (left == 0)
-			return DG_ERR_TX_UNKNOWN;
-		if (dgi_txsvc_alive(tx->s, p)) {
-			dgi_msg_tx_ctl m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
-			request(tx, &calls[0], p, DGI_MSG_TX_ROLLBACK, &m, left, on_ack);
-			wait_all(tx);
-			if (calls[0].err == DG_OK)
-				return DG_ERR_TX_ROLLED_BACK; /* it had not committed; now never will */
-			if (calls[0].err == DG_ERR_STATE) {
-				int64_t q = dgi_txsvc_query(tx->s, p, &tx->id, 0, left);
-				if (q >= 0 && (q & 0xff) == DGI_TXQ_COMMITTED)
-					return join_one_phase(tx, refs, groups, calls);
-			}
-			sleep_ms(20);
-			continue;
-		}
-		int applied = owners_applied(tx, refs, &groups[0]);
-		if (applied < 0) {
-			sleep_ms(20);
-			continue; /* an owner did not answer: it may hold the copies */
-		}
-		if (applied == 0)
-			return DG_ERR_TX_ROLLED_BACK; /* its only copy left with it */
-		step(tx, DGI_TXE_PREPARED); /* it committed: the decision was made there */
-		step(tx, DGI_TXE_COMMIT);
-		for (uint32_t i = 0; i < groups[0].n; i++) {
-			refs[groups[0].first + i].e->done = false;
-			refs[groups[0].first + i].e->origin = p;
-		}
-		calls[0].err = DG_ERR_CONN_BROKEN;
-		calls[0].applied = false;
-		groups[0].origin = p;
-		return finish_decided(tx, refs, groups, 1, calls);
-	}
-}
-
-/* After a failed PREPARE round: may every primary have prepared?  Not
- * when one refused (answered an error) or never got its PREPARE (not
- * sent): that one will not prepare now (a late PREPARE finds the tx
- * rolled back), so no one — recovery included — can commit the tx. */
-static bool all_may_have_prepared(const struct call *calls, uint32_t ng)
-{
-	for (uint32_t i = 0; i < ng; i++)
-		if (!calls[i].sent || (calls[i].answered && calls[i].err != DG_OK))
-			return false;
-	return true;
-}
-
-/* The first refusal of a PREPARE round (what the caller reports), else e. */
-static dg_err first_refusal(const struct call *calls, uint32_t ng, dg_err e)
-{
-	for (uint32_t i = 0; i < ng; i++)
-		if (calls[i].answered && calls[i].err != DG_OK)
-			return calls[i].err;
-	return e;
-}
-
-/* The PREPAREs went out and every primary may have prepared, but some did
- * not answer (why: the round's error): the tx may commit without this
- * node, since recovery commits a tx every primary of which prepared once
- * it takes the near node for gone.  Learn the outcome before saying
- * anything:
- *   - a primary committed it (recovery did), or a left primary's copies
- *     were applied: the decision is commit — *decided, the caller joins
- *     it (COMMIT to every primary, resends);
- *   - no primary committed (each answered, or left and no owner of its
- *     keys applied its copies), then every one still alive confirmed a
- *     ROLLBACK: the tx is rolled back everywhere, returns why;
- *   - neither learnt before the timeout (plus RESOLVE_GRACE_MS):
- *     DG_ERR_TX_UNKNOWN.
- * The primaries are asked before any is rolled back, so a commit decided
- * by recovery is joined rather than split.  One decided between the
- * question and the ROLLBACK (it refuses: STATE) is joined too — those
- * already rolled back stay so (the split recovery's assumption allows,
- * README "Known limits"): the caller's commit cannot be confirmed by
- * them, and ends DG_ERR_TX_UNKNOWN. */
-static dg_err settle_prepare(dg_tx *tx, const struct ent_ref *refs, const struct group *groups,
-    uint32_t ng, struct call *calls, dg_err why, bool *decided)
-{
-	bool undone[MAX_NODES] = { false }; /* rolled back there, for sure */
-	bool asked = false;                  /* no primary committed it */
-	dgi_msg_tx_ctl m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
-	*decided = false;
-	for (;;) {
-		uint32_t left = resolve_left(tx);
-		if (left == 0)
-			return DG_ERR_TX_UNKNOWN;
-		bool known = true;
-		for (uint32_t i = 0; i < ng && !asked; i++) {
-			if (undone[i])
-				continue;
-			bool alive = dgi_txsvc_alive(tx->s, groups[i].node);
-			int c = alive ? primary_committed(tx, &groups[i]) :
-			    owners_applied(tx, refs, &groups[i]);
-			if (c > 0) {
-				*decided = true;
-				return DG_OK;
-			}
-			if (c < 0)
-				known = false;
-			else if (!alive)
-				undone[i] = true; /* its prepared entries left with it */
-		}
-		asked = asked || known;
-		if (!asked) {
-			sleep_ms(20);
-			continue;
-		}
-		bool sent[MAX_NODES] = { false };
-		for (uint32_t i = 0; i < ng; i++)
-			if (!undone[i] && (sent[i] = dgi_txsvc_alive(tx->s, groups[i].node)))
-				request(tx, &calls[i], groups[i].node, DGI_MSG_TX_ROLLBACK, &m, left, on_ack);
-		wait_all(tx);
-		uint32_t open = 0;
-		for (uint32_t i = 0; i < ng; i++) {
-			if (undone[i])
-				continue;
-			if (sent[i] && calls[i].answered && calls[i].err == DG_ERR_STATE) {
-				*decided = true; /* committed (or committing) there meanwhile */
-				return DG_OK;
-			}
-			if (sent[i] && calls[i].answered && calls[i].err == DG_OK) {
-				undone[i] = true;
-				continue;
-			}
-			int c = sent[i] ? -1 : owners_applied(tx, refs, &groups[i]);
-			if (c > 0) {
-				*decided = true;
-				return DG_OK;
-			}
-			undone[i] = c == 0;
-			open += c != 0;
-		}
-		if (open == 0)
-			return why;
-		sleep_ms(20);
-	}
-}
-
-/* Commit begins: from here a kill is refused (DG_ERR_CONFLICT) — unless
- * one came first, and then the tx rolls back. */
-static bool seal(dg_tx *tx)
-{
-	int was = FATE_NONE;
-	return atomic_compare_exchange_strong(&tx->fate, &was, FATE_SEALED);
-}
-
-/* The decision, taken by the last answer of a PREPARE round armed for it
- * (count_in), every primary prepared: as commit() would after its wait —
- * the steps, then a COMMIT to each primary — without waking the caller in
- * between; on the thread that got the answer (a reactor's, mostly: its
- * COMMITs ride on the round's writes).  Then the round's hold is dropped:
- * the caller wakes once every COMMIT answered, calls[] holding their
- * answers, and goes on as after its own COMMITs (finish_decided). */
-static void commit_on_answer(dg_tx *tx)
-{
-	step(tx, DGI_TXE_PREPARED);
-	step(tx, DGI_TXE_COMMIT); /* the decision */
-	tx->commit_sent = true;
-	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
-	uint32_t left = left_ms(tx);
-	for (uint32_t i = 0; i < tx->commit_ng; i++)
-		request(tx, &tx->arm_calls[i], tx->arm_groups[i].node, DGI_MSG_TX_COMMIT, &cm,
-		    left + NET_SLACK_MS, on_ack);
-	atomic_fetch_add(&dgi_txsvc_near(tx->s)->commit_on_answer, 1);
-	pthread_mutex_lock(&tx->mu);
-	(void)count_in(tx); /* the hold (disarmed: count_in cannot fire again) */
-	pthread_mutex_unlock(&tx->mu);
-}
-
-static dg_err commit(dg_tx *tx)
-{
-	if (tx->state != DGI_TXS_ACTIVE)
-		return tx->state == DGI_TXS_ROLLED_BACK ? DG_ERR_TX_ROLLED_BACK : DG_ERR_STATE;
-	if (dgi_txsvc_segmented(tx->s) || !seal(tx)) {
-		/* segmented: nothing was prepared yet, nothing will be */
-		dg_err k = fail_tx(tx, dgi_txsvc_segmented(tx->s) ? DG_ERR_SEGMENTED :
-		    DG_ERR_TX_ROLLED_BACK);
-		dgi_txsvc_near_done(tx->s, &tx->id, false, true);
-		return k;
-	}
-	size_t n = dgi_txents_count(tx->ents);
-	struct ent_ref *refs = n <= 64 ? alloca(sizeof(*refs) * (n ? n : 1)) :
-	    dgi_alloc(sizeof(*refs) * n);
-	if (refs == NULL)
-		return fail_tx(tx, DG_ERR_NOMEM);
-	struct group groups[MAX_NODES];
-	struct call calls[MAX_NODES];
-	uint32_t nrefs = 0, ng = 0;
-	int64_t topver = 0, inflight = 0;
-	dg_err e;
-	for (;;) {
-		e = map_entries(tx, refs, &nrefs, groups, &ng, false, &topver);
-		if (e != DG_ERR_NOT_READY || left_ms(tx) == 0)
-			break;
-		sleep_ms(5);
-	}
-	/* the topology fence: a change waits for older txs; commit under the
-	 * new one once every node reported (the near's own view of it) */
-	while (e == DG_OK && ng > 0 && topver != tx->topver &&
-	    !dgi_txsvc_fence_open(tx->s, topver) && left_ms(tx) > 0) {
-		sleep_ms(2);
-		e = map_entries(tx, refs, &nrefs, groups, &ng, false, &topver);
-	}
-	if (e == DG_ERR_NOT_READY)
-		e = DG_ERR_TIMEOUT;
-	if (e != DG_OK)
-		goto out_fail;
-	dgi_txsvc_near_enter(tx->s, topver);
-	inflight = topver;
-	if (ng == 0) {
-		/* nothing to write or check: release the locks, done */
-		release_all(tx, release_wait(tx));
-		step(tx, DGI_TXE_COMMIT); /* nothing can refuse */
-		step(tx, DGI_TXE_COMMITTED);
-		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
-		goto out;
-	}
-	/* locks on nodes that are not participants (a topology change moved
-	 * the keys): release them */
-	step(tx, DGI_TXE_PREPARE);
-	if (ng == 1) {
-		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls, false);
-		if (e != DG_OK && calls[0].answered && calls[0].applied)
-			e = join_one_phase(tx, refs, groups, calls);
-		else if (e != DG_OK && calls[0].sent && !calls[0].answered)
-			e = resolve_one_phase(tx, refs, groups, calls);
-		if (e == DG_OK || e == DG_ERR_TX_UNKNOWN) {
-			/* the one answer (or what was learnt) stands for all three */
-			if (tx->state == DGI_TXS_PREPARING) {
-				step(tx, DGI_TXE_PREPARED);
-				step(tx, DGI_TXE_COMMIT);
-			}
-			step(tx, e == DG_OK ? DGI_TXE_COMMITTED : DGI_TXE_TIMEOUT);
-			dgi_txsvc_near_done(tx->s, &tx->id, true, e == DG_OK);
-			if (e == DG_OK) {
-				atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
-				atomic_fetch_add(&dgi_txsvc_near(tx->s)->one_phase, 1);
-			}
-			release_others(tx, groups, 1);
-			goto out;
-		}
-		goto out_fail;
-	}
-	if (atomic_load(&dgi_tx_crash_point) == 3) {
-		prepare_groups(tx, refs, groups, 1, topver, 0, calls, false);
-		e = DG_ERR_TX_UNKNOWN;
-		goto out;
-	}
-	/* the COMMITs go out from the last PREPARE answer (commit_on_answer):
-	 * from the reactor that got it, in no other handler's call chain.
-	 * Not when this node is a participant (its own answer comes from its
-	 * own handlers, which may hold their locks); nor for a caller alone,
-	 * which spins through its waits rather than sleeping and sends them
-	 * as soon as its spin sees the answers (transfer_*_1c p50 200-206
-	 * us that way, 219-234 from the reactor); nor when a test stops the
-	 * commit in between (a crash point) */
-	bool arm = atomic_load(&dgi_tx_crash_point) == 0 && !dgi_wait_alone(dgi_txsvc_tp(tx->s));
-	for (uint32_t i = 0; i < ng && arm; i++)
-		arm = groups[i].node != dgi_txsvc_self(tx->s);
-	e = prepare_groups(tx, refs, groups, ng, topver, 0, calls, arm);
-	if (e == DG_OK && tx->commit_sent)
-		goto committing;
-	if (e == DG_OK && atomic_load(&dgi_tx_crash_point) == 4) {
-		atomic_store(&dgi_tx_cut_node, tx->id.node);
-		for (uint32_t i = 0; i < ng; i++) {
-			calls[i].err = DG_ERR_TIMEOUT;
-			calls[i].answered = false;
-		}
-		e = DG_ERR_TIMEOUT;
-	}
-	if (e != DG_OK && all_may_have_prepared(calls, ng)) {
-		/* no primary refused: the outcome is not ours to assume */
-		bool decided;
-		e = settle_prepare(tx, refs, groups, ng, calls, e, &decided);
-		if (e == DG_ERR_TX_UNKNOWN) {
-			/* this node decided nothing but roll back; that it could
-			 * not confirm: a primary may commit by recovery */
-			step(tx, DGI_TXE_PREPARE_FAILED);
-			release_all(tx, release_wait(tx));
-			step(tx, DGI_TXE_RECOVERED_COMMIT);
-			dgi_txsvc_near_done(tx->s, &tx->id, false, true);
-			dgi_log("warn", "TX-UNKNOWN", "tx=%016llx:%llu phase=prepare",
-			    (unsigned long long)tx->id.node, (unsigned long long)tx->id.seq);
-			goto out;
-		}
-	} else if (e != DG_OK) {
-		e = first_refusal(calls, ng, e); /* rolled back for sure */
-	}
-	if (e != DG_OK)
-		goto out_fail;
-	step(tx, DGI_TXE_PREPARED);
-	step(tx, DGI_TXE_COMMIT); /* the decision */
-	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
-	uint32_t left = left_ms(tx);
-	int crash = atomic_load(&dgi_tx_crash_point);
-	atomic_fetch_add(&dgi_txsvc_near(tx->s)->commit_waited, 1);
-	if (crash == 5) {
-		atomic_store(&dgi_tx_crash_reached, 5); /* every primary prepared */
-		sleep_ms(500);
-		crash = 0;
-		left = left_ms(tx);
-	}
-	uint32_t ncommit = crash == 2 ? 1 : crash == 1 ? 0 : ng;
-	for (uint32_t i = 0; i < ncommit; i++)
-		request(tx, &calls[i], groups[i].node, DGI_MSG_TX_COMMIT, &cm, left + NET_SLACK_MS, on_ack);
-	wait_all(tx);
-	if (crash != 0) {
-		e = DG_ERR_TX_UNKNOWN;
-		goto out;
-	}
-committing:
-	e = finish_decided(tx, refs, groups, ng, calls);
-	step(tx, e == DG_OK ? DGI_TXE_COMMITTED : DGI_TXE_TIMEOUT);
-	dgi_txsvc_near_done(tx->s, &tx->id, true, e == DG_OK);
-	if (e == DG_OK)
-		atomic_fetch_add(&dgi_txsvc_near(tx->s)->committed, 1);
-	release_others(tx, groups, ng);
-	goto out;
-out_fail:
-	e = fail_tx(tx, e);
-	dgi_txsvc_near_done(tx->s, &tx->id, false, true);
-out:
-	if (inflight != 0)
-		dgi_txsvc_near_leave(tx->s, inflight);
-	if (n > 64)
-		dgi_free(refs);
-	return e;
-}
-
-dg_err dg_tx_commit(dg_tx *tx)
-{
-	if (tx == NULL)
-		return DG_ERR_INVAL;
-	dg_err e = commit(tx);
-	tx_free(tx);
-	return e;
-}
-
 dg_err dg_tx_rollback(dg_tx *tx)
 {
 	if (tx == NULL)
 		return DG_ERR_INVAL;
 	dg_err e = DG_OK;
 	if (tx->state == DGI_TXS_ACTIVE) {
-		step(tx, DGI_TXE_ROLLBACK);
-		release_all(tx, release_wait(tx));
-		step(tx, DGI_TXE_ROLLED_BACK);
+		dgi_txn_step(tx, DGI_TXE_ROLLBACK);
+		dgi_txn_release_all(tx, dgi_txn_release_wait(tx));
+		dgi_txn_step(tx, DGI_TXE_ROLLED_BACK);
 		atomic_fetch_add(&dgi_txsvc_near(tx->s)->rolled_back, 1);
 	}
-	tx_free(tx);
+	dgi_txn_tx_free(tx);
 	return e;
 }
 
