@@ -1624,7 +1624,7 @@ static void key_on(dg_cache *c, uint64_t primary, const char *prefix, char *key)
 }
 
 /* The COMMITs of a two-phase commit on remote primaries go out from the
- * last PREPARE answer (txn.c commit_on_answer), every primary having
+ * last PREPARE answer (dgi_txn_commit_on_answer), every primary having
  * prepared — never when one refused.  A near that is a participant itself
  * sends them after its wait, as before, and so does a caller alone (it
  * spins through its waits).  3 nodes, 2 backups, the near on each node in

@@ -380,8 +380,8 @@ const char *dg_tx_state_name(dg_tx_state s)
 /* Under tx->mu: one answer due is in (a reply, or the sender's hold on an
  * armed round).  The last one of a PREPARE round armed for it, every
  * primary having answered DG_OK: true, the count left at 1 (the hold the
- * caller drops once it sent the COMMITs: commit_on_answer), so the waiting
- * thread sleeps on through both phases. */
+ * caller drops once it sent the COMMITs: dgi_txn_commit_on_answer), so
+ * the waiting thread sleeps on through both phases. */
 bool dgi_txn_count_in(dg_tx *tx)
 {
 	if (tx->arm_ng != 0 && __atomic_load_n(&tx->outstanding, __ATOMIC_RELAXED) == 1) {

@@ -569,23 +569,31 @@ static bool seal(dg_tx *tx)
 	return atomic_compare_exchange_strong(&tx->fate, &was, FATE_SEALED);
 }
 
+/* A COMMIT to each of the first n primaries of groups, answered into
+ * calls (the decision taken: the tx is COMMITTING). */
+static void send_commits(dg_tx *tx, const struct group *groups, struct call *calls, uint32_t n)
+{
+	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
+	uint32_t left = dgi_txn_left_ms(tx);
+	for (uint32_t i = 0; i < n; i++)
+		dgi_txn_request(tx, &calls[i], groups[i].node, DGI_MSG_TX_COMMIT, &cm,
+		    left + NET_SLACK_MS, dgi_txn_on_ack);
+}
+
 /* The decision, taken by the last answer of a PREPARE round armed for it
  * (dgi_txn_count_in), every primary prepared: as dgi_txn_commit() would
  * after its wait — the steps, then a COMMIT to each primary — without
- * waking the caller in between; on the thread that got the answer (a reactor's, mostly: its
- * COMMITs ride on the round's writes).  Then the round's hold is dropped:
- * the caller wakes once every COMMIT answered, calls[] holding their
- * answers, and goes on as after its own COMMITs (finish_decided). */
+ * waking the caller in between; on the thread that got the answer (a
+ * reactor's, mostly: its COMMITs ride on the round's writes).  Then the
+ * round's hold is dropped: the caller wakes once every COMMIT answered,
+ * calls[] holding their answers, and goes on as after its own COMMITs
+ * (finish_decided). */
 void dgi_txn_commit_on_answer(dg_tx *tx)
 {
 	dgi_txn_step(tx, DGI_TXE_PREPARED);
 	dgi_txn_step(tx, DGI_TXE_COMMIT); /* the decision */
 	tx->commit_sent = true;
-	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
-	uint32_t left = dgi_txn_left_ms(tx);
-	for (uint32_t i = 0; i < tx->commit_ng; i++)
-		dgi_txn_request(tx, &tx->arm_calls[i], tx->arm_groups[i].node, DGI_MSG_TX_COMMIT, &cm,
-		    left + NET_SLACK_MS, dgi_txn_on_ack);
+	send_commits(tx, tx->arm_groups, tx->arm_calls, tx->commit_ng);
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->commit_on_answer, 1);
 	pthread_mutex_lock(&tx->mu);
 	(void)dgi_txn_count_in(tx); /* the hold (disarmed: count_in cannot fire again) */
@@ -671,7 +679,8 @@ dg_err dgi_txn_commit(dg_tx *tx)
 		e = DG_ERR_TX_UNKNOWN;
 		goto out;
 	}
-	/* the COMMITs go out from the last PREPARE answer (commit_on_answer):
+	/* the COMMITs go out from the last PREPARE answer
+	 * (dgi_txn_commit_on_answer):
 	 * from the reactor that got it, in no other handler's call chain.
 	 * Not when this node is a participant (its own answer comes from its
 	 * own handlers, which may hold their locks); nor for a caller alone,
@@ -715,20 +724,14 @@ dg_err dgi_txn_commit(dg_tx *tx)
 		goto out_fail;
 	dgi_txn_step(tx, DGI_TXE_PREPARED);
 	dgi_txn_step(tx, DGI_TXE_COMMIT); /* the decision */
-	dgi_msg_tx_ctl cm = { (int64_t)tx->id.node, (int64_t)tx->id.seq, 0, 0, 0 };
-	uint32_t left = dgi_txn_left_ms(tx);
 	int crash = atomic_load(&dgi_tx_crash_point);
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->commit_waited, 1);
 	if (crash == 5) {
 		atomic_store(&dgi_tx_crash_reached, 5); /* every primary prepared */
 		dgi_txn_sleep_ms(500);
 		crash = 0;
-		left = dgi_txn_left_ms(tx);
 	}
-	uint32_t ncommit = crash == 2 ? 1 : crash == 1 ? 0 : ng;
-	for (uint32_t i = 0; i < ncommit; i++)
-		dgi_txn_request(tx, &calls[i], groups[i].node, DGI_MSG_TX_COMMIT, &cm,
-		    left + NET_SLACK_MS, dgi_txn_on_ack);
+	send_commits(tx, groups, calls, crash == 2 ? 1 : crash == 1 ? 0 : ng);
 	dgi_txn_wait_all(tx);
 	if (crash != 0) {
 		e = DG_ERR_TX_UNKNOWN;

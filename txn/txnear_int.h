@@ -55,7 +55,7 @@ struct dg_tx {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint32_t outstanding;           /* answers due (__atomic: wait_all spins on it) */
-	/* a 2PC's COMMIT sent by its last PREPARE answer (commit_on_answer),
+	/* a 2PC's COMMIT sent by its last PREPARE answer (dgi_txn_commit_on_answer),
 	 * under mu: the PREPARE round armed for it (arm_ng 0: none) */
 	uint32_t arm_ng, commit_ng;
 	const struct group *arm_groups;

@@ -265,8 +265,9 @@ typedef struct dgi_txnear_stats {
 	    one_phase, heap;
 	_Atomic uint64_t batch_rounds;   /* batches whose keys were all asked at once */
 	_Atomic uint64_t batch_restarts; /* of those, locks then taken one by one */
-	/* 2PC commits whose COMMITs the last PREPARE answer sent (txn.c
-	 * commit_on_answer), and those the caller sent after its wait */
+	/* 2PC commits whose COMMITs the last PREPARE answer sent
+	 * (txnear_commit.c dgi_txn_commit_on_answer), and those the caller
+	 * sent after its wait */
 	_Atomic uint64_t commit_on_answer, commit_waited;
 } dgi_txnear_stats;
 dgi_txnear_stats *dgi_txsvc_near(dgi_txsvc *s);
