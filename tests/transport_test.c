@@ -5125,6 +5125,103 @@ static void test_spin_while_alone(void **state)
 	dg_tp_stop(tp);
 }
 
+/* dgi_due_*: a count of answers one caller waits for.  Two answerer
+ * threads answer each round; the caller (tp NULL: it never spins, so
+ * every wait that finds answers due sleeps on the word) adds a hold on
+ * every other round, which the last answer keeps (as a 2PC's last
+ * PREPARE answer does) and then drops.  Every round's wait must end (a
+ * lost wake-up hangs the waiter: the deadline fails the test), see both
+ * answers' writes, and the kept last answer come exactly once per held
+ * round. */
+#define DUE_ROUNDS 10000
+struct due_round {
+	uint32_t due;
+	_Atomic uint32_t go[2];     /* the round an answerer may answer */
+	uint32_t wrote[2];          /* plain: read by the waiter after the wait */
+	bool held;                  /* plain: written before go */
+	_Atomic uint32_t kept;      /* rounds whose last answer was kept */
+	_Atomic uint32_t waited;    /* rounds the waiter finished */
+	_Atomic uint32_t bad;       /* a round the waiter saw unwritten */
+};
+
+static bool due_keep(void *arg)
+{
+	struct due_round *r = arg;
+	return r->held;
+}
+
+struct due_answerer {
+	struct due_round *r;
+	int i;
+};
+
+static void *due_answer(void *arg)
+{
+	struct due_answerer *a = arg;
+	struct due_round *r = a->r;
+	for (uint32_t n = 1; n <= DUE_ROUNDS; n++) {
+		while (atomic_load(&r->go[a->i]) < n)
+			sched_yield();
+		if (n % 3 == (uint32_t)a->i) { /* now and then late: the waiter sleeps first */
+			struct timespec ts = { 0, 50000 };
+			nanosleep(&ts, NULL);
+		}
+		r->wrote[a->i] = n;
+		if (dgi_due_done_or_keep(&r->due, due_keep, r)) {
+			atomic_fetch_add(&r->kept, 1);
+			(void)dgi_due_done(&r->due); /* the hold */
+		}
+	}
+	return NULL;
+}
+
+static void *due_wait(void *arg)
+{
+	struct due_round *r = arg;
+	for (uint32_t n = 1; n <= DUE_ROUNDS; n++) {
+		r->held = n % 2 == 0;
+		dgi_due_add(&r->due, r->held ? 3 : 2);
+		atomic_store(&r->go[0], n);
+		atomic_store(&r->go[1], n);
+		if (r->held && dgi_due_done_or_keep(&r->due, due_keep, r)) {
+			/* the hold was the last: the answers are all in */
+			atomic_fetch_add(&r->kept, 1);
+			(void)dgi_due_done(&r->due);
+		}
+		dgi_due_wait(NULL, &r->due);
+		if (r->wrote[0] != n || r->wrote[1] != n || __atomic_load_n(&r->due, __ATOMIC_RELAXED) != 0)
+			atomic_fetch_add(&r->bad, 1);
+		atomic_store(&r->waited, n);
+	}
+	return NULL;
+}
+
+static void test_due_count(void **state)
+{
+	(void)state;
+	static struct due_round r;
+	memset(&r, 0, sizeof(r));
+	struct due_answerer a[2] = { { &r, 0 }, { &r, 1 } };
+	pthread_t th[3];
+	assert_int_equal(pthread_create(&th[0], NULL, due_wait, &r), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[1 + i], NULL, due_answer, &a[i]), 0);
+	/* progress, or the test fails (a stuck waiter is left behind) */
+	uint32_t seen = 0;
+	for (int idle_ms = 0; atomic_load(&r.waited) < DUE_ROUNDS; idle_ms++) {
+		uint32_t w = atomic_load(&r.waited);
+		if (w != seen)
+			seen = w, idle_ms = 0;
+		if (idle_ms > 5000)
+			fail_msg("round %u's wait did not end (a lost wake-up)", seen + 1);
+		sleep_ms(1);
+	}
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(atomic_load(&r.bad), 0);
+	assert_int_equal(atomic_load(&r.kept), DUE_ROUNDS / 2);
+}
+
 static void test_tcp_stop_with_pending_writes(void **state)
 {
 	(void)state;
@@ -5483,6 +5580,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_stop_with_pending_writes),
 		cmocka_unit_test(test_spin_wait_counts),
 		cmocka_unit_test(test_spin_while_alone),
+		cmocka_unit_test(test_due_count),
 	};
 	/* DG_TEST_FILTER=test_membership* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

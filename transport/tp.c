@@ -5,6 +5,8 @@
 #include "transport_int.h"
 
 #include <nng/supplemental/tls/tls.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <semaphore.h>
 #include <unistd.h>
@@ -126,6 +128,58 @@ bool dgi_spin_sem(const dg_tp *tp, sem_t *s, bool one_hop)
 bool dgi_spin_zero(const dg_tp *tp, const uint32_t *left)
 {
 	return spin(tp, false, is_zero, left);
+}
+
+static void due_woken(uint32_t *due, uint32_t was)
+{
+	if (was == (1 | DGI_DUE_SLEEPING))
+		syscall(SYS_futex, due, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+bool dgi_due_done(uint32_t *due)
+{
+	uint32_t was = __atomic_fetch_sub(due, 1, __ATOMIC_ACQ_REL);
+	due_woken(due, was);
+	return (was & ~DGI_DUE_SLEEPING) == 1;
+}
+
+bool dgi_due_done_or_keep(uint32_t *due, bool (*keep)(void *), void *arg)
+{
+	uint32_t v = __atomic_load_n(due, __ATOMIC_ACQUIRE);
+	bool asked = false;
+	for (;;) {
+		/* the count at 1 is this thread's own answer: nobody else can
+		 * change it but the waiter's mark */
+		if (!asked && (v & ~DGI_DUE_SLEEPING) == 1) {
+			asked = true;
+			if (keep(arg))
+				return true;
+		}
+		if (__atomic_compare_exchange_n(due, &v, v - 1, false, __ATOMIC_ACQ_REL,
+			__ATOMIC_ACQUIRE)) {
+			due_woken(due, v);
+			return false;
+		}
+	}
+}
+
+void dgi_due_wait(const dg_tp *tp, uint32_t *due)
+{
+	if (dgi_spin_zero(tp, due))
+		return;
+	uint32_t v = __atomic_load_n(due, __ATOMIC_ACQUIRE);
+	while ((v & ~DGI_DUE_SLEEPING) != 0) {
+		/* the mark and the sleep: an answer between them changes the
+		 * word, and the futex call then returns at once */
+		if (!(v & DGI_DUE_SLEEPING) &&
+		    !__atomic_compare_exchange_n(due, &v, v | DGI_DUE_SLEEPING, false,
+			__ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
+			continue;
+		syscall(SYS_futex, due, FUTEX_WAIT_PRIVATE, v | DGI_DUE_SLEEPING, NULL, NULL, 0);
+		v = __atomic_load_n(due, __ATOMIC_ACQUIRE);
+	}
+	if (v != 0) /* the mark alone: nothing else writes the word at 0 */
+		__atomic_store_n(due, 0, __ATOMIC_RELAXED);
 }
 
 void dgi_sem_wait_spin(const dg_tp *tp, sem_t *s, bool one_hop)

@@ -476,6 +476,36 @@ bool dgi_spin_sem(const dg_tp *tp, sem_t *s, bool one_hop);
 /* The same on a counter of answers still due: until *left reads 0 (true)
  * or the spin ends.  Writers change *left with __atomic operations. */
 bool dgi_spin_zero(const dg_tp *tp, const uint32_t *left);
+/* A count of answers due that one caller waits for (a transaction's
+ * round): the caller adds one per request before it goes out
+ * (dgi_due_add), each answer takes one away (dgi_due_done), and
+ * dgi_due_wait spins as dgi_spin_zero, then sleeps on the word itself (a
+ * futex; no mutex or condition variable: glibc's pthread_cond_wait takes
+ * its mutex back marked contended, so the unlock after every wait was one
+ * more futex system call).  DGI_DUE_SLEEPING is set while the caller
+ * sleeps; dgi_due_done makes the wake-up call only then.  An answer's
+ * writer may still be in its wake-up call when dgi_due_wait returns: the
+ * call names the word's address and reads nothing, and the memory stays
+ * mapped (an owner that frees it first waits out the writers' own lock,
+ * as txn.c's tx_destroy does). */
+#define DGI_DUE_SLEEPING 0x80000000u
+static inline uint32_t dgi_due_n(const uint32_t *due)
+{
+	return __atomic_load_n(due, __ATOMIC_ACQUIRE) & ~DGI_DUE_SLEEPING;
+}
+static inline void dgi_due_add(uint32_t *due, uint32_t n)
+{
+	__atomic_add_fetch(due, n, __ATOMIC_RELAXED);
+}
+/* One answer in; true: it was the last. */
+bool dgi_due_done(uint32_t *due);
+/* The same, but the last answer stays counted when keep(arg) says so
+ * (true then; its thread takes it away later with dgi_due_done).  keep
+ * runs once, only for the last one, when no other answer can come and every
+ * earlier writer's stores are visible: the answers' writers need no lock
+ * between them to find which one is last. */
+bool dgi_due_done_or_keep(uint32_t *due, bool (*keep)(void *), void *arg);
+void dgi_due_wait(const dg_tp *tp, uint32_t *due);
 /* Whether a caller inside dgi_wait_enter would spin while alone now: the
  * process's only waiting caller, with tp's wait_spin_us set. */
 bool dgi_wait_alone(const dg_tp *tp);

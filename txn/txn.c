@@ -293,7 +293,6 @@ dg_err dgi_tx_begin(dgi_txsvc *s, dg_tx_concurrency conc, dg_tx_isolation iso,
 			return DG_ERR_NOMEM;
 		}
 		pthread_mutex_init(&tx->mu, NULL);
-		pthread_cond_init(&tx->cv, NULL);
 		dg_buf_init(&tx->val);
 		dg_buf_init(&tx->vals);
 		dg_buf_init(&tx->wire);
@@ -355,8 +354,11 @@ static void tx_destroy(dg_tx *tx)
 	dg_buf_free(&tx->val);
 	dg_buf_free(&tx->vals);
 	dg_buf_free(&tx->wire);
+	/* an answer's writer that counted its answer in may not have
+	 * unlocked yet (dgi_txn_wait_all returns on the count) */
+	pthread_mutex_lock(&tx->mu);
+	pthread_mutex_unlock(&tx->mu);
 	pthread_mutex_destroy(&tx->mu);
-	pthread_cond_destroy(&tx->cv);
 	dgi_free(tx);
 }
 
@@ -377,38 +379,41 @@ const char *dg_tx_state_name(dg_tx_state s)
 
 /* ---- requests ---- */
 
-/* Under tx->mu: one answer due is in (a reply, or the sender's hold on an
- * armed round).  The last one of a PREPARE round armed for it, every
- * primary having answered DG_OK: true, the count left at 1 (the hold the
- * caller drops once it sent the COMMITs: dgi_txn_commit_on_answer), so
- * the waiting thread sleeps on through both phases. */
+/* The last answer of a PREPARE round armed for it (dgi_txn_count_in):
+ * every primary answered DG_OK? The round is disarmed either way. */
+static bool commit_armed(void *arg)
+{
+	dg_tx *tx = arg;
+	if (tx->arm_ng == 0)
+		return false;
+	bool ok = true;
+	for (uint32_t i = 0; i < tx->arm_ng && ok; i++)
+		ok = tx->arm_calls[i].answered && tx->arm_calls[i].err == DG_OK;
+	tx->commit_ng = tx->arm_ng;
+	tx->arm_ng = 0;
+	return ok;
+}
+
+/* One answer due is in (a reply, or the sender's hold on an armed round),
+ * its struct call written.  The last one of a PREPARE round armed for it,
+ * every primary having answered DG_OK: true, the count left at 1 (the
+ * hold the caller drops once it sent the COMMITs:
+ * dgi_txn_commit_on_answer), so the waiting thread sleeps on through both
+ * phases.  No lock: the count itself tells the last answer
+ * (dgi_due_done_or_keep). */
 bool dgi_txn_count_in(dg_tx *tx)
 {
-	if (tx->arm_ng != 0 && __atomic_load_n(&tx->outstanding, __ATOMIC_RELAXED) == 1) {
-		bool ok = true;
-		for (uint32_t i = 0; i < tx->arm_ng && ok; i++)
-			ok = tx->arm_calls[i].answered && tx->arm_calls[i].err == DG_OK;
-		tx->commit_ng = tx->arm_ng;
-		tx->arm_ng = 0;
-		if (ok)
-			return true;
-	}
-	if (__atomic_sub_fetch(&tx->outstanding, 1, __ATOMIC_RELEASE) == 0)
-		pthread_cond_broadcast(&tx->cv);
-	return false;
+	return dgi_due_done_or_keep(&tx->outstanding, commit_armed, tx);
 }
 
 static void call_done(struct call *c, dg_err err, int64_t idx, bool answered, bool applied)
 {
 	dg_tx *tx = c->tx;
-	pthread_mutex_lock(&tx->mu);
 	c->err = err;
 	c->idx = idx;
 	c->answered = answered;
 	c->applied = applied;
-	bool commit_now = dgi_txn_count_in(tx);
-	pthread_mutex_unlock(&tx->mu);
-	if (commit_now)
+	if (dgi_txn_count_in(tx))
 		dgi_txn_commit_on_answer(tx);
 }
 
@@ -447,11 +452,7 @@ static void on_lock_res(void *ctx, dg_err err, const dg_msg_in *reply)
  * begin to end). */
 void dgi_txn_wait_all(dg_tx *tx)
 {
-	(void)dgi_spin_zero(dgi_txsvc_tp(tx->s), &tx->outstanding);
-	pthread_mutex_lock(&tx->mu); /* (also after the spin: the answers' writer unlocks) */
-	while (__atomic_load_n(&tx->outstanding, __ATOMIC_RELAXED) > 0)
-		pthread_cond_wait(&tx->cv, &tx->mu);
-	pthread_mutex_unlock(&tx->mu);
+	dgi_due_wait(dgi_txsvc_tp(tx->s), &tx->outstanding);
 }
 
 dg_err dgi_txn_request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
@@ -463,9 +464,7 @@ dg_err dgi_txn_request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
 	c->answered = false;
 	c->applied = false;
 	c->sent = true; /* (read by this thread only, after wait_all) */
-	pthread_mutex_lock(&tx->mu);
-	__atomic_add_fetch(&tx->outstanding, 1, __ATOMIC_RELAXED);
-	pthread_mutex_unlock(&tx->mu);
+	dgi_due_add(&tx->outstanding, 1);
 	dg_err e = dgi_txsvc_request(tx->s, to, type, body, timeout_ms ? timeout_ms : 1, cb, c);
 	if (e != DG_OK) {
 		c->sent = false;
@@ -662,8 +661,7 @@ static void on_lock_res_of(void *ctx, dg_err err, const dg_msg_in *reply)
 	dg_tx *tx = f->call.tx;
 	pthread_mutex_lock(&tx->mu);
 	fetched_res(tx, f, err, err == DG_OK ? reply->body : NULL);
-	if (__atomic_sub_fetch(&tx->outstanding, 1, __ATOMIC_RELEASE) == 0)
-		pthread_cond_broadcast(&tx->cv);
+	(void)dgi_due_done(&tx->outstanding);
 	pthread_mutex_unlock(&tx->mu);
 }
 
@@ -691,8 +689,7 @@ static void on_lock_all_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			err = DG_ERR_CONN_BROKEN;
 		fetched_res(tx, f, err, err == DG_OK ? &r : NULL);
 	}
-	if (__atomic_sub_fetch(&tx->outstanding, 1, __ATOMIC_RELEASE) == 0)
-		pthread_cond_broadcast(&tx->cv);
+	(void)dgi_due_done(&tx->outstanding);
 	pthread_mutex_unlock(&tx->mu);
 }
 

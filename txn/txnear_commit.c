@@ -176,14 +176,13 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 	if (then_commit) {
 		/* armed: the last answer, every one DG_OK, sends the COMMITs
 		 * (the hold keeps an answer before the last PREPARE went out
-		 * from being the last) */
-		pthread_mutex_lock(&tx->mu);
+		 * from being the last; nothing is due before it, so no answer
+		 * reads these yet) */
 		tx->arm_ng = ng;
 		tx->arm_groups = groups;
 		tx->arm_calls = calls;
 		tx->commit_sent = false;
-		__atomic_add_fetch(&tx->outstanding, 1, __ATOMIC_RELAXED);
-		pthread_mutex_unlock(&tx->mu);
+		dgi_due_add(&tx->outstanding, 1);
 	}
 	for (uint32_t i = 0; i < ng; i++) {
 		dgi_msg_tx_prepare m = { (int64_t)tx->id.node, (int64_t)tx->id.seq, tx->start_ms,
@@ -196,10 +195,7 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 		    left + NET_SLACK_MS, dgi_txn_on_ack);
 	}
 	if (then_commit) {
-		pthread_mutex_lock(&tx->mu);
-		bool commit_now = dgi_txn_count_in(tx); /* the hold */
-		pthread_mutex_unlock(&tx->mu);
-		if (commit_now)
+		if (dgi_txn_count_in(tx)) /* the hold */
 			dgi_txn_commit_on_answer(tx);
 	}
 	dgi_txn_wait_all(tx);
@@ -595,9 +591,7 @@ void dgi_txn_commit_on_answer(dg_tx *tx)
 	tx->commit_sent = true;
 	send_commits(tx, tx->arm_groups, tx->arm_calls, tx->commit_ng);
 	atomic_fetch_add(&dgi_txsvc_near(tx->s)->commit_on_answer, 1);
-	pthread_mutex_lock(&tx->mu);
 	(void)dgi_txn_count_in(tx); /* the hold (disarmed: count_in cannot fire again) */
-	pthread_mutex_unlock(&tx->mu);
 }
 
 dg_err dgi_txn_commit(dg_tx *tx)

@@ -5,10 +5,13 @@
  *
  * A dg_tx belongs to the thread that began it: its fields are that
  * thread's, but for those marked otherwise.  The answers of its requests
- * (struct call) are written under tx->mu by the threads that get them (a
- * reactor, the transport's timer) and read by the tx's thread after
- * dgi_txn_wait_all; a 2PC's COMMITs may be sent by the thread that got
- * its last PREPARE answer (dgi_txn_count_in, dgi_txn_commit_on_answer).
+ * are written by the threads that get them (a reactor, the transport's
+ * timer) — each struct call by its own answer, without a lock; a batch's
+ * keys (struct fetched, vals) under tx->mu — and read by the tx's thread
+ * after dgi_txn_wait_all: an answer is counted in (tx->outstanding,
+ * dgi_due_*, transport.h) after its writes.  A 2PC's COMMITs may be sent
+ * by the thread that got its last PREPARE answer (dgi_txn_count_in,
+ * dgi_txn_commit_on_answer).
  */
 #ifndef DG_TXNEAR_INT_H
 #define DG_TXNEAR_INT_H
@@ -52,11 +55,11 @@ struct dg_tx {
 	uint32_t nlocked;
 	uint64_t locked[MAX_NODES]; /* nodes holding locks or records of this tx */
 	char label[DG_TX_LABEL_MAX];
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	uint32_t outstanding;           /* answers due (__atomic: wait_all spins on it) */
-	/* a 2PC's COMMIT sent by its last PREPARE answer (dgi_txn_commit_on_answer),
-	 * under mu: the PREPARE round armed for it (arm_ng 0: none) */
+	pthread_mutex_t mu;             /* a batch's answers' writers (struct fetched, vals) */
+	uint32_t outstanding;           /* answers due: dgi_due_* (transport.h) */
+	/* a 2PC's COMMIT sent by its last PREPARE answer (dgi_txn_commit_on_answer):
+	 * the PREPARE round armed for it (arm_ng 0: none), written by the caller
+	 * before the round and by its last answer (dgi_txn_count_in) */
 	uint32_t arm_ng, commit_ng;
 	const struct group *arm_groups;
 	struct call *arm_calls;
@@ -112,7 +115,7 @@ dg_err dgi_txn_request(dg_tx *tx, struct call *c, uint64_t to, dg_msg_type type,
 void dgi_txn_on_ack(void *ctx, dg_err err, const dg_msg_in *reply);
 /* Until every answer due is in. */
 void dgi_txn_wait_all(dg_tx *tx);
-/* Under tx->mu: one answer due is in; true: the caller sends the COMMITs
+/* One answer due is in (its writes done); true: the caller sends the COMMITs
  * of an armed PREPARE round (dgi_txn_commit_on_answer). */
 bool dgi_txn_count_in(dg_tx *tx);
 /* ROLLBACK (locks released) on every node of tx->locked. */
