@@ -67,7 +67,7 @@ static dg_err decode_scalar(uint8_t tag, const uint8_t **pp, const uint8_t *end,
 	}
 	case TAG_I32:
 	case TAG_I64:
-		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
+		if ((e = dgi_get_uvarint_lim(&p, end, end, &v)) != DG_OK)
 			return e;
 		out->kind = tag == TAG_I32 ? DG_I32 : DG_I64;
 		out->v.i = dgi_unzigzag(v);
@@ -289,6 +289,14 @@ static dg_err skip_value(dg_reader *r, const uint8_t **pp, const uint8_t *end,
 			return e;
 		if (deep && (e = dgi_body_deep_check(r->r_reg, &o, depth + 1)) != DG_OK)
 			return e;
+	} else if (tag == TAG_I64 || tag == TAG_I32) {
+		/* the commonest scalar without a dg_value: as decode_scalar */
+		uint64_t u;
+		if ((e = dgi_get_uvarint_lim(&p, end, end, &u)) != DG_OK)
+			return e;
+		int64_t x = dgi_unzigzag(u);
+		if (tag == TAG_I32 && (x < INT32_MIN || x > INT32_MAX))
+			return DG_ERR_RANGE;
 	} else if ((e = decode_scalar(tag, &p, end, &v, deep)) != DG_OK) {
 		return e;
 	}
@@ -603,6 +611,25 @@ static dg_err read_kind(dg_reader *r, dg_value *v)
 
 dg_err dg_read_i64(dg_reader *r, int64_t *out)
 {
+	/* The common case in line: a varint I64 or I32 where the reader
+	 * stands ready (no finished container to leave first: dg_read_next's
+	 * next_base would change nothing) — no dg_value, no tag switch. */
+	const uint8_t *p = r->r_p, *end = r->r_end;
+	if (DG_LIKELY(end - p >= 2 && (p[0] == TAG_I64 || p[0] == TAG_I32) &&
+	    (r->r_depth == 0 || r->r_stack[r->r_depth - 1].f_left != 0))) {
+		const uint8_t *q = p + 1;
+		uint64_t u;
+		dg_err e = dgi_get_uvarint_lim(&q, end, end, &u);
+		if (e != DG_OK)
+			return e;
+		int64_t x = dgi_unzigzag(u);
+		if (p[0] == TAG_I32 && (x < INT32_MIN || x > INT32_MAX))
+			return DG_ERR_RANGE;
+		count_value(r);
+		r->r_p = q;
+		*out = x;
+		return DG_OK;
+	}
 	dg_value v;
 	dg_err e = read_kind(r, &v);
 	if (e != DG_OK)

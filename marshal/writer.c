@@ -232,6 +232,9 @@ dg_err dg_write_i64(dg_writer *w, int64_t v)
 	uint64_t z = dgi_zigzag(v);
 	W_BEGIN(w, 1 + dgi_uvarint_len(z), p);
 	*p++ = TAG_I64;
+	/* (the word stores want 10 bytes of room past the tag) */
+	if (DG_LIKELY(w->w_buf->cap - w->w_buf->len >= 11))
+		return w_commit(w, dgi_put_uvarint_fast(p, z));
 	return w_commit(w, dgi_put_uvarint(p, z));
 }
 

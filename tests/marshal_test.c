@@ -4158,6 +4158,102 @@ static void check_case(const char *what, const uint8_t *bytes, size_t n, dg_err 
 	free(p);
 }
 
+/* Integers of every varint length, 1 to 10 bytes, read back by
+ * dg_read_i64 (its in-line path) and dg_read_next: alone in their input
+ * (no word can be loaded past them) and followed by more bytes (the word
+ * at a time path, and its ninth and tenth bytes read one by one).  Then
+ * malformed 9- and 10-byte varints, followed by more, must give the
+ * errors the byte-by-byte decoder gives. */
+static void test_varint_lengths(void **state)
+{
+	(void)state;
+	int64_t vals[64 * 4 + 4];
+	size_t nv = 0;
+	for (int k = 0; k < 63; k++) {
+		vals[nv++] = (int64_t)1 << k;
+		vals[nv++] = ((int64_t)1 << k) - 1;
+		vals[nv++] = -((int64_t)1 << k);
+		vals[nv++] = -((int64_t)1 << k) - 1;
+	}
+	vals[nv++] = INT64_MAX;
+	vals[nv++] = INT64_MIN;
+	vals[nv++] = (int64_t)0x9E3779B97F4A7C15ull; /* a random-looking id */
+	vals[nv++] = 0x123456789ABCDEF0;
+	for (size_t i = 0; i < nv; i++) {
+		for (int pad = 0; pad < 2; pad++) {
+			dg_buf b;
+			dg_buf_init(&b);
+			dg_writer w;
+			dg_writer_init(&w, g.reg, &b);
+			OK(dg_write_i64(&w, vals[i]));
+			if (pad)
+				OK(dg_write_i64(&w, -1));
+			OK(dg_writer_finish(&w));
+			/* the bytes of the byte-at-a-time encoder */
+			uint8_t ref[11];
+			ref[0] = 0x06;
+			size_t nref = (size_t)(dgi_put_uvarint(ref + 1, dgi_zigzag(vals[i])) - ref);
+			assert_true(b.len >= nref);
+			assert_memory_equal(b.data, ref, nref);
+			assert_int_equal(dgi_uvarint_len(dgi_zigzag(vals[i])), nref - 1);
+			dg_reader r;
+			int64_t x = 0;
+			dg_reader_init(&r, g.reg, b.data, b.len);
+			OK(dg_read_i64(&r, &x));
+			if (x != vals[i])
+				fail_msg("dg_read_i64: %lld read as %lld (pad %d)", (long long)vals[i],
+				    (long long)x, pad);
+			if (pad) {
+				OK(dg_read_i64(&r, &x));
+				assert_int_equal(x, -1);
+			}
+			assert_int_equal(dg_reader_left(&r), 0);
+			dg_value v;
+			dg_reader_init(&r, g.reg, b.data, b.len);
+			OK(dg_read_next(&r, &v));
+			assert_int_equal(v.kind, DG_I64);
+			assert_true(v.v.i == vals[i]);
+			dg_buf_free(&b);
+		}
+	}
+	/* malformed, each followed by an i64 so that words load */
+	static const struct {
+		const char *what;
+		uint8_t b[14];
+		dg_err err;
+	} bad[] = {
+		{ "9 bytes, the last 0 (not minimal)",
+		    { 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x06, 0x00, 0x06, 0x00 },
+		    DG_ERR_BAD_VARINT },
+		{ "10 bytes, the last 0 (not minimal)",
+		    { 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x80, 0x00, 0x06, 0x00, 0x06 },
+		    DG_ERR_BAD_VARINT },
+		{ "10 bytes, the last 2 (65 bits)",
+		    { 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x02, 0x06, 0x00, 0x06 },
+		    DG_ERR_BAD_VARINT },
+		{ "11 bytes",
+		    { 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x81, 0x01, 0x06, 0x00 },
+		    DG_ERR_BAD_VARINT },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		dg_reader r;
+		int64_t x;
+		dg_reader_init(&r, g.reg, bad[i].b, sizeof(bad[i].b));
+		dg_err e = dg_read_i64(&r, &x);
+		if (e != bad[i].err)
+			fail_msg("%s: dg_read_i64 returned %s", bad[i].what, dg_strerror(e));
+		assert_int_equal(dg_reader_left(&r), sizeof(bad[i].b)); /* nothing consumed */
+		check_case(bad[i].what, bad[i].b, sizeof(bad[i].b), bad[i].err);
+	}
+	/* cut after nine continuing bytes, with nothing after them */
+	static const uint8_t cut[] = { 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF };
+	dg_reader r;
+	int64_t x;
+	dg_reader_init(&r, g.reg, cut, sizeof(cut));
+	EXPECT(dg_read_i64(&r, &x), DG_ERR_TRUNCATED);
+	check_case("cut after 9 continuing bytes", cut, sizeof(cut), DG_ERR_TRUNCATED);
+}
+
 static void test_hostile_targeted(void **state)
 {
 	const struct hcase cases[] = {
@@ -4775,6 +4871,7 @@ int main(void)
 		T(test_nomem_buf),
 		T(test_hostile_corpus_covers_tags),
 		T(test_hostile_targeted),
+		T(test_varint_lengths),
 		T(test_hostile_prefixes),
 		T(test_hostile_bitflips),
 		T(test_writer_misuse),
