@@ -16,7 +16,7 @@ void dgi_svc_commit_apply(dgi_txsvc *s, struct rec *r)
 	dg_reader rd;
 	uint32_t n, nw = 0, applied = 0;
 	dgi_msg_tx_prepare m;
-	dg_err e = dgi_svc_ents_open(r->body, r->blen, &m, &rd, &n);
+	dg_err e = dgi_svc_rec_ents(r, &m, &rd, &n);
 	bool full_sync = false;
 	dg_buf fb, *b = tl_buf(copy, &fb);
 	dg_writer w;

@@ -41,12 +41,12 @@ dg_err dgi_svc_ent_place(dg_cache *c, const dgi_txwire_ent *en, uint64_t *hash)
 /* Every entry of a PREPARE or COMMIT_COPY body whose cache this node has
  * names its key's partition (dgi_svc_ent_place); DG_ERR_INVAL (or the body's
  * decoding error) and *bad, the entry's index, otherwise. */
-dg_err dgi_svc_ents_placed(dgi_txsvc *s, const uint8_t *body, uint32_t blen, int64_t *bad)
+dg_err dgi_svc_ents_placed(dgi_txsvc *s, const dg_msg_in *in, int64_t *bad)
 {
 	dg_reader rd;
 	uint32_t n;
 	dgi_msg_tx_prepare m;
-	dg_err e = dgi_svc_ents_open(body, blen, &m, &rd, &n);
+	dg_err e = dgi_svc_in_ents(in, &m, &rd, &n);
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
 		dg_err ce;

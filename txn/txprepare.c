@@ -51,7 +51,7 @@ static void h_backup_prepare(dgi_txsvc *s, const dg_msg_in *in, const dgi_msg_tx
 		return;
 	}
 	int64_t bad = -1;
-	dg_err e = dgi_svc_ents_placed(s, in->raw, in->raw_len, &bad);
+	dg_err e = dgi_svc_ents_placed(s, in, &bad);
 	if (e != DG_OK) {
 		dgi_svc_ack(s, in, e, bad); /* kept, it would be applied on a takeover */
 		return;
@@ -127,7 +127,7 @@ static void recopy(dgi_txsvc *s, const dg_msg_in *in, uint64_t origin)
 	dg_reader rd, rd2;
 	uint32_t n, held = 0, written = 0;
 	dgi_msg_tx_prepare m;
-	dg_err e = dgi_svc_ents_open(in->raw, in->raw_len, &m, &rd, &n);
+	dg_err e = dgi_svc_in_ents(in, &m, &rd, &n);
 	if (e != DG_OK) {
 		dgi_svc_ack(s, in, e, -1);
 		return;
@@ -271,7 +271,7 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	dg_reader rd;
 	uint32_t n;
 	dgi_msg_tx_prepare mm;
-	dg_err e = dgi_svc_ents_open(in->raw, in->raw_len, &mm, &rd, &n);
+	dg_err e = dgi_svc_in_ents(in, &mm, &rd, &n);
 	int64_t topver = (m->flags & DGI_TXP_RESEND) ? 0 : m->topver;
 	int64_t stamp = topver; /* (a takeover's: the lowest it checks under) */
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
@@ -396,7 +396,7 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 	pthread_mutex_unlock(&s->mu);
 	/* lock every entry (writes and checked reads), in the order sent (the
 	 * near sorts them) */
-	e = dgi_svc_ents_open(r->body, r->blen, &mm, &rd, &n);
+	e = dgi_svc_rec_ents(r, &mm, &rd, &n);
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
 		if ((e = dgi_txwire_get(&rd, &en)) != DG_OK)
@@ -529,7 +529,7 @@ static dg_err backups_of(dgi_txsvc *s, struct rec *r, struct targets *t)
 	dg_reader rd;
 	uint32_t n;
 	dgi_msg_tx_prepare m;
-	dg_err e = dgi_svc_ents_open(r->body, r->blen, &m, &rd, &n);
+	dg_err e = dgi_svc_rec_ents(r, &m, &rd, &n);
 	for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 		dgi_txwire_ent en;
 		dg_err ce;
@@ -577,7 +577,7 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 	uint32_t n;
 	dgi_msg_tx_prepare m;
 	if (fail == DG_OK)
-		fail = dgi_svc_ents_open(r->body, r->blen, &m, &rd, &n);
+		fail = dgi_svc_rec_ents(r, &m, &rd, &n);
 	for (uint32_t i = 0; fail == DG_OK && i < n; i++) {
 		dgi_txwire_ent en;
 		if ((fail = dgi_txwire_get(&rd, &en)) != DG_OK)
@@ -641,7 +641,9 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 	}
 	STAT(s, prepared);
 	dgi_msg_tx_prepare fw;
-	if (dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, r->body, r->blen, &fw) != DG_OK)
+	dg_reader frd;
+	uint32_t fn;
+	if (dgi_svc_rec_ents(r, &fw, &frd, &fn) != DG_OK)
 		fw = (dgi_msg_tx_prepare){ 0 };
 	fw.flags |= DGI_TXP_BACKUP;
 	fw.owners = (int64_t)t.digest;

@@ -154,6 +154,7 @@ static void rec_release(dgi_txsvc *s, struct rec *r)
 	if (r->body != NULL && r->body != r->inl)
 		dgi_free(r->body);
 	r->body = NULL;
+	r->have_hdr = false;
 	ns_free(&r->bk);
 	if (s->nfree < 256) {
 		r->next = s->free_recs;
@@ -200,6 +201,7 @@ dg_err dgi_svc_rec_keep_body(struct rec *r, const dg_msg_in *in)
 	}
 	memcpy(r->body, in->raw, in->raw_len);
 	r->blen = in->raw_len;
+	dgi_svc_rec_keep_hdr(r, in);
 	return DG_OK;
 }
 

@@ -344,7 +344,7 @@ static void rec_info(const struct rec *r, uint64_t now, dgi_tx_info *o)
 	dgi_msg_tx_prepare m;
 	dg_reader rd;
 	uint32_t count;
-	if (r->body != NULL && dgi_svc_ents_open(r->body, r->blen, &m, &rd, &count) == DG_OK)
+	if (r->body != NULL && dgi_svc_rec_ents(r, &m, &rd, &count) == DG_OK)
 		o->keys = count;
 }
 

@@ -238,6 +238,12 @@ struct rec {
 	struct nodeset bk;          /* nodes the prepare (or commit) went to */
 	uint8_t *body;              /* PREPARE body bytes (inline or heap) */
 	uint32_t blen;
+	/* the body decoded when it was kept (dgi_svc_rec_ents: no second
+	 * decode, no second walk of its entries to find their end); its
+	 * entry list as an offset into body, not a pointer */
+	bool have_hdr;
+	uint32_t ents_off, ents_len;
+	dgi_msg_tx_prepare hdr;
 	uint8_t inl[REC_INLINE];
 };
 
@@ -435,6 +441,12 @@ void dgi_svc_define_rows(void);
 /* Decodes a PREPARE body into m and opens its entry list (rd, *count entries). */
 dg_err dgi_svc_ents_open(const uint8_t *body, uint32_t blen, dgi_msg_tx_prepare *m,
     dg_reader *rd, uint32_t *count);
+/* The same for a body decoded already: m's entry list. */
+dg_err dgi_svc_ents_of(const dgi_msg_tx_prepare *m, dg_reader *rd, uint32_t *count);
+/* The same for a PREPARE or COMMIT_COPY being handled: its decoded body
+ * (the transport decoded it; else decoded here). */
+dg_err dgi_svc_in_ents(const dg_msg_in *in, dgi_msg_tx_prepare *m, dg_reader *rd,
+    uint32_t *count);
 
 /* ---- local dispatch, replies (txlocal.c) ---- */
 
@@ -473,6 +485,11 @@ void dgi_svc_rec_unlink(dgi_txsvc *s, struct rec *r);
 void dgi_svc_rec_unref(dgi_txsvc *s, struct rec *r);
 /* Keeps in's raw body in r (inline or one allocation). */
 dg_err dgi_svc_rec_keep_body(struct rec *r, const dg_msg_in *in);
+/* (txwire.c) keep_body's header: in's decoded body, when it has one. */
+void dgi_svc_rec_keep_hdr(struct rec *r, const dg_msg_in *in);
+/* dgi_svc_ents_open of r's kept body (its header kept with it: no decode). */
+dg_err dgi_svc_rec_ents(const struct rec *r, dgi_msg_tx_prepare *m, dg_reader *rd,
+    uint32_t *count);
 
 /* ---- finishing, deadlines (txrec.c; without s->mu) ---- */
 
@@ -496,7 +513,7 @@ dg_cache *dgi_svc_tx_cache(dgi_txsvc *s, int64_t id, dg_err *err);
 /* Whether a wire entry's partition is its key's (DG_ERR_INVAL); *hash: the key's. */
 dg_err dgi_svc_ent_place(dg_cache *c, const dgi_txwire_ent *en, uint64_t *hash);
 /* Whether every entry of a body names its key's partition; *bad: the one that does not. */
-dg_err dgi_svc_ents_placed(dgi_txsvc *s, const uint8_t *body, uint32_t blen, int64_t *bad);
+dg_err dgi_svc_ents_placed(dgi_txsvc *s, const dg_msg_in *in, int64_t *bad);
 /* Whether this node is part's primary under topver (0: the current
  * topology); *tv (optional): the version of the affinity it looked at. */
 dg_err dgi_svc_check_primary(dgi_txsvc *s, dg_cache *c, uint32_t part, int64_t topver,

@@ -252,9 +252,59 @@ dg_err dgi_svc_ents_open(const uint8_t *body, uint32_t blen, dgi_msg_tx_prepare 
 	dg_err e = dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, body, blen, m);
 	if (e != DG_OK)
 		return e;
+	return dgi_svc_ents_of(m, rd, count);
+}
+
+dg_err dgi_svc_ents_of(const dgi_msg_tx_prepare *m, dg_reader *rd, uint32_t *count)
+{
 	dg_reader_init(rd, NULL, m->ents.ptr, m->ents.len);
-	if ((e = dg_read_begin(rd, DG_LIST, count)) == DG_OK && *count % DGI_TXWIRE_FIELDS != 0)
+	dg_err e = dg_read_begin(rd, DG_LIST, count);
+	if (e == DG_OK && *count % DGI_TXWIRE_FIELDS != 0)
 		e = DG_ERR_BAD_LENGTH;
 	*count /= DGI_TXWIRE_FIELDS;
 	return e;
+}
+
+/* in's decoded body, when it is a PREPARE's whose entry list lies in
+ * in->raw (a handler's message, or a local one decoded again: txlocal.c) */
+static const dgi_msg_tx_prepare *in_prepare(const dg_msg_in *in)
+{
+	const dgi_msg_tx_prepare *m = in->body;
+	if (m == NULL || (in->type != DGI_MSG_TX_PREPARE && in->type != DGI_MSG_TX_COMMIT_COPY) ||
+	    m->ents.ptr < in->raw || m->ents.len > in->raw_len ||
+	    (size_t)(m->ents.ptr - in->raw) > in->raw_len - m->ents.len)
+		return NULL;
+	return m;
+}
+
+dg_err dgi_svc_in_ents(const dg_msg_in *in, dgi_msg_tx_prepare *m, dg_reader *rd,
+    uint32_t *count)
+{
+	const dgi_msg_tx_prepare *d = in_prepare(in);
+	if (d == NULL)
+		return dgi_svc_ents_open(in->raw, in->raw_len, m, rd, count);
+	*m = *d;
+	return dgi_svc_ents_of(m, rd, count);
+}
+
+void dgi_svc_rec_keep_hdr(struct rec *r, const dg_msg_in *in)
+{
+	const dgi_msg_tx_prepare *d = in_prepare(in);
+	r->have_hdr = d != NULL;
+	if (d != NULL) {
+		r->hdr = *d;
+		r->ents_off = (uint32_t)(d->ents.ptr - in->raw);
+		r->ents_len = d->ents.len;
+	}
+}
+
+dg_err dgi_svc_rec_ents(const struct rec *r, dgi_msg_tx_prepare *m, dg_reader *rd,
+    uint32_t *count)
+{
+	if (!r->have_hdr)
+		return dgi_svc_ents_open(r->body, r->blen, m, rd, count);
+	*m = r->hdr;
+	m->ents.ptr = r->body + r->ents_off;
+	m->ents.len = r->ents_len;
+	return dgi_svc_ents_of(m, rd, count);
 }
