@@ -423,8 +423,12 @@ dg_err dgi_w_elem_begin(dg_writer *w);
 /* ---- primitive encoding ---- */
 static inline size_t dgi_uvarint_len(uint64_t v)
 {
-	/* 7 bits a byte: the bits up to the highest set, rounded up */
-	return (size_t)(70 - __builtin_clzll(v | 1)) / 7;
+	size_t n = 1;
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
 }
 
 static inline uint8_t *dgi_put_uvarint(uint8_t *p, uint64_t v)
@@ -437,9 +441,17 @@ static inline uint8_t *dgi_put_uvarint(uint8_t *p, uint64_t v)
 	return p;
 }
 
-/* As dgi_put_uvarint, without a loop: spreads the 7-bit groups into
- * bytes and writes them with one 8-byte store (above 2^56, the ninth and
- * tenth bytes one by one).  The caller guarantees 10 writable bytes at p. */
+/* 9- and 10-byte varints a word at a time (a random 64-bit id, zigzagged,
+ * takes 10): dg_write_i64's (writer.c) and dgi_get_uvarint_id's (reader.c;
+ * w the eight bytes at *pp, all continuing — a malformed one goes through
+ * dgi_get_uvarint for its precise error). */
+uint8_t *dgi_put_uvarint_long(uint8_t *p, uint64_t v);
+dg_err dgi_get_uvarint_long(const uint8_t **pp, const uint8_t *end, uint64_t w,
+    uint64_t *out);
+
+/* As dgi_put_uvarint, without a loop for values below 2^56: spreads the
+ * 7-bit groups into bytes and writes them with one 8-byte store.  The
+ * caller guarantees 10 writable bytes at p (8 for the store, or the loop). */
 static inline uint8_t *dgi_put_uvarint_fast(uint8_t *p, uint64_t v)
 {
 	if (DG_LIKELY(v < 0x80)) {
@@ -456,22 +468,8 @@ static inline uint8_t *dgi_put_uvarint_fast(uint8_t *p, uint64_t v)
 		memcpy(p, &y, 4);
 		return p + n;
 	}
-	if (DG_UNLIKELY(v >> 56)) {
-		/* eight bytes that all continue, then the top 8 bits */
-		uint64_t x = v & 0x00FFFFFFFFFFFFFFull, hi = v >> 56;
-		x = ((x << 4) & 0x0FFFFFFF00000000ull) | (x & 0x000000000FFFFFFFull);
-		x = ((x << 2) & 0x3FFF00003FFF0000ull) | (x & 0x00003FFF00003FFFull);
-		x = ((x << 1) & 0x7F007F007F007F00ull) | (x & 0x007F007F007F007Full);
-		x |= 0x8080808080808080ull;
-		memcpy(p, &x, 8);
-		if (hi < 0x80) {
-			p[8] = (uint8_t)hi;
-			return p + 9;
-		}
-		p[8] = (uint8_t)(hi | 0x80);
-		p[9] = 1;
-		return p + 10;
-	}
+	if (DG_UNLIKELY(v >> 56))
+		return dgi_put_uvarint(p, v);
 	/* bytes (5..8) and their continuation bits by the highest bit set */
 	static const uint8_t bytes[56] = {
 		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -532,9 +530,7 @@ static inline dg_err dgi_get_uvarint(const uint8_t **pp, const uint8_t *end,
 /* dgi_get_uvarint for hot paths that know 8 bytes at p can be loaded
  * (p + 8 <= lim, lim >= end being the end of the whole input; lim == end
  * is always right): reads the varint a word at a time, still bounded by
- * end — a 9- or 10-byte one too (a random 64-bit id, zigzagged, takes
- * 10), whose ninth and tenth bytes are read one by one.  Anything but a
- * well-formed varint goes to dgi_get_uvarint for its precise error. */
+ * end. */
 static inline dg_err dgi_get_uvarint_lim(const uint8_t **pp, const uint8_t *end,
     const uint8_t *lim, uint64_t *out)
 {
@@ -563,25 +559,24 @@ static inline dg_err dgi_get_uvarint_lim(const uint8_t **pp, const uint8_t *end,
 			*pp = p + n;
 			return DG_OK;
 		}
-		if (end - p >= 9) { /* eight bytes that all continue */
-			uint64_t x = w & 0x7F7F7F7F7F7F7F7Full;
-			x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
-			x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
-			x = ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
-			uint64_t c8 = p[8];
-			if (c8 - 1 < 0x7F) { /* ends, not 0 (minimal) */
-				*out = x | c8 << 56;
-				*pp = p + 9;
-				return DG_OK;
-			}
-			if (c8 >= 0x80 && end - p >= 10 && p[9] == 1) { /* the 64th bit */
-				*out = x | (c8 & 0x7F) << 56 | 1ull << 63;
-				*pp = p + 10;
-				return DG_OK;
-			}
-		}
 	}
 	return dgi_get_uvarint(pp, end, out);
+}
+
+/* dgi_get_uvarint_lim for integers that are often ids (the pull reader's
+ * dg_read_i64): a 9- or 10-byte varint a word at a time too.  Not in the
+ * descriptor decoders' loops: the call would cost them registers. */
+static inline dg_err dgi_get_uvarint_id(const uint8_t **pp, const uint8_t *end,
+    uint64_t *out)
+{
+	const uint8_t *p = *pp;
+	if (end - p >= 9) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		if (DG_UNLIKELY((~w & 0x8080808080808080ull) == 0))
+			return dgi_get_uvarint_long(pp, end, w, out);
+	}
+	return dgi_get_uvarint_lim(pp, end, end, out);
 }
 
 /* A varint that must fill exactly the n >= 1 bytes at p — an integer field

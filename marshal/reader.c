@@ -27,6 +27,30 @@ uint64_t dg_reader_lookups(const dg_reader *r) { return r->r_lookups; }
 
 /* ---- scalars ---- */
 
+dg_err dgi_get_uvarint_long(const uint8_t **pp, const uint8_t *end, uint64_t w,
+    uint64_t *out)
+{
+	const uint8_t *p = *pp;
+	if (end - p >= 9) {
+		uint64_t x = w & 0x7F7F7F7F7F7F7F7Full;
+		x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
+		x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
+		x = ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
+		uint64_t c8 = p[8];
+		if (c8 - 1 < 0x7F) { /* ends, not 0 (minimal) */
+			*out = x | c8 << 56;
+			*pp = p + 9;
+			return DG_OK;
+		}
+		if (c8 >= 0x80 && end - p >= 10 && p[9] == 1) { /* the 64th bit */
+			*out = x | (c8 & 0x7F) << 56 | 1ull << 63;
+			*pp = p + 10;
+			return DG_OK;
+		}
+	}
+	return dgi_get_uvarint(pp, end, out);
+}
+
 static dg_err get_blob(const uint8_t **pp, const uint8_t *end, uint32_t *n)
 {
 	dg_err e = dgi_get_u32var(pp, end, n);
@@ -67,7 +91,7 @@ static dg_err decode_scalar(uint8_t tag, const uint8_t **pp, const uint8_t *end,
 	}
 	case TAG_I32:
 	case TAG_I64:
-		if ((e = dgi_get_uvarint_lim(&p, end, end, &v)) != DG_OK)
+		if ((e = dgi_get_uvarint(&p, end, &v)) != DG_OK)
 			return e;
 		out->kind = tag == TAG_I32 ? DG_I32 : DG_I64;
 		out->v.i = dgi_unzigzag(v);
@@ -289,14 +313,6 @@ static dg_err skip_value(dg_reader *r, const uint8_t **pp, const uint8_t *end,
 			return e;
 		if (deep && (e = dgi_body_deep_check(r->r_reg, &o, depth + 1)) != DG_OK)
 			return e;
-	} else if (tag == TAG_I64 || tag == TAG_I32) {
-		/* the commonest scalar without a dg_value: as decode_scalar */
-		uint64_t u;
-		if ((e = dgi_get_uvarint_lim(&p, end, end, &u)) != DG_OK)
-			return e;
-		int64_t x = dgi_unzigzag(u);
-		if (tag == TAG_I32 && (x < INT32_MIN || x > INT32_MAX))
-			return DG_ERR_RANGE;
 	} else if ((e = decode_scalar(tag, &p, end, &v, deep)) != DG_OK) {
 		return e;
 	}
@@ -619,7 +635,7 @@ dg_err dg_read_i64(dg_reader *r, int64_t *out)
 	    (r->r_depth == 0 || r->r_stack[r->r_depth - 1].f_left != 0))) {
 		const uint8_t *q = p + 1;
 		uint64_t u;
-		dg_err e = dgi_get_uvarint_lim(&q, end, end, &u);
+		dg_err e = dgi_get_uvarint_id(&q, end, &u);
 		if (e != DG_OK)
 			return e;
 		int64_t x = dgi_unzigzag(u);

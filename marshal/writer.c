@@ -226,15 +226,36 @@ dg_err dg_write_i32(dg_writer *w, int32_t v)
 	return w_commit(w, dgi_put_uvarint(p, z));
 }
 
+uint8_t *dgi_put_uvarint_long(uint8_t *p, uint64_t v)
+{
+	/* eight bytes that all continue, then the top 8 bits */
+	uint64_t x = v & 0x00FFFFFFFFFFFFFFull, hi = v >> 56;
+	x = ((x << 4) & 0x0FFFFFFF00000000ull) | (x & 0x000000000FFFFFFFull);
+	x = ((x << 2) & 0x3FFF00003FFF0000ull) | (x & 0x00003FFF00003FFFull);
+	x = ((x << 1) & 0x7F007F007F007F00ull) | (x & 0x007F007F007F007Full);
+	x |= 0x8080808080808080ull;
+	memcpy(p, &x, 8);
+	if (hi < 0x80) {
+		p[8] = (uint8_t)hi;
+		return p + 9;
+	}
+	p[8] = (uint8_t)(hi | 0x80);
+	p[9] = 1;
+	return p + 10;
+}
+
 dg_err dg_write_i64(dg_writer *w, int64_t v)
 {
 	uint8_t *p;
 	uint64_t z = dgi_zigzag(v);
+	if (DG_UNLIKELY(z >> 56)) {
+		/* 9 or 10 bytes (a random 64-bit id): a word store, not a loop */
+		W_BEGIN(w, z >> 63 ? 11 : 10, p);
+		*p++ = TAG_I64;
+		return w_commit(w, dgi_put_uvarint_long(p, z));
+	}
 	W_BEGIN(w, 1 + dgi_uvarint_len(z), p);
 	*p++ = TAG_I64;
-	/* (the word stores want 10 bytes of room past the tag) */
-	if (DG_LIKELY(w->w_buf->cap - w->w_buf->len >= 11))
-		return w_commit(w, dgi_put_uvarint_fast(p, z));
 	return w_commit(w, dgi_put_uvarint(p, z));
 }
 
