@@ -441,6 +441,24 @@ static inline uint8_t *dgi_put_uvarint(uint8_t *p, uint64_t v)
 	return p;
 }
 
+/* A varint's 7-bit groups, one a byte in x (little-endian, continuation
+ * bits cleared), gathered into one number of up to 56 bits; and back. */
+static inline uint64_t dgi_varint_gather(uint64_t x)
+{
+	x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
+	x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
+	x = ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
+	return x;
+}
+
+static inline uint64_t dgi_varint_spread(uint64_t x)
+{
+	x = ((x << 4) & 0x0FFFFFFF00000000ull) | (x & 0x000000000FFFFFFFull);
+	x = ((x << 2) & 0x3FFF00003FFF0000ull) | (x & 0x00003FFF00003FFFull);
+	x = ((x << 1) & 0x7F007F007F007F00ull) | (x & 0x007F007F007F007Full);
+	return x;
+}
+
 /* 9- and 10-byte varints a word at a time (a random 64-bit id, zigzagged,
  * takes 10): dg_write_i64's (writer.c) and dgi_get_uvarint_id's (reader.c;
  * w the eight bytes at *pp, all continuing — a malformed one goes through
@@ -477,10 +495,7 @@ static inline uint8_t *dgi_put_uvarint_fast(uint8_t *p, uint64_t v)
 		7, 7, 7, 7, 7, 7, 7, 8, 8, 8, 8, 8, 8, 8,
 	};
 	unsigned n = bytes[63 - __builtin_clzll(v)];
-	uint64_t x = v;
-	x = ((x << 4) & 0x0FFFFFFF00000000ull) | (x & 0x000000000FFFFFFFull);
-	x = ((x << 2) & 0x3FFF00003FFF0000ull) | (x & 0x00003FFF00003FFFull);
-	x = ((x << 1) & 0x7F007F007F007F00ull) | (x & 0x007F007F007F007Full);
+	uint64_t x = dgi_varint_spread(v);
 	x |= 0x8080808080808080ull >> (8 * (9 - n));   /* continuation bits */
 	memcpy(p, &x, 8);
 	return p + n;
@@ -551,11 +566,7 @@ static inline dg_err dgi_get_uvarint_lim(const uint8_t **pp, const uint8_t *end,
 			if (DG_UNLIKELY(n > 1 && ((w >> (8 * (n - 1))) & 0xFF) == 0))
 				return DG_ERR_BAD_VARINT; /* non-minimal */
 			uint64_t x = n == 8 ? w : w & ((1ull << (8 * n)) - 1);
-			x &= 0x7F7F7F7F7F7F7F7Full;
-			x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
-			x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
-			x = ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
-			*out = x;
+			*out = dgi_varint_gather(x & 0x7F7F7F7F7F7F7F7Full);
 			*pp = p + n;
 			return DG_OK;
 		}
@@ -615,11 +626,7 @@ static inline bool dgi_uvarint_span(const uint8_t *p, size_t n,
 	uint64_t last = 0x8000000000000000ull >> sh;   /* that of byte n-1 */
 	if (DG_UNLIKELY((w & hi) != (hi ^ last) || (w << sh) >> 56 == 0))
 		return false;
-	uint64_t x = ((w << sh) >> sh) & 0x7F7F7F7F7F7F7F7Full;
-	x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
-	x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
-	x = ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
-	*out = x;
+	*out = dgi_varint_gather(((w << sh) >> sh) & 0x7F7F7F7F7F7F7F7Full);
 	return true;
 }
 

@@ -32,10 +32,7 @@ dg_err dgi_get_uvarint_long(const uint8_t **pp, const uint8_t *end, uint64_t w,
 {
 	const uint8_t *p = *pp;
 	if (end - p >= 9) {
-		uint64_t x = w & 0x7F7F7F7F7F7F7F7Full;
-		x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
-		x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
-		x = ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
+		uint64_t x = dgi_varint_gather(w & 0x7F7F7F7F7F7F7F7Full);
 		uint64_t c8 = p[8];
 		if (c8 - 1 < 0x7F) { /* ends, not 0 (minimal) */
 			*out = x | c8 << 56;

@@ -229,11 +229,8 @@ dg_err dg_write_i32(dg_writer *w, int32_t v)
 uint8_t *dgi_put_uvarint_long(uint8_t *p, uint64_t v)
 {
 	/* eight bytes that all continue, then the top 8 bits */
-	uint64_t x = v & 0x00FFFFFFFFFFFFFFull, hi = v >> 56;
-	x = ((x << 4) & 0x0FFFFFFF00000000ull) | (x & 0x000000000FFFFFFFull);
-	x = ((x << 2) & 0x3FFF00003FFF0000ull) | (x & 0x00003FFF00003FFFull);
-	x = ((x << 1) & 0x7F007F007F007F00ull) | (x & 0x007F007F007F007Full);
-	x |= 0x8080808080808080ull;
+	uint64_t x = dgi_varint_spread(v & 0x00FFFFFFFFFFFFFFull) | 0x8080808080808080ull;
+	uint64_t hi = v >> 56;
 	memcpy(p, &x, 8);
 	if (hi < 0x80) {
 		p[8] = (uint8_t)hi;
