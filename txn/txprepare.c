@@ -641,9 +641,7 @@ static void prepare_locked(dgi_txsvc *s, struct rec *r)
 	}
 	STAT(s, prepared);
 	dgi_msg_tx_prepare fw;
-	dg_reader frd;
-	uint32_t fn;
-	if (dgi_svc_rec_ents(r, &fw, &frd, &fn) != DG_OK)
+	if (dgi_svc_rec_hdr(r, &fw) != DG_OK)
 		fw = (dgi_msg_tx_prepare){ 0 };
 	fw.flags |= DGI_TXP_BACKUP;
 	fw.owners = (int64_t)t.digest;

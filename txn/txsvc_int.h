@@ -238,11 +238,11 @@ struct rec {
 	struct nodeset bk;          /* nodes the prepare (or commit) went to */
 	uint8_t *body;              /* PREPARE body bytes (inline or heap) */
 	uint32_t blen;
-	/* the body decoded when it was kept (dgi_svc_rec_ents: no second
-	 * decode, no second walk of its entries to find their end); its
-	 * entry list as an offset into body, not a pointer */
+	/* the body decoded when it was kept (dgi_svc_rec_hdr: no second
+	 * decode, no second walk of its entries to find their end); hdr.ents
+	 * has its length, and ents_off (not a pointer) where it starts */
 	bool have_hdr;
-	uint32_t ents_off, ents_len;
+	uint32_t ents_off;
 	dgi_msg_tx_prepare hdr;
 	uint8_t inl[REC_INLINE];
 };
@@ -487,7 +487,9 @@ void dgi_svc_rec_unref(dgi_txsvc *s, struct rec *r);
 dg_err dgi_svc_rec_keep_body(struct rec *r, const dg_msg_in *in);
 /* (txwire.c) keep_body's header: in's decoded body, when it has one. */
 void dgi_svc_rec_keep_hdr(struct rec *r, const dg_msg_in *in);
-/* dgi_svc_ents_open of r's kept body (its header kept with it: no decode). */
+/* r's kept body decoded (its header kept with it: no decode). */
+dg_err dgi_svc_rec_hdr(const struct rec *r, dgi_msg_tx_prepare *m);
+/* dgi_svc_ents_open of r's kept body, through dgi_svc_rec_hdr. */
 dg_err dgi_svc_rec_ents(const struct rec *r, dgi_msg_tx_prepare *m, dg_reader *rd,
     uint32_t *count);
 

@@ -293,18 +293,23 @@ void dgi_svc_rec_keep_hdr(struct rec *r, const dg_msg_in *in)
 	r->have_hdr = d != NULL;
 	if (d != NULL) {
 		r->hdr = *d;
+		r->hdr.ents.ptr = NULL; /* (in->raw's: dgi_svc_rec_hdr points it into body) */
 		r->ents_off = (uint32_t)(d->ents.ptr - in->raw);
-		r->ents_len = d->ents.len;
 	}
+}
+
+dg_err dgi_svc_rec_hdr(const struct rec *r, dgi_msg_tx_prepare *m)
+{
+	if (!r->have_hdr)
+		return dg_msg_decode(DGI_MSG_TX_PREPARE, NULL, r->body, r->blen, m);
+	*m = r->hdr;
+	m->ents.ptr = r->body + r->ents_off;
+	return DG_OK;
 }
 
 dg_err dgi_svc_rec_ents(const struct rec *r, dgi_msg_tx_prepare *m, dg_reader *rd,
     uint32_t *count)
 {
-	if (!r->have_hdr)
-		return dgi_svc_ents_open(r->body, r->blen, m, rd, count);
-	*m = r->hdr;
-	m->ents.ptr = r->body + r->ents_off;
-	m->ents.len = r->ents_len;
-	return dgi_svc_ents_of(m, rd, count);
+	dg_err e = dgi_svc_rec_hdr(r, m);
+	return e != DG_OK ? e : dgi_svc_ents_of(m, rd, count);
 }
