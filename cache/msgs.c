@@ -13,26 +13,14 @@
 
 static dg_err enc_run(dg_writer *w, const void *body, int ni, size_t boff, int nb)
 {
-	const int64_t *v = body;
-	dg_err e = DG_OK;
-	for (int i = 0; i < ni && e == DG_OK; i++)
-		e = dg_write_i64(w, v[i]);
-	const dg_bytes *b = (const dg_bytes *)((const uint8_t *)body + boff);
-	for (int i = 0; i < nb && e == DG_OK; i++)
-		e = dg_write_bytes(w, b[i].ptr, b[i].len);
-	return e;
+	return dgi_write_run(w, body, (unsigned)ni,
+	    (const dg_bytes *)(const void *)((const uint8_t *)body + boff), (unsigned)nb);
 }
 
 static dg_err dec_run(dg_reader *r, void *body, int ni, size_t boff, int nb)
 {
-	int64_t *v = body;
-	dg_err e = DG_OK;
-	for (int i = 0; i < ni && e == DG_OK; i++)
-		e = dg_read_i64(r, &v[i]);
-	dg_bytes *b = (dg_bytes *)((uint8_t *)body + boff);
-	for (int i = 0; i < nb && e == DG_OK; i++)
-		e = dg_read_bytes(r, &b[i], NULL);
-	return e;
+	return dgi_read_run(r, body, (unsigned)ni, (dg_bytes *)(void *)((uint8_t *)body + boff),
+	    (unsigned)nb);
 }
 
 #define RUN_CODEC(name, type, ni, bfield, nb)                                    \

@@ -297,6 +297,26 @@ dg_err dgi_skip_tagged(const dg_registry *reg, const uint8_t **pp,
     const uint8_t *end, unsigned depth, bool deep);
 int dgi_cmp_encoded(const uint8_t *a, size_t alen, const uint8_t *b,
     size_t blen);
+/* A run of ni I64 values into v[0..ni), then nb BYTES views into
+ * b[0..nb): what ni dg_read_i64 and nb dg_read_bytes (no arena) calls
+ * would read, check and answer, in one loop — the messages' bodies and
+ * batch items (cache/msgs.c, txn/txwire.c) are such runs.  Anything
+ * other than an I64 or a BYTES that fits (an I32, a NULL, an error, a
+ * container to leave first) goes value by value through those calls from
+ * where the loop stopped. */
+dg_err dgi_read_run(dg_reader *r, int64_t *v, unsigned ni, dg_bytes *b, unsigned nb);
+/* ---- writer.c ---- */
+/* The writing side: ni dg_write_i64 then nb dg_write_bytes calls, one
+ * reservation and one count for the run where the writer stands in no
+ * sorted container (else value by value through them). */
+dg_err dgi_write_run(dg_writer *w, const int64_t *v, unsigned ni, const dg_bytes *b,
+    unsigned nb);
+/* One value already encoded (n bytes at p, a whole value as a dg_writer of
+ * the same registry wrote it, or as dg_read_skip found it in a checked
+ * input), copied in as it is: what dg_write_value's DG_ANY writes,
+ * without its walk over the value (the messages' lists: transport's
+ * dg_msg_list_put). */
+dg_err dgi_write_encoded(dg_writer *w, const uint8_t *p, size_t n);
 
 /* ---- object.c ---- */
 /* Encode the body of obj (bound struct) with descriptor d at the writer's

@@ -253,6 +253,33 @@ static dg_err container_count(uint8_t tag, const uint8_t **pp,
 static dg_err skip_value(dg_reader *r, const uint8_t **pp, const uint8_t *end,
     uint32_t base, unsigned depth, bool deep);
 
+/* The elements of the messages' lists (every batch item, every tx entry:
+ * I64 ids, BYTES keys and values) — tag I64, I32 or BYTES at **pp — with
+ * the checks and errors decode_scalar gives them, without a dg_value, an
+ * id's 10-byte varint a word at a time (dgi_get_uvarint_id); in line in
+ * skip_elements' loop. */
+static inline __attribute__((always_inline)) dg_err skip_id_or_bytes(uint8_t tag,
+    const uint8_t **pp, const uint8_t *end)
+{
+	const uint8_t *p = *pp + 1;
+	dg_err e;
+	if (tag == TAG_BYTES) {
+		uint32_t n;
+		if ((e = get_blob(&p, end, &n)) != DG_OK)
+			return e;
+		*pp = p + n;
+		return DG_OK;
+	}
+	uint64_t u;
+	if ((e = dgi_get_uvarint_id(&p, end, &u)) != DG_OK)
+		return e;
+	int64_t x = dgi_unzigzag(u);
+	if (tag == TAG_I32 && (x < INT32_MIN || x > INT32_MAX))
+		return DG_ERR_RANGE;
+	*pp = p;
+	return DG_OK;
+}
+
 /* Elements of a container whose header was read; checks sorted order. */
 static dg_err skip_elements(dg_reader *r, uint8_t tag, const uint8_t **pp,
     const uint8_t *end, uint64_t values, unsigned depth, bool deep)
@@ -269,7 +296,11 @@ static dg_err skip_elements(dg_reader *r, uint8_t tag, const uint8_t **pp,
 		return DG_ERR_DEPTH;
 	for (uint64_t i = 0; i < values; i++) {
 		const uint8_t *start = *pp;
-		if ((e = skip_value(r, pp, end, base, depth + 1, deep)) != DG_OK)
+		if (start < end && (start[0] == TAG_I64 || start[0] == TAG_BYTES))
+			e = skip_id_or_bytes(start[0], pp, end);
+		else
+			e = skip_value(r, pp, end, base, depth + 1, deep);
+		if (e != DG_OK)
 			break;
 		if (sorted && i % stride == 0) {
 			size_t len = (size_t)(*pp - start);
@@ -295,6 +326,8 @@ static dg_err skip_value(dg_reader *r, const uint8_t **pp, const uint8_t *end,
 	if (p >= end)
 		return DG_ERR_TRUNCATED;
 	uint8_t tag = *p++;
+	if (tag == TAG_I64 || tag == TAG_I32 || tag == TAG_BYTES)
+		return skip_id_or_bytes(tag, pp, end);
 	if (is_container(tag)) {
 		uint32_t count;
 		uint64_t values;
@@ -729,7 +762,63 @@ dg_err dg_read_str(dg_reader *r, dg_str *out, dg_arena *arena)
 
 dg_err dg_read_bytes(dg_reader *r, dg_bytes *out, dg_arena *arena)
 {
+	/* The common case in line, as dg_read_i64's: a BYTES viewed where the
+	 * reader stands ready (the keys and values of the messages). */
+	const uint8_t *p = r->r_p, *end = r->r_end;
+	if (DG_LIKELY(arena == NULL && p < end && p[0] == TAG_BYTES &&
+	    (r->r_depth == 0 || r->r_stack[r->r_depth - 1].f_left != 0))) {
+		const uint8_t *q = p + 1;
+		uint32_t n;
+		dg_err e = get_blob(&q, end, &n);
+		if (e != DG_OK)
+			return e;
+		count_value(r);
+		out->ptr = q;
+		out->len = n;
+		r->r_p = q + n;
+		return DG_OK;
+	}
 	return read_blob(r, DG_BYTES, out, arena);
+}
+
+dg_err dgi_read_run(dg_reader *r, int64_t *v, unsigned ni, dg_bytes *b, unsigned nb)
+{
+	unsigned i = 0, j = 0;
+	struct dgi_rframe *f = r->r_depth > 0 ? &r->r_stack[r->r_depth - 1] : NULL;
+	if (DG_LIKELY(f == NULL || f->f_left >= ni + nb)) {
+		/* every value in this frame: no container to leave before any */
+		const uint8_t *p = r->r_p, *end = r->r_end;
+		for (; i < ni; i++) {
+			if (DG_UNLIKELY(end - p < 2 || p[0] != TAG_I64))
+				break;
+			const uint8_t *q = p + 1;
+			uint64_t u;
+			if (DG_UNLIKELY(dgi_get_uvarint_id(&q, end, &u) != DG_OK))
+				break;
+			v[i] = dgi_unzigzag(u);
+			p = q;
+		}
+		for (; i == ni && j < nb; j++) {
+			if (DG_UNLIKELY(p >= end || p[0] != TAG_BYTES))
+				break;
+			const uint8_t *q = p + 1;
+			uint32_t n;
+			if (DG_UNLIKELY(get_blob(&q, end, &n) != DG_OK))
+				break;
+			b[j].ptr = q;
+			b[j].len = n;
+			p = q + n;
+		}
+		r->r_p = p;
+		if (f != NULL)
+			f->f_left -= i + j;
+	}
+	dg_err e = DG_OK;
+	for (; i < ni && e == DG_OK; i++)
+		e = dg_read_i64(r, &v[i]);
+	for (; j < nb && e == DG_OK; j++)
+		e = dg_read_bytes(r, &b[j], NULL);
+	return e;
 }
 
 dg_err dg_read_begin(dg_reader *r, dg_kind kind, uint32_t *count)

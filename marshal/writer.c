@@ -256,6 +256,57 @@ dg_err dg_write_i64(dg_writer *w, int64_t v)
 	return w_commit(w, dgi_put_uvarint(p, z));
 }
 
+dg_err dgi_write_run(dg_writer *w, const int64_t *v, unsigned ni, const dg_bytes *b,
+    unsigned nb)
+{
+	size_t room = 11 * (size_t)ni;
+	bool plain = w->w_err == DG_OK;
+	for (unsigned j = 0; j < nb && plain; j++) {
+		plain = b[j].ptr != NULL && b[j].len <= UINT32_MAX;
+		room += 6 + (size_t)b[j].len;
+	}
+	struct dgi_wframe *f = w->w_depth > 0 ? &w->w_stack[w->w_depth - 1] : NULL;
+	if (DG_UNLIKELY(!plain || (f != NULL && (f->f_left < ni + nb || f->f_desc->cmp != NULL)))) {
+		/* value by value: their errors, NULLs and sorted keys */
+		dg_err e = DG_OK;
+		for (unsigned i = 0; i < ni && e == DG_OK; i++)
+			e = dg_write_i64(w, v[i]);
+		for (unsigned j = 0; j < nb && e == DG_OK; j++)
+			e = dg_write_bytes(w, b[j].ptr, b[j].len);
+		return e;
+	}
+	uint8_t *p = w_room(w, room);
+	if (p == NULL)
+		return w->w_err;
+	for (unsigned i = 0; i < ni; i++) {
+		uint64_t z = dgi_zigzag(v[i]);
+		*p++ = TAG_I64;
+		p = DG_UNLIKELY(z >> 56) ? dgi_put_uvarint_long(p, z) : dgi_put_uvarint_fast(p, z);
+	}
+	for (unsigned j = 0; j < nb; j++) {
+		uint32_t len = (uint32_t)b[j].len;
+		*p++ = TAG_BYTES;
+		if (DG_LIKELY(len < 0x80))
+			*p++ = (uint8_t)len;
+		else
+			p = dgi_put_uvarint(p, len);
+		dgi_copy(p, b[j].ptr, len);
+		p += len;
+	}
+	w->w_buf->len = (size_t)(p - w->w_buf->data);
+	if (f != NULL)
+		f->f_left -= ni + nb;
+	return DG_OK;
+}
+
+dg_err dgi_write_encoded(dg_writer *w, const uint8_t *p, size_t n)
+{
+	uint8_t *q;
+	W_BEGIN(w, n, q);
+	memcpy(q, p, n);
+	return w_commit(w, q + n);
+}
+
 dg_err dg_write_float(dg_writer *w, float v)
 {
 	uint8_t *p;

@@ -4164,6 +4164,204 @@ static void check_case(const char *what, const uint8_t *bytes, size_t n, dg_err 
  * at a time path, and its ninth and tenth bytes read one by one).  Then
  * malformed 9- and 10-byte varints, followed by more, must give the
  * errors the byte-by-byte decoder gives. */
+/* dgi_write_run / dgi_read_run (the messages' runs of I64 and BYTES) and
+ * skip_value's in-line elements against the value-by-value calls and
+ * dg_read_next: the same bytes, values, errors and reader positions, in
+ * every frame (top level, a LIST with room left or without, a sorted
+ * set), with NULL bytes, I32s where an I64 is expected, and every byte of
+ * the run corrupted or cut. */
+static uint64_t run_rng(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+enum { RUN_TOP, RUN_LIST_EXACT, RUN_LIST_MORE, RUN_SORTED, RUN_FRAMES };
+
+/* Writes ni + nb values in frame `frame` (one more I64 after them where
+ * the frame has room), through the run or value by value. */
+static dg_err run_write(dg_buf *b, int frame, bool run, const int64_t *v, unsigned ni,
+    const dg_bytes *bs, unsigned nb)
+{
+	dg_writer w;
+	dg_writer_init(&w, g.reg, b);
+	if (frame == RUN_LIST_EXACT)
+		dg_write_list_begin(&w, ni + nb);
+	else if (frame == RUN_LIST_MORE)
+		dg_write_list_begin(&w, ni + nb + 1);
+	else if (frame == RUN_SORTED)
+		dg_write_sorted_set_begin(&w, ni + nb);
+	dg_err e = DG_OK;
+	if (run) {
+		e = dgi_write_run(&w, v, ni, bs, nb);
+	} else {
+		for (unsigned i = 0; i < ni && e == DG_OK; i++)
+			e = dg_write_i64(&w, v[i]);
+		for (unsigned j = 0; j < nb && e == DG_OK; j++)
+			e = dg_write_bytes(&w, bs[j].ptr, bs[j].len);
+	}
+	if (frame == RUN_LIST_MORE || frame == RUN_TOP)
+		dg_write_i64(&w, 7);
+	if (frame != RUN_TOP)
+		dg_write_end(&w);
+	dg_err f = dg_writer_finish(&w);
+	return e != DG_OK ? e : f;
+}
+
+typedef struct {
+	dg_err e, next_e;
+	size_t left;
+	int64_t v[16];
+	dg_bytes b[4];
+	dg_value next;
+} run_seen;
+
+/* Reads the run (opening the frame first) and then the next value. */
+static void run_read(const uint8_t *p, size_t n, int frame, bool run, unsigned ni,
+    unsigned nb, run_seen *out)
+{
+	dg_reader r;
+	uint32_t count = 0;
+	memset(out, 0, sizeof(*out));
+	dg_reader_init(&r, g.reg, p, n);
+	dg_err e = DG_OK;
+	if (frame != RUN_TOP)
+		e = dg_read_begin(&r, frame == RUN_SORTED ? DG_SORTED_SET : DG_LIST, &count);
+	if (e == DG_OK) {
+		if (run) {
+			e = dgi_read_run(&r, out->v, ni, out->b, nb);
+		} else {
+			for (unsigned i = 0; i < ni && e == DG_OK; i++)
+				e = dg_read_i64(&r, &out->v[i]);
+			for (unsigned j = 0; j < nb && e == DG_OK; j++)
+				e = dg_read_bytes(&r, &out->b[j], NULL);
+		}
+	}
+	out->e = e;
+	out->left = dg_reader_left(&r);
+	out->next_e = dg_read_next(&r, &out->next);
+}
+
+static void run_same(const run_seen *a, const run_seen *b, const char *what, size_t at)
+{
+	if (a->e != b->e || a->left != b->left || a->next_e != b->next_e ||
+	    memcmp(a->v, b->v, sizeof(a->v)) != 0)
+		fail_msg("%s (byte %zu): run %s left %zu next %s, values %s left %zu next %s",
+		    what, at, dg_strerror(a->e), a->left, dg_strerror(a->next_e),
+		    dg_strerror(b->e), b->left, dg_strerror(b->next_e));
+	for (unsigned j = 0; j < 4; j++)
+		if (a->b[j].len != b->b[j].len || a->b[j].ptr != b->b[j].ptr)
+			fail_msg("%s (byte %zu): bytes %u differ", what, at, j);
+	if (a->next_e == DG_OK && (a->next.kind != b->next.kind || a->next.v.i != b->next.v.i))
+		fail_msg("%s (byte %zu): the value after differs", what, at);
+}
+
+/* Every value at p read with dg_read_next (containers opened, their
+ * values read): DG_OK when they all read and the buffer ends with every
+ * container whole, else the first error. */
+static dg_err run_walk(const uint8_t *p, size_t n)
+{
+	dg_reader r;
+	dg_value v;
+	dg_reader_init(&r, g.reg, p, n);
+	dg_err e = DG_OK;
+	while (e == DG_OK)
+		e = dg_read_next(&r, &v);
+	/* (the end: DG_ERR_STATE at the top level, every container whole) */
+	return e == DG_ERR_STATE && dg_reader_left(&r) == 0 ? DG_OK : e;
+}
+
+static void test_runs_match_values(void **state)
+{
+	(void)state;
+	static const int64_t pool[] = { 0, 1, -1, 63, -64, 64, 127, 128, 300, -300,
+		(int64_t)1 << 31, INT32_MIN, INT64_MAX, INT64_MIN, (int64_t)1 << 55,
+		((int64_t)1 << 55) - 1, (int64_t)0x9E3779B97F4A7C15ull, 0x123456789ABCDEF0 };
+	static const uint32_t lens[] = { 0, 1, 5, 16, 127, 128, 300 };
+	uint8_t data[4][300];
+	uint64_t seed = 16;
+	for (unsigned j = 0; j < 4; j++)
+		for (unsigned k = 0; k < sizeof(data[j]); k++)
+			data[j][k] = (uint8_t)run_rng(&seed);
+	unsigned checked = 0, fell_back = 0;
+	for (int round = 0; round < 600; round++) {
+		unsigned ni = (unsigned)(run_rng(&seed) % 13), nb = (unsigned)(run_rng(&seed) % 4);
+		int64_t v[16];
+		dg_bytes bs[4];
+		for (unsigned i = 0; i < ni; i++)
+			v[i] = run_rng(&seed) % 3 == 0 ? (int64_t)run_rng(&seed) :
+			    pool[run_rng(&seed) % (sizeof(pool) / sizeof(pool[0]))];
+		for (unsigned j = 0; j < nb; j++) {
+			bs[j].len = lens[run_rng(&seed) % (sizeof(lens) / sizeof(lens[0]))];
+			bs[j].ptr = run_rng(&seed) % 8 == 0 ? NULL : data[j];
+			if (bs[j].ptr == NULL)
+				bs[j].len = 0;
+		}
+		int frame = (int)(run_rng(&seed) % RUN_FRAMES);
+		dg_buf a, b;
+		dg_buf_init(&a);
+		dg_buf_init(&b);
+		dg_err ea = run_write(&a, frame, true, v, ni, bs, nb);
+		dg_err eb = run_write(&b, frame, false, v, ni, bs, nb);
+		if (ea != eb)
+			fail_msg("round %d: the run wrote %s, the values %s", round, dg_strerror(ea),
+			    dg_strerror(eb));
+		if (ea != DG_OK) { /* (a sorted set's keys out of order: refused alike) */
+			assert_int_equal(frame, RUN_SORTED);
+			dg_buf_free(&a);
+			dg_buf_free(&b);
+			continue;
+		}
+		assert_int_equal(a.len, b.len);
+		assert_memory_equal(a.data, b.data, a.len);
+		/* reading, the encoding whole, then every byte corrupted and cut */
+		run_seen x, y;
+		run_read(a.data, a.len, frame, true, ni, nb, &x);
+		run_read(a.data, a.len, frame, false, ni, nb, &y);
+		run_same(&x, &y, "whole", 0);
+		if (x.e != DG_OK)
+			fail_msg("round %d: a valid run read as %s", round, dg_strerror(x.e));
+		static const uint8_t flips[] = { 0x00, 0x05, 0x06, 0x0A, 0x0F, 0x7F, 0x80, 0xFF };
+		uint8_t *m = test_malloc(a.len);
+		for (size_t at = 0; at < a.len; at++) {
+			for (unsigned f = 0; f < sizeof(flips); f++) {
+				memcpy(m, a.data, a.len);
+				m[at] = flips[f];
+				run_read(m, a.len, frame, true, ni, nb, &x);
+				run_read(m, a.len, frame, false, ni, nb, &y);
+				run_same(&x, &y, "corrupted", at);
+				fell_back += x.e != DG_OK;
+				checked++;
+				/* the skip of the list against reading every element */
+				if (frame == RUN_LIST_EXACT || frame == RUN_LIST_MORE) {
+					dg_reader r;
+					dg_reader_init(&r, g.reg, m, a.len);
+					/* skipped: exactly what it skipped reads as values (the
+					 * reads check UTF-8, skips leave it); refused: reading
+					 * on from the start fails somewhere */
+					dg_err es = dg_read_skip(&r);
+					dg_err ew = run_walk(m, es == DG_OK ? a.len - dg_reader_left(&r) : a.len);
+					if (ew != DG_ERR_UTF8 && (es == DG_OK) != (ew == DG_OK))
+						fail_msg("round %d byte %zu = %02x: the skip says %s, reading %s",
+						    round, at, flips[f], dg_strerror(es), dg_strerror(ew));
+				}
+			}
+			run_read(a.data, at, frame, true, ni, nb, &x);
+			run_read(a.data, at, frame, false, ni, nb, &y);
+			run_same(&x, &y, "cut", at);
+			checked++;
+		}
+		test_free(m);
+		dg_buf_free(&a);
+		dg_buf_free(&b);
+	}
+	/* the comparisons reached failures, not only clean reads */
+	assert_true(checked > 100000);
+	assert_true(fell_back > checked / 10);
+}
+
 static void test_varint_lengths(void **state)
 {
 	(void)state;
@@ -4872,6 +5070,7 @@ int main(void)
 		T(test_hostile_corpus_covers_tags),
 		T(test_hostile_targeted),
 		T(test_varint_lengths),
+		T(test_runs_match_values),
 		T(test_hostile_prefixes),
 		T(test_hostile_bitflips),
 		T(test_writer_misuse),

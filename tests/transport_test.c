@@ -749,6 +749,38 @@ static void test_msg_rows_roundtrip(void **state)
 			EXPECT(dg_msg_decode(lt[i], reg, ref.data, ref.len, scratch),
 			    DG_ERR_TYPE_MISMATCH);
 		}
+		/* dg_msg_list_put copies a list without walking it: what is not
+		 * a LIST is refused there, a NULL written as one, and a broken
+		 * list (its count says one value more than it holds) gets through
+		 * the sender but not dg_msg_list_get at the receiver */
+		dg_buf enc;
+		dg_buf_init(&enc);
+		dg_writer ew;
+		uint8_t one_i64[] = { 0x06, 0x0A }, tag_only[] = { 0x0F };
+		const dg_raw not_list[] = { { one_i64, 2 }, { tag_only, 1 }, { list.data, 0 } };
+		for (size_t i = 0; i < sizeof(not_list) / sizeof(not_list[0]); i++) {
+			dg_writer_init(&ew, reg, &enc);
+			EXPECT(dg_msg_list_put(&ew, &not_list[i]), DG_ERR_TYPE_MISMATCH);
+		}
+		dg_buf_reset(&enc);
+		dg_writer_init(&ew, reg, &enc);
+		const dg_raw none = { NULL, 0 };
+		OK(dg_msg_list_put(&ew, &none));
+		OK(dg_writer_finish(&ew));
+		assert_int_equal(enc.len, 1);
+		assert_int_equal(enc.data[0], 0x00); /* NULL */
+		_Alignas(16) uint8_t scratch[DG_MSG_BODY_MAX];
+		EXPECT(dg_msg_decode(DG_MSG_TOPOLOGY, reg, enc.data, enc.len, scratch),
+		    DG_ERR_TYPE_MISMATCH);
+		assert_true(list.data[1] < 0x7F); /* (a one-byte count) */
+		list.data[1]++;
+		dg_buf_reset(&enc);
+		dg_writer_init(&ew, reg, &enc);
+		OK(dg_msg_list_put(&ew, &(dg_raw){ list.data, (uint32_t)list.len }));
+		OK(dg_writer_finish(&ew));
+		EXPECT(dg_msg_decode(DG_MSG_TOPOLOGY, reg, enc.data, enc.len, scratch),
+		    DG_ERR_TRUNCATED);
+		dg_buf_free(&enc);
 		dg_buf_free(&list);
 	}
 	dg_buf_free(&ref);

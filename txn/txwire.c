@@ -6,22 +6,18 @@
  */
 #include "txsvc_int.h"
 
+#include "marshal/marshal_int.h" /* dgi_read_run, dgi_write_run */
+
 /* ---- codecs ---- */
 
 dg_err dgi_svc_put_i64s(dg_writer *w, const int64_t *v, int n)
 {
-	dg_err e = DG_OK;
-	for (int i = 0; i < n && e == DG_OK; i++)
-		e = dg_write_i64(w, v[i]);
-	return e;
+	return dgi_write_run(w, v, (unsigned)n, NULL, 0);
 }
 
 dg_err dgi_svc_get_i64s(dg_reader *r, int64_t *v, int n)
 {
-	dg_err e = DG_OK;
-	for (int i = 0; i < n && e == DG_OK; i++)
-		e = dg_read_i64(r, &v[i]);
-	return e;
+	return dgi_read_run(r, v, (unsigned)n, NULL, 0);
 }
 
 static dg_err enc_lock(dg_writer *w, const void *body)
@@ -159,25 +155,21 @@ static dg_err dec_prepare(dg_reader *r, void *body)
 	return get_i64s_list(r, &m->tx_node, 10, &m->ents);
 }
 
+_Static_assert(offsetof(dgi_txwire_ent, key) == 3 * sizeof(int64_t) &&
+    offsetof(dgi_txwire_ent, val) == offsetof(dgi_txwire_ent, key) + sizeof(dg_bytes),
+    "an entry: three I64, then key and value (one run)");
+
 dg_err dgi_txwire_put(dg_writer *w, const dgi_txwire_ent *e)
 {
-	dg_err err = dgi_svc_put_i64s(w, &e->cache_id, 3);
-	if (err == DG_OK)
-		err = dg_write_bytes(w, e->key.ptr, e->key.len);
-	if (err == DG_OK)
-		err = e->val.ptr != NULL ? dg_write_bytes(w, e->val.ptr, e->val.len) :
-		    dg_write_null(w);
+	/* (a NULL val.ptr: dgi_write_run writes it as dg_write_bytes does, a NULL) */
+	dg_err err = dgi_write_run(w, &e->cache_id, 3, &e->key, 2);
 	int64_t v[4] = { e->ver.topver, (int64_t)e->ver.counter, e->ver.order, e->expire_ms };
 	return err != DG_OK ? err : dgi_svc_put_i64s(w, v, 4);
 }
 
 dg_err dgi_txwire_get(dg_reader *r, dgi_txwire_ent *e)
 {
-	dg_err err = dgi_svc_get_i64s(r, &e->cache_id, 3);
-	if (err == DG_OK)
-		err = dg_read_bytes(r, &e->key, NULL);
-	if (err == DG_OK)
-		err = dg_read_bytes(r, &e->val, NULL);
+	dg_err err = dgi_read_run(r, &e->cache_id, 3, &e->key, 2);
 	int64_t v[4];
 	if (err == DG_OK)
 		err = dgi_svc_get_i64s(r, v, 4);
