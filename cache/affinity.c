@@ -39,13 +39,13 @@ int64_t dgi_wall_ms(void)
 }
 
 dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
-    const dg_node_id *nodes, const int64_t *orders, uint32_t nnodes)
+    const dg_node_id *nodes, const int64_t *orders, uint32_t nnodes, dg_node_id self)
 {
 	if (copies > nnodes)
 		copies = nnodes;
 	uint32_t c = copies ? copies : 1;
 	size_t sz = sizeof(dgi_aff) + nnodes * (sizeof(dg_node_id) + sizeof(int64_t)) +
-	    (size_t)parts * c * sizeof(uint16_t);
+	    (size_t)parts * c * sizeof(uint16_t) + parts;
 	dgi_aff *a = dgi_calloc(1, sz);
 	if (a == NULL)
 		return NULL;
@@ -56,6 +56,7 @@ dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
 	a->nodes = (dg_node_id *)(a + 1);
 	a->orders = (int64_t *)(a->nodes + nnodes);
 	a->owners = (uint16_t *)(a->orders + nnodes);
+	a->self_kind = (uint8_t *)(a->owners + (size_t)parts * c);
 	memcpy(a->nodes, nodes, nnodes * sizeof(*nodes));
 	memcpy(a->orders, orders, nnodes * sizeof(*orders));
 	uint64_t *best = dgi_alloc(c * sizeof(*best)); /* a partition's top scores */
@@ -88,6 +89,10 @@ dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
 		}
 	}
 	dgi_free(best);
+	for (uint32_t p = 0; p < parts; p++) {
+		int role = self != 0 ? dgi_aff_role(a, p, self) : -1;
+		a->self_kind[p] = role == 0 ? DGI_AFF_PRIMARY : role > 0 ? DGI_AFF_BACKUP : DGI_AFF_NONE;
+	}
 	return a;
 }
 

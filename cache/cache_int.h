@@ -117,14 +117,21 @@ typedef struct dgi_aff {
 	dg_node_id *nodes;          /* nnodes ids */
 	int64_t *orders;            /* their join orders */
 	uint16_t *owners;           /* parts * copies */
+	uint8_t *self_kind;         /* parts: DGI_AFF_PRIMARY, _BACKUP or _NONE
+	                               for the node it was built on (the local
+	                               reads and puts: one load, no search) */
 } dgi_aff;
+
+enum { DGI_AFF_PRIMARY = 0, DGI_AFF_BACKUP = 1, DGI_AFF_NONE = 2 };
 
 /* Builds the affinity of a cache over server nodes (ids with their orders,
  * sorted by order): rendezvous hashing, partition p's owners are the
  * `copies` nodes with the highest hash(p, node id).  copies is clamped to
- * nnodes; REPLICATED passes copies = nnodes.  NULL on NOMEM. */
+ * nnodes; REPLICATED passes copies = nnodes.  self: the node that will
+ * read it (self_kind; 0: none, every partition DGI_AFF_NONE).  NULL on
+ * NOMEM. */
 dgi_aff *dgi_aff_build(int64_t topver, uint32_t parts, uint32_t copies,
-    const dg_node_id *nodes, const int64_t *orders, uint32_t nnodes);
+    const dg_node_id *nodes, const int64_t *orders, uint32_t nnodes, dg_node_id self);
 void dgi_aff_free(dgi_aff *a);
 static inline dg_node_id dgi_aff_owner(const dgi_aff *a, uint32_t p, uint32_t i)
 {

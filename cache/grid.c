@@ -157,7 +157,8 @@ static dgi_aff *aff_for(const dg_cache *c, const dg_topology *t, dg_node_id with
 	int64_t orders[1024];
 	uint32_t n = servers_of(t, ids, orders, without);
 	uint32_t copies = c->cfg.mode == DG_REPLICATED ? n : 1 + c->cfg.backups;
-	return dgi_aff_build(t ? t->version : 0, c->cfg.partitions, copies, ids, orders, n);
+	return dgi_aff_build(t ? t->version : 0, c->cfg.partitions, copies, ids, orders, n,
+	    c->g->self);
 }
 
 /* Whether id is a server still in t, so it can supply the copies it
@@ -1484,7 +1485,7 @@ static dgi_aff *aff_all_servers(const dg_cache *c, const dg_topology *t, dg_node
 		orders[n++] = t->nodes[i].order;
 	}
 	uint32_t copies = c->cfg.mode == DG_REPLICATED ? n : 1 + c->cfg.backups;
-	return dgi_aff_build(t->version, c->cfg.partitions, copies, ids, orders, n);
+	return dgi_aff_build(t->version, c->cfg.partitions, copies, ids, orders, n, c->g->self);
 }
 
 dgi_aff *dgi_grid_aff_without_self(dgi_grid *g, dg_cache *c)

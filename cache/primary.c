@@ -295,7 +295,7 @@ static inline __attribute__((always_inline)) dg_err put_short(dg_cache *c,
 	uint64_t hash = dgi_key_hash_bytes(key, klen);
 	uint32_t part = dgi_part_of(hash, c->cfg.partitions);
 	if (atomic_load_explicit(&c->lost[part], memory_order_relaxed) ||
-	    dgi_aff_owner(aff, part, 0) != g->self)
+	    aff->self_kind[part] != DGI_AFF_PRIMARY)
 		goto out;
 	const uint8_t pre[2] = { TAG_BYTES, (uint8_t)klen };
 	/* the value's BYTES header, byte i in bits 8i..8i+7: its length in one
@@ -535,7 +535,7 @@ dg_err dgi_backup_apply(dgi_grid *g, dg_cache *c, const dgi_msg_backup *m, dg_no
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	int64_t mine = aff != NULL ? aff->topver : 0;
 	bool agree = aff != NULL && (uint64_t)m->owners == dgi_aff_owners_hash(aff, part) &&
-	    dgi_aff_role(aff, part, g->self) > 0;
+	    aff->self_kind[part] == DGI_AFF_BACKUP;
 	int st = atomic_load(&c->parts[part].state);
 	dg_err e = DG_OK;
 	if (agree || (st != P_NONE && aff != NULL && aff_has_node(aff, from))) {

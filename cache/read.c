@@ -317,8 +317,8 @@ static inline __attribute__((always_inline)) dgi_part *local_part(dg_cache *c,
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 	if (aff == NULL || atomic_load_explicit(&c->lost[part], memory_order_relaxed))
 		return NULL;
-	int role = dgi_aff_role(aff, part, g->self);
-	if (role != 0 && (role < 0 || !c->cfg.read_from_backup))
+	uint8_t kind = aff->self_kind[part]; /* (built for g->self) */
+	if (kind != DGI_AFF_PRIMARY && (kind != DGI_AFF_BACKUP || !c->cfg.read_from_backup))
 		return NULL;
 	return &c->parts[part];
 }

@@ -771,7 +771,7 @@ static dgi_aff *aff_n(uint32_t n, uint32_t copies, dg_node_id base)
 		ids[i] = base + i * 7919;
 		ord[i] = i + 1;
 	}
-	return dgi_aff_build(1, 1024, copies, ids, ord, n);
+	return dgi_aff_build(1, 1024, copies, ids, ord, n, ids[0]);
 }
 
 static void test_affinity_distinct_and_balanced(void **state)
@@ -796,6 +796,29 @@ static void test_affinity_distinct_and_balanced(void **state)
 	/* fewer nodes than copies: copies clamp to the nodes */
 	a = aff_n(2, 4, 1);
 	assert_int_equal(a->copies, 2);
+	dgi_aff_free(a);
+	/* self_kind, the local reads' one load, says what dgi_aff_role finds
+	 * for the node it was built on, over every partition; and nothing for
+	 * a node not in it */
+	for (uint32_t n = 1; n <= 7; n++) {
+		a = aff_n(n, 3, 77 * n);
+		uint32_t kinds[3] = { 0 };
+		for (uint32_t p = 0; p < 1024; p++) {
+			int role = dgi_aff_role(a, p, 77 * n);
+			uint8_t want = role == 0 ? DGI_AFF_PRIMARY : role > 0 ? DGI_AFF_BACKUP : DGI_AFF_NONE;
+			assert_int_equal(a->self_kind[p], want);
+			kinds[want]++;
+		}
+		assert_true(kinds[DGI_AFF_PRIMARY] > 0);
+		assert_true(n == 1 || kinds[DGI_AFF_BACKUP] > 0);
+		assert_true(n <= 3 || kinds[DGI_AFF_NONE] > 0);
+		dgi_aff_free(a);
+	}
+	dg_node_id one = 5;
+	int64_t ord1 = 1;
+	a = dgi_aff_build(1, 64, 1, &one, &ord1, 1, 6);
+	for (uint32_t p = 0; p < 64; p++)
+		assert_int_equal(a->self_kind[p], DGI_AFF_NONE);
 	dgi_aff_free(a);
 }
 
@@ -3793,7 +3816,7 @@ static void double_move(struct cluster *cl, const char *name, dg_cache **c, bool
 	dgi_epoch_enter();
 	const dgi_aff *a2 = atomic_load(&cache_on(cl->n[1], name)->aff);
 	dgi_aff *before = dgi_aff_build(a2->topver, a2->parts, a2->copies, a2->nodes, a2->orders,
-	    a2->nnodes);
+	    a2->nnodes, 0);
 	dgi_epoch_leave();
 	assert_non_null(before);
 	cl->n[2] = start_node(&cl->seed, 1, false, NULL);
