@@ -259,6 +259,8 @@ dg_err dg_write_i64(dg_writer *w, int64_t v)
 dg_err dgi_write_run(dg_writer *w, const int64_t *v, unsigned ni, const dg_bytes *b,
     unsigned nb)
 {
+	if (ni + nb == 0)
+		return DG_OK; /* (as no call: nothing to reserve) */
 	size_t room = 11 * (size_t)ni;
 	bool plain = w->w_err == DG_OK;
 	for (unsigned j = 0; j < nb && plain; j++) {
