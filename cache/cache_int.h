@@ -87,9 +87,15 @@ static inline uint64_t dgi_key_hash_bytes(const uint8_t *key, size_t n)
 {
 	uint64_t h = dgi_kh_start(n + 2);
 	h = dgi_kh_step(h, TAG_BYTES | (n << 8) | (dgi_kh_rd64(key) << 16));
-	const uint8_t *p = key + 6, *end = key + 8 * ((n + 2) / 8) - 2;
-	for (; p != end; p += 8) /* ((n + 2) / 8 - 1 words after word 0) */
-		h = dgi_kh_step(h, dgi_kh_rd64(p));
+	if (__builtin_expect(n <= 21, 1)) {
+		/* (n + 2) / 8 - 1 is 0 or 1 word after word 0: no loop */
+		if (n >= 14)
+			h = dgi_kh_step(h, dgi_kh_rd64(key + 6));
+	} else {
+		const uint8_t *p = key + 6, *end = key + 8 * ((n + 2) / 8) - 2;
+		for (; p != end; p += 8) /* ((n + 2) / 8 - 1 words after word 0) */
+			h = dgi_kh_step(h, dgi_kh_rd64(p));
+	}
 	/* the tail's (n + 2) % 8 bytes, the last of the key: >> 1 >> 63 - 8r
 	 * is >> 64 - 8r with no shift by 64 (r = 0: no tail, 0) */
 	size_t rem = (n + 2) % 8;
@@ -1878,7 +1884,7 @@ dg_err dgi_timed(dg_cache *c, dg_cache_op_kind kind, uint64_t t0, dg_err e);
  * inside a BYTES value); dgi_get_enc is the same, timed.  DG_ERR_NOT_FOUND. */
 dg_err dgi_get_op(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap);
 dg_err dgi_get_enc(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out, bool unwrap);
-/* dgi_get_enc of a raw API key (8 <= klen < 128) and unwrap: the key's
+/* dgi_get_enc of a raw API key and unwrap (8 <= klen < 128: the caller checks): the key's
  * BYTES encoding is built only if the read leaves the lock-free path. */
 dg_err dgi_get_raw(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out);
 

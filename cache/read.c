@@ -538,7 +538,8 @@ static __attribute__((noinline)) dg_err get_raw_general(dg_cache *c, const uint8
 
 dg_err dgi_get_raw(dg_cache *c, const uint8_t *key, size_t klen, dg_buf *out)
 {
-	if (c == NULL || key == NULL || out == NULL || klen < 8 || klen >= 128)
+	/* (klen 8..127: dg_cache_get, its only caller, checked it) */
+	if (c == NULL || key == NULL || out == NULL)
 		return DG_ERR_INVAL;
 	dg_err e = get_short(c, key, (uint32_t)klen, out);
 	return __builtin_expect(e != DG_ERR__COUNT, 1) ? e : get_raw_general(c, key, klen, out);
