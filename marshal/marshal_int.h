@@ -307,8 +307,9 @@ int dgi_cmp_encoded(const uint8_t *a, size_t alen, const uint8_t *b,
 dg_err dgi_read_run(dg_reader *r, int64_t *v, unsigned ni, dg_bytes *b, unsigned nb);
 /* ---- writer.c ---- */
 /* The writing side: ni dg_write_i64 then nb dg_write_bytes calls, one
- * reservation and one count for the run where the writer stands in no
- * sorted container (else value by value through them). */
+ * count for the run where the writer stands in no sorted container and
+ * its buffer has the run's worst case free (else value by value through
+ * them: the same bytes and errors either way). */
 dg_err dgi_write_run(dg_writer *w, const int64_t *v, unsigned ni, const dg_bytes *b,
     unsigned nb);
 /* One value already encoded (n bytes at p, a whole value as a dg_writer of

@@ -268,8 +268,13 @@ dg_err dgi_write_run(dg_writer *w, const int64_t *v, unsigned ni, const dg_bytes
 		room += 6 + (size_t)b[j].len;
 	}
 	struct dgi_wframe *f = w->w_depth > 0 ? &w->w_stack[w->w_depth - 1] : NULL;
-	if (DG_UNLIKELY(!plain || (f != NULL && (f->f_left < ni + nb || f->f_desc->cmp != NULL)))) {
-		/* value by value: their errors, NULLs and sorted keys */
+	dg_buf *buf = w->w_buf;
+	if (DG_UNLIKELY(!plain || (f != NULL && (f->f_left < ni + nb || f->f_desc->cmp != NULL)) ||
+	    buf->cap - buf->len < room)) {
+		/* value by value: their errors, NULLs and sorted keys, and a
+		 * buffer without the run's worst case free (each value's own
+		 * reservation: a fixed buffer the run fits fills, one that
+		 * grows grows by what the values take) */
 		dg_err e = DG_OK;
 		for (unsigned i = 0; i < ni && e == DG_OK; i++)
 			e = dg_write_i64(w, v[i]);
@@ -277,9 +282,7 @@ dg_err dgi_write_run(dg_writer *w, const int64_t *v, unsigned ni, const dg_bytes
 			e = dg_write_bytes(w, b[j].ptr, b[j].len);
 		return e;
 	}
-	uint8_t *p = w_room(w, room);
-	if (p == NULL)
-		return w->w_err;
+	uint8_t *p = buf->data + buf->len;
 	for (unsigned i = 0; i < ni; i++) {
 		uint64_t z = dgi_zigzag(v[i]);
 		*p++ = TAG_I64;

@@ -4316,6 +4316,23 @@ static void test_runs_match_values(void **state)
 		}
 		assert_int_equal(a.len, b.len);
 		assert_memory_equal(a.data, b.data, a.len);
+		/* a fixed buffer of exactly the size, and one byte short: the
+		 * run fills the one and fails in the other as the values do */
+		for (size_t cut = 0; cut <= 1 && cut < b.len; cut++) {
+			size_t cap = b.len - cut;
+			uint8_t *m1 = test_malloc(cap), *m2 = test_malloc(cap);
+			dg_buf fa, fb;
+			dg_buf_init_fixed(&fa, m1, cap);
+			dg_buf_init_fixed(&fb, m2, cap);
+			dg_err xa = run_write(&fa, frame, true, v, ni, bs, nb);
+			dg_err xb = run_write(&fb, frame, false, v, ni, bs, nb);
+			if (xa != xb || fa.len != fb.len || memcmp(m1, m2, fa.len) != 0)
+				fail_msg("round %d, fixed buffer of %zu: the run %s (%zu bytes), the values %s (%zu)",
+				    round, cap, dg_strerror(xa), fa.len, dg_strerror(xb), fb.len);
+			assert_int_equal(xa, cut == 0 ? DG_OK : DG_ERR_NOSPACE);
+			test_free(m1);
+			test_free(m2);
+		}
 		/* reading, the encoding whole, then every byte corrupted and cut */
 		run_seen x, y;
 		run_read(a.data, a.len, frame, true, ni, nb, &x);

@@ -193,7 +193,8 @@ dg_err dg_msg_list_put(dg_writer *w, const dg_raw *list)
 		return dgi_w_fail(w, DG_ERR_TYPE_MISMATCH);
 	/* Not walked again: a list here is a dg_writer's (the sender built it)
 	 * or one dg_msg_list_get took out of a checked body; the receiver
-	 * checks it whole (dg_msg_list_get) before any handler reads it. */
+	 * checks its structure (dg_msg_list_get) before any handler reads it,
+	 * and the handlers' reads its values. */
 	return dgi_write_encoded(w, list->ptr, list->len);
 }
 

@@ -278,8 +278,10 @@ typedef struct dg_msg_raw {     /* TOPOLOGY, REMOVED, TYPES_SNAPSHOT: a list, re
  * value is not a LIST.  The dg_msg_raw codec of bodies that are one list.
  * dg_msg_list_put copies the list without walking it: it must be a whole
  * LIST a dg_writer made, or one dg_msg_list_get returned (a NULL ptr is
- * written as a NULL); dg_msg_list_get checks what arrives, every value of
- * the list, before any handler sees it. */
+ * written as a NULL); dg_msg_list_get checks the structure of what
+ * arrives — every value's tag and extent (dg_read_skip) — before any
+ * handler sees it, and the handlers' reads check the values (UTF-8,
+ * objects) as they take them. */
 dg_err dg_msg_list_put(dg_writer *w, const dg_raw *list);
 dg_err dg_msg_list_get(dg_reader *r, dg_raw *list);
 dg_err dg_msg_raw_encode(dg_writer *w, const void *body);

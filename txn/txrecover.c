@@ -298,7 +298,8 @@ static int recover_by_recopy(dgi_txsvc *s, const struct cand *c)
 		for (uint32_t i = 0; i < n; i++)
 			cnt += ent_who[i] == who[w];
 		dg_err e = dg_write_list_begin(&wr, cnt * DGI_TXWIRE_FIELDS);
-		dgi_svc_ents_open(body, blen, &m, &rd, &n);
+		if (e == DG_OK) /* (opened above already: the same body) */
+			e = dgi_svc_ents_open(body, blen, &m, &rd, &n);
 		for (uint32_t i = 0; i < n && e == DG_OK; i++) {
 			dgi_txwire_ent en;
 			if ((e = dgi_txwire_get(&rd, &en)) == DG_OK && ent_who[i] == who[w])
