@@ -301,9 +301,9 @@ int dgi_cmp_encoded(const uint8_t *a, size_t alen, const uint8_t *b,
  * b[0..nb): what ni dg_read_i64 and nb dg_read_bytes (no arena) calls
  * would read, check and answer, in one loop — the messages' bodies and
  * batch items (cache/msgs.c, txn/txwire.c) are such runs.  Anything
- * other than an I64 or a BYTES that fits (an I32, a NULL, an error, a
- * container to leave first) goes value by value through those calls from
- * where the loop stopped. */
+ * other than an I64, or a BYTES or NULL where bytes are due, that fits
+ * (an I32, an error, a container to leave first) goes value by value
+ * through those calls from where the loop stopped. */
 dg_err dgi_read_run(dg_reader *r, int64_t *v, unsigned ni, dg_bytes *b, unsigned nb);
 /* ---- writer.c ---- */
 /* The writing side: ni dg_write_i64 then nb dg_write_bytes calls, one

@@ -799,7 +799,15 @@ dg_err dgi_read_run(dg_reader *r, int64_t *v, unsigned ni, dg_bytes *b, unsigned
 			p = q;
 		}
 		for (; i == ni && j < nb; j++) {
-			if (DG_UNLIKELY(p >= end || p[0] != TAG_BYTES))
+			if (DG_UNLIKELY(p >= end))
+				break;
+			if (p[0] == TAG_NULL) { /* as dg_read_bytes: no value */
+				b[j].ptr = NULL;
+				b[j].len = 0;
+				p++;
+				continue;
+			}
+			if (DG_UNLIKELY(p[0] != TAG_BYTES))
 				break;
 			const uint8_t *q = p + 1;
 			uint32_t n;

@@ -264,14 +264,14 @@ dg_err dgi_write_run(dg_writer *w, const int64_t *v, unsigned ni, const dg_bytes
 	size_t room = 11 * (size_t)ni;
 	bool plain = w->w_err == DG_OK;
 	for (unsigned j = 0; j < nb && plain; j++) {
-		plain = b[j].ptr != NULL && b[j].len <= UINT32_MAX;
+		plain = b[j].len <= UINT32_MAX;
 		room += 6 + (size_t)b[j].len;
 	}
 	struct dgi_wframe *f = w->w_depth > 0 ? &w->w_stack[w->w_depth - 1] : NULL;
 	dg_buf *buf = w->w_buf;
 	if (DG_UNLIKELY(!plain || (f != NULL && (f->f_left < ni + nb || f->f_desc->cmp != NULL)) ||
 	    buf->cap - buf->len < room)) {
-		/* value by value: their errors, NULLs and sorted keys, and a
+		/* value by value: their errors and sorted keys, and a
 		 * buffer without the run's worst case free (each value's own
 		 * reservation: a fixed buffer the run fits fills, one that
 		 * grows grows by what the values take) */
@@ -289,6 +289,10 @@ dg_err dgi_write_run(dg_writer *w, const int64_t *v, unsigned ni, const dg_bytes
 		p = DG_UNLIKELY(z >> 56) ? dgi_put_uvarint_long(p, z) : dgi_put_uvarint_fast(p, z);
 	}
 	for (unsigned j = 0; j < nb; j++) {
+		if (b[j].ptr == NULL) { /* as dg_write_bytes: a NULL */
+			*p++ = TAG_NULL;
+			continue;
+		}
 		uint32_t len = (uint32_t)b[j].len;
 		*p++ = TAG_BYTES;
 		if (DG_LIKELY(len < 0x80))
