@@ -257,7 +257,8 @@ static dg_err skip_value(dg_reader *r, const uint8_t **pp, const uint8_t *end,
  * I64 ids, BYTES keys and values) — tag I64, I32 or BYTES at **pp — with
  * the checks and errors decode_scalar gives them, without a dg_value, an
  * id's 10-byte varint a word at a time (dgi_get_uvarint_id); in line in
- * skip_elements' loop. */
+ * skip_elements' loop over a LIST (maps and sets keep the general path,
+ * whose strings and uuids the extra test would only slow). */
 static inline __attribute__((always_inline)) dg_err skip_id_or_bytes(uint8_t tag,
     const uint8_t **pp, const uint8_t *end)
 {
@@ -288,6 +289,7 @@ static dg_err skip_elements(dg_reader *r, uint8_t tag, const uint8_t **pp,
 	uint32_t base = scoped(tag) ? r->r_nsch : NO_SCOPE;
 	bool sorted = tag == TAG_SORTED_SET || tag == TAG_SORTED_MAP;
 	unsigned stride = tag == TAG_SORTED_MAP ? 2 : 1;
+	bool list = tag == TAG_LIST; /* (the messages': their elements in line) */
 	const uint8_t *prev = NULL;
 	size_t prevlen = 0;
 	dg_err e = DG_OK;
@@ -296,7 +298,7 @@ static dg_err skip_elements(dg_reader *r, uint8_t tag, const uint8_t **pp,
 		return DG_ERR_DEPTH;
 	for (uint64_t i = 0; i < values; i++) {
 		const uint8_t *start = *pp;
-		if (start < end && (start[0] == TAG_I64 || start[0] == TAG_BYTES))
+		if (list && start < end && (start[0] == TAG_I64 || start[0] == TAG_BYTES))
 			e = skip_id_or_bytes(start[0], pp, end);
 		else
 			e = skip_value(r, pp, end, base, depth + 1, deep);
@@ -326,8 +328,6 @@ static dg_err skip_value(dg_reader *r, const uint8_t **pp, const uint8_t *end,
 	if (p >= end)
 		return DG_ERR_TRUNCATED;
 	uint8_t tag = *p++;
-	if (tag == TAG_I64 || tag == TAG_I32 || tag == TAG_BYTES)
-		return skip_id_or_bytes(tag, pp, end);
 	if (is_container(tag)) {
 		uint32_t count;
 		uint64_t values;
