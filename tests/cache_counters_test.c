@@ -17,7 +17,7 @@
  *     partition unlocked) and a local read, with the lease read once per
  *     update (primary.c);
  *   - sampled timing (cache_int.h, DGI_LAT_SAMPLE): one fast operation in
- *     16 per thread, cache and kind is timed, the first always, and the
+ *     64 per thread, cache and kind is timed, the first always, and the
  *     others are counted as the last sampled one; a slow kind (1 MB puts)
  *     interleaved with a fast one (gets) keeps its own times; remote gets
  *     interleaved with local ones are always timed, so the histogram
