@@ -1240,6 +1240,7 @@ dg_err dgi_grid_job_push(dgi_grid *g, struct job *j)
 
 static void *worker(void *arg)
 {
+	dgi_thread_name("dg-worker");
 	dgi_grid *g = arg;
 	pthread_mutex_lock(&g->jmu);
 	for (;;) {
@@ -1317,6 +1318,7 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 
 static void *sweeper(void *arg)
 {
+	dgi_thread_name("dg-sweeper");
 	dgi_grid *g = arg;
 	pthread_mutex_lock(&g->mu);
 	while (!g->stopping) {

@@ -961,6 +961,7 @@ static void rebalance_done_check(void *ctx, uint32_t key, void *value)
 
 void *dgi_rebalancer(void *arg)
 {
+	dgi_thread_name("dg-rebalancer");
 	dgi_grid *g = arg;
 	struct collect_ctx cc = { NULL, 0, 0 };
 	for (;;) {

@@ -107,6 +107,7 @@ static char *answer(dg_node *n, const char *json, size_t len, bool *stop_after)
 
 static void *worker(void *arg)
 {
+	dgi_thread_name("dg-admin-peer");
 	dgi_adminpeer *p = arg;
 	pthread_mutex_lock(&p->mu);
 	for (;;) {

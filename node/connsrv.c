@@ -22,6 +22,7 @@ struct dgi_srv {
 
 static void *conn_main(void *arg)
 {
+	dgi_thread_name("dg-admin-conn");
 	dgi_srv_conn *c = arg;
 	c->srv->cfg.serve(c->srv->cfg.ctx, c);
 	dgi_aconn_abort(&c->c);
@@ -118,6 +119,7 @@ static void accept_one(dgi_srv *s, nng_stream *st)
 
 static void *accept_main(void *arg)
 {
+	dgi_thread_name("dg-admin-accept");
 	dgi_srv *s = arg;
 	unsigned backoff = 0;
 	while (!s->stopping) {

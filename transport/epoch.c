@@ -40,6 +40,7 @@
  * and nothing is freed while any such section runs.
  */
 #define _DEFAULT_SOURCE /* syscall */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "transport.h"
 #include "marshal/marshal_int.h"
 
@@ -162,6 +163,11 @@ static struct slot *slot_get(void)
 	}
 	pthread_setspecific(slot_key, s);
 	return s;
+}
+
+void dgi_thread_name(const char *name)
+{
+	pthread_setname_np(pthread_self(), name); /* (a name too long: kept as it was) */
 }
 
 uint32_t dgi_thread_index_slow(void)

@@ -497,6 +497,7 @@ static void tick(dg_member *m)
 
 void *dgi_member_thread(void *arg)
 {
+	dgi_thread_name("dg-member");
 	dg_member *m = arg;
 	bool first = true;
 	pthread_mutex_lock(&m->mu);

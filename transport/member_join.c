@@ -214,6 +214,7 @@ dg_err dgi_member_join(dg_member *m)
  * of its own, as a starting node would. */
 static void *typesync_thread(void *arg)
 {
+	dgi_thread_name("dg-typesync");
 	dg_member *m = arg;
 	dgi_member_sync_types(m, m->typesync_coord);
 	return NULL;
@@ -397,6 +398,7 @@ static bool probe_go_locked(dg_member *m)
  * 2 s, jittered. */
 static void *probe_thread(void *arg)
 {
+	dgi_thread_name("dg-probe");
 	dg_member *m = arg;
 	dg_tp *tp = m->tp;
 	uint32_t backoff = 0;

@@ -196,6 +196,7 @@ void dgi_member_install(dg_member *m, dg_topology *t)
  * listeners (old: the version delivered before it). */
 static void *notifier_thread(void *arg)
 {
+	dgi_thread_name("dg-notifier");
 	dg_member *m = arg;
 	struct listener ls[MAX_LISTENERS];
 	pthread_mutex_lock(&m->mu);

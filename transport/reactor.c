@@ -418,6 +418,7 @@ static void post(struct dgi_reactor *r, struct dial *d)
 
 static void *resolver_main(void *arg)
 {
+	dgi_thread_name("dg-resolver");
 	struct dial *d = arg;
 	struct dgi_reactor *r = d->tp->reactor;
 	/* its own id, before posting: pthread_create may store it in the
@@ -611,6 +612,7 @@ static int next_timeout(struct dgi_reactor *r)
 
 static void *reactor_main(void *arg)
 {
+	dgi_thread_name("dg-reactor");
 	struct dgi_reactor *r = arg;
 	struct epoll_event evs[EVENTS_MAX];
 	struct dgi_cork cork = { 0 };

@@ -1096,6 +1096,7 @@ void dg_tp_disconnect(dg_tp *tp, dg_node_id peer)
 
 static void *service(void *arg)
 {
+	dgi_thread_name("dg-tp-service");
 	dg_tp *tp = arg;
 	/* take this thread's section slot now (its one allocation), not at
 	 * the first expiry scan in the middle of a node's steady state */

@@ -627,6 +627,12 @@ static inline __attribute__((always_inline)) void dgi_epoch_short_leave(bool rd)
  * later thread, after (happens-before) everything it wrote, so data kept
  * per index has one writer at a time.  UINT32_MAX when out of memory (no
  * index: use shared data).  A few instructions after the first call. */
+/* Names the calling thread (at most 15 characters: what top -H, ps -L,
+ * perf --comm and gdb show).  Every thread the library starts calls it
+ * first: "dg-reactor", "dg-member", "dg-sweeper", ... (node/DEPLOY.md,
+ * "Threads"). */
+void dgi_thread_name(const char *name);
+
 extern DGI_TLS_IE _Thread_local uint32_t dgi_thread_ix1;  /* the index + 1; 0: none yet */
 uint32_t dgi_thread_index_slow(void);
 static inline uint32_t dgi_thread_index(void)

@@ -71,6 +71,7 @@ static void bg_sleep(dgi_txsvc *s, pthread_cond_t *cv, uint64_t ms)
  * or goes on, dgi_svc_dl_arm) — an idle node's detector sleeps. */
 static void *detector(void *arg)
 {
+	dgi_thread_name("dg-tx-deadlock");
 	dgi_txsvc *s = arg;
 	pthread_mutex_lock(&s->mu);
 	while (!atomic_load(&s->stopping)) {
@@ -89,6 +90,7 @@ static void *detector(void *arg)
 
 static void *recoverer(void *arg)
 {
+	dgi_thread_name("dg-tx-recover");
 	dgi_txsvc *s = arg;
 	pthread_mutex_lock(&s->mu);
 	while (!atomic_load(&s->stopping)) {
@@ -105,6 +107,7 @@ static void *recoverer(void *arg)
 
 static void *expirer(void *arg)
 {
+	dgi_thread_name("dg-tx-expirer");
 	dgi_txsvc *s = arg;
 	uint64_t last_scan = 0;
 	uint32_t grown = 0;
