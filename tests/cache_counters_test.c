@@ -10,6 +10,10 @@
  *     threads reused their indexes and counted on top;
  *   - more threads alive at once than a cache has blocks: the ones beyond
  *     count in the shared block, and nothing is lost or counted twice;
+ *   - threads whose block could not be allocated (dgi_alloc_fail_nth) count
+ *     in the shared block, which the short get and put leave to the
+ *     general paths (they count with plain stores), exactly, beside
+ *     threads with blocks;
  *   - a destroyed cache: its blocks are folded into the shared one and
  *     freed when it is reclaimed, and its counts stay (the operations on
  *     its handle after the destroy count too);
@@ -38,6 +42,7 @@
 #include "transport/transport_int.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +183,149 @@ static void test_counters_exact_across_threads(void **state)
 	expect_want(c, &w);
 	run_workers(c, 3, 1500, true, true, &w);
 	expect_want(c, &w);
+	dg_node_stop(n);
+}
+
+/* A worker whose counter block of c cannot be allocated: its first get
+ * is made with the allocation failing (after a get on warm, so that the
+ * block is the first allocation it makes), then it waits for go and does
+ * the rest of its m ops as work does. */
+#define OOM_KEY "oom-key-%02d" /* (8..127 bytes: the short paths' keys) */
+static _Atomic int short_counted; /* a short path that counted in the shared block */
+
+struct oom_worker {
+	struct worker w;
+	dg_cache *warm;
+	_Atomic int reported;      /* 1: its first op is done */
+	bool shared;               /* its slot holds the shared block */
+	_Atomic int *go;
+};
+
+static void *work_oom(void *p)
+{
+	struct oom_worker *o = p;
+	dg_buf b;
+	dg_buf_init(&b);
+	if (dg_buf_reserve(&b, 64) != DG_OK)
+		atomic_fetch_add(&wrong, 1);
+	if (dg_cache_get(o->warm, "k0", 2, &b) != DG_OK) /* (its slot, index and block there) */
+		atomic_fetch_add(&wrong, 1);
+	b.len = 0;
+	uint32_t ix = dgi_thread_index();
+	dgi_alloc_fail_nth(1);
+	char k[48];
+	snprintf(k, sizeof(k), "k%d", o->w.id % KEYS);
+	if (dg_cache_get(o->w.c, k, strlen(k), &b) != DG_OK)
+		atomic_fetch_add(&wrong, 1);
+	dgi_alloc_fail_nth(0);
+	o->shared = ix < DGI_CTR_BLOCKS && atomic_load(&o->w.c->ctrs[ix]) == &o->w.c->ctr_shared;
+	if (!o->shared) {
+		o->w.m = 1; /* (its block, or an index past them: not this test's case) */
+	} else {
+		/* the short paths (raw keys of 8..127 bytes) count with plain
+		 * stores: they leave a thread of the shared block to the
+		 * general paths, answering and counting nothing */
+		uint64_t h0 = atomic_load(&o->w.c->ctr_shared.hits);
+		uint64_t p0 = atomic_load(&o->w.c->ctr_shared.puts);
+		snprintf(k, sizeof(k), OOM_KEY, o->w.id % KEYS);
+		if (dgi_get_short(o->w.c, (const uint8_t *)k, (uint32_t)strlen(k), &b) != DG_ERR__COUNT ||
+		    dgi_put_short(o->w.c, (const uint8_t *)k, (uint32_t)strlen(k),
+		    (const uint8_t *)"v", 1) != DG_ERR__COUNT ||
+		    atomic_load(&o->w.c->ctr_shared.hits) != h0 ||
+		    atomic_load(&o->w.c->ctr_shared.puts) != p0)
+			atomic_fetch_add(&short_counted, 1);
+	}
+	atomic_store(&o->reported, 1);
+	while (atomic_load(o->go) == 0)
+		sched_yield(); /* (all of them off at once: their counts overlap) */
+	for (int i = 1; i < o->w.m; i++) {
+		bool hit = i % 2 == 0;
+		if (hit)
+			snprintf(k, sizeof(k), OOM_KEY, (o->w.id + i) % KEYS);
+		else
+			snprintf(k, sizeof(k), "absent-%d-%d", o->w.id, i);
+		b.len = 0;
+		if (dg_cache_get(o->w.c, k, strlen(k), &b) != (hit ? DG_OK : DG_ERR_NOT_FOUND))
+			atomic_fetch_add(&wrong, 1);
+		snprintf(k, sizeof(k), OOM_KEY, (o->w.id * 7 + i) % KEYS);
+		if (dg_cache_put(o->w.c, k, strlen(k), "v", 1) != DG_OK)
+			atomic_fetch_add(&wrong, 1);
+	}
+	dg_buf_free(&b);
+	return NULL;
+}
+
+/* Threads whose counter blocks could not be allocated (dgi_ctrs_make out
+ * of memory) count in the shared block for good, atomically — also on
+ * the short paths, which leave such a thread's operations to the general
+ * ones — and together with threads that have blocks every count is
+ * exact.  (A worker whose allocation did not fail — another thread of
+ * the node took the failure, or it got a thread index past the blocks,
+ * as after test_counters_more_threads_than_blocks — stops after its
+ * first op, counted all the same, and more are started until two have
+ * no block.) */
+static void test_counters_block_out_of_memory(void **state)
+{
+	(void)state;
+	dg_node *n = start_node(NULL, 0, false, NULL);
+	struct want w;
+	dg_cache *c = counters_cache(n, &w);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "counters-warm");
+	dg_cache *warm;
+	OK(dg_cache_create(n, &cc, &warm));
+	OK(dg_cache_put(warm, "k0", 2, "v", 1));
+	char key[32];
+	for (int i = 0; i < KEYS; i++) {
+		snprintf(key, sizeof(key), OOM_KEY, i);
+		OK(dg_cache_put(c, key, strlen(key), "v", 1));
+	}
+	w.puts += KEYS;
+	enum { M = 100001, MAXW = 200 };
+	struct oom_worker *o = calloc(MAXW, sizeof(*o));
+	pthread_t t[MAXW];
+	assert_non_null(o);
+	_Atomic int go = 0;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	uint64_t shared0 = atomic_load(&c->ctr_shared.hits);
+	int k = 0, shared = 0;
+	for (; k < MAXW && shared < 2; k++) {
+		o[k].w = (struct worker){ c, k, M, true, NULL };
+		o[k].warm = warm;
+		o[k].go = &go;
+		assert_int_equal(pthread_create(&t[k], &attr, work_oom, &o[k]), 0);
+		while (atomic_load(&o[k].reported) == 0)
+			usleep(1000);
+		shared += o[k].shared;
+	}
+	if (shared < 2)
+		fail_msg("%d of %d threads lost their block's allocation", shared, k);
+	/* and two with blocks of their own, at the same time */
+	struct worker plain[2] = { { c, 100, M, true, NULL }, { c, 101, M, true, NULL } };
+	pthread_t pt[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&pt[i], NULL, work, &plain[i]), 0);
+	atomic_store(&go, 1);
+	for (int i = 0; i < k; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(pt[i], NULL);
+	pthread_attr_destroy(&attr);
+	assert_int_equal(atomic_load(&wrong), 0);
+	assert_int_equal(atomic_load(&short_counted), 0);
+	for (int i = 0; i < k + 2; i++) {
+		uint64_t m = (uint64_t)(i < k ? o[i].w.m : M);
+		w.gets += m;
+		w.hits += (m + 1) / 2;
+		w.misses += m / 2;
+		w.puts += i < k ? m - 1 : m; /* (an oom worker's first op is a get alone) */
+	}
+	expect_want(c, &w);
+	/* the shared block took at least the two threads' hits */
+	assert_true(atomic_load(&c->ctr_shared.hits) - shared0 >= 2 * (uint64_t)((M + 1) / 2));
+	free(o);
 	dg_node_stop(n);
 }
 
@@ -560,6 +708,7 @@ int dgt_counters_tests(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_counters_exact_across_threads),
 		cmocka_unit_test(test_counters_more_threads_than_blocks),
+		cmocka_unit_test(test_counters_block_out_of_memory),
 		cmocka_unit_test(test_counters_kept_after_destroy),
 		cmocka_unit_test(test_primary_without_lease_refuses),
 		cmocka_unit_test(test_fresh_update_recognised_when_offered_again),
