@@ -256,15 +256,15 @@ DG_API dg_err dg_cache_wait_rebalanced(dg_cache *c, uint32_t timeout_ms);
  * includes what the transaction layer did for the call: a write outside a
  * transaction, its whole one-operation transaction; inside one, enlisting
  * and locking, not the commit.  Every operation is counted, exactly; its
- * time is sampled: a thread reads the clock for one fast operation in 16
- * per cache and kind (the first always) and counts each of the other 15
+ * time is sampled: a thread reads the clock for one fast operation in 64
+ * per cache and kind (the first always) and counts each of the other 63
  * in the bucket of its last timed one, adding that one's time to sum_us.
  * An operation that leaves the fast path — a remote request, a wait for
  * backups or a pending write, persistence, a transaction, a retry — is
  * always timed (from where it left the path when it was not sampled: a
  * fraction of a µs less).  A batch is always timed.  Recording costs two
  * plain increments of the calling thread's own counters (cache_int.h)
- * and, one time in 16, two clock reads: no lock, no locked instruction,
+ * and, one time in 64, two clock reads: no lock, no locked instruction,
  * no allocation but at a thread's first operation on the cache. */
 #define DG_LAT_BUCKETS 28
 typedef enum dg_cache_op_kind { DG_OP_GET, DG_OP_PUT, DG_OP_REMOVE, DG_OP__COUNT } dg_cache_op_kind;

@@ -3,6 +3,7 @@
 #include "connsrv.h"
 #include "transport/transport_int.h"
 
+#include <ctype.h>
 #include <nng/supplemental/util/platform.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,12 +19,13 @@ struct dgi_srv {
 	dgi_srv_conn *conns;      /* cfg.slots */
 	struct dgi_lograte lr_accept, lr_busy, lr_evict;
 	char id_accept[48], id_busy[48], id_evict[48];
+	char tn_accept[16], tn_conn[16]; /* thread names: dg-admin-accept, dg-http-conn, ... */
 };
 
 static void *conn_main(void *arg)
 {
-	dgi_thread_name("dg-admin-conn");
 	dgi_srv_conn *c = arg;
+	dgi_thread_name(c->srv->tn_conn);
 	c->srv->cfg.serve(c->srv->cfg.ctx, c);
 	dgi_aconn_abort(&c->c);
 	c->done = true;
@@ -119,8 +121,8 @@ static void accept_one(dgi_srv *s, nng_stream *st)
 
 static void *accept_main(void *arg)
 {
-	dgi_thread_name("dg-admin-accept");
 	dgi_srv *s = arg;
+	dgi_thread_name(s->tn_accept);
 	unsigned backoff = 0;
 	while (!s->stopping) {
 		nng_stream_listener_accept(s->l, s->accept_aio);
@@ -181,6 +183,11 @@ dg_err dgi_srv_start(const char *url, const dgi_srv_config *cfg, dgi_srv **out, 
 	snprintf(s->id_accept, sizeof(s->id_accept), "%s-ACCEPT-FAIL", cfg->name);
 	snprintf(s->id_busy, sizeof(s->id_busy), "%s-BUSY", cfg->name);
 	snprintf(s->id_evict, sizeof(s->id_evict), "%s-EVICTED", cfg->name);
+	char lower[8] = "";
+	for (size_t i = 0; cfg->name[i] != 0 && i + 1 < sizeof(lower); i++)
+		lower[i] = (char)tolower((unsigned char)cfg->name[i]), lower[i + 1] = 0;
+	snprintf(s->tn_accept, sizeof(s->tn_accept), "dg-%s-accept", lower);
+	snprintf(s->tn_conn, sizeof(s->tn_conn), "dg-%s-conn", lower);
 	dg_err e = DG_ERR_NOMEM;
 	int rv = 0;
 	if ((s->conns = dgi_calloc(cfg->slots, sizeof(dgi_srv_conn))) == NULL)

@@ -621,18 +621,18 @@ static inline __attribute__((always_inline)) void dgi_epoch_short_leave(bool rd)
 	t->depth = 0;
 }
 
-/* A small number for the calling thread (epoch.c: its section slot's):
- * unique among the live threads, 0, 1, 2, ... up to the most threads of
- * the process alive at once.  A thread that exits hands its index on to a
- * later thread, after (happens-before) everything it wrote, so data kept
- * per index has one writer at a time.  UINT32_MAX when out of memory (no
- * index: use shared data).  A few instructions after the first call. */
 /* Names the calling thread (at most 15 characters: what top -H, ps -L,
  * perf --comm and gdb show).  Every thread the library starts calls it
  * first: "dg-reactor", "dg-member", "dg-sweeper", ... (node/DEPLOY.md,
  * "Threads"). */
 void dgi_thread_name(const char *name);
 
+/* A small number for the calling thread (epoch.c: its section slot's):
+ * unique among the live threads, 0, 1, 2, ... up to the most threads of
+ * the process alive at once.  A thread that exits hands its index on to a
+ * later thread, after (happens-before) everything it wrote, so data kept
+ * per index has one writer at a time.  UINT32_MAX when out of memory (no
+ * index: use shared data).  A few instructions after the first call. */
 extern DGI_TLS_IE _Thread_local uint32_t dgi_thread_ix1;  /* the index + 1; 0: none yet */
 uint32_t dgi_thread_index_slow(void);
 static inline uint32_t dgi_thread_index(void)
