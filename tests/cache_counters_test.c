@@ -62,31 +62,38 @@ struct worker {
 	pthread_barrier_t *bar;    /* after the first op: every worker alive at once */
 };
 
-/* m gets, the even ones of a present key, the odd ones of an absent one;
- * with puts, a put of a present key after each. */
-static void *work(void *p)
+/* Ops from..m-1 of w: get i of a present key (fmt, one %d) when i is
+ * even, of an absent one when odd; with puts, a put of a present key
+ * after each; after op 0, w->bar. */
+static void do_ops(struct worker *w, int from, const char *fmt, dg_buf *b)
 {
-	struct worker *w = p;
-	dg_buf b;
-	dg_buf_init(&b);
 	char k[48];
-	for (int i = 0; i < w->m; i++) {
+	for (int i = from; i < w->m; i++) {
 		bool hit = i % 2 == 0;
 		if (hit)
-			snprintf(k, sizeof(k), "k%d", (w->id + i) % KEYS);
+			snprintf(k, sizeof(k), fmt, (w->id + i) % KEYS);
 		else
 			snprintf(k, sizeof(k), "absent-%d-%d", w->id, i);
-		b.len = 0;
-		if (dg_cache_get(w->c, k, strlen(k), &b) != (hit ? DG_OK : DG_ERR_NOT_FOUND))
+		b->len = 0;
+		if (dg_cache_get(w->c, k, strlen(k), b) != (hit ? DG_OK : DG_ERR_NOT_FOUND))
 			atomic_fetch_add(&wrong, 1);
 		if (w->puts) {
-			snprintf(k, sizeof(k), "k%d", (w->id * 7 + i) % KEYS);
+			snprintf(k, sizeof(k), fmt, (w->id * 7 + i) % KEYS);
 			if (dg_cache_put(w->c, k, strlen(k), "v", 1) != DG_OK)
 				atomic_fetch_add(&wrong, 1);
 		}
 		if (i == 0 && w->bar != NULL)
 			pthread_barrier_wait(w->bar);
 	}
+}
+
+/* m gets, the even ones of a present key, the odd ones of an absent one;
+ * with puts, a put of a present key after each. */
+static void *work(void *p)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	do_ops(p, 0, "k%d", &b);
 	dg_buf_free(&b);
 	return NULL;
 }
@@ -252,19 +259,7 @@ static void *work_oom(void *p)
 	while (!go)
 		pthread_cond_wait(&go_cv, &go_mu);
 	pthread_mutex_unlock(&go_mu);
-	for (int i = 1; i < o->w.m; i++) {
-		bool hit = i % 2 == 0;
-		if (hit)
-			snprintf(k, sizeof(k), OOM_KEY, (o->w.id + i) % KEYS);
-		else
-			snprintf(k, sizeof(k), "absent-%d-%d", o->w.id, i);
-		b.len = 0;
-		if (dg_cache_get(o->w.c, k, strlen(k), &b) != (hit ? DG_OK : DG_ERR_NOT_FOUND))
-			atomic_fetch_add(&wrong, 1);
-		snprintf(k, sizeof(k), OOM_KEY, (o->w.id * 7 + i) % KEYS);
-		if (dg_cache_put(o->w.c, k, strlen(k), "v", 1) != DG_OK)
-			atomic_fetch_add(&wrong, 1);
-	}
+	do_ops(&o->w, 1, OOM_KEY, &b);
 	dg_buf_free(&b);
 	return NULL;
 }
