@@ -183,9 +183,12 @@ dg_err dgi_srv_start(const char *url, const dgi_srv_config *cfg, dgi_srv **out, 
 	snprintf(s->id_accept, sizeof(s->id_accept), "%s-ACCEPT-FAIL", cfg->name);
 	snprintf(s->id_busy, sizeof(s->id_busy), "%s-BUSY", cfg->name);
 	snprintf(s->id_evict, sizeof(s->id_evict), "%s-EVICTED", cfg->name);
-	char lower[8] = "";
-	for (size_t i = 0; cfg->name[i] != 0 && i + 1 < sizeof(lower); i++)
-		lower[i] = (char)tolower((unsigned char)cfg->name[i]), lower[i + 1] = 0;
+	/* "ADMIN" -> "admin": "dg-admin-accept" is 15 characters, the most a
+	 * thread name holds */
+	char lower[6];
+	snprintf(lower, sizeof(lower), "%s", cfg->name);
+	for (char *p = lower; *p != 0; p++)
+		*p = (char)tolower((unsigned char)*p);
 	snprintf(s->tn_accept, sizeof(s->tn_accept), "dg-%s-accept", lower);
 	snprintf(s->tn_conn, sizeof(s->tn_conn), "dg-%s-conn", lower);
 	dg_err e = DG_ERR_NOMEM;

@@ -39,8 +39,7 @@
  * slot (no memory) counts itself in `pinned` instead, with a full fence,
  * and nothing is freed while any such section runs.
  */
-#define _DEFAULT_SOURCE /* syscall */
-#define _GNU_SOURCE /* pthread_setname_np */
+#define _GNU_SOURCE /* syscall, pthread_setname_np */
 #include "transport.h"
 #include "marshal/marshal_int.h"
 
