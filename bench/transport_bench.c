@@ -21,7 +21,15 @@
  *                   echoes from its aio callbacks, the client sends and
  *                   receives with nng_aio_wait — the floor of that design;
  *                   tcp: two blocking sockets, TCP_NODELAY, one thread per
- *                   side, 64 bytes each way (the floor of this machine).
+ *                   side, 64 bytes each way (the floor of this machine);
+ *                   tcp-handoff: the same socket pair with datagrid's
+ *                   thread structure and none of its code — the client's
+ *                   reply is read by a thread of its own waiting in
+ *                   epoll_wait (as the reactor does) and handed to the
+ *                   caller, who waits as dg_tp_call does
+ *                   (dgi_sem_wait_spin: a 30 us spin, then the semaphore).
+ *                   It is the floor of that design: three threads on a
+ *                   round trip's path where tcp has two.
  *   rtt64_tls       datagrid's round trip over tls+tcp:// (certificates made
  *                   at run time with libcrypto: an EC P-256 CA and one node
  *                   certificate, CN and SAN "datagrid", in a temporary
@@ -94,6 +102,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <semaphore.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -421,6 +431,17 @@ static void ss_acc_cb(void *arg)
 	nng_stream_listener_accept(SS.l, SS.acc);
 }
 
+/* One TCP client (tcp, tcp-handoff): echoes until it closes. */
+static void *srv_tcp_echo(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	uint8_t b[PAYLOAD];
+	while (read_full(fd, b, sizeof b) == 0 && write_full(fd, b, sizeof b) == 0)
+		;
+	close(fd);
+	return NULL;
+}
+
 static void *srv_tcp_thread(void *arg)
 {
 	int lfd = (int)(intptr_t)arg;
@@ -432,10 +453,11 @@ static void *srv_tcp_thread(void *arg)
 			break;
 		}
 		set_nodelay(fd);
-		uint8_t b[PAYLOAD];
-		while (read_full(fd, b, sizeof b) == 0 && write_full(fd, b, sizeof b) == 0)
-			;
-		close(fd);
+		pthread_t th;
+		if (pthread_create(&th, NULL, srv_tcp_echo, (void *)(intptr_t)fd) != 0)
+			close(fd);
+		else
+			pthread_detach(th);
 	}
 	return NULL;
 }
@@ -719,12 +741,19 @@ static struct tctx {
 	nng_socket req;
 	bool have_req;
 	int tcp_fd;
+	/* tcp-handoff: its socket, the reader thread's epoll and the reply it
+	 * hands over */
+	int ho_fd, ho_ep;
+	pthread_t ho_th;
+	bool ho_started;
+	sem_t ho_sem;
+	uint8_t ho_back[PAYLOAD];
 	uint8_t payload[PAYLOAD];
 	uint64_t seq;           /* stamped into each payload: every echo is fresh */
 	nng_msg *req_msg;       /* reused by the nng req/rep client */
 	nng_stream *st;         /* nng-stream client */
 	nng_aio *st_aio;
-} T = { .tcp_fd = -1 };
+} T = { .tcp_fd = -1, .ho_fd = -1, .ho_ep = -1 };
 
 static dg_tp *client_tp(const char *listen, bool tls)
 {
@@ -853,7 +882,62 @@ static uint64_t rt_tcp(void)
 	return t1 - t0;
 }
 
-enum rt_impl { RT_DATAGRID, RT_DATAGRID_TLS, RT_NNG, RT_STREAM, RT_TCP };
+static int tcp_connect(int port);
+
+/* tcp-handoff's reader: what the reactor does for a reply — wait in
+ * epoll_wait, read the frame, hand it to the waiting caller — and nothing
+ * else.  Ends at the socket's end (the client shuts it down). */
+static void *ho_reader(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct epoll_event ev;
+		int k = epoll_wait(T.ho_ep, &ev, 1, -1);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k != 1 || read_full(T.ho_fd, T.ho_back, PAYLOAD) != 0)
+			break;
+		sem_post(&T.ho_sem);
+	}
+	return NULL;
+}
+
+static void ho_start(int port)
+{
+	T.ho_fd = tcp_connect(port);
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = T.ho_fd };
+	CHECK(sem_init(&T.ho_sem, 0, 0) == 0);
+	CHECK((T.ho_ep = epoll_create1(EPOLL_CLOEXEC)) >= 0 &&
+	    epoll_ctl(T.ho_ep, EPOLL_CTL_ADD, T.ho_fd, &ev) == 0);
+	CHECK(pthread_create(&T.ho_th, NULL, ho_reader, NULL) == 0);
+	T.ho_started = true;
+}
+
+static void ho_stop(void)
+{
+	if (!T.ho_started)
+		return;
+	shutdown(T.ho_fd, SHUT_RDWR); /* the reader sees the end */
+	pthread_join(T.ho_th, NULL);
+	close(T.ho_ep);
+	close(T.ho_fd);
+	sem_destroy(&T.ho_sem);
+	T.ho_started = false;
+}
+
+static uint64_t rt_tcp_handoff(void)
+{
+	stamp();
+	uint64_t t0 = now_ns();
+	if (write_full(T.ho_fd, T.payload, PAYLOAD) != 0)
+		dgb_die("tcp-handoff write: %s", strerror(errno));
+	dgi_sem_wait_spin(NULL, &T.ho_sem, true); /* as dg_tp_call waits */
+	uint64_t t1 = now_ns();
+	CHECK(memcmp(T.ho_back, T.payload, PAYLOAD) == 0);
+	return t1 - t0;
+}
+
+enum rt_impl { RT_DATAGRID, RT_DATAGRID_TLS, RT_NNG, RT_STREAM, RT_TCP, RT_TCP_HANDOFF };
 
 static uint64_t rt_one(enum rt_impl which)
 {
@@ -863,6 +947,7 @@ static uint64_t rt_one(enum rt_impl which)
 	case RT_NNG: return rt_nng();
 	case RT_STREAM: return rt_stream();
 	case RT_TCP: return rt_tcp();
+	case RT_TCP_HANDOFF: return rt_tcp_handoff();
 	}
 	return 0;
 }
@@ -1163,10 +1248,11 @@ int dgb_transport_suite(const dgb_opts *o)
 	bool sel_rt_nng = dgb_selected(o, "rtt64", "nng-reqrep");
 	bool sel_rt_st = dgb_selected(o, "rtt64", "nng-stream");
 	bool sel_rt_tcp = dgb_selected(o, "rtt64", "tcp");
+	bool sel_rt_ho = dgb_selected(o, "rtt64", "tcp-handoff");
 	bool sel_rt_tls = dgb_selected(o, "rtt64_tls", "datagrid");
 	bool want_tls = sel_ow_tls || sel_rt_tls;
 	bool net = sel_ow || sel_ow_tls || sel_rt_dg || sel_rt_nng || sel_rt_st ||
-	    sel_rt_tcp || sel_rt_tls;
+	    sel_rt_tcp || sel_rt_ho || sel_rt_tls;
 
 	T.o = o;
 	T.reps = o->quick ? 3 : 5;
@@ -1212,13 +1298,15 @@ int dgb_transport_suite(const dgb_opts *o)
 		}
 		if (sel_rt_tcp)
 			T.tcp_fd = tcp_connect(a.tcp_port);
+		if (sel_rt_ho)
+			ho_start(a.tcp_port);
 
 		if (sel_ow)
 			ow_case("oneway64", T.tp, T.peer);
 		if (sel_ow_tls && T.tp_tls != NULL)
 			ow_case("oneway64_tls", T.tp_tls, T.peer_tls);
 
-		struct rt_run r[4];
+		struct rt_run r[5];
 		unsigned n = 0;
 		if (sel_rt_dg)
 			r[n++] = (struct rt_run){ .impl = "datagrid", .which = RT_DATAGRID,
@@ -1232,6 +1320,9 @@ int dgb_transport_suite(const dgb_opts *o)
 		if (sel_rt_tcp)
 			r[n++] = (struct rt_run){ .impl = "tcp", .which = RT_TCP,
 				.bytes = PAYLOAD };
+		if (sel_rt_ho)
+			r[n++] = (struct rt_run){ .impl = "tcp-handoff",
+				.which = RT_TCP_HANDOFF, .bytes = PAYLOAD };
 		if (n > 0) {
 			if (sel_rt_dg) {
 				/* datagrid's frame size, from its counters once a PING went */
@@ -1270,6 +1361,7 @@ int dgb_transport_suite(const dgb_opts *o)
 		nng_aio_free(T.st_aio);
 		if (T.tcp_fd >= 0)
 			close(T.tcp_fd);
+		ho_stop();
 		dg_tp_stop(T.tp_tls);
 		dg_tp_stop(T.tp);
 		child_stop();
