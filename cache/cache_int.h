@@ -390,7 +390,8 @@ typedef struct dgi_part {
 	struct pw *pending;         /* FULL_SYNC writes awaiting backups (pending.c) */
 	struct dgi_dd *dd;
 	uint32_t dd_cap, dd_count;  /* the update-id table (dedup.c) */
-	uint32_t psync_n;           /* psync.c: owners still to answer (updates wait) */
+	uint32_t psync_n;           /* psync.c: old owners still to answer
+	                               (psync_from; updates wait) */
 	uint16_t opn_n;             /* the update-id originators (store.c): */
 	uint16_t opn_last;          /* indexes in use 1..opn_n, the one interned last */
 	struct dgi_opn *opn;        /* [opn_cap] (index 0 unused), followed by
@@ -414,11 +415,7 @@ typedef struct dgi_part {
 	uint16_t opn_skip;          /* new originators left to keep whole without
 	                               a pass over the entries (store.c) */
 	uint32_t opn_cap;           /* 0 or a power of two up to DGI_OPN_MAX */
-	int64_t psync_ver;          /* psync.c: the version this node became the */
-	int64_t psync_since;        /* primary at, and the one before; the old
-	                               owners still to answer: psync_from (and
-	                               psync_n above) */
-	dg_node_id *psync_from;
+	struct dgi_psync_wait *psync_from; /* [psync_cap] (psync.c) */
 	uint64_t psync_sent_ms;
 	/* Whole copies (transport/PROTOCOL.md, "Rebalancing"); written under mu,
 	 * whole is also read without it by the rebalancer's scan.
@@ -1636,9 +1633,19 @@ void dgi_pw_recent(dgi_part *pt, uint64_t hash, const dgi_pver *ver);
 void dgi_pw_promoted(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now);
 
 /* ---- a new primary learns what its predecessors did (psync.c) ---- */
+/* An old owner a partition waits for: asked about version ver, the one
+ * this node became the partition's primary at (since: the version
+ * before).  A node keeps waiting after it lost the role again: until the
+ * old owner answered, it does not answer a later primary's question
+ * either (psync.c, "Answers in order"). */
+struct dgi_psync_wait {
+	dg_node_id node;
+	int64_t ver, since;
+};
 /* This node became the primary of part at version ver (partition locked;
  * since: the previous affinity's version): asks the n old owners in from
- * and answers updates DG_ERR_NOT_READY until all of them answered. */
+ * (besides any it still waits for) and answers updates DG_ERR_NOT_READY
+ * until all of them answered. */
 void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64_t since,
     const dg_node_id *from, uint32_t n);
 /* Sends the requests dgi_psync_begin set up, once the cache's new

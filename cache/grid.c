@@ -272,16 +272,18 @@ static bool alive_in(void *ctx, dg_node_id id)
 }
 
 /* A node that becomes the primary of p (it was not under old) learns from
- * the old owners still in t what the old primary did (psync.c); one that
- * stays primary stops waiting for those that left; one that is no longer
- * primary waits for nothing.  Partition locked. */
+ * the old owners still in t what the old primary did (psync.c).  Whatever
+ * its role now, it stops waiting for those that left, and keeps waiting
+ * for the others: a node that was primary for one version only must not
+ * vouch for its predecessor before that one answered (psync.c, "Answers
+ * in order").  Partition locked. */
 static void psync_retopo(dgi_grid *g, dg_cache *c, uint32_t p, dgi_part *pt,
     const dg_topology *t, const dgi_aff *old, bool guessed, bool primary_now)
 {
 	bool was = old != NULL && old->nnodes > 0 && dgi_aff_owner(old, p, 0) == g->self;
-	if (!primary_now) {
-		pt->psync_n = 0;
-	} else if (!was && old != NULL && old->nnodes > 0) {
+	if (pt->psync_n > 0)
+		dgi_psync_keep(pt, alive_in, (void *)t);
+	if (primary_now && !was && old != NULL && old->nnodes > 0) {
 		dg_node_id *from = dgi_alloc(old->copies * sizeof(*from));
 		uint32_t n = 0;
 		for (uint32_t i = 0; from != NULL && i < old->copies; i++) {
@@ -295,8 +297,6 @@ static void psync_retopo(dgi_grid *g, dg_cache *c, uint32_t p, dgi_part *pt,
 		 * the new version: the writes to ask for are the previous one's */
 		dgi_psync_begin(g, c, p, t->version, guessed ? t->version - 1 : old->topver, from, n);
 		dgi_free(from);
-	} else if (pt->psync_n > 0) {
-		dgi_psync_keep(pt, alive_in, (void *)t);
 	}
 }
 

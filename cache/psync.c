@@ -27,6 +27,21 @@
  * DG_ERR_NOT_READY (the originator retries); reads go on.
  * An old owner that leaves the cluster meanwhile is no longer waited for
  * (what only it held is gone with it, as with any failure).
+ *
+ * Answers in order.  An old owner's answer vouches that no older primary
+ * takes updates or serves reads any more — including one that was
+ * primary before it.  The primary role can move twice while the first
+ * primary's caches lag (its notifier thread slow: P primary at V, Q at
+ * V+1, S at V+2): S asks V+1's owners, Q, not P.  So a node that still
+ * waits for an old owner it asked about version v does not answer a
+ * question about a version above v until that owner answered (or left),
+ * whatever its own role is by then; the request waits, parked, as one
+ * about a topology not yet installed does.  Questions about a version at
+ * or below v are answered: each wait is for an older version than the
+ * one it holds up, so no two nodes wait for each other.  Before, Q
+ * forgot its wait when it lost the role, answered S at once, and S took
+ * updates while P still read its old copy as the primary
+ * (test_old_primary_two_versions_behind).
  */
 #include "cache_int.h"
 #include "marshal/marshal_int.h"
@@ -42,50 +57,63 @@ struct psync_call {
 
 static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply);
 
-/* Asks node `from` (partition locked). */
-static void ask(dgi_grid *g, dg_cache *c, uint32_t part, dg_node_id from)
+/* Asks the old owner of wait w (partition locked). */
+static void ask(dgi_grid *g, dg_cache *c, uint32_t part, const struct dgi_psync_wait *w)
 {
-	dgi_part *pt = &c->parts[part];
 	struct psync_call *k = dgi_alloc(sizeof(*k));
 	if (k == NULL)
 		return; /* the tick asks again */
-	*k = (struct psync_call){ g, c->id, part, pt->psync_ver, from };
-	dgi_msg_psync m = { c->id, part, pt->psync_ver, pt->psync_since };
-	if (dg_tp_request(g->tp, from, DGI_MSG_PSYNC, &m, g->cfg.request_timeout_ms, on_psync_res,
-	    k) != DG_OK)
+	*k = (struct psync_call){ g, c->id, part, w->ver, w->node };
+	dgi_msg_psync m = { c->id, part, w->ver, w->since };
+	if (dg_tp_request(g->tp, w->node, DGI_MSG_PSYNC, &m, g->cfg.request_timeout_ms,
+	    on_psync_res, k) != DG_OK)
 		dgi_free(k);
 }
 
-static void remove_from(dgi_part *pt, dg_node_id id)
+/* The wait for node's answer about version ver (partition locked): its
+ * index, or -1. */
+static int64_t wait_index(const dgi_part *pt, dg_node_id node, int64_t ver)
 {
 	for (uint32_t i = 0; i < pt->psync_n; i++)
-		if (pt->psync_from[i] == id) {
-			pt->psync_from[i] = pt->psync_from[--pt->psync_n];
-			return;
-		}
+		if (pt->psync_from[i].node == node && pt->psync_from[i].ver == ver)
+			return i;
+	return -1;
+}
+
+/* Whether pt waits for an answer about a version below ver (partition
+ * locked): a question about ver waits for it ("Answers in order"). */
+static bool waits_below(const dgi_part *pt, int64_t ver)
+{
+	for (uint32_t i = 0; i < pt->psync_n; i++)
+		if (pt->psync_from[i].ver < ver)
+			return true;
+	return false;
 }
 
 void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64_t since,
     const dg_node_id *from, uint32_t n)
 {
 	dgi_part *pt = &c->parts[part];
-	if (n > pt->psync_cap) {
-		dg_node_id *f = dgi_alloc(n * sizeof(*f));
+	if (pt->psync_n + n > pt->psync_cap) {
+		uint32_t cap = pt->psync_n + n;
+		struct dgi_psync_wait *f = dgi_alloc(cap * sizeof(*f));
 		if (f == NULL) {
-			pt->psync_n = 0; /* cannot wait: retries may not be recognised */
+			/* cannot wait for these (retries may not be recognised);
+			 * the waits kept from before stay ("Answers in order") */
 			dgi_log("warn", "PSYNC-NOMEM", "cache=\"%s\" partition=%u", c->cfg.name,
 			    part);
 			return;
 		}
+		if (pt->psync_n > 0)
+			memcpy(f, pt->psync_from, pt->psync_n * sizeof(*f));
 		dgi_free(pt->psync_from);
 		pt->psync_from = f;
-		pt->psync_cap = n;
+		pt->psync_cap = cap;
 	}
-	if (n > 0)
-		memcpy(pt->psync_from, from, n * sizeof(*from));
-	pt->psync_n = n;
-	pt->psync_ver = ver;
-	pt->psync_since = since;
+	/* (added to the waits it kept from an earlier time as the primary) */
+	for (uint32_t i = 0; i < n; i++)
+		if (wait_index(pt, from[i], ver) < 0)
+			pt->psync_from[pt->psync_n++] = (struct dgi_psync_wait){ from[i], ver, since };
 	pt->psync_sent_ms = 0; /* asked once the new affinity is in place */
 	(void)g;
 }
@@ -99,7 +127,7 @@ void dgi_psync_send(dgi_grid *g, dg_cache *c)
 		if (pt->psync_n > 0 && pt->psync_sent_ms == 0) {
 			pt->psync_sent_ms = now;
 			for (uint32_t i = 0; i < pt->psync_n; i++)
-				ask(g, c, p, pt->psync_from[i]);
+				ask(g, c, p, &pt->psync_from[i]);
 		}
 		dgi_part_unlock(pt);
 	}
@@ -108,7 +136,7 @@ void dgi_psync_send(dgi_grid *g, dg_cache *c)
 void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void *ctx)
 {
 	for (uint32_t i = 0; i < pt->psync_n;)
-		if (alive(ctx, pt->psync_from[i]))
+		if (alive(ctx, pt->psync_from[i].node))
 			i++;
 		else
 			pt->psync_from[i] = pt->psync_from[--pt->psync_n];
@@ -121,7 +149,7 @@ void dgi_psync_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms)
 		return;
 	pt->psync_sent_ms = now_ms;
 	for (uint32_t i = 0; i < pt->psync_n; i++)
-		ask(g, c, part, pt->psync_from[i]);
+		ask(g, c, part, &pt->psync_from[i]);
 }
 
 void dgi_psync_free_part(dgi_part *pt)
@@ -213,14 +241,29 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	dg_buf_free(&out);
 }
 
-/* A request from a new primary on a topology this node has not installed
- * yet waits for it (answered by dgi_psync_installed): until then this node
- * may still take updates as the old primary. */
+/* A request from a new primary waits, parked, while this node has not
+ * installed its topology (until then it may still take updates as the old
+ * primary) or still waits for an older owner's answer about an older
+ * version ("Answers in order"); psync_release answers it once neither
+ * holds. */
 struct psync_parked {
 	struct psync_parked *next;
 	dg_msg_in in;
 	dgi_msg_psync m;
 };
+
+/* Whether m must wait (g->mu held; c is m's cache, m->part one of its
+ * partitions). */
+static bool must_wait(dgi_grid *g, dg_cache *c, const dgi_msg_psync *m)
+{
+	if (g->topo == NULL || g->topo->version < m->topver)
+		return true;
+	dgi_part *pt = &c->parts[m->part];
+	dgi_part_lock(pt);
+	bool below = waits_below(pt, m->topver);
+	dgi_part_unlock(pt);
+	return below;
+}
 
 static void on_psync(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
@@ -232,9 +275,20 @@ static void on_psync(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		return;
 	}
 	pthread_mutex_lock(&g->mu);
-	bool behind = g->topo == NULL || g->topo->version < m->topver;
+	bool behind = must_wait(g, c, m);
 	struct psync_parked *p = NULL;
-	if (behind && (p = dgi_alloc(sizeof(*p))) != NULL) {
+	for (p = g->psync_parked; behind && p != NULL; p = p->next)
+		if (p->in.from == in->from && p->m.cache_id == m->cache_id && p->m.part == m->part &&
+		    p->m.topver == m->topver)
+			break;
+	if (p != NULL) {
+		/* the asker's tick asked again (once a second while it waits):
+		 * the newest question is the one answered, the older one times
+		 * out there, and the list holds one per question */
+		p->in = *in;
+		p->in.body = NULL;
+		p->in.raw = NULL;
+	} else if (behind && (p = dgi_alloc(sizeof(*p))) != NULL) {
 		p->in = *in;
 		p->in.body = NULL;
 		p->in.raw = NULL;
@@ -249,13 +303,15 @@ static void on_psync(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY);
 }
 
-void dgi_psync_installed(dgi_grid *g, int64_t version)
+/* Answers the parked requests that need not wait any more. */
+static void psync_release(dgi_grid *g)
 {
 	struct psync_parked *ready = NULL;
 	pthread_mutex_lock(&g->mu);
 	for (struct psync_parked **pp = &g->psync_parked; *pp != NULL;) {
 		struct psync_parked *p = *pp;
-		if (p->m.topver <= version) {
+		dg_cache *c = dgi_grid_cache(g, (uint32_t)p->m.cache_id);
+		if (c == NULL || (uint64_t)p->m.part >= c->cfg.partitions || !must_wait(g, c, &p->m)) {
 			*pp = p->next;
 			p->next = ready;
 			ready = p;
@@ -268,12 +324,18 @@ void dgi_psync_installed(dgi_grid *g, int64_t version)
 		struct psync_parked *p = ready;
 		ready = p->next;
 		dg_cache *c = dgi_grid_cache(g, (uint32_t)p->m.cache_id);
-		if (c != NULL)
+		if (c != NULL && (uint64_t)p->m.part < c->cfg.partitions) /* (re-created since?) */
 			answer(g, c, &p->in, &p->m);
 		else
 			dg_tp_reply_error(g->tp, &p->in, DG_ERR_NOT_READY);
 		dgi_free(p);
 	}
+}
+
+void dgi_psync_installed(dgi_grid *g, int64_t version)
+{
+	(void)version; /* (g->topo has it: each request is checked against that) */
+	psync_release(g);
 }
 
 static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply);
@@ -383,17 +445,29 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 	if (c != NULL) {
 		const dg_msg_raw *body = reply->body;
 		dgi_part *pt = &c->parts[k->part];
+		/* what the old primary did is taken in by the primary that asked
+		 * only while it still is (a wait kept after the role moved on
+		 * only holds later questions back: "Answers in order") */
+		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 		dgi_part_lock(pt);
-		bool current = pt->psync_ver == k->ver && pt->psync_n > 0;
+		bool current = wait_index(pt, k->from, k->ver) >= 0;
+		bool primary = aff != NULL && aff->topver >= k->ver && aff->nnodes > 0 &&
+		    dgi_aff_owner(aff, k->part, 0) == g->self;
 		dgi_part_unlock(pt);
-		dg_err e = current ? adopt(g, c, k->part, k->ver, &body->list) : DG_OK;
+		dg_err e = current && primary ? adopt(g, c, k->part, k->ver, &body->list) : DG_OK;
+		bool done = false;
 		dgi_part_lock(pt);
-		if (e == DG_OK && pt->psync_ver == k->ver)
-			remove_from(pt, k->from);
+		int64_t i = e == DG_OK ? wait_index(pt, k->from, k->ver) : -1;
+		if (i >= 0) {
+			pt->psync_from[i] = pt->psync_from[--pt->psync_n];
+			done = true;
+		}
 		dgi_part_unlock(pt);
 		if (e != DG_OK)
 			dgi_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"",
 			    c->cfg.name, k->part, (unsigned long long)k->from, dg_strerror(e));
+		if (done)
+			psync_release(g); /* questions that waited for this answer */
 	}
 	/* an error: asked again at the next tick (a node that left is dropped
 	 * from the set by the next topology) */

@@ -1046,6 +1046,181 @@ static void test_replicated_copy_on_every_server(void **state)
 		dg_node_stop(n[i]);
 }
 
+/* ---- H3: an old primary whose caches lag two topology versions ---- */
+
+/* A topology listener a test adds after the node's own (the grid's, the
+ * transactions' fence): once armed, the first version above `at` it is
+ * given holds the node's notifier thread until released — the node's
+ * membership installs later versions (votes, leases, heartbeats go on),
+ * its caches hear none of them: a slow listener (an LMDB write, a
+ * starved thread). */
+static struct hold {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool armed, held, release;
+	int64_t at;
+} hold = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, false, 0 };
+
+static void hold_listener(void *ctx, const dg_topology *old, const dg_topology *now)
+{
+	struct hold *h = ctx;
+	(void)old;
+	pthread_mutex_lock(&h->mu);
+	if (h->armed && now->version > h->at) {
+		h->armed = false;
+		h->held = true;
+		pthread_cond_broadcast(&h->cv);
+		while (!h->release)
+			pthread_cond_wait(&h->cv, &h->mu);
+		h->held = false;
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+static void hold_release(void)
+{
+	pthread_mutex_lock(&hold.mu);
+	hold.release = true;
+	hold.armed = false;
+	pthread_cond_broadcast(&hold.cv);
+	pthread_mutex_unlock(&hold.mu);
+}
+
+/* S's put in the test below, on a thread of its own. */
+struct h3_put {
+	dg_cache *c;
+	const char *key;
+	dg_err e;
+	_Atomic bool acked, done;
+};
+
+static void *h3_put_thread(void *arg)
+{
+	struct h3_put *hp = arg;
+	hp->e = dg_cache_put(hp->c, hp->key, strlen(hp->key), "new", 3);
+	if (hp->e == DG_OK)
+		atomic_store(&hp->acked, true);
+	atomic_store(&hp->done, true);
+	return NULL;
+}
+
+/* A (alone: primary of every partition) holds key = "old"; a client joins
+ * and A's notifier stalls right after A's caches took that version.  Q
+ * joins (V+1: Q the primary of some of A's partitions; Q's PSYNC to A
+ * waits) and S joins (V+2: S the primary of some of those; S's PSYNC goes
+ * to V+1's owners, Q alone).  S's put of key = "new" runs while A is read
+ * over and over; A's notifier goes on after 600 ms.  A's membership holds
+ * V+2 and a majority's lease meanwhile, its cache maps by the client's
+ * version: A the primary, the partition OWNING.  No read on A that starts
+ * after the put was acknowledged may answer "old" (before the fix Q
+ * answered S at once, S acknowledged the put while A was held, and A
+ * answered "old" until it was let go: psync.c, "Answers in order"). */
+static void test_old_primary_two_versions_behind(void **state)
+{
+	(void)state;
+	enum { N = 128 };
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(a);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "h3");
+	cc.backups = 0;
+	cc.partitions = 64;
+	cc.write_sync = DG_FULL_SYNC;
+	cc.atomicity = DG_ATOMIC;
+	dg_cache *ca;
+	OK(dg_cache_create(a, &cc, &ca));
+	char key[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "h%d", i);
+		OK(dg_cache_put(ca, key, strlen(key), "old", 3));
+	}
+	int64_t v0;
+	dg_node_info info[8];
+	dg_node_topology(a, &v0, info, 8);
+	pthread_mutex_lock(&hold.mu);
+	hold.armed = true;
+	hold.held = hold.release = false;
+	hold.at = v0;
+	pthread_mutex_unlock(&hold.mu);
+	OK(dg_member_listen(dgi_node_member(a), hold_listener, &hold));
+	dg_node *cn = start_node(&seed, 1, true, NULL); /* the version A's caches stop at */
+	pthread_mutex_lock(&hold.mu);
+	while (!hold.held)
+		pthread_cond_wait(&hold.cv, &hold.mu);
+	pthread_mutex_unlock(&hold.mu);
+
+	dg_node *q = start_node(&seed, 1, false, NULL);
+	dg_cache *cq = cache_on(q, "h3");
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (aff_nodes(cq, NULL) < 2 && dgi_now_ms() < deadline)
+		usleep(5 * 1000);
+	dg_node_id prim1[N];
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "h%d", i);
+		prim1[i] = owner_of(cq, key, 0);
+	}
+	dg_node *s = start_node(&seed, 1, false, NULL);
+	dg_cache *cs = cache_on(s, "h3");
+	deadline += 5000;
+	while ((aff_nodes(cs, NULL) < 3 || aff_nodes(cq, NULL) < 3) && dgi_now_ms() < deadline)
+		usleep(5 * 1000);
+	int pick = -1;
+	for (int i = 0; i < N && pick < 0; i++) {
+		snprintf(key, sizeof(key), "h%d", i);
+		if (prim1[i] == dg_node_get_id(q) && owner_of(cs, key, 0) == dg_node_get_id(s))
+			pick = i;
+	}
+	snprintf(key, sizeof(key), "h%d", pick);
+	int64_t va;
+	uint32_t an = aff_nodes(ca, &va);
+	dg_err lease = dg_member_serving(dgi_node_member(a));
+	struct h3_put hp = { .c = cs, .key = key };
+	pthread_t th;
+	bool started = pick >= 0 && an == 1 &&
+	    pthread_create(&th, NULL, h3_put_thread, &hp) == 0;
+	/* A read on A, again and again, while the put runs and for 20 reads
+	 * after its answer; A's notifier goes on after 600 ms */
+	int after = 0, stale = 0;
+	char seen[32], stale_seen[32] = "";
+	uint64_t t0 = dgi_now_ms();
+	bool released = false;
+	while (started && after < 20 && dgi_now_ms() < t0 + 15000) {
+		bool acked = atomic_load(&hp.acked); /* (before the read starts) */
+		get_s(ca, key, seen, sizeof(seen));
+		if (acked && strcmp(seen, "old") == 0 && stale++ == 0)
+			snprintf(stale_seen, sizeof(stale_seen), "%s", seen);
+		after += atomic_load(&hp.done);
+		if (!released && dgi_now_ms() >= t0 + 600) {
+			hold_release();
+			released = true;
+		}
+		usleep(1000);
+	}
+	hold_release();
+	if (started)
+		pthread_join(th, NULL);
+	char on_a[32] = "", on_s[32] = "";
+	if (started) {
+		get_s(ca, key, on_a, sizeof(on_a));
+		get_s(cs, key, on_s, sizeof(on_s));
+	}
+	print_message("key %s: A's cache at version %lld (%u servers) while held, lease %d; put "
+	    "at S %d; reads on A after its answer \"%s\" %d times; then A \"%s\", S \"%s\"\n",
+	    key, (long long)va, an, (int)lease, (int)hp.e, stale_seen, stale, on_a, on_s);
+	dg_node_stop(s);
+	dg_node_stop(q);
+	dg_node_stop(cn);
+	dg_node_stop(a);
+	assert_true(pick >= 0);
+	assert_int_equal(an, 1);    /* A's cache was two versions behind, */
+	OK(lease);                  /* A served under a majority's lease */
+	assert_true(started);
+	OK(hp.e);
+	assert_int_equal(stale, 0); /* the fix: A answered no "old" after the put's answer */
+	assert_string_equal(on_a, "new");
+	assert_string_equal(on_s, "new");
+}
+
 static int unpause(void **state)
 {
 	(void)state;
@@ -1070,6 +1245,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_lost_on_every_path_atomic),
 		cmocka_unit_test(test_lost_on_every_path_transactional),
 		cmocka_unit_test(test_moving_without_supplier_is_lost),
+		cmocka_unit_test(test_old_primary_two_versions_behind),
 	};
 	return cmocka_run_group_tests_name("cache_sync", tests, NULL, NULL);
 }
