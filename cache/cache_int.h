@@ -1092,6 +1092,8 @@ typedef struct dgi_msg_psync {  /* PSYNC */
 	int64_t cache_id, part;
 	int64_t topver;             /* the asker became the primary at this version */
 	int64_t since;              /* its previous affinity's: entries written since */
+	int64_t page;               /* 0: the first page (records, recent copies) */
+	int64_t after;              /* page > 0: entries whose hash is above this */
 } dgi_msg_psync;
 
 typedef struct dgi_msg_ack {    /* ACK; also CACHE_DESTROY/SIZE/CLEAR/LOST_RESET requests */
@@ -1641,6 +1643,8 @@ void dgi_pw_promoted(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *now
 struct dgi_psync_wait {
 	dg_node_id node;
 	int64_t ver, since;
+	int64_t page;               /* the page asked for next (0: none taken) */
+	uint64_t after;             /* its cursor: the last page's last hash */
 };
 /* This node became the primary of part at version ver (partition locked;
  * since: the previous affinity's version): asks the n old owners in from

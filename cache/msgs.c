@@ -43,7 +43,7 @@ RUN_CODEC(get, dgi_msg_get, 4, key, 1)
 RUN_CODEC(get_res, dgi_msg_get_res, 1, val, 1)
 RUN_CODEC(ack, dgi_msg_ack, 2, res, 0)
 RUN_CODEC(page_req, dgi_msg_page_req, 6, cache_id, 0)
-RUN_CODEC(psync, dgi_msg_psync, 4, cache_id, 0)
+RUN_CODEC(psync, dgi_msg_psync, 6, cache_id, 0)
 
 /* ---- the batch messages: five I64 and a LIST of items ---- */
 

@@ -24,7 +24,10 @@
  * entry that became newer here to its backups again as a pending write
  * (pending.c), so nobody reads it before every owner has it.  Until every
  * old owner answered, it answers updates of the partition
- * DG_ERR_NOT_READY (the originator retries); reads go on.
+ * DG_ERR_NOT_READY (the originator retries); reads go on.  An answer
+ * comes in pages of about rebalance_batch_bytes (answer()), each asked for
+ * as the one before is taken in; the wait for an old owner ends with its
+ * last page.
  * An old owner that leaves the cluster meanwhile is no longer waited for
  * (what only it held is gone with it, as with any failure).
  *
@@ -51,7 +54,7 @@
 struct psync_call {
 	dgi_grid *g;
 	uint32_t cache_id, part;
-	int64_t ver;
+	int64_t ver, page;
 	dg_node_id from;
 };
 
@@ -63,8 +66,8 @@ static void ask(dgi_grid *g, dg_cache *c, uint32_t part, const struct dgi_psync_
 	struct psync_call *k = dgi_alloc(sizeof(*k));
 	if (k == NULL)
 		return; /* the tick asks again */
-	*k = (struct psync_call){ g, c->id, part, w->ver, w->node };
-	dgi_msg_psync m = { c->id, part, w->ver, w->since };
+	*k = (struct psync_call){ g, c->id, part, w->ver, w->page, w->node };
+	dgi_msg_psync m = { c->id, part, w->ver, w->since, w->page, (int64_t)w->after };
 	if (dg_tp_request(g->tp, w->node, DGI_MSG_PSYNC, &m, g->cfg.request_timeout_ms,
 	    on_psync_res, k) != DG_OK)
 		dgi_free(k);
@@ -113,7 +116,8 @@ void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64
 	/* (added to the waits it kept from an earlier time as the primary) */
 	for (uint32_t i = 0; i < n; i++)
 		if (wait_index(pt, from[i], ver) < 0)
-			pt->psync_from[pt->psync_n++] = (struct dgi_psync_wait){ from[i], ver, since };
+			pt->psync_from[pt->psync_n++] = (struct dgi_psync_wait){ from[i], ver, since,
+				0, 0 };
 	pt->psync_sent_ms = 0; /* asked once the new affinity is in place */
 	(void)g;
 }
@@ -178,9 +182,16 @@ static bool enc_entry(void *ctx, const dgi_entry *e)
 	return true;
 }
 
+/* One page of the answer to m: the first carries the update-id records
+ * and the recent copies, every page the next entries in hash order,
+ * about rebalance_batch_bytes of them (a partition written for a long
+ * time under one version is all "written since": in one frame it could
+ * pass the receiver's recv_max, and the question would never be
+ * answered — test_psync_answer_larger_than_a_frame). */
 static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_psync *m)
 {
 	dgi_part *pt = &c->parts[m->part];
+	bool first = m->page == 0;
 	dg_buf body, out;
 	dg_buf_init(&body);
 	dg_buf_init(&out);
@@ -189,23 +200,25 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	struct psync_enc pe = { &w, pt, m->since, 0 };
 	uint32_t nrec = 0;
 	dgi_part_lock(pt);
-	for (uint32_t i = 0; i < pt->dd_cap; i++)
+	for (uint32_t i = 0; first && i < pt->dd_cap; i++)
 		if (pt->dd[i].node != 0) {
 			dg_write_i64(&w, (int64_t)pt->dd[i].node);
 			dg_write_i64(&w, (int64_t)pt->dd[i].seq);
 			dg_write_i64(&w, pt->dd[i].flag);
 			nrec++;
 		}
-	bool more = true;
-	uint64_t after = 0;
-	for (bool first = true; more; first = false)
-		after = dgi_part_scan(pt, after, first, 4096, enc_entry, &pe, &more);
+	/* an entry-count cap from the byte budget, as a rebalancing page's */
+	uint64_t avg = pt->count ? pt->bytes / pt->count + 40 : 64;
+	uint64_t cap = g->cfg.rebalance_batch_bytes / (avg ? avg : 64);
+	bool more = false;
+	uint64_t last = dgi_part_scan(pt, (uint64_t)m->after, first,
+	    cap < 16 ? 16 : cap > 65536 ? 65536 : (uint32_t)cap, enc_entry, &pe, &more);
 	/* and the last FULL_SYNC copies this node applied as a backup,
 	 * whatever their version: the old primary may have written them
 	 * under an older topology than `since` (it stays primary while the
 	 * topology moves on: clients join, other partitions move), and their
 	 * ids above are worth nothing to the new primary without them */
-	for (uint8_t i = 0; i < pt->nrecent; i++) {
+	for (uint8_t i = 0; first && i < pt->nrecent; i++) {
 		const dgi_entry *e = dgi_part_find_ver(pt, pt->recent[i].hash, &pt->recent[i].ver);
 		if (e != NULL && dgi_entry_topver(e) < m->since &&
 		    !(e->flags & DGI_ENTRY_TENTATIVE)) {
@@ -216,13 +229,16 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	dgi_part_unlock(pt);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(&out, 32 + body.len)) == DG_OK) {
-		/* LIST (tag, count), I64 records, I64 entries, then the records
-		 * and the entries, already encoded as values */
+		/* LIST (tag, count), I64 more, I64 last hash, I64 records, I64
+		 * entries, then the records and the entries, already encoded as
+		 * values */
 		out.data[out.len++] = TAG_LIST;
-		out.len = (size_t)(dgi_put_uvarint(out.data + out.len, 2 + 3 * (uint64_t)nrec +
+		out.len = (size_t)(dgi_put_uvarint(out.data + out.len, 4 + 3 * (uint64_t)nrec +
 		    DGI_PAGE_ENTRY_VALUES * (uint64_t)pe.n) - out.data);
 		dg_writer hw;
 		dg_writer_init(&hw, g->reg, &out);
+		dg_write_i64(&hw, more);
+		dg_write_i64(&hw, (int64_t)last);
 		dg_write_i64(&hw, nrec);
 		dg_write_i64(&hw, pe.n);
 		e = dg_writer_finish(&hw);
@@ -379,22 +395,26 @@ static dg_err read_entry(dg_reader *r, dg_bytes *k, dg_bytes *v, dgi_pver *ver, 
 /* Applies an answer (partition not locked): the records, then the entries
  * newer than this copy — each sent to the backups again as a pending
  * write while this node is the primary of the version asked for. */
-static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const dg_raw *list)
+static dg_err adopt(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, const dg_raw *list,
+    bool *more, uint64_t *last)
 {
 	dgi_part *pt = &c->parts[part];
 	dg_reader r;
 	uint32_t count;
-	int64_t nrec, nent;
+	int64_t more_, last_, nrec, nent;
 	dg_reader_init(&r, g->reg, list->ptr, list->len);
 	dg_err e = dg_read_begin(&r, DG_LIST, &count);
-	if (e == DG_OK && ((e = dg_read_i64(&r, &nrec)) != DG_OK ||
+	if (e == DG_OK && ((e = dg_read_i64(&r, &more_)) != DG_OK ||
+	    (e = dg_read_i64(&r, &last_)) != DG_OK || (e = dg_read_i64(&r, &nrec)) != DG_OK ||
 	    (e = dg_read_i64(&r, &nent)) != DG_OK))
 		return e;
 	if (e != DG_OK)
 		return e;
-	if (nrec < 0 || nent < 0 || (uint64_t)count != 2 + 3 * (uint64_t)nrec +
+	if (nrec < 0 || nent < 0 || (uint64_t)count != 4 + 3 * (uint64_t)nrec +
 	    DGI_PAGE_ENTRY_VALUES * (uint64_t)nent)
 		return DG_ERR_BAD_LENGTH;
+	*more = more_ != 0;
+	*last = (uint64_t)last_;
 	uint64_t now = dgi_now_ms();
 	dgi_part_lock(pt);
 	for (int64_t i = 0; i < nrec && e == DG_OK; i++) {
@@ -450,17 +470,27 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 		 * only holds later questions back: "Answers in order") */
 		dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
 		dgi_part_lock(pt);
-		bool current = wait_index(pt, k->from, k->ver) >= 0;
+		int64_t i = wait_index(pt, k->from, k->ver);
+		bool current = i >= 0 && pt->psync_from[i].page == k->page; /* (not a repeat) */
 		bool primary = aff != NULL && aff->topver >= k->ver && aff->nnodes > 0 &&
 		    dgi_aff_owner(aff, k->part, 0) == g->self;
 		dgi_part_unlock(pt);
-		dg_err e = current && primary ? adopt(g, c, k->part, k->ver, &body->list) : DG_OK;
-		bool done = false;
+		bool more = false, done = false;
+		uint64_t last = 0;
+		dg_err e = current && primary ?
+		    adopt(g, c, k->part, k->ver, &body->list, &more, &last) : DG_OK;
 		dgi_part_lock(pt);
-		int64_t i = e == DG_OK ? wait_index(pt, k->from, k->ver) : -1;
-		if (i >= 0) {
-			pt->psync_from[i] = pt->psync_from[--pt->psync_n];
-			done = true;
+		i = e == DG_OK && current ? wait_index(pt, k->from, k->ver) : -1;
+		if (i >= 0 && pt->psync_from[i].page == k->page) {
+			if (more) { /* the next page, now */
+				pt->psync_from[i].page++;
+				pt->psync_from[i].after = last;
+				pt->psync_sent_ms = dgi_now_ms();
+				ask(g, c, k->part, &pt->psync_from[i]);
+			} else {
+				pt->psync_from[i] = pt->psync_from[--pt->psync_n];
+				done = true;
+			}
 		}
 		dgi_part_unlock(pt);
 		if (e != DG_OK)

@@ -1221,6 +1221,54 @@ static void test_old_primary_two_versions_behind(void **state)
 	assert_string_equal(on_s, "new");
 }
 
+/* A new primary's CACHE_PSYNC answer carries every entry the old owner
+ * wrote under the version before (psync.c): after a long stable version
+ * that is the whole partition.  A partition holding more than a frame may
+ * carry (the receiver's recv_max, 16 MiB by default) must still take
+ * writes at its new primary once the old owner answered. */
+static void test_psync_answer_larger_than_a_frame(void **state)
+{
+	(void)state;
+	enum { PARTS = 8, VLEN = 16384, N = PARTS * 1100 }; /* 17.2 MiB a partition */
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(a);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "big");
+	cc.backups = 0;
+	cc.partitions = PARTS;
+	cc.write_sync = DG_FULL_SYNC;
+	cc.atomicity = DG_ATOMIC;
+	dg_cache *ca;
+	OK(dg_cache_create(a, &cc, &ca));
+	static char val[VLEN];
+	memset(val, 'v', sizeof(val));
+	char key[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		OK(dg_cache_put(ca, key, strlen(key), val, VLEN));
+	}
+	dg_node *q = start_node(&seed, 1, false, NULL);
+	dg_cache *cq = cache_on(q, "big");
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (aff_nodes(cq, NULL) < 2 && dgi_now_ms() < deadline)
+		usleep(5 * 1000);
+	int pick = -1;
+	for (int i = 0; i < N && pick < 0; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		if (owner_of(cq, key, 0) == dg_node_get_id(q))
+			pick = i;
+	}
+	snprintf(key, sizeof(key), "b%d", pick);
+	uint64_t t0 = dgi_now_ms();
+	dg_err e = pick >= 0 ? dg_cache_put(cq, key, strlen(key), "new", 3) : DG_ERR_STATE;
+	print_message("put of %s at the new primary: %s after %llu ms\n", key, dg_strerror(e),
+	    (unsigned long long)(dgi_now_ms() - t0));
+	dg_node_stop(q);
+	dg_node_stop(a);
+	assert_true(pick >= 0);
+	OK(e);
+}
+
 static int unpause(void **state)
 {
 	(void)state;
@@ -1246,6 +1294,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_lost_on_every_path_transactional),
 		cmocka_unit_test(test_moving_without_supplier_is_lost),
 		cmocka_unit_test(test_old_primary_two_versions_behind),
+		cmocka_unit_test(test_psync_answer_larger_than_a_frame),
 	};
 	return cmocka_run_group_tests_name("cache_sync", tests, NULL, NULL);
 }
