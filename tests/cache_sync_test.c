@@ -22,6 +22,7 @@
 #include "marshal/marshal_int.h"
 #include "node/node_int.h"
 #include "transport/member.h"
+#include "transport/member_int.h" /* delivered_ver (test_old_primary_two_versions_behind) */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -1086,6 +1087,27 @@ static void hold_release(void)
 	pthread_mutex_unlock(&hold.mu);
 }
 
+/* Holds a's notifier once a client node (returned) has joined through
+ * seed and a's caches took that version. */
+static dg_node *hold_after_client(dg_node *a, const char *seed)
+{
+	int64_t v0;
+	dg_node_info info[8];
+	dg_node_topology(a, &v0, info, 8);
+	pthread_mutex_lock(&hold.mu);
+	hold.armed = true;
+	hold.held = hold.release = false;
+	hold.at = v0;
+	pthread_mutex_unlock(&hold.mu);
+	OK(dg_member_listen(dgi_node_member(a), hold_listener, &hold));
+	dg_node *cn = start_node(&seed, 1, true, NULL);
+	pthread_mutex_lock(&hold.mu);
+	while (!hold.held)
+		pthread_cond_wait(&hold.cv, &hold.mu);
+	pthread_mutex_unlock(&hold.mu);
+	return cn;
+}
+
 /* S's put in the test below, on a thread of its own. */
 struct h3_put {
 	dg_cache *c;
@@ -1104,16 +1126,29 @@ static void *h3_put_thread(void *arg)
 	return NULL;
 }
 
+/* Lets A's notifier go after 600 ms. */
+static void *h3_release_later(void *arg)
+{
+	(void)arg;
+	usleep(600 * 1000);
+	hold_release();
+	return NULL;
+}
+
 /* A (alone: primary of every partition) holds key = "old"; a client joins
  * and A's notifier stalls right after A's caches took that version.  Q
  * joins (V+1: Q the primary of some of A's partitions; Q's PSYNC to A
  * waits) and S joins (V+2: S the primary of some of those; S's PSYNC goes
  * to V+1's owners, Q alone).  S's put of key = "new" runs while A is read
- * over and over; A's notifier goes on after 600 ms.  A's membership holds
- * V+2 and a majority's lease meanwhile, its cache maps by the client's
- * version: A the primary, the partition OWNING.  No read on A that starts
- * after the put was acknowledged may answer "old" (before the fix Q
- * answered S at once, S acknowledged the put while A was held, and A
+ * over and over; A's notifier goes on after 600 ms.  A node whose
+ * listeners lag its membership serves nothing (PROTOCOL.md, "Caught
+ * up"): the test takes that rule away from A (its delivered version set
+ * past any), as if A's membership lagged with its caches (TOPOLOGY
+ * messages lost on a cut link), so that A serves by its cache's old
+ * version — the primary, the partition OWNING, under a majority's lease
+ * — and only psync's order stands between it and S.  No read on A that
+ * starts after the put was acknowledged may answer "old" (before the fix
+ * Q answered S at once, S acknowledged the put while A was held, and A
  * answered "old" until it was let go: psync.c, "Answers in order"). */
 static void test_old_primary_two_versions_behind(void **state)
 {
@@ -1134,20 +1169,9 @@ static void test_old_primary_two_versions_behind(void **state)
 		snprintf(key, sizeof(key), "h%d", i);
 		OK(dg_cache_put(ca, key, strlen(key), "old", 3));
 	}
-	int64_t v0;
-	dg_node_info info[8];
-	dg_node_topology(a, &v0, info, 8);
-	pthread_mutex_lock(&hold.mu);
-	hold.armed = true;
-	hold.held = hold.release = false;
-	hold.at = v0;
-	pthread_mutex_unlock(&hold.mu);
-	OK(dg_member_listen(dgi_node_member(a), hold_listener, &hold));
-	dg_node *cn = start_node(&seed, 1, true, NULL); /* the version A's caches stop at */
-	pthread_mutex_lock(&hold.mu);
-	while (!hold.held)
-		pthread_cond_wait(&hold.cv, &hold.mu);
-	pthread_mutex_unlock(&hold.mu);
+	dg_node *cn = hold_after_client(a, seed); /* the version A's caches stop at */
+	/* (until the notifier delivers its next version, after the hold) */
+	atomic_store(&dgi_node_member(a)->delivered_ver, INT64_MAX);
 
 	dg_node *q = start_node(&seed, 1, false, NULL);
 	dg_cache *cq = cache_on(q, "h3");
@@ -1183,19 +1207,18 @@ static void test_old_primary_two_versions_behind(void **state)
 	int after = 0, stale = 0;
 	char seen[32], stale_seen[32] = "";
 	uint64_t t0 = dgi_now_ms();
-	bool released = false;
+	pthread_t rel;
+	bool releasing = started && pthread_create(&rel, NULL, h3_release_later, NULL) == 0;
 	while (started && after < 20 && dgi_now_ms() < t0 + 15000) {
 		bool acked = atomic_load(&hp.acked); /* (before the read starts) */
 		get_s(ca, key, seen, sizeof(seen));
 		if (acked && strcmp(seen, "old") == 0 && stale++ == 0)
 			snprintf(stale_seen, sizeof(stale_seen), "%s", seen);
 		after += atomic_load(&hp.done);
-		if (!released && dgi_now_ms() >= t0 + 600) {
-			hold_release();
-			released = true;
-		}
 		usleep(1000);
 	}
+	if (releasing)
+		pthread_join(rel, NULL);
 	hold_release();
 	if (started)
 		pthread_join(th, NULL);
@@ -1219,6 +1242,63 @@ static void test_old_primary_two_versions_behind(void **state)
 	assert_int_equal(stale, 0); /* the fix: A answered no "old" after the put's answer */
 	assert_string_equal(on_a, "new");
 	assert_string_equal(on_s, "new");
+}
+
+/* A node whose caches lag its membership learns a new cache: A's
+ * notifier is held (as above) at a client's join; Q and S join; S creates
+ * cache "late" (fresh, owning by the topology it has: A, Q, S).  A hears
+ * of it through CACHE_CREATE and makes it by the topology its caches
+ * have, A alone: primary of every partition.  S acknowledges key = "s".
+ * A must then neither answer a read of the key from its own copy (empty)
+ * nor acknowledge a write of it as its primary. */
+static void test_lagging_node_learns_cache_late(void **state)
+{
+	(void)state;
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(a);
+	dg_node_info info[8];
+	dg_node *cn = hold_after_client(a, seed);
+	dg_node *q = start_node(&seed, 1, false, NULL);
+	dg_node *s = start_node(&seed, 1, false, NULL);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	int64_t vs;
+	while (dg_node_topology(s, &vs, info, 8) < 4 && dgi_now_ms() < deadline)
+		usleep(5 * 1000);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "late");
+	cc.backups = 0;
+	cc.partitions = 64;
+	cc.write_sync = DG_FULL_SYNC;
+	cc.atomicity = DG_ATOMIC;
+	dg_cache *cs;
+	OK(dg_cache_create(s, &cc, &cs));
+	dg_cache *ca = cache_on(a, "late");
+	char key[32];
+	key_with_primary(cs, dg_node_get_id(s), "l", key, sizeof(key));
+	dg_err es = dg_cache_put(cs, key, strlen(key), "s", 1);
+	char on_a[32];
+	get_s(ca, key, on_a, sizeof(on_a)); /* after S's answer */
+	struct h3_put hp = { .c = ca, .key = key };
+	pthread_t th;
+	bool started = pthread_create(&th, NULL, h3_put_thread, &hp) == 0;
+	usleep(300 * 1000);
+	bool acked_held = atomic_load(&hp.acked); /* A acknowledged while its caches lag */
+	hold_release();
+	if (started)
+		pthread_join(th, NULL);
+	int64_t va;
+	uint32_t an = aff_nodes(ca, &va);
+	print_message("key %s: put at S %d; then a read on A \"%s\"; A's put acknowledged while "
+	    "held: %d (finally %d); A's cache %u servers at version %lld\n", key, (int)es, on_a,
+	    (int)acked_held, (int)hp.e, an, (long long)va);
+	dg_node_stop(s);
+	dg_node_stop(q);
+	dg_node_stop(cn);
+	dg_node_stop(a);
+	OK(es);
+	assert_true(started);
+	assert_false(acked_held);
+	assert_true(strcmp(on_a, "s") == 0 || on_a[0] == '!');
 }
 
 /* A new primary's CACHE_PSYNC answer carries every entry the old owner
@@ -1295,6 +1375,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_moving_without_supplier_is_lost),
 		cmocka_unit_test(test_old_primary_two_versions_behind),
 		cmocka_unit_test(test_psync_answer_larger_than_a_frame),
+		cmocka_unit_test(test_lagging_node_learns_cache_late),
 	};
 	return cmocka_run_group_tests_name("cache_sync", tests, NULL, NULL);
 }

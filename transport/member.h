@@ -159,10 +159,15 @@ bool dg_member_is_coordinator(dg_member *m);
 bool dg_member_suspect(dg_member *m);
 /* Whether this node may serve its copies now (PROTOCOL.md, "Majority"):
  * DG_OK while it holds a lease a majority of the voting servers renewed
- * (always under DG_PARTITION_NONE, and with m NULL); DG_ERR_NOT_READY when
+ * (always under DG_PARTITION_NONE, and with m NULL) and its listeners
+ * have taken every topology version it installed; DG_ERR_NOT_READY when
  * the lease lapsed (the others may be promoting new owners: the sender
- * maps again); DG_ERR_SEGMENTED when it is segmented.  Lock-free: two
- * atomic loads and a coarse clock read, for every read and update. */
+ * maps again) or a version waits for the listeners (its caches still map
+ * by an older one, which may name this node the primary of partitions
+ * that have moved on — PROTOCOL.md, "Caught up";
+ * test_lagging_node_learns_cache_late); DG_ERR_SEGMENTED when it is
+ * segmented.  Lock-free: four atomic loads and a coarse clock read, for
+ * every read and update. */
 dg_err dg_member_serving(dg_member *m);
 /* The same at now_ms (dgi_coarse_ms, read by the caller: one clock read
  * for what else it times). */
@@ -173,6 +178,7 @@ dg_err dgi_member_serving_at(dg_member *m, uint64_t now_ms);
 typedef struct dgi_member_lease {
 	const _Atomic bool *segmented;
 	const _Atomic uint64_t *until;  /* monotonic ms; UINT64_MAX: always */
+	const _Atomic int64_t *installed, *delivered; /* topology versions */
 } dgi_member_lease;
 dgi_member_lease dgi_member_lease_of(dg_member *m);
 /* dg_member_serving, from the words (always in line: GCC outlines it
@@ -184,6 +190,9 @@ static inline __attribute__((always_inline)) dg_err dgi_member_lease_serving(
 		return DG_OK;
 	if (atomic_load_explicit(l.segmented, memory_order_relaxed))
 		return DG_ERR_SEGMENTED;
+	if (atomic_load_explicit(l.delivered, memory_order_acquire) <
+	    atomic_load_explicit(l.installed, memory_order_acquire))
+		return DG_ERR_NOT_READY; /* the caches have not taken a version yet */
 	uint64_t until = atomic_load_explicit(l.until, memory_order_relaxed);
 	return until == UINT64_MAX || dgi_coarse_ms() < until ? DG_OK : DG_ERR_NOT_READY;
 }

@@ -123,6 +123,10 @@ struct dg_member {
 	int32_t *vidx;                 /* per node of topo: its voter index, -1 */
 	uint64_t *vvals;               /* scratch, nvoters */
 	_Atomic uint64_t lease_until;  /* monotonic ms; UINT64_MAX: always */
+	/* the last version installed, and the last every listener took (the
+	 * notifier): while they differ the node serves nothing (member.h,
+	 * dgi_member_lease_serving) */
+	_Atomic int64_t installed_ver, delivered_ver;
 	_Atomic bool segmented;
 	uint64_t seg_since;
 	bool leased;                   /* the last check found a lease */

@@ -89,8 +89,9 @@ uint32_t dgi_member_reachable_without_locked(dg_member *m, uint64_t now,
 dgi_member_lease dgi_member_lease_of(dg_member *m)
 {
 	if (m == NULL)
-		return (dgi_member_lease){ NULL, NULL };
-	return (dgi_member_lease){ &m->segmented, &m->lease_until };
+		return (dgi_member_lease){ NULL, NULL, NULL, NULL };
+	return (dgi_member_lease){ &m->segmented, &m->lease_until, &m->installed_ver,
+		&m->delivered_ver };
 }
 
 dg_err dg_member_serving(dg_member *m)
@@ -104,6 +105,9 @@ dg_err dgi_member_serving_at(dg_member *m, uint64_t now_ms)
 		return DG_OK;
 	if (atomic_load_explicit(&m->segmented, memory_order_relaxed))
 		return DG_ERR_SEGMENTED;
+	if (atomic_load_explicit(&m->delivered_ver, memory_order_acquire) <
+	    atomic_load_explicit(&m->installed_ver, memory_order_acquire))
+		return DG_ERR_NOT_READY; /* (as dgi_member_lease_serving) */
 	uint64_t until = atomic_load_explicit(&m->lease_until, memory_order_relaxed);
 	return until == UINT64_MAX || now_ms < until ? DG_OK : DG_ERR_NOT_READY;
 }

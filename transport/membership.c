@@ -95,6 +95,8 @@ dg_topology *dgi_member_install_locked(dg_member *m, dg_topology *t, bool *taken
 	dgi_free(m->since);
 	m->since = s;
 	m->topo = t;
+	/* serving waits for the listeners (the caches) to take t */
+	atomic_store_explicit(&m->installed_ver, t->version, memory_order_release);
 	if (t->version >= m->frozen_ver)
 		m->nfrozen = 0; /* what it granted is decided now */
 	if (m->acc != NULL && t->version > m->acc_b.base) {
@@ -217,6 +219,7 @@ static void *notifier_thread(void *arg)
 		for (int i = 0; i < n; i++)
 			if (q->t->version > ls[i].after)
 				ls[i].fn(ls[i].ctx, old, q->t);
+		atomic_store_explicit(&m->delivered_ver, q->t->version, memory_order_release);
 		dg_topology_release(old);
 		dgi_free(q);
 		pthread_mutex_lock(&m->mu);
@@ -386,6 +389,8 @@ dg_err dg_member_start(dg_tp *tp, const dg_member_config *cfg, dg_member **out)
 	m->policy = cfg->partition_policy == DG_PARTITION_NONE ? DG_PARTITION_NONE :
 	    DG_PARTITION_MAJORITY;
 	atomic_init(&m->lease_until, 0);
+	atomic_init(&m->installed_ver, 0);
+	atomic_init(&m->delivered_ver, 0);
 	atomic_init(&m->hb_ms, m->cfg.heartbeat_ms);
 	if (m->cfg.join_timeout_ms == 0)
 		m->cfg.join_timeout_ms = 10000;
