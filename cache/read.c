@@ -187,6 +187,10 @@ static dg_err get_in_section(dg_cache *c, const uint8_t *key, size_t klen, dg_bu
 					deadline = dgi_now_ms() + g->cfg.request_timeout_ms;
 				dgi_msg_get m = { c->id, part, aff->topver, DGI_GET_SUPPLIER,
 					{ key, (uint32_t)klen } };
+				/* (a pending write's failure leaves the value its
+				 * read copied out: the supplier's answer replaces it) */
+				if (out != NULL)
+					out->len = len0;
 				e = sup != 0 ? remote_get(g, sup, &m, out, deadline, unwrap) :
 				    DG_ERR_NOT_READY;
 			} else if (e == DG_ERR_REMAP && primary != 0 && primary != g->self) {

@@ -1116,6 +1116,14 @@ struct h3_put {
 	_Atomic bool acked, done;
 };
 
+static void *h3_put_late_thread(void *arg)
+{
+	struct h3_put *hp = arg;
+	hp->e = dg_cache_put(hp->c, hp->key, strlen(hp->key), "late", 4);
+	atomic_store(&hp->done, true);
+	return NULL;
+}
+
 static void *h3_put_thread(void *arg)
 {
 	struct h3_put *hp = arg;
@@ -1301,6 +1309,104 @@ static void test_lagging_node_learns_cache_late(void **state)
 	assert_true(strcmp(on_a, "s") == 0 || on_a[0] == '!');
 }
 
+/* A new primary takes in an old primary's last write from its psync
+ * answer after the topology moved on again: a read of it answers it once,
+ * and its backups hold it too.  (The first read on Q finds it pending and
+ * waits; before the fix a read whose wait failed went on to the MOVING
+ * partition's supplier with the value it had already copied still in the
+ * caller's buffer, and answered "latelate": read.c, get_in_section.)
+ * A and B own everything (backups = 2); A's notifier is held at a
+ * client's join and its caught-up rule taken away (as if its membership
+ * lagged too).  Q joins (V: Q the primary of key k; its PSYNC to A
+ * waits).  A writes k = "late" as the old primary; B ignores FULL_SYNC
+ * copies meanwhile (dgi_test_drop_backups_at), so the write stays on A,
+ * pending, TENTATIVE once A sees V (A's put gives up).  A second client
+ * joins (V+1: Q still
+ * k's primary); A is let go and answers Q, which takes "late" in under
+ * V+1; B takes copies again.  What Q serves, B must hold. */
+static void test_adopted_write_read_once_on_every_owner(void **state)
+{
+	(void)state;
+	enum { N = 256 };
+	/* A's own put of "late" gives up before A is let go: retried at Q
+	 * later, it would reach B as Q's write (or as the repair of a
+	 * repeated one) */
+	test_request_timeout_ms = 400;
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	test_request_timeout_ms = 5000;
+	const char *seed = dg_node_address(a);
+	dg_node *b = start_node(&seed, 1, false, NULL);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "rs");
+	cc.backups = 2;
+	cc.partitions = 64;
+	cc.write_sync = DG_FULL_SYNC;
+	cc.atomicity = DG_ATOMIC;
+	cc.read_from_backup = true;
+	dg_cache *ca;
+	OK(dg_cache_create(a, &cc, &ca));
+	dg_cache *cb = cache_on(b, "rs");
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while ((aff_nodes(ca, NULL) < 2 || aff_nodes(cb, NULL) < 2) && dgi_now_ms() < deadline)
+		usleep(5 * 1000);
+	char key[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "r%d", i);
+		OK(dg_cache_put(ca, key, strlen(key), "old", 3));
+	}
+	dg_node *cn = hold_after_client(a, seed);
+	atomic_store(&dgi_node_member(a)->delivered_ver, INT64_MAX);
+	dg_node *q = start_node(&seed, 1, false, NULL);
+	dg_cache *cq = cache_on(q, "rs");
+	deadline = dgi_now_ms() + 5000;
+	while ((aff_nodes(cq, NULL) < 3 || aff_nodes(cb, NULL) < 3) && dgi_now_ms() < deadline)
+		usleep(5 * 1000);
+	int pick = -1;
+	for (int i = 0; i < N && pick < 0; i++) {
+		snprintf(key, sizeof(key), "r%d", i);
+		if (owner_of(ca, key, 0) == dg_node_get_id(a) &&
+		    owner_of(cq, key, 0) == dg_node_get_id(q))
+			pick = i; /* (A and B: its backups) */
+	}
+	snprintf(key, sizeof(key), "r%d", pick);
+	atomic_store(&dgi_test_drop_backups_at, dg_node_get_id(b));
+	struct h3_put hp = { .c = ca, .key = key };
+	pthread_t th;
+	bool started = pick >= 0 && pthread_create(&th, NULL, h3_put_late_thread, &hp) == 0;
+	usleep(300 * 1000); /* (A applied it; B ignored the copy) */
+	int64_t vq0, vq;
+	aff_nodes(cq, &vq0);
+	dg_node *cn2 = start_node(&seed, 1, true, NULL);
+	deadline = dgi_now_ms() + 5000;
+	while (aff_nodes(cq, &vq) == 3 && vq == vq0 && dgi_now_ms() < deadline)
+		usleep(5 * 1000);
+	hold_release();
+	usleep(500 * 1000); /* (A answered Q) */
+	atomic_store(&dgi_test_drop_backups_at, 0);
+	if (started)
+		pthread_join(th, NULL);
+	usleep(1500 * 1000); /* (a pending write is sent again within that) */
+	char on_q[32] = "", on_b[32] = "";
+	if (started) {
+		get_s(cq, key, on_q, sizeof(on_q));
+		get_s(cb, key, on_b, sizeof(on_b)); /* (read_from_backup: B's own copy) */
+	}
+	print_message("key %s: A's put %d; Q's affinity %lld -> %lld; read on Q \"%s\", on B "
+	    "\"%s\"\n", key, (int)hp.e, (long long)vq0, (long long)vq, on_q, on_b);
+	dg_node_stop(cn2);
+	dg_node_stop(q);
+	dg_node_stop(cn);
+	dg_node_stop(b);
+	dg_node_stop(a);
+	assert_true(started);
+	assert_true(vq > vq0);
+	/* Q's first read finds "late" pending and waits for it (read.c,
+	 * get_in_section); a read whose wait failed went on to the supplier
+	 * with the value it had copied still in the buffer: "latelate" */
+	assert_string_equal(on_q, "late");
+	assert_string_equal(on_b, "late"); /* what Q serves, its backup holds */
+}
+
 /* A new primary's CACHE_PSYNC answer carries every entry the old owner
  * wrote under the version before (psync.c): after a long stable version
  * that is the whole partition.  A partition holding more than a frame may
@@ -1376,6 +1482,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_old_primary_two_versions_behind),
 		cmocka_unit_test(test_psync_answer_larger_than_a_frame),
 		cmocka_unit_test(test_lagging_node_learns_cache_late),
+		cmocka_unit_test(test_adopted_write_read_once_on_every_owner),
 	};
 	return cmocka_run_group_tests_name("cache_sync", tests, NULL, NULL);
 }

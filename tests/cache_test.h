@@ -33,6 +33,10 @@ void cluster_start(struct cluster *cl, int servers, int clients);
  * test of what a lone survivor of two voters does sets NONE, and sets it
  * back at its end. */
 extern int test_partition_policy;
+/* The request timeout start_node gives its nodes (default 5000 ms): a
+ * test that wants one node's calls to give up sooner sets it around that
+ * node's start. */
+extern uint32_t test_request_timeout_ms;
 void cluster_stop(struct cluster *cl);
 /* The cache name on node n, once n has learnt it (waits up to 5 s). */
 dg_cache *cache_on(dg_node *n, const char *name);

@@ -17,6 +17,7 @@
 
 _Atomic int lost_events, rebalanced_events;
 int test_partition_policy = DG_PARTITION_POLICY_MAJORITY;
+uint32_t test_request_timeout_ms = 5000;
 
 static void on_event(void *ctx, const dg_event *ev)
 {
@@ -39,7 +40,7 @@ dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
 	cfg.failure_timeout_ms = 1000;
 	cfg.heartbeat_ms = 100;
 	cfg.join_timeout_ms = 5000;
-	cfg.request_timeout_ms = 5000;
+	cfg.request_timeout_ms = test_request_timeout_ms;
 	cfg.client = client;
 	cfg.data_dir = dir;
 	cfg.storage_nosync = true;
