@@ -1659,8 +1659,9 @@ void dgi_psync_send(dgi_grid *g, dg_cache *c);
 void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void *ctx);
 /* Asks the old owners that did not answer again (sweeper; partition locked). */
 void dgi_psync_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms);
-/* This node installed version: answers the requests that waited for it. */
-void dgi_psync_installed(dgi_grid *g, int64_t version);
+/* Answers the requests that need not wait any more: after this node
+ * installed a version, or an old owner it waited for answered. */
+void dgi_psync_release(dgi_grid *g);
 void dgi_psync_register(dgi_grid *g);
 void dgi_psync_stop(dgi_grid *g);          /* ends this node's questions (their callbacks
                                               run now) and frees the requests waiting */
@@ -1947,6 +1948,9 @@ static inline bool dgi_part_src_add(dgi_part *p, dg_node_id src)
 {
 	return dgi_part_node_add(p->srcs, &p->nsrcs, src);
 }
+/* The entries a page of about `bytes` holds, from pt's average entry
+ * (16..65536; partition locked): rebalancing's and psync's pages. */
+uint32_t dgi_page_cap(const dgi_part *pt, uint64_t bytes);
 /* Encodes entries of a partition page (SUPPLY, SCAN_RES) into b. */
 dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
     bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b);

@@ -591,7 +591,7 @@ static void on_topology(void *ctx, const dg_topology *old, const dg_topology *no
 	g->rebal_gen++;
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
-	dgi_psync_installed(g, now->version); /* new primaries asked for it */
+	dgi_psync_release(g); /* new primaries asked for it */
 
 	/* every node tells new nodes every cache it has: a cache created
 	 * while a node joined reaches it one way or the other */

@@ -207,12 +207,9 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 			dg_write_i64(&w, pt->dd[i].flag);
 			nrec++;
 		}
-	/* an entry-count cap from the byte budget, as a rebalancing page's */
-	uint64_t avg = pt->count ? pt->bytes / pt->count + 40 : 64;
-	uint64_t cap = g->cfg.rebalance_batch_bytes / (avg ? avg : 64);
 	bool more = false;
 	uint64_t last = dgi_part_scan(pt, (uint64_t)m->after, first,
-	    cap < 16 ? 16 : cap > 65536 ? 65536 : (uint32_t)cap, enc_entry, &pe, &more);
+	    dgi_page_cap(pt, g->cfg.rebalance_batch_bytes), enc_entry, &pe, &more);
 	/* and the last FULL_SYNC copies this node applied as a backup,
 	 * whatever their version: the old primary may have written them
 	 * under an older topology than `since` (it stays primary while the
@@ -260,8 +257,8 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 /* A request from a new primary waits, parked, while this node has not
  * installed its topology (until then it may still take updates as the old
  * primary) or still waits for an older owner's answer about an older
- * version ("Answers in order"); psync_release answers it once neither
- * holds. */
+ * version ("Answers in order"); dgi_psync_release answers it once
+ * neither holds. */
 struct psync_parked {
 	struct psync_parked *next;
 	dg_msg_in in;
@@ -319,8 +316,7 @@ static void on_psync(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY);
 }
 
-/* Answers the parked requests that need not wait any more. */
-static void psync_release(dgi_grid *g)
+void dgi_psync_release(dgi_grid *g)
 {
 	struct psync_parked *ready = NULL;
 	pthread_mutex_lock(&g->mu);
@@ -346,12 +342,6 @@ static void psync_release(dgi_grid *g)
 			dg_tp_reply_error(g->tp, &p->in, DG_ERR_NOT_READY);
 		dgi_free(p);
 	}
-}
-
-void dgi_psync_installed(dgi_grid *g, int64_t version)
-{
-	(void)version; /* (g->topo has it: each request is checked against that) */
-	psync_release(g);
 }
 
 static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply);
@@ -497,7 +487,7 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			dgi_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"",
 			    c->cfg.name, k->part, (unsigned long long)k->from, dg_strerror(e));
 		if (done)
-			psync_release(g); /* questions that waited for this answer */
+			dgi_psync_release(g); /* questions that waited for this answer */
 	}
 	/* an error: asked again at the next tick (a node that left is dropped
 	 * from the set by the next topology) */

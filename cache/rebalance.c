@@ -60,6 +60,15 @@ static bool page_one(void *ctx, const dgi_entry *e)
 	return true;
 }
 
+uint32_t dgi_page_cap(const dgi_part *pt, uint64_t bytes)
+{
+	/* entries are small next to a batch: an entry-count cap from the byte
+	 * budget keeps one page near that many bytes */
+	uint64_t avg = pt->count ? pt->bytes / pt->count + 40 : 64;
+	uint64_t k = bytes / (avg ? avg : 64);
+	return k < 16 ? 16 : k > 65536 ? 65536 : (uint32_t)k;
+}
+
 dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
     bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b)
 {
@@ -71,14 +80,7 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 	struct page_ctx pc = { &w, pt, 0, max, bytes_limit, live_only, 0, dgi_wall_ms() };
 	bool more = false;
 	dgi_part_lock(pt);
-	/* entries are small next to a batch: an entry-count cap from the byte
-	 * budget keeps one page near max bytes */
-	uint32_t cap = bytes_limit ? 0 : (uint32_t)max;
-	if (bytes_limit) {
-		uint64_t avg = pt->count ? pt->bytes / pt->count + 40 : 64;
-		uint64_t k = max / (avg ? avg : 64);
-		cap = k < 16 ? 16 : k > 65536 ? 65536 : (uint32_t)k;
-	}
+	uint32_t cap = bytes_limit ? dgi_page_cap(pt, max) : (uint32_t)max;
 	uint64_t last = dgi_part_scan(pt, after, first, cap, page_one, &pc, &more);
 	/* read with the entries: the mark holds for what this page carries */
 	bool whole = atomic_load(&pt->whole);

@@ -1087,6 +1087,28 @@ static void hold_release(void)
 	pthread_mutex_unlock(&hold.mu);
 }
 
+/* A FULL_SYNC ATOMIC cache's config: name, backups, partitions. */
+static void fullsync_atomic(dg_cache_config *cc, const char *name, uint32_t backups,
+    uint32_t partitions)
+{
+	dg_cache_config_init(cc, name);
+	cc->backups = backups;
+	cc->partitions = partitions;
+	cc->write_sync = DG_FULL_SYNC;
+	cc->atomicity = DG_ATOMIC;
+}
+
+/* That cache, created on node n. */
+static dg_cache *create_fullsync_atomic(dg_node *n, const char *name, uint32_t backups,
+    uint32_t partitions)
+{
+	dg_cache_config cc;
+	fullsync_atomic(&cc, name, backups, partitions);
+	dg_cache *c = NULL;
+	OK(dg_cache_create(n, &cc, &c));
+	return c;
+}
+
 /* Holds a's notifier once a client node (returned) has joined through
  * seed and a's caches took that version. */
 static dg_node *hold_after_client(dg_node *a, const char *seed)
@@ -1164,14 +1186,7 @@ static void test_old_primary_two_versions_behind(void **state)
 	enum { N = 128 };
 	dg_node *a = start_node(NULL, 0, false, NULL);
 	const char *seed = dg_node_address(a);
-	dg_cache_config cc;
-	dg_cache_config_init(&cc, "h3");
-	cc.backups = 0;
-	cc.partitions = 64;
-	cc.write_sync = DG_FULL_SYNC;
-	cc.atomicity = DG_ATOMIC;
-	dg_cache *ca;
-	OK(dg_cache_create(a, &cc, &ca));
+	dg_cache *ca = create_fullsync_atomic(a, "h3", 0, 64);
 	char key[32];
 	for (int i = 0; i < N; i++) {
 		snprintf(key, sizeof(key), "h%d", i);
@@ -1272,14 +1287,7 @@ static void test_lagging_node_learns_cache_late(void **state)
 	int64_t vs;
 	while (dg_node_topology(s, &vs, info, 8) < 4 && dgi_now_ms() < deadline)
 		usleep(5 * 1000);
-	dg_cache_config cc;
-	dg_cache_config_init(&cc, "late");
-	cc.backups = 0;
-	cc.partitions = 64;
-	cc.write_sync = DG_FULL_SYNC;
-	cc.atomicity = DG_ATOMIC;
-	dg_cache *cs;
-	OK(dg_cache_create(s, &cc, &cs));
+	dg_cache *cs = create_fullsync_atomic(s, "late", 0, 64);
 	dg_cache *ca = cache_on(a, "late");
 	char key[32];
 	key_with_primary(cs, dg_node_get_id(s), "l", key, sizeof(key));
@@ -1337,11 +1345,7 @@ static void test_adopted_write_read_once_on_every_owner(void **state)
 	const char *seed = dg_node_address(a);
 	dg_node *b = start_node(&seed, 1, false, NULL);
 	dg_cache_config cc;
-	dg_cache_config_init(&cc, "rs");
-	cc.backups = 2;
-	cc.partitions = 64;
-	cc.write_sync = DG_FULL_SYNC;
-	cc.atomicity = DG_ATOMIC;
+	fullsync_atomic(&cc, "rs", 2, 64);
 	cc.read_from_backup = true;
 	dg_cache *ca;
 	OK(dg_cache_create(a, &cc, &ca));
@@ -1418,14 +1422,7 @@ static void test_psync_answer_larger_than_a_frame(void **state)
 	enum { PARTS = 8, VLEN = 16384, N = PARTS * 1100 }; /* 17.2 MiB a partition */
 	dg_node *a = start_node(NULL, 0, false, NULL);
 	const char *seed = dg_node_address(a);
-	dg_cache_config cc;
-	dg_cache_config_init(&cc, "big");
-	cc.backups = 0;
-	cc.partitions = PARTS;
-	cc.write_sync = DG_FULL_SYNC;
-	cc.atomicity = DG_ATOMIC;
-	dg_cache *ca;
-	OK(dg_cache_create(a, &cc, &ca));
+	dg_cache *ca = create_fullsync_atomic(a, "big", 0, PARTS);
 	static char val[VLEN];
 	memset(val, 'v', sizeof(val));
 	char key[32];

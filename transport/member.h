@@ -172,7 +172,7 @@ dg_err dg_member_serving(dg_member *m);
 /* The same at now_ms (dgi_coarse_ms, read by the caller: one clock read
  * for what else it times). */
 dg_err dgi_member_serving_at(dg_member *m, uint64_t now_ms);
-/* The two words dg_member_serving reads, for a caller that checks them in
+/* The words dg_member_serving reads, for a caller that checks them in
  * line (the cache's local get): held with m (dgi_member_hold).  NULL
  * words (m NULL): always serving. */
 typedef struct dgi_member_lease {
@@ -181,10 +181,11 @@ typedef struct dgi_member_lease {
 	const _Atomic int64_t *installed, *delivered; /* topology versions */
 } dgi_member_lease;
 dgi_member_lease dgi_member_lease_of(dg_member *m);
-/* dg_member_serving, from the words (always in line: GCC outlines it
- * from the cache's short paths otherwise, a call where two loads do). */
-static inline __attribute__((always_inline)) dg_err dgi_member_lease_serving(
-    dgi_member_lease l)
+/* dg_member_serving, from the words, at now_ms (dgi_coarse_ms; 0: read
+ * here, only when the lease has an end).  Always in line: GCC outlines it
+ * from the cache's short paths otherwise, a call where a few loads do. */
+static inline __attribute__((always_inline)) dg_err dgi_member_lease_serving_at(
+    dgi_member_lease l, uint64_t now_ms)
 {
 	if (l.segmented == NULL)
 		return DG_OK;
@@ -194,7 +195,14 @@ static inline __attribute__((always_inline)) dg_err dgi_member_lease_serving(
 	    atomic_load_explicit(l.installed, memory_order_acquire))
 		return DG_ERR_NOT_READY; /* the caches have not taken a version yet */
 	uint64_t until = atomic_load_explicit(l.until, memory_order_relaxed);
-	return until == UINT64_MAX || dgi_coarse_ms() < until ? DG_OK : DG_ERR_NOT_READY;
+	if (until == UINT64_MAX)
+		return DG_OK;
+	return (now_ms != 0 ? now_ms : dgi_coarse_ms()) < until ? DG_OK : DG_ERR_NOT_READY;
+}
+static inline __attribute__((always_inline)) dg_err dgi_member_lease_serving(
+    dgi_member_lease l)
+{
+	return dgi_member_lease_serving_at(l, 0);
 }
 /* SEGMENTED: no majority of the voting servers reached within the failure
  * timeout, or dropped out of the topology and not back yet.  Every cache

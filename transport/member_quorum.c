@@ -101,15 +101,7 @@ dg_err dg_member_serving(dg_member *m)
 
 dg_err dgi_member_serving_at(dg_member *m, uint64_t now_ms)
 {
-	if (m == NULL)
-		return DG_OK;
-	if (atomic_load_explicit(&m->segmented, memory_order_relaxed))
-		return DG_ERR_SEGMENTED;
-	if (atomic_load_explicit(&m->delivered_ver, memory_order_acquire) <
-	    atomic_load_explicit(&m->installed_ver, memory_order_acquire))
-		return DG_ERR_NOT_READY; /* (as dgi_member_lease_serving) */
-	uint64_t until = atomic_load_explicit(&m->lease_until, memory_order_relaxed);
-	return until == UINT64_MAX || now_ms < until ? DG_OK : DG_ERR_NOT_READY;
+	return dgi_member_lease_serving_at(dgi_member_lease_of(m), now_ms);
 }
 
 bool dg_member_segmented(dg_member *m)
