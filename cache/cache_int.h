@@ -604,11 +604,18 @@ void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen)
 void dgi_part_clear(dgi_part *p);
 /* Removes tombstones only. */
 void dgi_part_purge_tombs(dgi_part *p);
-/* Visits entries with hash > after in hash order, up to max entries (all
- * entries of the last hash included); returns the last hash visited and
- * sets *more.  fn returning false stops. */
+/* Visits entries with hash > after (first: every entry) in hash order,
+ * one page of them; returns the last hash visited and sets *more when
+ * entries above it are left.  fn returns the bytes it took for an entry
+ * (0: it skipped it).  A page ends between two hashes (one hash's entries
+ * are never split over two pages) once it visited max entries, or once
+ * what fn took reaches max_bytes or would pass it with the next entry
+ * (its key and value + 40): a page holds at least one hash's entries, and
+ * more than max_bytes only when they alone do — an entry count alone made
+ * a page of 16 values of 1.5 MiB, past the receiver's recv_max
+ * (test_rebalance_values_larger_than_a_batch). */
 uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
-    bool (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more);
+    uint64_t max_bytes, uint64_t (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more);
 /* Writes e as an entry of a page (PROTOCOL.md, "Entry pages": key, value
  * or NULL for a tombstone, version, expiry, update id; 8 values) — SUPPLY,
  * SCAN_RES and PSYNC_RES alike (rebalance.c). */
@@ -631,6 +638,11 @@ static inline const uint8_t *dgi_entry_key(const dgi_entry *e)
 static inline uint32_t dgi_entry_klen(const dgi_entry *e)
 {
 	return (uint32_t)e->klen_m1 + 1;
+}
+/* What a page counts for an entry against its max_bytes. */
+static inline uint64_t dgi_page_entry_bytes(const dgi_entry *e)
+{
+	return (uint64_t)dgi_entry_klen(e) + e->vlen + 40;
 }
 static inline const uint8_t *dgi_entry_val(const dgi_entry *e)
 {
@@ -1949,9 +1961,13 @@ static inline bool dgi_part_src_add(dgi_part *p, dg_node_id src)
 	return dgi_part_node_add(p->srcs, &p->nsrcs, src);
 }
 /* The entries a page of about `bytes` holds, from pt's average entry
- * (16..65536; partition locked): rebalancing's and psync's pages. */
+ * (16..65536; partition locked): rebalancing's and psync's pages' entry
+ * count (dgi_part_scan's max; its max_bytes ends a page of large
+ * entries). */
 uint32_t dgi_page_cap(const dgi_part *pt, uint64_t bytes);
-/* Encodes entries of a partition page (SUPPLY, SCAN_RES) into b. */
+/* Encodes entries of a partition page (SUPPLY, SCAN_RES) into b: max
+ * bytes (bytes_limit: rebalancing's pages) or entries (a scan's), and
+ * never more bytes than rebalance_batch_bytes (dgi_part_scan). */
 dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
     bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b);
 

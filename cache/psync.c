@@ -172,22 +172,44 @@ struct psync_enc {
 	uint32_t n;
 };
 
-static bool enc_entry(void *ctx, const dgi_entry *e)
+/* Whether e is among the last FULL_SYNC copies pt applied as a backup
+ * (pending.c's ring, dgi_pw_recent). */
+static bool is_recent(const dgi_part *pt, const dgi_entry *e)
 {
-	struct psync_enc *p = ctx;
-	if (dgi_entry_topver(e) < p->since && !(e->flags & DGI_ENTRY_TENTATIVE))
-		return true;
-	dgi_entry_write(p->w, p->pt, e);
-	p->n++;
-	return true;
+	for (uint8_t i = 0; i < pt->nrecent; i++) {
+		const struct dgi_recent *r = &pt->recent[i];
+		if (dgi_entry_topver(e) == r->ver.topver && e->counter == r->ver.counter &&
+		    e->order == r->ver.order && dgi_entry_hash(e) == r->hash)
+			return true;
+	}
+	return false;
 }
 
-/* One page of the answer to m: the first carries the update-id records
- * and the recent copies, every page the next entries in hash order,
- * about rebalance_batch_bytes of them (a partition written for a long
- * time under one version is all "written since": in one frame it could
- * pass the receiver's recv_max, and the question would never be
- * answered — test_psync_answer_larger_than_a_frame). */
+/* An entry of the answer: written since the version before (or
+ * TENTATIVE), or among the last FULL_SYNC copies this node applied as a
+ * backup, whatever their version — the old primary may have written them
+ * under an older topology than `since` (it stays primary while the
+ * topology moves on: clients join, other partitions move), and their ids
+ * in the first page are worth nothing to the new primary without them. */
+static uint64_t enc_entry(void *ctx, const dgi_entry *e)
+{
+	struct psync_enc *p = ctx;
+	if (dgi_entry_topver(e) < p->since && !(e->flags & DGI_ENTRY_TENTATIVE) &&
+	    !is_recent(p->pt, e))
+		return 0;
+	dgi_entry_write(p->w, p->pt, e);
+	p->n++;
+	return dgi_page_entry_bytes(e);
+}
+
+/* One page of the answer to m: the first carries the update-id records,
+ * every page the next entries in hash order, at most
+ * rebalance_batch_bytes of them (dgi_part_scan: one larger entry alone).
+ * A partition written for a long time under one version is all "written
+ * since": in one frame it could pass the receiver's recv_max, and the
+ * question would never be answered (test_psync_answer_larger_than_a_frame);
+ * the recent copies, up to DGI_RECENT values of up to DG_VALUE_MAX, came
+ * whole in the first page before, and go in the page of their hash now. */
 static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_psync *m)
 {
 	dgi_part *pt = &c->parts[m->part];
@@ -209,20 +231,8 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 		}
 	bool more = false;
 	uint64_t last = dgi_part_scan(pt, (uint64_t)m->after, first,
-	    dgi_page_cap(pt, g->cfg.rebalance_batch_bytes), enc_entry, &pe, &more);
-	/* and the last FULL_SYNC copies this node applied as a backup,
-	 * whatever their version: the old primary may have written them
-	 * under an older topology than `since` (it stays primary while the
-	 * topology moves on: clients join, other partitions move), and their
-	 * ids above are worth nothing to the new primary without them */
-	for (uint8_t i = 0; first && i < pt->nrecent; i++) {
-		const dgi_entry *e = dgi_part_find_ver(pt, pt->recent[i].hash, &pt->recent[i].ver);
-		if (e != NULL && dgi_entry_topver(e) < m->since &&
-		    !(e->flags & DGI_ENTRY_TENTATIVE)) {
-			dgi_entry_write(&w, pt, e);
-			pe.n++;
-		}
-	}
+	    dgi_page_cap(pt, g->cfg.rebalance_batch_bytes), g->cfg.rebalance_batch_bytes, enc_entry,
+	    &pe, &more);
 	dgi_part_unlock(pt);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(&out, 32 + body.len)) == DG_OK) {

@@ -27,8 +27,7 @@
 struct page_ctx {
 	dg_writer *w;
 	const dgi_part *pt;
-	uint64_t bytes, max;
-	bool bytes_limit, live_only;
+	bool live_only;
 	uint32_t n;
 	int64_t wall;
 };
@@ -48,16 +47,15 @@ void dgi_entry_write(dg_writer *w, const dgi_part *p, const dgi_entry *e)
 	dg_write_i64(w, (int64_t)op_seq);
 }
 
-static bool page_one(void *ctx, const dgi_entry *e)
+static uint64_t page_one(void *ctx, const dgi_entry *e)
 {
 	struct page_ctx *p = ctx;
 	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
 	if (p->live_only && (tomb || (dgi_entry_expire(e) != 0 && dgi_entry_expire(e) <= p->wall)))
-		return true;
+		return 0;
 	dgi_entry_write(p->w, p->pt, e);
 	p->n++;
-	p->bytes += dgi_entry_klen(e) + e->vlen + 40;
-	return true;
+	return dgi_page_entry_bytes(e);
 }
 
 uint32_t dgi_page_cap(const dgi_part *pt, uint64_t bytes)
@@ -77,11 +75,16 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 	dg_buf body;
 	dg_buf_init(&body);
 	dg_writer_init(&w, g->reg, &body);
-	struct page_ctx pc = { &w, pt, 0, max, bytes_limit, live_only, 0, dgi_wall_ms() };
+	struct page_ctx pc = { &w, pt, live_only, 0, dgi_wall_ms() };
 	bool more = false;
+	/* every page in bytes too, whatever was asked: one frame carries it
+	 * (rebalance_batch_bytes is below recv_max: settings.c) */
+	uint64_t max_bytes = g->cfg.rebalance_batch_bytes;
+	if (bytes_limit && max < max_bytes)
+		max_bytes = max;
 	dgi_part_lock(pt);
-	uint32_t cap = bytes_limit ? dgi_page_cap(pt, max) : (uint32_t)max;
-	uint64_t last = dgi_part_scan(pt, after, first, cap, page_one, &pc, &more);
+	uint32_t cap = bytes_limit ? dgi_page_cap(pt, max_bytes) : (uint32_t)max;
+	uint64_t last = dgi_part_scan(pt, after, first, cap, max_bytes, page_one, &pc, &more);
 	/* read with the entries: the mark holds for what this page carries */
 	bool whole = atomic_load(&pt->whole);
 	int64_t copy = whole ? DGI_COPY_WHOLE : pt->broken ? DGI_COPY_BROKEN : DGI_COPY_PARTIAL;
@@ -988,6 +991,7 @@ void *dgi_rebalancer(void *arg)
 		dgi_intmap_each(&g->caches, collect, &cc);
 		dgi_epoch_leave();
 		size_t failed = 0;
+		dg_err last = DG_OK;
 		for (size_t i = 0; i < cc.n; i++) {
 			dgi_epoch_enter();
 			dg_cache *c = dgi_grid_cache(g, cc.t[i].cache_id);
@@ -995,12 +999,14 @@ void *dgi_rebalancer(void *arg)
 			dgi_epoch_leave();
 			if (e == DG_ERR_STATE)
 				break; /* the topology moved on: collect again */
-			if (e != DG_OK)
+			if (e != DG_OK) {
 				failed++;
+				last = e;
+			}
 		}
-		if (failed > 0)
-			dgi_log("info", "REBALANCE-RETRY", "partitions=%zu why=\"a supplier was not ready or unreachable\"",
-			    failed);
+		if (failed > 0) /* (err: the last failure's — a supplier's answer too) */
+			dgi_log("info", "REBALANCE-RETRY", "partitions=%zu why=\"a supplier was not ready "
+			    "or unreachable\" err=\"%s\"", failed, dg_strerror(last));
 		dgi_epoch_enter();
 		dgi_intmap_each(&g->caches, rebalance_done_check, NULL);
 		dgi_epoch_leave();

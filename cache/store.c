@@ -683,7 +683,7 @@ static int cmp_hash(const void *a, const void *b)
 }
 
 uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
-    bool (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more)
+    uint64_t max_bytes, uint64_t (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more)
 {
 	/* Collect the `max` smallest hashes above `after` (a bounded max-heap
 	 * would do; pages are small, so: collect candidates, sort, cut).  The
@@ -704,16 +704,16 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 			c[n++] = (struct hashed){ h, e };
 	}
 	qsort(c, n, sizeof(*c), cmp_hash);
-	uint32_t take = n < max ? n : max;
-	while (take < n && c[take].hash == c[take - 1].hash)
-		take++; /* never split one hash over two pages */
-	uint64_t last = after;
-	for (uint32_t i = 0; i < take; i++) {
+	uint64_t last = after, took = 0;
+	uint32_t i = 0;
+	for (; i < n; i++) {
+		if (i > 0 && c[i].hash != c[i - 1].hash && (i >= max || took >= max_bytes ||
+		    (took > 0 && took + dgi_page_entry_bytes(c[i].e) > max_bytes)))
+			break; /* (between two hashes only) */
 		last = c[i].hash;
-		if (!fn(ctx, c[i].e))
-			break;
+		took += fn(ctx, c[i].e);
 	}
-	*more = take < n;
+	*more = i < n;
 	dgi_free(c);
 	return last;
 }

@@ -160,8 +160,9 @@ const dgnode_setting dgnode_settings_table[] = {
 	  "SIZE", "Largest message accepted from a peer.",
 	  "dg_node_config.recv_max", NULL },
 	{ "rebalance-batch", DGNODE_SIZE, F(rebalance_batch), "512k", 4 * KIB,
-	  64 * MIB, NULL, "SIZE", "Bytes of entries per rebalancing message; "
-	  "below recv-max.", "dg_node_config.rebalance_batch_bytes", NULL },
+	  64 * MIB, NULL, "SIZE", "Bytes of entries per message of a partition's "
+	  "entries (rebalancing, a new primary's catch-up, scan pages; one "
+	  "larger entry alone); below recv-max.", "dg_node_config.rebalance_batch_bytes", NULL },
 	{ "rebalance-throttle", DGNODE_DURATION, F(rebalance_throttle_ms), "0", 0,
 	  60000, NULL, "DURATION", "A new owner's pause after each rebalancing "
 	  "batch of entries it receives, to spare its suppliers and the network while "

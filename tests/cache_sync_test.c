@@ -1452,6 +1452,63 @@ static void test_psync_answer_larger_than_a_frame(void **state)
 	OK(e);
 }
 
+/* The same with large values: an answer's page was an entry count
+ * (dgi_page_cap, 16 at least), and 16 values of 2 MiB pass recv_max; its
+ * pages stop at rebalance_batch_bytes now (dgi_part_scan). */
+static void test_psync_answer_values_larger_than_a_batch(void **state)
+{
+	(void)state;
+	enum { PARTS = 4, VLEN = 2048 * 1024, N = 48 };
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(a);
+	dg_cache *ca = create_fullsync_atomic(a, "bigv", 0, PARTS);
+	char *val = malloc(VLEN);
+	assert_non_null(val);
+	memset(val, 'v', VLEN);
+	char key[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		OK(dg_cache_put(ca, key, strlen(key), val, VLEN));
+	}
+	free(val);
+	dg_node *q = start_node(&seed, 1, false, NULL);
+	dg_cache *cq = cache_on(q, "bigv");
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (aff_nodes(cq, NULL) < 2 && dgi_now_ms() < deadline)
+		usleep(5 * 1000);
+	/* a key of the partition Q now leads that holds the most values (9
+	 * are more than a frame) */
+	int per[PARTS] = { 0 }, pick = -1;
+	uint64_t h;
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		per[part_of(cq, key, &h)]++;
+	}
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		int p = (int)part_of(cq, key, &h);
+		if (owner_of(cq, key, 0) == dg_node_get_id(q) && (pick < 0 || per[p] > per[pick]))
+			pick = p;
+	}
+	int ki = -1;
+	for (int i = 0; i < N && ki < 0 && pick >= 0; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		if ((int)part_of(cq, key, &h) == pick)
+			ki = i;
+	}
+	snprintf(key, sizeof(key), "b%d", ki);
+	uint64_t t0 = dgi_now_ms();
+	dg_err e = ki >= 0 ? dg_cache_put(cq, key, strlen(key), "new", 3) : DG_ERR_STATE;
+	print_message("put of %s (partition %d: %d values of 2 MiB) at the new primary: %s after "
+	    "%llu ms\n", key, pick, pick >= 0 ? per[pick] : 0, dg_strerror(e),
+	    (unsigned long long)(dgi_now_ms() - t0));
+	dg_node_stop(q);
+	dg_node_stop(a);
+	assert_true(ki >= 0);
+	assert_true(per[pick] >= 9);
+	OK(e);
+}
+
 static int unpause(void **state)
 {
 	(void)state;
@@ -1478,6 +1535,7 @@ int dgt_sync_tests(void)
 		cmocka_unit_test(test_moving_without_supplier_is_lost),
 		cmocka_unit_test(test_old_primary_two_versions_behind),
 		cmocka_unit_test(test_psync_answer_larger_than_a_frame),
+		cmocka_unit_test(test_psync_answer_values_larger_than_a_batch),
 		cmocka_unit_test(test_lagging_node_learns_cache_late),
 		cmocka_unit_test(test_adopted_write_read_once_on_every_owner),
 	};

@@ -119,11 +119,26 @@ static void test_store_overwrite_no_alloc(void **state)
 	dgi_part_free(&p);
 }
 
-static bool collect_hash(void *ctx, const dgi_entry *e)
+static uint64_t collect_hash(void *ctx, const dgi_entry *e)
 {
 	uint64_t **pp = ctx;
 	*(*pp)++ = dgi_entry_hash(e);
-	return true;
+	return dgi_page_entry_bytes(e);
+}
+
+struct scan_bytes {
+	uint64_t *w;
+	uint64_t took;              /* this page's */
+	uint32_t n;
+};
+
+static uint64_t collect_bytes(void *ctx, const dgi_entry *e)
+{
+	struct scan_bytes *sb = ctx;
+	*sb->w++ = dgi_entry_hash(e);
+	sb->took += dgi_page_entry_bytes(e);
+	sb->n++;
+	return dgi_page_entry_bytes(e);
 }
 
 static void test_store_scan_pages(void **state)
@@ -141,7 +156,7 @@ static void test_store_scan_pages(void **state)
 	bool first = true, more = true;
 	int pages = 0;
 	while (more) {
-		after = dgi_part_scan(&p, after, first, 64, collect_hash, &w, &more);
+		after = dgi_part_scan(&p, after, first, 64, UINT64_MAX, collect_hash, &w, &more);
 		first = false;
 		pages++;
 	}
@@ -149,6 +164,33 @@ static void test_store_scan_pages(void **state)
 	assert_int_equal(pages, (1000 + 63) / 64);
 	for (int i = 1; i < 1000; i++)
 		assert_true(seen[i] > seen[i - 1]); /* hash order, no repeats */
+	/* by bytes: values of 1..3000 bytes, pages of at most 8 KiB, or one
+	 * entry alone when it is larger */
+	static uint8_t big[3000];
+	memset(big, 'b', sizeof(big));
+	for (int i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "s%d", i);
+		uint64_t h = dgi_key_hash((const uint8_t *)k, strlen(k));
+		dgi_pver ver = { 1, 2, 1, 0 };
+		OK(dgi_part_set(&p, h, (const uint8_t *)k, (uint32_t)strlen(k), big,
+		    1 + (uint32_t)(i * 37 % 3000), &ver, 0, 0, 0, 0, NULL));
+	}
+	struct scan_bytes sb = { seen, 0, 0 };
+	after = 0;
+	first = more = true;
+	pages = 0;
+	while (more) {
+		sb.took = sb.n = 0;
+		after = dgi_part_scan(&p, after, first, 1000, 8192, collect_bytes, &sb, &more);
+		assert_true(sb.n > 0);
+		assert_true(sb.took <= 8192 || sb.n == 1);
+		first = false;
+		pages++;
+	}
+	assert_int_equal(sb.w - seen, 1000);
+	assert_true(pages > 1000 * (1500 + 40) / 8192); /* (about half a page's bytes each) */
+	for (int i = 1; i < 1000; i++)
+		assert_true(seen[i] > seen[i - 1]);
 	dgi_part_free(&p);
 }
 
@@ -2401,6 +2443,58 @@ static void test_multi_rebalance_under_writes(void **state)
 	cluster_stop(&cl);
 }
 
+/* A rebalancing page is an entry count (dgi_page_cap: the batch's bytes
+ * over the partition's mean entry size, 16 at least), not a byte size:
+ * values of 1.5 MiB made a page of 12 of them 18 MiB, past the receiver's
+ * recv_max (16 MiB), and the partition never arrived.  Pages stop at the
+ * batch's bytes (one entry at least). */
+static void test_rebalance_values_larger_than_a_batch(void **state)
+{
+	(void)state;
+	enum { PARTS = 2, VLEN = 1536 * 1024, N = 24 };
+	dg_node *a = start_node(NULL, 0, false, NULL);
+	const char *seed = dg_node_address(a);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "bigv");
+	cc.backups = 1;
+	cc.partitions = PARTS;
+	cc.read_from_backup = true;
+	dg_cache *ca;
+	OK(dg_cache_create(a, &cc, &ca));
+	uint8_t *val = malloc(VLEN);
+	assert_non_null(val);
+	char k[16];
+	for (int i = 0; i < N; i++) {
+		memset(val, 'a' + i, VLEN);
+		snprintf(k, sizeof(k), "v%d", i);
+		OK(dg_cache_put(ca, k, strlen(k), val, VLEN));
+	}
+	dg_node *b = start_node(&seed, 1, false, NULL);
+	dg_cache *cb = cache_on(b, "bigv");
+	uint64_t t0 = dgi_now_ms();
+	dg_err e = dg_cache_wait_rebalanced(cb, 15000);
+	print_message("joined node rebalanced: %s after %llu ms\n", dg_strerror(e),
+	    (unsigned long long)(dgi_now_ms() - t0));
+	/* b owns both partitions (backups = 1): every value read from its own copy */
+	int right = 0;
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = 0; e == DG_OK && i < N; i++) {
+		snprintf(k, sizeof(k), "v%d", i);
+		v.len = 0;
+		memset(val, 'a' + i, VLEN);
+		if (dg_cache_get(cb, k, strlen(k), &v) == DG_OK && v.len == VLEN &&
+		    memcmp(v.data, val, VLEN) == 0)
+			right++;
+	}
+	dg_buf_free(&v);
+	free(val);
+	dg_node_stop(b);
+	dg_node_stop(a);
+	OK(e);
+	assert_int_equal(right, N);
+}
+
 /* REPLICATED: every server node holds every entry, whatever the backups
  * setting; size counts each entry once; clear empties every node. */
 static void test_multi_replicated(void **state)
@@ -2485,6 +2579,53 @@ static void test_multi_scan_remote(void **state)
 	dg_scan_close(sc);
 	free(seen);
 	cluster_stop(&cl);
+}
+
+/* A scan's page is the entry count asked for (256 by default), and its
+ * SCAN_RES one frame: 256 values of 128 KiB are 32 MiB, past recv_max, and
+ * the scan failed (DG_ERR_LIMIT).  A page holds rebalance_batch_bytes at
+ * most (dgi_page_encode). */
+static void test_multi_scan_remote_large_values(void **state)
+{
+	(void)state;
+	enum { VLEN = 128 * 1024, N = 300 };
+	struct cluster cl;
+	cluster_start(&cl, 1, 1);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, "bigscan");
+	cc.partitions = 1;
+	dg_cache *c;
+	OK(dg_cache_create(cl.n[1], &cc, &c)); /* the client: every page from the server */
+	uint8_t *val = malloc(VLEN);
+	assert_non_null(val);
+	for (int i = 0; i < N; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "s%05d", i);
+		memset(val, i & 0xFF, VLEN);
+		OK(dg_cache_put(c, k, strlen(k), val, VLEN));
+	}
+	dg_scan *sc;
+	OK(dg_scan_open(c, 0, &sc));
+	const uint8_t *kp, *vp;
+	size_t kl, vl;
+	int n = 0, right = 0;
+	dg_err e;
+	while ((e = dg_scan_next(sc, &kp, &kl, &vp, &vl)) == DG_OK) {
+		const uint8_t *kb, *vb;
+		size_t kn, vn;
+		OK(dg_bytes_of(kp, kl, &kb, &kn));
+		OK(dg_bytes_of(vp, vl, &vb, &vn));
+		int i = atoi((const char *)kb + 1);
+		memset(val, i & 0xFF, VLEN);
+		right += vn == VLEN && memcmp(vb, val, VLEN) == 0;
+		n++;
+	}
+	dg_scan_close(sc);
+	free(val);
+	cluster_stop(&cl);
+	EXPECT(e, DG_ERR_NOT_FOUND);
+	assert_int_equal(n, N);
+	assert_int_equal(right, N);
 }
 
 static void test_multi_lost_partitions(void **state)
@@ -5023,8 +5164,10 @@ int main(void)
 		cmocka_unit_test(test_multi_full_async),
 		cmocka_unit_test(test_multi_read_from_backup),
 		cmocka_unit_test(test_multi_rebalance_under_writes),
+		cmocka_unit_test(test_rebalance_values_larger_than_a_batch),
 		cmocka_unit_test(test_multi_replicated),
 		cmocka_unit_test(test_multi_scan_remote),
+		cmocka_unit_test(test_multi_scan_remote_large_values),
 		cmocka_unit_test(test_multi_lost_partitions),
 		cmocka_unit_test(test_multi_node_failure_keeps_writes),
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),
