@@ -2628,6 +2628,429 @@ static void test_multi_scan_remote_large_values(void **state)
 	assert_int_equal(right, N);
 }
 
+/* ---- batches of large values ----
+ * A batch's messages hold up to DGI_MANY_MAX keys whatever their bytes:
+ * CACHE_UPDATE_ALL (originator -> primary), the primary's FULL_SYNC copies
+ * as one CACHE_BACKUP_ALL per backup (a batch's, or a reactor round's),
+ * CACHE_GET_ALL_RES (primary -> reader).  16 values of 1.5 MiB are 24 MiB,
+ * past recv_max (16 MiB by default): what a user needs is that the call
+ * still succeeds and every owner holds every value whole (as rebalancing's
+ * and scans' pages since they end at a byte size). */
+
+#define BIG_RECV_MAX ((size_t)16 << 20) /* the transport's default recv_max */
+
+/* Value i of len bytes: its index at both ends, a byte of its own between. */
+static void big_fill(uint8_t *v, size_t len, int i)
+{
+	memset(v, 'A' + i % 53, len);
+	memcpy(v, &i, sizeof(i));
+	memcpy(v + len - sizeof(i), &i, sizeof(i));
+}
+
+/* Whether c's node holds key, live, with exactly val (len bytes). */
+static bool big_copy_on(dg_cache *c, const char *key, const uint8_t *val, size_t len)
+{
+	dgi_part *p;
+	dgi_entry *e = raw_entry(c, key, &p);
+	const uint8_t *b = NULL;
+	size_t n = 0;
+	bool ok = e != NULL && !(e->flags & DGI_ENTRY_TOMB) &&
+	    dg_bytes_of(dgi_entry_val(e), e->vlen, &b, &n) == DG_OK && n == len &&
+	    (len == 0 || memcmp(b, val, len) == 0);
+	dgi_part_unlock(p);
+	return ok;
+}
+
+static uint32_t big_part(dg_cache *c, const char *key)
+{
+	uint8_t enc[130];
+	size_t kl = strlen(key);
+	enc[0] = 0x0A;
+	enc[1] = (uint8_t)kl;
+	memcpy(enc + 2, key, kl);
+	return dgi_part_of(dgi_key_hash(enc, kl + 2), c->cfg.partitions);
+}
+
+/* Of the keys kp00..kp(n-1) (value i: big_fill(len[i], i); len NULL: every
+ * key removed), how many every owner among the servers cs[0..ns) holds as
+ * expected; *owners: the owners of the last key. */
+static int big_whole_everywhere(dg_cache **cs, int ns, const char *kp, int n,
+    const size_t *len, uint8_t *scratch, int *owners)
+{
+	int whole = 0;
+	for (int i = 0; i < n; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "%s%02d", kp, i);
+		if (len != NULL)
+			big_fill(scratch, len[i], i);
+		int own = 0, held = 0;
+		for (int j = 0; j < ns; j++) {
+			dgi_aff *aff = atomic_load(&cs[j]->aff);
+			if (dgi_aff_role(aff, big_part(cs[j], k), cs[j]->g->self) < 0)
+				continue;
+			own++;
+			if (len != NULL) {
+				held += big_copy_on(cs[j], k, scratch, len[i]);
+			} else {
+				dgi_part *p;
+				dgi_entry *e = raw_entry(cs[j], k, &p);
+				held += e == NULL || (e->flags & DGI_ENTRY_TOMB);
+				dgi_part_unlock(p);
+			}
+		}
+		whole += own > 0 && held == own;
+		*owners = own;
+	}
+	return whole;
+}
+
+static uint64_t bytes_sent_of(dg_node *n, dg_msg_type t)
+{
+	dg_msg_metric m[DG_MSG__COUNT];
+	size_t k = dg_tp_metrics(dgi_node_tp(n), m, DG_MSG__COUNT);
+	for (size_t i = 0; i < k && i < DG_MSG__COUNT; i++)
+		if (m[i].type == t)
+			return m[i].c.bytes_sent;
+	return 0;
+}
+
+struct big_counts {
+	uint64_t uall, upd, ball, back, gall, get;
+};
+
+static struct big_counts big_counts_of(struct cluster *cl)
+{
+	return (struct big_counts){ sent_all(cl, DGI_MSG_UPDATE_ALL), sent_all(cl, DGI_MSG_UPDATE),
+		sent_all(cl, DGI_MSG_BACKUP_ALL), sent_all(cl, DGI_MSG_BACKUP),
+		sent_all(cl, DGI_MSG_GET_ALL), sent_all(cl, DGI_MSG_GET) };
+}
+
+static void big_counts_print(const char *what, struct cluster *cl, struct big_counts a)
+{
+	struct big_counts b = big_counts_of(cl);
+	print_message("%s: sent UPDATE_ALL %llu, UPDATE %llu, BACKUP_ALL %llu, BACKUP %llu, "
+	    "GET_ALL %llu, GET %llu\n", what, (unsigned long long)(b.uall - a.uall),
+	    (unsigned long long)(b.upd - a.upd), (unsigned long long)(b.ball - a.ball),
+	    (unsigned long long)(b.back - a.back), (unsigned long long)(b.gall - a.gall),
+	    (unsigned long long)(b.get - a.get));
+}
+
+/* A FULL_SYNC cache of 1 partition (every key on one primary) created on
+ * node `on`, learnt and rebalanced on the servers cs[0..ns). */
+static void big_cache(struct cluster *cl, int ns, int on, const char *name, int backups,
+    dg_cache **cs)
+{
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, name);
+	cc.backups = backups;
+	cc.partitions = 1;
+	cc.write_sync = DG_FULL_SYNC;
+	OK(dg_cache_create(cl->n[on], &cc, &cs[on]));
+	for (int i = 0; i < cl->count; i++) {
+		if (i != on)
+			cs[i] = cache_on(cl->n[i], name);
+		if (i < ns)
+			OK(dg_cache_wait_rebalanced(cs[i], 5000));
+	}
+}
+
+/* n keys kp00.. with values of len[i] bytes (big_fill) in vals (one
+ * allocation of the sum). */
+static uint8_t *big_batch(dg_kv *kv, char (*ks)[16], const char *kp, int n, const size_t *len)
+{
+	size_t sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += len[i];
+	uint8_t *vals = malloc(sum);
+	assert_non_null(vals);
+	size_t at = 0;
+	for (int i = 0; i < n; i++) {
+		snprintf(ks[i], 16, "%s%02d", kp, i);
+		big_fill(vals + at, len[i], i);
+		kv[i] = (dg_kv){ ks[i], strlen(ks[i]), vals + at, len[i] };
+		at += len[i];
+	}
+	return vals;
+}
+
+/* put_all from a client, FULL_SYNC, backups = 1: 16 values of 1.5 MiB to
+ * one primary are a 24 MiB UPDATE_ALL (and, were it sent, a 24 MiB
+ * BACKUP_ALL).  The call succeeds, every owner holds every value whole;
+ * then a remove_all of them (small messages) leaves none anywhere. */
+static void test_put_all_large_values_from_client(void **state)
+{
+	(void)state;
+	enum { S = 2, N = 16, VLEN = 1536 * 1024 };
+	struct cluster cl;
+	cluster_start(&cl, S, 1);
+	dg_cache *cs[S + 1];
+	big_cache(&cl, S, S, "bigput", 1, cs);
+	static dg_kv kv[N];
+	static char ks[N][16];
+	size_t len[N];
+	for (int i = 0; i < N; i++)
+		len[i] = VLEN;
+	uint8_t *vals = big_batch(kv, ks, "p", N, len);
+	uint8_t *scratch = malloc(VLEN);
+	assert_non_null(scratch);
+	struct big_counts c0 = big_counts_of(&cl);
+	uint64_t t0 = dgi_now_ms();
+	dg_err e = dg_cache_put_all(cs[S], kv, N);
+	print_message("put_all of %d x %d KiB from the client: %s after %llu ms\n", N, VLEN / 1024,
+	    dg_strerror(e), (unsigned long long)(dgi_now_ms() - t0));
+	big_counts_print("put_all", &cl, c0);
+	int owners = 0;
+	int whole = big_whole_everywhere(cs, S, "p", N, len, scratch, &owners);
+	print_message("values whole on every owner (%d): %d of %d\n", owners, whole, N);
+	size_t removed = 0;
+	dg_err er = dg_cache_remove_all(cs[S], kv, N, &removed);
+	int gone = big_whole_everywhere(cs, S, "p", N, NULL, scratch, &owners);
+	print_message("remove_all: %s, removed %zu, gone from every owner: %d of %d\n",
+	    dg_strerror(er), removed, gone, N);
+	free(scratch);
+	free(vals);
+	cluster_stop(&cl);
+	OK(e);
+	assert_int_equal(owners, 2);
+	assert_int_equal(whole, N);
+	OK(er);
+	assert_int_equal(removed, N);
+	assert_int_equal(gone, N);
+}
+
+/* put_all on the keys' primary, FULL_SYNC, backups = 2 (3 servers): the
+ * batch's own copies gathered per backup (dgi_copies_begin) are one 24 MiB
+ * BACKUP_ALL for each backup.  The call succeeds, all 3 owners hold every
+ * value whole. */
+static void test_put_all_large_values_on_primary(void **state)
+{
+	(void)state;
+	enum { S = 3, N = 16, VLEN = 1536 * 1024 };
+	struct cluster cl;
+	cluster_start(&cl, S, 0);
+	dg_cache *cs[S];
+	big_cache(&cl, S, 0, "bigput2", 2, cs);
+	dgi_aff *aff = atomic_load(&cs[0]->aff);
+	int pi = -1;
+	for (int i = 0; i < S; i++)
+		if (dgi_aff_owner(aff, 0, 0) == cs[i]->g->self)
+			pi = i;
+	assert_true(pi >= 0);
+	static dg_kv kv[N];
+	static char ks[N][16];
+	size_t len[N];
+	for (int i = 0; i < N; i++)
+		len[i] = VLEN;
+	uint8_t *vals = big_batch(kv, ks, "q", N, len);
+	uint8_t *scratch = malloc(VLEN);
+	assert_non_null(scratch);
+	struct big_counts c0 = big_counts_of(&cl);
+	uint64_t t0 = dgi_now_ms();
+	dg_err e = dg_cache_put_all(cs[pi], kv, N);
+	print_message("put_all of %d x %d KiB on the primary: %s after %llu ms\n", N, VLEN / 1024,
+	    dg_strerror(e), (unsigned long long)(dgi_now_ms() - t0));
+	big_counts_print("put_all", &cl, c0);
+	int owners = 0;
+	int whole = big_whole_everywhere(cs, S, "q", N, len, scratch, &owners);
+	print_message("values whole on every owner (%d): %d of %d\n", owners, whole, N);
+	free(scratch);
+	free(vals);
+	cluster_stop(&cl);
+	OK(e);
+	assert_int_equal(owners, 3);
+	assert_int_equal(whole, N);
+}
+
+/* put_all from a client whose UPDATE_ALL fits recv_max (16 bytes short of
+ * it) while the primary's BACKUP_ALL of the same values, ~40 bytes more an
+ * item, does not.  Calibrated by a first batch of the same shape (its
+ * UPDATE_ALL's bytes on the wire).  The call succeeds, every owner holds
+ * every value whole. */
+static void test_put_all_backup_all_past_recv_max(void **state)
+{
+	(void)state;
+	enum { S = 2, N = 9, L0 = 1800000 };
+	struct cluster cl;
+	cluster_start(&cl, S, 1);
+	dg_cache *cs[S + 1];
+	big_cache(&cl, S, S, "bigput3", 1, cs);
+	static dg_kv kv[N];
+	static char ks[N][16];
+	size_t len[N];
+	for (int i = 0; i < N; i++)
+		len[i] = L0;
+	uint8_t *vals = big_batch(kv, ks, "c", N, len);
+	uint64_t b0 = bytes_sent_of(cl.n[S], DGI_MSG_UPDATE_ALL);
+	OK(dg_cache_put_all(cs[S], kv, N));
+	uint64_t body0 = bytes_sent_of(cl.n[S], DGI_MSG_UPDATE_ALL) - b0 - DG_FRAME_HEADER;
+	free(vals);
+	assert_true(body0 < BIG_RECV_MAX);
+	/* the same shape (key lengths, value-length varints), 16 bytes short */
+	size_t grow = BIG_RECV_MAX - 16 - body0;
+	for (int i = 0; i < N; i++)
+		len[i] = L0 + grow / N + (i == 0 ? grow % N : 0);
+	vals = big_batch(kv, ks, "e", N, len);
+	uint8_t *scratch = malloc(len[0]);
+	assert_non_null(scratch);
+	struct big_counts c0 = big_counts_of(&cl);
+	b0 = bytes_sent_of(cl.n[S], DGI_MSG_UPDATE_ALL);
+	uint64_t t0 = dgi_now_ms();
+	dg_err e = dg_cache_put_all(cs[S], kv, N);
+	uint64_t body = bytes_sent_of(cl.n[S], DGI_MSG_UPDATE_ALL) - b0 - DG_FRAME_HEADER;
+	print_message("put_all, UPDATE_ALL body %llu (recv_max %zu): %s after %llu ms\n",
+	    (unsigned long long)body, BIG_RECV_MAX, dg_strerror(e),
+	    (unsigned long long)(dgi_now_ms() - t0));
+	big_counts_print("put_all", &cl, c0);
+	int owners = 0;
+	int whole = big_whole_everywhere(cs, S, "e", N, len, scratch, &owners);
+	print_message("values whole on every owner (%d): %d of %d\n", owners, whole, N);
+	free(scratch);
+	free(vals);
+	cluster_stop(&cl);
+	assert_int_equal(body, BIG_RECV_MAX - 16); /* the UPDATE_ALL went, whole */
+	OK(e);
+	assert_int_equal(owners, 2);
+	assert_int_equal(whole, N);
+}
+
+/* get_all from a client of 16 values of 1.5 MiB on one primary: its
+ * GET_ALL_RES would be 24 MiB.  The call succeeds and returns every value
+ * whole. */
+static void test_get_all_large_values_from_client(void **state)
+{
+	(void)state;
+	enum { S = 2, N = 16, VLEN = 1536 * 1024 };
+	struct cluster cl;
+	cluster_start(&cl, S, 1);
+	dg_cache *cs[S + 1];
+	big_cache(&cl, S, S, "bigget", 1, cs);
+	static dg_kv kv[N];
+	static char ks[N][16];
+	size_t len[N];
+	for (int i = 0; i < N; i++)
+		len[i] = VLEN;
+	uint8_t *vals = big_batch(kv, ks, "g", N, len);
+	for (int i = 0; i < N; i++) /* one by one: no batch message */
+		OK(dg_cache_put(cs[S], kv[i].key, kv[i].klen, kv[i].val, kv[i].vlen));
+	uint8_t *scratch = malloc(VLEN);
+	assert_non_null(scratch);
+	dg_buf b;
+	dg_buf_init(&b);
+	size_t found = 0;
+	struct big_counts c0 = big_counts_of(&cl);
+	uint64_t t0 = dgi_now_ms();
+	dg_err e = dg_cache_get_all(cs[S], kv, N, &b, &found);
+	print_message("get_all of %d x %d KiB from the client: %s after %llu ms, found %zu\n", N,
+	    VLEN / 1024, dg_strerror(e), (unsigned long long)(dgi_now_ms() - t0), found);
+	big_counts_print("get_all", &cl, c0);
+	int right = 0;
+	for (int i = 0; e == DG_OK && i < N; i++) {
+		big_fill(scratch, VLEN, i);
+		right += kv[i].vlen == VLEN && memcmp(kv[i].val, scratch, VLEN) == 0;
+	}
+	dg_buf_free(&b);
+	free(scratch);
+	free(vals);
+	cluster_stop(&cl);
+	OK(e);
+	assert_int_equal(found, N);
+	assert_int_equal(right, N);
+}
+
+/* Single FULL_SYNC puts of 2 MiB values from 3 clients, 2 threads each,
+ * all at once to one primary (backups = 1): the primary gathers the copies
+ * of the UPDATEs one reactor round brought into one BACKUP_ALL per backup
+ * (dgi_copies_round), which may pass recv_max.  Every put succeeds and
+ * every owner holds every value whole. */
+#define RC_CLIENTS 3
+#define RC_THREADS 2
+#define RC_KEYS 6
+#define RC_VLEN (2048 * 1024 - 64)
+
+struct rc_arg {
+	dg_cache *c;
+	int base;
+	uint8_t *val;
+	pthread_barrier_t *go;
+	dg_err err;
+	int bad;
+};
+
+static void *rc_putter(void *p)
+{
+	struct rc_arg *a = p;
+	pthread_barrier_wait(a->go);
+	a->err = DG_OK;
+	for (int i = 0; i < RC_KEYS; i++) {
+		char k[16];
+		int idx = a->base + i;
+		snprintf(k, sizeof(k), "r%02d", idx);
+		big_fill(a->val, RC_VLEN, idx);
+		dg_err e = dg_cache_put(a->c, k, strlen(k), a->val, RC_VLEN);
+		if (e != DG_OK) {
+			a->bad++;
+			if (a->err == DG_OK)
+				a->err = e;
+		}
+	}
+	return NULL;
+}
+
+static void test_put_large_values_round_coalesced(void **state)
+{
+	(void)state;
+	enum { S = 2, T = RC_CLIENTS * RC_THREADS, N = T * RC_KEYS };
+	struct cluster cl;
+	cluster_start(&cl, S, RC_CLIENTS);
+	dg_cache *cs[S + RC_CLIENTS];
+	big_cache(&cl, S, S, "biground", 1, cs);
+	pthread_barrier_t go;
+	pthread_barrier_init(&go, NULL, T);
+	struct rc_arg args[T];
+	pthread_t th[T];
+	struct big_counts c0 = big_counts_of(&cl);
+	uint64_t r0 = 0;
+	for (int i = S; i < cl.count; i++)
+		r0 += atomic_load(&cs[i]->remaps);
+	uint64_t t0 = dgi_now_ms();
+	for (int t = 0; t < T; t++) {
+		args[t] = (struct rc_arg){ cs[S + t / RC_THREADS], t * RC_KEYS, malloc(RC_VLEN), &go,
+			DG_OK, 0 };
+		assert_non_null(args[t].val);
+		assert_int_equal(pthread_create(&th[t], NULL, rc_putter, &args[t]), 0);
+	}
+	dg_err e = DG_OK;
+	int bad = 0;
+	for (int t = 0; t < T; t++) {
+		pthread_join(th[t], NULL);
+		free(args[t].val);
+		bad += args[t].bad;
+		if (e == DG_OK)
+			e = args[t].err;
+	}
+	pthread_barrier_destroy(&go);
+	uint64_t r1 = 0;
+	for (int i = S; i < cl.count; i++)
+		r1 += atomic_load(&cs[i]->remaps);
+	print_message("%d concurrent puts of %d KiB: first error %s, %d failed, %llu ms, "
+	    "client remaps %llu\n", N, RC_VLEN / 1024, dg_strerror(e), bad,
+	    (unsigned long long)(dgi_now_ms() - t0), (unsigned long long)(r1 - r0));
+	big_counts_print("puts", &cl, c0);
+	size_t len[N];
+	for (int i = 0; i < N; i++)
+		len[i] = RC_VLEN;
+	uint8_t *scratch = malloc(RC_VLEN);
+	assert_non_null(scratch);
+	int owners = 0;
+	int whole = big_whole_everywhere(cs, S, "r", N, len, scratch, &owners);
+	print_message("values whole on every owner (%d): %d of %d\n", owners, whole, N);
+	free(scratch);
+	cluster_stop(&cl);
+	OK(e);
+	assert_int_equal(owners, 2);
+	assert_int_equal(whole, N);
+}
+
 static void test_multi_lost_partitions(void **state)
 {
 	(void)state;
@@ -5168,6 +5591,11 @@ int main(void)
 		cmocka_unit_test(test_multi_replicated),
 		cmocka_unit_test(test_multi_scan_remote),
 		cmocka_unit_test(test_multi_scan_remote_large_values),
+		cmocka_unit_test(test_put_all_large_values_from_client),
+		cmocka_unit_test(test_put_all_large_values_on_primary),
+		cmocka_unit_test(test_put_all_backup_all_past_recv_max),
+		cmocka_unit_test(test_get_all_large_values_from_client),
+		cmocka_unit_test(test_put_large_values_round_coalesced),
 		cmocka_unit_test(test_multi_lost_partitions),
 		cmocka_unit_test(test_multi_node_failure_keeps_writes),
 		cmocka_unit_test(test_multi_graceful_leave_hands_over),

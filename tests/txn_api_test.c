@@ -558,6 +558,68 @@ static void test_commit_reaches_backups(void **state)
 	cluster_stop(&cl);
 }
 
+/* A tx whose entries on one primary pass a frame (recv_max, 16 MiB):
+ * 20 values of 2 MiB over two nodes.  Its PREPARE, the forward to the
+ * backups and the commit copies each carry a primary's entries in one
+ * message, so it cannot commit: it fails with DG_ERR_LIMIT before anything
+ * is sent, leaves nothing, and holds no lock — a tx of 6 of those values
+ * commits next.  Before, the primary's forward failed half-way
+ * (TX-BACKUP err=DG_ERR_UNREACHABLE) and the commit said only
+ * DG_ERR_TX_ROLLED_BACK. */
+static void test_commit_larger_than_a_frame(void **state)
+{
+	(void)state;
+	enum { N = 20, FEW = 6, VLEN = 2048 * 1024 };
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_cache *c0 = tx_cache(cl.n[0], "bigtx", 1);
+	dg_cache *c1 = cache_on(cl.n[1], "bigtx");
+	uint8_t *val = malloc(VLEN);
+	assert_non_null(val);
+	for (int round = 0; round < 4; round++) {
+		int n = round % 2 ? FEW : N; /* too many, then few enough */
+		dg_tx *tx;
+		OK(dg_tx_begin(cl.n[0], round < 2 ? DG_PESSIMISTIC : DG_OPTIMISTIC,
+		    round < 2 ? DG_REPEATABLE_READ : DG_SERIALIZABLE, 10000, "bigtx", &tx));
+		char key[16];
+		for (int k = 0; k < n; k++) {
+			snprintf(key, sizeof(key), "b%d", k);
+			memset(val, 'a' + round * N + k, VLEN);
+			OK(dg_tx_put(tx, c0, key, strlen(key), val, VLEN));
+		}
+		uint64_t t0 = dgi_now_ms();
+		dg_err ce = dg_tx_commit(tx);
+		int whole = 0;
+		dg_buf v;
+		dg_buf_init(&v);
+		for (int i = 0; i < 2; i++)
+			for (int k = 0; k < n; k++) {
+				snprintf(key, sizeof(key), "b%d", k);
+				memset(val, 'a' + round * N + k, VLEN);
+				v.len = 0;
+				dg_err ge = dg_cache_get(i ? c1 : c0, key, strlen(key), &v);
+				whole += ge == DG_OK && v.len == VLEN && memcmp(v.data, val, VLEN) == 0;
+			}
+		dg_buf_free(&v);
+		print_message("round %d: %d values, commit %s after %llu ms; %d of %d copies hold "
+		    "them\n", round, n, dg_strerror(ce), (unsigned long long)(dgi_now_ms() - t0),
+		    whole, 2 * n);
+		if (n == N) {
+			EXPECT(ce, DG_ERR_LIMIT);
+			assert_int_equal(whole, 0);
+		} else {
+			OK(ce);
+			assert_int_equal(whole, 2 * n);
+		}
+	}
+	dg_tx_metrics m0, m1;
+	OK(dg_tx_get_metrics(cl.n[0], &m0));
+	OK(dg_tx_get_metrics(cl.n[1], &m1));
+	assert_int_equal(m0.locks_held + m1.locks_held, 0);
+	free(val);
+	cluster_stop(&cl);
+}
+
 /* Two txs lock a and b in opposite orders on one primary: one is the
  * deadlock victim at once, not at its 10 s timeout. */
 struct dl_arg {
@@ -4070,6 +4132,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_no_dirty_reads, after_test),
 		cmocka_unit_test_teardown(test_repeatable_reads, after_test),
 		cmocka_unit_test_teardown(test_commit_reaches_backups, after_test),
+		cmocka_unit_test_teardown(test_commit_larger_than_a_frame, after_test),
 		cmocka_unit_test_teardown(test_commit_sent_by_last_prepare_answer, after_test),
 		cmocka_unit_test_teardown(test_deadlock_detected, after_test),
 		cmocka_unit_test_teardown(test_deadlock_across_nodes, after_test),

@@ -1301,6 +1301,8 @@ fail:
 
 dg_node_id dg_tp_self(const dg_tp *tp) { return tp->self; }
 
+size_t dg_tp_recv_max(const dg_tp *tp) { return tp->cfg.recv_max; }
+
 void dgi_tp_set_stale_ms(dg_tp *tp, uint32_t ms)
 {
 	atomic_store(&tp->stale_ms, ms);

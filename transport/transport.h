@@ -359,6 +359,10 @@ dg_err dg_tp_start(const dg_tp_config *cfg, dg_tp **out);
 void dg_tp_stop(dg_tp *tp);
 
 dg_node_id dg_tp_self(const dg_tp *tp);
+/* The largest message body this transport sends or accepts (its
+ * recv_max; a cluster runs one setting): what a caller that packs many
+ * entries into one message checks first. */
+size_t dg_tp_recv_max(const dg_tp *tp);
 /* The URL peers should dial (advertise_url, with the bound port when the
  * listen URL asked for port 0).  Static for the life of tp. */
 const char *dg_tp_address(const dg_tp *tp);

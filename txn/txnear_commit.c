@@ -159,6 +159,27 @@ static dg_err prepare_groups(dg_tx *tx, const struct ent_ref *refs, const struct
 	if (e != DG_OK)
 		return e;
 	offs[ng] = tx->wire.len;
+	if (!(flags & DGI_TXP_RESEND)) {
+		/* a group's entries travel in one frame each time: its PREPARE,
+		 * the primary's forward to its backups, its commit copies (the
+		 * versions filled in: up to DGI_TX_ENTRY_GROWTH bytes more an
+		 * entry).  A group that cannot fit one is refused here, before
+		 * anything is sent: the forward failed half-way before, and the
+		 * tx said only "rolled back" (test_commit_larger_than_a_frame) */
+		size_t room = dg_tp_recv_max(dgi_txsvc_tp(tx->s));
+		for (uint32_t i = 0; i < ng; i++) {
+			size_t need = offs[i + 1] - offs[i] + (size_t)groups[i].n * DGI_TX_ENTRY_GROWTH +
+			    DGI_TX_HEAD_ROOM;
+			if (need > room) {
+				dgi_log("warn", "TX-TOO-LARGE", "tx=%016llx:%llu node=%016llx entries=%u "
+				    "bytes=%zu recv_max=%zu why=\"a transaction's entries on one primary "
+				    "travel in one message\"", (unsigned long long)tx->id.node,
+				    (unsigned long long)tx->id.seq, (unsigned long long)groups[i].node,
+				    groups[i].n, need, room);
+				return DG_ERR_LIMIT;
+			}
+		}
+	}
 	uint32_t left = dgi_txn_left_ms(tx);
 	if (left == 0)
 		return DG_ERR_TIMEOUT;

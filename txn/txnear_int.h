@@ -25,6 +25,12 @@
 #include <stdatomic.h>
 
 #define MAX_NODES 64            /* primaries (and lock holders) per tx */
+/* A group of entries must fit one frame (txnear_commit.c, prepare_groups):
+ * what the versions a commit copy fills in may add to an entry (three
+ * svarints of up to 10 bytes, where the near sent as little as 1 each),
+ * and room for a message's head values. */
+#define DGI_TX_ENTRY_GROWTH 32
+#define DGI_TX_HEAD_ROOM 1024
 
 /* A participant answers a wait that ends with the tx's timeout itself;
  * this much more lets its answer arrive. */
