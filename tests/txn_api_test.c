@@ -620,6 +620,55 @@ static void test_commit_larger_than_a_frame(void **state)
 	cluster_stop(&cl);
 }
 
+/* A tx's batch read whose values on one primary pass a frame: 20 values
+ * of 2 MiB read with one dg_tx_get_all (TX_LOCK_ALL: one request per
+ * primary, its answer carrying every value read). */
+static void test_tx_get_all_larger_than_a_frame(void **state)
+{
+	(void)state;
+	enum { N = 20, VLEN = 2048 * 1024 };
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_cache *c0 = tx_cache(cl.n[0], "bigrd", 1);
+	uint8_t *val = malloc(VLEN);
+	assert_non_null(val);
+	char keys[N][16];
+	dg_kv kv[N];
+	for (int k = 0; k < N; k++) {
+		snprintf(keys[k], sizeof(keys[k]), "r%d", k);
+		memset(val, 'a' + k, VLEN);
+		OK(dg_cache_put(c0, keys[k], strlen(keys[k]), val, VLEN));
+	}
+	for (int round = 0; round < 2; round++) {
+		dg_tx *tx;
+		OK(dg_tx_begin(cl.n[0], round ? DG_OPTIMISTIC : DG_PESSIMISTIC,
+		    round ? DG_SERIALIZABLE : DG_REPEATABLE_READ, 10000, "bigrd", &tx));
+		for (int k = 0; k < N; k++)
+			kv[k] = (dg_kv){ keys[k], strlen(keys[k]), NULL, 0 };
+		dg_buf v;
+		dg_buf_init(&v);
+		size_t found = 0;
+		uint64_t t0 = dgi_now_ms();
+		dg_err e = dg_tx_get_all(tx, c0, kv, N, &v, &found);
+		int right = 0;
+		for (int k = 0; e == DG_OK && k < N; k++) {
+			memset(val, 'a' + k, VLEN);
+			right += kv[k].val != NULL && kv[k].vlen == VLEN &&
+			    memcmp(kv[k].val, val, VLEN) == 0;
+		}
+		dg_err ce = e == DG_OK ? dg_tx_commit(tx) : (dg_tx_rollback(tx), e);
+		print_message("round %d: get_all %s after %llu ms, %zu found, %d right; commit %s\n",
+		    round, dg_strerror(e), (unsigned long long)(dgi_now_ms() - t0), found, right,
+		    dg_strerror(ce));
+		dg_buf_free(&v);
+		OK(e);
+		assert_int_equal(right, N);
+		OK(ce);
+	}
+	free(val);
+	cluster_stop(&cl);
+}
+
 /* Two txs lock a and b in opposite orders on one primary: one is the
  * deadlock victim at once, not at its 10 s timeout. */
 struct dl_arg {
@@ -4133,6 +4182,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_repeatable_reads, after_test),
 		cmocka_unit_test_teardown(test_commit_reaches_backups, after_test),
 		cmocka_unit_test_teardown(test_commit_larger_than_a_frame, after_test),
+		cmocka_unit_test_teardown(test_tx_get_all_larger_than_a_frame, after_test),
 		cmocka_unit_test_teardown(test_commit_sent_by_last_prepare_answer, after_test),
 		cmocka_unit_test_teardown(test_deadlock_detected, after_test),
 		cmocka_unit_test_teardown(test_deadlock_across_nodes, after_test),

@@ -344,20 +344,32 @@ static void lall_refuse(dgi_txsvc *s, const dg_msg_in *in)
 	dg_buf_free(&fb);
 }
 
-/* Every slot answered: TX_LOCK_ALL_RES, the record back to the pool. */
+/* Every slot answered: TX_LOCK_ALL_RES, the record back to the pool.
+ * The answer is one frame: a value that would take it past recv_max is
+ * left out and its item answered DG_ERR_NOT_READY, so the near reads
+ * that key alone (a lock this request took stays the tx's: a lock is
+ * re-entrant).  Before, 20 values of 2 MiB made an answer the transport
+ * refused, and dg_tx_get_all waited for the tx's whole timeout
+ * (test_tx_get_all_larger_than_a_frame). */
 static void lall_finish(dgi_txsvc *s, struct lall *g)
 {
 	dg_buf fb, *b = tl_buf(lall, &fb);
 	dg_writer w;
 	dg_writer_init(&w, dgi_txwire_registry(), b);
 	dg_write_list_begin(&w, g->n * DGI_TXLAR_VALUES);
+	size_t room = dg_tp_recv_max(s->tp), used = DGI_TXLA_HEAD_ROOM;
+	used += (size_t)g->n * DGI_TXLA_ITEM_ROOM;
 	for (uint32_t i = 0; i < g->n; i++) {
 		const struct lall_slot *sl = &g->slot[i];
 		dgi_msg_tx_lock_res r = { sl->res, sl->found, sl->ver_topver, sl->ver_counter,
 			sl->ver_order, { NULL, 0 } };
-		if (sl->found)
+		if (sl->found && used + sl->vlen > room)
+			r = (dgi_msg_tx_lock_res){ DG_ERR_NOT_READY, 0, 0, 0, 0, { NULL, 0 } };
+		else if (sl->found) {
+			used += sl->vlen;
 			r.val = (dg_bytes){ g->vals.data != NULL ? g->vals.data + sl->voff :
 				(const uint8_t *)"", sl->vlen };
+		}
 		dgi_txla_res_put(&w, &r);
 	}
 	dg_write_end(&w);

@@ -1265,10 +1265,15 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 			continue;
 		bool locking = !(f[i].flags & DGI_TXL_NOLOCK);
 		dg_err e = f[i].call.err;
+		/* an item the primary answered DG_ERR_NOT_READY may hold its lock
+		 * there (a value left out of a full answer: txlock.c,
+		 * lall_finish): the rollback must reach that node even if the
+		 * key's own request fails */
+		bool may_hold = f[i].call.answered && e == DG_ERR_NOT_READY;
 		/* (as lock_key: granted by a node that left meanwhile is no lock) */
 		if (e == DG_OK && dgi_txsvc_gone(tx->s, f[i].node))
 			e = DG_ERR_NOT_READY;
-		if (locking && (e == DG_OK || !retriable(e)))
+		if (locking && (e == DG_OK || !retriable(e) || may_hold))
 			dgi_txn_add_locked(tx, f[i].node);
 		if (e == DG_OK && locking && tx->topver == 0)
 			tx->topver = f[i].tv;

@@ -135,6 +135,11 @@ typedef struct dgi_msg_tx_lock_all {
 } dgi_msg_tx_lock_all;
 #define DGI_TXLA_VALUES 3
 #define DGI_TXLAR_VALUES 6
+/* An answer's room (txlock.c, lall_finish): its head, and an item's six
+ * values without its value (five svarints of up to 10 bytes, the value's
+ * tag and length). */
+#define DGI_TXLA_HEAD_ROOM 64
+#define DGI_TXLA_ITEM_ROOM 64
 #define DGI_TXLA_MAX 1024
 
 typedef struct dgi_msg_tx_lock_res {
