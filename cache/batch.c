@@ -58,8 +58,8 @@ struct ukey {
 };
 
 /* One message of many keys (UPDATE_ALL, GET_ALL): the keys of one
- * primary (at most DGI_MANY_MAX), chained through next[] in the order
- * they were given. */
+ * primary (at most DGI_MANY_MAX, and what fits one frame: group_add),
+ * chained through next[] in the order they were given. */
 struct group {
 	dgi_grid *g;
 	void *k;                    /* the batch's keys (struct ukey, struct gkey) */
@@ -68,7 +68,14 @@ struct group {
 	dg_node_id to;
 	size_t first, last;
 	uint32_t n;
+	size_t bytes;               /* its items' (group_add's count) */
 };
+
+/* What an item of a batch message takes besides its key and value bytes
+ * (its I64s, the BYTES headers), generously, and the message's head:
+ * group_add fills a group up to recv_max by these. */
+#define ITEM_ROOM 48
+#define HEAD_ROOM 1024
 
 #define GNONE SIZE_MAX
 
@@ -83,19 +90,27 @@ static struct group *groups_room(dgi_bscratch *bs, size_t n, size_t **next)
 	return (struct group *)(void *)p;
 }
 
-/* Puts key i, of primary to, into the last group of that primary with
- * room, or a new one (gr[*ng] then). */
+/* Puts key i (its item `bytes`: key, value and ITEM_ROOM), of primary
+ * to, into the last group of that primary with room, or a new one
+ * (gr[*ng] then).  A group has room while it holds fewer than
+ * DGI_MANY_MAX keys and the item keeps it within max bytes (a group of
+ * one key always: a key and value fit a frame).  Before, a count alone:
+ * 16 values of 1.5 MiB made a 24 MiB UPDATE_ALL the transport refused,
+ * and every key went alone, one round trip each
+ * (test_put_all_large_values_from_client). */
 static void group_add(struct group *gr, size_t *ng, const struct group *proto, size_t i,
-    dg_node_id to)
+    dg_node_id to, size_t bytes, size_t max)
 {
 	size_t j = *ng;
-	while (j > 0 && (gr[j - 1].to != to || gr[j - 1].n == DGI_MANY_MAX))
+	while (j > 0 && (gr[j - 1].to != to || gr[j - 1].n == DGI_MANY_MAX ||
+	    gr[j - 1].bytes + bytes > max))
 		j--;
 	if (j == 0 || gr[j - 1].to != to) {
 		gr[*ng] = *proto;
 		gr[*ng].to = to;
 		gr[*ng].first = gr[*ng].last = i;
 		gr[*ng].n = 0;
+		gr[*ng].bytes = HEAD_ROOM;
 		j = ++*ng;
 	} else {
 		gr[j - 1].next[gr[j - 1].last] = i;
@@ -103,6 +118,7 @@ static void group_add(struct group *gr, size_t *ng, const struct group *proto, s
 	}
 	gr[j - 1].next[i] = GNONE;
 	gr[j - 1].n++;
+	gr[j - 1].bytes += bytes;
 }
 
 /* The answer to group gr's message opened in *r: err, or
@@ -349,7 +365,8 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 		 * (per DGI_MANY_MAX keys), corked: one write per peer */
 		size_t *next = NULL, ng = 0;
 		struct group *gr = groups_room(bs, n, &next);
-		struct group proto = { g, k, next, &w, 0, 0, 0, 0 };
+		struct group proto = { g, k, next, &w, 0, 0, 0, 0, 0 };
+		size_t max = dg_tp_recv_max(g->tp);
 		for (size_t i = 0; gr != NULL && i < n; i++) {
 			struct upd *u = &k[i].u;
 			dg_node_id primary = dgi_aff_owner(aff, u->part, 0);
@@ -358,7 +375,8 @@ dg_err dgi_batch_update(dg_cache *c, int op, dgi_bitem *it, size_t n)
 				continue; /* here, below; or alone (it says why) */
 			u->topver = aff->topver;
 			u->fresh = false;
-			group_add(gr, &ng, &proto, i, primary);
+			group_add(gr, &ng, &proto, i, primary, (size_t)u->klen + u->vlen + ITEM_ROOM,
+			    max);
 		}
 		bool corked = dg_tp_cork_begin();
 		for (size_t j = 0; j < ng; j++)
@@ -558,7 +576,7 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 		 * DGI_MANY_MAX keys), corked: one write per peer */
 		size_t *next = NULL, ng = 0;
 		struct group *gr = groups_room(bs, n, &next);
-		struct group proto = { g, k, next, &w, 0, 0, 0, 0 };
+		struct group proto = { g, k, next, &w, 0, 0, 0, 0, 0 };
 		for (size_t i = 0; gr != NULL && i < n; i++) {
 			struct gkey *q = &k[i];
 			int role = dgi_aff_role(aff, q->part, g->self);
@@ -566,7 +584,8 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 			if (role == 0 || (role > 0 && c->cfg.read_from_backup) || primary == 0 ||
 			    atomic_load_explicit(&c->lost[q->part], memory_order_relaxed))
 				continue; /* here, below; or alone */
-			group_add(gr, &ng, &proto, i, primary);
+			group_add(gr, &ng, &proto, i, primary, (size_t)q->klen + ITEM_ROOM,
+			    dg_tp_recv_max(g->tp));
 		}
 		bool corked = dg_tp_cork_begin();
 		for (size_t j = 0; j < ng; j++)

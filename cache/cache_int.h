@@ -1050,6 +1050,9 @@ struct dgi_ures_item {
  * the 11 I64 from part to owners, then key and val.  Decoded into a whole
  * dgi_msg_backup with cache_id set from the message. */
 #define DGI_BALL_ITEM_VALUES 13
+/* What a BACKUP_ALL item takes besides its key and value bytes (its I64s
+ * as svarints, the BYTES headers), generously: cp_send's frame budget. */
+#define DGI_BALL_ITEM_ROOM 160
 /* A BACKUP_ALL_ACK item: I64 part, I64 pw, I64 res. */
 struct dgi_back_item {
 	int64_t part, pw, res;
@@ -1065,6 +1068,9 @@ struct dgi_gres_item {
 	int64_t res;
 	dg_bytes val;
 };
+/* What an answer's item takes besides its value's bytes (an I64 and the
+ * value's tag and length, generously), for fitting one frame. */
+#define DGI_GRES_ITEM_ROOM 32
 /* Item readers and writers (msgs.c): a reader positioned inside the LIST
  * (dg_read_begin done); each reads or writes one item's values. */
 dg_err dgi_uall_item_put(dg_writer *w, const struct dgi_uall_item *it);

@@ -680,9 +680,11 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
 /* One GET_ALL item's answer, as on_get would give it without parking or
  * forwarding: a key that would wait (its entry pending here) or be
  * forwarded (MOVING) is answered DG_ERR_NOT_READY, and the reader reads it
- * alone.  Written into w under the partition's lock (the value is a view
- * of the entry). */
-static void get_all_one(dg_cache *c, const struct dgi_gall_item *it, dg_writer *w)
+ * alone — and so is one whose value does not fit the *room the answer has
+ * left (it is one frame: recv_max).  Written into w under the partition's
+ * lock (the value is a view of the entry). */
+static void get_all_one(dg_cache *c, const struct dgi_gall_item *it, dg_writer *w,
+    size_t *room)
 {
 	struct dgi_gres_item a = { DG_ERR_INVAL, { NULL, 0 } };
 	uint64_t hash = 0;
@@ -702,10 +704,14 @@ static void get_all_one(dg_cache *c, const struct dgi_gall_item *it, dg_writer *
 		e = DG_ERR_NOT_READY; /* read alone: it waits for the backups */
 	if (e == DG_OK) {
 		int64_t wall = c->cfg.ttl_ms ? dgi_wall_ms() : 0;
-		if (dgi_entry_live(en, wall))
-			a.val = (dg_bytes){ dgi_entry_val(en), en->vlen };
-		else
+		if (!dgi_entry_live(en, wall))
 			e = DG_ERR_NOT_FOUND;
+		else if (en->vlen > *room)
+			e = DG_ERR_NOT_READY; /* read alone: this answer is full */
+		else {
+			a.val = (dg_bytes){ dgi_entry_val(en), en->vlen };
+			*room -= en->vlen;
+		}
 	}
 	a.res = e;
 	if (a.res == DG_OK && a.val.ptr == NULL)
@@ -715,7 +721,11 @@ static void get_all_one(dg_cache *c, const struct dgi_gall_item *it, dg_writer *
 }
 
 /* GET_ALL: a batch's keys of this primary, each read as a CACHE_GET at the
- * same topology version would be, answered at once in one GET_ALL_RES. */
+ * same topology version would be, answered at once in one GET_ALL_RES —
+ * whose values must fit one frame: those past recv_max are left for the
+ * reader to read alone (get_all_one).  Before, 16 values of 1.5 MiB made an
+ * answer the transport refused, unsaid, and the reader's get_all timed out
+ * (test_get_all_large_values_from_client). */
 static void on_get_all(dg_tp *tp, const dg_msg_in *in, void *ctx)
 {
 	dgi_grid *g = ctx;
@@ -740,6 +750,10 @@ static void on_get_all(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	dg_writer w;
 	dg_writer_init(&w, g->reg, out);
 	dg_write_list_begin(&w, n * 2);
+	/* room for values: recv_max less the head and each item's result and
+	 * value header (DGI_GRES_ITEM_ROOM) */
+	size_t room = dg_tp_recv_max(tp), fixed = 1024 + (size_t)n * DGI_GRES_ITEM_ROOM;
+	room = room > fixed ? room - fixed : 0;
 	bool bad = false;
 	for (uint32_t i = 0; i < n; i++) {
 		struct dgi_gall_item it;
@@ -749,16 +763,16 @@ static void on_get_all(dg_tp *tp, const dg_msg_in *in, void *ctx)
 			struct dgi_gres_item a = { bad ? DG_ERR_INVAL : all, { NULL, 0 } };
 			dgi_gres_item_put(&w, &a);
 		} else {
-			get_all_one(c, &it, &w);
+			get_all_one(c, &it, &w, &room);
 		}
 	}
 	dg_write_end(&w);
 	if ((e = dg_writer_finish(&w)) == DG_OK) {
 		dgi_msg_many res = { m->cache_id, 0, 0, 0, 0, { out->data, (uint32_t)out->len } };
-		dg_tp_reply(tp, in, DGI_MSG_GET_ALL_RES, &res);
-	} else {
-		dg_tp_reply_error(tp, in, e);
+		e = dg_tp_reply(tp, in, DGI_MSG_GET_ALL_RES, &res);
 	}
+	if (e != DG_OK) /* (the reader fails at once rather than at its timeout) */
+		dg_tp_reply_error(tp, in, e);
 	dgi_reply_buf_done(out);
 }
 
