@@ -91,21 +91,20 @@ static struct group *groups_room(dgi_bscratch *bs, size_t n, size_t **next)
 }
 
 /* Puts key i (its item `bytes`: key, value and ITEM_ROOM), of primary
- * to, into the last group of that primary with room, or a new one
- * (gr[*ng] then).  A group has room while it holds fewer than
- * DGI_MANY_MAX keys and the item keeps it within max bytes (a group of
- * one key always: a key and value fit a frame).  Before, a count alone:
- * 16 values of 1.5 MiB made a 24 MiB UPDATE_ALL the transport refused,
- * and every key went alone, one round trip each
- * (test_put_all_large_values_from_client). */
+ * to, into the last group of that primary when it has room, or a new one
+ * (gr[*ng] then): a primary's keys keep their order from group to group.
+ * A group has room while it holds fewer than DGI_MANY_MAX keys and the
+ * item keeps it within max bytes (a group of one key always: a key and
+ * value fit a frame).  Before, a count alone: 16 values of 1.5 MiB made a
+ * 24 MiB UPDATE_ALL the transport refused, and every key went alone, one
+ * round trip each (test_put_all_large_values_from_client). */
 static void group_add(struct group *gr, size_t *ng, const struct group *proto, size_t i,
     dg_node_id to, size_t bytes, size_t max)
 {
 	size_t j = *ng;
-	while (j > 0 && (gr[j - 1].to != to || gr[j - 1].n == DGI_MANY_MAX ||
-	    gr[j - 1].bytes + bytes > max))
+	while (j > 0 && gr[j - 1].to != to)
 		j--;
-	if (j == 0 || gr[j - 1].to != to) {
+	if (j == 0 || gr[j - 1].n == DGI_MANY_MAX || gr[j - 1].bytes + bytes > max) {
 		gr[*ng] = *proto;
 		gr[*ng].to = to;
 		gr[*ng].first = gr[*ng].last = i;

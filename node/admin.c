@@ -37,7 +37,7 @@ struct dgi_admin {
 	nng_tls_config *tls;
 	char url[160];
 	/* ADMIN-AUTH-FAIL, ADMIN-BUSY (no session left): once a second */
-	struct dgi_lograte lr_busy, lr_auth;
+	struct dgi_lograte lr_busy, lr_auth, lr_big;
 };
 
 /* Sends {"ok":false,"error":why} (best effort). */
@@ -55,12 +55,36 @@ static void send_refusal(dgi_aconn *c, const char *why)
 	cJSON_Delete(o);
 }
 
-static dg_err send_json(dgi_aconn *c, const cJSON *o)
+/* Sends o.  An answer past the frame limit (a scan of large values, say)
+ * is answered with an error naming the limit, and the session goes on:
+ * before, the node closed the connection without a word
+ * (test_admin_reply_too_large). */
+static dg_err send_json(dgi_admin *a, dgi_aconn *c, const cJSON *o, const char *cmd)
 {
 	char *s = cJSON_PrintUnformatted(o);
 	if (s == NULL)
 		return DG_ERR_NOMEM;
-	dg_err e = dgi_aconn_send(c, s, strlen(s));
+	size_t n = strlen(s);
+	dg_err e = n > c->max_frame ? DG_ERR_LIMIT : dgi_aconn_send(c, s, n);
+	cJSON_free(s);
+	if (e != DG_ERR_LIMIT)
+		return e;
+	char why[256];
+	snprintf(why, sizeof(why), "the answer of %zu bytes passes the admin frame limit (%zu "
+	    "bytes): ask for less (a scan: a smaller --limit)", n, (size_t)c->max_frame);
+	char line[160];
+	snprintf(line, sizeof(line), "an answer to %s of %zu bytes passed the frame limit (%zu)",
+	    cmd != NULL ? cmd : "a request", n, (size_t)c->max_frame);
+	dgi_log_rated(&a->lr_big, dgi_now_ms(), "warn", "ADMIN-REPLY-TOO-LARGE", line);
+	cJSON *r = cJSON_CreateObject();
+	if (r == NULL)
+		return DG_ERR_NOMEM;
+	cJSON_AddFalseToObject(r, "ok");
+	cJSON_AddStringToObject(r, "error", why);
+	cJSON_AddStringToObject(r, "code", "DG_ERR_LIMIT");
+	s = cJSON_PrintUnformatted(r);
+	cJSON_Delete(r);
+	e = s != NULL ? dgi_aconn_send(c, s, strlen(s)) : DG_ERR_NOMEM;
 	cJSON_free(s);
 	return e;
 }
@@ -86,7 +110,7 @@ static dg_err handshake(dgi_admin *a, dgi_srv_conn *me)
 	cJSON_AddStringToObject(hello, "node", idhex);
 	cJSON_AddStringToObject(hello, "nonce", hex);
 	cJSON_AddStringToObject(hello, "version", dg_version());
-	e = send_json(c, hello);
+	e = send_json(a, c, hello, NULL);
 	cJSON_Delete(hello);
 	if (e != DG_OK)
 		return e;
@@ -128,7 +152,7 @@ static dg_err handshake(dgi_admin *a, dgi_srv_conn *me)
 		return DG_ERR_NOMEM;
 	cJSON_AddTrueToObject(w, "ok");
 	cJSON_AddStringToObject(w, "mac", proof);
-	e = send_json(c, w);
+	e = send_json(a, c, w, NULL);
 	cJSON_Delete(w);
 	return e;
 }
@@ -164,8 +188,10 @@ static dg_err serve(dgi_admin *a, dgi_srv_conn *me)
 		} else {
 			rep = dgi_admin_dispatch(a->n, req, &stop);
 		}
+		const cJSON *cmd = req != NULL ? cJSON_GetObjectItemCaseSensitive(req, "cmd") : NULL;
+		dg_err e = rep ? send_json(a, c, rep, cJSON_IsString(cmd) ? cmd->valuestring : NULL) :
+		    DG_ERR_NOMEM;
 		cJSON_Delete(req);
-		dg_err e = rep ? send_json(c, rep) : DG_ERR_NOMEM;
 		cJSON_Delete(rep);
 		if (stop)
 			dgi_admin_stop_node(a->n);

@@ -39,6 +39,7 @@ static struct {
 	uint32_t timeout_ms;
 	bool json, watch, all, persistence, cluster_wide, yes, map;
 	const char *mode, *backups, *sync, *atomicity, *ttl, *limit, *interval, *min_age;
+	const char *value_file;
 } opt = { .host = "127.0.0.1", .port = "47600", .cluster = "datagrid", .timeout_ms = 5000 };
 
 static const char usage_text[] =
@@ -57,7 +58,7 @@ static const char usage_text[] =
 "                    [--persistence] [--ttl DURATION]\n"
 "  cache destroy NAME\n"
 "  cache reset-lost NAME          own what is left of LOST partitions\n"
-"  cache put NAME KEY VALUE\n"
+"  cache put NAME KEY VALUE | --value-file PATH|-\n"
 "  cache get NAME KEY\n"
 "  cache remove NAME KEY\n"
 "  cache scan NAME [--limit N]\n"
@@ -580,6 +581,43 @@ static void do_partitions(const cmdline *c)
 	cJSON_Delete(r);
 }
 
+/* --value-file: the file's bytes (PATH "-": standard input) as a string:
+ * a value too large for a command line (its 128 KiB per argument).  A NUL
+ * byte is refused: values travel as JSON text. */
+static char *read_value_file(const char *path)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+	if (f == NULL)
+		fail("--value-file=%s: %s", path, strerror(errno));
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap);
+	for (;;) {
+		if (buf == NULL)
+			fail("out of memory");
+		n += fread(buf + n, 1, cap - 1 - n, f);
+		if (n < cap - 1 || n > DG_VALUE_MAX)
+			break;
+		cap *= 2;
+		char *nb = realloc(buf, cap);
+		if (nb == NULL)
+			free(buf);
+		buf = nb;
+	}
+	bool err = ferror(f) != 0;
+	if (f != stdin)
+		fclose(f);
+	if (err)
+		fail("--value-file=%s: read error", path);
+	if (n > DG_VALUE_MAX - 8)
+		usage_error("--value-file=%s: more than %u bytes (the largest value)", path,
+		    DG_VALUE_MAX - 8);
+	if (memchr(buf, 0, n) != NULL)
+		usage_error("--value-file=%s: a NUL byte at %zu: values are text", path,
+		    (size_t)((char *)memchr(buf, 0, n) - buf));
+	buf[n] = 0;
+	return buf;
+}
+
 static void do_cache(const cmdline *c)
 {
 	if (c->argc < 1)
@@ -668,15 +706,25 @@ static void do_cache(const cmdline *c)
 	}
 	if (strcmp(sub, "put") == 0 || strcmp(sub, "get") == 0 || strcmp(sub, "remove") == 0) {
 		bool put = sub[0] == 'p';
-		if (put)
-			want_args(&rest, 3, 3, "cache put NAME KEY VALUE");
+		char *fval = NULL;
+		if (put && opt.value_file != NULL) {
+			want_args(&rest, 2, 2, "cache put NAME KEY --value-file PATH|-");
+			fval = read_value_file(opt.value_file);
+		} else if (put)
+			want_args(&rest, 3, 3, "cache put NAME KEY VALUE | --value-file PATH|-");
 		else
 			want_args(&rest, 2, 2, sub[0] == 'g' ? "cache get NAME KEY" :
 			    "cache remove NAME KEY");
 		cJSON_AddStringToObject(args, "cache", rest.argv[0]);
 		cJSON_AddStringToObject(args, "key", rest.argv[1]);
-		if (put)
-			cJSON_AddStringToObject(args, "value", rest.argv[2]);
+		if (put) {
+			const char *v = fval != NULL ? fval : rest.argv[2];
+			if (strlen(v) > DG_VALUE_MAX - 8) /* (before connecting: the node says so too) */
+				usage_error("cache put: value of %zu bytes: at most %u", strlen(v),
+				    DG_VALUE_MAX - 8);
+			cJSON_AddStringToObject(args, "value", v);
+			free(fval);
+		}
 		char cmd[32];
 		snprintf(cmd, sizeof(cmd), "cache.%s", sub);
 		cJSON *r = request(cmd, args);
@@ -713,9 +761,14 @@ static void do_cache(const cmdline *c)
 				t_row(&t, jstr(o, "key"), jstr(o, "value"));
 			t_print(&t);
 			char b[32];
-			printf("(%s entries%s)\n", num(jnum(r, "count"), b),
-			    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "truncated")) ?
-			    ", more not shown: --limit" : "");
+			bool by_bytes = jstr(r, "truncated_by") != NULL &&
+			    strcmp(jstr(r, "truncated_by"), "bytes") == 0;
+			char mb[32];
+			printf("(%s entries%s%s%s)\n", num(jnum(r, "count"), b),
+			    !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "truncated")) ? "" :
+			    by_bytes ? ", more not shown: the answer's size limit (" :
+			    ", more not shown: --limit", by_bytes ? num(jnum(r, "max_bytes"), mb) : "",
+			    by_bytes ? " bytes of entries) was reached" : "");
 		}
 		cJSON_Delete(r);
 		return;
@@ -1072,7 +1125,7 @@ static void do_debug(const cmdline *c)
 enum {
 	O_HOST = 256, O_PORT, O_URL, O_CA, O_CERT, O_SECRET, O_CLUSTER, O_TIMEOUT, O_JSON,
 	O_VERSION, O_MODE, O_BACKUPS, O_SYNC, O_ATOM, O_PERSIST, O_TTL, O_LIMIT, O_WATCH,
-	O_INTERVAL, O_ALL, O_CLUSTERWIDE, O_MINAGE, O_YES, O_MAP
+	O_INTERVAL, O_ALL, O_CLUSTERWIDE, O_MINAGE, O_YES, O_MAP, O_VALUE_FILE
 };
 
 static const struct option longopts[] = {
@@ -1101,6 +1154,7 @@ static const struct option longopts[] = {
 	{ "min-age", required_argument, NULL, O_MINAGE },
 	{ "yes", no_argument, NULL, O_YES },
 	{ "map", no_argument, NULL, O_MAP },
+	{ "value-file", required_argument, NULL, O_VALUE_FILE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -1117,7 +1171,7 @@ static const struct {
 	{ "nodes", "", do_nodes, "dgctl nodes\n\nEvery node of the topology: join order, id, "
 	  "cluster address, role\n(server or client; the coordinator is marked), uptime and "
 	  "its admin and\nhttp endpoints.\n" },
-	{ "cache", "mode backups sync atomicity persistence ttl limit", do_cache,
+	{ "cache", "mode backups sync atomicity persistence ttl limit value-file", do_cache,
 	  "dgctl cache list\n"
 	  "dgctl cache create NAME [--mode partitioned|replicated] [--backups N]\n"
 	  "       [--sync full_sync|primary_sync|full_async] [--atomicity atomic|transactional]\n"
@@ -1126,6 +1180,8 @@ static const struct {
 	  "dgctl cache reset-lost NAME  (after every copy of a partition was lost: each\n"
 	  "       node owns what it holds of it; its writes may be missing)\n"
 	  "dgctl cache put NAME KEY VALUE\n"
+	  "dgctl cache put NAME KEY --value-file PATH  (the file's bytes; -: standard\n"
+	  "       input; text without NUL bytes, up to 8388600 bytes)\n"
 	  "dgctl cache get NAME KEY      (exit 1 when the key is absent)\n"
 	  "dgctl cache remove NAME KEY\n"
 	  "dgctl cache scan NAME [--limit N]   (default 100 entries)\n"
@@ -1235,6 +1291,7 @@ static void take_option(int ch, const char *arg)
 	case O_MINAGE: opt.min_age = arg; break;
 	case O_YES: opt.yes = true; break;
 	case O_MAP: opt.map = true; break;
+	case O_VALUE_FILE: opt.value_file = arg; break;
 	}
 }
 

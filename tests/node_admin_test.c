@@ -1407,6 +1407,391 @@ static void test_nodes_after_kill(void **state)
 	cli_close(&k);
 }
 
+/* ---- large values (dgctl's commands that carry values) ----
+ *
+ * Values of 1.5 to 8 MiB, and enough of them that one answer passes the
+ * peers' frame limit (recv_max, 16 MiB) or the admin frame limit
+ * (DGI_ADMIN_FRAME_MAX, 64 MiB).  What a user of dgctl needs: the command
+ * succeeds with whole data, or fails at once with an error that names the
+ * limit; never a hang, a cut or corrupt answer, or a connection closed
+ * without a word.  The client waits BIG_MS for an answer (to see what
+ * comes); the times are printed, not asserted (dgbench times things). */
+
+#define BIG_MS 30000
+#define MIB (1024u * 1024u)
+#define VAL_MAX_RAW (DG_VALUE_MAX - 8)      /* the largest raw value dg_cache_put takes */
+
+/* n bytes: printable ASCII (with '"' and '\\', which JSON escapes) or any
+ * byte, from seed */
+static uint8_t *big_value(size_t n, unsigned seed, bool printable)
+{
+	uint8_t *p = malloc(n + 1);
+	assert_non_null(p);
+	uint32_t x = seed * 2654435761u + 12345u;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1103515245u + 12345u;
+		uint8_t b = (uint8_t)(x >> 16);
+		p[i] = printable ? (uint8_t)(0x20 + b % 95) : b;
+	}
+	p[n] = 0;
+	return p;
+}
+
+/* One answer within BIG_MS; fails the test saying what came instead (the
+ * time it took, the transport's error).  *ms: how long it took. */
+static cJSON *big_call(cli *k, const char *cmd, cJSON *args, uint64_t *ms)
+{
+	uint32_t was = k->c.timeout_ms;
+	k->c.timeout_ms = BIG_MS;
+	uint64_t t0 = now_ms();
+	cli_request(k, cmd, args);
+	char *raw = NULL;
+	size_t len = 0;
+	dg_err e = dgi_aconn_recv(&k->c, &raw, &len);
+	*ms = now_ms() - t0;
+	k->c.timeout_ms = was;
+	if (e != DG_OK)
+		fail_msg("%s: no answer: %s after %" PRIu64 " ms (the node %s)", cmd,
+		    dg_strerror(e), *ms, e == DG_ERR_TIMEOUT ? "never answered" :
+		    "closed the connection without an error message");
+	cJSON *o = cJSON_ParseWithLength(raw, len);
+	if (o == NULL)
+		fail_msg("%s: an answer of %zu bytes that is not JSON (cut or corrupt)", cmd, len);
+	dgi_free(raw);
+	return o;
+}
+
+/* Whether an error text names a size limit. */
+static bool names_limit(const char *why, const char *const *words)
+{
+	if (why == NULL)
+		return false;
+	for (; *words != NULL; words++)
+		if (strstr(why, *words) != NULL)
+			return true;
+	return false;
+}
+
+/* A cache named name (backups 1, FULL_SYNC) made through k, known
+ * everywhere; node i's handle in out[i]. */
+static void big_cache(cli *k, const char *name, dg_cache *out[NNODES])
+{
+	cJSON *a = sargs("cache", name, "sync", "full_sync", NULL);
+	cJSON_AddNumberToObject(a, "backups", 1);
+	cJSON *r = cli_ok(k, "cache.create", a);
+	cJSON_Delete(r);
+	cache_everywhere(name);
+	for (int i = 0; i < NNODES; i++)
+		OK(dg_cache_get_by_name(nodes[i], name, &out[i]));
+}
+
+static void big_destroy(cli *k, const char *name)
+{
+	cJSON *r = cli_ok(k, "cache.destroy", sargs("cache", name, NULL));
+	cJSON_Delete(r);
+}
+
+/* A key of c whose primary is not node 0 (the admin node of the tests):
+ * its value travels between nodes before the admin answer. */
+static void remote_key(dg_cache *c, const char *prefix, char *key, size_t cap)
+{
+	uint64_t owners[8];
+	for (int i = 0; i < 1000; i++) {
+		snprintf(key, cap, "%s%d", prefix, i);
+		owners_of(c, key, owners);
+		if (index_of(owners[0]) != 0)
+			return;
+	}
+	fail_msg("no key of prefix %s has its primary off node 0", prefix);
+}
+
+/* The "value" of an admin answer as bytes: "0x" + hex, or the string. */
+static bool value_is(const char *got, const uint8_t *want, size_t n)
+{
+	if (got == NULL)
+		return false;
+	size_t gl = strlen(got);
+	if (gl == n && memcmp(got, want, n) == 0)
+		return true;
+	if (gl != 2 + 2 * n || got[0] != '0' || got[1] != 'x')
+		return false;
+	static const char d[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++)
+		if (got[2 + 2 * i] != d[want[i] >> 4] || got[3 + 2 * i] != d[want[i] & 15])
+			return false;
+	return true;
+}
+
+/* cache.get of values up to the largest one (binary: 16 MiB of hex in the
+ * answer; printable: escapes), each read from a primary on another node. */
+static void test_admin_get_large_values(void **state)
+{
+	(void)state;
+	cli k;
+	cli_open(&k, nodes[0]);
+	dg_cache *c[NNODES];
+	big_cache(&k, "admget", c);
+	static const struct { size_t n; bool printable; } cases[] = {
+		{ 3 * MIB / 2, true }, { 3 * MIB / 2, false }, { VAL_MAX_RAW, true },
+		{ VAL_MAX_RAW, false },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char key[32];
+		remote_key(c[0], i % 2 ? "gb" : "gp", key, sizeof(key));
+		uint8_t *v = big_value(cases[i].n, (unsigned)i + 1, cases[i].printable);
+		OK(dg_cache_put(c[1], key, strlen(key), v, cases[i].n));
+		uint64_t ms;
+		cJSON *r = big_call(&k, "cache.get", sargs("cache", "admget", "key", key, NULL), &ms);
+		if (!jok(r))
+			fail_msg("cache.get of %zu %s bytes: %s (%s)", cases[i].n,
+			    cases[i].printable ? "printable" : "binary", S(jstr(r, "error")),
+			    S(jstr(r, "code")));
+		if (!value_is(jstr(result(r), "value"), v, cases[i].n))
+			fail_msg("cache.get of %zu %s bytes: the value is not whole (%zu chars)",
+			    cases[i].n, cases[i].printable ? "printable" : "binary",
+			    strlen(S(jstr(result(r), "value"))));
+		print_message("cache.get %zu %s bytes: %" PRIu64 " ms\n", cases[i].n,
+		    cases[i].printable ? "printable" : "binary", ms);
+		cJSON_Delete(r);
+		free(v);
+	}
+	big_destroy(&k, "admget");
+	cli_close(&k);
+}
+
+/* cache.put carries a value in: values up to the largest one are stored
+ * whole (one of 0x01 bytes is a 48 MiB request: \u0001 each), one byte
+ * past DG_VALUE_MAX - 8 is refused at once naming the limit. */
+static void test_admin_put_large_values(void **state)
+{
+	(void)state;
+	cli k;
+	cli_open(&k, nodes[0]);
+	dg_cache *c[NNODES];
+	big_cache(&k, "admput", c);
+	static const struct { size_t n; int kind; } cases[] = {  /* kind: 0 printable, 1 0x01s */
+		{ 3 * MIB / 2, 0 }, { VAL_MAX_RAW, 0 }, { VAL_MAX_RAW, 1 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char key[32];
+		remote_key(c[0], i ? "pb" : "pp", key, sizeof(key));
+		uint8_t *v = cases[i].kind == 0 ? big_value(cases[i].n, (unsigned)i + 7, true) :
+		    malloc(cases[i].n + 1);
+		assert_non_null(v);
+		if (cases[i].kind == 1) {
+			memset(v, 1, cases[i].n);
+			v[cases[i].n] = 0;
+		}
+		uint64_t ms;
+		cJSON *r = big_call(&k, "cache.put", sargs("cache", "admput", "key", key,
+		    "value", (const char *)v, NULL), &ms);
+		if (!jok(r))
+			fail_msg("cache.put of %zu bytes: %s (%s)", cases[i].n, S(jstr(r, "error")),
+			    S(jstr(r, "code")));
+		cJSON_Delete(r);
+		dg_buf got;
+		dg_buf_init(&got);
+		OK(dg_cache_get(c[2], key, strlen(key), &got));
+		assert_int_equal(got.len, cases[i].n);
+		assert_memory_equal(got.data, v, cases[i].n);
+		dg_buf_free(&got);
+		print_message("cache.put %zu bytes (kind %d): %" PRIu64 " ms\n", cases[i].n,
+		    cases[i].kind, ms);
+		free(v);
+	}
+	/* 8 MiB: past the largest value by 8 bytes */
+	uint8_t *v = big_value(DG_VALUE_MAX, 99, true);
+	uint64_t ms;
+	cJSON *r = big_call(&k, "cache.put", sargs("cache", "admput", "key", "over", "value",
+	    (const char *)v, NULL), &ms);
+	free(v);
+	if (jok(r))
+		fail_msg("cache.put of %u bytes (past DG_VALUE_MAX - 8) answered ok", DG_VALUE_MAX);
+	static const char *const words[] = { "8388600", "8388608", "DG_VALUE_MAX", "8 MiB",
+		"too large", "limit", NULL };
+	if (!names_limit(jstr(r, "error"), words))
+		fail_msg("cache.put of %u bytes: refused, but the error does not name the "
+		    "limit: \"%s\" (%s)", DG_VALUE_MAX, S(jstr(r, "error")), S(jstr(r, "code")));
+	cJSON_Delete(r);
+	big_destroy(&k, "admput");
+	cli_close(&k);
+}
+
+/* cache.scan: 12 printable values of 1.5 MiB (18 MiB, past a peer frame)
+ * come whole; then 6 binary values of DG_VALUE_MAX - 8 (96 MiB of hex,
+ * past the admin frame): limit 3 (48 MiB) comes whole, the default limit
+ * either comes whole (or cut and marked truncated) or is refused naming
+ * the limit — and the connection still answers. */
+static void test_admin_scan_large_values(void **state)
+{
+	(void)state;
+	cli k;
+	cli_open(&k, nodes[0]);
+	dg_cache *c[NNODES];
+	big_cache(&k, "admscan", c);
+	enum { NP = 12, NB = 6 };
+	uint8_t *pv[NP];
+	for (int i = 0; i < NP; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "sp%d", i);
+		pv[i] = big_value(3 * MIB / 2, (unsigned)i + 100, true);
+		OK(dg_cache_put(c[i % NNODES], key, strlen(key), pv[i], 3 * MIB / 2));
+	}
+	uint64_t ms;
+	cJSON *r = big_call(&k, "cache.scan", sargs("cache", "admscan", NULL), &ms);
+	if (!jok(r))
+		fail_msg("cache.scan of %d x 1.5 MiB: %s (%s)", NP, S(jstr(r, "error")),
+		    S(jstr(r, "code")));
+	assert_true(jnum(result(r), "count") == NP);
+	assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(result(r), "truncated")));
+	int seen = 0;
+	const cJSON *o;
+	cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(result(r), "entries")) {
+		const char *key = S(jstr(o, "key"));
+		int i = atoi(key + 2);
+		assert_true(strncmp(key, "sp", 2) == 0 && i >= 0 && i < NP);
+		if (!value_is(jstr(o, "value"), pv[i], 3 * MIB / 2))
+			fail_msg("cache.scan: %s's value is not whole", key);
+		seen |= 1 << i;
+	}
+	assert_int_equal(seen, (1 << NP) - 1);
+	print_message("cache.scan %d x 1.5 MiB printable: %" PRIu64 " ms\n", NP, ms);
+	cJSON_Delete(r);
+	for (int i = 0; i < NP; i++)
+		free(pv[i]);
+	big_destroy(&k, "admscan");
+
+	big_cache(&k, "admscan", c);
+	uint8_t *bv[NB];
+	for (int i = 0; i < NB; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "sb%d", i);
+		bv[i] = big_value(VAL_MAX_RAW, (unsigned)i + 200, false);
+		OK(dg_cache_put(c[i % NNODES], key, strlen(key), bv[i], VAL_MAX_RAW));
+	}
+	/* limit 3: 48 MiB of hex, under the admin frame */
+	cJSON *a = sargs("cache", "admscan", NULL);
+	cJSON_AddNumberToObject(a, "limit", 3);
+	r = big_call(&k, "cache.scan", a, &ms);
+	if (!jok(r))
+		fail_msg("cache.scan --limit 3 of 8 MiB values: %s (%s)", S(jstr(r, "error")),
+		    S(jstr(r, "code")));
+	assert_true(jnum(result(r), "count") == 3);
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result(r), "truncated")));
+	cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(result(r), "entries")) {
+		int i = atoi(S(jstr(o, "key")) + 2);
+		assert_true(i >= 0 && i < NB);
+		if (!value_is(jstr(o, "value"), bv[i], VAL_MAX_RAW))
+			fail_msg("cache.scan --limit 3: sb%d's value is not whole", i);
+	}
+	print_message("cache.scan --limit 3 of 8 MiB binary (48 MiB answer): %" PRIu64 " ms\n",
+	    ms);
+	cJSON_Delete(r);
+
+	/* the default limit (100): 96 MiB of hex, past DGI_ADMIN_FRAME_MAX */
+	r = big_call(&k, "cache.scan", sargs("cache", "admscan", NULL), &ms);
+	print_message("cache.scan of %d x 8 MiB binary: %s after %" PRIu64 " ms\n", NB,
+	    jok(r) ? "ok" : S(jstr(r, "error")), ms);
+	if (jok(r)) {
+		int n = 0;
+		cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(result(r), "entries")) {
+			int i = atoi(S(jstr(o, "key")) + 2);
+			assert_true(i >= 0 && i < NB);
+			if (!value_is(jstr(o, "value"), bv[i], VAL_MAX_RAW))
+				fail_msg("cache.scan: sb%d's value is not whole", i);
+			n++;
+		}
+		assert_true(jnum(result(r), "count") == n);
+		if (n < NB && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result(r),
+		    "truncated")))
+			fail_msg("cache.scan: %d of %d entries, not marked truncated", n, NB);
+	} else {
+		static const char *const words[] = { "64 MiB", "67108864", "DGI_ADMIN_FRAME_MAX",
+			"limit", "too large", NULL };
+		if (!names_limit(jstr(r, "error"), words))
+			fail_msg("cache.scan refused, but the error does not name the limit: "
+			    "\"%s\" (%s)", S(jstr(r, "error")), S(jstr(r, "code")));
+	}
+	cJSON_Delete(r);
+	/* the session goes on */
+	r = cli_ok(&k, "state", NULL);
+	cJSON_Delete(r);
+	for (int i = 0; i < NB; i++)
+		free(bv[i]);
+	big_destroy(&k, "admscan");
+	cli_close(&k);
+}
+
+typedef struct big_holder {
+	dg_node *n;
+	dg_cache *c;
+	int nkeys;
+	size_t vlen;
+	atomic_bool ready, go;
+	dg_err put;
+} big_holder;
+
+/* A PESSIMISTIC tx that writes nkeys values of vlen bytes, waits for go,
+ * rolls back. */
+static void *hold_big_tx(void *arg)
+{
+	big_holder *h = arg;
+	dg_tx *tx = NULL;
+	uint8_t *v = big_value(h->vlen, 5, false);
+	h->put = dg_tx_begin(h->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 30000, "big-tx", &tx);
+	for (int i = 0; h->put == DG_OK && i < h->nkeys; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "tb%d", i);
+		h->put = dg_tx_put(tx, h->c, key, strlen(key), v, h->vlen);
+	}
+	free(v);
+	h->ready = true;
+	uint64_t end = now_ms() + 20000;
+	while (!h->go && now_ms() < end)
+		sleep_ms(5);
+	if (tx != NULL)
+		dg_tx_rollback(tx);
+	return NULL;
+}
+
+/* tx.list while a tx holds 10 writes of 2 MiB (20 MiB, past a peer frame):
+ * the list names the tx and its key count (no values travel). */
+static void test_admin_tx_list_large_values(void **state)
+{
+	(void)state;
+	cli k0, k1;
+	cli_open(&k0, nodes[0]);
+	cJSON *a = sargs("cache", "admbigtx", "atomicity", "transactional", NULL);
+	cJSON_AddNumberToObject(a, "backups", 1);
+	cJSON *r = cli_ok(&k0, "cache.create", a);
+	cJSON_Delete(r);
+	dg_cache *c0 = cache_everywhere("admbigtx");
+	big_holder h = { .n = nodes[0], .c = c0, .nkeys = 10, .vlen = 2 * MIB };
+	pthread_t thr;
+	assert_int_equal(pthread_create(&thr, NULL, hold_big_tx, &h), 0);
+	uint64_t end = now_ms() + 15000;
+	while (!h.ready && now_ms() < end)
+		sleep_ms(5);
+	assert_true(h.ready);
+	OK(h.put);
+	char near_id[17];
+	hex64(dg_node_get_id(nodes[0]), near_id);
+	cli_open(&k1, nodes[1]);
+	uint64_t ms;
+	r = big_call(&k1, "tx.list", NULL, &ms);
+	assert_true(jok(r));
+	const cJSON *nt = find_tx(result(r), "near", near_id, NULL);
+	assert_non_null(nt);
+	assert_true(jnum(nt, "keys") == 10);
+	assert_string_equal(S(jstr(nt, "label")), "big-tx");
+	cJSON_Delete(r);
+	h.go = true;
+	pthread_join(thr, NULL);
+	big_destroy(&k0, "admbigtx");
+	cli_close(&k0);
+	cli_close(&k1);
+}
+
 /* ---- test table ---- */
 
 int main(void)
@@ -1425,6 +1810,10 @@ int main(void)
 		cmocka_unit_test(test_cache_create_bad_numbers),
 		cmocka_unit_test(test_idle_verify),
 		cmocka_unit_test(test_tx_list_and_kill),
+		cmocka_unit_test(test_admin_get_large_values),
+		cmocka_unit_test(test_admin_put_large_values),
+		cmocka_unit_test(test_admin_scan_large_values),
+		cmocka_unit_test(test_admin_tx_list_large_values),
 		cmocka_unit_test(test_shutdown),
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_admin_flood_cannot_lock_out),
@@ -1434,6 +1823,8 @@ int main(void)
 		cmocka_unit_test(test_idle_rows_out_of_range),
 	};
 	const char *only = getenv("DGT_TEST_FILTER");   /* e.g. "test_nodes*" */
+	if (only == NULL)
+		only = getenv("DG_TEST_FILTER");       /* as the other suites */
 	if (only != NULL)
 		cmocka_set_test_filter(only);
 	return cmocka_run_group_tests_name("admin", tests, group_setup, group_teardown);
