@@ -669,6 +669,104 @@ static void test_tx_get_all_larger_than_a_frame(void **state)
 	cluster_stop(&cl);
 }
 
+/* A batch whose first key another tx holds (BUSY) and whose large values
+ * do not all fit the answer (the items past recv_max answered
+ * DG_ERR_NOT_READY, their locks kept): the keys after the busy one are
+ * given back, those too, and locked again in order once the busy one is
+ * granted.  Kept instead, the holder of the busy key asking for one of
+ * them waited for this tx, which waited for it: a deadlock the detector
+ * had to break (one tx failed DG_ERR_DEADLOCK). */
+struct hold_arg {
+	dg_node *n;
+	dg_kv *kv;
+	size_t nkv;
+	dg_err get, commit;
+};
+
+static void *batch_after_busy(void *p)
+{
+	struct hold_arg *a = p;
+	dg_tx *tx;
+	a->get = dg_tx_begin(a->n, DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "busybig", &tx);
+	if (a->get != DG_OK)
+		return NULL;
+	dg_cache *c = cache_on(a->n, "busybig");
+	dg_buf v;
+	dg_buf_init(&v);
+	size_t found = 0;
+	a->get = dg_tx_get_all(tx, c, a->kv, a->nkv, &v, &found);
+	a->commit = a->get == DG_OK ? dg_tx_commit(tx) : (dg_tx_rollback(tx), a->get);
+	dg_buf_free(&v);
+	return NULL;
+}
+
+static void test_tx_get_all_busy_and_larger_than_a_frame(void **state)
+{
+	(void)state;
+	enum { N = 12, VLEN = 2048 * 1024 };
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_cache_config cfg;
+	dg_cache_config_init(&cfg, "busybig");
+	cfg.atomicity = DG_TRANSACTIONAL;
+	cfg.backups = 1;
+	cfg.partitions = 1; /* every key on one primary */
+	dg_cache *c0;
+	OK(dg_cache_create(cl.n[0], &cfg, &c0));
+	dg_cache *c1 = cache_on(cl.n[1], "busybig");
+	uint64_t own[DGI_OWNERS_BUF];
+	int64_t tv;
+	assert_true(dgi_cache_owners(c0, 0, own, DGI_OWNERS_BUF, &tv) > 0);
+	/* the txs run on the node that is not the primary */
+	int near = dg_node_get_id(cl.n[0]) == own[0] ? 1 : 0;
+	dg_cache *cn = near ? c1 : c0;
+	uint8_t *val = malloc(VLEN);
+	assert_non_null(val);
+	char keys[N + 1][16];
+	dg_kv kv[N + 1];
+	snprintf(keys[0], sizeof(keys[0]), "busy");
+	OK(dg_cache_put(cn, "busy", 4, "b", 1));
+	for (int k = 1; k <= N; k++) {
+		snprintf(keys[k], sizeof(keys[k]), "big%d", k);
+		memset(val, 'a' + k, VLEN);
+		OK(dg_cache_put(cn, keys[k], strlen(keys[k]), val, VLEN));
+	}
+	free(val);
+	for (int k = 0; k <= N; k++)
+		kv[k] = (dg_kv){ keys[k], strlen(keys[k]), NULL, 0 };
+	/* T2 holds "busy" */
+	dg_tx *t2;
+	OK(dg_tx_begin(cl.n[near], DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "busybig", &t2));
+	dg_buf v;
+	dg_buf_init(&v);
+	OK(dg_tx_get(t2, cn, "busy", 4, &v));
+	/* T1: busy first, then the large values (past a frame) */
+	struct hold_arg a = { cl.n[near], kv, N + 1, DG_OK, DG_OK };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, batch_after_busy, &a), 0);
+	usleep(500 * 1000); /* (T1 waits for "busy" now) */
+	/* T2 asks for the last large value, one the batch's answer left out */
+	uint64_t t0 = dgi_now_ms();
+	v.len = 0;
+	dg_err g2 = dg_tx_get(t2, cn, keys[N], strlen(keys[N]), &v);
+	uint64_t ms = dgi_now_ms() - t0;
+	dg_err c2 = g2 == DG_OK ? dg_tx_commit(t2) : (dg_tx_rollback(t2), g2);
+	pthread_join(th, NULL);
+	print_message("T2's get of %s: %s after %llu ms, commit %s; T1's get_all %s, commit %s\n",
+	    keys[N], dg_strerror(g2), (unsigned long long)ms, dg_strerror(c2), dg_strerror(a.get),
+	    dg_strerror(a.commit));
+	dg_buf_free(&v);
+	dg_tx_metrics m0, m1;
+	OK(dg_tx_get_metrics(cl.n[0], &m0));
+	OK(dg_tx_get_metrics(cl.n[1], &m1));
+	cluster_stop(&cl);
+	OK(g2);
+	OK(c2);
+	OK(a.get);
+	OK(a.commit);
+	assert_int_equal(m0.locks_held + m1.locks_held, 0);
+}
+
 /* Two txs lock a and b in opposite orders on one primary: one is the
  * deadlock victim at once, not at its 10 s timeout. */
 struct dl_arg {
@@ -4183,6 +4281,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_commit_reaches_backups, after_test),
 		cmocka_unit_test_teardown(test_commit_larger_than_a_frame, after_test),
 		cmocka_unit_test_teardown(test_tx_get_all_larger_than_a_frame, after_test),
+		cmocka_unit_test_teardown(test_tx_get_all_busy_and_larger_than_a_frame, after_test),
 		cmocka_unit_test_teardown(test_commit_sent_by_last_prepare_answer, after_test),
 		cmocka_unit_test_teardown(test_deadlock_detected, after_test),
 		cmocka_unit_test_teardown(test_deadlock_across_nodes, after_test),

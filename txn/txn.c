@@ -1247,7 +1247,14 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 		for (size_t i = j; i < n; i++) {
 			if (!f[i].want || (f[i].flags & DGI_TXL_NOLOCK))
 				continue;
-			if (i > j && f[i].call.err == DG_OK) {
+			/* (an item answered DG_ERR_NOT_READY may hold its lock: a
+			 * value left out of a full answer, txlock.c lall_finish —
+			 * given back likewise, or at j recorded for the rollback) */
+			bool held = f[i].call.err == DG_OK || (f[i].call.answered &&
+			    f[i].call.err == DG_ERR_NOT_READY);
+			if (i == j && held)
+				dgi_txn_add_locked(tx, f[i].node);
+			if (i > j && held) {
 				dgi_txn_add_locked(tx, f[i].node);
 				dgi_msg_tx_lock m = { (int64_t)tx->id.node, (int64_t)tx->id.seq,
 					tx->start_ms, cid, 0, { keys + offs[i],
