@@ -617,9 +617,12 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 		struct gkey *q = &k[i];
 		bool tried = q->state == K_ANSWERED || q->state == K_FLIGHT;
 		bool answered = tried && (q->err == DG_OK || q->err == DG_ERR_NOT_FOUND);
+		/* (DG_ERR_LIMIT: the primary's answer had no room for its value —
+		 * read alone, and no remap: nothing moved) */
+		bool no_room = tried && q->state == K_FLIGHT && q->err == DG_ERR_LIMIT;
 		if (answered && q->state == K_FLIGHT && dgi_read_stale(g, c, q->part, q->from, seen))
 			answered = false; /* from a node no longer the primary: read again */
-		else if (tried && !answered && !dgi_retriable(q->err)) {
+		else if (tried && !answered && !no_room && !dgi_retriable(q->err)) {
 			first = q->err; /* as the single read: lost, timed out, ... */
 			break;
 		}
@@ -631,7 +634,7 @@ dg_err dgi_batch_get(dg_cache *c, dgi_bitem *it, size_t n, bool unwrap, dg_buf *
 				e = dgi_append(vals, (q->remote_val ? w.rbuf.data : lbuf.data) + q->at,
 				    q->len);
 		} else {
-			if (tried)
+			if (tried && !no_room)
 				atomic_fetch_add_explicit(&c->remaps, 1, memory_order_relaxed);
 			e = dgi_get_op(c, q->key, q->klen, vals, unwrap); /* alone (counted there) */
 		}

@@ -606,16 +606,18 @@ void dgi_part_clear(dgi_part *p);
 void dgi_part_purge_tombs(dgi_part *p);
 /* Visits entries with hash > after (first: every entry) in hash order,
  * one page of them; returns the last hash visited and sets *more when
- * entries above it are left.  fn returns the bytes it took for an entry
- * (0: it skipped it).  A page ends between two hashes (one hash's entries
- * are never split over two pages) once it visited max entries, or once
- * what fn took reaches max_bytes or would pass it with the next entry
- * (its key and value + 40): a page holds at least one hash's entries, and
- * more than max_bytes only when they alone do — an entry count alone made
- * a page of 16 values of 1.5 MiB, past the receiver's recv_max
- * (test_rebalance_values_larger_than_a_batch). */
+ * entries above it are left.  want (NULL: every entry) says which of them
+ * the page takes; fn is called for those.  A page ends between two hashes
+ * (one hash's entries are never split over two pages) once it visited max
+ * entries, or once what it took (dgi_page_entry_bytes each) reaches
+ * max_bytes or would pass it with the next entry it wants: a page takes at
+ * least one hash's entries, and more than max_bytes only when they alone
+ * do — an entry count alone made a page of 16 values of 1.5 MiB, past the
+ * receiver's recv_max (test_rebalance_values_larger_than_a_batch).
+ * Entries it does not want count for max, not for max_bytes. */
 uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
-    uint64_t max_bytes, uint64_t (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more);
+    uint64_t max_bytes, bool (*want)(void *ctx, const dgi_entry *e),
+    void (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more);
 /* Writes e as an entry of a page (PROTOCOL.md, "Entry pages": key, value
  * or NULL for a tombstone, version, expiry, update id; 8 values) — SUPPLY,
  * SCAN_RES and PSYNC_RES alike (rebalance.c). */
@@ -639,10 +641,12 @@ static inline uint32_t dgi_entry_klen(const dgi_entry *e)
 {
 	return (uint32_t)e->klen_m1 + 1;
 }
-/* What a page counts for an entry against its max_bytes. */
+/* What a page counts for an entry against its max_bytes: its key and
+ * value, and 80 for the rest of its encoding (two BYTES headers and six
+ * svarints: up to about 75). */
 static inline uint64_t dgi_page_entry_bytes(const dgi_entry *e)
 {
-	return (uint64_t)dgi_entry_klen(e) + e->vlen + 40;
+	return (uint64_t)dgi_entry_klen(e) + e->vlen + 80;
 }
 static inline const uint8_t *dgi_entry_val(const dgi_entry *e)
 {
@@ -1110,7 +1114,8 @@ typedef struct dgi_msg_psync {  /* PSYNC */
 	int64_t cache_id, part;
 	int64_t topver;             /* the asker became the primary at this version */
 	int64_t since;              /* its previous affinity's: entries written since */
-	int64_t page;               /* 0: the first page (records, recent copies) */
+	int64_t page;               /* 0: the first page (records, and the recent
+	                               copies when they fit: psync.c) */
 	int64_t after;              /* page > 0: entries whose hash is above this */
 } dgi_msg_psync;
 
@@ -1973,7 +1978,8 @@ static inline bool dgi_part_src_add(dgi_part *p, dg_node_id src)
 uint32_t dgi_page_cap(const dgi_part *pt, uint64_t bytes);
 /* Encodes entries of a partition page (SUPPLY, SCAN_RES) into b: max
  * bytes (bytes_limit: rebalancing's pages) or entries (a scan's), and
- * never more bytes than rebalance_batch_bytes (dgi_part_scan). */
+ * never more bytes than rebalance_batch_bytes but for one larger entry
+ * alone (dgi_part_scan). */
 dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
     bool first, uint64_t max, bool bytes_limit, bool live_only, dg_buf *b);
 

@@ -170,6 +170,7 @@ struct psync_enc {
 	const dgi_part *pt;
 	int64_t since;
 	uint32_t n;
+	bool recent_sent;           /* this page carries the recent copies already */
 };
 
 /* Whether e is among the last FULL_SYNC copies pt applied as a backup
@@ -191,25 +192,55 @@ static bool is_recent(const dgi_part *pt, const dgi_entry *e)
  * under an older topology than `since` (it stays primary while the
  * topology moves on: clients join, other partitions move), and their ids
  * in the first page are worth nothing to the new primary without them. */
-static uint64_t enc_entry(void *ctx, const dgi_entry *e)
+static bool enc_wants(void *ctx, const dgi_entry *e)
 {
-	struct psync_enc *p = ctx;
-	if (dgi_entry_topver(e) < p->since && !(e->flags & DGI_ENTRY_TENTATIVE) &&
-	    !is_recent(p->pt, e))
-		return 0;
-	dgi_entry_write(p->w, p->pt, e);
-	p->n++;
-	return dgi_page_entry_bytes(e);
+	const struct psync_enc *p = ctx;
+	return dgi_entry_topver(e) >= p->since || (e->flags & DGI_ENTRY_TENTATIVE) ||
+	    (!p->recent_sent && is_recent(p->pt, e));
 }
 
-/* One page of the answer to m: the first carries the update-id records,
- * every page the next entries in hash order, at most
- * rebalance_batch_bytes of them (dgi_part_scan: one larger entry alone).
- * A partition written for a long time under one version is all "written
- * since": in one frame it could pass the receiver's recv_max, and the
- * question would never be answered (test_psync_answer_larger_than_a_frame);
- * the recent copies, up to DGI_RECENT values of up to DG_VALUE_MAX, came
- * whole in the first page before, and go in the page of their hash now. */
+static void enc_entry(void *ctx, const dgi_entry *e)
+{
+	struct psync_enc *p = ctx;
+	dgi_entry_write(p->w, p->pt, e);
+	p->n++;
+}
+
+/* The first page's recent copies (those the scan would not take for
+ * their version), written when together they take at most `room` bytes:
+ * they go with the update-id records then, as the ring was when the
+ * records were read.  Otherwise (values of megabytes) each goes in the
+ * page of its hash, if the ring still holds it then — a copy the new
+ * primary re-sends here meanwhile can push it out.  True when written
+ * (their bytes added to *used). */
+static bool recent_first(struct psync_enc *pe, dgi_part *pt, uint64_t room, uint64_t *used)
+{
+	uint64_t need = 0;
+	const dgi_entry *es[DGI_RECENT];
+	uint8_t k = 0;
+	for (uint8_t i = 0; i < pt->nrecent && k < DGI_RECENT; i++) {
+		const dgi_entry *e = dgi_part_find_ver(pt, pt->recent[i].hash, &pt->recent[i].ver);
+		if (e != NULL && dgi_entry_topver(e) < pe->since && !(e->flags & DGI_ENTRY_TENTATIVE)) {
+			es[k++] = e;
+			need += dgi_page_entry_bytes(e);
+		}
+	}
+	if (need > room)
+		return false;
+	for (uint8_t i = 0; i < k; i++)
+		enc_entry(pe, es[i]);
+	*used += need;
+	return true;
+}
+
+/* One page of the answer to m: the first carries the update-id records
+ * and the recent copies (recent_first), every page the next entries in
+ * hash order, at most rebalance_batch_bytes of them (dgi_part_scan: one
+ * larger entry alone).  A partition written for a long time under one
+ * version is all "written since": in one frame it could pass the
+ * receiver's recv_max, and the question would never be answered
+ * (test_psync_answer_larger_than_a_frame, and with large values
+ * test_psync_answer_values_larger_than_a_batch). */
 static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_psync *m)
 {
 	dgi_part *pt = &c->parts[m->part];
@@ -219,7 +250,7 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	dg_buf_init(&out);
 	dg_writer w;
 	dg_writer_init(&w, g->reg, &body);
-	struct psync_enc pe = { &w, pt, m->since, 0 };
+	struct psync_enc pe = { &w, pt, m->since, 0, false };
 	uint32_t nrec = 0;
 	dgi_part_lock(pt);
 	for (uint32_t i = 0; first && i < pt->dd_cap; i++)
@@ -230,9 +261,13 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 			nrec++;
 		}
 	bool more = false;
-	uint64_t last = dgi_part_scan(pt, (uint64_t)m->after, first,
-	    dgi_page_cap(pt, g->cfg.rebalance_batch_bytes), g->cfg.rebalance_batch_bytes, enc_entry,
-	    &pe, &more);
+	/* the page's bytes: the records (3 svarints each), the recent copies,
+	 * then the scan's entries up to the batch */
+	uint64_t batch = g->cfg.rebalance_batch_bytes, used = 30 * (uint64_t)nrec;
+	if (first)
+		pe.recent_sent = recent_first(&pe, pt, batch / 2 > used ? batch / 2 - used : 0, &used);
+	uint64_t last = dgi_part_scan(pt, (uint64_t)m->after, first, dgi_page_cap(pt, batch),
+	    batch > used ? batch - used : 1, enc_wants, enc_entry, &pe, &more);
 	dgi_part_unlock(pt);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(&out, 32 + body.len)) == DG_OK) {

@@ -681,7 +681,7 @@ static void on_get(dg_tp *tp, const dg_msg_in *in, void *ctx)
  * forwarding: a key that would wait (its entry pending here) or be
  * forwarded (MOVING) is answered DG_ERR_NOT_READY, and the reader reads it
  * alone — and so is one whose value does not fit the *room the answer has
- * left (it is one frame: recv_max).  Written into w under the partition's
+ * left (it is one frame: recv_max), answered DG_ERR_LIMIT.  Written into w under the partition's
  * lock (the value is a view of the entry). */
 static void get_all_one(dg_cache *c, const struct dgi_gall_item *it, dg_writer *w,
     size_t *room)
@@ -707,7 +707,7 @@ static void get_all_one(dg_cache *c, const struct dgi_gall_item *it, dg_writer *
 		if (!dgi_entry_live(en, wall))
 			e = DG_ERR_NOT_FOUND;
 		else if (en->vlen > *room)
-			e = DG_ERR_NOT_READY; /* read alone: this answer is full */
+			e = DG_ERR_LIMIT; /* read alone: this answer is full */
 		else {
 			a.val = (dg_bytes){ dgi_entry_val(en), en->vlen };
 			*room -= en->vlen;
@@ -723,7 +723,7 @@ static void get_all_one(dg_cache *c, const struct dgi_gall_item *it, dg_writer *
 /* GET_ALL: a batch's keys of this primary, each read as a CACHE_GET at the
  * same topology version would be, answered at once in one GET_ALL_RES —
  * whose values must fit one frame: those past recv_max are left for the
- * reader to read alone (get_all_one).  Before, 16 values of 1.5 MiB made an
+ * reader to read alone (get_all_one: DG_ERR_LIMIT).  Before, 16 values of 1.5 MiB made an
  * answer the transport refused, unsaid, and the reader's get_all timed out
  * (test_get_all_large_values_from_client). */
 static void on_get_all(dg_tp *tp, const dg_msg_in *in, void *ctx)

@@ -47,15 +47,20 @@ void dgi_entry_write(dg_writer *w, const dgi_part *p, const dgi_entry *e)
 	dg_write_i64(w, (int64_t)op_seq);
 }
 
-static uint64_t page_one(void *ctx, const dgi_entry *e)
+/* (live_only: a scan's page leaves tombstones and expired entries out) */
+static bool page_wants(void *ctx, const dgi_entry *e)
+{
+	const struct page_ctx *p = ctx;
+	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
+	return !p->live_only ||
+	    !(tomb || (dgi_entry_expire(e) != 0 && dgi_entry_expire(e) <= p->wall));
+}
+
+static void page_one(void *ctx, const dgi_entry *e)
 {
 	struct page_ctx *p = ctx;
-	bool tomb = (e->flags & DGI_ENTRY_TOMB) != 0;
-	if (p->live_only && (tomb || (dgi_entry_expire(e) != 0 && dgi_entry_expire(e) <= p->wall)))
-		return 0;
 	dgi_entry_write(p->w, p->pt, e);
 	p->n++;
-	return dgi_page_entry_bytes(e);
 }
 
 uint32_t dgi_page_cap(const dgi_part *pt, uint64_t bytes)
@@ -84,7 +89,8 @@ dg_err dgi_page_encode(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t after,
 		max_bytes = max;
 	dgi_part_lock(pt);
 	uint32_t cap = bytes_limit ? dgi_page_cap(pt, max_bytes) : (uint32_t)max;
-	uint64_t last = dgi_part_scan(pt, after, first, cap, max_bytes, page_one, &pc, &more);
+	uint64_t last = dgi_part_scan(pt, after, first, cap, max_bytes, page_wants, page_one, &pc,
+	    &more);
 	/* read with the entries: the mark holds for what this page carries */
 	bool whole = atomic_load(&pt->whole);
 	int64_t copy = whole ? DGI_COPY_WHOLE : pt->broken ? DGI_COPY_BROKEN : DGI_COPY_PARTIAL;

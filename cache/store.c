@@ -683,7 +683,8 @@ static int cmp_hash(const void *a, const void *b)
 }
 
 uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
-    uint64_t max_bytes, uint64_t (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more)
+    uint64_t max_bytes, bool (*want)(void *ctx, const dgi_entry *e),
+    void (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more)
 {
 	/* Collect the `max` smallest hashes above `after` (a bounded max-heap
 	 * would do; pages are small, so: collect candidates, sort, cut).  The
@@ -707,11 +708,15 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 	uint64_t last = after, took = 0;
 	uint32_t i = 0;
 	for (; i < n; i++) {
+		bool w = want == NULL || want(ctx, c[i].e);
 		if (i > 0 && c[i].hash != c[i - 1].hash && (i >= max || took >= max_bytes ||
-		    (took > 0 && took + dgi_page_entry_bytes(c[i].e) > max_bytes)))
+		    (w && took > 0 && took + dgi_page_entry_bytes(c[i].e) > max_bytes)))
 			break; /* (between two hashes only) */
 		last = c[i].hash;
-		took += fn(ctx, c[i].e);
+		if (w) {
+			fn(ctx, c[i].e);
+			took += dgi_page_entry_bytes(c[i].e);
+		}
 	}
 	*more = i < n;
 	dgi_free(c);

@@ -707,6 +707,8 @@ static void do_cache(const cmdline *c)
 	if (strcmp(sub, "put") == 0 || strcmp(sub, "get") == 0 || strcmp(sub, "remove") == 0) {
 		bool put = sub[0] == 'p';
 		char *fval = NULL;
+		if (!put && opt.value_file != NULL)
+			usage_error("--value-file is for cache put");
 		if (put && opt.value_file != NULL) {
 			want_args(&rest, 2, 2, "cache put NAME KEY --value-file PATH|-");
 			fval = read_value_file(opt.value_file);

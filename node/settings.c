@@ -162,7 +162,7 @@ const dgnode_setting dgnode_settings_table[] = {
 	{ "rebalance-batch", DGNODE_SIZE, F(rebalance_batch), "512k", 4 * KIB,
 	  64 * MIB, NULL, "SIZE", "Bytes of entries per message of a partition's "
 	  "entries (rebalancing, a new primary's catch-up, scan pages; one "
-	  "larger entry alone); below recv-max.", "dg_node_config.rebalance_batch_bytes", NULL },
+	  "larger entry alone); at most half of recv-max.", "dg_node_config.rebalance_batch_bytes", NULL },
 	{ "rebalance-throttle", DGNODE_DURATION, F(rebalance_throttle_ms), "0", 0,
 	  60000, NULL, "DURATION", "A new owner's pause after each rebalancing "
 	  "batch of entries it receives, to spare its suppliers and the network while "
@@ -1320,9 +1320,11 @@ int dgnode_settings_to_config(dgnode_settings *s, dg_node_config *cfg,
 		return fail(err, "--heartbeat-interval=%" PRIu64 ": must be below "
 		    "--failure-detection-timeout (%" PRIu64 ")", s->heartbeat_ms,
 		    s->failure_timeout_ms);
-	if (s->rebalance_batch >= s->recv_max) {
+	if (s->rebalance_batch > s->recv_max / 2) {
+		/* (a page holds a batch and may pass it by one entry, and its
+		 * records and encoding: half the frame leaves room for them) */
 		char a[32], b[32];
-		return fail(err, "--rebalance-batch=%s: must be below --recv-max (%s)",
+		return fail(err, "--rebalance-batch=%s: at most half of --recv-max (%s)",
 		    format_size(s->rebalance_batch, a, sizeof(a)),
 		    format_size(s->recv_max, b, sizeof(b)));
 	}

@@ -1153,8 +1153,10 @@ static void test_cross_checks(void **state)
 		  "tls+tcp:// listen URL\n" },
 		{ "--heartbeat-interval=10s", NULL, "dgnode: --heartbeat-interval=10000: "
 		  "must be below --failure-detection-timeout (10000)\n" },
-		{ "--rebalance-batch=16m", NULL, "dgnode: --rebalance-batch=16m: must be "
-		  "below --recv-max (16m)\n" },
+		{ "--rebalance-batch=16m", NULL, "dgnode: --rebalance-batch=16m: at most "
+		  "half of --recv-max (16m)\n" },
+		{ "--rebalance-batch=9m", NULL, "dgnode: --rebalance-batch=9m: at most "
+		  "half of --recv-max (16m)\n" },
 		{ "--cache=p,persistence=true", NULL, "dgnode: --cache=p,persistence=true: "
 		  "persistence=true needs --data-dir\n" },
 		{ "--cache=a", "--cache=a,mode=replicated", "dgnode: "
