@@ -134,7 +134,8 @@ typedef struct dg_node_config {
 	                                 while it waits.  Default 1000; 0: sleep
 	                                 at once */
 	uint32_t rebalance_batch_bytes; /* per page of entries (rebalancing,
-	                                 psync, scans); default 512 KiB */
+	                                 psync, scans); default 512 KiB; at most
+	                                 half of recv_max */
 	uint32_t rebalance_throttle_ms; /* a new owner's pause after each batch of
 	                                 entries it receives (spares the
 	                                 suppliers and the network); 0 (the

@@ -164,6 +164,10 @@ static dg_err check(const dg_node_config *c)
 		why = "failure_timeout_ms must be at least 100";
 	else if (c->request_timeout_ms == 0)
 		why = "request_timeout_ms must be positive";
+	else if (c->rebalance_batch_bytes > (c->recv_max ? c->recv_max : 16u << 20) / 2)
+		/* (a page of entries is a batch, and may pass it by one entry:
+		 * settings.c says the same of dgnode's flags) */
+		why = "rebalance_batch_bytes must be at most half of recv_max";
 	else
 		why = check_exposure(c, buf, sizeof(buf));
 	if (why != NULL) {

@@ -1452,6 +1452,12 @@ static void test_node_config_errors(void **state)
 	dg_node_config_init(&cfg);
 	cfg.listen_url = NULL;
 	EXPECT(dg_node_start(&cfg, &n), DG_ERR_INVAL);
+	dg_node_config_init(&cfg);
+	cfg.rebalance_batch_bytes = 9u << 20; /* past half of the default recv_max */
+	EXPECT(dg_node_start(&cfg, &n), DG_ERR_INVAL);
+	cfg.recv_max = 32u << 20;
+	OK(dg_node_start(&cfg, &n));
+	dg_node_stop(n);
 }
 
 
