@@ -767,6 +767,68 @@ static void test_tx_get_all_busy_and_larger_than_a_frame(void **state)
 	assert_int_equal(m0.locks_held + m1.locks_held, 0);
 }
 
+/* A batch of large keys: 300 keys of 60 KiB on one primary are 18 MiB of
+ * TX_LOCK_ALL, past a frame; the request was refused (DG_ERR_LIMIT) and
+ * the read failed.  The keys go in several TX_LOCK_ALLs now. */
+static void test_tx_get_all_keys_larger_than_a_frame(void **state)
+{
+	(void)state;
+	enum { N = 300, KLEN = 60 * 1024 };
+	struct cluster cl;
+	cluster_start(&cl, 2);
+	dg_cache_config cfg;
+	dg_cache_config_init(&cfg, "bigkeys");
+	cfg.atomicity = DG_TRANSACTIONAL;
+	cfg.backups = 1;
+	cfg.partitions = 1; /* every key on one primary */
+	dg_cache *c0;
+	OK(dg_cache_create(cl.n[0], &cfg, &c0));
+	dg_cache *c1 = cache_on(cl.n[1], "bigkeys");
+	uint64_t own[DGI_OWNERS_BUF];
+	int64_t tv;
+	assert_true(dgi_cache_owners(c0, 0, own, DGI_OWNERS_BUF, &tv) > 0);
+	int near = dg_node_get_id(cl.n[0]) == own[0] ? 1 : 0;
+	dg_cache *cn = near ? c1 : c0;
+	char *keys = malloc((size_t)N * KLEN);
+	assert_non_null(keys);
+	static dg_kv kv[N];
+	for (int k = 0; k < N; k++) {
+		char *p = keys + (size_t)k * KLEN;
+		memset(p, 'k', KLEN);
+		snprintf(p, 16, "%06d", k);
+		p[6] = 'k';
+		kv[k] = (dg_kv){ p, KLEN, "v", 1 };
+	}
+	dg_tx *tx;
+	for (int h = 0; h < 2; h++) { /* (a commit of all 300 would pass a frame: DG_ERR_LIMIT) */
+		OK(dg_tx_begin(cl.n[near], DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "bigkeys", &tx));
+		OK(dg_tx_put_all(tx, cn, kv + h * (N / 2), N / 2));
+		OK(dg_tx_commit(tx));
+	}
+	OK(dg_tx_begin(cl.n[near], DG_PESSIMISTIC, DG_REPEATABLE_READ, 10000, "bigkeys", &tx));
+	for (int k = 0; k < N; k++)
+		kv[k].val = NULL, kv[k].vlen = 0;
+	dg_buf v;
+	dg_buf_init(&v);
+	size_t found = 0;
+	dg_err e = dg_tx_get_all(tx, cn, kv, N, &v, &found);
+	/* (its commit would check the 300 versions read in one PREPARE, past
+	 * a frame too: DG_ERR_LIMIT, txn/README.md "Known limits") */
+	dg_err re = dg_tx_rollback(tx);
+	print_message("get_all of %d keys of %d KiB: %s, %zu found\n", N, KLEN / 1024,
+	    dg_strerror(e), found);
+	dg_buf_free(&v);
+	free(keys);
+	dg_tx_metrics m0, m1;
+	OK(dg_tx_get_metrics(cl.n[0], &m0));
+	OK(dg_tx_get_metrics(cl.n[1], &m1));
+	cluster_stop(&cl);
+	OK(e);
+	assert_int_equal(found, N);
+	OK(re);
+	assert_int_equal(m0.locks_held + m1.locks_held, 0);
+}
+
 /* Two txs lock a and b in opposite orders on one primary: one is the
  * deadlock victim at once, not at its 10 s timeout. */
 struct dl_arg {
@@ -4282,6 +4344,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_commit_larger_than_a_frame, after_test),
 		cmocka_unit_test_teardown(test_tx_get_all_larger_than_a_frame, after_test),
 		cmocka_unit_test_teardown(test_tx_get_all_busy_and_larger_than_a_frame, after_test),
+		cmocka_unit_test_teardown(test_tx_get_all_keys_larger_than_a_frame, after_test),
 		cmocka_unit_test_teardown(test_commit_sent_by_last_prepare_answer, after_test),
 		cmocka_unit_test_teardown(test_deadlock_detected, after_test),
 		cmocka_unit_test_teardown(test_deadlock_across_nodes, after_test),

@@ -1151,25 +1151,32 @@ static void fetch_all(dg_tx *tx, dg_cache *c, const uint8_t *keys, const size_t 
 	}
 	tx->vals.len = 0;
 	/* the keys of one primary chained (in the caller's order) behind the
-	 * first: one TX_LOCK_ALL when there are several, else a TX_LOCK */
-	struct { uint64_t node; struct fetched *tail; } grp[16];
+	 * first: one TX_LOCK_ALL when there are several, else a TX_LOCK — or
+	 * several, in order, when the keys would pass half a frame (keys of up
+	 * to 64 KiB: a batch of them was refused DG_ERR_LIMIT,
+	 * test_tx_get_all_keys_larger_than_a_frame) */
+	struct { uint64_t node; struct fetched *tail; size_t bytes; } grp[16];
+	size_t room = dg_tp_recv_max(dgi_txsvc_tp(tx->s)) / 2;
 	uint32_t ng = 0;
 	for (size_t i = 0; i < n; i++)
 		f[i].gnext = NULL;
 	for (size_t i = 0; i < n; i++) {
 		if (!f[i].want)
 			continue;
-		uint32_t j = 0;
-		while (j < ng && grp[j].node != f[i].node)
-			j++;
-		if (j < ng) {
-			grp[j].tail->gnext = &f[i];
-			grp[j].tail = &f[i];
+		size_t kb = offs[i + 1] - offs[i] + 64; /* (an item's other values) */
+		uint32_t j = ng;
+		while (j > 0 && grp[j - 1].node != f[i].node)
+			j--; /* (that primary's last group) */
+		if (j > 0 && grp[j - 1].bytes + kb <= room) {
+			grp[j - 1].tail->gnext = &f[i];
+			grp[j - 1].tail = &f[i];
+			grp[j - 1].bytes += kb;
 			f[i].want = false; /* (sent with its head; set again below) */
 		} else if (ng < sizeof(grp) / sizeof(grp[0])) {
 			grp[ng].node = f[i].node;
+			grp[ng].bytes = 1024 + kb;
 			grp[ng++].tail = &f[i];
-		} /* (more primaries than that: the rest alone) */
+		} /* (more groups than that: the rest alone) */
 	}
 	struct near_tls *t = near_tls();
 	for (size_t i = 0; i < n; i++) {
