@@ -669,6 +669,27 @@ static void test_tx_get_all_larger_than_a_frame(void **state)
 	cluster_stop(&cl);
 }
 
+/* Two nodes and a TRANSACTIONAL cache `name` (1 backup) of one partition:
+ * every key on one primary.  *near: the other node, where the test's txs
+ * run (every request goes over the network); its handle returned. */
+static dg_cache *one_primary(struct cluster *cl, const char *name, int *near)
+{
+	cluster_start(cl, 2);
+	dg_cache_config cfg;
+	dg_cache_config_init(&cfg, name);
+	cfg.atomicity = DG_TRANSACTIONAL;
+	cfg.backups = 1;
+	cfg.partitions = 1;
+	dg_cache *c0;
+	OK(dg_cache_create(cl->n[0], &cfg, &c0));
+	dg_cache *c1 = cache_on(cl->n[1], name);
+	uint64_t own[DGI_OWNERS_BUF];
+	int64_t tv;
+	assert_true(dgi_cache_owners(c0, 0, own, DGI_OWNERS_BUF, &tv) > 0);
+	*near = dg_node_get_id(cl->n[0]) == own[0] ? 1 : 0;
+	return *near ? c1 : c0;
+}
+
 /* A batch whose first key another tx holds (BUSY) and whose large values
  * do not all fit the answer (the items past recv_max answered
  * DG_ERR_NOT_READY, their locks kept): the keys after the busy one are
@@ -705,21 +726,8 @@ static void test_tx_get_all_busy_and_larger_than_a_frame(void **state)
 	(void)state;
 	enum { N = 12, VLEN = 2048 * 1024 };
 	struct cluster cl;
-	cluster_start(&cl, 2);
-	dg_cache_config cfg;
-	dg_cache_config_init(&cfg, "busybig");
-	cfg.atomicity = DG_TRANSACTIONAL;
-	cfg.backups = 1;
-	cfg.partitions = 1; /* every key on one primary */
-	dg_cache *c0;
-	OK(dg_cache_create(cl.n[0], &cfg, &c0));
-	dg_cache *c1 = cache_on(cl.n[1], "busybig");
-	uint64_t own[DGI_OWNERS_BUF];
-	int64_t tv;
-	assert_true(dgi_cache_owners(c0, 0, own, DGI_OWNERS_BUF, &tv) > 0);
-	/* the txs run on the node that is not the primary */
-	int near = dg_node_get_id(cl.n[0]) == own[0] ? 1 : 0;
-	dg_cache *cn = near ? c1 : c0;
+	int near;
+	dg_cache *cn = one_primary(&cl, "busybig", &near);
 	uint8_t *val = malloc(VLEN);
 	assert_non_null(val);
 	char keys[N + 1][16];
@@ -775,20 +783,8 @@ static void test_tx_get_all_keys_larger_than_a_frame(void **state)
 	(void)state;
 	enum { N = 300, KLEN = 60 * 1024 };
 	struct cluster cl;
-	cluster_start(&cl, 2);
-	dg_cache_config cfg;
-	dg_cache_config_init(&cfg, "bigkeys");
-	cfg.atomicity = DG_TRANSACTIONAL;
-	cfg.backups = 1;
-	cfg.partitions = 1; /* every key on one primary */
-	dg_cache *c0;
-	OK(dg_cache_create(cl.n[0], &cfg, &c0));
-	dg_cache *c1 = cache_on(cl.n[1], "bigkeys");
-	uint64_t own[DGI_OWNERS_BUF];
-	int64_t tv;
-	assert_true(dgi_cache_owners(c0, 0, own, DGI_OWNERS_BUF, &tv) > 0);
-	int near = dg_node_get_id(cl.n[0]) == own[0] ? 1 : 0;
-	dg_cache *cn = near ? c1 : c0;
+	int near;
+	dg_cache *cn = one_primary(&cl, "bigkeys", &near);
 	char *keys = malloc((size_t)N * KLEN);
 	assert_non_null(keys);
 	static dg_kv kv[N];
