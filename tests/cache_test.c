@@ -2806,6 +2806,36 @@ static uint8_t *big_batch(dg_kv *kv, char (*ks)[16], const char *kp, int n, cons
 	return vals;
 }
 
+/* What big_put_all saw. */
+struct big_put {
+	dg_err e;
+	uint64_t alone;             /* keys tried again alone (the caller's remaps) */
+	uint64_t singles;           /* single UPDATEs sent meanwhile */
+	int owners, whole;          /* the last key's owners; values whole on all */
+};
+
+/* put_all of kv[0..n) (keys kp00..) on cs[at], then what every owner among
+ * the servers cs[0..ns) holds; printed as `what`. */
+static struct big_put big_put_all(struct cluster *cl, dg_cache **cs, int ns, int at,
+    const char *what, dg_kv *kv, int n, const char *kp, const size_t *len, uint8_t *scratch)
+{
+	struct big_put r = { DG_OK, 0, 0, 0, 0 };
+	struct big_counts c0 = big_counts_of(cl);
+	uint64_t rm0 = atomic_load(&cs[at]->remaps);
+	uint64_t t0 = dgi_now_ms();
+	r.e = dg_cache_put_all(cs[at], kv, (size_t)n);
+	print_message("put_all of %d values %s: %s after %llu ms\n", n, what, dg_strerror(r.e),
+	    (unsigned long long)(dgi_now_ms() - t0));
+	big_counts_print("put_all", cl, c0);
+	r.alone = atomic_load(&cs[at]->remaps) - rm0;
+	r.singles = big_counts_of(cl).upd - c0.upd;
+	print_message("keys tried again alone (remaps on the caller): %llu\n",
+	    (unsigned long long)r.alone);
+	r.whole = big_whole_everywhere(cs, ns, kp, n, len, scratch, &r.owners);
+	print_message("values whole on every owner (%d): %d of %d\n", r.owners, r.whole, n);
+	return r;
+}
+
 /* put_all from a client, FULL_SYNC, backups = 1: 16 values of 1.5 MiB to
  * one primary are a 24 MiB UPDATE_ALL (and, were it sent, a 24 MiB
  * BACKUP_ALL).  The call succeeds, every owner holds every value whole;
@@ -2826,20 +2856,9 @@ static void test_put_all_large_values_from_client(void **state)
 	uint8_t *vals = big_batch(kv, ks, "p", N, len);
 	uint8_t *scratch = malloc(VLEN);
 	assert_non_null(scratch);
-	struct big_counts c0 = big_counts_of(&cl);
-	uint64_t rm0 = atomic_load(&cs[S]->remaps);
-	uint64_t t0 = dgi_now_ms();
-	dg_err e = dg_cache_put_all(cs[S], kv, N);
-	print_message("put_all of %d x %d KiB from the client: %s after %llu ms\n", N, VLEN / 1024,
-	    dg_strerror(e), (unsigned long long)(dgi_now_ms() - t0));
-	big_counts_print("put_all", &cl, c0);
-	uint64_t alone = atomic_load(&cs[S]->remaps) - rm0;
-	uint64_t singles = big_counts_of(&cl).upd - c0.upd;
-	print_message("keys tried again alone (remaps on the caller): %llu\n",
-	    (unsigned long long)alone);
-	int owners = 0;
-	int whole = big_whole_everywhere(cs, S, "p", N, len, scratch, &owners);
-	print_message("values whole on every owner (%d): %d of %d\n", owners, whole, N);
+	struct big_put r = big_put_all(&cl, cs, S, S, "of 1.5 MiB from the client", kv, N, "p",
+	    len, scratch);
+	int owners = r.owners;
 	size_t removed = 0;
 	dg_err er = dg_cache_remove_all(cs[S], kv, N, &removed);
 	int gone = big_whole_everywhere(cs, S, "p", N, NULL, scratch, &owners);
@@ -2848,12 +2867,12 @@ static void test_put_all_large_values_from_client(void **state)
 	free(scratch);
 	free(vals);
 	cluster_stop(&cl);
-	OK(e);
-	assert_int_equal(owners, 2);
-	assert_int_equal(whole, N);
+	OK(r.e);
+	assert_int_equal(r.owners, 2);
+	assert_int_equal(r.whole, N);
 	/* in frames that fit (two UPDATE_ALLs), not key by key */
-	assert_int_equal(alone, 0);
-	assert_int_equal(singles, 0);
+	assert_int_equal(r.alone, 0);
+	assert_int_equal(r.singles, 0);
 	OK(er);
 	assert_int_equal(removed, N);
 	assert_int_equal(gone, N);
@@ -2885,30 +2904,18 @@ static void test_put_all_large_values_on_primary(void **state)
 	uint8_t *vals = big_batch(kv, ks, "q", N, len);
 	uint8_t *scratch = malloc(VLEN);
 	assert_non_null(scratch);
-	struct big_counts c0 = big_counts_of(&cl);
-	uint64_t rm0 = atomic_load(&cs[pi]->remaps);
-	uint64_t t0 = dgi_now_ms();
-	dg_err e = dg_cache_put_all(cs[pi], kv, N);
-	print_message("put_all of %d x %d KiB on the primary: %s after %llu ms\n", N, VLEN / 1024,
-	    dg_strerror(e), (unsigned long long)(dgi_now_ms() - t0));
-	big_counts_print("put_all", &cl, c0);
-	uint64_t alone = atomic_load(&cs[pi]->remaps) - rm0;
-	uint64_t singles = big_counts_of(&cl).upd - c0.upd;
-	print_message("keys tried again alone (remaps on the caller): %llu\n",
-	    (unsigned long long)alone);
-	int owners = 0;
-	int whole = big_whole_everywhere(cs, S, "q", N, len, scratch, &owners);
-	print_message("values whole on every owner (%d): %d of %d\n", owners, whole, N);
+	struct big_put r = big_put_all(&cl, cs, S, pi, "of 1.5 MiB on the primary", kv, N, "q",
+	    len, scratch);
 	free(scratch);
 	free(vals);
 	cluster_stop(&cl);
-	OK(e);
-	assert_int_equal(owners, 3);
-	assert_int_equal(whole, N);
+	OK(r.e);
+	assert_int_equal(r.owners, 3);
+	assert_int_equal(r.whole, N);
 	/* the copies in frames that fit (two BACKUP_ALLs a backup), not the
 	 * keys written again one by one */
-	assert_int_equal(alone, 0);
-	assert_int_equal(singles, 0);
+	assert_int_equal(r.alone, 0);
+	assert_int_equal(r.singles, 0);
 }
 
 /* put_all from a client of a batch whose UPDATE_ALL would be 16 bytes
@@ -2944,32 +2951,19 @@ static void test_put_all_near_recv_max(void **state)
 	vals = big_batch(kv, ks, "e", N, len);
 	uint8_t *scratch = malloc(len[0]);
 	assert_non_null(scratch);
-	struct big_counts c0 = big_counts_of(&cl);
 	b0 = bytes_sent_of(cl.n[S], DGI_MSG_UPDATE_ALL);
-	uint64_t rm0 = atomic_load(&cs[S]->remaps);
-	uint64_t t0 = dgi_now_ms();
-	dg_err e = dg_cache_put_all(cs[S], kv, N);
-	uint64_t body = bytes_sent_of(cl.n[S], DGI_MSG_UPDATE_ALL) - b0 - DG_FRAME_HEADER;
-	print_message("put_all, UPDATE_ALL body %llu (recv_max %zu): %s after %llu ms\n",
-	    (unsigned long long)body, BIG_RECV_MAX, dg_strerror(e),
-	    (unsigned long long)(dgi_now_ms() - t0));
-	big_counts_print("put_all", &cl, c0);
-	uint64_t alone = atomic_load(&cs[S]->remaps) - rm0;
-	uint64_t singles = big_counts_of(&cl).upd - c0.upd;
-	print_message("keys tried again alone (remaps on the caller): %llu\n",
-	    (unsigned long long)alone);
-	int owners = 0;
-	int whole = big_whole_everywhere(cs, S, "e", N, len, scratch, &owners);
-	print_message("values whole on every owner (%d): %d of %d\n", owners, whole, N);
+	struct big_put r = big_put_all(&cl, cs, S, S, "16 bytes short of recv_max in one UPDATE_ALL",
+	    kv, N, "e", len, scratch);
+	print_message("UPDATE_ALL bodies: %llu bytes (recv_max %zu)\n", (unsigned long long)
+	    (bytes_sent_of(cl.n[S], DGI_MSG_UPDATE_ALL) - b0), BIG_RECV_MAX);
 	free(scratch);
 	free(vals);
 	cluster_stop(&cl);
-	(void)body;
-	OK(e);
-	assert_int_equal(owners, 2);
-	assert_int_equal(whole, N);
-	assert_int_equal(alone, 0);
-	assert_int_equal(singles, 0);
+	OK(r.e);
+	assert_int_equal(r.owners, 2);
+	assert_int_equal(r.whole, N);
+	assert_int_equal(r.alone, 0);
+	assert_int_equal(r.singles, 0);
 }
 
 /* get_all from a client of 16 values of 1.5 MiB on one primary: its
