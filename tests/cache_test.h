@@ -37,6 +37,7 @@ extern int test_partition_policy;
  * test that wants one node's calls to give up sooner sets it around that
  * node's start. */
 extern uint32_t test_request_timeout_ms;
+extern uint32_t test_failure_timeout_ms;
 void cluster_stop(struct cluster *cl);
 /* The cache name on node n, once n has learnt it (waits up to 5 s). */
 dg_cache *cache_on(dg_node *n, const char *name);

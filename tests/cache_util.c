@@ -18,6 +18,7 @@
 _Atomic int lost_events, rebalanced_events;
 int test_partition_policy = DG_PARTITION_POLICY_MAJORITY;
 uint32_t test_request_timeout_ms = 5000;
+uint32_t test_failure_timeout_ms = 1000;
 
 static void on_event(void *ctx, const dg_event *ev)
 {
@@ -37,7 +38,7 @@ dg_node *start_node(const char *const *seeds, size_t nseeds, bool client,
 	cfg.cluster_name = "cache-test";
 	cfg.seeds = seeds;
 	cfg.nseeds = nseeds;
-	cfg.failure_timeout_ms = 1000;
+	cfg.failure_timeout_ms = test_failure_timeout_ms;
 	cfg.heartbeat_ms = 100;
 	cfg.join_timeout_ms = 5000;
 	cfg.request_timeout_ms = test_request_timeout_ms;

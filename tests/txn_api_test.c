@@ -39,6 +39,9 @@ void dgi_svc_fence_tick(dgi_txsvc *s, uint64_t now);
 
 static uint32_t topology_timeout_ms = 1000;
 static uint32_t request_timeout_ms = 5000;
+/* (the large-value tests: 1 s is a sanitizer build's memcpy of tens of
+ * MiB, and a two-voter cluster that misses a heartbeat stops) */
+static uint32_t failure_timeout_ms = 1000;
 
 static bool start_client;
 
@@ -52,7 +55,7 @@ static dg_node *start_node(const char *const *seeds, size_t nseeds)
 	cfg.cluster_name = "txn-test";
 	cfg.seeds = seeds;
 	cfg.nseeds = nseeds;
-	cfg.failure_timeout_ms = 1000;
+	cfg.failure_timeout_ms = failure_timeout_ms;
 	cfg.heartbeat_ms = 100;
 	cfg.join_timeout_ms = 5000;
 	cfg.request_timeout_ms = request_timeout_ms;
@@ -569,6 +572,8 @@ static void test_commit_reaches_backups(void **state)
 static void test_commit_larger_than_a_frame(void **state)
 {
 	(void)state;
+	failure_timeout_ms = 10000; /* (restored by after_test) */
+	request_timeout_ms = 30000;
 	enum { N = 20, FEW = 6, VLEN = 2048 * 1024 };
 	struct cluster cl;
 	cluster_start(&cl, 2);
@@ -626,6 +631,8 @@ static void test_commit_larger_than_a_frame(void **state)
 static void test_tx_get_all_larger_than_a_frame(void **state)
 {
 	(void)state;
+	failure_timeout_ms = 10000; /* (restored by after_test) */
+	request_timeout_ms = 30000;
 	enum { N = 20, VLEN = 2048 * 1024 };
 	struct cluster cl;
 	cluster_start(&cl, 2);
@@ -724,6 +731,8 @@ static void *batch_after_busy(void *p)
 static void test_tx_get_all_busy_and_larger_than_a_frame(void **state)
 {
 	(void)state;
+	failure_timeout_ms = 10000; /* (restored by after_test) */
+	request_timeout_ms = 30000;
 	enum { N = 12, VLEN = 2048 * 1024 };
 	struct cluster cl;
 	int near;
@@ -781,6 +790,8 @@ static void test_tx_get_all_busy_and_larger_than_a_frame(void **state)
 static void test_tx_get_all_keys_larger_than_a_frame(void **state)
 {
 	(void)state;
+	failure_timeout_ms = 10000; /* (restored by after_test) */
+	request_timeout_ms = 30000;
 	enum { N = 300, KLEN = 60 * 1024 };
 	struct cluster cl;
 	int near;
@@ -4327,6 +4338,7 @@ static int after_test(void **state)
 	start_client = false;
 	topology_timeout_ms = 1000;
 	request_timeout_ms = 5000;
+	failure_timeout_ms = 1000;
 	return 0;
 }
 
