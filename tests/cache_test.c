@@ -1456,6 +1456,7 @@ static void test_node_config_errors(void **state)
 	cfg.rebalance_batch_bytes = 9u << 20; /* past half of the default recv_max */
 	EXPECT(dg_node_start(&cfg, &n), DG_ERR_INVAL);
 	cfg.recv_max = 32u << 20;
+	cfg.listen_url = "tcp://127.0.0.1:0"; /* (not the default port: tests run side by side) */
 	OK(dg_node_start(&cfg, &n));
 	dg_node_stop(n);
 }
@@ -5643,6 +5644,88 @@ static void test_persisted_baseline_five_restart(void **state)
 	}
 }
 
+/* Two nodes started at once, each seeding the other, must end in one
+ * cluster.  B starts while A's port is not listening yet: every seed
+ * unreachable, B decides to form a cluster and (a test hold) waits before
+ * forming it.  A starts meanwhile and asks B, which answers DG_ERR_STATE:
+ * when A's id is the smaller, A forms too — two clusters that never
+ * merge (seen in cluster_netns_three_hosts, 2026-12-07).  Ids are random:
+ * the case is tried until A's id is the smaller one. */
+extern _Atomic uint32_t dgi_test_form_hold_ms;
+
+struct split_b {
+	char listen[64], seed[64];
+	dg_node *n;
+	dg_err e;
+};
+
+static dg_node *split_start(const char *listen, const char *seed)
+{
+	dg_node_config cfg;
+	dg_node_config_init(&cfg);
+	cfg.listen_url = listen;
+	cfg.cluster_name = "split-test";
+	const char *seeds[] = { seed };
+	cfg.seeds = seeds;
+	cfg.nseeds = 1;
+	cfg.failure_timeout_ms = 1000;
+	cfg.heartbeat_ms = 100;
+	cfg.join_timeout_ms = 5000;
+	dg_node *n = NULL;
+	return dg_node_start(&cfg, &n) == DG_OK ? n : NULL;
+}
+
+static void *split_start_b(void *p)
+{
+	struct split_b *b = p;
+	b->n = split_start(b->listen, b->seed);
+	return NULL;
+}
+
+static void test_start_at_once_forms_one_cluster(void **state)
+{
+	(void)state;
+	int tried = 0, split = 0;
+	for (int round = 0; round < 12 && tried < 3; round++) {
+		struct split_b b;
+		int pa = free_port(), pb = free_port();
+		snprintf(b.listen, sizeof(b.listen), "tcp://127.0.0.1:%d", pb);
+		snprintf(b.seed, sizeof(b.seed), "tcp://127.0.0.1:%d", pa);
+		char la[64];
+		snprintf(la, sizeof(la), "tcp://127.0.0.1:%d", pa);
+		atomic_store(&dgi_test_form_hold_ms, 600);
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, split_start_b, &b), 0);
+		usleep(250 * 1000); /* (B found A's port closed and holds) */
+		dg_node *a = split_start(la, b.listen);
+		pthread_join(th, NULL);
+		atomic_store(&dgi_test_form_hold_ms, 0);
+		assert_non_null(a);
+		assert_non_null(b.n);
+		bool counts = dg_node_get_id(a) < dg_node_get_id(b.n);
+		size_t na = 0, nb = 0;
+		uint64_t deadline = dgi_now_ms() + 3000;
+		while (counts && dgi_now_ms() < deadline) {
+			dg_node_info info[4];
+			int64_t v;
+			na = dg_node_topology(a, &v, info, 4);
+			nb = dg_node_topology(b.n, &v, info, 4);
+			if (na == 2 && nb == 2)
+				break;
+			usleep(20 * 1000);
+		}
+		if (counts) {
+			tried++;
+			split += !(na == 2 && nb == 2);
+			print_message("A < B: A sees %zu nodes, B %zu\n", na, nb);
+		}
+		dg_node_stop(a);
+		dg_node_stop(b.n);
+	}
+	assert_true(tried > 0);
+	assert_int_equal(split, 0);
+}
+
 /* ---- persistence with large values (1.5 MiB up to DG_VALUE_MAX) ----
  *
  * Values of 1.5-8 MiB in a persistent cache of 2 partitions, each
@@ -6404,6 +6487,7 @@ int main(void)
 		cmocka_unit_test(test_persisted_baseline_five_restart),
 		cmocka_unit_test(test_restarted_copy_replaced),
 		cmocka_unit_test(test_persist_queue_full_busy),
+		cmocka_unit_test(test_start_at_once_forms_one_cluster),
 		cmocka_unit_test(test_persist_large_values_restart),
 		cmocka_unit_test(test_persist_large_values_restart_encrypted),
 		cmocka_unit_test(test_persist_large_values_rebalance),

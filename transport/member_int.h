@@ -95,6 +95,13 @@ struct dg_member {
 	pthread_cond_t ncv;
 	bool stopping;
 	bool joined;
+	/* Forming a cluster at start (member_join.c): a JOIN from a smaller id
+	 * answered DG_ERR_STATE holds this node's forming for
+	 * DGI_FORM_HOLD_MS (it joins that node's cluster instead), and once
+	 * it decided to form, JOINs are answered DG_ERR_NOT_READY ("ask
+	 * again"): two nodes started at once cannot both form (mu). */
+	uint64_t smaller_join_ms;
+	bool forming;
 	pthread_t thread, notifier;
 	bool thread_started, notifier_started;
 	/* this node's own pauses (under mu) */
@@ -348,5 +355,13 @@ void dgi_member_on_type_announce(dg_tp *tp, const dg_msg_in *in, void *ctx);
 void dgi_member_on_types_snapshot(dg_tp *tp, const dg_msg_in *in, void *ctx);
 dg_err dgi_member_propose(void *ctx, const dg_desc *d, const uint8_t *def, size_t len);
 void dgi_member_sync_types(dg_member *m, dg_node_id coord);
+
+/* Tests only (member_join.c): a hold between deciding to form a cluster
+ * and forming it. */
+extern _Atomic uint32_t dgi_test_form_hold_ms;
+
+/* How long a JOIN from a smaller id, answered DG_ERR_STATE, keeps a
+ * starting node from forming a cluster of its own (it asks each round). */
+#define DGI_FORM_HOLD_MS 1000
 
 #endif /* DG_MEMBER_INT_H */

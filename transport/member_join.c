@@ -139,6 +139,11 @@ static dg_err join_round(dg_member *m, char *const *urls, size_t nurls, uint64_t
  * seeds notice within the failure detection timeout and another takes
  * over) it goes on, up to join_timeout_ms plus the longer of twice that
  * and twice the failure detection (timeout + heartbeat). */
+/* Tests only: ms a node waits between deciding to form a cluster and
+ * forming it — the window in which two nodes started at once can each
+ * decide to (test_start_at_once_forms_one_cluster). */
+_Atomic uint32_t dgi_test_form_hold_ms;
+
 dg_err dgi_member_join(dg_member *m)
 {
 	uint64_t start = dgi_now_ms(), logged = start;
@@ -159,8 +164,27 @@ dg_err dgi_member_join(dg_member *m)
 			break; /* a TOPOLOGY with this node arrived meanwhile */
 		if (r.refused != DG_OK)
 			refused = r.refused;
+		bool held = false;
 		if (e == DG_ERR_UNREACHABLE) {
-			/* no seed is in a cluster, none smaller is waiting: form one */
+			/* no seed is in a cluster, none smaller is waiting — unless a
+			 * smaller id asked us lately: it forms, we join it.  Else
+			 * mark forming in the same step, so that a JOIN from now on
+			 * is told to ask again, not DG_ERR_STATE (before, a smaller
+			 * node asking in this window formed too: two clusters that
+			 * never merged, test_start_at_once_forms_one_cluster) */
+			pthread_mutex_lock(&m->mu);
+			uint64_t sj = m->smaller_join_ms, now = dgi_now_ms();
+			held = sj != 0 && now - sj < DGI_FORM_HOLD_MS;
+			if (!held)
+				m->forming = true;
+			pthread_mutex_unlock(&m->mu);
+		}
+		if (e == DG_ERR_UNREACHABLE && !held) {
+			uint32_t hold = atomic_load_explicit(&dgi_test_form_hold_ms, memory_order_relaxed);
+			if (hold != 0) { /* (tests: widen the window below) */
+				struct timespec hs = { hold / 1000, (long)(hold % 1000) * 1000000 };
+				nanosleep(&hs, NULL);
+			}
 			dg_topology_node self = { dg_tp_self(m->tp), 1, dg_tp_address(m->tp),
 				m->cfg.attrs & ~DG_NODE_STANDBY };
 			struct bl *b = dgi_alloc(sizeof(*b));

@@ -271,8 +271,14 @@ static void on_join(dg_tp *tp, const dg_msg_in *in, void *ctx)
 	const dg_msg_join *j = in->body;
 	pthread_mutex_lock(&m->mu);
 	if (m->topo == NULL || !m->joined || m->stopping) {
+		/* not in a cluster (yet): "ask again" while forming one, else
+		 * DG_ERR_STATE — and a smaller id asking holds our own forming
+		 * (member_join.c) */
+		bool forming = m->forming && !m->stopping;
+		if (!forming && !m->joined && (dg_node_id)j->node_id < dg_tp_self(tp))
+			m->smaller_join_ms = dgi_now_ms();
 		pthread_mutex_unlock(&m->mu);
-		dg_tp_reply_error(tp, in, DG_ERR_STATE);
+		dg_tp_reply_error(tp, in, forming ? DG_ERR_NOT_READY : DG_ERR_STATE);
 		return;
 	}
 	dg_node_id coord = dgi_member_coordinator_locked(m, dgi_now_ms());
