@@ -417,6 +417,11 @@ typedef struct dgi_part {
 	uint32_t opn_cap;           /* 0 or a power of two up to DGI_OPN_MAX */
 	struct dgi_psync_wait *psync_from; /* [psync_cap] (psync.c) */
 	uint64_t psync_sent_ms;
+	dg_err psync_err;           /* DG_ERR_STORAGE_FULL: this node could not
+	                               store an answer's entries (its map is
+	                               full): updates are refused with it, not
+	                               told to wait, until an answer is taken
+	                               in (psync.c); else DG_OK */
 	/* Whole copies (transport/PROTOCOL.md, "Rebalancing"); written under mu,
 	 * whole is also read without it by the rebalancer's scan.
 	 * whole:  the copy holds every entry of the partition — it owned it
@@ -1431,6 +1436,7 @@ struct dgi_grid {
 	bool stopping;
 	_Atomic bool leaving;          /* graceful leave: no more updates as primary */
 	uint64_t rebal_gen;            /* bumped on every topology: rebalancer restarts */
+	struct dgi_lograte lr_rebal_full; /* REBALANCE-STORAGE-FULL: each 10 s */
 	dgi_pstore *ps;
 	int64_t persisted_topver;      /* highest topology version written to meta */
 	char *persisted_bl;            /* the baseline in meta ("baseline": the

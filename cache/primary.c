@@ -185,7 +185,10 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	e = dgi_part_find(pt, u->hash, u->key, u->klen);
 	err = dgi_part_may_serve_leased(c, pt, u->part, st, e, DG_OK);
 	if (pt->psync_n > 0 && err != DG_ERR_PARTITION_LOST) {
-		err = DG_ERR_NOT_READY; /* still learning what the old primary did */
+		/* still learning what the old primary did; or unable to, its
+		 * store full: refused, not applied (a retry would wait for
+		 * nothing but the timeout) */
+		err = pt->psync_err == DG_ERR_STORAGE_FULL ? DG_ERR_STORAGE_FULL : DG_ERR_NOT_READY;
 		goto out;
 	}
 	bool full = u->sync == DG_FULL_SYNC && aff->copies > 1;

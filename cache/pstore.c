@@ -129,6 +129,7 @@ struct dgi_pstore {
 	uint32_t ps_salt;          /* nonce: salt ‖ counter, both random at open */
 	_Atomic uint64_t ps_nonce_ctr;
 	_Atomic uint64_t ps_commits, ps_records, ps_skipped, ps_failures;
+	struct dgi_lograte ps_lr_full; /* PSTORE-ERROR of a full map: each 10 s */
 };
 
 static dg_err damaged(const dgi_pstore *ps, const char *what, const char *why,
@@ -1124,11 +1125,18 @@ static int run_txn(dgi_pstore *ps, op *first, op *last)
 		if (o == last)
 			break;
 	}
-	pstore_log(rc == RC_BADKEY ? "the master key does not open a data key" :
-	    rc == RC_NOKEY ? "no data key for this cache (dgi_pstore_use_key first)" :
-	    mdb_strerror(rc), "op=%s ops=%zu records=%zu%s",
-	    nops == 1 ? op_name(first) : "group", nops, nrecs,
-	    reserve ? " reason=reserve" : "");
+	/* a full map fails every write the same way until space is freed (a
+	 * rebalancing retried each second, a new primary's catch-up each
+	 * 500 ms): that line once in 10 s, counted; its callers hear
+	 * DG_ERR_STORAGE_FULL every time */
+	uint32_t quiet = 0;
+	if ((rc != MDB_MAP_FULL && rc != ENOSPC) ||
+	    dgi_lograte_due(&ps->ps_lr_full, dgi_now_ms(), 10000, &quiet))
+		pstore_log(rc == RC_BADKEY ? "the master key does not open a data key" :
+		    rc == RC_NOKEY ? "no data key for this cache (dgi_pstore_use_key first)" :
+		    mdb_strerror(rc), "op=%s ops=%zu records=%zu%s repeated=%u",
+		    nops == 1 ? op_name(first) : "group", nops, nrecs,
+		    reserve ? " reason=reserve" : "", quiet);
 	return rc;
 }
 

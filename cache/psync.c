@@ -24,7 +24,11 @@
  * entry that became newer here to its backups again as a pending write
  * (pending.c), so nobody reads it before every owner has it.  Until every
  * old owner answered, it answers updates of the partition
- * DG_ERR_NOT_READY (the originator retries); reads go on.  An answer
+ * DG_ERR_NOT_READY (the originator retries); reads go on.  An answer this
+ * node cannot store (DG_ERR_STORAGE_FULL: its persistent map is full) is
+ * asked for again at each tick, and meanwhile updates are refused with
+ * DG_ERR_STORAGE_FULL, not applied: told to wait, each waited out the
+ * request timeout (test_persist_large_values_joiner_map_too_small).  An answer
  * comes in pages of about rebalance_batch_bytes (answer()), each asked for
  * as the one before is taken in; the wait for an old owner ends with its
  * last page.
@@ -144,6 +148,8 @@ void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void 
 			i++;
 		else
 			pt->psync_from[i] = pt->psync_from[--pt->psync_n];
+	if (pt->psync_n == 0)
+		pt->psync_err = DG_OK;
 }
 
 void dgi_psync_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms)
@@ -161,6 +167,7 @@ void dgi_psync_free_part(dgi_part *pt)
 	dgi_free(pt->psync_from);
 	pt->psync_from = NULL;
 	pt->psync_n = pt->psync_cap = 0;
+	pt->psync_err = DG_OK;
 }
 
 /* ---- the old owner's answer ---- */
@@ -515,6 +522,9 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 		dg_err e = current && primary ?
 		    adopt(g, c, k->part, k->ver, &body->list, &more, &last) : DG_OK;
 		dgi_part_lock(pt);
+		bool told = e == DG_ERR_STORAGE_FULL && pt->psync_err == e; /* (logged) */
+		if (current && primary) /* (what its updates are told meanwhile) */
+			pt->psync_err = e == DG_ERR_STORAGE_FULL ? e : DG_OK;
 		i = e == DG_OK && current ? wait_index(pt, k->from, k->ver) : -1;
 		if (i >= 0 && pt->psync_from[i].page == k->page) {
 			if (more) { /* the next page, now */
@@ -525,12 +535,16 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			} else {
 				pt->psync_from[i] = pt->psync_from[--pt->psync_n];
 				done = true;
+				if (pt->psync_n == 0)
+					pt->psync_err = DG_OK;
 			}
 		}
 		dgi_part_unlock(pt);
-		if (e != DG_OK)
-			dgi_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"",
-			    c->cfg.name, k->part, (unsigned long long)k->from, dg_strerror(e));
+		if (e != DG_OK && !told) /* (a full store: once, until it takes one in) */
+			dgi_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"%s",
+			    c->cfg.name, k->part, (unsigned long long)k->from, dg_strerror(e),
+			    e == DG_ERR_STORAGE_FULL ? " updates=\"refused DG_ERR_STORAGE_FULL until "
+			    "this node's storage takes the answer (asked again every 500 ms)\"" : "");
 		if (done)
 			dgi_psync_release(g); /* questions that waited for this answer */
 	}

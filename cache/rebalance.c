@@ -996,7 +996,7 @@ void *dgi_rebalancer(void *arg)
 		dgi_epoch_enter();
 		dgi_intmap_each(&g->caches, collect, &cc);
 		dgi_epoch_leave();
-		size_t failed = 0;
+		size_t failed = 0, full = 0;
 		dg_err last = DG_OK;
 		for (size_t i = 0; i < cc.n; i++) {
 			dgi_epoch_enter();
@@ -1005,7 +1005,9 @@ void *dgi_rebalancer(void *arg)
 			dgi_epoch_leave();
 			if (e == DG_ERR_STATE)
 				break; /* the topology moved on: collect again */
-			if (e != DG_OK) {
+			if (e == DG_ERR_STORAGE_FULL) {
+				full++; /* this node's own store could not take a page */
+			} else if (e != DG_OK) {
 				failed++;
 				last = e;
 			}
@@ -1013,6 +1015,11 @@ void *dgi_rebalancer(void *arg)
 		if (failed > 0) /* (err: the last failure's — a supplier's answer too) */
 			dgi_log("info", "REBALANCE-RETRY", "partitions=%zu why=\"a supplier was not ready "
 			    "or unreachable\" err=\"%s\"", failed, dg_strerror(last));
+		uint32_t quiet;
+		if (full > 0 && dgi_lograte_due(&g->lr_rebal_full, dgi_now_ms(), 10000, &quiet))
+			dgi_log("warn", "REBALANCE-STORAGE-FULL", "partitions=%zu repeated=%u why=\"this "
+			    "node's persistent storage is full: the partitions cannot move here; asked "
+			    "again every second (raise --storage-map-size, or free space)\"", full, quiet);
 		dgi_epoch_enter();
 		dgi_intmap_each(&g->caches, rebalance_done_check, NULL);
 		dgi_epoch_leave();
@@ -1020,7 +1027,9 @@ void *dgi_rebalancer(void *arg)
 		if (!g->stopping && (cc.n == 0 || g->rebal_gen == gen)) {
 			/* nothing moving, or retry failures after a pause */
 			struct timespec ts;
-			dgi_abstime_in(&ts, cc.n == 0 ? 1000 : 50);
+			/* (a full store: a second, not 50 ms — a page's LMDB
+			 * write fails the same way until space is freed) */
+			dgi_abstime_in(&ts, cc.n == 0 || (full > 0 && failed == 0) ? 1000 : 50);
 			if (g->rebal_gen == gen)
 				pthread_cond_timedwait(&g->cv, &g->mu, &ts);
 		}
