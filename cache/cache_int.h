@@ -417,11 +417,11 @@ typedef struct dgi_part {
 	uint32_t opn_cap;           /* 0 or a power of two up to DGI_OPN_MAX */
 	struct dgi_psync_wait *psync_from; /* [psync_cap] (psync.c) */
 	uint64_t psync_sent_ms;
-	dg_err psync_err;           /* DG_ERR_STORAGE_FULL: this node could not
-	                               store an answer's entries (its map is
-	                               full): updates are refused with it, not
-	                               told to wait, until an answer is taken
-	                               in (psync.c); else DG_OK */
+	dg_err psync_err;           /* DG_ERR_STORAGE_FULL while a wait's last
+	                               page did not fit this node's store (its
+	                               map is full): updates are refused with
+	                               it, not told to wait (psync.c,
+	                               full_recount); else DG_OK */
 	/* Whole copies (transport/PROTOCOL.md, "Rebalancing"); written under mu,
 	 * whole is also read without it by the rebalancer's scan.
 	 * whole:  the copy holds every entry of the partition — it owned it
@@ -1674,6 +1674,8 @@ struct dgi_psync_wait {
 	int64_t ver, since;
 	int64_t page;               /* the page asked for next (0: none taken) */
 	uint64_t after;             /* its cursor: the last page's last hash */
+	bool full;                  /* its last page did not fit this node's
+	                               store (DG_ERR_STORAGE_FULL) */
 };
 /* This node became the primary of part at version ver (partition locked;
  * since: the previous affinity's version): asks the n old owners in from

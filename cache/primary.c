@@ -188,7 +188,8 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 		/* still learning what the old primary did; or unable to, its
 		 * store full: refused, not applied (a retry would wait for
 		 * nothing but the timeout) */
-		err = pt->psync_err == DG_ERR_STORAGE_FULL ? DG_ERR_STORAGE_FULL : DG_ERR_NOT_READY;
+		err = pt->psync_err == DG_ERR_STORAGE_FULL && (err == DG_OK || err == DG_ERR_NOT_READY) ?
+		    DG_ERR_STORAGE_FULL : DG_ERR_NOT_READY;
 		goto out;
 	}
 	bool full = u->sync == DG_FULL_SYNC && aff->copies > 1;

@@ -87,6 +87,16 @@ static int64_t wait_index(const dgi_part *pt, dg_node_id node, int64_t ver)
 	return -1;
 }
 
+/* pt->psync_err again from its waits (partition locked): any whose last
+ * page this node could not store. */
+static void full_recount(dgi_part *pt)
+{
+	pt->psync_err = DG_OK;
+	for (uint32_t i = 0; i < pt->psync_n; i++)
+		if (pt->psync_from[i].full)
+			pt->psync_err = DG_ERR_STORAGE_FULL;
+}
+
 /* Whether pt waits for an answer about a version below ver (partition
  * locked): a question about ver waits for it ("Answers in order"). */
 static bool waits_below(const dgi_part *pt, int64_t ver)
@@ -121,8 +131,9 @@ void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64
 	for (uint32_t i = 0; i < n; i++)
 		if (wait_index(pt, from[i], ver) < 0)
 			pt->psync_from[pt->psync_n++] = (struct dgi_psync_wait){ from[i], ver, since,
-				0, 0 };
+				0, 0, false };
 	pt->psync_sent_ms = 0; /* asked once the new affinity is in place */
+	full_recount(pt);
 	(void)g;
 }
 
@@ -148,8 +159,7 @@ void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void 
 			i++;
 		else
 			pt->psync_from[i] = pt->psync_from[--pt->psync_n];
-	if (pt->psync_n == 0)
-		pt->psync_err = DG_OK;
+	full_recount(pt);
 }
 
 void dgi_psync_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms)
@@ -522,9 +532,15 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 		dg_err e = current && primary ?
 		    adopt(g, c, k->part, k->ver, &body->list, &more, &last) : DG_OK;
 		dgi_part_lock(pt);
-		bool told = e == DG_ERR_STORAGE_FULL && pt->psync_err == e; /* (logged) */
-		if (current && primary) /* (what its updates are told meanwhile) */
-			pt->psync_err = e == DG_ERR_STORAGE_FULL ? e : DG_OK;
+		/* (the wait as it is now: a topology may have dropped it while
+		 * adopt ran unlocked) */
+		int64_t j = current && primary ? wait_index(pt, k->from, k->ver) : -1;
+		bool told = false; /* (a full store: logged once, until a page fits) */
+		if (j >= 0 && pt->psync_from[j].page == k->page) {
+			told = e == DG_ERR_STORAGE_FULL && pt->psync_from[j].full;
+			pt->psync_from[j].full = e == DG_ERR_STORAGE_FULL;
+			full_recount(pt);
+		}
 		i = e == DG_OK && current ? wait_index(pt, k->from, k->ver) : -1;
 		if (i >= 0 && pt->psync_from[i].page == k->page) {
 			if (more) { /* the next page, now */
@@ -535,8 +551,7 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			} else {
 				pt->psync_from[i] = pt->psync_from[--pt->psync_n];
 				done = true;
-				if (pt->psync_n == 0)
-					pt->psync_err = DG_OK;
+				full_recount(pt);
 			}
 		}
 		dgi_part_unlock(pt);

@@ -1414,15 +1414,19 @@ static void test_adopted_write_read_once_on_every_owner(void **state)
 /* A node joining seed's cluster that leads a partition of cache name
  * (parts partitions) once it is in: *part is the first it leads (-1:
  * none). A joiner that leads none (1 in 2^parts by its random id) leaves,
- * and another joins, 4 times at most. */
-static dg_node *join_a_leader(const char *seed, const char *name, int parts, dg_cache **c,
-    int *part)
+ * and another joins, 4 times at most; fill(ctx) writes the test's values
+ * before each join — a new primary's psync answer carries what was
+ * written since the topology before its own, so values written before a
+ * joiner came and left would not be in the next one's. */
+static dg_node *join_a_leader(const char *seed, const char *name, int parts,
+    void (*fill)(void *ctx), void *ctx, dg_cache **c, int *part)
 {
 	dg_node *q = NULL;
 	*part = -1;
 	for (int t = 0; t < 4 && *part < 0; t++) {
 		if (q != NULL)
 			dg_node_stop(q);
+		fill(ctx);
 		q = start_node(&seed, 1, false, NULL);
 		*c = cache_on(q, name);
 		uint64_t deadline = dgi_now_ms() + 5000;
@@ -1435,6 +1439,20 @@ static dg_node *join_a_leader(const char *seed, const char *name, int parts, dg_
 	return q;
 }
 
+enum { BIG_PARTS = 8, BIG_VLEN = 16384, BIG_N = BIG_PARTS * 1100 }; /* 17.2 MiB a partition */
+
+/* test_psync_answer_larger_than_a_frame's values, into cache ctx. */
+static void fill_big(void *ctx)
+{
+	static char val[BIG_VLEN];
+	memset(val, 'v', sizeof(val));
+	char key[32];
+	for (int i = 0; i < BIG_N; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		OK(dg_cache_put(ctx, key, strlen(key), val, BIG_VLEN));
+	}
+}
+
 /* A new primary's CACHE_PSYNC answer carries every entry the old owner
  * wrote under the version before (psync.c): after a long stable version
  * that is the whole partition.  A partition holding more than a frame may
@@ -1443,22 +1461,15 @@ static dg_node *join_a_leader(const char *seed, const char *name, int parts, dg_
 static void test_psync_answer_larger_than_a_frame(void **state)
 {
 	(void)state;
-	enum { PARTS = 8, VLEN = 16384, N = PARTS * 1100 }; /* 17.2 MiB a partition */
 	dg_node *a = start_node(NULL, 0, false, NULL);
 	const char *seed = dg_node_address(a);
-	dg_cache *ca = create_fullsync_atomic(a, "big", 0, PARTS);
-	static char val[VLEN];
-	memset(val, 'v', sizeof(val));
+	dg_cache *ca = create_fullsync_atomic(a, "big", 0, BIG_PARTS);
 	char key[32];
-	for (int i = 0; i < N; i++) {
-		snprintf(key, sizeof(key), "b%d", i);
-		OK(dg_cache_put(ca, key, strlen(key), val, VLEN));
-	}
 	dg_cache *cq;
 	int part, pick = -1;
-	dg_node *q = join_a_leader(seed, "big", PARTS, &cq, &part);
+	dg_node *q = join_a_leader(seed, "big", BIG_PARTS, fill_big, ca, &cq, &part);
 	uint64_t h;
-	for (int i = 0; i < N && pick < 0 && part >= 0; i++) {
+	for (int i = 0; i < BIG_N && pick < 0 && part >= 0; i++) {
 		snprintf(key, sizeof(key), "b%d", i);
 		if ((int)part_of(cq, key, &h) == part)
 			pick = i;
@@ -1474,45 +1485,57 @@ static void test_psync_answer_larger_than_a_frame(void **state)
 	OK(e);
 }
 
+/* test_psync_answer_values_larger_than_a_batch's values: PER_N of 2 MiB
+ * in every partition (20 MiB: more than a frame, whichever partition the
+ * joiner leads; the keys' partitions do not depend on node ids, their
+ * owners do); first[p]: the number of partition p's first key. */
+enum { PER_PARTS = 4, PER_VLEN = 2048 * 1024, PER_N = 10 };
+struct fill_per {
+	dg_cache *c;
+	int first[PER_PARTS];
+};
+
+static void fill_per(void *ctx)
+{
+	struct fill_per *f = ctx;
+	char *val = malloc(PER_VLEN);
+	assert_non_null(val);
+	memset(val, 'v', PER_VLEN);
+	int per[PER_PARTS] = { 0 }, stored = 0;
+	char key[32];
+	uint64_t h;
+	for (int i = 0; stored < PER_PARTS * PER_N; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		int p = (int)part_of(f->c, key, &h);
+		if (per[p] == PER_N)
+			continue;
+		if (per[p]++ == 0)
+			f->first[p] = i;
+		OK(dg_cache_put(f->c, key, strlen(key), val, PER_VLEN));
+		stored++;
+	}
+	free(val);
+}
+
 /* The same with large values: an answer's page was an entry count
  * (dgi_page_cap, 16 at least), and 16 values of 2 MiB pass recv_max; its
  * pages stop at rebalance_batch_bytes now (dgi_part_scan). */
 static void test_psync_answer_values_larger_than_a_batch(void **state)
 {
 	(void)state;
-	/* PER values of 2 MiB in every partition (20 MiB: more than a frame,
-	 * whichever partition the joiner leads; the keys' partitions do not
-	 * depend on node ids, their owners do) */
-	enum { PARTS = 4, VLEN = 2048 * 1024, PER = 10 };
 	dg_node *a = start_node(NULL, 0, false, NULL);
 	const char *seed = dg_node_address(a);
-	dg_cache *ca = create_fullsync_atomic(a, "bigv", 0, PARTS);
-	char *val = malloc(VLEN);
-	assert_non_null(val);
-	memset(val, 'v', VLEN);
+	struct fill_per f = { create_fullsync_atomic(a, "bigv", 0, PER_PARTS), { 0 } };
 	char key[32];
-	int per[PARTS] = { 0 }, first[PARTS], stored = 0;
-	uint64_t h;
-	for (int i = 0; stored < PARTS * PER; i++) {
-		snprintf(key, sizeof(key), "b%d", i);
-		int p = (int)part_of(ca, key, &h);
-		if (per[p] == PER)
-			continue;
-		if (per[p]++ == 0)
-			first[p] = i;
-		OK(dg_cache_put(ca, key, strlen(key), val, VLEN));
-		stored++;
-	}
-	free(val);
 	dg_cache *cq;
 	int pick;
-	dg_node *q = join_a_leader(seed, "bigv", PARTS, &cq, &pick);
+	dg_node *q = join_a_leader(seed, "bigv", PER_PARTS, fill_per, &f, &cq, &pick);
 	if (pick >= 0)
-		snprintf(key, sizeof(key), "b%d", first[pick]);
+		snprintf(key, sizeof(key), "b%d", f.first[pick]);
 	uint64_t t0 = dgi_now_ms();
 	dg_err e = pick >= 0 ? dg_cache_put(cq, key, strlen(key), "new", 3) : DG_ERR_STATE;
 	print_message("put of %s (partition %d: %d values of 2 MiB) at the new primary: %s after "
-	    "%llu ms\n", key, pick, PER, dg_strerror(e), (unsigned long long)(dgi_now_ms() - t0));
+	    "%llu ms\n", key, pick, PER_N, dg_strerror(e), (unsigned long long)(dgi_now_ms() - t0));
 	dg_node_stop(q);
 	dg_node_stop(a);
 	assert_true(pick >= 0);

@@ -6419,6 +6419,16 @@ static void test_persist_large_values_joiner_map_too_small(void **state)
 		tried_b_moving += on_b && st == P_MOVING;
 		if (e != DG_OK && e != DG_ERR_STORAGE_FULL)
 			bad++;
+		if (e == DG_ERR_STORAGE_FULL) { /* refused: not applied */
+			dg_buf v;
+			dg_buf_init(&v);
+			dg_err r = dg_cache_get(ca, k, strlen(k), &v);
+			dg_buf_free(&v);
+			if (r != DG_ERR_NOT_FOUND) {
+				print_message("refused put of %s: a read says %s\n", k, dg_strerror(r));
+				bad++;
+			}
+		}
 		print_message("a 4-byte put into partition %u (primary %s, on b %s): %s after %llu "
 		    "ms\n", p, on_b ? "b" : "a", st == P_MOVING ? "MOVING" : st == P_OWNING ?
 		    "OWNING" : "other", dg_strerror(e), (unsigned long long)ms);
@@ -6434,6 +6444,8 @@ static void test_persist_large_values_joiner_map_too_small(void **state)
 	assert_int_equal(right_a, PBIG_N);
 	assert_int_equal(right_b, PBIG_N);
 	assert_int_equal(right_a2, PBIG_N);
+	/* (not asserted above 0: which partitions b leads follows its random
+	 * id, and now and then it takes every one it leads) */
 	print_message("%d partitions b is primary of and could not take\n", tried_b_moving);
 	assert_int_equal(bad, 0);
 }
