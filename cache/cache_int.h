@@ -408,6 +408,8 @@ typedef struct dgi_part {
 	struct pw_wait *ww_free;    /* remote waiters kept for reuse (pending.c) */
 	uint32_t ww_nfree;
 	uint32_t psync_cap;
+	uint64_t scan_hashed;       /* keys dgi_part_scan hashed (tests: a page
+	                               looks at about what it takes) */
 	struct dgi_recent *recent;  /* the last FULL_SYNC copies applied as a
 	                               backup (DGI_RECENT of them, a ring;
 	                               pending.c, dgi_pw_promoted) */
@@ -609,10 +611,18 @@ void dgi_part_del(dgi_part *p, uint64_t hash, const uint8_t *key, uint32_t klen)
 void dgi_part_clear(dgi_part *p);
 /* Removes tombstones only. */
 void dgi_part_purge_tombs(dgi_part *p);
-/* Visits entries with hash > after (first: every entry) in hash order,
- * one page of them; returns the last hash visited and sets *more when
- * entries above it are left.  want (NULL: every entry) says which of them
- * the page takes; fn is called for those.  A page ends between two hashes
+/* The order of a partition's pages: the key's hash rotated so that its
+ * low 16 bits — a slot's tag (dgi_slot_tag_of) — come first; a page's
+ * cursor ("after", "last") is one of these. */
+static inline uint64_t dgi_scan_key(uint64_t hash)
+{
+	return hash << 48 | hash >> 16;
+}
+/* Visits entries with dgi_scan_key(hash) > after (first: every entry) in
+ * that order, one page of them; returns the last cursor visited and sets
+ * *more when entries past it are left.  want (NULL: every entry) says
+ * which of them the page takes; fn is called for those.  A page ends
+ * between two hashes
  * (one hash's entries are never split over two pages) once it visited max
  * entries, or once what it took (dgi_page_entry_bytes each) reaches
  * max_bytes or would pass it with the next entry it wants: a page takes at
@@ -1151,7 +1161,7 @@ typedef struct dgi_msg_push {
 
 /* SUPPLY, SCAN_RES, CACHE_CONFIGS: one LIST read by the handler
  * (dg_msg_raw).  SUPPLY and SCAN_RES (and PUSH's list), a page: I64 more,
- * I64 last hash, I64 copy (DGI_COPY_*: the sender's copy of the
+ * I64 last cursor, I64 copy (DGI_COPY_*: the sender's copy of the
  * partition), I64 n, I64 d, n x I64 the sender's sources (not whole: the
  * nodes holding what it lacks; n <= DGI_PART_SRCS), d x (I64 node, I64
  * seq, I64 flag) the partition's update-id records (dedup.c; the first
@@ -1673,7 +1683,7 @@ struct dgi_psync_wait {
 	dg_node_id node;
 	int64_t ver, since;
 	int64_t page;               /* the page asked for next (0: none taken) */
-	uint64_t after;             /* its cursor: the last page's last hash */
+	uint64_t after;             /* its cursor: the last page's last one */
 	bool full;                  /* its last page did not fit this node's
 	                               store (DG_ERR_STORAGE_FULL) */
 };

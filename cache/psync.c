@@ -252,7 +252,7 @@ static bool recent_first(struct psync_enc *pe, dgi_part *pt, uint64_t room, uint
 
 /* One page of the answer to m: the first carries the update-id records
  * and the recent copies (recent_first), every page the next entries in
- * hash order, at most rebalance_batch_bytes of them (dgi_part_scan: one
+ * page order (dgi_scan_key), at most rebalance_batch_bytes of them (dgi_part_scan: one
  * larger entry alone).  A partition written for a long time under one
  * version is all "written since": in one frame it could pass the
  * receiver's recv_max, and the question would never be answered
@@ -288,7 +288,7 @@ static void answer(dgi_grid *g, dg_cache *c, const dg_msg_in *in, const dgi_msg_
 	dgi_part_unlock(pt);
 	dg_err e = dg_writer_finish(&w);
 	if (e == DG_OK && (e = dg_buf_reserve(&out, 32 + body.len)) == DG_OK) {
-		/* LIST (tag, count), I64 more, I64 last hash, I64 records, I64
+		/* LIST (tag, count), I64 more, I64 last cursor, I64 records, I64
 		 * entries, then the records and the entries, already encoded as
 		 * values */
 		out.data[out.len++] = TAG_LIST;

@@ -4,8 +4,8 @@
  * metrics.
  *
  * A new owner (MOVING) asks its supplier for the partition a batch at a
- * time (DEMAND: after this hash, up to so many bytes; SUPPLY: entries in
- * hash order, the last hash, whether more remain, and whether the sender's
+ * time (DEMAND: after this cursor, up to so many bytes; SUPPLY: entries
+ * in page order — dgi_scan_key — the last cursor, whether more remain, and whether the sender's
  * copy is whole — else the sources of what it lacks, which are asked too:
  * transport/PROTOCOL.md, "Rebalancing").  Each entry is applied with the one rule — only a
  * newer version replaces a copy — so writes the new owner received

@@ -670,7 +670,8 @@ void dgi_part_each(dgi_part *p, void (*fn)(void *ctx, const dgi_entry *e), void 
 			fn(ctx, dgi_slot_entry(p->slots[i]));
 }
 
-/* An entry and its key hash, for a page in hash order. */
+/* An entry and its cursor (dgi_scan_key of its hash), for a page in
+ * page order. */
 struct hashed {
 	uint64_t hash;
 	const dgi_entry *e;
@@ -717,14 +718,19 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
     uint64_t max_bytes, bool (*want)(void *ctx, const dgi_entry *e),
     void (*fn)(void *ctx, const dgi_entry *e), void *ctx, bool *more)
 {
-	/* The smallest hashes above `after`: every entry whose hash is at most
-	 * T, the least hash with `max` entries at or below it (all of a hash's
-	 * entries: a page never splits one), kept in a max-heap of about max
-	 * entries as the table is walked, then sorted.  Sorting every entry of
-	 * the partition for each page made a scan quadratic under the lock:
-	 * 100,000 entries in pages of 256 took 5.9 s, 15 ms a page (27 at
-	 * worst) with the partition's writers waiting.  The hashes are
-	 * computed from the keys: an entry does not keep its own. */
+	/* The smallest cursors above `after`: every entry whose cursor is at
+	 * most T, the least cursor with `max` entries at or below it (all of
+	 * a hash's entries: a page never splits one), kept in a max-heap of
+	 * about max entries as the table is walked once, then sorted.  A
+	 * cursor's first 16 bits are the slot's tag, so an entry whose tag
+	 * is below the page's first, or above the heap's top once it is
+	 * full, is passed over unread — in a table of up to 65,536 slots
+	 * (the tag is the home slot's index) the walk meets the tags nearly
+	 * in order.  Sorting every entry of the partition for each page, each
+	 * key hashed (an entry does not keep its hash), made a scan quadratic
+	 * under the lock: 100,000 entries in pages of 256 took 5.9 s, 15 ms a
+	 * page (27 at worst) with the partition's writers waiting; 0.4 s now
+	 * (transport/PROTOCOL.md, "Entry pages"). */
 	*more = false;
 	if (p->cap == 0 || max == 0)
 		return after;
@@ -732,17 +738,32 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 	struct hashed *c = dgi_alloc(sizeof(*c) * cap);
 	if (c == NULL)
 		return after;
-	uint32_t n = 0, left = 0; /* in the heap; candidates above after */
+	uint32_t n = 0, hashed = 0;
+	bool beyond = false; /* an entry past the page was met */
+	uint64_t from = first ? 0 : after >> 48; /* (the cursor's tag) */
 	for (uint32_t i = 0; i < p->cap; i++) {
-		dgi_entry *e = dgi_slot_entry(p->slots[i]);
+		dgi_pslot s = p->slots[i];
+		dgi_entry *e = dgi_slot_entry(s);
 		if (e == NULL)
 			continue;
-		uint64_t h = dgi_entry_hash(e);
+		/* the slot's tag is the order's first 16 bits: most entries
+		 * before the cursor or past the page are passed over without
+		 * a look at them (their keys hashed) */
+		uint64_t t = dgi_slot_tag(s);
+		if (t < from)
+			continue;
+		if (n >= max && t > c[0].hash >> 48) {
+			beyond = true;
+			continue;
+		}
+		uint64_t h = dgi_scan_key(dgi_entry_hash(e));
+		hashed++;
 		if (!first && h <= after)
 			continue;
-		left++;
-		if (n >= max && h > c[0].hash)
+		if (n >= max && h > c[0].hash) {
+			beyond = true;
 			continue; /* past this page */
+		}
 		if (n == cap) { /* (entries of one hash past max: rare) */
 			struct hashed *g = dgi_realloc(c, sizeof(*c) * (size_t)cap * 2);
 			if (g == NULL) {
@@ -755,12 +776,13 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 		c[n++] = (struct hashed){ h, e };
 		heap_up(c, n - 1);
 		while (n > max) { /* the top hash's entries go if max remain */
-			uint64_t t = c[0].hash;
+			uint64_t top = c[0].hash;
 			uint32_t m = n;
-			while (m > 0 && c[0].hash == t)
+			while (m > 0 && c[0].hash == top)
 				heap_pop(c, &m);
 			if (m >= max) {
 				n = m;
+				beyond = true;
 				continue;
 			}
 			while (m < n) /* (back: the page needs them all) */
@@ -782,7 +804,8 @@ uint64_t dgi_part_scan(dgi_part *p, uint64_t after, bool first, uint32_t max,
 			took += dgi_page_entry_bytes(c[i].e);
 		}
 	}
-	*more = i < left;
+	*more = i < n || beyond;
+	p->scan_hashed += hashed;
 	dgi_free(c);
 	return last;
 }
