@@ -201,8 +201,8 @@ DG_API void dg_node_config_init(dg_node_config *cfg);
  * is copied.  Errors: DG_ERR_INVAL (the message logged names the setting),
  * DG_ERR_ADDRINUSE, DG_ERR_NET, DG_ERR_TLS, DG_ERR_AUTH / DG_ERR_REFUSED
  * (a seed refused this node), DG_ERR_TIMEOUT (no cluster to join),
- * DG_ERR_LIMIT (the process runs 255 nodes already, or the cluster holds
- * the most nodes a topology can, 1024), DG_ERR_STORAGE, DG_ERR_NOMEM.  An http_url that cannot be served fails
+ * DG_ERR_LIMIT (the cluster holds the most nodes a topology can, 1024),
+ * DG_ERR_STORAGE, DG_ERR_NOMEM.  An http_url that cannot be served fails
  * the start (logged as id=HTTP-LISTEN): DG_ERR_INVAL (not http://),
  * DG_ERR_ADDRINUSE, DG_ERR_NET. */
 DG_API dg_err dg_node_start(const dg_node_config *cfg, dg_node **out);
@@ -298,8 +298,10 @@ DG_API size_t dg_node_baseline_get(dg_node *n, bool *is_set, int64_t *version,
  * the caches' rebalancing (dg_cache_wait_rebalanced).  Blocks up to
  * timeout_ms (0: request_timeout_ms); not from a callback.  addrs are
  * copied.  why (may be NULL) receives the reason of a refusal.  Errors:
- * DG_ERR_INVAL (bad op, an address empty or of 128 bytes or more, or a set
- * that leaves no online server node owning data), DG_ERR_TIMEOUT (the
+ * DG_ERR_INVAL (bad op, an address empty or of 128 bytes or more, a set
+ * that leaves no online server node owning data, or — under
+ * partition_policy=majority — one with fewer than a majority of its
+ * addresses online), DG_ERR_TIMEOUT (the
  * change may still be applied), DG_ERR_STATE (not in a cluster),
  * DG_ERR_NOMEM, transport errors reaching the coordinator. */
 DG_API dg_err dg_node_baseline_change(dg_node *n, dg_baseline_op op,

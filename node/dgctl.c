@@ -1168,7 +1168,7 @@ static const struct {
 	const char *help;
 } commands[] = {
 	{ "state", "", do_state, "dgctl state\n\nThe cluster's name and state (ACTIVE, "
-	  "REBALANCING, LOST_PARTITIONS), topology\nversion, node counts, coordinator and "
+	  "REBALANCING, LOST_PARTITIONS, SEGMENTED),\ntopology version, node counts, coordinator and "
 	  "partitions moving or lost.\n" },
 	{ "nodes", "", do_nodes, "dgctl nodes\n\nEvery node of the topology: join order, id, "
 	  "cluster address, role\n(server or client; the coordinator is marked), uptime and "
