@@ -1227,6 +1227,15 @@ struct dg_cache {
 	_Atomic uint64_t remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
 	bool rebal_pending;             /* rebalancer: partitions were moving */
+	/* A backup that answered a FULL_SYNC copy of full_bytes (key and
+	 * value; the least such) DG_ERR_STORAGE_FULL — its map is full —,
+	 * until full_until_ms (dgi_coarse_ms; renewed by each such answer, 0
+	 * once it took a copy): this node, as the primary, refuses the writes
+	 * of as many bytes or more of the partitions that node backs with
+	 * DG_ERR_STORAGE_FULL, not applied (pending.c, dgi_pw_ack; primary.c,
+	 * backup_full); smaller ones may fit and go on */
+	_Atomic uint64_t full_node, full_until_ms, full_bytes;
+	struct dgi_lograte lr_full;     /* BACKUP-STORAGE-FULL: each 10 s */
 	/* puts, removes, hits, misses and latency: per thread index (counters
 	 * above); ctr_shared for the threads without a block of their own
 	 * (a slot that holds &ctr_shared: its allocation failed) */
@@ -1596,6 +1605,11 @@ void dgi_copies_end(dgi_grid *g);
 void dgi_copies_round(dgi_grid *g, dg_cache *c);
 
 #define DGI_PW_INLINE 7             /* backups a record names without allocating */
+/* How long a backup's DG_ERR_STORAGE_FULL answer holds its partitions'
+ * writes off (dg_cache.full_until_ms): renewed by each such answer — the
+ * write it refused is sent again every second — so it ends 5 s after the
+ * last, or at its first DG_OK. */
+#define DGI_BACKUP_FULL_MS 5000
 
 /* A pending write (pending.c's header comment): the version of one key
  * this primary sent to its backups and waits to hear back about. */

@@ -591,6 +591,42 @@ void dgi_pw_ack(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t id, dg_node_id
 	dgi_part *pt = &c->parts[part];
 	dgi_part_lock(pt);
 	struct pw *w = find_id(pt, id);
+	dgi_entry *e;
+	if (res == DG_ERR_STORAGE_FULL) {
+		/* that backup cannot store copies: the next writes it backs are
+		 * refused here before they are applied (primary.c, backup_full),
+		 * while this one waits for room (sent again each second) */
+		uint32_t quiet;
+		uint64_t now = dgi_coarse_ms(), bytes = UINT64_MAX;
+		if (w != NULL && (e = entry_of(pt, w)) != NULL)
+			bytes = (uint64_t)dgi_entry_klen(e) + e->vlen;
+		bool on = atomic_load_explicit(&c->full_until_ms, memory_order_relaxed) > now &&
+		    atomic_load_explicit(&c->full_node, memory_order_relaxed) == from;
+		if (!on || bytes < atomic_load_explicit(&c->full_bytes, memory_order_relaxed))
+			atomic_store_explicit(&c->full_bytes, bytes, memory_order_relaxed);
+		atomic_store_explicit(&c->full_node, from, memory_order_relaxed);
+		atomic_store_explicit(&c->full_until_ms, now + DGI_BACKUP_FULL_MS,
+		    memory_order_release);
+		if (dgi_lograte_due(&c->lr_full, dgi_now_ms(), 10000, &quiet))
+			dgi_log("warn", "BACKUP-STORAGE-FULL", "cache=\"%s\" node=%016llx bytes=%llu "
+			    "repeated=%u why=\"a backup's persistent storage is full: writes of as many "
+			    "bytes or more to the partitions it backs are refused DG_ERR_STORAGE_FULL "
+			    "until it takes a copy again (the write it refused waits, sent again every "
+			    "second)\"", c->cfg.name, (unsigned long long)from,
+			    (unsigned long long)atomic_load_explicit(&c->full_bytes, memory_order_relaxed),
+			    quiet);
+	} else if (res == DG_OK &&
+	    __builtin_expect(atomic_load_explicit(&c->full_until_ms, memory_order_relaxed) != 0, 0) &&
+	    atomic_load_explicit(&c->full_node, memory_order_relaxed) == from && w != NULL &&
+	    (e = entry_of(pt, w)) != NULL &&
+	    !(e->flags & DGI_ENTRY_TOMB) && /* (a removal it took proves no room) */
+	    (uint64_t)dgi_entry_klen(e) + e->vlen >= /* (nor a smaller copy) */
+	    atomic_load_explicit(&c->full_bytes, memory_order_relaxed) &&
+	    atomic_exchange_explicit(&c->full_until_ms, 0, memory_order_relaxed) != 0) {
+		dgi_log("info", "BACKUP-STORAGE-ROOM", "cache=\"%s\" node=%016llx why=\"the backup "
+		    "took a copy as large again: its partitions' writes are accepted\"", c->cfg.name,
+		    (unsigned long long)from);
+	}
 	if (w != NULL && w->state == PW_SENT) {
 		for (uint32_t i = 0; i < w->nexpect; i++)
 			if (w->expect[i] == from && !w->acked[i]) {

@@ -6278,14 +6278,15 @@ static void test_persist_large_values_backup_map_full(void **state)
 {
 	(void)state;
 	/* Skipped: fails today, every run (found 2026-12-07, not fixed).  With
-	 * the primary's map roomy and the backup's full, the put answers
-	 * DG_ERR_TIMEOUT (outcome unknown), the primary keeps the value, its
-	 * reads of the key time out while the copy is re-sent every second,
-	 * and after a restart the primary serves it.  A backup's
-	 * DG_ERR_STORAGE_FULL should be a definite refusal (the primary puts
-	 * the old value back and answers DG_ERR_STORAGE_FULL): primary.c
-	 * dgi_backup_apply's ack, pending.c dgi_pw_ack / fail / resend,
-	 * update.c's answer.  Remove this skip with the fix. */
+	 * the primary's map roomy and the backup's full, the first put the
+	 * backup cannot store answers DG_ERR_TIMEOUT (outcome unknown), the
+	 * primary keeps the value, its reads of the key time out while the copy
+	 * is re-sent every second, and after a restart the primary serves it.
+	 * Since 2026-12-07 the later writes as large are refused at once
+	 * (test_persist_backup_full_refuses_at_once); the first one needs
+	 * the primary to put the old value back (it overwrote it in place, and
+	 * other backups may have applied the new one): pending.c dgi_pw_ack /
+	 * fail / resend, update.c's answer.  Remove this skip with the fix. */
 	skip();
 	enum { KEYS = 10, PARTS = 32 };
 	char *da = tmpdir(), *db = tmpdir();
@@ -6370,6 +6371,143 @@ static void test_persist_large_values_backup_map_full(void **state)
 	assert_int_equal(right_b, KEYS + 2);
 	assert_int_equal(right_disk, KEYS + 2);
 	OK(small);
+}
+
+/* (3d) what a full backup does to writes today, short of (3b): the
+ * backup's map (48 MiB) fills while the primary's (1 GiB) has room.  The
+ * first write the backup cannot store is applied on the primary and waits
+ * for it (DG_ERR_TIMEOUT: outcome unknown, the key unreadable meanwhile);
+ * every later write as large to the partitions it backs is refused at once
+ * with DG_ERR_STORAGE_FULL and is on no owner — before, each was applied
+ * on the primary and waited too, every such key unreadable; a smaller one
+ * that fits goes on; removals go on, and once they made room on the
+ * backup the waiting write completes there and writes are taken again
+ * (pending.c, dgi_pw_ack; primary.c, backup_full). */
+static void test_persist_backup_full_refuses_at_once(void **state)
+{
+	(void)state;
+	PBIG_TSAN_SKIP();
+	enum { KEYS = 12, PARTS = 32 };
+	char *da = tmpdir(), *db = tmpdir();
+	dg_node *a = pbig_start(da, 0, NULL, 0, NULL);
+	char seed[128];
+	snprintf(seed, sizeof(seed), "%s", dg_node_address(a));
+	const char *seeds[] = { seed };
+	dg_node *nb = pbig_start(db, 48u << 20, seeds, 1, NULL);
+	dg_node *both[2] = { a, nb };
+	wait_agree(both, 2);
+	dg_cache *ca = pbig_cache_parts(a, "pbfast", 1, PARTS); /* FULL_SYNC, backups 1 */
+	dg_cache *cb = cache_on(nb, "pbfast");
+	rebalanced(both, 2, "pbfast");
+	struct pbig b;
+	pbig_init(&b, "f", KEYS);
+	for (int i = 0, j = 0; i < KEYS; i++) { /* keys a is the primary of: b backs them */
+		for (;; j++) {
+			char k[32];
+			snprintf(k, sizeof(k), "f%d", j);
+			uint64_t own[DGI_OWNERS_BUF];
+			int64_t tv;
+			assert_int_equal(dgi_cache_owners(ca, pbig_part(k, PARTS), own, DGI_OWNERS_BUF,
+			    &tv), 2);
+			if (own[0] == dg_node_get_id(a)) {
+				b.id[i] = j++;
+				break;
+			}
+			assert_true(j < 10000);
+		}
+	}
+	int stuck = -1;
+	dg_err stuck_err = DG_OK;
+	for (int i = 0; i < KEYS && stuck < 0; i++) {
+		uint64_t t0 = dgi_now_ms();
+		dg_err e = pbig_put(&b, ca, i, PBIG_VMAX, 0);
+		print_message("put %d of 8 MiB: %s after %llu ms\n", i, dg_strerror(e),
+		    (unsigned long long)(dgi_now_ms() - t0));
+		if (e != DG_OK) {
+			stuck = i;
+			stuck_err = e;
+		}
+	}
+	assert_true(stuck > 0); /* some fitted, then b's map was full */
+	/* the writes after it as large: refused at once, on no owner */
+	int refused = 0, other = 0;
+	dg_buf v;
+	dg_buf_init(&v);
+	for (int i = stuck + 1; i < KEYS - 1; i++) {
+		char k[32];
+		pbig_key(&b, i, k, sizeof(k));
+		uint64_t t0 = dgi_now_ms();
+		dg_err e = pbig_put(&b, ca, i, PBIG_VMAX, 0);
+		print_message("put %d of 8 MiB: %s after %llu ms\n", i, dg_strerror(e),
+		    (unsigned long long)(dgi_now_ms() - t0));
+		v.len = 0;
+		dg_err ra = dg_cache_get(ca, k, strlen(k), &v);
+		v.len = 0;
+		dg_err rb = dg_cache_get(cb, k, strlen(k), &v);
+		if (e == DG_ERR_STORAGE_FULL && ra == DG_ERR_NOT_FOUND && rb == DG_ERR_NOT_FOUND)
+			refused++;
+		else
+			other++;
+	}
+	/* a smaller one, which b has room for, goes on */
+	dg_err small = pbig_put(&b, ca, KEYS - 1, (size_t)1 << 20, 0);
+	print_message("put %d of 1 MiB: %s\n", KEYS - 1, dg_strerror(small));
+	/* room on b: the values before the stuck one go (removals are taken
+	 * when the map is full: a reserve is kept for them) */
+	int removed = 0;
+	for (int i = 0; i < stuck; i++) {
+		char k[32];
+		pbig_key(&b, i, k, sizeof(k));
+		removed += dg_cache_remove(ca, k, strlen(k), NULL) == DG_OK;
+		b.len[i] = 0;
+	}
+	/* the stuck write, sent again each second, completes on b; writes are
+	 * taken again */
+	char sk[32];
+	pbig_key(&b, stuck, sk, sizeof(sk));
+	uint64_t t0 = dgi_now_ms(), deadline = t0 + 15000;
+	dg_err again = DG_ERR_TIMEOUT, read_stuck = DG_ERR_TIMEOUT;
+	while (dgi_now_ms() < deadline && (again != DG_OK || read_stuck != DG_OK)) {
+		if (read_stuck != DG_OK) {
+			v.len = 0;
+			read_stuck = dg_cache_get(cb, sk, strlen(sk), &v);
+		}
+		if (again != DG_OK)
+			again = pbig_put(&b, ca, KEYS - 1, PBIG_VMAX, 1);
+		if (again != DG_OK || read_stuck != DG_OK)
+			usleep(200 * 1000);
+	}
+	print_message("after %d removals: the stuck write reads %s on b, a new put %s, after %llu "
+	    "ms\n", removed, dg_strerror(read_stuck), dg_strerror(again),
+	    (unsigned long long)(dgi_now_ms() - t0));
+	bool stuck_whole = false;
+	if (read_stuck == DG_OK) {
+		pbig_fill(b.want, PBIG_VMAX, stuck, 0);
+		stuck_whole = v.len == PBIG_VMAX && memcmp(v.data, b.want, v.len) == 0;
+	}
+	dg_buf_free(&v);
+	b.len[stuck] = PBIG_VMAX; /* (its outcome is known now: written) */
+	b.gen[stuck] = 0;
+	int right_a = pbig_check(&b, ca, "on a"), right_b = pbig_check(&b, cb, "on b");
+	dg_node_stop(nb);
+	dg_node_stop(a);
+	rmtree(da);
+	rmtree(db);
+	free(da);
+	free(db);
+	pbig_free(&b);
+	print_message("stuck at put %d (%s); %d refused at once, %d otherwise\n", stuck,
+	    dg_strerror(stuck_err), refused, other);
+	assert_int_equal(other, 0);
+	assert_int_equal(refused, KEYS - stuck - 2);
+	assert_true(refused > 0);
+	OK(small);
+	assert_int_equal(removed, stuck);
+	OK(read_stuck);
+	assert_true(stuck_whole);
+	OK(again);
+	assert_int_equal(right_a, KEYS);
+	assert_int_equal(right_b, KEYS);
 }
 
 /* (3c) a node joins with a map (16 MiB) too small for its share of the
@@ -6550,6 +6688,7 @@ int main(void)
 		cmocka_unit_test(test_persist_large_values_map_full_encrypted),
 		cmocka_unit_test(test_persist_large_values_backup_map_full),
 		cmocka_unit_test(test_persist_large_values_joiner_map_too_small),
+		cmocka_unit_test(test_persist_backup_full_refuses_at_once),
 	};
 	/* DG_TEST_FILTER=test_rent_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)
