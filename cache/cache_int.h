@@ -1208,6 +1208,18 @@ static inline void dgi_cfg_to_msg(const dg_cache_config *c, dgi_msg_cfg *m)
  * handle itself (this struct: config, counters, histograms, ~3 KB, and a
  * counter block per thread that counted on it) stays until the node stops, so handles held anywhere keep
  * answering DG_ERR_CLOSED. */
+/* A backup whose map is full, as its primary saw it (pending.c, "Full
+ * backups"). */
+#define DGI_FULL_NODES 4
+struct dgi_full {
+	dg_node_id node;
+	uint64_t until_ms;              /* dgi_coarse_ms; 0: a free slot */
+	uint64_t bytes;                 /* the least copy (key and value) it refused */
+	uint64_t bytes_until_ms;        /* ... within 5 s: then the next refusal's */
+	uint64_t pw_id;                 /* the first record it refused: a copy as large
+	                                   of it or a later one taken ends the slot */
+};
+
 struct dg_cache {
 	dgi_grid *g;
 	dg_cache_config cfg;
@@ -1227,14 +1239,14 @@ struct dg_cache {
 	_Atomic uint64_t remaps, expired;
 	_Atomic uint64_t rebal_parts_done, rebal_bytes;
 	bool rebal_pending;             /* rebalancer: partitions were moving */
-	/* A backup that answered a FULL_SYNC copy of full_bytes (key and
-	 * value; the least such) DG_ERR_STORAGE_FULL — its map is full —,
-	 * until full_until_ms (dgi_coarse_ms; renewed by each such answer, 0
-	 * once it took a copy): this node, as the primary, refuses the writes
-	 * of as many bytes or more of the partitions that node backs with
-	 * DG_ERR_STORAGE_FULL, not applied (pending.c, dgi_pw_ack; primary.c,
-	 * backup_full); smaller ones may fit and go on */
-	_Atomic uint64_t full_node, full_until_ms, full_bytes;
+	/* Backups that answered FULL_SYNC copies DG_ERR_STORAGE_FULL (their
+	 * maps are full): this node, as the primary, refuses the writes as
+	 * large to the partitions they back (pending.c, "Full backups";
+	 * dgi_backup_full).  full_until_ms: the latest of full[].until_ms (0
+	 * or past: none, the writes' one check); full_lk guards full[]. */
+	_Atomic uint64_t full_until_ms;
+	_Atomic uint32_t full_lk;
+	struct dgi_full full[DGI_FULL_NODES];
 	struct dgi_lograte lr_full;     /* BACKUP-STORAGE-FULL: each 10 s */
 	/* puts, removes, hits, misses and latency: per thread index (counters
 	 * above); ctr_shared for the threads without a block of their own
@@ -1606,10 +1618,22 @@ void dgi_copies_round(dgi_grid *g, dg_cache *c);
 
 #define DGI_PW_INLINE 7             /* backups a record names without allocating */
 /* How long a backup's DG_ERR_STORAGE_FULL answer holds its partitions'
- * writes off (dg_cache.full_until_ms): renewed by each such answer — the
- * write it refused is sent again every second — so it ends 5 s after the
- * last, or at its first DG_OK. */
+ * writes off (dg_cache.full): renewed by each such answer — the write it
+ * refused is sent again every second — so it ends 5 s after the last, or
+ * once it takes a copy as large. */
 #define DGI_BACKUP_FULL_MS 5000
+/* Whether a write of bytes (key and value) to part under aff is to be
+ * refused DG_ERR_STORAGE_FULL, not applied: a backup of part refused a
+ * copy as large lately (now: dgi_coarse_ms). */
+bool dgi_backup_full_slow(dg_cache *c, const struct dgi_aff *aff, uint32_t part,
+    uint64_t bytes, uint64_t now);
+static inline bool dgi_backup_full(dg_cache *c, const struct dgi_aff *aff, uint32_t part,
+    uint64_t bytes, uint64_t now)
+{
+	uint64_t until = atomic_load_explicit(&c->full_until_ms, memory_order_relaxed);
+	return __builtin_expect(until > now, 0) &&
+	    dgi_backup_full_slow(c, aff, part, bytes, now);
+}
 
 /* A pending write (pending.c's header comment): the version of one key
  * this primary sent to its backups and waits to hear back about. */

@@ -585,48 +585,148 @@ struct pw *dgi_pw_start(dgi_grid *g, dg_cache *c, uint32_t part, const dgi_aff *
 
 /* ---- events ---- */
 
+/* ---- full backups ----
+ * A backup whose map is full answers the copies it cannot store
+ * DG_ERR_STORAGE_FULL.  The write is applied here already and waits for it
+ * (sent again each second), its key unreadable, its writer answered
+ * DG_ERR_TIMEOUT; every later write to the partitions it backs would do the
+ * same.  So the primary keeps, per such backup (dg_cache.full, 4 at most:
+ * a fifth takes the slot that ends first), the least copy it refused
+ * within 5 s, and refuses writes as large to its partitions before
+ * applying them (dgi_backup_full; DG_ERR_STORAGE_FULL, nothing applied or
+ * recorded), while smaller ones that may fit and removals go on.  A slot
+ * ends 5 s after the backup's last refusal (the waiting write's resends
+ * renew it), or when it takes a copy as large of the first record it
+ * refused or of a later one (an answer to an earlier copy, applied on a
+ * worker thread, can come after the refusal).  The slots change only
+ * here, under full_lk, and are read under it only while one is in use
+ * (test_persist_backup_full_refuses_at_once). */
+
+static void full_lock(dg_cache *c)
+{
+	uint32_t free_ = 0;
+	while (!atomic_compare_exchange_weak_explicit(&c->full_lk, &free_, 1,
+	    memory_order_acquire, memory_order_relaxed)) {
+		free_ = 0;
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	}
+}
+
+static void full_unlock(dg_cache *c)
+{
+	atomic_store_explicit(&c->full_lk, 0, memory_order_release);
+}
+
+/* full_until_ms again from the slots (full_lk held). */
+static void full_recount(dg_cache *c)
+{
+	uint64_t until = 0;
+	for (int i = 0; i < DGI_FULL_NODES; i++)
+		if (c->full[i].until_ms > until)
+			until = c->full[i].until_ms;
+	atomic_store_explicit(&c->full_until_ms, until, memory_order_relaxed);
+}
+
+/* from refused w's copy for a full map (partition locked). */
+static void full_refused(dg_cache *c, dg_node_id from, const struct pw *w)
+{
+	uint64_t now = dgi_coarse_ms(), bytes = UINT64_MAX;
+	dgi_entry *e = w != NULL ? entry_of(w->pt, w) : NULL;
+	if (e != NULL)
+		bytes = (uint64_t)dgi_entry_klen(e) + e->vlen;
+	full_lock(c);
+	struct dgi_full *f = NULL, *first = &c->full[0];
+	for (int i = 0; i < DGI_FULL_NODES && f == NULL; i++)
+		if (c->full[i].until_ms > now && c->full[i].node == from)
+			f = &c->full[i];
+	bool fresh = f == NULL;
+	for (int i = 0; i < DGI_FULL_NODES && f == NULL; i++)
+		if (c->full[i].until_ms <= now)
+			f = &c->full[i];
+	for (int i = 1; i < DGI_FULL_NODES && f == NULL; i++)
+		if (c->full[i].until_ms < first->until_ms)
+			first = &c->full[i];
+	if (f == NULL)
+		f = first; /* (a fifth full backup: the slot that ends first) */
+	if (fresh)
+		*f = (struct dgi_full){ from, 0, UINT64_MAX, 0, UINT64_MAX };
+	f->until_ms = now + DGI_BACKUP_FULL_MS;
+	if (bytes != UINT64_MAX && (bytes <= f->bytes || now >= f->bytes_until_ms)) {
+		f->bytes = bytes;
+		f->bytes_until_ms = now + DGI_BACKUP_FULL_MS;
+	}
+	if (w != NULL && w->id < f->pw_id)
+		f->pw_id = w->id;
+	uint64_t least = f->bytes;
+	full_recount(c);
+	full_unlock(c);
+	uint32_t quiet;
+	if (dgi_lograte_due(&c->lr_full, dgi_now_ms(), 10000, &quiet))
+		dgi_log("warn", "BACKUP-STORAGE-FULL", "cache=\"%s\" node=%016llx bytes=%llu "
+		    "repeated=%u why=\"a backup's persistent storage is full: writes of as many "
+		    "bytes or more to the partitions it backs are refused DG_ERR_STORAGE_FULL "
+		    "until it takes a copy as large again (the write it refused waits, sent again "
+		    "every second)\"", c->cfg.name, (unsigned long long)from,
+		    (unsigned long long)least, quiet);
+}
+
+/* from took w's copy (partition locked; a slot may be in use). */
+static void full_took(dg_cache *c, dgi_part *pt, dg_node_id from, const struct pw *w)
+{
+	uint64_t now = dgi_coarse_ms();
+	dgi_entry *e = w != NULL ? entry_of(pt, w) : NULL;
+	if (e == NULL || (e->flags & DGI_ENTRY_TOMB)) /* (a removal proves no room) */
+		return;
+	uint64_t bytes = (uint64_t)dgi_entry_klen(e) + e->vlen;
+	bool ended = false;
+	full_lock(c);
+	for (int i = 0; i < DGI_FULL_NODES; i++) {
+		struct dgi_full *f = &c->full[i];
+		if (f->until_ms != 0 && f->until_ms <= now)
+			f->until_ms = 0; /* (expired) */
+		else if (f->until_ms != 0 && f->node == from && bytes >= f->bytes &&
+		    w->id >= f->pw_id) {
+			f->until_ms = 0;
+			ended = true;
+		}
+	}
+	full_recount(c);
+	full_unlock(c);
+	if (ended)
+		dgi_log("info", "BACKUP-STORAGE-ROOM", "cache=\"%s\" node=%016llx why=\"the backup "
+		    "took a copy as large again: its partitions' writes are accepted\"", c->cfg.name,
+		    (unsigned long long)from);
+}
+
+bool dgi_backup_full_slow(dg_cache *c, const dgi_aff *aff, uint32_t part, uint64_t bytes,
+    uint64_t now)
+{
+	bool refuse = false;
+	full_lock(c);
+	for (int i = 0; i < DGI_FULL_NODES && !refuse; i++) {
+		const struct dgi_full *f = &c->full[i];
+		if (f->until_ms <= now || bytes < f->bytes)
+			continue;
+		for (uint32_t k = 1; k < aff->copies && !refuse; k++)
+			refuse = dgi_aff_owner(aff, part, k) == f->node;
+	}
+	full_unlock(c);
+	return refuse;
+}
+
 void dgi_pw_ack(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t id, dg_node_id from,
     dg_err res)
 {
 	dgi_part *pt = &c->parts[part];
 	dgi_part_lock(pt);
 	struct pw *w = find_id(pt, id);
-	dgi_entry *e;
-	if (res == DG_ERR_STORAGE_FULL) {
-		/* that backup cannot store copies: the next writes it backs are
-		 * refused here before they are applied (primary.c, backup_full),
-		 * while this one waits for room (sent again each second) */
-		uint32_t quiet;
-		uint64_t now = dgi_coarse_ms(), bytes = UINT64_MAX;
-		if (w != NULL && (e = entry_of(pt, w)) != NULL)
-			bytes = (uint64_t)dgi_entry_klen(e) + e->vlen;
-		bool on = atomic_load_explicit(&c->full_until_ms, memory_order_relaxed) > now &&
-		    atomic_load_explicit(&c->full_node, memory_order_relaxed) == from;
-		if (!on || bytes < atomic_load_explicit(&c->full_bytes, memory_order_relaxed))
-			atomic_store_explicit(&c->full_bytes, bytes, memory_order_relaxed);
-		atomic_store_explicit(&c->full_node, from, memory_order_relaxed);
-		atomic_store_explicit(&c->full_until_ms, now + DGI_BACKUP_FULL_MS,
-		    memory_order_release);
-		if (dgi_lograte_due(&c->lr_full, dgi_now_ms(), 10000, &quiet))
-			dgi_log("warn", "BACKUP-STORAGE-FULL", "cache=\"%s\" node=%016llx bytes=%llu "
-			    "repeated=%u why=\"a backup's persistent storage is full: writes of as many "
-			    "bytes or more to the partitions it backs are refused DG_ERR_STORAGE_FULL "
-			    "until it takes a copy again (the write it refused waits, sent again every "
-			    "second)\"", c->cfg.name, (unsigned long long)from,
-			    (unsigned long long)atomic_load_explicit(&c->full_bytes, memory_order_relaxed),
-			    quiet);
-	} else if (res == DG_OK &&
-	    __builtin_expect(atomic_load_explicit(&c->full_until_ms, memory_order_relaxed) != 0, 0) &&
-	    atomic_load_explicit(&c->full_node, memory_order_relaxed) == from && w != NULL &&
-	    (e = entry_of(pt, w)) != NULL &&
-	    !(e->flags & DGI_ENTRY_TOMB) && /* (a removal it took proves no room) */
-	    (uint64_t)dgi_entry_klen(e) + e->vlen >= /* (nor a smaller copy) */
-	    atomic_load_explicit(&c->full_bytes, memory_order_relaxed) &&
-	    atomic_exchange_explicit(&c->full_until_ms, 0, memory_order_relaxed) != 0) {
-		dgi_log("info", "BACKUP-STORAGE-ROOM", "cache=\"%s\" node=%016llx why=\"the backup "
-		    "took a copy as large again: its partitions' writes are accepted\"", c->cfg.name,
-		    (unsigned long long)from);
-	}
+	if (__builtin_expect(res == DG_ERR_STORAGE_FULL, 0))
+		full_refused(c, from, w);
+	else if (res == DG_OK && __builtin_expect(atomic_load_explicit(&c->full_until_ms,
+	    memory_order_relaxed) != 0, 0))
+		full_took(c, pt, from, w);
 	if (w != NULL && w->state == PW_SENT) {
 		for (uint32_t i = 0; i < w->nexpect; i++)
 			if (w->expect[i] == from && !w->acked[i]) {

@@ -154,24 +154,6 @@ static dg_err evaluate(struct upd *u, const dgi_entry *e, bool present, bool *wr
 	}
 }
 
-/* Whether a backup of part under aff answered a copy of bytes or fewer
- * DG_ERR_STORAGE_FULL lately (dg_cache.full_node): a write of bytes there
- * would be applied here, then wait — unreadable, answered DG_ERR_TIMEOUT
- * — until that node has room (test_persist_backup_full_refuses_at_once). */
-static bool backup_full(dg_cache *c, const dgi_aff *aff, uint32_t part, uint64_t bytes,
-    uint64_t now)
-{
-	uint64_t until = atomic_load_explicit(&c->full_until_ms, memory_order_acquire);
-	if (__builtin_expect(until == 0, 1) || now >= until ||
-	    bytes < atomic_load_explicit(&c->full_bytes, memory_order_relaxed))
-		return false;
-	dg_node_id full = atomic_load_explicit(&c->full_node, memory_order_relaxed);
-	for (uint32_t i = 1; i < aff->copies; i++)
-		if (dgi_aff_owner(aff, part, i) == full)
-			return true;
-	return false;
-}
-
 /* Applies an update as the primary (cache_int.h).  A retry of an update
  * this partition has seen (the update-id table, or the id the entry
  * carries) is not applied again: it reports the recorded flag once the
@@ -241,7 +223,7 @@ dg_err dgi_primary_apply(dgi_grid *g, dg_cache *c, struct upd *u)
 	if ((err = evaluate(u, e, dgi_entry_live(e, wall), &write, &removal)) != DG_OK)
 		goto out;
 	if (write && !removal && full &&
-	    backup_full(c, aff, u->part, (uint64_t)u->klen + u->vlen, now)) {
+	    dgi_backup_full(c, aff, u->part, (uint64_t)u->klen + u->vlen, now)) {
 		err = DG_ERR_STORAGE_FULL; /* refused, not applied: nothing recorded */
 		goto out;
 	}

@@ -67,7 +67,7 @@ uint32_t dgi_page_cap(const dgi_part *pt, uint64_t bytes)
 {
 	/* entries are small next to a batch: an entry-count cap from the byte
 	 * budget keeps one page near that many bytes */
-	uint64_t avg = pt->count ? pt->bytes / pt->count + 40 : 64;
+	uint64_t avg = pt->count ? pt->bytes / pt->count + 80 : 64; /* (dgi_page_entry_bytes) */
 	uint64_t k = bytes / (avg ? avg : 64);
 	return k < 16 ? 16 : k > 65536 ? 65536 : (uint32_t)k;
 }
