@@ -6268,6 +6268,66 @@ static void test_persist_large_values_map_full_encrypted(void **state)
 	free(kf);
 }
 
+/* Two persistent nodes, a with a 1 GiB map and b with a 48 MiB one, and
+ * a FULL_SYNC cache name of parts partitions and 1 backup (both own every
+ * partition) on them, rebalanced: *ca and *cb its handles, *da and *db
+ * the data dirs. */
+struct pbig_pair {
+	char *da, *db;
+	dg_node *a, *b;
+	dg_cache *ca, *cb;
+};
+
+static void pbig_pair_start(struct pbig_pair *x, const char *name, uint32_t parts)
+{
+	x->da = tmpdir();
+	x->db = tmpdir();
+	x->a = pbig_start(x->da, 0, NULL, 0, NULL);
+	char seed[128];
+	snprintf(seed, sizeof(seed), "%s", dg_node_address(x->a));
+	const char *seeds[] = { seed };
+	x->b = pbig_start(x->db, 48u << 20, seeds, 1, NULL);
+	dg_node *both[2] = { x->a, x->b };
+	wait_agree(both, 2);
+	x->ca = pbig_cache_parts(x->a, name, 1, parts);
+	x->cb = cache_on(x->b, name);
+	rebalanced(both, 2, name);
+}
+
+/* b's keys i = 0..n-1 (b->id[i]: the number after its prefix) whose
+ * partition's primary is pair node a — alternate: a for even i, b for odd
+ * ones. */
+static void pbig_pair_keys(struct pbig *b, const struct pbig_pair *x, uint32_t parts, int n,
+    bool alternate)
+{
+	for (int i = 0, j = 0; i < n; i++) {
+		for (;; j++) {
+			char k[32];
+			snprintf(k, sizeof(k), "%s%d", b->prefix, j);
+			uint64_t own[DGI_OWNERS_BUF];
+			int64_t tv;
+			assert_int_equal(dgi_cache_owners(x->ca, pbig_part(k, parts), own,
+			    DGI_OWNERS_BUF, &tv), 2);
+			if ((own[0] == dg_node_get_id(x->a)) == (!alternate || i % 2 == 0)) {
+				b->id[i] = j++;
+				break;
+			}
+			assert_true(j < 10000);
+		}
+	}
+}
+
+static void pbig_pair_stop(struct pbig_pair *x)
+{
+	if (x->b != NULL)
+		dg_node_stop(x->b);
+	dg_node_stop(x->a);
+	rmtree(x->da);
+	rmtree(x->db);
+	free(x->da);
+	free(x->db);
+}
+
 /* (3b) nodes with maps of different sizes: the backup's map (48 MiB) fills
  * while the primary's (1 GiB) has room.  A put the cluster cannot hold on
  * every owner must fail at once with DG_ERR_STORAGE_FULL and be on no
@@ -6289,38 +6349,17 @@ static void test_persist_large_values_backup_map_full(void **state)
 	 * fail / resend, update.c's answer.  Remove this skip with the fix. */
 	skip();
 	enum { KEYS = 10, PARTS = 32 };
-	char *da = tmpdir(), *db = tmpdir();
-	dg_node *a = pbig_start(da, 0, NULL, 0, NULL);
-	char seed[128];
-	snprintf(seed, sizeof(seed), "%s", dg_node_address(a));
-	const char *seeds[] = { seed };
-	dg_node *nb = pbig_start(db, 48u << 20, seeds, 1, NULL);
-	dg_node *both[2] = { a, nb };
-	wait_agree(both, 2);
-	/* FULL_SYNC, backups 1: both nodes own every partition */
-	dg_cache *ca = pbig_cache_parts(a, "pbfull", 1, PARTS);
-	dg_cache *cb = cache_on(nb, "pbfull");
-	rebalanced(both, 2, "pbfull");
+	struct pbig_pair x;
+	pbig_pair_start(&x, "pbfull", PARTS);
+	dg_node *a = x.a;
+	dg_cache *ca = x.ca, *cb = x.cb;
 	struct pbig b;
 	pbig_init(&b, "b", KEYS + 2);
 	/* keys whose primaries alternate: a, b, a, b, ... */
+	pbig_pair_keys(&b, &x, PARTS, KEYS + 2, true);
 	bool a_primary[KEYS + 2];
-	for (int i = 0, j = 0; i < KEYS + 2; i++) {
-		for (;; j++) {
-			char k[32];
-			snprintf(k, sizeof(k), "b%d", j);
-			uint64_t own[DGI_OWNERS_BUF];
-			int64_t tv;
-			assert_int_equal(dgi_cache_owners(ca, pbig_part(k, PARTS), own, DGI_OWNERS_BUF,
-			    &tv), 2);
-			if ((own[0] == dg_node_get_id(a)) == (i % 2 == 0)) {
-				b.id[i] = j++;
-				a_primary[i] = i % 2 == 0;
-				break;
-			}
-			assert_true(j < 10000);
-		}
-	}
+	for (int i = 0; i < KEYS + 2; i++)
+		a_primary[i] = i % 2 == 0;
 	dg_err err[KEYS];
 	uint64_t ms[KEYS];
 	int refused = 0, refused_on_a = 0, refused_on_b = 0, first = -1;
@@ -6348,16 +6387,13 @@ static void test_persist_large_values_backup_map_full(void **state)
 	dg_err small = pbig_put(&b, ca, KEYS, 1u << 20, 0);
 	print_message("a 1 MiB put after: %s\n", dg_strerror(small));
 	/* a's disk alone: b leaves, a restarts from what it persisted */
-	dg_node_stop(nb);
+	dg_node_stop(x.b);
 	dg_node_stop(a);
-	a = pbig_start(da, 0, NULL, 0, NULL);
+	x.a = a = pbig_start(x.da, 0, NULL, 0, NULL);
+	x.b = NULL;
 	ca = pbig_loaded(a, "pbfull");
 	int right_disk = pbig_check(&b, ca, "a restarted alone from its disk");
-	dg_node_stop(a);
-	rmtree(da);
-	rmtree(db);
-	free(da);
-	free(db);
+	pbig_pair_stop(&x);
 	pbig_free(&b);
 	print_message("%d puts refused: %d with a as primary (whose map had room), %d with b\n",
 	    refused, refused_on_a, refused_on_b);
@@ -6388,34 +6424,12 @@ static void test_persist_backup_full_refuses_at_once(void **state)
 	(void)state;
 	PBIG_TSAN_SKIP();
 	enum { KEYS = 12, PARTS = 32 };
-	char *da = tmpdir(), *db = tmpdir();
-	dg_node *a = pbig_start(da, 0, NULL, 0, NULL);
-	char seed[128];
-	snprintf(seed, sizeof(seed), "%s", dg_node_address(a));
-	const char *seeds[] = { seed };
-	dg_node *nb = pbig_start(db, 48u << 20, seeds, 1, NULL);
-	dg_node *both[2] = { a, nb };
-	wait_agree(both, 2);
-	dg_cache *ca = pbig_cache_parts(a, "pbfast", 1, PARTS); /* FULL_SYNC, backups 1 */
-	dg_cache *cb = cache_on(nb, "pbfast");
-	rebalanced(both, 2, "pbfast");
+	struct pbig_pair x;
+	pbig_pair_start(&x, "pbfast", PARTS);
+	dg_cache *ca = x.ca, *cb = x.cb;
 	struct pbig b;
 	pbig_init(&b, "f", KEYS);
-	for (int i = 0, j = 0; i < KEYS; i++) { /* keys a is the primary of: b backs them */
-		for (;; j++) {
-			char k[32];
-			snprintf(k, sizeof(k), "f%d", j);
-			uint64_t own[DGI_OWNERS_BUF];
-			int64_t tv;
-			assert_int_equal(dgi_cache_owners(ca, pbig_part(k, PARTS), own, DGI_OWNERS_BUF,
-			    &tv), 2);
-			if (own[0] == dg_node_get_id(a)) {
-				b.id[i] = j++;
-				break;
-			}
-			assert_true(j < 10000);
-		}
-	}
+	pbig_pair_keys(&b, &x, PARTS, KEYS, false); /* keys a is the primary of: b backs them */
 	int stuck = -1;
 	dg_err stuck_err = DG_OK;
 	for (int i = 0; i < KEYS && stuck < 0; i++) {
@@ -6489,12 +6503,7 @@ static void test_persist_backup_full_refuses_at_once(void **state)
 	b.len[stuck] = PBIG_VMAX; /* (its outcome is known now: written) */
 	b.gen[stuck] = 0;
 	int right_a = pbig_check(&b, ca, "on a"), right_b = pbig_check(&b, cb, "on b");
-	dg_node_stop(nb);
-	dg_node_stop(a);
-	rmtree(da);
-	rmtree(db);
-	free(da);
-	free(db);
+	pbig_pair_stop(&x);
 	pbig_free(&b);
 	print_message("stuck at put %d (%s); %d refused at once, %d otherwise\n", stuck,
 	    dg_strerror(stuck_err), refused, other);
