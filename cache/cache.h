@@ -394,6 +394,11 @@ uint32_t dgi_grid_request_timeout(const dgi_grid *g);
 uint32_t dgi_cache_id_of(const dg_cache *c);
 /* Whether part lost every copy (dg_cache_lost_partitions; until reset). */
 bool dgi_cache_part_lost(dg_cache *c, uint32_t part);
+/* Whether a write of bytes (encoded key and value) to part must be
+ * refused DG_ERR_STORAGE_FULL before anything is applied: a backup of part
+ * refused a copy as large for a full map lately (pending.c, "Full
+ * backups"; a tx's commit copies go as the ATOMIC writes' do). */
+bool dgi_cache_backup_full(dg_cache *c, uint32_t part, uint64_t bytes);
 /* The key's hash (the one every node computes) and partition. */
 uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
     uint64_t *hash);

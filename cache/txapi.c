@@ -48,6 +48,18 @@ bool dgi_cache_part_lost(dg_cache *c, uint32_t part)
 	    atomic_load_explicit(&c->lost[part], memory_order_relaxed) != 0;
 }
 
+bool dgi_cache_backup_full(dg_cache *c, uint32_t part, uint64_t bytes)
+{
+	if (part >= c->cfg.partitions || c->cfg.write_sync != DG_FULL_SYNC)
+		return false;
+	dgi_epoch_enter();
+	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
+	bool full = aff != NULL && aff->copies > 1 &&
+	    dgi_backup_full(c, aff, part, bytes, dgi_coarse_ms());
+	dgi_epoch_leave();
+	return full;
+}
+
 uint32_t dgi_cache_key_part(const dg_cache *c, const uint8_t *key, size_t klen,
     uint64_t *hash)
 {

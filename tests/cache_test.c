@@ -6270,15 +6270,15 @@ static void test_persist_large_values_map_full_encrypted(void **state)
 
 /* Two persistent nodes, a with a 1 GiB map and b with a 48 MiB one, and
  * a FULL_SYNC cache name of parts partitions and 1 backup (both own every
- * partition) on them, rebalanced: *ca and *cb its handles, *da and *db
- * the data dirs. */
+ * partition; TRANSACTIONAL when tx) on them, rebalanced: *ca and *cb its
+ * handles, *da and *db the data dirs. */
 struct pbig_pair {
 	char *da, *db;
 	dg_node *a, *b;
 	dg_cache *ca, *cb;
 };
 
-static void pbig_pair_start(struct pbig_pair *x, const char *name, uint32_t parts)
+static void pbig_pair_start(struct pbig_pair *x, const char *name, uint32_t parts, bool tx)
 {
 	x->da = tmpdir();
 	x->db = tmpdir();
@@ -6289,7 +6289,15 @@ static void pbig_pair_start(struct pbig_pair *x, const char *name, uint32_t part
 	x->b = pbig_start(x->db, 48u << 20, seeds, 1, NULL);
 	dg_node *both[2] = { x->a, x->b };
 	wait_agree(both, 2);
-	x->ca = pbig_cache_parts(x->a, name, 1, parts);
+	dg_cache_config cc;
+	dg_cache_config_init(&cc, name);
+	cc.persistence = true;
+	cc.partitions = parts;
+	cc.backups = 1;
+	cc.read_from_backup = true;
+	if (tx)
+		cc.atomicity = DG_TRANSACTIONAL;
+	OK(dg_cache_create(x->a, &cc, &x->ca));
 	x->cb = cache_on(x->b, name);
 	rebalanced(both, 2, name);
 }
@@ -6350,7 +6358,7 @@ static void test_persist_large_values_backup_map_full(void **state)
 	skip();
 	enum { KEYS = 10, PARTS = 32 };
 	struct pbig_pair x;
-	pbig_pair_start(&x, "pbfull", PARTS);
+	pbig_pair_start(&x, "pbfull", PARTS, false);
 	dg_node *a = x.a;
 	dg_cache *ca = x.ca, *cb = x.cb;
 	struct pbig b;
@@ -6419,13 +6427,11 @@ static void test_persist_large_values_backup_map_full(void **state)
  * that fits goes on; removals go on, and once they made room on the
  * backup the waiting write completes there and writes are taken again
  * (pending.c, dgi_pw_ack; primary.c, backup_full). */
-static void test_persist_backup_full_refuses_at_once(void **state)
+static void backup_full_refuses_at_once(bool tx)
 {
-	(void)state;
-	PBIG_TSAN_SKIP();
 	enum { KEYS = 12, PARTS = 32 };
 	struct pbig_pair x;
-	pbig_pair_start(&x, "pbfast", PARTS);
+	pbig_pair_start(&x, "pbfast", PARTS, tx);
 	dg_cache *ca = x.ca, *cb = x.cb;
 	struct pbig b;
 	pbig_init(&b, "f", KEYS);
@@ -6517,6 +6523,26 @@ static void test_persist_backup_full_refuses_at_once(void **state)
 	OK(again);
 	assert_int_equal(right_a, KEYS);
 	assert_int_equal(right_b, KEYS);
+}
+
+static void test_persist_backup_full_refuses_at_once(void **state)
+{
+	(void)state;
+	PBIG_TSAN_SKIP();
+	backup_full_refuses_at_once(false);
+}
+
+/* The same in a TRANSACTIONAL cache: a tx's commit copies wait as the
+ * ATOMIC writes' do — the first one committed waits for the backup's room
+ * and answers DG_ERR_TX_UNKNOWN; later ones are refused at TX_PREPARE
+ * (txprepare.c), before anything is applied, and roll back whole (before,
+ * each waited out its 5 s timeout, DG_ERR_TX_UNKNOWN, applied on the
+ * primary alone). */
+static void test_persist_tx_backup_full_refuses_at_once(void **state)
+{
+	(void)state;
+	PBIG_TSAN_SKIP();
+	backup_full_refuses_at_once(true);
 }
 
 /* (3c) a node joins with a map (16 MiB) too small for its share of the
@@ -6698,6 +6724,7 @@ int main(void)
 		cmocka_unit_test(test_persist_large_values_backup_map_full),
 		cmocka_unit_test(test_persist_large_values_joiner_map_too_small),
 		cmocka_unit_test(test_persist_backup_full_refuses_at_once),
+		cmocka_unit_test(test_persist_tx_backup_full_refuses_at_once),
 	};
 	/* DG_TEST_FILTER=test_rent_* runs the matching tests only */
 	if (getenv("DG_TEST_FILTER") != NULL)

@@ -285,6 +285,13 @@ void dgi_svc_h_prepare(dgi_txsvc *s, const dg_msg_in *in)
 		}
 		if (dgi_cache_part_lost(c, (uint32_t)en.part)) {
 			e = DG_ERR_PARTITION_LOST; /* nothing is written to a lost partition */
+		} else if (!resend && (en.op & DGI_TXOP_MASK) == DGI_TXOP_PUT && en.val.ptr != NULL &&
+		    dgi_cache_backup_full(c, (uint32_t)en.part, (uint64_t)en.key.len + en.val.len)) {
+			/* a backup refused a copy as large for a full map: refused
+			 * before anything is applied or forwarded, so the tx rolls
+			 * back whole — committed, it would wait for that backup's
+			 * room and answer DG_ERR_TX_UNKNOWN */
+			e = DG_ERR_STORAGE_FULL;
 		} else if (locked_here) {
 			uint64_t hash;
 			dgi_cache_key_part(c, en.key.ptr, en.key.len, &hash);
@@ -436,10 +443,11 @@ void dgi_svc_on_backup_answer(void *ctx, dg_err err, const dg_msg_in *reply)
 	dgi_txsvc *s = r->s;
 	if (err == DG_OK && reply != NULL)
 		err = (dg_err)((const dgi_msg_tx_ctl *)reply->body)->res; /* its verdict */
-	if (err != DG_OK)
-		dgi_log("warn", "TX-BACKUP", "tx=%016llx:%llu err=%s from=%016llx",
+	uint32_t quiet;
+	if (err != DG_OK && dgi_lograte_due(&s->lr_backup, dgi_now_ms(), 1000, &quiet))
+		dgi_log("warn", "TX-BACKUP", "tx=%016llx:%llu err=%s from=%016llx repeated=%u",
 		    (unsigned long long)r->id.node, (unsigned long long)r->id.seq,
-		    dg_strerror(err), reply != NULL ? (unsigned long long)reply->from : 0ull);
+		    dg_strerror(err), reply != NULL ? (unsigned long long)reply->from : 0ull, quiet);
 	bool answer = false, unlink = false, refuse = false;
 	dg_msg_in req;
 	dg_err bfail;

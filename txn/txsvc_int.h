@@ -301,6 +301,9 @@ struct dgi_txsvc {
 	dg_tp *tp;
 	dgi_grid *g;
 	uint64_t self;
+	struct dgi_lograte lr_backup; /* TX-BACKUP: once a second, counted (a full
+	                                 backup refuses a commit's copies on
+	                                 every resend, 50 a second) */
 	dgi_locks *locks;
 	dgi_txdone *done;
 	pthread_mutex_t mu;         /* starts, wfg, edges, victims, records */
