@@ -50,7 +50,10 @@ bool dgi_cache_part_lost(dg_cache *c, uint32_t part)
 
 bool dgi_cache_backup_full(dg_cache *c, uint32_t part, uint64_t bytes)
 {
-	if (part >= c->cfg.partitions || c->cfg.write_sync != DG_FULL_SYNC)
+	/* (every entry of every TX_PREPARE asks: no section unless a backup
+	 * is full) */
+	if (__builtin_expect(atomic_load_explicit(&c->full_until_ms, memory_order_relaxed) == 0,
+	    1) || part >= c->cfg.partitions || c->cfg.write_sync != DG_FULL_SYNC)
 		return false;
 	dgi_epoch_enter();
 	dgi_aff *aff = atomic_load_explicit(&c->aff, memory_order_acquire);
