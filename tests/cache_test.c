@@ -6427,6 +6427,17 @@ static void test_persist_large_values_backup_map_full(void **state)
  * that fits goes on; removals go on, and once they made room on the
  * backup the waiting write completes there and writes are taken again
  * (pending.c, dgi_pw_ack; primary.c, backup_full). */
+/* Bytes node n received, every message type. */
+static uint64_t bytes_received(dg_node *n)
+{
+	dg_msg_metric m[256];
+	size_t k = dg_tp_metrics(dgi_node_tp(n), m, 256);
+	uint64_t sum = 0;
+	for (size_t i = 0; i < k && i < 256; i++)
+		sum += m[i].c.bytes_recv;
+	return sum;
+}
+
 static void backup_full_refuses_at_once(bool tx)
 {
 	enum { KEYS = 12, PARTS = 32 };
@@ -6438,16 +6449,19 @@ static void backup_full_refuses_at_once(bool tx)
 	pbig_pair_keys(&b, &x, PARTS, KEYS, false); /* keys a is the primary of: b backs them */
 	int stuck = -1;
 	dg_err stuck_err = DG_OK;
+	uint64_t b_recv = 0; /* during the put that stuck */
 	for (int i = 0; i < KEYS && stuck < 0; i++) {
-		uint64_t t0 = dgi_now_ms();
+		uint64_t t0 = dgi_now_ms(), r0 = bytes_received(x.b);
 		dg_err e = pbig_put(&b, ca, i, PBIG_VMAX, 0);
 		print_message("put %d of 8 MiB: %s after %llu ms\n", i, dg_strerror(e),
 		    (unsigned long long)(dgi_now_ms() - t0));
 		if (e != DG_OK) {
 			stuck = i;
 			stuck_err = e;
+			b_recv = bytes_received(x.b) - r0;
 		}
 	}
+	print_message("b received %.0f MiB while that put waited\n", b_recv / 1048576.0);
 	assert_true(stuck > 0); /* some fitted, then b's map was full */
 	/* the writes after it as large: refused at once, on no owner */
 	int refused = 0, other = 0;
@@ -6523,6 +6537,12 @@ static void backup_full_refuses_at_once(bool tx)
 	OK(again);
 	assert_int_equal(right_a, KEYS);
 	assert_int_equal(right_b, KEYS);
+	/* a tx's near re-sends a commit a backup refused until its timeout
+	 * (5 s), each time with the values: every 20 ms, some 250 copies of
+	 * 8 MiB; the pause doubles up to 320 ms now (txnear_commit.c,
+	 * finish_decided) */
+	if (tx)
+		assert_true(b_recv < 40 * (uint64_t)PBIG_VMAX);
 }
 
 static void test_persist_backup_full_refuses_at_once(void **state)
