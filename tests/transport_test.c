@@ -1289,6 +1289,50 @@ static void test_handshake_self(void **state)
 	dg_tp_stop(a);
 }
 
+/* A dialer's connection closed by another thread while its handshake
+ * ends — here its deadline (the service thread's dgi_conn_expire) while
+ * the reactor is about to attach it (held there 600 ms by the test hook) —
+ * must not become the peer's connection.  The close found no peer and put
+ * it on tp->dead; attached after that, the peer's conn named a connection
+ * the service thread then freed, and the next send to the peer locked its
+ * freed mutex (a review found the window; dg_tp_stop's closes open the
+ * same one).  Now: the dial fails with the close's DG_ERR_TIMEOUT, the
+ * peer has no connection, and a dial again connects. */
+static void test_closed_handshake_never_attaches(void **state)
+{
+	(void)state;
+	dg_tp *b = NODE(.id = 0xB1B1);
+	dg_tp *a = NODE(.connect_timeout_ms = 300);
+	dg_node_id bid = dg_tp_self(b), got = 0;
+	atomic_store(&dgi_test_attach_delay_ms, 600);
+	uint64_t t0 = now_ms();
+	dg_err e = dg_tp_connect(a, dg_tp_address(b), &got);
+	/* the reactor is past the hook and its round over: the close's conn
+	 * left tp->conns at its deadline, and the reap waits for that round */
+	while (now_ms() - t0 < 900)
+		sleep_ms(10);
+	atomic_store(&dgi_test_attach_delay_ms, 0);
+	struct peer *p = dgi_peer_get(a, bid, false);
+	assert_non_null(p);
+	pthread_mutex_lock(&p->mu);
+	struct conn *pc = p->conn; /* (compared, not read: it may be freed) */
+	pthread_mutex_unlock(&p->mu);
+	bool listed = false;
+	pthread_mutex_lock(&a->mu);
+	for (struct conn *c = a->conns; c != NULL; c = c->next)
+		listed = listed || c == pc;
+	pthread_mutex_unlock(&a->mu);
+	if (pc != NULL && !listed)
+		fail_msg("the peer's connection is one that was closed (dial answered %s)",
+		    dg_strerror(e));
+	EXPECT(e, DG_ERR_TIMEOUT);
+	assert_true(stats(a).handshake_failures >= 1);
+	assert_int_equal(connect_ok(a, b), bid); /* dialled again: it serves */
+	OK(ping(a, bid, "dialled again"));
+	dg_tp_stop(a);
+	dg_tp_stop(b);
+}
+
 /* ------------------------------------------------------------------------
  * 6. Hostile bytes on raw sockets
  * ------------------------------------------------------------------------ */
@@ -5548,6 +5592,7 @@ int main(void)
 		cmocka_unit_test(test_handshake_secret_mismatch),
 		cmocka_unit_test(test_handshake_cluster_mismatch),
 		cmocka_unit_test(test_handshake_self),
+		cmocka_unit_test(test_closed_handshake_never_attaches),
 		FX(test_raw_before_handshake),
 		FX(test_raw_silent),
 		FX(test_raw_handshake_by_hand),

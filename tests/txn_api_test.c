@@ -21,12 +21,17 @@
 #include "cache/cache_int.h" /* (dgi_part_lock: a test holds a backup's partition) */
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #define OK(x) assert_int_equal((x), DG_OK)
 
@@ -3982,6 +3987,80 @@ static void test_commit_reaches_backups_on_many_nodes(void **state)
 		dg_node_stop(n[i]);
 }
 
+/* ---- the scale tests' watchdog ----
+ * ctest kills a test at its TIMEOUT (txn_scale: 300 s) and leaves nothing
+ * to go on.  A scale test arms this: not disarmed (after_test) within
+ * DG_TEST_WATCHDOG_S seconds (default 240; 0: off), it has gdb write every
+ * thread's backtrace to stderr (skipped when gdb is not on PATH), then
+ * aborts. */
+static _Atomic uint64_t wd_deadline_ms; /* CLOCK_MONOTONIC; 0: disarmed */
+static uint64_t wd_secs;
+
+static uint64_t wd_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void wd_fire(void)
+{
+	char pid[24];
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	fprintf(stderr, "WATCHDOG: the test ran past %llu s (DG_TEST_WATCHDOG_S): every "
+	    "thread's backtrace, then abort()\n", (unsigned long long)wd_secs);
+#ifdef PR_SET_PTRACER
+	prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); /* Yama: gdb is our child */
+#endif
+	pid_t gdb = fork();
+	if (gdb == 0) {
+		dup2(2, 1);
+		alarm(50); /* a gdb that hangs must not outlast ctest's timeout */
+		execlp("gdb", "gdb", "-p", pid, "-batch", "-nx", "-ex", "thread apply all bt",
+		    (char *)NULL);
+		_exit(127); /* no gdb: no backtraces */
+	}
+	if (gdb > 0)
+		waitpid(gdb, NULL, 0);
+	signal(SIGABRT, SIG_DFL); /* not a test framework's handler, on this thread */
+	abort();
+}
+
+static void *wd_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		sleep(1);
+		uint64_t d = atomic_load(&wd_deadline_ms);
+		if (d != 0 && wd_now_ms() >= d)
+			wd_fire();
+	}
+	return NULL;
+}
+
+static void wd_start(void)
+{
+	pthread_t t;
+	if (pthread_create(&t, NULL, wd_main, NULL) == 0)
+		pthread_detach(t);
+}
+
+static void scale_watchdog_arm(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	const char *s = getenv("DG_TEST_WATCHDOG_S");
+	wd_secs = s != NULL ? strtoull(s, NULL, 10) : 240;
+	if (wd_secs == 0)
+		return;
+	atomic_store(&wd_deadline_ms, wd_now_ms() + wd_secs * 1000);
+	pthread_once(&once, wd_start);
+}
+
+static void scale_watchdog_disarm(void)
+{
+	atomic_store(&wd_deadline_ms, 0);
+}
+
 /* A tx holds locks on at most 64 primaries: the lock that would take it
  * to a 65th fails with DG_ERR_LIMIT, and the rollback reaches every node
  * it locked on (one it could not remember used to keep its locks until
@@ -3993,6 +4072,7 @@ static void test_scale_tx_lock_limit(void **state)
 		print_message("      (DG_SCALE_TESTS not set: skipped)\n");
 		return;
 	}
+	scale_watchdog_arm();
 	enum { N = 66 };
 	dg_node *n[N];
 	dg_node_config cfg;
@@ -4327,6 +4407,7 @@ static void test_rejoined_primary_forgets_records(void **state)
 static int after_test(void **state)
 {
 	(void)state;
+	scale_watchdog_disarm();
 	dg_tx *tx = dg_tx_current();
 	if (tx != NULL)
 		(void)dg_tx_rollback(tx);

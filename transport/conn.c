@@ -77,6 +77,15 @@ static void wait_done(struct connect_wait *w, dg_err err, dg_node_id peer)
 /* The dialer's waiter, taken once: it lives on dg_tp_connect's stack and is
  * gone once woken, so the handshake's end and a close from another thread
  * (a reset right after attach) must not both wake it. */
+/* Whether another thread closed c (its state is set under c->mu). */
+static bool conn_closed(struct conn *c)
+{
+	pthread_mutex_lock(&c->mu);
+	bool closed = c->state == C_CLOSED;
+	pthread_mutex_unlock(&c->mu);
+	return closed;
+}
+
 static struct connect_wait *take_waiter(struct conn *c)
 {
 	pthread_mutex_lock(&c->mu);
@@ -273,6 +282,8 @@ struct conn *dgi_conn_tx_done(struct conn *c)
 }
 
 /* ---- closing ---- */
+
+_Atomic uint32_t dgi_test_attach_delay_ms;
 
 uint64_t dgi_dup_wait_until(const dg_tp *tp, uint64_t now)
 {
@@ -473,6 +484,11 @@ static bool attach(struct conn *c, bool listener)
 	struct peer *p = dgi_peer_get(tp, c->peer_id, true);
 	if (p == NULL)
 		return false;
+	uint32_t delay = atomic_load_explicit(&dgi_test_attach_delay_ms, memory_order_relaxed);
+	if (delay != 0 && !listener) {
+		struct timespec ts = { delay / 1000, (long)(delay % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
 	pthread_mutex_lock(&p->mu);
 	uint32_t stale = atomic_load_explicit(&tp->stale_ms, memory_order_relaxed);
 	if (listener && p->conn != NULL && stale != 0 &&
@@ -493,6 +509,23 @@ static bool attach(struct conn *c, bool listener)
 		pthread_mutex_unlock(&p->mu);
 		return false;
 	}
+	/* Another thread may have closed c since its handshake began (its
+	 * deadline, dgi_conn_expire; dg_tp_stop): that close found no peer
+	 * (c->peer), so it left p alone and put c on tp->dead, to be freed.
+	 * Attached anyway, p->conn would name a freed connection — the next
+	 * send to p locks its freed mutex.  c->state is read under c->mu as
+	 * the close sets it, with p->mu held: a close after this point reads
+	 * c->peer = p and waits for p->mu, then finds p->conn == c and clears
+	 * it. */
+	pthread_mutex_lock(&c->mu);
+	if (c->state == C_CLOSED) {
+		pthread_mutex_unlock(&c->mu);
+		pthread_mutex_unlock(&p->mu);
+		return false;
+	}
+	c->peer = p;
+	c->state = C_OPEN;
+	pthread_mutex_unlock(&c->mu);
 	p->conn = c;
 	atomic_store_explicit(&p->heard_ms, dgi_now_ms(), memory_order_relaxed);
 	if (c->dialer || p->dialing)
@@ -500,10 +533,6 @@ static bool attach(struct conn *c, bool listener)
 	p->dup_wait_ms = 0;
 	p->redial_ms = 0;
 	p->redial_backoff = 0;
-	pthread_mutex_lock(&c->mu);
-	c->peer = p;
-	c->state = C_OPEN;
-	pthread_mutex_unlock(&c->mu);
 	half_done(c);
 	struct conn *go = dgi_conn_kick(p);
 	pthread_mutex_unlock(&p->mu);
@@ -627,7 +656,7 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 		}
 		if (c->hello_url != NULL)
 			dg_tp_set_address(tp, c->peer_id, c->hello_url);
-		if (!attach(c, true))
+		if (!attach(c, true) && !conn_closed(c))
 			reject(c, DG_REJECT_DUPLICATE, "already connected");
 		return DG_OK;
 	}
@@ -670,8 +699,12 @@ static dg_err handshake(struct conn *c, const dg_frame_header *h,
 		/* taken first: once attached, a reset may close it at once */
 		struct connect_wait *w = take_waiter(c);
 		if (!attach(c, false)) {
-			/* connected meanwhile by the peer's own dial: that one serves */
-			wait_done(w, DG_OK, c->peer_id);
+			/* connected meanwhile by the peer's own dial: that one
+			 * serves; or closed meanwhile (its deadline): why */
+			pthread_mutex_lock(&c->mu);
+			dg_err why = c->state == C_CLOSED ? c->fail : DG_OK;
+			pthread_mutex_unlock(&c->mu);
+			wait_done(w, why, c->peer_id);
 			dgi_conn_close(c, DG_OK);
 			return DG_OK;
 		}

@@ -482,6 +482,10 @@ struct dgi_cork {
 	void *end_ctx[DGI_ROUND_END_MAX];
 };
 extern _Thread_local struct dgi_cork *dgi_cork;
+/* Tests: a dialer's handshake waits this long before it attaches its
+ * connection to the peer (0: not at all), so that another thread's close
+ * can come first (test_closed_handshake_never_attaches). */
+extern _Atomic uint32_t dgi_test_attach_delay_ms;
 /* Writes every corked peer's queue (reactor thread, end of a round). */
 void dgi_cork_flush(struct dgi_cork *ck);
 /* Runs (and forgets) what handlers of this round asked for at its end
