@@ -133,6 +133,18 @@ typedef struct dg_node_config {
 	                                 2-CPU VM); it costs that thread's CPU
 	                                 while it waits.  Default 1000; 0: sleep
 	                                 at once */
+	uint32_t reactor_spin_us;     /* the thread that reads this node's peer
+	                                 connections, after it handled messages
+	                                 and sent some (a reply, a forward) or
+	                                 while a call of this process waits,
+	                                 polls for more this long before it
+	                                 sleeps, yielding its CPU to any other
+	                                 runnable thread: under load the next
+	                                 message finds it running, not asleep
+	                                 (a wake-up saved per message); half the
+	                                 CPUs' worth of nodes per process spin
+	                                 at once, an idle node not at all.
+	                                 Default 50; 0: sleep at once */
 	uint32_t rebalance_batch_bytes; /* per page of entries (rebalancing,
 	                                 psync, scans); default 512 KiB; at most
 	                                 half of recv_max */

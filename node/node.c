@@ -59,6 +59,7 @@ void dg_node_config_init(dg_node_config *cfg)
 	cfg->http_idle_timeout_ms = 10000;
 	cfg->http_max_connections = 64;
 	cfg->wait_spin_us = DG_WAIT_SPIN_US_DEFAULT;
+	cfg->reactor_spin_us = DG_REACTOR_SPIN_US_DEFAULT;
 }
 
 /* Copies every string of the config into one block owned by the node. */
@@ -286,6 +287,7 @@ dg_err dg_node_start(const dg_node_config *cfg, dg_node **out)
 	if (n->cfg.recv_max)
 		tc.recv_max = n->cfg.recv_max;
 	tc.wait_spin_us = n->cfg.wait_spin_us;
+	tc.reactor_spin_us = n->cfg.reactor_spin_us;
 	tc.reg = n->reg;
 	static pthread_once_t admin_rows = PTHREAD_ONCE_INIT;
 	pthread_once(&admin_rows, dgi_adminpeer_define);

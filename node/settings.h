@@ -84,6 +84,7 @@ typedef struct dgnode_settings {
 	uint64_t request_timeout_ms;
 	uint64_t tx_topology_timeout_ms;
 	uint64_t tx_done_capacity;
+	uint64_t reactor_spin_us;
 	const char *data_dir;
 	uint64_t storage_map_size;
 	bool storage_sync;

@@ -139,7 +139,7 @@ static void test_table_is_sane(void **state)
 		"request-timeout", "tx-topology-timeout", "tx-done-capacity", "data-dir",
 		"storage-map-size",
 		"storage-sync", "storage-recover", "encryption-key-file",
-		"recv-max", "rebalance-batch", "rebalance-throttle", "client", "partition-policy",
+		"recv-max", "reactor-spin-us", "rebalance-batch", "rebalance-throttle", "client", "partition-policy",
 		"admin-listen",
 		"http-listen", "http-basic-auth-file", "http-bearer-token-file",
 		"http-max-connections", "http-idle-timeout", "insecure",
@@ -241,6 +241,7 @@ static void test_default_config_matches_library(void **state)
 	assert_int_equal(cfg.storage_map_size, lib.storage_map_size);
 	assert_int_equal(cfg.storage_nosync, lib.storage_nosync);
 	assert_int_equal(cfg.recv_max, lib.recv_max);
+	assert_int_equal(cfg.reactor_spin_us, lib.reactor_spin_us);
 	assert_int_equal(cfg.rebalance_batch_bytes, lib.rebalance_batch_bytes);
 	assert_int_equal(cfg.client, lib.client);
 	assert_ptr_equal(cfg.registry, lib.registry);
@@ -1064,7 +1065,7 @@ static void test_to_config_sets_every_field(void **state)
 	    "--seed=tls+tcp://s:1", "--tls-cert-key=/k.pem", "--tls-ca=/ca.pem",
 	    "--failure-detection-timeout=3s", "--heartbeat-interval=500",
 	    "--join-timeout=1m", "--request-timeout=2500ms", "--data-dir=/d",
-	    "--storage-map-size=2g", "--no-storage-sync", "--recv-max=64m",
+	    "--storage-map-size=2g", "--no-storage-sync", "--recv-max=64m", "--reactor-spin-us=0",
 	    "--rebalance-batch=1m", "--client", "--log-level=warn",
 	    "--cache=p,persistence=true", "--http-max-connections=9",
 	    "--http-idle-timeout=2s", "--insecure", (char *)NULL), DGNODE_OK);
@@ -1084,6 +1085,7 @@ static void test_to_config_sets_every_field(void **state)
 	assert_int_equal(cfg.storage_map_size, (size_t)2 << 30);
 	assert_true(cfg.storage_nosync);
 	assert_int_equal(cfg.recv_max, 64u << 20);
+	assert_int_equal(cfg.reactor_spin_us, 0);
 	assert_int_equal(cfg.rebalance_batch_bytes, 1u << 20);
 	assert_true(cfg.client);
 	assert_int_equal(s.log_level, DGNODE_LOG_WARN);

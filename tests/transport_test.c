@@ -188,6 +188,7 @@ typedef struct node_opt {
 	const char *url;
 	uint32_t max_handshakes;
 	uint32_t wait_spin_us;
+	int64_t reactor_spin_us;     /* 0: the default; < 0: none */
 } node_opt;
 
 static dg_tp *node_start(const node_opt *o)
@@ -211,6 +212,8 @@ static dg_tp *node_start(const node_opt *o)
 	cfg.max_handshakes = o->max_handshakes;
 	if (o->wait_spin_us)
 		cfg.wait_spin_us = o->wait_spin_us;
+	if (o->reactor_spin_us)
+		cfg.reactor_spin_us = o->reactor_spin_us < 0 ? 0 : (uint32_t)o->reactor_spin_us;
 	cfg.node_id = o->id;
 	if (o->url != NULL)
 		cfg.listen_url = o->url;
@@ -5170,6 +5173,53 @@ static void *lone_wait(void *arg)
 	return NULL;
 }
 
+/* Reactors spin (reactor_spin_us) after a round that read a message, at most
+ * dgi_reactor_spin_cap() of a process at once, and an idle one sleeps: six
+ * transports spinning up to 300 ms each after their pings are seen
+ * spinning, never more of them than the cap; once idle, none spins; with
+ * reactor_spin_us 0 none ever does. */
+static void test_reactor_spin_bounded(void **state)
+{
+	(void)state;
+	enum { N = 6 };
+	dg_tp *t[N];
+	dg_node_id id[N];
+	for (int i = 0; i < N; i++)
+		t[i] = NODE(.reactor_spin_us = 300 * 1000);
+	for (int i = 1; i < N; i++)
+		id[i] = connect_ok(t[0], t[i]);
+	uint32_t cap = dgi_reactor_spin_cap(), most = 0;
+	assert_true(cap >= 1);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 1; i < N; i++)
+			OK(ping(t[0], id[i], "spin"));
+		for (int k = 0; k < 200; k++) {
+			uint32_t n = dgi_reactor_spinning();
+			most = n > most ? n : most;
+			sleep_ms(1);
+		}
+	}
+	assert_true(most >= 1);
+	assert_true(most <= cap);
+	WAIT_FOR_MS(dgi_reactor_spinning() == 0, 2000); /* idle: asleep */
+	sleep_ms(400);
+	assert_int_equal(dgi_reactor_spinning(), 0);
+	for (int i = 0; i < N; i++)
+		dg_tp_stop(t[i]);
+
+	dg_tp *a = NODE(.reactor_spin_us = -1), *b = NODE(.reactor_spin_us = -1);
+	dg_node_id bid = connect_ok(a, b);
+	most = 0;
+	for (int k = 0; k < 200; k++) {
+		OK(ping(a, bid, "no spin"));
+		uint32_t n = dgi_reactor_spinning();
+		most = n > most ? n : most;
+	}
+	assert_int_equal(most, 0);
+	dg_tp_stop(a);
+	dg_tp_stop(b);
+}
+
 /* A caller that is the process's only one waiting spins up to the
  * transport's wait_spin_us (here 20 s) — a multi-hop wait too, which
  * spun not at all before — and stops spinning once a second caller
@@ -5657,6 +5707,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_stop_with_pending_writes),
 		cmocka_unit_test(test_spin_wait_counts),
 		cmocka_unit_test(test_spin_while_alone),
+		cmocka_unit_test(test_reactor_spin_bounded),
 		cmocka_unit_test(test_due_count),
 	};
 	/* DG_TEST_FILTER=test_membership* runs the matching tests only */

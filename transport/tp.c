@@ -58,6 +58,11 @@ void dgi_wait_leave(void)
 	atomic_fetch_sub_explicit(&waiting, 1, memory_order_relaxed);
 }
 
+bool dgi_waiting_any(void)
+{
+	return atomic_load_explicit(&waiting, memory_order_relaxed) > 0;
+}
+
 bool dgi_wait_alone(const dg_tp *tp)
 {
 	return tp != NULL && tp->cfg.wait_spin_us > 0 &&
@@ -232,6 +237,7 @@ void dg_tp_config_init(dg_tp_config *cfg)
 	cfg->send_queue_max = 64u << 20;
 	cfg->connect_timeout_ms = 5000;
 	cfg->wait_spin_us = DG_WAIT_SPIN_US_DEFAULT;
+	cfg->reactor_spin_us = DG_REACTOR_SPIN_US_DEFAULT;
 }
 
 /* ---- counters ---- */

@@ -337,6 +337,13 @@ typedef struct dg_tp_config {
 	                                the process's only one, spins this long
 	                                before it sleeps ("a caller waiting",
 	                                below); default 1000; 0: never */
+	uint32_t reactor_spin_us;    /* the reactor, after a round that read
+	                                a message and sent one (or while a
+	                                caller waits), polls for more this long
+	                                (yielding its CPU) before it sleeps:
+	                                a busy exchange's next message finds it
+	                                running, not asleep; default 50; 0:
+	                                never (reactor.c) */
 	uint32_t max_handshakes;     /* accepted connections in their handshake
 	                                at once (before authentication), default
 	                                128: one more is closed at once
@@ -476,6 +483,7 @@ void dgi_abstime_in(struct timespec *ts, uint64_t ms);
  * waiter's spin took a CPU they needed (transfer_*_128c 18% slower). */
 #define DGI_SPIN_NS 30000u
 #define DG_WAIT_SPIN_US_DEFAULT 1000u
+#define DG_REACTOR_SPIN_US_DEFAULT 50u
 extern _Atomic uint32_t dgi_spin_ns;
 void dgi_sem_wait_spin(const dg_tp *tp, sem_t *s, bool one_hop);
 void dgi_wait_enter(void);
@@ -519,6 +527,8 @@ void dgi_due_wait(const dg_tp *tp, uint32_t *due);
 /* Whether a caller inside dgi_wait_enter would spin while alone now: the
  * process's only waiting caller, with tp's wait_spin_us set. */
 bool dgi_wait_alone(const dg_tp *tp);
+/* Whether any caller of this process waits for answers now. */
+bool dgi_waiting_any(void);
 /* Threads spinning in these now (tests). */
 int dgi_spinners(void);
 

@@ -486,6 +486,10 @@ extern _Thread_local struct dgi_cork *dgi_cork;
  * connection to the peer (0: not at all), so that another thread's close
  * can come first (test_closed_handshake_never_attaches). */
 extern _Atomic uint32_t dgi_test_attach_delay_ms;
+/* Reactors of this process polling now (reactor_spin_us; tests), and
+ * how many may at once. */
+uint32_t dgi_reactor_spinning(void);
+uint32_t dgi_reactor_spin_cap(void);
 /* Writes every corked peer's queue (reactor thread, end of a round). */
 void dgi_cork_flush(struct dgi_cork *ck);
 /* Runs (and forgets) what handlers of this round asked for at its end
