@@ -629,6 +629,10 @@ static void report_acc(const dgb_opts *o, const char *name, run_acc *a,
 			first_err = dg_strerror(a->w[t].first_err);
 		else if (a->impl == IMPL_REDIS && a->w[t].redis_err[0] != 0)
 			first_err = a->w[t].redis_err;
+	if (l->ops_timed == 0 && a->impl == IMPL_DATAGRID)
+		for (unsigned i = 0; i < DGB_NSERVERS; i++) /* (what the servers said) */
+			if (F.dg.server[i] != NULL)
+				dgb_child_log_tail(F.dg.server[i]);
 	if (l->ops_timed == 0)
 		dgb_die("%s/%s: no operation completed (%llu errors; first: %s)",
 		    name, a->name, (unsigned long long)l->failed,
