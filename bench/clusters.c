@@ -141,7 +141,7 @@ static void wait_whole(dgb_dgcluster *c, const char *name)
 /* Until the cluster takes writes: a topology with every node in it is not
  * yet a cluster whose writes go through at once.  In about 1 run of 6 a
  * probe put right after the client joined waited ~1 s (999-1002 ms: the
- * sweeper's second, which re-sends a FULL_SYNC copy left unanswered), and
+ * sweeper's period, cache/grid.c), and
  * a --quick run's first repetition (0.2 s of warm-up, 0.5 s window) timed
  * no operation: dgbench_smoke_cache failed 1 run in 10-15, with and without
  * the reactor's spin.  PROBES puts of keys no case uses (on every primary
