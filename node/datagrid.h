@@ -144,7 +144,8 @@ typedef struct dg_node_config {
 	                                 (a wake-up saved per message); half the
 	                                 CPUs' worth of nodes per process spin
 	                                 at once, an idle node not at all.
-	                                 Default 50; 0: sleep at once */
+	                                 Default 0 (sleep at once); 50 is what
+	                                 the benchmarks measured */
 	uint32_t rebalance_batch_bytes; /* per page of entries (rebalancing,
 	                                 psync, scans); default 512 KiB; at most
 	                                 half of recv_max */

@@ -159,13 +159,13 @@ const dgnode_setting dgnode_settings_table[] = {
 	{ "recv-max", DGNODE_SIZE, F(recv_max), "16m", MIB, GIB, NULL,
 	  "SIZE", "Largest message accepted from a peer.",
 	  "dg_node_config.recv_max", NULL },
-	{ "reactor-spin-us", DGNODE_UINT, F(reactor_spin_us), "50", 0, 100000, NULL,
+	{ "reactor-spin-us", DGNODE_UINT, F(reactor_spin_us), "0", 0, 100000, NULL,
 	  "N", "Microseconds the thread reading the peer connections polls for "
 	  "more messages after it handled some and sent some (or while a call "
 	  "waits), yielding its CPU, before it sleeps: a loaded node saves a "
 	  "wake-up per message (on VMs whose idle CPUs halt, tens of "
-	  "microseconds each); an idle node never spins. 0: sleep at once, "
-	  "where CPU time counts more than latency.",
+	  "microseconds each); an idle node never spins. 0 (the default): "
+	  "sleep at once; 50 is what the benchmarks measured.",
 	  "dg_node_config.reactor_spin_us", NULL },
 	{ "rebalance-batch", DGNODE_SIZE, F(rebalance_batch), "512k", 4 * KIB,
 	  64 * MIB, NULL, "SIZE", "Bytes of entries per message of a partition's "

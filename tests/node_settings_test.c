@@ -1065,7 +1065,7 @@ static void test_to_config_sets_every_field(void **state)
 	    "--seed=tls+tcp://s:1", "--tls-cert-key=/k.pem", "--tls-ca=/ca.pem",
 	    "--failure-detection-timeout=3s", "--heartbeat-interval=500",
 	    "--join-timeout=1m", "--request-timeout=2500ms", "--data-dir=/d",
-	    "--storage-map-size=2g", "--no-storage-sync", "--recv-max=64m", "--reactor-spin-us=0",
+	    "--storage-map-size=2g", "--no-storage-sync", "--recv-max=64m", "--reactor-spin-us=200",
 	    "--rebalance-batch=1m", "--client", "--log-level=warn",
 	    "--cache=p,persistence=true", "--http-max-connections=9",
 	    "--http-idle-timeout=2s", "--insecure", (char *)NULL), DGNODE_OK);
@@ -1085,7 +1085,7 @@ static void test_to_config_sets_every_field(void **state)
 	assert_int_equal(cfg.storage_map_size, (size_t)2 << 30);
 	assert_true(cfg.storage_nosync);
 	assert_int_equal(cfg.recv_max, 64u << 20);
-	assert_int_equal(cfg.reactor_spin_us, 0);
+	assert_int_equal(cfg.reactor_spin_us, 200);
 	assert_int_equal(cfg.rebalance_batch_bytes, 1u << 20);
 	assert_true(cfg.client);
 	assert_int_equal(s.log_level, DGNODE_LOG_WARN);
