@@ -656,13 +656,20 @@ static int poll_spin(struct dgi_reactor *r, struct epoll_event *evs, uint64_t bu
 	int n = epoll_wait(r->epfd, evs, EVENTS_MAX, 0);
 	if (n != 0)
 		return n;
-	if (atomic_fetch_add(&reactor_spinners, 1) < reactor_spin_max) {
-		uint64_t t0 = now_ns();
-		do {
-			sched_yield();
-			n = epoll_wait(r->epfd, evs, EVENTS_MAX, 0);
-		} while (n == 0 && now_ns() - t0 < budget_ns && !atomic_load(&r->quit));
-	}
+	/* a place among the spinners is taken only while one is free: the
+	 * count never passes the cap, not even for an instant (a reactor that
+	 * added itself and then backed out was seen by test_reactor_spin_
+	 * bounded's sampler as one spinner too many) */
+	uint32_t k = atomic_load(&reactor_spinners);
+	do {
+		if (k >= reactor_spin_max)
+			return 0;
+	} while (!atomic_compare_exchange_weak(&reactor_spinners, &k, k + 1));
+	uint64_t t0 = now_ns();
+	do {
+		sched_yield();
+		n = epoll_wait(r->epfd, evs, EVENTS_MAX, 0);
+	} while (n == 0 && now_ns() - t0 < budget_ns && !atomic_load(&r->quit));
 	atomic_fetch_sub(&reactor_spinners, 1);
 	return n;
 }
