@@ -1454,6 +1454,99 @@ static void test_near_crash_after_one_commit_commits(void **state)
 	near_crash_case(2);
 }
 
+static uint64_t node_id(dg_node *n);
+static void wait_copies(dg_cache **c, int n, const char *k1, const char *k2, long want);
+
+/* The primary of key k of c (as c's node sees it). */
+static uint64_t key_primary(dg_cache *c, const char *k)
+{
+	dg_buf b;
+	dg_buf_init(&b);
+	dg_writer w;
+	dg_writer_init(&w, NULL, &b);
+	OK(dg_write_bytes(&w, k, strlen(k)));
+	uint64_t hash, own[8];
+	int64_t tv;
+	uint32_t part = dgi_cache_key_part(c, b.data, b.len, &hash);
+	assert_true(dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv) > 0);
+	dg_buf_free(&b);
+	return own[0];
+}
+
+/* The near node and the one primary that got its COMMIT leave together
+ * (a cut puts them on the minority side: found by cluster_partition_netns,
+ * an acknowledged-looking transfer whose balances were applied and whose
+ * record was not).  The other primary prepared and never heard the
+ * decision; nobody left in the cluster holds the committed primary's
+ * record, but its backups applied its commit copies — so the tx was
+ * decided commit, and recovery must commit the prepared primary too.
+ * Before, it counted one prepared primary of two and rolled back: k1 kept
+ * the new value on the promoted backups, k2 the old one. */
+static void test_near_and_committed_primary_leave_commits(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	dg_cache *c[3];
+	three_nodes(&cl, "twoleave", c);
+	char k1[16], k2[16];
+	two_primaries(c[0], k1, k2);
+	put_long(cl.n[0], c[0], k1, 1);
+	put_long(cl.n[0], c[0], k2, 1);
+	const char *seed = dg_node_address(cl.n[0]);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	dg_cache *cn = cache_on(near, "twoleave");
+	dg_tx *tx;
+	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 4000, "twoleave", &tx));
+	long v;
+	OK(tx_get_long(tx, cn, k1, &v));
+	OK(tx_get_long(tx, cn, k2, &v));
+	OK(tx_put_long(tx, cn, k1, 2));
+	OK(tx_put_long(tx, cn, k2, 2));
+	atomic_store(&dgi_tx_crash_point, 2); /* the COMMIT to the first primary only */
+	EXPECT(dg_tx_commit(tx), DG_ERR_TX_UNKNOWN);
+	atomic_store(&dgi_tx_crash_point, 0);
+	/* which key was committed: read on its primary (a FULL_SYNC value is
+	 * read once every backup applied it) */
+	const char *done = NULL;
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (done == NULL) {
+		done = get_long(c[0], k1) == 2 ? k1 : get_long(c[0], k2) == 2 ? k2 : NULL;
+		assert_true(dgi_now_ms() < deadline);
+		if (done == NULL)
+			usleep(5 * 1000);
+	}
+	const char *open_key = done == k1 ? k2 : k1;
+	assert_int_equal(get_long(c[0], open_key), 1);
+	uint64_t gone = key_primary(c[0], done);
+	int g = -1;
+	for (int i = 0; i < 3; i++)
+		if (node_id(cl.n[i]) == gone)
+			g = i;
+	assert_true(g >= 0);
+	/* both leave at once */
+	dgi_node_kill(near);
+	dgi_node_kill(cl.n[g]);
+	dg_node *left[2];
+	dg_cache *lc[2];
+	for (int i = 0, j = 0; i < 3; i++)
+		if (i != g) {
+			left[j] = cl.n[i];
+			lc[j++] = c[i];
+		}
+	wait_settled(left, 2, lc, 2);
+	wait_copies(lc, 2, k1, k2, 2); /* committed on both keys, every copy */
+	for (int i = 0; i < 2; i++) {
+		dg_tx_metrics m;
+		OK(dg_tx_get_metrics(left[i], &m));
+		assert_int_equal(m.locks_held, 0);
+	}
+	for (int i = 2; i >= 0; i--)
+		if (i != g)
+			dg_node_stop(cl.n[i]);
+}
+
 /* Waits (8 s at most) until every copy of k1 and k2 holds want. */
 static void wait_copies(dg_cache **c, int n, const char *k1, const char *k2, long want)
 {
@@ -4454,6 +4547,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_near_crash_after_prepare_commits, after_test),
 		cmocka_unit_test_teardown(test_near_crash_before_all_prepared_rolls_back, after_test),
 		cmocka_unit_test_teardown(test_near_crash_after_one_commit_commits, after_test),
+		cmocka_unit_test_teardown(test_near_and_committed_primary_leave_commits, after_test),
 		cmocka_unit_test_teardown(test_near_cut_after_prepare_is_unknown, after_test),
 		cmocka_unit_test_teardown(test_plain_op_request_timeout, after_test),
 		cmocka_unit_test_teardown(test_lock_wait_ended_by_fence_is_rolled_back, after_test),

@@ -232,6 +232,10 @@ void dgi_svc_h_commit_copy(dgi_txsvc *s, const dg_msg_in *in)
 	if (e == DG_OK)
 		e = agree;
 	dgi_svc_finish_role(s, &tx, ROLE_BACKUP, in->from, DGI_TXS_COMMITTED);
+	/* the decision, whoever asks: recovery may find no other word of it
+	 * (ROLE_COPIED, txsvc_int.h) */
+	dgi_txid ck = dgi_svc_role_key(&tx, ROLE_COPIED, 0);
+	dgi_txdone_put(s->done, &ck, DGI_TXS_COMMITTED, dgi_now_ms());
 	if (m->origin != 0 && (uint64_t)m->origin != in->from) { /* a takeover's copies */
 		pthread_mutex_lock(&s->mu);
 		struct rec *b = dgi_svc_rec_find(s, &tx, ROLE_BACKUP, (uint64_t)m->origin);

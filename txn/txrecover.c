@@ -58,7 +58,9 @@ static int64_t query_local(dgi_txsvc *s, const dgi_txid *tx, uint64_t origin)
 	near = done_state(s, tx, ROLE_NEAR, 0);
 	if (near == DGI_TXQ_COMMITTED && done_state(s, tx, ROLE_NEAR, 1) == DGI_TXQ_COMMITTED)
 		near = DGI_TXQ_COMMITTING; /* decided, not every participant confirmed */
-	return prim | (bk << 8) | (near << 16) | (taken ? DGI_TXQ_TAKEN_ONLY : 0);
+	bool copied = done_state(s, tx, ROLE_COPIED, 0) == DGI_TXQ_COMMITTED;
+	return prim | (bk << 8) | (near << 16) | (taken ? DGI_TXQ_TAKEN_ONLY : 0) |
+	    (copied ? DGI_TXQ_COPIED : 0);
 }
 
 void dgi_svc_h_query(dgi_txsvc *s, const dg_msg_in *in)
@@ -349,9 +351,15 @@ static int recover_decide(dgi_txsvc *s, const struct cand *c)
 	/* the near node left: committed anywhere, commit; rolled back
 	 * anywhere, roll back; else commit iff every primary prepared (the
 	 * near could have decided either way only from there on, and no one
-	 * heard a decision) */
+	 * heard a decision).  "Committed anywhere" counts commit copies
+	 * applied (DGI_TXQ_COPIED), this node's own too: a primary that
+	 * committed may have left with the near (a cut puts both on the
+	 * minority side), and its backups' copies are then the only word of
+	 * the decision — counted as one prepared primary short, the tx was
+	 * rolled back here while the left primary's keys kept its writes on
+	 * the promoted backups (test_near_and_committed_primary_leave_commits) */
 	int64_t prepared = c->role == ROLE_PRIMARY ? 1 : 0; /* this node's record */
-	int d = -2;
+	int d = query_local(s, &c->id, 0) & DGI_TXQ_COPIED ? 1 : -2;
 	for (uint32_t i = 0; i < n && d == -2; i++) {
 		if (t->nodes[i].id == s->self)
 			continue;
@@ -361,7 +369,7 @@ static int recover_decide(dgi_txsvc *s, const struct cand *c)
 		if (q < 0)
 			d = -1; /* a node did not answer: ask again later */
 		else if (prim == DGI_TXQ_COMMITTED || prim == DGI_TXQ_COMMITTING ||
-		    bk == DGI_TXQ_COMMITTED)
+		    bk == DGI_TXQ_COMMITTED || (q & DGI_TXQ_COPIED))
 			d = 1;
 		else if (prim == DGI_TXQ_ROLLED_BACK)
 			d = 0;

@@ -94,6 +94,10 @@
  * byte's COMMITTED comes only from another node's takeover copies (some
  * of the origin's keys, maybe not all: this node cannot re-send them). */
 #define DGI_TXQ_TAKEN_ONLY (1LL << 24)
+/* ... and DGI_TXQ_COPIED: this node applied commit copies of the tx
+ * (TX_COMMIT_COPY, from any primary or takeover): it was decided commit,
+ * whatever the origin asked about. */
+#define DGI_TXQ_COPIED (1LL << 25)
 enum {
 	DGI_TXQ_NONE = 0,        /* nothing */
 	DGI_TXQ_ACTIVE = 1,      /* holds locks (primary); backup: keeps the entries */

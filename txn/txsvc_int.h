@@ -198,14 +198,19 @@ enum rec_state { R_ACTIVE = 1, R_PREPARING, R_PREPARED, R_COMMITTING, R_BACKUP }
  * its keys, a backup of others' (one record per primary it came from), and
  * the new primary finishing a left primary's keys (a takeover, one per
  * left primary).  Records are keyed by (tx id, role, from). */
-enum rec_role { ROLE_PRIMARY = 0, ROLE_BACKUP, ROLE_TAKEOVER, ROLE_NEAR, ROLE_TAKEN };
+enum rec_role { ROLE_PRIMARY = 0, ROLE_BACKUP, ROLE_TAKEOVER, ROLE_NEAR, ROLE_TAKEN, ROLE_COPIED };
 /* ROLE_TAKEN keys no record, only a finished-tx entry: copies of a left
  * primary's entries came from the node that took them over, so the tx
  * committed, but they carry only the keys that node is now the primary of
  * — this node's backup record of the left primary (ended on them) held
  * others too, which the near still sends to their new primaries (maybe
  * this node): "applied here" is ROLE_BACKUP's entry alone, written when
- * the left primary's own copies arrived. */
+ * the left primary's own copies arrived.
+ * ROLE_COPIED (from 0) keys no record either: this node applied commit
+ * copies of the tx from some primary or takeover (TX_COMMIT_COPY), so the
+ * tx was decided commit.  Recovery reads it when the near node and a
+ * primary that committed both left: the copies are the only word of the
+ * decision left (DGI_TXQ_COPIED, recover_decide). */
 
 struct rec {
 	struct dgi_txsvc *s;
