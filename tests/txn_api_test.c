@@ -70,7 +70,7 @@ static dg_node *start_node(const char *const *seeds, size_t nseeds)
 }
 
 struct cluster {
-	dg_node *n[4];
+	dg_node *n[5];
 	int count;
 };
 
@@ -1457,19 +1457,29 @@ static void test_near_crash_after_one_commit_commits(void **state)
 static uint64_t node_id(dg_node *n);
 static void wait_copies(dg_cache **c, int n, const char *k1, const char *k2, long want);
 
-/* The primary of key k of c (as c's node sees it). */
-static uint64_t key_primary(dg_cache *c, const char *k)
+/* The owners of key k of c (as c's node sees it), primary first: how
+ * many. */
+static uint32_t key_owners(dg_cache *c, const char *k, uint64_t own[8])
 {
 	dg_buf b;
 	dg_buf_init(&b);
 	dg_writer w;
 	dg_writer_init(&w, NULL, &b);
 	OK(dg_write_bytes(&w, k, strlen(k)));
-	uint64_t hash, own[8];
+	uint64_t hash;
 	int64_t tv;
 	uint32_t part = dgi_cache_key_part(c, b.data, b.len, &hash);
-	assert_true(dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv) > 0);
+	uint32_t n = dgi_cache_owners(c, part, own, DGI_OWNERS_BUF, &tv);
+	assert_true(n > 0);
 	dg_buf_free(&b);
+	return n;
+}
+
+/* The primary of key k of c (as c's node sees it). */
+static uint64_t key_primary(dg_cache *c, const char *k)
+{
+	uint64_t own[8];
+	key_owners(c, k, own);
 	return own[0];
 }
 
@@ -1544,6 +1554,87 @@ static void test_near_and_committed_primary_leave_commits(void **state)
 	}
 	for (int i = 2; i >= 0; i--)
 		if (i != g)
+			dg_node_stop(cl.n[i]);
+}
+
+/* The near node and both primaries of a tx leave together, one of them
+ * having got the COMMIT (crash point 2): the backup of the committed one
+ * holds its commit copies, the backup of the other its prepared entries
+ * and nothing more.  That backup's recovery asks about its own primary's
+ * copies — nobody has them — and rolled back before, half a transfer
+ * again; the commit copies on the other backup say the tx committed, so it
+ * takes the entries over.  Five servers (three stay: a majority), one
+ * backup each, keys whose two primaries back neither key. */
+static void test_near_and_both_primaries_leave_backup_takes_over(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 5);
+	dg_cache *c[5];
+	c[0] = tx_cache(cl.n[0], "bothleave", 1);
+	for (int i = 1; i < 5; i++)
+		c[i] = cache_on(cl.n[i], "bothleave");
+	wait_settled(cl.n, 5, c, 5);
+	char k1[16] = "", k2[16] = "";
+	uint64_t o1[2] = { 0, 0 };
+	for (int i = 0; i < 4000 && k2[0] == 0; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "b%d", i);
+		uint64_t own[8];
+		key_owners(c[0], key, own);
+		if (k1[0] == 0) {
+			strcpy(k1, key);
+			o1[0] = own[0];
+			o1[1] = own[1];
+		} else if (own[0] != o1[0] && own[0] != o1[1] && own[1] != o1[0] &&
+		    own[1] != o1[1] && own[0] != own[1]) {
+			strcpy(k2, key);
+		}
+	}
+	assert_true(k2[0] != 0);
+	put_long(cl.n[0], c[0], k1, 1);
+	put_long(cl.n[0], c[0], k2, 1);
+	const char *seed = dg_node_address(cl.n[0]);
+	start_client = true;
+	dg_node *near = start_node(&seed, 1);
+	start_client = false;
+	dg_cache *cn = cache_on(near, "bothleave");
+	dg_tx *tx;
+	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 4000, "bothleave", &tx));
+	long v;
+	OK(tx_get_long(tx, cn, k1, &v));
+	OK(tx_get_long(tx, cn, k2, &v));
+	OK(tx_put_long(tx, cn, k1, 2));
+	OK(tx_put_long(tx, cn, k2, 2));
+	atomic_store(&dgi_tx_crash_point, 2); /* the COMMIT to the first primary only */
+	EXPECT(dg_tx_commit(tx), DG_ERR_TX_UNKNOWN);
+	atomic_store(&dgi_tx_crash_point, 0);
+	uint64_t deadline = dgi_now_ms() + 5000;
+	while (get_long(c[0], k1) != 2 && get_long(c[0], k2) != 2) {
+		assert_true(dgi_now_ms() < deadline);
+		usleep(5 * 1000);
+	}
+	uint64_t own[8];
+	key_owners(c[0], k2, own);
+	uint64_t p2 = own[0];
+	dgi_node_kill(near);
+	dg_node *left[5];
+	dg_cache *lc[5];
+	int nl = 0;
+	bool gone[5] = { false };
+	for (int i = 0; i < 5; i++)
+		if (node_id(cl.n[i]) == o1[0] || node_id(cl.n[i]) == p2) {
+			dgi_node_kill(cl.n[i]);
+			gone[i] = true;
+		} else {
+			left[nl] = cl.n[i];
+			lc[nl++] = c[i];
+		}
+	assert_int_equal(nl, 3);
+	wait_settled(left, 3, NULL, 0);
+	wait_copies(lc, 3, k1, k2, 2); /* committed on both keys */
+	for (int i = 4; i >= 0; i--)
+		if (!gone[i])
 			dg_node_stop(cl.n[i]);
 }
 
@@ -4548,6 +4639,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_near_crash_before_all_prepared_rolls_back, after_test),
 		cmocka_unit_test_teardown(test_near_crash_after_one_commit_commits, after_test),
 		cmocka_unit_test_teardown(test_near_and_committed_primary_leave_commits, after_test),
+		cmocka_unit_test_teardown(test_near_and_both_primaries_leave_backup_takes_over, after_test),
 		cmocka_unit_test_teardown(test_near_cut_after_prepare_is_unknown, after_test),
 		cmocka_unit_test_teardown(test_plain_op_request_timeout, after_test),
 		cmocka_unit_test_teardown(test_lock_wait_ended_by_fence_is_rolled_back, after_test),
