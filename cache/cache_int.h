@@ -1455,6 +1455,9 @@ struct dgi_grid {
 	dg_node_id self;
 	pthread_mutex_t mu;            /* caches set, topology install, graveyard */
 	pthread_cond_t cv;             /* rebalancer and sweeper wake-ups */
+	_Atomic uint64_t psync_due_ms; /* the soonest retry of a failed PSYNC
+	                                  question (0: none): the sweeper wakes
+	                                  for it (psync.c) */
 	dgi_intmap caches;             /* id -> dg_cache (lock-free lookups) */
 	dg_cache *grave;               /* destroyed caches (their handles, until stop) */
 	dgi_aff *limbo;                /* replaced affinities not freed yet */
@@ -1724,7 +1727,15 @@ struct dgi_psync_wait {
 	uint64_t after;             /* its cursor: the last page's last one */
 	bool full;                  /* its last page did not fit this node's
 	                               store (DG_ERR_STORAGE_FULL) */
+	uint8_t fails;              /* questions in a row that failed */
+	uint64_t retry_ms;          /* a failed question is asked again then
+	                               (0: none due; the 500 ms tick asks too) */
 };
+/* PSYNC questions an old owner answers DG_ERR_NOT_READY before it answers
+ * any (tests: a question that fails) */
+extern _Atomic uint32_t dgi_test_psync_refuse;
+/* The sweeper's period in ms (tests lengthen it; 0: 1000) */
+extern _Atomic uint32_t dgi_test_sweep_ms;
 /* This node became the primary of part at version ver (partition locked;
  * since: the previous affinity's version): asks the n old owners in from
  * (besides any it still waits for) and answers updates DG_ERR_NOT_READY

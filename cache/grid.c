@@ -1316,17 +1316,31 @@ static void sweep_cache(void *ctx, uint32_t key, void *value)
 	dgi_epoch_leave();
 }
 
+_Atomic uint32_t dgi_test_sweep_ms;
+
 static void *sweeper(void *arg)
 {
 	dgi_thread_name("dg-sweeper");
 	dgi_grid *g = arg;
 	pthread_mutex_lock(&g->mu);
 	while (!g->stopping) {
-		struct timespec ts;
-		dgi_abstime_in(&ts, 1000);
-		pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+		/* once a second, or when a failed PSYNC question is due again
+		 * (psync.c: the partition's updates wait for its answer) */
+		uint32_t period = atomic_load(&dgi_test_sweep_ms);
+		uint64_t wait = period != 0 ? period : 1000;
+		uint64_t due = atomic_load(&g->psync_due_ms), now = dgi_now_ms();
+		if (due != 0)
+			wait = due <= now ? 0 : due - now < wait ? due - now : wait;
+		if (wait > 0) {
+			struct timespec ts;
+			dgi_abstime_in(&ts, (uint32_t)wait);
+			pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+		}
 		if (g->stopping)
 			break;
+		due = atomic_load(&g->psync_due_ms);
+		if (due != 0 && due <= dgi_now_ms()) /* (one set since is swept next time) */
+			atomic_compare_exchange_strong(&g->psync_due_ms, &due, 0);
 		pthread_mutex_unlock(&g->mu);
 		struct sweep_ctx s = { g, dgi_wall_ms(), dgi_now_ms() };
 		dgi_intmap_each(&g->caches, sweep_cache, &s);

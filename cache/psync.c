@@ -28,7 +28,15 @@
  * node cannot store (DG_ERR_STORAGE_FULL: its persistent map is full) is
  * asked for again at each tick, and meanwhile updates are refused with
  * DG_ERR_STORAGE_FULL, not applied: told to wait, each waited out the
- * request timeout (test_persist_large_values_joiner_map_too_small).  An answer
+ * request timeout (test_persist_large_values_joiner_map_too_small).  A
+ * question that failed (an error answer: the old owner had no such cache
+ * yet; a request that could not be sent or whose connection broke, as
+ * happens while two nodes that dialled each other keep one connection) is
+ * asked again 25 ms later, the pause doubling with each failure in a row
+ * up to the tick's 500 ms: the sweeper wakes for it (grid->psync_due_ms).
+ * Before, only the sweeper's tick asked again, once a second, and every
+ * update of the partition waited that long
+ * (test_psync_failed_question_asked_again).  An answer
  * comes in pages of about rebalance_batch_bytes (answer()), each asked for
  * as the one before is taken in; the wait for an old owner ends with its
  * last page.
@@ -62,19 +70,51 @@ struct psync_call {
 	dg_node_id from;
 };
 
+_Atomic uint32_t dgi_test_psync_refuse;
+
 static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply);
 
-/* Asks the old owner of wait w (partition locked). */
-static void ask(dgi_grid *g, dg_cache *c, uint32_t part, const struct dgi_psync_wait *w)
+/* Wait w's question failed (partition locked): asked again soon — 25 ms,
+ * doubling with each failure in a row up to 500 (the tick's period) — by
+ * the sweeper, woken for it. */
+static void retry_soon(dgi_grid *g, struct dgi_psync_wait *w)
 {
+	uint32_t shift = w->fails < 5 ? w->fails : 5;
+	if (w->fails < UINT8_MAX)
+		w->fails++;
+	uint64_t pause = 25u << shift;
+	w->retry_ms = dgi_now_ms() + (pause < 500 ? pause : 500);
+	uint64_t due = atomic_load(&g->psync_due_ms);
+	while ((due == 0 || w->retry_ms < due) &&
+	    !atomic_compare_exchange_weak(&g->psync_due_ms, &due, w->retry_ms)) {
+	}
+}
+
+/* Wakes the sweeper for psync_due_ms (g->mu not held: a wake-up between
+ * its look at the due time and its wait is not lost). */
+static void wake_sweeper(dgi_grid *g)
+{
+	pthread_mutex_lock(&g->mu);
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* Asks the old owner of wait w (partition locked).  False when the
+ * request could not be sent (w's retry is set: wake the sweeper). */
+static bool ask(dgi_grid *g, dg_cache *c, uint32_t part, struct dgi_psync_wait *w)
+{
+	w->retry_ms = 0;
 	struct psync_call *k = dgi_alloc(sizeof(*k));
-	if (k == NULL)
-		return; /* the tick asks again */
-	*k = (struct psync_call){ g, c->id, part, w->ver, w->page, w->node };
-	dgi_msg_psync m = { c->id, part, w->ver, w->since, w->page, (int64_t)w->after };
-	if (dg_tp_request(g->tp, w->node, DGI_MSG_PSYNC, &m, g->cfg.request_timeout_ms,
-	    on_psync_res, k) != DG_OK)
+	if (k != NULL) {
+		*k = (struct psync_call){ g, c->id, part, w->ver, w->page, w->node };
+		dgi_msg_psync m = { c->id, part, w->ver, w->since, w->page, (int64_t)w->after };
+		if (dg_tp_request(g->tp, w->node, DGI_MSG_PSYNC, &m, g->cfg.request_timeout_ms,
+		    on_psync_res, k) == DG_OK)
+			return true;
 		dgi_free(k);
+	}
+	retry_soon(g, w);
+	return false;
 }
 
 /* The wait for node's answer about version ver (partition locked): its
@@ -131,7 +171,7 @@ void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64
 	for (uint32_t i = 0; i < n; i++)
 		if (wait_index(pt, from[i], ver) < 0)
 			pt->psync_from[pt->psync_n++] = (struct dgi_psync_wait){ from[i], ver, since,
-				0, 0, false };
+				0, 0, false, 0, 0 };
 	pt->psync_sent_ms = 0; /* asked once the new affinity is in place */
 	full_recount(pt);
 	(void)g;
@@ -140,16 +180,19 @@ void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64
 void dgi_psync_send(dgi_grid *g, dg_cache *c)
 {
 	uint64_t now = dgi_now_ms();
+	bool failed = false;
 	for (uint32_t p = 0; p < c->cfg.partitions; p++) {
 		dgi_part *pt = &c->parts[p];
 		dgi_part_lock(pt);
 		if (pt->psync_n > 0 && pt->psync_sent_ms == 0) {
 			pt->psync_sent_ms = now;
 			for (uint32_t i = 0; i < pt->psync_n; i++)
-				ask(g, c, p, &pt->psync_from[i]);
+				failed |= !ask(g, c, p, &pt->psync_from[i]);
 		}
 		dgi_part_unlock(pt);
 	}
+	if (failed)
+		wake_sweeper(g);
 }
 
 void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void *ctx)
@@ -165,11 +208,19 @@ void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void 
 void dgi_psync_tick(dgi_grid *g, dg_cache *c, uint32_t part, uint64_t now_ms)
 {
 	dgi_part *pt = &c->parts[part];
-	if (pt->psync_n == 0 || pt->psync_sent_ms == 0 || now_ms < pt->psync_sent_ms + 500)
+	if (pt->psync_n == 0 || pt->psync_sent_ms == 0)
 		return;
-	pt->psync_sent_ms = now_ms;
-	for (uint32_t i = 0; i < pt->psync_n; i++)
-		ask(g, c, part, &pt->psync_from[i]);
+	/* every question once the tick's period passed; a failed one when
+	 * its retry is due (the sweeper runs again for the next: its own
+	 * retry_soon set psync_due_ms) */
+	bool all = now_ms >= pt->psync_sent_ms + 500;
+	if (all)
+		pt->psync_sent_ms = now_ms;
+	for (uint32_t i = 0; i < pt->psync_n; i++) {
+		struct dgi_psync_wait *w = &pt->psync_from[i];
+		if (all || (w->retry_ms != 0 && w->retry_ms <= now_ms))
+			ask(g, c, part, w);
+	}
 }
 
 void dgi_psync_free_part(dgi_part *pt)
@@ -372,7 +423,13 @@ static void on_psync(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		g->psync_parked = p;
 	}
 	pthread_mutex_unlock(&g->mu);
-	if (!behind)
+	uint32_t refuse = atomic_load(&dgi_test_psync_refuse);
+	while (!behind && refuse > 0 &&
+	    !atomic_compare_exchange_weak(&dgi_test_psync_refuse, &refuse, refuse - 1)) {
+	}
+	if (!behind && refuse > 0)
+		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY); /* (tests: a failed question) */
+	else if (!behind)
 		answer(g, c, in, m);
 	else if (p == NULL)
 		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY);
@@ -513,6 +570,24 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 {
 	struct psync_call *k = ctx;
 	dgi_grid *g = k->g;
+	if (err != DG_OK && err != DG_ERR_CLOSED) {
+		/* the question failed: asked again soon, if still the current one
+		 * (not when this node closes: dgi_psync_stop cancels them) */
+		dg_cache *fc = dgi_grid_cache(g, k->cache_id);
+		bool soon = false;
+		if (fc != NULL && k->part < fc->cfg.partitions) {
+			dgi_part *pt = &fc->parts[k->part];
+			dgi_part_lock(pt);
+			int64_t i = wait_index(pt, k->from, k->ver);
+			if (i >= 0 && pt->psync_from[i].page == k->page) {
+				retry_soon(g, &pt->psync_from[i]);
+				soon = true;
+			}
+			dgi_part_unlock(pt);
+		}
+		if (soon)
+			wake_sweeper(g);
+	}
 	dg_cache *c = err == DG_OK ? dgi_grid_cache(g, k->cache_id) : NULL;
 	if (c != NULL) {
 		const dg_msg_raw *body = reply->body;
@@ -527,7 +602,7 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 		bool primary = aff != NULL && aff->topver >= k->ver && aff->nnodes > 0 &&
 		    dgi_aff_owner(aff, k->part, 0) == g->self;
 		dgi_part_unlock(pt);
-		bool more = false, done = false;
+		bool more = false, done = false, unsent = false;
 		uint64_t last = 0;
 		dg_err e = current && primary ?
 		    adopt(g, c, k->part, k->ver, &body->list, &more, &last) : DG_OK;
@@ -546,8 +621,9 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			if (more) { /* the next page, now */
 				pt->psync_from[i].page++;
 				pt->psync_from[i].after = last;
+				pt->psync_from[i].fails = 0;
 				pt->psync_sent_ms = dgi_now_ms();
-				ask(g, c, k->part, &pt->psync_from[i]);
+				unsent = !ask(g, c, k->part, &pt->psync_from[i]);
 			} else {
 				pt->psync_from[i] = pt->psync_from[--pt->psync_n];
 				done = true;
@@ -555,6 +631,8 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 			}
 		}
 		dgi_part_unlock(pt);
+		if (unsent)
+			wake_sweeper(g);
 		if (e != DG_OK && !told) /* (a full store: once, until it takes one in) */
 			dgi_log("warn", "PSYNC-BAD", "cache=\"%s\" partition=%u from=%016llx err=\"%s\"%s",
 			    c->cfg.name, k->part, (unsigned long long)k->from, dg_strerror(e),
@@ -563,8 +641,7 @@ static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply)
 		if (done)
 			dgi_psync_release(g); /* questions that waited for this answer */
 	}
-	/* an error: asked again at the next tick (a node that left is dropped
-	 * from the set by the next topology) */
+	/* (a node that left is dropped from the set by the next topology) */
 	dgi_free(k);
 }
 
