@@ -4015,6 +4015,72 @@ static void test_commit_resolved_by_the_owner_that_applied(void **state)
 	cluster_stop(&x.cl);
 }
 
+/* Cuts (on true) or heals every link between a and b, both ways. */
+static void cut_both(dg_node *a, dg_node *b, bool on)
+{
+	dgi_tp_test_cut(dgi_node_tp(a), node_id(b), on);
+	dgi_tp_test_cut(dgi_node_tp(b), node_id(a), on);
+}
+
+/* A cut puts P and the near on the minority side after every primary
+ * prepared, so only P gets the COMMIT: P applies k, and its copies reach
+ * nobody.  The majority drops P and the near and finishes the tx without
+ * them — the other primary's record and the backups' records of P decide
+ * alike — and the cut heals: P rejoins.  Whatever the majority decided
+ * must stand, for both keys: P's write of k, which the cluster never had,
+ * must not come back with P (the bank of cluster_partition_netns once
+ * ended with 1008: a transfer's credit and record applied, its debit
+ * not).  k and k2 must read alike on the majority, and again after the
+ * rejoin. */
+static void test_minority_primary_rejoins_without_its_commit(void **state)
+{
+	(void)state;
+	struct left_primary x;
+	lp_start(&x, "rejoin");
+	pthread_t tw;
+	struct bg_transfer t;
+	lp_start_transfer(&x, &t, &tw);
+	dg_node *maj[2];
+	int nm = 0;
+	for (int i = 0; i < 3; i++)
+		if (x.cl.n[i] != x.P) {
+			cut_both(x.P, x.cl.n[i], true);
+			cut_both(x.near, x.cl.n[i], true);
+			maj[nm++] = x.cl.n[i];
+		}
+	pthread_join(tw, NULL);
+	print_message("      the commit cut off with P: %s\n", dg_strerror(t.err));
+	wait_settled(maj, 2, NULL, 0);
+	dg_cache *cm = cache_on(maj[0], "rejoin");
+	long a = get_long(cm, x.k), b = get_long(cm, x.k2);
+	print_message("      on the majority: k=%ld k2=%ld\n", a, b);
+	for (int i = 0; i < 2; i++) {
+		cut_both(x.P, maj[i], false);
+		cut_both(x.near, maj[i], false);
+	}
+	/* P back in the majority's topology, and time for its resends */
+	uint64_t deadline = dgi_now_ms() + 15000;
+	bool back = false;
+	while (!back && dgi_now_ms() < deadline) {
+		dg_node_info info[8];
+		int64_t v;
+		size_t n = dg_node_topology(maj[0], &v, info, 8);
+		for (size_t i = 0; i < n && i < 8; i++)
+			back = back || info[i].id == node_id(x.P);
+		if (!back)
+			usleep(20 * 1000);
+	}
+	assert_true(back);
+	usleep(3000 * 1000);
+	long a2 = get_long(cm, x.k), b2 = get_long(cm, x.k2);
+	print_message("      after P rejoined: k=%ld k2=%ld\n", a2, b2);
+	dg_node_stop(x.near);
+	cluster_stop(&x.cl);
+	assert_int_equal(a, b);
+	assert_int_equal(a2, a);
+	assert_int_equal(b2, b);
+}
+
 /* Recovery, likewise: P and the near both leave after P applied the
  * commit.  N's recovery decides commit (the other primary committed) and
  * O, which applied P's copies, re-sends what it holds — N does not take
@@ -4630,6 +4696,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_applier_left_resent_by_the_owner_that_applied, after_test),
 		cmocka_unit_test_teardown(test_commit_resolved_by_the_owner_that_applied, after_test),
 		cmocka_unit_test_teardown(test_recovery_recopies_from_the_owner_that_applied, after_test),
+		cmocka_unit_test_teardown(test_minority_primary_rejoins_without_its_commit, after_test),
 		cmocka_unit_test_teardown(test_counters_through_primary_crashes, after_test),
 		cmocka_unit_test_teardown(test_steady_state_allocations, after_test),
 		cmocka_unit_test_teardown(test_finished_txs_leave_no_start, after_test),
