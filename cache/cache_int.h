@@ -1734,6 +1734,8 @@ struct dgi_psync_wait {
 /* PSYNC questions an old owner answers DG_ERR_NOT_READY before it answers
  * any (tests: a question that fails) */
 extern _Atomic uint32_t dgi_test_psync_refuse;
+/* PSYNC questions that fail to be sent (tests: as to an old owner gone) */
+extern _Atomic uint32_t dgi_test_psync_unsent;
 /* The sweeper's period in ms (tests lengthen it; 0: 1000) */
 extern _Atomic uint32_t dgi_test_sweep_ms;
 /* This node became the primary of part at version ver (partition locked;
@@ -1743,7 +1745,8 @@ extern _Atomic uint32_t dgi_test_sweep_ms;
 void dgi_psync_begin(dgi_grid *g, dg_cache *c, uint32_t part, int64_t ver, int64_t since,
     const dg_node_id *from, uint32_t n);
 /* Sends the requests dgi_psync_begin set up, once the cache's new
- * affinity is published (no partition locked). */
+ * affinity is published (g->mu held: the topology's install; no
+ * partition locked). */
 void dgi_psync_send(dgi_grid *g, dg_cache *c);
 /* Drops the old owners alive() says left (partition locked). */
 void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void *ctx);

@@ -71,6 +71,7 @@ struct psync_call {
 };
 
 _Atomic uint32_t dgi_test_psync_refuse;
+_Atomic uint32_t dgi_test_psync_unsent;
 
 static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply);
 
@@ -90,8 +91,9 @@ static void retry_soon(dgi_grid *g, struct dgi_psync_wait *w)
 	}
 }
 
-/* Wakes the sweeper for psync_due_ms (g->mu not held: a wake-up between
- * its look at the due time and its wait is not lost). */
+/* Wakes the sweeper for psync_due_ms (g->mu not held — dgi_psync_send,
+ * under it, broadcasts itself: a wake-up between the sweeper's look at
+ * the due time and its wait is not lost). */
 static void wake_sweeper(dgi_grid *g)
 {
 	pthread_mutex_lock(&g->mu);
@@ -105,6 +107,14 @@ static bool ask(dgi_grid *g, dg_cache *c, uint32_t part, struct dgi_psync_wait *
 {
 	w->retry_ms = 0;
 	struct psync_call *k = dgi_alloc(sizeof(*k));
+	uint32_t unsent = atomic_load(&dgi_test_psync_unsent);
+	while (unsent > 0 &&
+	    !atomic_compare_exchange_weak(&dgi_test_psync_unsent, &unsent, unsent - 1)) {
+	}
+	if (unsent > 0) { /* (tests: a request that could not be sent) */
+		dgi_free(k);
+		k = NULL;
+	}
 	if (k != NULL) {
 		*k = (struct psync_call){ g, c->id, part, w->ver, w->page, w->node };
 		dgi_msg_psync m = { c->id, part, w->ver, w->since, w->page, (int64_t)w->after };
@@ -191,8 +201,8 @@ void dgi_psync_send(dgi_grid *g, dg_cache *c)
 		}
 		dgi_part_unlock(pt);
 	}
-	if (failed)
-		wake_sweeper(g);
+	if (failed) /* (g->mu is held: the topology's install) */
+		pthread_cond_broadcast(&g->cv);
 }
 
 void dgi_psync_keep(dgi_part *pt, bool (*alive)(void *ctx, dg_node_id id), void *ctx)
