@@ -1377,6 +1377,30 @@ static void two_primaries(dg_cache *c, char *k1, char *k2)
 	fail_msg("no two keys with different primaries");
 }
 
+static dg_node *start_near(dg_node *seed_node, const char *cache, dg_cache **c);
+
+/* A client node joined through seed_node, and on it a PESSIMISTIC
+ * REPEATABLE_READ tx of timeout_ms that reads k1 and k2 of cache and
+ * writes 2 to both, its commit stopped at crash point `point`
+ * (txnear_commit.c): the commit's result in *err.  Returns the client. */
+static dg_node *near_tx_at_point(dg_node *seed_node, const char *cache, const char *k1,
+    const char *k2, uint32_t timeout_ms, int point, dg_err *err)
+{
+	dg_cache *cn;
+	dg_node *near = start_near(seed_node, cache, &cn);
+	dg_tx *tx;
+	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, timeout_ms, cache, &tx));
+	long v;
+	OK(tx_get_long(tx, cn, k1, &v));
+	OK(tx_get_long(tx, cn, k2, &v));
+	OK(tx_put_long(tx, cn, k1, 2));
+	OK(tx_put_long(tx, cn, k2, 2));
+	atomic_store(&dgi_tx_crash_point, point);
+	*err = dg_tx_commit(tx);
+	atomic_store(&dgi_tx_crash_point, 0);
+	return near;
+}
+
 /* The near node crashes at `point` of a two-phase commit: its locks are
  * released and the participants agree — commit everywhere when every one
  * had prepared (1) or one had committed (2), roll back when one had not
@@ -1390,21 +1414,9 @@ static void near_crash_case(int point)
 	two_primaries(c[0], k1, k2);
 	put_long(cl.n[0], c[0], k1, 1);
 	put_long(cl.n[0], c[0], k2, 1);
-	const char *seed = dg_node_address(cl.n[0]);
-	start_client = true;
-	dg_node *near = start_node(&seed, 1);
-	start_client = false;
-	dg_cache *cn = cache_on(near, "crash");
-	dg_tx *tx;
-	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 4000, "crasher", &tx));
-	long v;
-	OK(tx_get_long(tx, cn, k1, &v));
-	OK(tx_get_long(tx, cn, k2, &v));
-	OK(tx_put_long(tx, cn, k1, 2));
-	OK(tx_put_long(tx, cn, k2, 2));
-	atomic_store(&dgi_tx_crash_point, point);
-	EXPECT(dg_tx_commit(tx), DG_ERR_TX_UNKNOWN);
-	atomic_store(&dgi_tx_crash_point, 0);
+	dg_err e;
+	dg_node *near = near_tx_at_point(cl.n[0], "crash", k1, k2, 4000, point, &e);
+	EXPECT(e, DG_ERR_TX_UNKNOWN);
 	dgi_node_kill(near);
 	/* the failure is detected: a new topology without it, installed by
 	 * every node's caches and tx service (a tx begun while one still had
@@ -1502,21 +1514,10 @@ static void test_near_and_committed_primary_leave_commits(void **state)
 	two_primaries(c[0], k1, k2);
 	put_long(cl.n[0], c[0], k1, 1);
 	put_long(cl.n[0], c[0], k2, 1);
-	const char *seed = dg_node_address(cl.n[0]);
-	start_client = true;
-	dg_node *near = start_node(&seed, 1);
-	start_client = false;
-	dg_cache *cn = cache_on(near, "twoleave");
-	dg_tx *tx;
-	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 4000, "twoleave", &tx));
-	long v;
-	OK(tx_get_long(tx, cn, k1, &v));
-	OK(tx_get_long(tx, cn, k2, &v));
-	OK(tx_put_long(tx, cn, k1, 2));
-	OK(tx_put_long(tx, cn, k2, 2));
-	atomic_store(&dgi_tx_crash_point, 2); /* the COMMIT to the first primary only */
-	EXPECT(dg_tx_commit(tx), DG_ERR_TX_UNKNOWN);
-	atomic_store(&dgi_tx_crash_point, 0);
+	dg_err e;
+	/* the COMMIT to the first primary only */
+	dg_node *near = near_tx_at_point(cl.n[0], "twoleave", k1, k2, 4000, 2, &e);
+	EXPECT(e, DG_ERR_TX_UNKNOWN);
 	/* which key was committed: read on its primary (a FULL_SYNC value is
 	 * read once every backup applied it) */
 	const char *done = NULL;
@@ -1667,21 +1668,8 @@ static void test_near_cut_after_prepare_is_unknown(void **state)
 	two_primaries(c[0], k1, k2);
 	put_long(cl.n[0], c[0], k1, 1);
 	put_long(cl.n[0], c[0], k2, 1);
-	const char *seed = dg_node_address(cl.n[0]);
-	start_client = true;
-	dg_node *near = start_node(&seed, 1);
-	start_client = false;
-	dg_cache *cn = cache_on(near, "cut");
-	dg_tx *tx;
-	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 2000, "cut", &tx));
-	long v;
-	OK(tx_get_long(tx, cn, k1, &v));
-	OK(tx_get_long(tx, cn, k2, &v));
-	OK(tx_put_long(tx, cn, k1, 2));
-	OK(tx_put_long(tx, cn, k2, 2));
-	atomic_store(&dgi_tx_crash_point, 4);
-	dg_err e = dg_tx_commit(tx);
-	atomic_store(&dgi_tx_crash_point, 0);
+	dg_err e;
+	dg_node *near = near_tx_at_point(cl.n[0], "cut", k1, k2, 2000, 4, &e);
 	dgi_node_kill(near);
 	atomic_store(&dgi_tx_cut_node, 0);
 	wait_settled(cl.n, 3, c, 3);
@@ -4081,6 +4069,106 @@ static void test_minority_primary_rejoins_without_its_commit(void **state)
 	assert_int_equal(b2, b);
 }
 
+struct put_two {
+	dg_node *near;
+	dg_cache *c;
+	const char *k1, *k2;
+	dg_err err;
+	_Atomic bool done;
+};
+
+static void *put_two_run(void *arg)
+{
+	struct put_two *t = arg;
+	dg_tx *tx;
+	t->err = dg_tx_begin(t->near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 1500, "two", &tx);
+	if (t->err == DG_OK) {
+		if ((t->err = tx_put_long(tx, t->c, t->k1, 1)) == DG_OK &&
+		    (t->err = tx_put_long(tx, t->c, t->k2, 1)) == DG_OK)
+			t->err = dg_tx_commit(tx);
+		else
+			dg_tx_rollback(tx);
+	}
+	atomic_store(&t->done, true);
+	return NULL;
+}
+
+/* Two keys of one primary P whose backups differ (X for kA, Y for kB),
+ * written by one tx: P alone took part, and the tx was committed in one
+ * phase — applied at P and copied to each key's backup, who keep no
+ * record of it.  A cut between P and Y let kA's copy reach X and not kB's
+ * reach Y; then P and the near were cut off from everyone.  The majority
+ * promoted X and Y: kA=1, kB=0, half the tx, and nobody held a record to
+ * finish or undo it (the partition test's bank at 1008, found by a
+ * helper: every key of that transfer had one primary).  One phase is now
+ * kept for entries on one owner set (one_owner_set, txnear_commit.c);
+ * here the tx prepares on X and Y first, and whatever the cut does, both
+ * keys read alike on the majority. */
+static void test_one_phase_copies_split_by_a_cut(void **state)
+{
+	(void)state;
+	struct cluster cl;
+	cluster_start(&cl, 5);
+	dg_cache *c[5];
+	c[0] = tx_cache(cl.n[0], "split1", 1);
+	for (int i = 1; i < 5; i++)
+		c[i] = cache_on(cl.n[i], "split1");
+	dg_cache *cn;
+	dg_node *near = start_near(cl.n[0], "split1", &cn);
+	dg_node *all[6] = { cl.n[0], cl.n[1], cl.n[2], cl.n[3], cl.n[4], near };
+	wait_settled(all, 6, c, 5);
+	char ka[16] = "", kb[16] = "";
+	uint64_t oa[8] = { 0 }, ob[8] = { 0 };
+	for (int i = 0; i < 4000 && kb[0] == 0; i++) {
+		char raw[16];
+		snprintf(raw, sizeof(raw), "s-%d", i);
+		uint64_t own[8];
+		assert_int_equal(owners_of_raw(c[0], raw, own), 2);
+		if (ka[0] == 0) {
+			strcpy(ka, raw);
+			memcpy(oa, own, sizeof(oa));
+		} else if (own[0] == oa[0] && own[1] != oa[1]) {
+			strcpy(kb, raw);
+			memcpy(ob, own, sizeof(ob));
+		}
+	}
+	assert_true(kb[0] != 0);
+	put_long(cl.n[0], c[0], ka, 0);
+	put_long(cl.n[0], c[0], kb, 0);
+	dg_node *P = node_with_id(&cl, oa[0]), *X = node_with_id(&cl, oa[1]);
+	dg_node *Y = node_with_id(&cl, ob[1]);
+	dg_cache *cx = cache_on(X, "split1");
+	cut_both(P, Y, true);
+	pthread_t tw;
+	struct put_two t = { near, cn, ka, kb, DG_OK, false };
+	assert_int_equal(pthread_create(&tw, NULL, put_two_run, &t), 0);
+	/* kA's copy reaches X (one phase), or the tx ends (two: Y's answer
+	 * never comes) */
+	uint64_t deadline = dgi_now_ms() + 4000;
+	while (!local_is(cx, ka, "1", NULL) && !atomic_load(&t.done) && dgi_now_ms() < deadline)
+		usleep(2 * 1000);
+	print_message("      kA on X: %s\n", local_is(cx, ka, "1", NULL) ? "1" : "0");
+	/* P and the near on one side, the other four servers on the other */
+	dg_node *maj[4];
+	int nm = 0;
+	for (int i = 0; i < 5; i++)
+		if (cl.n[i] != P) {
+			if (cl.n[i] != Y)
+				cut_both(P, cl.n[i], true);
+			cut_both(near, cl.n[i], true);
+			maj[nm++] = cl.n[i];
+		}
+	pthread_join(tw, NULL);
+	print_message("      the commit: %s\n", dg_strerror(t.err));
+	wait_settled(maj, 4, NULL, 0);
+	dg_cache *cm = cache_on(maj[0], "split1");
+	long a = get_long(cm, ka), b = get_long(cm, kb);
+	print_message("      on the majority: kA=%ld kB=%ld\n", a, b);
+	dg_node_stop(near);
+	cluster_stop(&cl);
+	assert_int_equal(a, b);
+}
+
 /* Recovery, likewise: P and the near both leave after P applied the
  * commit.  N's recovery decides commit (the other primary committed) and
  * O, which applied P's copies, re-sends what it holds — N does not take
@@ -4697,6 +4785,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_commit_resolved_by_the_owner_that_applied, after_test),
 		cmocka_unit_test_teardown(test_recovery_recopies_from_the_owner_that_applied, after_test),
 		cmocka_unit_test_teardown(test_minority_primary_rejoins_without_its_commit, after_test),
+		cmocka_unit_test_teardown(test_one_phase_copies_split_by_a_cut, after_test),
 		cmocka_unit_test_teardown(test_counters_through_primary_crashes, after_test),
 		cmocka_unit_test_teardown(test_steady_state_allocations, after_test),
 		cmocka_unit_test_teardown(test_finished_txs_leave_no_start, after_test),

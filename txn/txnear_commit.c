@@ -313,8 +313,13 @@ static dg_err finish_decided(dg_tx *tx, struct ent_ref *refs, struct group *grou
 			return lost ? DG_ERR_TX_UNKNOWN : DG_OK;
 		}
 		uint32_t left = dgi_txn_left_ms(tx);
-		if (left == 0)
+		if (left == 0) {
+			/* (logged as every outcome not learnt is: txn/README.md) */
+			dgi_log("warn", "TX-UNKNOWN", "tx=%016llx:%llu phase=commit "
+			    "why=\"the tx's timeout passed before every participant confirmed its "
+			    "entries\"", (unsigned long long)tx->id.node, (unsigned long long)tx->id.seq);
 			return DG_ERR_TX_UNKNOWN;
+		}
 		/* the topology catches up with the left primary; a round that
 		 * confirmed nothing doubles the pause, up to 320 ms (a backup out
 		 * of room refuses every resend — 250 copies of an 8 MiB value in
@@ -625,6 +630,51 @@ void dgi_txn_commit_on_answer(dg_tx *tx)
 	(void)dgi_txn_count_in(tx); /* the hold (disarmed: count_in cannot fire again) */
 }
 
+/* Whether every entry written lives on one set of owners (partitions
+ * with the same primary and backups).  Only then may a single primary
+ * commit in one phase: it applies every entry and copies each to its
+ * key's backups, which keep no record of the tx.  With owner sets that
+ * differ, a cut among the backups can let one key's copies through and
+ * not another's; the majority, promoting those backups, then held half
+ * the tx, and no record anywhere to finish it by (the partition test's
+ * bank at 1008: a transfer's credit and record applied, its debit not —
+ * test_one_phase_copies_split_by_a_cut).  Two phases with one group
+ * leave a prepared record on every backup, and recovery decides it.  The
+ * owners are read under the current affinity; entries whose owners are
+ * not known count as different. */
+static bool one_owner_set(dg_tx *tx, const struct ent_ref *refs, uint32_t nrefs)
+{
+	uint64_t first[DGI_OWNERS_BUF], own[DGI_OWNERS_BUF];
+	uint32_t nfirst = 0;
+	bool have = false;
+	for (uint32_t i = 0; i < nrefs; i++) {
+		const dgi_txent *e = refs[i].e;
+		if (e->op != DGI_TXOP_PUT && e->op != DGI_TXOP_REMOVE)
+			continue; /* a check only: nothing copied */
+		dg_cache *c = dgi_grid_cache_by_id(dgi_txsvc_grid(tx->s), e->cache_id);
+		int64_t tv;
+		uint32_t n = c != NULL ? dgi_cache_owners(c, e->part, own, DGI_OWNERS_BUF, &tv) : 0;
+		if (n == 0 || n > DGI_OWNERS_BUF)
+			return false;
+		if (!have) {
+			memcpy(first, own, n * sizeof(*own));
+			nfirst = n;
+			have = true;
+			continue;
+		}
+		if (n != nfirst || own[0] != first[0])
+			return false;
+		for (uint32_t j = 1; j < n; j++) { /* the backups, in any order */
+			bool found = false;
+			for (uint32_t k = 1; k < nfirst && !found; k++)
+				found = own[j] == first[k];
+			if (!found)
+				return false;
+		}
+	}
+	return true;
+}
+
 dg_err dgi_txn_commit(dg_tx *tx)
 {
 	if (tx->state != DGI_TXS_ACTIVE)
@@ -676,7 +726,7 @@ dg_err dgi_txn_commit(dg_tx *tx)
 	/* locks on nodes that are not participants (a topology change moved
 	 * the keys): release them */
 	dgi_txn_step(tx, DGI_TXE_PREPARE);
-	if (ng == 1) {
+	if (ng == 1 && one_owner_set(tx, refs, nrefs)) {
 		e = prepare_groups(tx, refs, groups, 1, topver, DGI_TXP_ONE_PHASE, calls, false);
 		if (e != DG_OK && calls[0].answered && calls[0].applied)
 			e = join_one_phase(tx, refs, groups, calls);
