@@ -1595,21 +1595,10 @@ static void test_near_and_both_primaries_leave_backup_takes_over(void **state)
 	assert_true(k2[0] != 0);
 	put_long(cl.n[0], c[0], k1, 1);
 	put_long(cl.n[0], c[0], k2, 1);
-	const char *seed = dg_node_address(cl.n[0]);
-	start_client = true;
-	dg_node *near = start_node(&seed, 1);
-	start_client = false;
-	dg_cache *cn = cache_on(near, "bothleave");
-	dg_tx *tx;
-	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 4000, "bothleave", &tx));
-	long v;
-	OK(tx_get_long(tx, cn, k1, &v));
-	OK(tx_get_long(tx, cn, k2, &v));
-	OK(tx_put_long(tx, cn, k1, 2));
-	OK(tx_put_long(tx, cn, k2, 2));
-	atomic_store(&dgi_tx_crash_point, 2); /* the COMMIT to the first primary only */
-	EXPECT(dg_tx_commit(tx), DG_ERR_TX_UNKNOWN);
-	atomic_store(&dgi_tx_crash_point, 0);
+	dg_err e;
+	/* the COMMIT to the first primary only */
+	dg_node *near = near_tx_at_point(cl.n[0], "bothleave", k1, k2, 4000, 2, &e);
+	EXPECT(e, DG_ERR_TX_UNKNOWN);
 	uint64_t deadline = dgi_now_ms() + 5000;
 	while (get_long(c[0], k1) != 2 && get_long(c[0], k2) != 2) {
 		assert_true(dgi_now_ms() < deadline);
@@ -2755,21 +2744,9 @@ static void test_lock_wait_ended_by_fence_is_rolled_back(void **state)
 	two_primaries(c[0], k1, k2);
 	put_long(cl.n[0], c[0], k1, 1);
 	put_long(cl.n[0], c[0], k2, 1);
-	const char *seed = dg_node_address(cl.n[0]);
-	start_client = true;
-	dg_node *near = start_node(&seed, 1);
-	start_client = false;
-	dg_cache *cn = cache_on(near, "fwait");
-	dg_tx *held;
-	OK(dg_tx_begin(near, DG_PESSIMISTIC, DG_REPEATABLE_READ, 30000, "held", &held));
-	long v;
-	OK(tx_get_long(held, cn, k1, &v));
-	OK(tx_get_long(held, cn, k2, &v));
-	OK(tx_put_long(held, cn, k1, 2));
-	OK(tx_put_long(held, cn, k2, 2));
-	atomic_store(&dgi_tx_crash_point, 1);
-	EXPECT(dg_tx_commit(held), DG_ERR_TX_UNKNOWN); /* prepared everywhere, no COMMIT */
-	atomic_store(&dgi_tx_crash_point, 0);
+	dg_err e;
+	dg_node *near = near_tx_at_point(cl.n[0], "fwait", k1, k2, 30000, 1, &e);
+	EXPECT(e, DG_ERR_TX_UNKNOWN); /* prepared everywhere, no COMMIT */
 	struct get_wait_arg a = { cl.n[1], c[1], k1, DG_OK, 0 };
 	pthread_t t;
 	pthread_create(&t, NULL, get_waiting, &a);
@@ -2778,6 +2755,7 @@ static void test_lock_wait_ended_by_fence_is_rolled_back(void **state)
 		assert_true(dgi_now_ms() < deadline);
 		usleep(5 * 1000);
 	}
+	const char *seed = dg_node_address(cl.n[0]);
 	dg_node *joiner = start_node(&seed, 1); /* a new topology: the fence */
 	pthread_join(t, NULL);
 	print_message("      waiting read: %s after %llu ms\n", dg_strerror(a.err),
