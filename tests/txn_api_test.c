@@ -1379,6 +1379,16 @@ static void two_primaries(dg_cache *c, char *k1, char *k2)
 
 static dg_node *start_near(dg_node *seed_node, const char *cache, dg_cache **c);
 
+/* three_nodes, and k1, k2 (two_primaries) both 1. */
+static void three_nodes_two_keys(struct cluster *cl, const char *name, dg_cache *c[3],
+    char *k1, char *k2)
+{
+	three_nodes(cl, name, c);
+	two_primaries(c[0], k1, k2);
+	put_long(cl->n[0], c[0], k1, 1);
+	put_long(cl->n[0], c[0], k2, 1);
+}
+
 /* A client node joined through seed_node, and on it a PESSIMISTIC
  * REPEATABLE_READ tx of timeout_ms that reads k1 and k2 of cache and
  * writes 2 to both, its commit stopped at crash point `point`
@@ -1409,11 +1419,8 @@ static void near_crash_case(int point)
 {
 	struct cluster cl;
 	dg_cache *c[3];
-	three_nodes(&cl, "crash", c);
 	char k1[16], k2[16];
-	two_primaries(c[0], k1, k2);
-	put_long(cl.n[0], c[0], k1, 1);
-	put_long(cl.n[0], c[0], k2, 1);
+	three_nodes_two_keys(&cl, "crash", c, k1, k2);
 	dg_err e;
 	dg_node *near = near_tx_at_point(cl.n[0], "crash", k1, k2, 4000, point, &e);
 	EXPECT(e, DG_ERR_TX_UNKNOWN);
@@ -1509,11 +1516,8 @@ static void test_near_and_committed_primary_leave_commits(void **state)
 	(void)state;
 	struct cluster cl;
 	dg_cache *c[3];
-	three_nodes(&cl, "twoleave", c);
 	char k1[16], k2[16];
-	two_primaries(c[0], k1, k2);
-	put_long(cl.n[0], c[0], k1, 1);
-	put_long(cl.n[0], c[0], k2, 1);
+	three_nodes_two_keys(&cl, "twoleave", c, k1, k2);
 	dg_err e;
 	/* the COMMIT to the first primary only */
 	dg_node *near = near_tx_at_point(cl.n[0], "twoleave", k1, k2, 4000, 2, &e);
@@ -1652,11 +1656,8 @@ static void test_near_cut_after_prepare_is_unknown(void **state)
 	(void)state;
 	struct cluster cl;
 	dg_cache *c[3];
-	three_nodes(&cl, "cut", c);
 	char k1[16], k2[16];
-	two_primaries(c[0], k1, k2);
-	put_long(cl.n[0], c[0], k1, 1);
-	put_long(cl.n[0], c[0], k2, 1);
+	three_nodes_two_keys(&cl, "cut", c, k1, k2);
 	dg_err e;
 	dg_node *near = near_tx_at_point(cl.n[0], "cut", k1, k2, 2000, 4, &e);
 	dgi_node_kill(near);
@@ -2739,11 +2740,8 @@ static void test_lock_wait_ended_by_fence_is_rolled_back(void **state)
 	(void)state;
 	struct cluster cl;
 	dg_cache *c[3];
-	three_nodes(&cl, "fwait", c);
 	char k1[16], k2[16];
-	two_primaries(c[0], k1, k2);
-	put_long(cl.n[0], c[0], k1, 1);
-	put_long(cl.n[0], c[0], k2, 1);
+	three_nodes_two_keys(&cl, "fwait", c, k1, k2);
 	dg_err e;
 	dg_node *near = near_tx_at_point(cl.n[0], "fwait", k1, k2, 30000, 1, &e);
 	EXPECT(e, DG_ERR_TX_UNKNOWN); /* prepared everywhere, no COMMIT */
