@@ -73,6 +73,15 @@ struct psync_call {
 _Atomic uint32_t dgi_test_psync_refuse;
 _Atomic uint32_t dgi_test_psync_unsent;
 
+/* Takes one from a test hook's count: whether there was one. */
+static bool test_take(_Atomic uint32_t *n)
+{
+	uint32_t v = atomic_load(n);
+	while (v > 0 && !atomic_compare_exchange_weak(n, &v, v - 1)) {
+	}
+	return v > 0;
+}
+
 static void on_psync_res(void *ctx, dg_err err, const dg_msg_in *reply);
 
 /* Wait w's question failed (partition locked): asked again soon — 25 ms,
@@ -106,15 +115,8 @@ static void wake_sweeper(dgi_grid *g)
 static bool ask(dgi_grid *g, dg_cache *c, uint32_t part, struct dgi_psync_wait *w)
 {
 	w->retry_ms = 0;
-	struct psync_call *k = dgi_alloc(sizeof(*k));
-	uint32_t unsent = atomic_load(&dgi_test_psync_unsent);
-	while (unsent > 0 &&
-	    !atomic_compare_exchange_weak(&dgi_test_psync_unsent, &unsent, unsent - 1)) {
-	}
-	if (unsent > 0) { /* (tests: a request that could not be sent) */
-		dgi_free(k);
-		k = NULL;
-	}
+	/* (tests: a request that could not be sent) */
+	struct psync_call *k = test_take(&dgi_test_psync_unsent) ? NULL : dgi_alloc(sizeof(*k));
 	if (k != NULL) {
 		*k = (struct psync_call){ g, c->id, part, w->ver, w->page, w->node };
 		dgi_msg_psync m = { c->id, part, w->ver, w->since, w->page, (int64_t)w->after };
@@ -433,11 +435,7 @@ static void on_psync(dg_tp *tp, const dg_msg_in *in, void *ctx)
 		g->psync_parked = p;
 	}
 	pthread_mutex_unlock(&g->mu);
-	uint32_t refuse = atomic_load(&dgi_test_psync_refuse);
-	while (!behind && refuse > 0 &&
-	    !atomic_compare_exchange_weak(&dgi_test_psync_refuse, &refuse, refuse - 1)) {
-	}
-	if (!behind && refuse > 0)
+	if (!behind && test_take(&dgi_test_psync_refuse))
 		dg_tp_reply_error(tp, in, DG_ERR_NOT_READY); /* (tests: a failed question) */
 	else if (!behind)
 		answer(g, c, in, m);
